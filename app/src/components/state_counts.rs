@@ -1,0 +1,28 @@
+//! Job counts per state, as a list of labelled figures.
+
+use leptos::prelude::*;
+
+use crate::console::Overview;
+
+#[component]
+pub fn StateCounts(overview: Overview) -> impl IntoView {
+    view! {
+        <ul class="state-counts" aria-label="Jobs by state">
+            {overview
+                .states
+                .into_iter()
+                .map(|(state, n)| {
+                    let class = format!("state-count state-{state}");
+                    let label = format!("{state} jobs");
+                    let data = state.clone();
+                    view! {
+                        <li class=class data-state=data>
+                            <span class="count" aria-label=label>{n}</span>
+                            <span class="label">{state}</span>
+                        </li>
+                    }
+                })
+                .collect_view()}
+        </ul>
+    }
+}

@@ -1,0 +1,51 @@
+// Shared by the end-to-end tests: Debian's Chromium through playwright-core, the server under test
+// (started by scripts/test, which passes KICKOFF_E2E_URL and KICKOFF_E2E_TOKEN), and web-first waits.
+import { chromium } from 'playwright-core';
+import { mkdtempSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+
+export const baseUrl = process.env.KICKOFF_E2E_URL ?? 'http://127.0.0.1:3000';
+const token = process.env.KICKOFF_E2E_TOKEN ?? '';
+export const screenshots = path.join(import.meta.dirname, '..', 'screenshots');
+mkdirSync(screenshots, { recursive: true });
+
+export async function launch() {
+  // A new profile each time; the flags keep Chromium off the network this machine does not have.
+  const userDataDir = mkdtempSync(path.join(tmpdir(), 'kickoff-chromium-'));
+  return chromium.launchPersistentContext(userDataDir, {
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+}
+
+// Calls the REST API as another process would.
+export async function api(method, route, body) {
+  const res = await fetch(`${baseUrl}/api/v1${route}`, {
+    method,
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, body: text ? JSON.parse(text) : null };
+}
+
+// Waits until `read()` returns something `ok` accepts (a web-first assertion), or fails with the
+// last value seen.
+export async function eventually(what, read, ok, timeoutMs = 15000) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  while (Date.now() < deadline) {
+    last = await read();
+    if (ok(last)) return last;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out waiting for ${what}; last value: ${JSON.stringify(last)}`);
+}
+
+// Waits until the page has hydrated (the live badge only turns on in the browser).
+export async function hydrated(page) {
+  await page.getByRole('status').filter({ hasText: 'Live' }).waitFor({ timeout: 30000 });
+}

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Installs what building and testing Kickoff needs, skipping whatever is already there.
+# Usage: scripts/bootstrap.sh [--e2e]   (--e2e: also Chromium and playwright-core)
+#
+# The WebAssembly client needs a wasm32 std. Where `rustup target add wasm32-unknown-unknown`
+# works (and the toolchain is new enough for cargo-leptos), the rustup toolchain is used. Where it
+# cannot download (these machines reach only the package registries), Debian's rustc-web (1.96),
+# its std sources and lld are installed and linked as the rustup toolchain `debian-web`, and std is
+# built from source (-Zbuild-std, see Cargo.toml). Everything is then built with that one toolchain.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/env.sh
+WITH_E2E=0
+[ "${1:-}" = "--e2e" ] && WITH_E2E=1
+CARGO_LEPTOS_VERSION=0.3.11
+BINARYEN_VERSION=132.0.0
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'bootstrap: %s\n' "$*" >&2; exit 1; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+apt_ready=0
+apt_install() {
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "apt-get install ${missing[*]}"
+  if [ $apt_ready = 0 ]; then as_root apt-get update -qq; apt_ready=1; fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]; }
+
+command -v rustup >/dev/null || die "rustup is needed (https://rustup.rs)"
+mkdir -p "$KICKOFF_CACHE"
+
+# ---- 1. the toolchain
+toolchain="${RUSTUP_TOOLCHAIN:-}"
+if [ -z "$toolchain" ]; then
+  default_version="$(rustup run stable rustc -V 2>/dev/null | awk '{print $2}' || true)"
+  if [ -n "$default_version" ] && version_ge "$default_version" 1.96.0 \
+     && timeout 120 rustup target add --toolchain stable wasm32-unknown-unknown >/dev/null 2>&1 \
+     && timeout 120 rustup component add --toolchain stable rust-src >/dev/null 2>&1; then
+    toolchain=stable
+  else
+    log "wasm32 std cannot come from rustup here: using Debian's rustc-web with -Zbuild-std"
+    apt_install rustc-web cargo-web rust-web-src rust-web-llvm lld-22
+    v="$(/usr/bin/rustc -V | awk '{print $2}')"
+    version_ge "$v" 1.96.0 || die "/usr/bin/rustc is $v; need 1.96 or newer (bookworm-security's rustc-web)"
+    [ -x "$(readlink -f /usr/bin/rust-lld)" ] || die "/usr/bin/rust-lld does not resolve (install lld-22)"
+    rustup toolchain list | grep -qx debian-web || rustup toolchain link debian-web /usr
+    toolchain=debian-web
+  fi
+  echo "$toolchain" > "$KICKOFF_CACHE/toolchain"
+fi
+export RUSTUP_TOOLCHAIN="$toolchain"
+
+# ---- 2. PostgreSQL server binaries (the embedded cluster and the tests run them)
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null; then
+  apt_install postgresql
+fi
+
+# ---- 3. cargo tools: wasm-bindgen at exactly the version in Cargo.lock, and cargo-leptos
+wb_version="$(awk '/^name = "wasm-bindgen"$/{getline; gsub(/version = |"/, ""); print; exit}' Cargo.lock)"
+[ -n "$wb_version" ] || die "wasm-bindgen not found in Cargo.lock"
+if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$wb_version" ]; then
+  log "cargo install wasm-bindgen-cli $wb_version (about 15 min on 2 cores)"
+  # --locked would pin a webpki-roots release this registry lacks: resolve afresh.
+  cargo install wasm-bindgen-cli --version "$wb_version" --force
+fi
+if [ "$(cargo-leptos --version 2>/dev/null | awk '{print $2}')" != "$CARGO_LEPTOS_VERSION" ]; then
+  log "cargo install cargo-leptos $CARGO_LEPTOS_VERSION (about 20 min on 2 cores)"
+  cargo install cargo-leptos --version "$CARGO_LEPTOS_VERSION" --locked --force
+fi
+# wasm-opt (release builds only): cargo-leptos would download it; binaryen's npm build instead.
+if [ "${WITH_WASM_OPT:-0}" = 1 ] && ! command -v wasm-opt >/dev/null; then
+  log "npm install binaryen@$BINARYEN_VERSION (wasm-opt)"
+  npm install --prefix "$KICKOFF_CACHE/tools" --no-audit --no-fund --silent "binaryen@$BINARYEN_VERSION"
+fi
+
+# ---- 4. end-to-end: Debian's Chromium and playwright-core
+if [ $WITH_E2E = 1 ]; then
+  apt_install chromium
+  if [ ! -d end2end/node_modules/playwright-core ]; then
+    log "npm ci in end2end/"
+    (cd end2end && npm ci --no-audit --no-fund --silent)
+  fi
+fi
+log "toolchain: $RUSTUP_TOOLCHAIN"

@@ -1,0 +1,231 @@
+//! `kickoff bench`: figures, not tests. Each workload runs in a fresh database (created on the given
+//! server, or in the embedded cluster) and prints one JSON line.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, PgPool};
+use tokio::sync::mpsc;
+
+use crate::cli::BenchWorkload;
+use crate::config::Config;
+use crate::engine::store::jobs as job_store;
+use crate::engine::{BoxFuture, Engine, EngineConfig, JobContext, JobId, NewJob, WorkError, Worker, Workers, MIGRATOR};
+use crate::postgres::{Durability, EmbeddedPostgres};
+
+const KIND: &str = "bench";
+
+/// A worker that only reports when each attempt started.
+struct BenchWorker {
+    started: mpsc::UnboundedSender<(JobId, DateTime<Utc>, DateTime<Utc>)>,
+}
+
+impl Worker for BenchWorker {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+    fn work(&self, ctx: JobContext) -> BoxFuture<'_, Result<(), WorkError>> {
+        let now = Utc::now();
+        let _ = self.started.send((ctx.job.id, now, ctx.job.scheduled_at));
+        Box::pin(async { Ok(()) })
+    }
+}
+
+pub async fn run(workload: BenchWorkload, url: Option<String>, config: &Config) -> Result<(), String> {
+    let mut embedded = None;
+    let admin_url = match url.or_else(|| config.database_url.clone()) {
+        Some(u) => u,
+        None => {
+            let dir = config.data_dir.clone();
+            let pg = tokio::task::spawn_blocking(move || EmbeddedPostgres::start(&dir, Durability::Durable))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+            let url = pg.admin_url();
+            embedded = Some(pg);
+            url
+        }
+    };
+    let admin_opts = PgConnectOptions::from_str(&admin_url).map_err(|e| e.to_string())?;
+    let mut admin = admin_opts.connect().await.map_err(|e| e.to_string())?;
+    let db = format!("kickoff_bench_{}", std::process::id());
+    sqlx::query(&format!("CREATE DATABASE {db}"))
+        .execute(&mut admin)
+        .await
+        .map_err(|e| format!("creating the bench database: {e}"))?;
+    let pool = PgPoolOptions::new()
+        .max_connections(20)
+        .connect_with(admin_opts.clone().database(&db))
+        .await
+        .map_err(|e| e.to_string())?;
+    let result = async {
+        MIGRATOR.run(&pool).await.map_err(|e| e.to_string())?;
+        match workload {
+            BenchWorkload::Throughput => throughput(&pool).await,
+            BenchWorkload::Latency => latency(&pool).await,
+            BenchWorkload::Scheduled => scheduled(&pool).await,
+        }
+    }
+    .await;
+    pool.close().await;
+    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db}"))
+        .execute(&mut admin)
+        .await;
+    drop(admin);
+    if let Some(pg) = embedded {
+        let _ = tokio::task::spawn_blocking(move || pg.stop()).await;
+    }
+    println!("{}", result?);
+    Ok(())
+}
+
+fn workers() -> (Workers, mpsc::UnboundedReceiver<(JobId, DateTime<Utc>, DateTime<Utc>)>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut w = Workers::new();
+    w.register(BenchWorker { started: tx });
+    (w, rx)
+}
+
+fn engine_config(concurrency: usize) -> EngineConfig {
+    EngineConfig {
+        queues: vec![("default".into(), concurrency)],
+        ..EngineConfig::default()
+    }
+}
+
+async fn throughput(pool: &PgPool) -> Result<Value, String> {
+    const N: usize = 20_000;
+    let jobs: Vec<NewJob> = (0..N).map(|i| NewJob::new(KIND, json!({ "i": i }))).collect();
+    let t = Instant::now();
+    for chunk in jobs.chunks(5_000) {
+        job_store::job_insert_many(pool, chunk).await.map_err(|e| e.to_string())?;
+    }
+    let insert_s = t.elapsed().as_secs_f64();
+
+    let (workers, mut rx) = workers();
+    let t = Instant::now();
+    let engine = Engine::start(pool.clone(), workers, engine_config(10))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut seen = 0;
+    while seen < N {
+        match tokio::time::timeout(Duration::from_secs(60), rx.recv()).await {
+            Ok(Some(_)) => seen += 1,
+            _ => return Err(format!("only {seen} of {N} jobs started within the time limit")),
+        }
+    }
+    // Every handler ran; wait for the last completions to be written.
+    loop {
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state <> 'completed'")
+            .fetch_one(pool)
+            .await
+            .map_err(|e| e.to_string())?;
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let process_s = t.elapsed().as_secs_f64();
+    engine.stop().await;
+    Ok(json!({
+        "bench": "throughput",
+        "jobs": N,
+        "concurrency": 10,
+        "insert_jobs_per_s": (N as f64 / insert_s).round(),
+        "process_jobs_per_s": (N as f64 / process_s).round(),
+    }))
+}
+
+async fn latency(pool: &PgPool) -> Result<Value, String> {
+    const N: usize = 500;
+    let (workers, mut rx) = workers();
+    let engine = Engine::start(pool.clone(), workers, engine_config(10))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let client = engine.client();
+    let mut inserted_at: HashMap<JobId, DateTime<Utc>> = HashMap::new();
+    let mut started: HashMap<JobId, DateTime<Utc>> = HashMap::new();
+    for i in 0..N {
+        let t0 = Utc::now();
+        let job = client
+            .insert(&NewJob::new(KIND, json!({ "i": i })))
+            .await
+            .map_err(|e| e.to_string())?;
+        inserted_at.insert(job.job.id, t0);
+        while let Ok((id, at, _)) = rx.try_recv() {
+            started.insert(id, at);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    while started.len() < N {
+        match tokio::time::timeout(Duration::from_secs(30), rx.recv()).await {
+            Ok(Some((id, at, _))) => {
+                started.insert(id, at);
+            }
+            _ => return Err(format!("only {} of {N} jobs started", started.len())),
+        }
+    }
+    engine.stop().await;
+    let samples: Vec<f64> = started
+        .iter()
+        .map(|(id, at)| (*at - inserted_at[id]).num_microseconds().unwrap_or(0) as f64 / 1000.0)
+        .collect();
+    Ok(with_percentiles(json!({ "bench": "latency", "jobs": N }), samples))
+}
+
+async fn scheduled(pool: &PgPool) -> Result<Value, String> {
+    const N: usize = 1_000;
+    let (workers, mut rx) = workers();
+    let engine = Engine::start(pool.clone(), workers, engine_config(10))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let db_now: DateTime<Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
+        .fetch_one(pool)
+        .await
+        .map_err(|e| e.to_string())?;
+    let start = db_now + chrono::Duration::seconds(3);
+    let window_us = 2_000_000i64;
+    let jobs: Vec<NewJob> = (0..N)
+        .map(|i| {
+            let at = start + chrono::Duration::microseconds(window_us * i as i64 / N as i64);
+            NewJob::new(KIND, json!({ "i": i })).at(at)
+        })
+        .collect();
+    job_store::job_insert_many(pool, &jobs).await.map_err(|e| e.to_string())?;
+    let mut samples = Vec::with_capacity(N);
+    while samples.len() < N {
+        match tokio::time::timeout(Duration::from_secs(30), rx.recv()).await {
+            Ok(Some((_, at, scheduled_at))) => {
+                samples.push((at - scheduled_at).num_microseconds().unwrap_or(0) as f64 / 1000.0)
+            }
+            _ => return Err(format!("only {} of {N} jobs started", samples.len())),
+        }
+    }
+    engine.stop().await;
+    let early = samples.iter().filter(|s| **s < 0.0).count();
+    Ok(with_percentiles(
+        json!({ "bench": "scheduled", "jobs": N, "started_early": early }),
+        samples,
+    ))
+}
+
+fn with_percentiles(mut base: Value, mut samples: Vec<f64>) -> Value {
+    samples.sort_by(|a, b| a.total_cmp(b));
+    let pick = |p: f64| -> f64 {
+        let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
+        (samples[i] * 100.0).round() / 100.0
+    };
+    if let Value::Object(m) = &mut base {
+        m.insert("p50_ms".into(), json!(pick(0.50)));
+        m.insert("p95_ms".into(), json!(pick(0.95)));
+        m.insert("p99_ms".into(), json!(pick(0.99)));
+        m.insert("max_ms".into(), json!(pick(1.0)));
+    }
+    base
+}

@@ -1,0 +1,235 @@
+//! The job: its state machine, its row, and what an insert asks for.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A job's id (the `jobs.id` bigserial).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, sqlx::Type)]
+#[sqlx(transparent)]
+#[serde(transparent)]
+pub struct JobId(pub i64);
+
+impl std::fmt::Display for JobId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Where a job is in its life. Mapped to the Postgres enum `job_state`; the database's CHECK
+/// constraints tie `finalized_at` and the lease columns to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::Type)]
+#[sqlx(type_name = "job_state", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Waiting for `scheduled_at`. The timer of any node moves it to `available` when due; an
+    /// operator may run it now, reschedule or cancel it.
+    Scheduled,
+    /// Due. A node's producer claims it into `executing` when its queue has a free slot.
+    Available,
+    /// Claimed by `attempted_by` under a lease. The executor moves it to a final state, to
+    /// `retryable`, or back to `scheduled` (snooze); the rescuer takes it back when the lease expires;
+    /// an operator may cancel it.
+    Executing,
+    /// Failed an attempt and waits for its backoff. The timer makes it `available` again when due.
+    Retryable,
+    /// Final: the handler succeeded. Only an operator's retry (rerun) moves it again.
+    Completed,
+    /// Final: out of attempts, or failed fatally. An operator's retry moves it again.
+    Discarded,
+    /// Final: cancelled by an operator or by its handler. An operator's retry moves it again.
+    Cancelled,
+}
+
+impl JobState {
+    /// Every state, in the order of the job's life.
+    pub const ALL: [JobState; 7] = [
+        JobState::Scheduled,
+        JobState::Available,
+        JobState::Executing,
+        JobState::Retryable,
+        JobState::Completed,
+        JobState::Discarded,
+        JobState::Cancelled,
+    ];
+
+    /// The name used in the database, the API and the UI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Scheduled => "scheduled",
+            JobState::Available => "available",
+            JobState::Executing => "executing",
+            JobState::Retryable => "retryable",
+            JobState::Completed => "completed",
+            JobState::Discarded => "discarded",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the job is finished (`finalized_at` is set).
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            JobState::Completed | JobState::Discarded | JobState::Cancelled
+        )
+    }
+}
+
+impl std::str::FromStr for JobState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| format!("unknown state `{s}`"))
+    }
+}
+
+/// One failed attempt, as kept in `jobs.errors`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptError {
+    pub attempt: i32,
+    pub at: DateTime<Utc>,
+    pub node: Option<String>,
+    pub message: String,
+}
+
+/// A job row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, sqlx::FromRow)]
+pub struct Job {
+    pub id: JobId,
+    pub queue: String,
+    pub kind: String,
+    pub args: Value,
+    pub state: JobState,
+    pub priority: i16,
+    pub attempt: i32,
+    pub max_attempts: i32,
+    pub scheduled_at: DateTime<Utc>,
+    pub attempted_at: Option<DateTime<Utc>>,
+    pub attempted_by: Option<String>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub finalized_at: Option<DateTime<Utc>>,
+    #[sqlx(json)]
+    pub errors: Vec<AttemptError>,
+    pub unique_key: Option<String>,
+    pub tags: Vec<String>,
+    pub meta: Value,
+    pub inserted_at: DateTime<Utc>,
+}
+
+/// When a new job should run.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Schedule {
+    /// As soon as possible.
+    #[default]
+    Now,
+    /// At this instant (of the database clock); a past instant runs at once.
+    At(DateTime<Utc>),
+    /// This long after the insert (measured by the database clock).
+    In(std::time::Duration),
+}
+
+/// What to do when a live job with the same unique key exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnConflict {
+    /// Keep the existing job untouched and return it.
+    #[default]
+    Keep,
+    /// Move the existing job to the new schedule (unless it is executing) and return it.
+    Reschedule,
+}
+
+/// A job to insert. Build with [`NewJob::new`] and the `with_*` methods.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    pub kind: String,
+    pub args: Value,
+    pub queue: String,
+    pub priority: i16,
+    pub max_attempts: i32,
+    pub schedule: Schedule,
+    pub unique_key: Option<String>,
+    pub on_conflict: OnConflict,
+    pub tags: Vec<String>,
+    pub meta: Value,
+}
+
+/// The defaults of a new job.
+pub const DEFAULT_QUEUE: &str = "default";
+pub const DEFAULT_PRIORITY: i16 = 0;
+pub const DEFAULT_MAX_ATTEMPTS: i32 = 20;
+
+impl NewJob {
+    pub fn new(kind: impl Into<String>, args: Value) -> Self {
+        NewJob {
+            kind: kind.into(),
+            args,
+            queue: DEFAULT_QUEUE.to_string(),
+            priority: DEFAULT_PRIORITY,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            schedule: Schedule::Now,
+            unique_key: None,
+            on_conflict: OnConflict::Keep,
+            tags: Vec::new(),
+            meta: Value::Object(Default::default()),
+        }
+    }
+    pub fn with_queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = queue.into();
+        self
+    }
+    pub fn with_priority(mut self, priority: i16) -> Self {
+        self.priority = priority;
+        self
+    }
+    pub fn with_max_attempts(mut self, max_attempts: i32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+    pub fn at(mut self, at: DateTime<Utc>) -> Self {
+        self.schedule = Schedule::At(at);
+        self
+    }
+    pub fn after(mut self, delay: std::time::Duration) -> Self {
+        self.schedule = Schedule::In(delay);
+        self
+    }
+    pub fn with_unique_key(mut self, key: impl Into<String>, on_conflict: OnConflict) -> Self {
+        self.unique_key = Some(key.into());
+        self.on_conflict = on_conflict;
+        self
+    }
+    pub fn with_tags(mut self, tags: Vec<String>) -> Self {
+        self.tags = tags;
+        self
+    }
+    pub fn with_meta(mut self, meta: Value) -> Self {
+        self.meta = meta;
+        self
+    }
+}
+
+/// The result of an insert: the job, and whether it already existed under its unique key.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Inserted {
+    pub job: Job,
+    /// True when a live job with the same unique key was found (and returned instead).
+    pub existing: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::JobState;
+
+    #[test]
+    fn states_round_trip_through_their_names() {
+        for s in JobState::ALL {
+            assert_eq!(s.as_str().parse::<JobState>(), Ok(s));
+        }
+        assert!("done".parse::<JobState>().is_err());
+        let finals: Vec<_> = JobState::ALL.into_iter().filter(|s| s.is_final()).collect();
+        assert_eq!(finals, [JobState::Completed, JobState::Discarded, JobState::Cancelled]);
+    }
+}

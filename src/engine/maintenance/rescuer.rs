@@ -1,0 +1,91 @@
+//! The rescuer takes back executing jobs whose lease expired: their node crashed, hung, or lost its
+//! database. They become retryable at once (or discarded when out of attempts). A zombie attempt
+//! that wakes up later is fenced off by the attempt number.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use super::{run_every, Report};
+use crate::engine::job::{JobId, JobState};
+use crate::engine::store::jobs as job_store;
+
+/// Default interval between rescues.
+pub const DEFAULT_RESCUE_INTERVAL: Duration = Duration::from_secs(1);
+/// Default most jobs rescued by one statement.
+pub const DEFAULT_RESCUE_BATCH: i64 = 1000;
+
+#[derive(Debug, Clone)]
+pub struct RescuerConfig {
+    /// How often to look for expired leases. Default: 1 s.
+    pub interval: Duration,
+    /// Most jobs per statement. Default: 1000.
+    pub batch: i64,
+}
+
+impl Default for RescuerConfig {
+    fn default() -> Self {
+        RescuerConfig {
+            interval: DEFAULT_RESCUE_INTERVAL,
+            batch: DEFAULT_RESCUE_BATCH,
+        }
+    }
+}
+
+impl RescuerConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.interval.is_zero() || self.batch < 1 {
+            return Err("rescuer interval and batch must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Default, PartialEq)]
+pub struct RescueReport {
+    pub retryable: Vec<JobId>,
+    pub discarded: Vec<JobId>,
+}
+
+impl Report for RescueReport {
+    fn did_something(&self) -> bool {
+        !self.retryable.is_empty() || !self.discarded.is_empty()
+    }
+}
+
+pub struct JobRescuer {
+    pool: PgPool,
+    config: RescuerConfig,
+}
+
+impl JobRescuer {
+    pub fn new(pool: PgPool, config: RescuerConfig) -> Self {
+        JobRescuer { pool, config }
+    }
+
+    /// Rescues every job whose lease expired before `now` (the database clock when `None`).
+    pub async fn run_once(&self, now: Option<DateTime<Utc>>) -> Result<RescueReport, sqlx::Error> {
+        let mut report = RescueReport::default();
+        loop {
+            let rescued = job_store::job_rescue_expired(&self.pool, now, self.config.batch).await?;
+            let n = rescued.len() as i64;
+            for (id, state) in rescued {
+                if state == JobState::Discarded {
+                    report.discarded.push(id);
+                } else {
+                    report.retryable.push(id);
+                }
+            }
+            if n < self.config.batch {
+                return Ok(report);
+            }
+        }
+    }
+
+    pub async fn run(self, shutdown: CancellationToken) {
+        let interval = self.config.interval;
+        run_every("rescuer", interval, shutdown, || self.run_once(None)).await;
+    }
+}

@@ -1,0 +1,25 @@
+//! The durable scheduler engine: every timed action is a row in the `jobs` table.
+//!
+//! Use [`Engine::start`] with a pool, a set of [`Workers`] and an [`EngineConfig`]; insert jobs with
+//! the [`Client`] (also inside your own transaction, with [`Client::insert_with`]).
+
+pub mod client;
+pub mod executor;
+pub mod heartbeat;
+pub mod job;
+pub mod leadership;
+pub mod maintenance;
+pub mod notifier;
+pub mod producer;
+pub mod runtime;
+pub mod store;
+pub mod timer;
+pub mod worker;
+
+pub use client::{Client, ClientError};
+pub use job::{Inserted, Job, JobId, JobState, NewJob, OnConflict, Schedule};
+pub use runtime::{Engine, EngineConfig, EngineError};
+pub use worker::{BoxFuture, JobContext, WorkError, Worker, Workers};
+
+/// The database migrations of the engine (and of the whole server).
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");

@@ -1,0 +1,367 @@
+//! Starts and stops a node's engine services.
+//!
+//! A node runs: the notifier (LISTEN/NOTIFY), the timer (stages jobs exactly when due), one
+//! producer per queue (claims into free slots), the executor (runs handlers) and its completer
+//! (writes outcomes in batches), the heartbeat (node row and job leases), and the leader elector,
+//! which runs the maintenance services (rescuer, pruner, periodic jobs) while this node leads.
+//!
+//! Shutdown: producers stop claiming; running attempts get `shutdown_grace` to finish; the rest are
+//! interrupted and handed back to `available` (they run again on any node, and the interruption
+//! does not count as an attempt); outcomes are flushed; the leader resigns; the node row goes.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use tokio::sync::{broadcast, mpsc, Notify};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::client::{is_valid_queue_name, Client};
+use super::executor::{Completer, Completion};
+use super::heartbeat::Heartbeat;
+use super::job::JobId;
+use super::leadership::LeaderElector;
+use super::maintenance::{periodic::PeriodicJob, pruner::PrunerConfig, rescuer::RescuerConfig};
+use super::notifier::Notifier;
+use super::producer::{Producer, QueueState};
+use super::store::{jobs as job_store, nodes as node_store, queues as queue_store};
+use super::timer::Timer;
+use super::worker::Workers;
+
+/// Default per-node concurrency of a queue.
+pub const DEFAULT_CONCURRENCY: usize = 10;
+/// Default lease of an executing attempt. A node that stops renewing (crash, hang, lost database)
+/// has its jobs rescued this long after its last renewal.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(5);
+/// Default interval of the heartbeat (node row and lease renewal).
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
+/// Default backstop poll: covers notifications lost while the listener reconnects.
+pub const DEFAULT_BACKSTOP_POLL: Duration = Duration::from_secs(1);
+/// Default largest claim in one statement.
+pub const DEFAULT_CLAIM_BATCH: usize = 200;
+/// Default time running attempts get to finish at shutdown.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// A node's engine settings.
+#[derive(Clone)]
+pub struct EngineConfig {
+    /// This node's id, unique among live nodes. Default: `<hostname>-<pid>-<random>`.
+    pub node_id: String,
+    /// The queues this node runs and their per-node concurrency. Default: `default` with 10.
+    pub queues: Vec<(String, usize)>,
+    /// Lease of an executing attempt. Default: [`DEFAULT_LEASE`] (5 s).
+    pub lease: Duration,
+    /// Heartbeat interval, which must be well under the lease. Default: [`DEFAULT_HEARTBEAT`] (1 s).
+    pub heartbeat: Duration,
+    /// Backstop poll interval. Default: [`DEFAULT_BACKSTOP_POLL`] (1 s).
+    pub backstop_poll: Duration,
+    /// Largest claim in one statement. Default: [`DEFAULT_CLAIM_BATCH`] (200).
+    pub claim_batch: usize,
+    /// Time running attempts get at shutdown. Default: [`DEFAULT_SHUTDOWN_GRACE`] (10 s).
+    pub shutdown_grace: Duration,
+    /// Leader lease time-to-live. Default: 5 s, renewed every second.
+    pub leader_ttl: Duration,
+    pub rescuer: RescuerConfig,
+    pub pruner: PrunerConfig,
+    /// Jobs the leader inserts on a fixed interval. Default: none.
+    pub periodic: Vec<PeriodicJob>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            node_id: default_node_id(),
+            queues: vec![("default".to_string(), DEFAULT_CONCURRENCY)],
+            lease: DEFAULT_LEASE,
+            heartbeat: DEFAULT_HEARTBEAT,
+            backstop_poll: DEFAULT_BACKSTOP_POLL,
+            claim_batch: DEFAULT_CLAIM_BATCH,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            leader_ttl: Duration::from_secs(5),
+            rescuer: RescuerConfig::default(),
+            pruner: PrunerConfig::default(),
+            periodic: Vec::new(),
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Fails at startup on settings that cannot work.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.node_id.is_empty() || self.node_id.len() > 200 {
+            return Err("node id must be 1 to 200 characters".into());
+        }
+        for (q, c) in &self.queues {
+            if !is_valid_queue_name(q) {
+                return Err(format!("queue name `{q}`: use 1 to 64 of a-z, 0-9, `_`, `-`"));
+            }
+            if *c == 0 || *c > 10_000 {
+                return Err(format!("queue `{q}`: concurrency must be 1 to 10000"));
+            }
+        }
+        if self.heartbeat * 2 >= self.lease {
+            return Err("the heartbeat must be under half the lease".into());
+        }
+        if self.claim_batch == 0 {
+            return Err("claim batch must be at least 1".into());
+        }
+        if self.leader_ttl < Duration::from_secs(2) {
+            return Err("leader ttl must be at least 2 s".into());
+        }
+        self.rescuer.validate()?;
+        self.pruner.validate()?;
+        for p in &self.periodic {
+            p.validate()?;
+        }
+        Ok(())
+    }
+}
+
+fn default_node_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "node".into());
+    format!("{host}-{}-{:04x}", std::process::id(), fastrand::u16(..))
+}
+
+/// An attempt running on this node.
+pub(crate) struct Running {
+    pub attempt: i32,
+    pub cancel: CancellationToken,
+    pub abort: Option<tokio::task::AbortHandle>,
+    /// Set when the attempt was stopped because its job is gone (cancelled, rescued).
+    pub stopped: bool,
+}
+
+/// State shared by a node's services.
+pub(crate) struct Shared {
+    pub pool: PgPool,
+    pub workers: Arc<Workers>,
+    pub config: EngineConfig,
+    pub node_id: String,
+    pub queues: HashMap<String, Arc<QueueState>>,
+    pub running: Mutex<HashMap<JobId, Running>>,
+    /// Attempts interrupted at shutdown, to hand back.
+    pub interrupted: Mutex<Vec<(JobId, i32)>>,
+    pub completions: mpsc::UnboundedSender<Completion>,
+    pub events: broadcast::Sender<String>,
+    pub timer_wake: Notify,
+    /// An earlier due time learnt from a notification (ms since epoch, `i64::MAX` if none).
+    pub timer_hint_ms: AtomicI64,
+    /// Database clock minus local clock, in microseconds.
+    pub clock_offset_us: AtomicI64,
+    pub is_leader: AtomicBool,
+    /// Cancelled when executing attempts must stop (after the shutdown grace).
+    pub hard_stop: CancellationToken,
+    pub tracker: TaskTracker,
+}
+
+impl Shared {
+    /// The database clock, estimated from the local clock and the measured offset.
+    pub fn db_now(&self) -> DateTime<Utc> {
+        Utc::now() + chrono::Duration::microseconds(self.clock_offset_us.load(Ordering::Relaxed))
+    }
+
+    pub fn wake_queue(&self, queue: &str) {
+        if let Some(q) = self.queues.get(queue) {
+            q.wake.notify_one();
+        }
+    }
+
+    pub fn wake_all_queues(&self) {
+        for q in self.queues.values() {
+            q.wake.notify_one();
+        }
+    }
+
+    /// Stops the attempts of these jobs (cancelled by an operator, or lost their lease).
+    pub fn stop_attempts(&self, ids: &[JobId]) {
+        let mut running = self.running.lock().expect("running map poisoned");
+        for id in ids {
+            if let Some(r) = running.get_mut(id) {
+                r.stopped = true;
+                r.cancel.cancel();
+                if let Some(abort) = &r.abort {
+                    abort.abort();
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("invalid engine configuration: {0}")]
+    Config(String),
+    #[error("database error while starting the engine: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+/// A running node. Stop it with [`Engine::stop`].
+pub struct Engine {
+    shared: Arc<Shared>,
+    /// Stops claiming and the timer.
+    stop_claiming: CancellationToken,
+    /// Stops the remaining services after the executor drained.
+    stop_services: CancellationToken,
+    /// Makes the completer flush what it has and end.
+    stop_completer: CancellationToken,
+    /// The timer and the producers: stopped first, and awaited, so no claim lands after.
+    claimers: TaskTracker,
+    services: TaskTracker,
+    completer: tokio::task::JoinHandle<()>,
+    client: Client,
+}
+
+impl Engine {
+    /// Starts a node on `pool` with these workers.
+    pub async fn start(
+        pool: PgPool,
+        workers: Workers,
+        config: EngineConfig,
+    ) -> Result<Engine, EngineError> {
+        config.validate().map_err(EngineError::Config)?;
+        let workers = Arc::new(workers);
+        let names: Vec<String> = config.queues.iter().map(|(q, _)| q.clone()).collect();
+        queue_store::queue_ensure(&pool, &names).await?;
+        let mut queues = HashMap::new();
+        for (name, concurrency) in &config.queues {
+            let row = queue_store::queue_get(&pool, name).await?;
+            let state = QueueState::new(name.clone(), *concurrency);
+            if let Some(row) = row {
+                state.apply(&row);
+            }
+            queues.insert(name.clone(), Arc::new(state));
+        }
+
+        let (completions, completions_rx) = mpsc::unbounded_channel();
+        let (events, _) = broadcast::channel(1024);
+        let shared = Arc::new(Shared {
+            pool: pool.clone(),
+            workers: workers.clone(),
+            node_id: config.node_id.clone(),
+            config,
+            queues,
+            running: Mutex::new(HashMap::new()),
+            interrupted: Mutex::new(Vec::new()),
+            completions,
+            events,
+            timer_wake: Notify::new(),
+            timer_hint_ms: AtomicI64::new(i64::MAX),
+            clock_offset_us: AtomicI64::new(0),
+            is_leader: AtomicBool::new(false),
+            hard_stop: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+        });
+
+        let stop_claiming = CancellationToken::new();
+        let stop_services = CancellationToken::new();
+        let services = TaskTracker::new();
+
+        // The listener first, so that no notification of the start-up period is missed.
+        let notifier = Notifier::connect(shared.clone()).await?;
+        Heartbeat::new(shared.clone()).beat().await?;
+        services.spawn(notifier.run(stop_services.clone()));
+        services.spawn(Heartbeat::new(shared.clone()).run(stop_services.clone()));
+        services.spawn(LeaderElector::new(shared.clone()).run(stop_services.clone()));
+        let claimers = TaskTracker::new();
+        claimers.spawn(Timer::new(shared.clone()).run(stop_claiming.clone()));
+        for q in shared.queues.values() {
+            claimers.spawn(Producer::new(shared.clone(), q.clone()).run(stop_claiming.clone()));
+        }
+        claimers.close();
+        let stop_completer = CancellationToken::new();
+        let completer =
+            tokio::spawn(Completer::new(shared.clone(), completions_rx).run(stop_completer.clone()));
+
+        tracing::info!(node = %shared.node_id, queues = ?shared.config.queues, "engine started");
+        Ok(Engine {
+            client: Client::new(pool, workers),
+            shared,
+            stop_claiming,
+            stop_services,
+            stop_completer,
+            claimers,
+            services,
+            completer,
+        })
+    }
+
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    pub fn node_id(&self) -> &str {
+        &self.shared.node_id
+    }
+
+    /// Whether this node currently holds the leader lease.
+    pub fn is_leader(&self) -> bool {
+        self.shared.is_leader.load(Ordering::Relaxed)
+    }
+
+    /// State changes of jobs on any node: one JSON message per database statement (see the
+    /// `kickoff_events` trigger).
+    pub fn subscribe(&self) -> broadcast::Receiver<String> {
+        self.shared.events.subscribe()
+    }
+
+    /// The sender behind [`Engine::subscribe`], for handlers that subscribe per request.
+    pub fn events(&self) -> broadcast::Sender<String> {
+        self.shared.events.clone()
+    }
+
+    /// Attempts running on this node right now.
+    pub fn running_count(&self) -> usize {
+        self.shared.running.lock().map(|r| r.len()).unwrap_or(0)
+    }
+
+    /// Stops the node gracefully (see the module doc).
+    pub async fn stop(self) {
+        let shared = self.shared.clone();
+        self.stop_claiming.cancel();
+        self.claimers.wait().await;
+        shared.tracker.close();
+        if tokio::time::timeout(shared.config.shutdown_grace, shared.tracker.wait())
+            .await
+            .is_err()
+        {
+            let n = shared.running.lock().map(|r| r.len()).unwrap_or(0);
+            tracing::warn!(running = n, "shutdown grace over: interrupting running attempts");
+            // Abort first: a handler told to stop might still report a failure before the abort
+            // lands, which would spend an attempt instead of handing it back.
+            let aborts: Vec<_> = shared
+                .running
+                .lock()
+                .map(|r| r.values().filter_map(|x| x.abort.clone()).collect())
+                .unwrap_or_default();
+            for a in aborts {
+                a.abort();
+            }
+            shared.hard_stop.cancel();
+            shared.tracker.wait().await;
+        }
+        let interrupted = std::mem::take(&mut *shared.interrupted.lock().expect("poisoned"));
+        if !interrupted.is_empty() {
+            match job_store::job_hand_back(&shared.pool, &interrupted, &shared.node_id).await {
+                Ok(n) => tracing::info!(handed_back = n, "interrupted attempts handed back"),
+                Err(e) => tracing::error!(error = %e, "hand back failed: the rescuer will take these jobs back when their leases expire"),
+            }
+        }
+        // Every task that could send an outcome has ended: flush the outcomes, then stop the
+        // services (the heartbeat kept leases alive until now).
+        self.stop_completer.cancel();
+        let _ = self.completer.await;
+        self.stop_services.cancel();
+        self.services.close();
+        self.services.wait().await;
+        if let Err(e) = node_store::node_delete(&shared.pool, &shared.node_id).await {
+            tracing::warn!(error = %e, "could not remove the node row; the leader will sweep it");
+        }
+        tracing::info!(node = %shared.node_id, "engine stopped");
+    }
+}

@@ -1,0 +1,551 @@
+//! SQL of the `jobs` table. Every state transition is guarded by the state (and, for an attempt's
+//! outcome, by the attempt number) it expects, so that a late or zombie writer changes nothing.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::PgExecutor;
+
+use crate::engine::job::{Inserted, Job, JobId, JobState, NewJob, OnConflict, Schedule};
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// The instant a schedule names, as SQL parameters: an absolute time, or seconds after `now()`.
+fn schedule_params(schedule: Schedule) -> (Option<DateTime<Utc>>, f64) {
+    match schedule {
+        Schedule::Now => (None, 0.0),
+        Schedule::At(at) => (Some(at), 0.0),
+        Schedule::In(d) => (None, secs(d)),
+    }
+}
+
+/// Inserts one job, or finds the live job holding its unique key.
+pub async fn job_insert(
+    conn: &mut sqlx::PgConnection,
+    new: &NewJob,
+) -> Result<Inserted, sqlx::Error> {
+    let (at, in_secs) = schedule_params(new.schedule);
+    // A unique key's holder may finish between the conflicting insert and the look-up: try again.
+    for _ in 0..5 {
+        let inserted: Option<Job> = sqlx::query_as(
+            "WITH p AS (SELECT coalesce($7::timestamptz, now() + make_interval(secs => $8)) AS at)
+             INSERT INTO jobs (queue, kind, args, state, priority, max_attempts, scheduled_at,
+                               unique_key, tags, meta)
+             SELECT $1, $2, $3,
+                    CASE WHEN p.at <= now() THEN 'available'::job_state ELSE 'scheduled'::job_state END,
+                    $4, $5, p.at, $6, $9, $10
+             FROM p
+             ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND finalized_at IS NULL DO NOTHING
+             RETURNING *",
+        )
+        .bind(&new.queue)
+        .bind(&new.kind)
+        .bind(&new.args)
+        .bind(new.priority)
+        .bind(new.max_attempts)
+        .bind(&new.unique_key)
+        .bind(at)
+        .bind(in_secs)
+        .bind(&new.tags)
+        .bind(&new.meta)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if let Some(job) = inserted {
+            return Ok(Inserted {
+                job,
+                existing: false,
+            });
+        }
+        let Some(key) = &new.unique_key else {
+            // Only a unique-key conflict can swallow the insert.
+            return Err(sqlx::Error::RowNotFound);
+        };
+        if new.on_conflict == OnConflict::Reschedule {
+            let moved: Option<Job> = sqlx::query_as(
+                "WITH p AS (SELECT coalesce($2::timestamptz, now() + make_interval(secs => $3)) AS at)
+                 UPDATE jobs SET scheduled_at = p.at,
+                        state = CASE WHEN p.at <= now() THEN 'available'::job_state
+                                     ELSE 'scheduled'::job_state END
+                 FROM p
+                 WHERE unique_key = $1 AND finalized_at IS NULL
+                   AND state IN ('scheduled', 'available', 'retryable')
+                 RETURNING jobs.*",
+            )
+            .bind(key)
+            .bind(at)
+            .bind(in_secs)
+            .fetch_optional(&mut *conn)
+            .await?;
+            if let Some(job) = moved {
+                return Ok(Inserted {
+                    job,
+                    existing: true,
+                });
+            }
+        }
+        let existing: Option<Job> =
+            sqlx::query_as("SELECT * FROM jobs WHERE unique_key = $1 AND finalized_at IS NULL")
+                .bind(key)
+                .fetch_optional(&mut *conn)
+                .await?;
+        if let Some(job) = existing {
+            return Ok(Inserted {
+                job,
+                existing: true,
+            });
+        }
+    }
+    Err(sqlx::Error::Protocol(
+        "unique key kept changing hands during insert".into(),
+    ))
+}
+
+/// Inserts many jobs in one statement (no unique keys: use [`job_insert`] for those). Returns the
+/// number of rows inserted.
+pub async fn job_insert_many<'e>(
+    db: impl PgExecutor<'e>,
+    jobs: &[NewJob],
+) -> Result<u64, sqlx::Error> {
+    if jobs.is_empty() {
+        return Ok(0);
+    }
+    let mut queue = Vec::with_capacity(jobs.len());
+    let mut kind = Vec::with_capacity(jobs.len());
+    let mut args = Vec::with_capacity(jobs.len());
+    let mut priority = Vec::with_capacity(jobs.len());
+    let mut max_attempts = Vec::with_capacity(jobs.len());
+    let mut at = Vec::with_capacity(jobs.len());
+    let mut in_secs = Vec::with_capacity(jobs.len());
+    let mut tags = Vec::with_capacity(jobs.len());
+    let mut meta = Vec::with_capacity(jobs.len());
+    for new in jobs {
+        let (a, s) = schedule_params(new.schedule);
+        queue.push(new.queue.as_str());
+        kind.push(new.kind.as_str());
+        args.push(&new.args);
+        priority.push(new.priority);
+        max_attempts.push(new.max_attempts);
+        at.push(a);
+        in_secs.push(s);
+        // Arrays of arrays must be rectangular in Postgres: tags travel as JSON.
+        tags.push(Value::from(new.tags.clone()));
+        meta.push(&new.meta);
+    }
+    let r = sqlx::query(
+        "INSERT INTO jobs (queue, kind, args, state, priority, max_attempts, scheduled_at, tags, meta)
+         SELECT q, k, a, CASE WHEN t <= now() THEN 'available'::job_state
+                              ELSE 'scheduled'::job_state END,
+                p, m, t, ARRAY(SELECT jsonb_array_elements_text(tg)), me
+         FROM (SELECT q, k, a, p, m, coalesce(at, now() + make_interval(secs => s)) AS t, tg, me
+               FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::int[],
+                           $6::timestamptz[], $7::float8[], $8::jsonb[], $9::jsonb[])
+                    AS u(q, k, a, p, m, at, s, tg, me)) rows",
+    )
+    .bind(&queue)
+    .bind(&kind)
+    .bind(&args)
+    .bind(&priority)
+    .bind(&max_attempts)
+    .bind(&at)
+    .bind(&in_secs)
+    .bind(&tags)
+    .bind(&meta)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+/// Moves due `scheduled` and `retryable` jobs to `available`. Returns the queues of the moved jobs
+/// (one entry per job). `now` pins the clock in tests.
+pub async fn job_stage_due<'e>(
+    db: impl PgExecutor<'e>,
+    now: Option<DateTime<Utc>>,
+    limit: i64,
+) -> Result<Vec<String>, sqlx::Error> {
+    // SKIP LOCKED: every node's timer may stage at the same instant; each takes different rows.
+    sqlx::query_scalar(
+        "WITH due AS (
+             SELECT id FROM jobs
+             WHERE state IN ('scheduled', 'retryable') AND scheduled_at <= coalesce($1, now())
+             ORDER BY scheduled_at
+             LIMIT $2
+             FOR UPDATE SKIP LOCKED)
+         UPDATE jobs SET state = 'available' FROM due WHERE jobs.id = due.id
+         RETURNING jobs.queue",
+    )
+    .bind(now)
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
+/// The earliest `scheduled_at` of the jobs waiting in `scheduled` or `retryable`, and the database's
+/// clock at the moment of the query.
+pub async fn job_next_due<'e>(
+    db: impl PgExecutor<'e>,
+) -> Result<(Option<DateTime<Utc>>, DateTime<Utc>), sqlx::Error> {
+    sqlx::query_as(
+        "SELECT (SELECT min(scheduled_at) FROM jobs WHERE state IN ('scheduled', 'retryable')),
+                clock_timestamp()",
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// Claims up to `limit` available jobs of `queue` for `node`, in priority order, under a lease.
+pub async fn job_claim<'e>(
+    db: impl PgExecutor<'e>,
+    queue: &str,
+    limit: i64,
+    node: &str,
+    lease: Duration,
+) -> Result<Vec<Job>, sqlx::Error> {
+    // The CTE picks and locks the rows first: an UPDATE cannot take LIMIT or SKIP LOCKED itself, and
+    // SKIP LOCKED lets every node claim at once without waiting on each other's rows.
+    sqlx::query_as(
+        "WITH picked AS (
+             SELECT id FROM jobs
+             WHERE state = 'available' AND queue = $1
+             ORDER BY priority, scheduled_at, id
+             LIMIT $2
+             FOR UPDATE SKIP LOCKED)
+         UPDATE jobs SET state = 'executing',
+                attempt = jobs.attempt + 1,
+                attempted_at = now(),
+                attempted_by = $3,
+                lease_expires_at = now() + make_interval(secs => $4)
+         FROM picked WHERE jobs.id = picked.id
+         RETURNING jobs.*",
+    )
+    .bind(queue)
+    .bind(limit)
+    .bind(node)
+    .bind(secs(lease))
+    .fetch_all(db)
+    .await
+}
+
+/// Completes attempts `(id, attempt)` that are still executing. Returns the ids that were completed;
+/// a missing id was fenced off (rescued, cancelled, or taken by a newer attempt).
+pub async fn job_complete_many<'e>(
+    db: impl PgExecutor<'e>,
+    attempts: &[(JobId, i32)],
+) -> Result<Vec<JobId>, sqlx::Error> {
+    let ids: Vec<i64> = attempts.iter().map(|(id, _)| id.0).collect();
+    let nums: Vec<i32> = attempts.iter().map(|(_, a)| *a).collect();
+    sqlx::query_scalar(
+        "UPDATE jobs SET state = 'completed', finalized_at = now(), lease_expires_at = NULL
+         FROM unnest($1::bigint[], $2::int[]) AS done(id, attempt)
+         WHERE jobs.id = done.id AND jobs.attempt = done.attempt AND jobs.state = 'executing'
+         RETURNING jobs.id",
+    )
+    .bind(&ids)
+    .bind(&nums)
+    .fetch_all(db)
+    .await
+}
+
+/// How a failed attempt ends.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FailAs {
+    /// Retry after `backoff`, unless the job is out of attempts (then discard).
+    Retry { backoff: Duration },
+    /// Discard now.
+    Discard,
+    /// Cancel now (the handler decided the job should not run again).
+    Cancel,
+}
+
+/// Records a failed attempt and moves the job on as `fail_as` says. Returns the new state, or `None`
+/// when the attempt was fenced off.
+pub async fn job_fail<'e>(
+    db: impl PgExecutor<'e>,
+    id: JobId,
+    attempt: i32,
+    node: &str,
+    message: &str,
+    fail_as: FailAs,
+) -> Result<Option<JobState>, sqlx::Error> {
+    let (mode, backoff) = match fail_as {
+        FailAs::Retry { backoff } => ("retry", secs(backoff)),
+        FailAs::Discard => ("discard", 0.0),
+        FailAs::Cancel => ("cancel", 0.0),
+    };
+    // In SET, column names read the row as it was before this UPDATE.
+    sqlx::query_scalar(
+        "WITH next AS (
+             SELECT CASE WHEN $5 = 'cancel' THEN 'cancelled'::job_state
+                         WHEN $5 = 'discard' OR attempt >= max_attempts THEN 'discarded'::job_state
+                         ELSE 'retryable'::job_state END AS state
+             FROM jobs WHERE id = $1)
+         UPDATE jobs SET state = next.state,
+                scheduled_at = CASE WHEN next.state = 'retryable'
+                                    THEN now() + make_interval(secs => $6) ELSE scheduled_at END,
+                finalized_at = CASE WHEN next.state = 'retryable' THEN NULL ELSE now() END,
+                lease_expires_at = NULL,
+                errors = errors || jsonb_build_array(jsonb_build_object(
+                    'attempt', attempt, 'at', now(), 'node', $3::text, 'message', $4::text))
+         FROM next
+         WHERE jobs.id = $1 AND jobs.attempt = $2 AND jobs.state = 'executing'
+         RETURNING jobs.state",
+    )
+    .bind(id)
+    .bind(attempt)
+    .bind(node)
+    .bind(message)
+    .bind(mode)
+    .bind(backoff)
+    .fetch_optional(db)
+    .await
+}
+
+/// Puts an executing attempt back to `scheduled` for `delay`, without spending an attempt (the
+/// attempt number still grows, so `max_attempts` grows with it). Returns false when fenced off.
+pub async fn job_snooze<'e>(
+    db: impl PgExecutor<'e>,
+    id: JobId,
+    attempt: i32,
+    delay: Duration,
+) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query(
+        "UPDATE jobs SET state = 'scheduled', scheduled_at = now() + make_interval(secs => $3),
+                lease_expires_at = NULL, max_attempts = least(max_attempts + 1, 1000)
+         WHERE id = $1 AND attempt = $2 AND state = 'executing'",
+    )
+    .bind(id)
+    .bind(attempt)
+    .bind(secs(delay))
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Hands executing attempts of `node` back to `available` (graceful shutdown): they run again on any
+/// node, and the interrupted attempt is not counted against the job.
+pub async fn job_hand_back<'e>(
+    db: impl PgExecutor<'e>,
+    attempts: &[(JobId, i32)],
+    node: &str,
+) -> Result<u64, sqlx::Error> {
+    let ids: Vec<i64> = attempts.iter().map(|(id, _)| id.0).collect();
+    let nums: Vec<i32> = attempts.iter().map(|(_, a)| *a).collect();
+    let r = sqlx::query(
+        "UPDATE jobs SET state = 'available', lease_expires_at = NULL,
+                max_attempts = least(max_attempts + 1, 1000)
+         FROM unnest($1::bigint[], $2::int[]) AS held(id, attempt)
+         WHERE jobs.id = held.id AND jobs.attempt = held.attempt AND jobs.state = 'executing'
+           AND jobs.attempted_by = $3",
+    )
+    .bind(&ids)
+    .bind(&nums)
+    .bind(node)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+/// Extends the leases of the given executing attempts. Returns the ids still held; an attempt
+/// missing from the result has lost its job (cancelled, rescued) and should stop.
+pub async fn job_renew_leases<'e>(
+    db: impl PgExecutor<'e>,
+    attempts: &[(JobId, i32)],
+    lease: Duration,
+) -> Result<Vec<JobId>, sqlx::Error> {
+    let ids: Vec<i64> = attempts.iter().map(|(id, _)| id.0).collect();
+    let nums: Vec<i32> = attempts.iter().map(|(_, a)| *a).collect();
+    sqlx::query_scalar(
+        "UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $3)
+         FROM unnest($1::bigint[], $2::int[]) AS held(id, attempt)
+         WHERE jobs.id = held.id AND jobs.attempt = held.attempt AND jobs.state = 'executing'
+         RETURNING jobs.id",
+    )
+    .bind(&ids)
+    .bind(&nums)
+    .bind(secs(lease))
+    .fetch_all(db)
+    .await
+}
+
+/// Takes back executing jobs whose lease expired before `now` (their node died or was cut off):
+/// retryable at once, or discarded when out of attempts. Returns `(id, new state)` pairs.
+pub async fn job_rescue_expired<'e>(
+    db: impl PgExecutor<'e>,
+    now: Option<DateTime<Utc>>,
+    limit: i64,
+) -> Result<Vec<(JobId, JobState)>, sqlx::Error> {
+    sqlx::query_as(
+        "WITH expired AS (
+             SELECT id FROM jobs
+             WHERE state = 'executing' AND lease_expires_at < coalesce($1, now())
+             ORDER BY lease_expires_at
+             LIMIT $2
+             FOR UPDATE SKIP LOCKED)
+         UPDATE jobs SET
+                state = CASE WHEN attempt >= max_attempts THEN 'discarded'::job_state
+                             ELSE 'retryable'::job_state END,
+                finalized_at = CASE WHEN attempt >= max_attempts THEN now() END,
+                scheduled_at = CASE WHEN attempt >= max_attempts THEN scheduled_at ELSE now() END,
+                lease_expires_at = NULL,
+                errors = errors || jsonb_build_array(jsonb_build_object(
+                    'attempt', attempt, 'at', now(), 'node', attempted_by,
+                    'message', 'rescued: the lease of node ' || attempted_by
+                               || ' expired (the node crashed, hung or lost its database connection)'))
+         FROM expired WHERE jobs.id = expired.id
+         RETURNING jobs.id, jobs.state",
+    )
+    .bind(now)
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
+/// Deletes up to `limit` final jobs finalized before `before`. Returns how many were deleted.
+pub async fn job_prune_finalized<'e>(
+    db: impl PgExecutor<'e>,
+    before: DateTime<Utc>,
+    limit: i64,
+) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query(
+        "DELETE FROM jobs WHERE id IN (
+             SELECT id FROM jobs WHERE finalized_at < $1 ORDER BY finalized_at LIMIT $2)",
+    )
+    .bind(before)
+    .bind(limit)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+pub async fn job_get<'e>(db: impl PgExecutor<'e>, id: JobId) -> Result<Option<Job>, sqlx::Error> {
+    sqlx::query_as("SELECT * FROM jobs WHERE id = $1")
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+/// Cancels jobs that are not final. Returns `(id, state before)` for each cancelled job.
+pub async fn job_cancel_many<'e>(
+    db: impl PgExecutor<'e>,
+    ids: &[JobId],
+) -> Result<Vec<(JobId, JobState)>, sqlx::Error> {
+    let ids: Vec<i64> = ids.iter().map(|id| id.0).collect();
+    sqlx::query_as(
+        "WITH target AS (
+             SELECT id, state AS before FROM jobs
+             WHERE id = ANY($1) AND finalized_at IS NULL
+             FOR UPDATE)
+         UPDATE jobs SET state = 'cancelled', finalized_at = now(), lease_expires_at = NULL
+         FROM target WHERE jobs.id = target.id
+         RETURNING jobs.id, target.before",
+    )
+    .bind(&ids)
+    .fetch_all(db)
+    .await
+}
+
+/// Runs a final or retryable job again, now (retry / rerun). It gets at least one more attempt.
+pub async fn job_retry<'e>(db: impl PgExecutor<'e>, id: JobId) -> Result<Option<Job>, sqlx::Error> {
+    sqlx::query_as(
+        "UPDATE jobs SET state = 'available', scheduled_at = now(), finalized_at = NULL,
+                max_attempts = least(greatest(max_attempts, attempt + 1), 1000)
+         WHERE id = $1 AND state IN ('retryable', 'completed', 'discarded', 'cancelled')
+         RETURNING *",
+    )
+    .bind(id)
+    .fetch_optional(db)
+    .await
+}
+
+/// Makes a waiting job due now.
+pub async fn job_run_now<'e>(db: impl PgExecutor<'e>, id: JobId) -> Result<Option<Job>, sqlx::Error> {
+    sqlx::query_as(
+        "UPDATE jobs SET state = 'available', scheduled_at = now()
+         WHERE id = $1 AND state IN ('scheduled', 'retryable', 'available')
+         RETURNING *",
+    )
+    .bind(id)
+    .fetch_optional(db)
+    .await
+}
+
+/// Moves a waiting job to a new time.
+pub async fn job_reschedule<'e>(
+    db: impl PgExecutor<'e>,
+    id: JobId,
+    at: DateTime<Utc>,
+) -> Result<Option<Job>, sqlx::Error> {
+    sqlx::query_as(
+        "UPDATE jobs SET scheduled_at = $2,
+                state = CASE WHEN $2 <= now() THEN 'available'::job_state
+                             ELSE 'scheduled'::job_state END
+         WHERE id = $1 AND state IN ('scheduled', 'retryable', 'available')
+         RETURNING *",
+    )
+    .bind(id)
+    .bind(at)
+    .fetch_optional(db)
+    .await
+}
+
+/// Deletes a job that is not executing. Returns whether a row was deleted.
+pub async fn job_delete<'e>(db: impl PgExecutor<'e>, id: JobId) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query("DELETE FROM jobs WHERE id = $1 AND state <> 'executing'")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Filters of a job listing.
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    pub state: Option<JobState>,
+    pub queue: Option<String>,
+    pub kind: Option<String>,
+}
+
+/// Lists jobs newest first, after the keyset cursor `before` (an id).
+pub async fn job_list<'e>(
+    db: impl PgExecutor<'e>,
+    filter: &JobFilter,
+    before: Option<JobId>,
+    limit: i64,
+) -> Result<Vec<Job>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT * FROM jobs
+         WHERE ($1::job_state IS NULL OR state = $1)
+           AND ($2::text IS NULL OR queue = $2)
+           AND ($3::text IS NULL OR kind = $3)
+           AND ($4::bigint IS NULL OR id < $4)
+         ORDER BY id DESC
+         LIMIT $5",
+    )
+    .bind(filter.state)
+    .bind(&filter.queue)
+    .bind(&filter.kind)
+    .bind(before)
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
+/// Job counts per queue and state.
+pub async fn job_count_by_queue_state<'e>(
+    db: impl PgExecutor<'e>,
+) -> Result<Vec<(String, JobState, i64)>, sqlx::Error> {
+    sqlx::query_as("SELECT queue, state, count(*) FROM jobs GROUP BY queue, state ORDER BY queue")
+        .fetch_all(db)
+        .await
+}
+
+/// Sends a control message to every node (cancel running attempts, reload queue settings).
+pub async fn control_notify<'e>(db: impl PgExecutor<'e>, payload: &Value) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_notify('kickoff_control', $1)")
+        .bind(payload.to_string())
+        .execute(db)
+        .await?;
+    Ok(())
+}

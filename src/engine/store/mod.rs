@@ -1,0 +1,7 @@
+//! All of the engine's SQL, one module per table. Callers (client, services, HTTP) call these
+//! functions and never hold SQL themselves. Functions are named table first, then verb.
+
+pub mod jobs;
+pub mod leader;
+pub mod nodes;
+pub mod queues;

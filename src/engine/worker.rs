@@ -1,0 +1,175 @@
+//! The `Worker` trait: the code that runs a job of one kind. The engine knows workers only through
+//! this trait; job kinds live in `crate::workers`.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use sqlx::{PgPool, Postgres, Transaction};
+use tokio_util::sync::CancellationToken;
+
+use super::job::Job;
+use super::store::jobs as job_store;
+
+/// A boxed future, as workers return them (the trait must be object-safe).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a failed attempt asks the engine to do next.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WorkError {
+    /// Try again after the worker's backoff (or discard when out of attempts).
+    #[error("{0}")]
+    Retryable(String),
+    /// Do not try again: discard the job now.
+    #[error("fatal: {0}")]
+    Fatal(String),
+    /// Cancel the job: it should not run (again).
+    #[error("cancelled: {0}")]
+    Cancel(String),
+    /// Not ready yet: run again after this delay, without spending an attempt.
+    #[error("snoozed for {0:?}")]
+    Snooze(Duration),
+    /// The attempt lost its job (cancelled, rescued after its lease expired, or taken by a newer
+    /// attempt); its effects were rolled back.
+    #[error("the attempt lost its job (cancelled or rescued); its effects were rolled back")]
+    Fenced,
+}
+
+impl WorkError {
+    pub fn retryable(e: impl std::fmt::Display) -> Self {
+        WorkError::Retryable(e.to_string())
+    }
+    pub fn fatal(e: impl std::fmt::Display) -> Self {
+        WorkError::Fatal(e.to_string())
+    }
+}
+
+impl From<sqlx::Error> for WorkError {
+    fn from(e: sqlx::Error) -> Self {
+        WorkError::Retryable(format!("database error: {e}"))
+    }
+}
+
+/// Runs jobs of one kind.
+pub trait Worker: Send + Sync + 'static {
+    /// The kind this worker runs (`jobs.kind`).
+    fn kind(&self) -> &'static str;
+
+    /// Checks a job's args at insert time; an error refuses the insert with this message.
+    fn validate(&self, _args: &Value) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// How long one attempt may run before it counts as failed. Default: 60 s.
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(60)
+    }
+
+    /// The wait before the next attempt after attempt `attempt` failed: `attempt^4` seconds plus one
+    /// (1 s, 17 s, 82 s, 257 s, ...), capped at 6 hours, with ±10% jitter so that many jobs that
+    /// failed together do not retry together.
+    fn backoff(&self, attempt: i32) -> Duration {
+        let base = (attempt.max(1) as f64).powi(4) + 1.0;
+        let capped = base.min(6.0 * 3600.0);
+        Duration::from_secs_f64(capped * (0.9 + 0.2 * fastrand::f64()))
+    }
+
+    /// Runs one attempt. `Ok(())` completes the job unless the handler already completed it inside
+    /// its own transaction ([`JobContext::complete_with`]).
+    fn work(&self, ctx: JobContext) -> BoxFuture<'_, Result<(), WorkError>>;
+}
+
+/// What a running attempt can see and do.
+#[derive(Clone)]
+pub struct JobContext {
+    pub job: Arc<Job>,
+    pool: PgPool,
+    cancel: CancellationToken,
+    completed: Arc<AtomicBool>,
+}
+
+impl JobContext {
+    pub(crate) fn new(job: Arc<Job>, pool: PgPool, cancel: CancellationToken) -> Self {
+        JobContext {
+            job,
+            pool,
+            cancel,
+            completed: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The job's args, decoded.
+    pub fn args<T: DeserializeOwned>(&self) -> Result<T, WorkError> {
+        serde_json::from_value(self.job.args.clone())
+            .map_err(|e| WorkError::Fatal(format!("invalid args for {}: {e}", self.job.kind)))
+    }
+
+    /// The database pool, for reads and for writes that need no exactly-once guarantee.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Fires when the attempt should stop: the job was cancelled, its lease was lost, or the node is
+    /// shutting down past its grace period.
+    pub fn cancelled(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Opens a transaction for the handler's database work; finish it with
+    /// [`JobContext::complete_with`] so the work and the job's completion commit together.
+    pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, WorkError> {
+        Ok(self.pool.begin().await?)
+    }
+
+    /// Completes the job inside `tx` and commits: the handler's writes and the completion happen
+    /// together or not at all. If this attempt no longer owns the job (cancelled, rescued, or a newer
+    /// attempt runs), nothing is committed and [`WorkError::Fenced`] is returned.
+    pub async fn complete_with(&self, mut tx: Transaction<'static, Postgres>) -> Result<(), WorkError> {
+        let done = job_store::job_complete_many(&mut *tx, &[(self.job.id, self.job.attempt)]).await?;
+        if done.is_empty() {
+            tx.rollback().await?;
+            return Err(WorkError::Fenced);
+        }
+        tx.commit().await?;
+        self.completed.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    pub(crate) fn already_completed(&self) -> bool {
+        self.completed.load(Ordering::Acquire)
+    }
+}
+
+/// The workers a node can run, by kind.
+#[derive(Clone, Default)]
+pub struct Workers {
+    by_kind: HashMap<&'static str, Arc<dyn Worker>>,
+}
+
+impl Workers {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a worker; a second worker for the same kind replaces the first.
+    pub fn register(&mut self, worker: impl Worker) -> &mut Self {
+        self.by_kind.insert(worker.kind(), Arc::new(worker));
+        self
+    }
+
+    pub fn get(&self, kind: &str) -> Option<&Arc<dyn Worker>> {
+        self.by_kind.get(kind)
+    }
+
+    /// The registered kinds, sorted.
+    pub fn kinds(&self) -> Vec<&'static str> {
+        let mut kinds: Vec<_> = self.by_kind.keys().copied().collect();
+        kinds.sort_unstable();
+        kinds
+    }
+}

@@ -1,0 +1,170 @@
+//! `/api/v1/jobs`: insert, list, inspect and act on jobs.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::error::AppError;
+use super::extract::{ApiJson, ApiQuery, JobIdPath};
+use super::state::AppState;
+use crate::engine::job::{DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE};
+use crate::engine::store::jobs::JobFilter;
+use crate::engine::{Job, JobId, JobState, NewJob, OnConflict, Schedule};
+
+/// The body of `POST /api/v1/jobs`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateJob {
+    pub kind: String,
+    #[serde(default)]
+    pub args: Option<Value>,
+    pub queue: Option<String>,
+    pub priority: Option<i16>,
+    pub max_attempts: Option<i32>,
+    pub unique_key: Option<String>,
+    pub on_conflict: Option<OnConflict>,
+    /// RFC 3339.
+    pub scheduled_at: Option<DateTime<Utc>>,
+    pub schedule_in_ms: Option<i64>,
+    pub tags: Option<Vec<String>>,
+    pub meta: Option<Value>,
+}
+
+impl CreateJob {
+    pub fn into_new_job(self) -> Result<NewJob, AppError> {
+        let schedule = match (self.scheduled_at, self.schedule_in_ms) {
+            (Some(_), Some(_)) => {
+                return Err(AppError::invalid(
+                    "give either scheduled_at or schedule_in_ms, not both",
+                ))
+            }
+            (Some(at), None) => Schedule::At(at),
+            (None, Some(ms)) if ms < 0 => {
+                return Err(AppError::invalid("schedule_in_ms: must not be negative"))
+            }
+            (None, Some(ms)) => Schedule::In(std::time::Duration::from_millis(ms as u64)),
+            (None, None) => Schedule::Now,
+        };
+        Ok(NewJob {
+            kind: self.kind,
+            args: self.args.unwrap_or_else(|| json!({})),
+            queue: self.queue.unwrap_or_else(|| DEFAULT_QUEUE.to_string()),
+            priority: self.priority.unwrap_or(DEFAULT_PRIORITY),
+            max_attempts: self.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS),
+            schedule,
+            unique_key: self.unique_key,
+            on_conflict: self.on_conflict.unwrap_or_default(),
+            tags: self.tags.unwrap_or_default(),
+            meta: self.meta.unwrap_or_else(|| json!({})),
+        })
+    }
+}
+
+#[derive(Serialize)]
+pub struct InsertedBody {
+    pub job: Job,
+    pub existing: bool,
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<CreateJob>,
+) -> Result<impl IntoResponse, AppError> {
+    let new = body.into_new_job()?;
+    let inserted = state.client.insert(&new).await?;
+    let status = if inserted.existing {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((
+        status,
+        Json(InsertedBody {
+            job: inserted.job,
+            existing: inserted.existing,
+        }),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    pub state: Option<String>,
+    pub queue: Option<String>,
+    pub kind: Option<String>,
+    /// Keyset cursor: list jobs with a smaller id.
+    pub before: Option<i64>,
+    pub limit: Option<i64>,
+}
+
+#[derive(Serialize)]
+pub struct JobPage {
+    pub jobs: Vec<Job>,
+    /// Pass as `before` for the next page; absent on the last page.
+    pub next_before: Option<JobId>,
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    ApiQuery(params): ApiQuery<ListParams>,
+) -> Result<Json<JobPage>, AppError> {
+    let job_state = params
+        .state
+        .as_deref()
+        .map(str::parse::<JobState>)
+        .transpose()
+        .map_err(AppError::invalid)?;
+    let filter = JobFilter {
+        state: job_state,
+        queue: params.queue,
+        kind: params.kind,
+    };
+    let limit = params.limit.unwrap_or(50);
+    let jobs = state
+        .client
+        .list(&filter, params.before.map(JobId), limit)
+        .await?;
+    let next_before = (jobs.len() as i64 == limit)
+        .then(|| jobs.last().map(|j| j.id))
+        .flatten();
+    Ok(Json(JobPage { jobs, next_before }))
+}
+
+pub async fn get(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> Result<Json<Job>, AppError> {
+    Ok(Json(state.client.get(id).await?))
+}
+
+pub async fn cancel(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> Result<Json<Job>, AppError> {
+    Ok(Json(state.client.cancel(id).await?))
+}
+
+pub async fn retry(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> Result<Json<Job>, AppError> {
+    Ok(Json(state.client.retry(id).await?))
+}
+
+pub async fn run_now(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> Result<Json<Job>, AppError> {
+    Ok(Json(state.client.run_now(id).await?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RescheduleBody {
+    pub scheduled_at: DateTime<Utc>,
+}
+
+pub async fn reschedule(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+    ApiJson(body): ApiJson<RescheduleBody>,
+) -> Result<Json<Job>, AppError> {
+    Ok(Json(state.client.reschedule(id, body.scheduled_at).await?))
+}
+
+pub async fn delete(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> Result<StatusCode, AppError> {
+    state.client.delete(id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

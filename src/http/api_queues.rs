@@ -1,0 +1,87 @@
+//! `/api/v1/queues` and `/api/v1/stats`.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, State};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+
+use super::error::AppError;
+use super::extract::ApiJson;
+use super::state::AppState;
+use crate::engine::store::queues::QueueRow;
+use crate::engine::JobState;
+
+#[derive(Serialize)]
+pub struct QueueView {
+    #[serde(flatten)]
+    pub queue: QueueRow,
+    pub counts: BTreeMap<&'static str, i64>,
+}
+
+pub async fn list(State(state): State<AppState>) -> Result<Json<Vec<QueueView>>, AppError> {
+    let rows = state.client.queues().await?;
+    let counts = state.client.counts().await?;
+    let mut views: Vec<QueueView> = rows
+        .into_iter()
+        .map(|queue| QueueView {
+            queue,
+            counts: zero_counts(),
+        })
+        .collect();
+    for (queue, st, n) in counts {
+        if let Some(v) = views.iter_mut().find(|v| v.queue.name == queue) {
+            v.counts.insert(st.as_str(), n);
+        }
+    }
+    Ok(Json(views))
+}
+
+fn zero_counts() -> BTreeMap<&'static str, i64> {
+    JobState::ALL.iter().map(|s| (s.as_str(), 0)).collect()
+}
+
+pub async fn pause(State(state): State<AppState>, Path(name): Path<String>) -> Result<Json<QueueRow>, AppError> {
+    Ok(Json(state.client.set_queue_paused(&name, true).await?))
+}
+
+pub async fn resume(State(state): State<AppState>, Path(name): Path<String>) -> Result<Json<QueueRow>, AppError> {
+    Ok(Json(state.client.set_queue_paused(&name, false).await?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueuePatch {
+    /// Per-node concurrency; `null` returns to each node's configured limit.
+    pub concurrency: Option<i32>,
+}
+
+pub async fn update(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<QueuePatch>,
+) -> Result<Json<QueueRow>, AppError> {
+    Ok(Json(state.client.set_queue_concurrency(&name, body.concurrency).await?))
+}
+
+#[derive(Serialize)]
+pub struct Stats {
+    pub states: BTreeMap<&'static str, i64>,
+    pub queues: BTreeMap<String, BTreeMap<&'static str, i64>>,
+}
+
+pub async fn stats(State(state): State<AppState>) -> Result<Json<Stats>, AppError> {
+    let mut stats = Stats {
+        states: zero_counts(),
+        queues: BTreeMap::new(),
+    };
+    for (queue, st, n) in state.client.counts().await? {
+        *stats.states.entry(st.as_str()).or_default() += n;
+        stats
+            .queues
+            .entry(queue)
+            .or_insert_with(zero_counts)
+            .insert(st.as_str(), n);
+    }
+    Ok(Json(stats))
+}

@@ -1,0 +1,153 @@
+//! The one HTTP error type: a status, a stable code and a message, as
+//! `{"error": {"code": ..., "message": ...}}`. Internal errors are logged and answered with a short
+//! message that leaks nothing.
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::engine::ClientError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("{message}")]
+    BadRequest { code: &'static str, message: String },
+    #[error("a valid bearer token is required")]
+    Unauthorized,
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("the request body is larger than the limit")]
+    PayloadTooLarge,
+    #[error("send the body as JSON with `Content-Type: application/json`")]
+    UnsupportedMediaType,
+    #[error("{message}")]
+    Unprocessable { code: &'static str, message: String },
+    #[error("the server is busy or its database is unreachable; try again")]
+    Unavailable,
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl AppError {
+    pub fn status_code(&self) -> StatusCode {
+        match self {
+            AppError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            AppError::Unauthorized => StatusCode::UNAUTHORIZED,
+            AppError::NotFound(_) => StatusCode::NOT_FOUND,
+            AppError::Conflict(_) => StatusCode::CONFLICT,
+            AppError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            AppError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            AppError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            AppError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            AppError::BadRequest { code, .. } | AppError::Unprocessable { code, .. } => code,
+            AppError::Unauthorized => "unauthorized",
+            AppError::NotFound(_) => "not_found",
+            AppError::Conflict(_) => "conflict",
+            AppError::PayloadTooLarge => "payload_too_large",
+            AppError::UnsupportedMediaType => "unsupported_media_type",
+            AppError::Unavailable => "unavailable",
+            AppError::Internal(_) => "internal",
+        }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        AppError::Unprocessable {
+            code: "invalid",
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        if let AppError::Internal(detail) = &self {
+            tracing::error!(%detail, "internal error");
+        }
+        let body = json!({ "error": { "code": self.code(), "message": self.to_string() } });
+        let mut res = (self.status_code(), Json(body)).into_response();
+        if matches!(self, AppError::Unauthorized) {
+            res.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        res
+    }
+}
+
+impl From<ClientError> for AppError {
+    fn from(e: ClientError) -> Self {
+        match e {
+            ClientError::Invalid { .. } => AppError::invalid(e.to_string()),
+            ClientError::UnknownKind(_) => AppError::Unprocessable {
+                code: "unknown_kind",
+                message: e.to_string(),
+            },
+            ClientError::NotFound(what) => AppError::NotFound(format!("{what} not found")),
+            ClientError::Conflict(m) => AppError::Conflict(m),
+            ClientError::Database(e) => e.into(),
+        }
+    }
+}
+
+impl From<sqlx::Error> for AppError {
+    fn from(e: sqlx::Error) -> Self {
+        match &e {
+            sqlx::Error::Database(db) => match db.code().as_deref() {
+                Some("23505") => AppError::Conflict("a record with the same key already exists".into()),
+                // check_violation, not_null, foreign key, invalid text: input the checks let through.
+                Some("23514") | Some("23502") | Some("23503") | Some("22P02") | Some("22007")
+                | Some("22008") => AppError::invalid(format!("rejected by the database: {}", db.message())),
+                _ => AppError::Internal(e.to_string()),
+            },
+            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
+                tracing::warn!(error = %e, "database unavailable");
+                AppError::Unavailable
+            }
+            _ => AppError::Internal(e.to_string()),
+        }
+    }
+}
+
+impl From<JsonRejection> for AppError {
+    fn from(r: JsonRejection) -> Self {
+        match r {
+            JsonRejection::JsonSyntaxError(e) => AppError::BadRequest {
+                code: "malformed_json",
+                message: format!("the body is not valid JSON: {}", e.body_text()),
+            },
+            JsonRejection::JsonDataError(e) => AppError::invalid(e.body_text()),
+            JsonRejection::MissingJsonContentType(_) => AppError::UnsupportedMediaType,
+            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => AppError::PayloadTooLarge,
+            other => AppError::BadRequest {
+                code: "bad_body",
+                message: other.body_text(),
+            },
+        }
+    }
+}
+
+impl From<QueryRejection> for AppError {
+    fn from(r: QueryRejection) -> Self {
+        AppError::BadRequest {
+            code: "bad_query",
+            message: r.body_text(),
+        }
+    }
+}
+
+impl From<PathRejection> for AppError {
+    fn from(r: PathRejection) -> Self {
+        AppError::NotFound(r.body_text())
+    }
+}

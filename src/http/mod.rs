@@ -1,0 +1,84 @@
+//! The HTTP surface: the REST API under `/api/v1`, health probes, and the Leptos dashboard.
+
+pub mod api_jobs;
+pub mod api_queues;
+pub mod auth;
+pub mod console;
+pub mod error;
+pub mod extract;
+pub mod sse;
+pub mod state;
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{middleware, Json, Router};
+use leptos_axum::{generate_route_list, LeptosRoutes};
+use serde_json::json;
+
+use self::error::AppError;
+use self::state::AppState;
+
+/// The largest request body the API reads.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// The REST API (authenticated by bearer token).
+pub fn api_router(state: AppState) -> Router<AppState> {
+    Router::new()
+        .route("/jobs", post(api_jobs::create).get(api_jobs::list))
+        .route("/jobs/{id}", get(api_jobs::get).delete(api_jobs::delete))
+        .route("/jobs/{id}/cancel", post(api_jobs::cancel))
+        .route("/jobs/{id}/retry", post(api_jobs::retry))
+        .route("/jobs/{id}/run-now", post(api_jobs::run_now))
+        .route("/jobs/{id}/reschedule", post(api_jobs::reschedule))
+        .route("/queues", get(api_queues::list))
+        .route("/queues/{name}", axum::routing::patch(api_queues::update))
+        .route("/queues/{name}/pause", post(api_queues::pause))
+        .route("/queues/{name}/resume", post(api_queues::resume))
+        .route("/stats", get(api_queues::stats))
+        .route("/events", get(sse::events))
+        .fallback(|| async { AppError::NotFound("no such endpoint".into()) })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(state, auth::require_token))
+}
+
+/// The whole application: API, probes, dashboard and static files.
+pub fn router(state: AppState) -> Router {
+    let leptos_options = state.leptos_options.clone();
+    let routes = generate_route_list(kickoff_app::App);
+    let console: Arc<dyn kickoff_app::console::Console> =
+        Arc::new(console::ServerConsole::new(state.client.clone()));
+    Router::new()
+        .nest("/api/v1", api_router(state.clone()))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        // The dashboard's live stream (the API has its own, behind the token).
+        .route("/events", get(sse::events))
+        .leptos_routes_with_context(
+            &state,
+            routes,
+            {
+                let console = console.clone();
+                move || leptos::prelude::provide_context(console.clone())
+            },
+            {
+                let options = leptos_options.clone();
+                move || kickoff_app::shell(options.clone())
+            },
+        )
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(kickoff_app::shell))
+        .with_state(state)
+}
+
+/// Ready when the database answers.
+async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<serde_json::Value>) {
+    match sqlx::query("SELECT 1").execute(&state.pool).await {
+        Ok(_) => (StatusCode::OK, Json(json!({ "ready": true, "node": &*state.node_id }))),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "ready": false, "error": e.to_string() })),
+        ),
+    }
+}

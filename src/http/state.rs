@@ -1,0 +1,28 @@
+//! What every handler can reach.
+
+use std::sync::Arc;
+
+use sqlx::PgPool;
+use tokio::sync::broadcast;
+
+use crate::engine::Client;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub client: Client,
+    pub pool: PgPool,
+    /// State changes of jobs on every node (see `engine::notifier`).
+    pub events: broadcast::Sender<String>,
+    /// The bearer token of the REST API.
+    pub api_token: Arc<str>,
+    pub node_id: Arc<str>,
+    pub leptos_options: leptos::config::LeptosOptions,
+    /// Cancelled when the server stops: long-lived responses (event streams) end with it.
+    pub shutdown: tokio_util::sync::CancellationToken,
+}
+
+impl axum::extract::FromRef<AppState> for leptos::config::LeptosOptions {
+    fn from_ref(state: &AppState) -> Self {
+        state.leptos_options.clone()
+    }
+}

@@ -1,0 +1,16 @@
+//! Kickoff: a durable PostgreSQL job scheduler with an operator dashboard.
+//!
+//! The engine (`engine`) is a library usable by any Rust service; the server (`server`) adds the
+//! embedded PostgreSQL (`postgres`), the built-in job kinds (`workers`), the REST API and the Leptos
+//! dashboard (`http`).
+#![forbid(unsafe_code)]
+
+pub mod bench;
+pub mod cli;
+pub mod config;
+pub mod engine;
+pub mod http;
+pub mod logging;
+pub mod postgres;
+pub mod server;
+pub mod workers;

@@ -1,0 +1,45 @@
+use clap::Parser;
+use kickoff::cli::{Cli, Command, PostgresAction};
+use kickoff::postgres::{Durability, EmbeddedPostgres};
+use kickoff::{bench, server};
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    kickoff::logging::init(&cli.config.log_format);
+    let result = match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => server::serve(cli.config).await.map_err(|e| e.to_string()),
+        Command::Migrate => server::Database::open(&cli.config)
+            .await
+            .map(|db| {
+                println!("migrations applied");
+                db
+            })
+            .map_err(|e| e.to_string())
+            .map(|db| tokio::spawn(db.close()))
+            .map(|_| ()),
+        Command::Bench { workload, url } => bench::run(workload, url, &cli.config).await,
+        Command::Postgres { action, dir, throwaway } => {
+            let durability = if throwaway { Durability::Throwaway } else { Durability::Durable };
+            tokio::task::spawn_blocking(move || {
+                let pg = EmbeddedPostgres::start(&dir, durability).map_err(|e| e.to_string())?;
+                match action {
+                    PostgresAction::Start => {
+                        println!("{}", pg.admin_url());
+                        Ok(())
+                    }
+                    PostgresAction::Stop => pg.stop().map_err(|e| e.to_string()),
+                }
+            })
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()))
+        }
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kickoff: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,386 @@
+//! The embedded PostgreSQL cluster: with no `DATABASE_URL`, Kickoff runs a private cluster from the
+//! machine's PostgreSQL binaries, with its data on disk so jobs survive restarts.
+//!
+//! Invariants:
+//! - One Kickoff process owns a data directory at a time: `kickoff.lock` is held with an OS file lock,
+//!   which the kernel releases when the process dies, even by SIGKILL.
+//! - A postmaster left running by a killed Kickoff process is adopted (its port is read from
+//!   `postmaster.pid`); a stale `postmaster.pid` whose process is gone is cleaned up by PostgreSQL
+//!   itself at start.
+//! - PostgreSQL refuses to run as root: when Kickoff runs as root, the cluster runs as the unprivileged
+//!   `postgres` system user, which must own the cluster directory and be able to reach it.
+//! - The cluster listens on a free loopback port only (no unix socket, whose path length is limited),
+//!   with password authentication; the generated password is kept in the data directory.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// What went wrong while preparing or starting the embedded cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbeddedError {
+    #[error(
+        "no PostgreSQL server binaries found (looked for initdb and pg_ctl on PATH and in \
+         /usr/lib/postgresql/*/bin): install PostgreSQL (e.g. `apt-get install postgresql`) or set \
+         DATABASE_URL to use an existing server"
+    )]
+    NoBinaries,
+    #[error(
+        "the data directory {0} is in use by another Kickoff process; stop it, choose another \
+         KICKOFF_DATA_DIR, or point both at one server with DATABASE_URL"
+    )]
+    Locked(PathBuf),
+    #[error("running as root needs the unprivileged `postgres` system user to run PostgreSQL: {0}")]
+    NoPostgresUser(String),
+    #[error("{step} failed: {detail}")]
+    Command { step: String, detail: String },
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> EmbeddedError + '_ {
+    move |source| EmbeddedError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// How the cluster is tuned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Default PostgreSQL settings: every commit is flushed to disk.
+    Durable,
+    /// `fsync=off`, `synchronous_commit=off`: for throwaway test clusters only.
+    Throwaway,
+}
+
+/// A running embedded cluster. Call [`EmbeddedPostgres::stop`] on shutdown.
+#[derive(Debug)]
+pub struct EmbeddedPostgres {
+    bin_dir: PathBuf,
+    pg_dir: PathBuf,
+    run_as: Option<(u32, u32)>,
+    port: u16,
+    password: String,
+    // Held for the life of the cluster: dropping it releases the data directory to other processes.
+    _lock: fs::File,
+}
+
+const SUPERUSER: &str = "kickoff";
+/// The database Kickoff itself uses inside the cluster.
+pub const DATABASE: &str = "kickoff";
+
+impl EmbeddedPostgres {
+    /// Starts (or adopts) the cluster under `data_dir/pg`, creating it on first use.
+    pub fn start(data_dir: &Path, durability: Durability) -> Result<Self, EmbeddedError> {
+        let bin_dir = find_bin_dir().ok_or(EmbeddedError::NoBinaries)?;
+        fs::create_dir_all(data_dir).map_err(io_err(data_dir))?;
+        let data_dir = data_dir.canonicalize().map_err(io_err(data_dir))?;
+
+        let lock_path = data_dir.join("kickoff.lock");
+        let lock = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io_err(&lock_path))?;
+        if lock.try_lock().is_err() {
+            return Err(EmbeddedError::Locked(data_dir));
+        }
+
+        let run_as = if is_root() {
+            Some(postgres_user()?)
+        } else {
+            None
+        };
+        let pg_dir = data_dir.join("pg");
+        let mut cluster = EmbeddedPostgres {
+            bin_dir,
+            pg_dir,
+            run_as,
+            port: 0,
+            password: String::new(),
+            _lock: lock,
+        };
+        if run_as.is_some() {
+            grant_traversal(&data_dir)?;
+        }
+        if !cluster.pg_dir.join("PG_VERSION").exists() {
+            cluster.init(&data_dir, durability)?;
+        }
+        let pw_path = data_dir.join("pg-password");
+        cluster.password = fs::read_to_string(&pw_path)
+            .map_err(io_err(&pw_path))?
+            .trim()
+            .to_string();
+
+        match running_postmaster(&cluster.pg_dir) {
+            Some(port) => {
+                tracing::info!(port, "adopting the embedded PostgreSQL left running by a previous process");
+                cluster.port = port;
+            }
+            None => {
+                cluster.port = free_port().map_err(io_err(&data_dir))?;
+                cluster.pg_ctl_start()?;
+            }
+        }
+        Ok(cluster)
+    }
+
+    /// The URL of the maintenance database `postgres` (to create other databases).
+    pub fn admin_url(&self) -> String {
+        self.url_for("postgres")
+    }
+
+    /// The URL of a database in this cluster.
+    pub fn url_for(&self, database: &str) -> String {
+        format!(
+            "postgres://{SUPERUSER}:{}@127.0.0.1:{}/{database}",
+            self.password, self.port
+        )
+    }
+
+    /// The port the cluster listens on (loopback only).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops the cluster (fast shutdown: open transactions are rolled back, data is kept).
+    pub fn stop(&self) -> Result<(), EmbeddedError> {
+        let pg_dir = self.pg_dir.to_string_lossy().into_owned();
+        self.run("pg_ctl stop", "pg_ctl", &["stop", "-D", &pg_dir, "-m", "fast", "-w", "-t", "60"])
+    }
+
+    fn init(&mut self, data_dir: &Path, durability: Durability) -> Result<(), EmbeddedError> {
+        tracing::info!(dir = %self.pg_dir.display(), "creating the embedded PostgreSQL cluster");
+        if self.pg_dir.exists() {
+            // A half-made cluster from an interrupted init: it holds no data yet.
+            fs::remove_dir_all(&self.pg_dir).map_err(io_err(&self.pg_dir))?;
+        }
+        fs::create_dir_all(&self.pg_dir).map_err(io_err(&self.pg_dir))?;
+        fs::set_permissions(&self.pg_dir, fs::Permissions::from_mode(0o700))
+            .map_err(io_err(&self.pg_dir))?;
+        let password = random_hex(32);
+        let pw_path = data_dir.join("pg-password");
+        // initdb wants an empty directory: its password file sits beside it, readable by the
+        // cluster's user for the moment initdb needs it.
+        let pw_tmp = data_dir.join("initdb-password");
+        fs::write(&pw_path, &password).map_err(io_err(&pw_path))?;
+        fs::set_permissions(&pw_path, fs::Permissions::from_mode(0o600)).map_err(io_err(&pw_path))?;
+        fs::write(&pw_tmp, &password).map_err(io_err(&pw_tmp))?;
+        self.chown_to_postgres(&self.pg_dir)?;
+        self.chown_to_postgres(&pw_tmp)?;
+
+        let pg_dir = self.pg_dir.to_string_lossy().into_owned();
+        let pwfile = format!("--pwfile={}", pw_tmp.display());
+        self.run(
+            "initdb",
+            "initdb",
+            &[
+                "-D",
+                &pg_dir,
+                "-U",
+                SUPERUSER,
+                &pwfile,
+                "--auth=scram-sha-256",
+                "--encoding=UTF8",
+                "--locale=C",
+            ],
+        )?;
+        let _ = fs::remove_file(&pw_tmp);
+
+        let mut conf = String::from(
+            "\n# Kickoff embedded cluster\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = ''\n\
+             max_connections = 300\nshared_buffers = '256MB'\n",
+        );
+        if durability == Durability::Throwaway {
+            conf.push_str("fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n");
+        }
+        let conf_path = self.pg_dir.join("postgresql.conf");
+        fs::OpenOptions::new()
+            .append(true)
+            .open(&conf_path)
+            .and_then(|mut f| f.write_all(conf.as_bytes()))
+            .map_err(io_err(&conf_path))?;
+
+        // Left running: `start` finds and adopts it.
+        self.port = free_port().map_err(io_err(data_dir))?;
+        self.password = password;
+        self.pg_ctl_start()?;
+        let port = self.port.to_string();
+        self.run(
+            "createdb",
+            "createdb",
+            &["-h", "127.0.0.1", "-p", &port, "-U", SUPERUSER, DATABASE],
+        )
+    }
+
+    fn pg_ctl_start(&self) -> Result<(), EmbeddedError> {
+        let pg_dir = self.pg_dir.to_string_lossy().into_owned();
+        let log = self.pg_dir.join("server.log").to_string_lossy().into_owned();
+        let opts = format!("-p {}", self.port);
+        self.run(
+            "pg_ctl start",
+            "pg_ctl",
+            &["start", "-D", &pg_dir, "-l", &log, "-o", &opts, "-w", "-t", "120"],
+        )
+        .map_err(|e| match e {
+            EmbeddedError::Command { step, detail } => EmbeddedError::Command {
+                step,
+                detail: format!("{detail}\nsee {log}"),
+            },
+            other => other,
+        })
+    }
+
+    fn run(&self, step: &str, program: &str, args: &[&str]) -> Result<(), EmbeddedError> {
+        let mut cmd = Command::new(self.bin_dir.join(program));
+        cmd.args(args)
+            .env("PGPASSWORD", &self.password)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // The cluster must not die with the terminal's Ctrl-C before Kickoff stops it cleanly.
+            .process_group(0)
+            .current_dir(&self.pg_dir);
+        if let Some((uid, gid)) = self.run_as {
+            cmd.uid(uid).gid(gid);
+        }
+        let out = cmd.output().map_err(|e| EmbeddedError::Command {
+            step: step.to_string(),
+            detail: e.to_string(),
+        })?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(EmbeddedError::Command {
+                step: step.to_string(),
+                detail: format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+            })
+        }
+    }
+
+    fn chown_to_postgres(&self, path: &Path) -> Result<(), EmbeddedError> {
+        if let Some((uid, gid)) = self.run_as {
+            std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(io_err(path))?;
+        }
+        Ok(())
+    }
+}
+
+/// Finds the directory holding `initdb` and `pg_ctl`: PATH first, then the newest
+/// `/usr/lib/postgresql/<version>/bin` (Debian keeps server binaries off PATH).
+fn find_bin_dir() -> Option<PathBuf> {
+    let has_tools = |dir: &Path| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file();
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            if has_tools(&dir) {
+                return Some(dir);
+            }
+        }
+    }
+    let mut versions: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let v = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let bin = e.path().join("bin");
+            has_tools(&bin).then_some((v, bin))
+        })
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, bin)| bin)
+}
+
+/// The port of a live postmaster in `pg_dir`, read from its `postmaster.pid`.
+fn running_postmaster(pg_dir: &Path) -> Option<u16> {
+    let text = fs::read_to_string(pg_dir.join("postmaster.pid")).ok()?;
+    let mut lines = text.lines();
+    let pid: u32 = lines.next()?.trim().parse().ok()?;
+    let port: u16 = lines.nth(2)?.trim().parse().ok()?;
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    // A recycled pid that now belongs to another program does not count.
+    String::from_utf8_lossy(&cmdline)
+        .contains("postgres")
+        .then_some(port)
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn is_root() -> bool {
+    // The effective uid of this process, from procfs (no libc needed).
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
+
+fn postgres_user() -> Result<(u32, u32), EmbeddedError> {
+    let passwd = fs::read_to_string("/etc/passwd")
+        .map_err(|e| EmbeddedError::NoPostgresUser(e.to_string()))?;
+    passwd
+        .lines()
+        .find_map(|line| {
+            let f: Vec<&str> = line.split(':').collect();
+            (f.len() > 3 && f[0] == "postgres")
+                .then(|| Some((f[2].parse().ok()?, f[3].parse().ok()?)))
+                .flatten()
+        })
+        .ok_or_else(|| {
+            EmbeddedError::NoPostgresUser(
+                "no `postgres` entry in /etc/passwd (installing the postgresql package creates it)"
+                    .into(),
+            )
+        })
+}
+
+/// Lets the `postgres` user reach the cluster directory inside `dir`: adds only the search (x) bit
+/// for others on `dir` and its ancestors where it lacks (never read or write).
+fn grant_traversal(dir: &Path) -> Result<(), EmbeddedError> {
+    for ancestor in dir.ancestors() {
+        let meta = fs::metadata(ancestor).map_err(io_err(ancestor))?;
+        let mode = meta.permissions().mode();
+        if mode & 0o001 == 0 {
+            tracing::info!(path = %ancestor.display(), "adding o+x so the postgres user can reach the data directory");
+            fs::set_permissions(ancestor, fs::Permissions::from_mode(mode | 0o001))
+                .map_err(io_err(ancestor))?;
+        }
+    }
+    Ok(())
+}
+
+fn random_hex(len: usize) -> String {
+    (0..len)
+        .map(|_| char::from_digit(fastrand::u32(0..16), 16).unwrap_or('0'))
+        .collect()
+}
+
+/// Waits until a TCP connection to the cluster can be made (pg_ctl -w already waits; this covers an
+/// adopted postmaster that is still starting).
+pub async fn wait_until_reachable(port: u16, timeout: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while tokio::time::Instant::now() < deadline {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}

@@ -1,0 +1,214 @@
+//! Wires the server together: database (embedded or given), migrations, engine, HTTP, and a graceful
+//! stop in the reverse order.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+
+use crate::config::Config;
+use crate::engine::maintenance::pruner::PrunerConfig;
+use crate::engine::{Engine, EngineConfig, MIGRATOR};
+use crate::http::{self, state::AppState};
+use crate::postgres::{Durability, EmbeddedPostgres, DATABASE};
+use crate::workers;
+
+/// A failure that stops the server, with what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Embedded(#[from] crate::postgres::EmbeddedError),
+    #[error("cannot connect to PostgreSQL: {0}")]
+    Connect(sqlx::Error),
+    #[error("migrations failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error(transparent)]
+    Engine(#[from] crate::engine::EngineError),
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The database the server uses, and the embedded cluster behind it if any.
+pub struct Database {
+    pub pool: PgPool,
+    pub embedded: Option<EmbeddedPostgres>,
+}
+
+impl Database {
+    /// Connects to `DATABASE_URL`, or starts the embedded cluster; then runs the migrations.
+    pub async fn open(config: &Config) -> Result<Database, StartError> {
+        let (url, embedded) = match &config.database_url {
+            Some(url) => (url.clone(), None),
+            None => {
+                let dir = config.data_dir.clone();
+                let pg = tokio::task::spawn_blocking(move || EmbeddedPostgres::start(&dir, Durability::Durable))
+                    .await
+                    .map_err(|e| StartError::Config(e.to_string()))??;
+                tracing::info!(port = pg.port(), data_dir = %config.data_dir.display(), "embedded PostgreSQL running");
+                (pg.url_for(DATABASE), Some(pg))
+            }
+        };
+        let pool = connect(&url, config.db_pool).await?;
+        MIGRATOR.run(&pool).await?;
+        Ok(Database { pool, embedded })
+    }
+
+    /// Closes the pool and stops the embedded cluster.
+    pub async fn close(self) {
+        self.pool.close().await;
+        if let Some(pg) = self.embedded {
+            if let Err(e) = tokio::task::spawn_blocking(move || pg.stop()).await.unwrap_or(Ok(())) {
+                tracing::error!(error = %e, "stopping the embedded PostgreSQL failed");
+            }
+        }
+    }
+}
+
+/// Opens a pool, waiting up to 30 s for the server to accept connections.
+pub async fn connect(url: &str, max: u32) -> Result<PgPool, StartError> {
+    let mut last = None;
+    for _ in 0..60 {
+        match PgPoolOptions::new()
+            .max_connections(max)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(url)
+            .await
+        {
+            Ok(pool) => return Ok(pool),
+            Err(e @ (sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut)) => {
+                last = Some(e);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(StartError::Connect(e)),
+        }
+    }
+    Err(StartError::Connect(last.unwrap_or(sqlx::Error::PoolTimedOut)))
+}
+
+/// The engine settings from the server configuration.
+pub fn engine_config(config: &Config) -> Result<EngineConfig, StartError> {
+    let mut ec = EngineConfig {
+        queues: config.queue_list().map_err(StartError::Config)?,
+        lease: Duration::from_millis(config.lease_ms),
+        shutdown_grace: Duration::from_secs(config.shutdown_grace_secs),
+        pruner: PrunerConfig {
+            retention: Duration::from_secs(config.retention_hours * 3600),
+            ..PrunerConfig::default()
+        },
+        ..EngineConfig::default()
+    };
+    if let Some(id) = &config.node_id {
+        ec.node_id = id.clone();
+    }
+    ec.heartbeat = (ec.lease / 5).max(Duration::from_millis(100));
+    ec.validate().map_err(StartError::Config)?;
+    Ok(ec)
+}
+
+/// The API token: configured, or generated once and kept in the data directory.
+fn api_token(config: &Config) -> Result<String, StartError> {
+    if let Some(t) = config.api_token.as_deref().filter(|t| !t.is_empty()) {
+        return Ok(t.to_string());
+    }
+    let path = config.data_dir.join("api-token");
+    if let Ok(t) = std::fs::read_to_string(&path) {
+        if !t.trim().is_empty() {
+            return Ok(t.trim().to_string());
+        }
+    }
+    std::fs::create_dir_all(&config.data_dir)?;
+    let token: String = (0..40).map(|_| fastrand::alphanumeric()).collect();
+    std::fs::write(&path, &token)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(token)
+}
+
+/// Where the built site is: `LEPTOS_SITE_ROOT`, else `$CARGO_TARGET_DIR/site` (cargo-leptos's
+/// output with a target dir outside the checkout), else `target/site`.
+fn site_root(config: &Config) -> PathBuf {
+    if let Some(root) = &config.site_root {
+        return root.clone();
+    }
+    if let Ok(dir) = std::env::var("CARGO_TARGET_DIR") {
+        let p = Path::new(&dir).join("site");
+        if p.exists() {
+            return p;
+        }
+    }
+    PathBuf::from("target/site")
+}
+
+/// Runs the server until Ctrl-C or SIGTERM.
+pub async fn serve(config: Config) -> Result<(), StartError> {
+    let db = Database::open(&config).await?;
+    let token = api_token(&config)?;
+    if config.api_token.is_none() {
+        println!(
+            "API token (kept in {}): {token}",
+            config.data_dir.join("api-token").display()
+        );
+    }
+    let engine_config = engine_config(&config)?;
+    let workers = workers::builtin(config.allowed_hosts());
+    let engine = Engine::start(db.pool.clone(), workers, engine_config).await?;
+
+    let site_root = site_root(&config);
+    let leptos_options = leptos::config::LeptosOptions::builder()
+        .output_name("kickoff")
+        .site_root(site_root.to_string_lossy().to_string())
+        .site_pkg_dir("pkg")
+        .site_addr(config.site_addr)
+        .build();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let state = AppState {
+        shutdown: shutdown.clone(),
+        client: engine.client(),
+        pool: db.pool.clone(),
+        events: engine.events(),
+        api_token: Arc::from(token),
+        node_id: Arc::from(engine.node_id()),
+        leptos_options,
+    };
+    let app = http::router(state);
+    let listener = tokio::net::TcpListener::bind(config.site_addr).await?;
+    println!("Kickoff listening on http://{}", listener.local_addr()?);
+    tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            shutdown_signal().await;
+            shutdown.cancel();
+        }
+    });
+    // Open event streams end with the shutdown token, so the graceful stop does not wait on them.
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await;
+    tracing::info!("stopping: engine first, then the database");
+    engine.stop().await;
+    db.close().await;
+    served?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

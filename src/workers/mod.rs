@@ -1,0 +1,15 @@
+//! Job kinds (workers), kept apart from the engine, which knows only the `Worker` trait.
+
+pub mod noop;
+pub mod webhook;
+
+use crate::engine::Workers;
+
+/// The workers every Kickoff server runs.
+pub fn builtin(allowed_webhook_hosts: Vec<String>) -> Workers {
+    let mut workers = Workers::new();
+    workers
+        .register(noop::NoopWorker)
+        .register(webhook::WebhookWorker::new(allowed_webhook_hosts));
+    workers
+}

@@ -1,0 +1,69 @@
+//! `noop`: a job that does nothing, optionally after a pause and after failing a few attempts.
+//! For trying the engine and the dashboard out, and for benchmarks.
+//!
+//! Args (all optional): `sleep_ms` (0 to 600000), `fail_attempts` (fail while the attempt number is
+//! at most this), `message` (the failure's message).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::engine::{BoxFuture, JobContext, WorkError, Worker};
+
+pub const KIND: &str = "noop";
+const MAX_SLEEP_MS: u64 = 600_000;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoopArgs {
+    #[serde(default)]
+    sleep_ms: u64,
+    #[serde(default)]
+    fail_attempts: i32,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+pub struct NoopWorker;
+
+impl Worker for NoopWorker {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn validate(&self, args: &Value) -> Result<(), String> {
+        let a: NoopArgs = serde_json::from_value(args.clone()).map_err(|e| e.to_string())?;
+        if a.sleep_ms > MAX_SLEEP_MS {
+            return Err(format!("sleep_ms: at most {MAX_SLEEP_MS}"));
+        }
+        Ok(())
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(MAX_SLEEP_MS + 10_000)
+    }
+
+    fn backoff(&self, _attempt: i32) -> Duration {
+        // Quick retries: this kind exists to watch retries happen.
+        Duration::from_secs(1)
+    }
+
+    fn work(&self, ctx: JobContext) -> BoxFuture<'_, Result<(), WorkError>> {
+        Box::pin(async move {
+            let a: NoopArgs = ctx.args()?;
+            if a.sleep_ms > 0 {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(a.sleep_ms)) => {}
+                    _ = ctx.cancelled().cancelled() => return Err(WorkError::Cancel("stopped".into())),
+                }
+            }
+            if ctx.job.attempt <= a.fail_attempts {
+                return Err(WorkError::Retryable(
+                    a.message.unwrap_or_else(|| format!("failing on purpose (attempt {})", ctx.job.attempt)),
+                ));
+            }
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,107 @@
+//! Test support: a fresh database per test in the test run's private PostgreSQL cluster, and
+//! helpers to run engines and server processes against it.
+#![allow(dead_code)]
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgPool};
+
+use kickoff::engine::MIGRATOR;
+
+/// A database of its own for one test.
+pub struct TestDb {
+    pub pool: PgPool,
+    pub url: String,
+    pub name: String,
+}
+
+fn admin_url() -> String {
+    std::env::var("KICKOFF_TEST_DATABASE_URL").unwrap_or_else(|_| {
+        panic!(
+            "KICKOFF_TEST_DATABASE_URL is not set: run the tests with scripts/test, which starts a \
+             private PostgreSQL cluster, or point it at a server where the user may create databases"
+        )
+    })
+}
+
+fn migrations_fingerprint() -> String {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for m in MIGRATOR.iter() {
+        for b in m.checksum.iter() {
+            h = (h ^ *b as u64).wrapping_mul(0x100000001b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
+/// Creates a fresh, migrated database (copied from a template made once per migration set).
+pub async fn test_db() -> TestDb {
+    let admin_opts = PgConnectOptions::from_str(&admin_url()).expect("KICKOFF_TEST_DATABASE_URL");
+    let template = format!("kickoff_tpl_{}", migrations_fingerprint());
+    let mut admin = admin_opts.connect().await.expect("connect to the test cluster");
+    // One process makes the template; the others wait on the lock and find it made.
+    sqlx::query("SELECT pg_advisory_lock(7461726)").execute(&mut admin).await.unwrap();
+    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+        .bind(&template)
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    if !exists {
+        sqlx::query(&format!("CREATE DATABASE {template}_tmp")).execute(&mut admin).await.ok();
+        let mut conn = admin_opts
+            .clone()
+            .database(&format!("{template}_tmp"))
+            .connect()
+            .await
+            .unwrap();
+        MIGRATOR.run(&mut conn).await.expect("migrations");
+        conn.close().await.unwrap();
+        sqlx::query(&format!("ALTER DATABASE {template}_tmp RENAME TO {template}"))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+    }
+    sqlx::query("SELECT pg_advisory_unlock(7461726)").execute(&mut admin).await.unwrap();
+    let name = format!("t_{:016x}", fastrand::u64(..));
+    sqlx::query(&format!("CREATE DATABASE {name} TEMPLATE {template}"))
+        .execute(&mut admin)
+        .await
+        .expect("create test database");
+    let opts = admin_opts.database(&name);
+    let url = opts.to_url_lossy().to_string();
+    let pool = PgPoolOptions::new()
+        .max_connections(20)
+        .connect_with(opts)
+        .await
+        .unwrap();
+    TestDb { pool, url, name }
+}
+
+/// Waits for `cond` to hold, polling every 20 ms, for at most `timeout`. Panics with `what`.
+pub async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if cond().await {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The state of a job, read from the table.
+pub async fn state_of(pool: &PgPool, id: kickoff::engine::JobId) -> kickoff::engine::JobState {
+    kickoff::engine::store::jobs::job_get(pool, id)
+        .await
+        .unwrap()
+        .expect("job exists")
+        .state
+}

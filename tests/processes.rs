@@ -1,0 +1,224 @@
+//! What only processes show: a server killed with SIGKILL and restarted loses nothing; several
+//! servers on one database never run a job twice; the embedded PostgreSQL keeps data across a crash.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::routing::post;
+use serde_json::{json, Value};
+
+use common::{test_db, wait_for};
+use kickoff::engine::store::jobs as job_store;
+use kickoff::engine::{JobState, NewJob};
+
+const TOKEN: &str = "process-test-token";
+
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(envs: &[(&str, String)]) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kickoff"));
+        cmd.arg("serve")
+            .env_remove("DATABASE_URL")
+            .env("LEPTOS_SITE_ADDR", "127.0.0.1:0")
+            .env("KICKOFF_API_TOKEN", TOKEN)
+            .env("KICKOFF_LEASE_MS", "1000")
+            .env("KICKOFF_SHUTDOWN_GRACE_SECS", "2")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("start kickoff");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix("Kickoff listening on http://") {
+                    let _ = tx.send(addr.to_string());
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the server should print its address");
+        Server { child, addr }
+    }
+
+    fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    fn terminate(mut self) {
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "graceful stop exits 0, got {status}");
+    }
+
+    async fn post_job(&self, body: Value) -> Value {
+        let res = reqwest::Client::new()
+            .post(format!("http://{}/api/v1/jobs", self.addr))
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(res.status().is_success(), "{}", res.status());
+        res.json().await.unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn count_in(pool: &sqlx::PgPool, state: JobState) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state = $1")
+        .bind(state)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_server_killed_with_sigkill_loses_no_job_after_restart() {
+    let db = test_db().await;
+    let envs = [("DATABASE_URL", db.url.clone())];
+    let server = Server::start(&envs);
+    // 40 jobs that take 3 s (10 of them executing when the kill comes) and 20 due in 2 s.
+    let mut jobs: Vec<NewJob> = (0..40).map(|_| NewJob::new("noop", json!({ "sleep_ms": 3000 }))).collect();
+    jobs.extend((0..20).map(|_| NewJob::new("noop", json!({})).after(Duration::from_secs(2))));
+    job_store::job_insert_many(&db.pool, &jobs).await.unwrap();
+    wait_for("jobs to be executing", Duration::from_secs(10), || async {
+        count_in(&db.pool, JobState::Executing).await == 10
+    })
+    .await;
+    server.kill9();
+    assert_eq!(count_in(&db.pool, JobState::Executing).await, 10, "the dead node's jobs stay claimed");
+
+    let server = Server::start(&envs);
+    wait_for("every job to complete after the restart", Duration::from_secs(90), || async {
+        count_in(&db.pool, JobState::Completed).await == 60
+    })
+    .await;
+    let rescued: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE attempt = 2")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rescued, 10, "the 10 interrupted attempts ran again, once");
+    server.terminate();
+}
+
+/// Receives webhook calls and records, per job, each delivery's start and end.
+#[derive(Clone, Default)]
+struct Receiver {
+    calls: Arc<Mutex<HashMap<i64, Vec<(std::time::Instant, std::time::Instant)>>>>,
+}
+
+async fn receive(State(r): State<Receiver>, headers: HeaderMap) -> &'static str {
+    let id: i64 = headers["x-kickoff-job-id"].to_str().unwrap().parse().unwrap();
+    let start = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    r.calls.lock().unwrap().entry(id).or_default().push((start, std::time::Instant::now()));
+    "ok"
+}
+
+#[tokio::test]
+async fn three_servers_on_one_database_deliver_each_webhook_once() {
+    let db = test_db().await;
+    let receiver = Receiver::default();
+    let app = axum::Router::new().route("/hook", post(receive)).with_state(receiver.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let envs = [
+        ("DATABASE_URL", db.url.clone()),
+        ("KICKOFF_WEBHOOK_ALLOWED_HOSTS", hook.to_string()),
+        ("KICKOFF_QUEUES", "webhooks:5".to_string()),
+    ];
+    let servers: Vec<Server> = (0..3).map(|_| Server::start(&envs)).collect();
+    // Inserted through the three servers' APIs, half of them due in a second.
+    for i in 0..300 {
+        let mut body = json!({
+            "kind": "webhook",
+            "queue": "webhooks",
+            "args": { "url": format!("http://{hook}/hook"), "body": { "i": i } },
+        });
+        if i % 2 == 0 {
+            body["schedule_in_ms"] = json!(1000);
+        }
+        servers[i % 3].post_job(body).await;
+    }
+    wait_for("300 deliveries", Duration::from_secs(60), || async {
+        count_in(&db.pool, JobState::Completed).await == 300
+    })
+    .await;
+    let calls = receiver.calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 300);
+    let twice: Vec<_> = calls.iter().filter(|(_, v)| v.len() > 1).map(|(id, _)| *id).collect();
+    assert!(twice.is_empty(), "delivered more than once: {twice:?}");
+    let nodes: i64 = sqlx::query_scalar("SELECT count(DISTINCT attempted_by) FROM jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(nodes >= 2, "the work was shared between the servers (ran on {nodes})");
+    for s in servers {
+        s.terminate();
+    }
+}
+
+fn temp_data_dir() -> PathBuf {
+    // Under /tmp: the postgres system user must be able to reach it when tests run as root.
+    let dir = Path::new("/tmp").join(format!("kickoff-embedded-test-{:016x}", fastrand::u64(..)));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[tokio::test]
+async fn the_embedded_database_keeps_jobs_across_a_crash() {
+    let dir = temp_data_dir();
+    let envs = [("KICKOFF_DATA_DIR", dir.to_string_lossy().to_string())];
+    let server = Server::start(&envs);
+    let job = server
+        .post_job(json!({ "kind": "noop", "schedule_in_ms": 3000 }))
+        .await;
+    let id = job["job"]["id"].as_i64().unwrap();
+    // A crash: the server dies, its PostgreSQL keeps running (an orphan) or dies with it.
+    server.kill9();
+    let server = Server::start(&envs);
+    let client = reqwest::Client::new();
+    wait_for("the job to complete after the crash", Duration::from_secs(30), || {
+        let client = client.clone();
+        let url = format!("http://{}/api/v1/jobs/{id}", server.addr);
+        async move {
+            let res = client.get(url).bearer_auth(TOKEN).send().await.unwrap();
+            let v: Value = res.json().await.unwrap();
+            v["state"] == "completed"
+        }
+    })
+    .await;
+    server.terminate();
+    // The graceful stop stopped the cluster too.
+    assert!(!dir.join("pg/postmaster.pid").exists(), "PostgreSQL stopped with the server");
+    let _ = std::fs::remove_dir_all(&dir);
+}
