@@ -20,3 +20,11 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$KICKOFF_CACHE/target}"
 export CARGO_PROFILE_RELEASE_LTO="${CARGO_PROFILE_RELEASE_LTO:-off}"
 export CARGO_PROFILE_RELEASE_CODEGEN_UNITS="${CARGO_PROFILE_RELEASE_CODEGEN_UNITS:-16}"
 export PATH="$KICKOFF_CACHE/tools/node_modules/.bin:$PATH"
+# cargo-leptos builds the debug server with these in the environment. Cargo tracks RUSTFLAGS and the
+# variables crates read at compile time, so every other build (tests, checks) sets the same values,
+# or the whole tree would compile a second time. cargo-leptos appends its flag to RUSTFLAGS, so it
+# runs through `leptos_build`, which clears RUSTFLAGS first.
+export RUSTFLAGS="${RUSTFLAGS:---cfg erase_components}"
+export LEPTOS_OUTPUT_NAME=kickoff LEPTOS_SITE_ROOT=target/site LEPTOS_SITE_PKG_DIR=pkg \
+  LEPTOS_RELOAD_PORT=3001 LEPTOS_LIB_DIR=app LEPTOS_BIN_DIR=. LEPTOS_HASH_FILES=false LEPTOS_JS_MINIFY=false
+leptos_build() { env -u RUSTFLAGS cargo leptos build "$@"; }

@@ -14,7 +14,10 @@ use tokio::sync::mpsc;
 use crate::cli::BenchWorkload;
 use crate::config::Config;
 use crate::engine::store::jobs as job_store;
-use crate::engine::{BoxFuture, Engine, EngineConfig, JobContext, JobId, NewJob, WorkError, Worker, Workers, MIGRATOR};
+use crate::engine::{
+    BoxFuture, Engine, EngineConfig, JobContext, JobId, NewJob, WorkError, Worker, Workers,
+    MIGRATOR,
+};
 use crate::postgres::{Durability, EmbeddedPostgres};
 
 const KIND: &str = "bench";
@@ -35,16 +38,22 @@ impl Worker for BenchWorker {
     }
 }
 
-pub async fn run(workload: BenchWorkload, url: Option<String>, config: &Config) -> Result<(), String> {
+pub async fn run(
+    workload: BenchWorkload,
+    url: Option<String>,
+    config: &Config,
+) -> Result<(), String> {
     let mut embedded = None;
     let admin_url = match url.or_else(|| config.database_url.clone()) {
         Some(u) => u,
         None => {
             let dir = config.data_dir.clone();
-            let pg = tokio::task::spawn_blocking(move || EmbeddedPostgres::start(&dir, Durability::Durable))
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?;
+            let pg = tokio::task::spawn_blocking(move || {
+                EmbeddedPostgres::start(&dir, Durability::Durable)
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
             let url = pg.admin_url();
             embedded = Some(pg);
             url
@@ -83,7 +92,10 @@ pub async fn run(workload: BenchWorkload, url: Option<String>, config: &Config) 
     Ok(())
 }
 
-fn workers() -> (Workers, mpsc::UnboundedReceiver<(JobId, DateTime<Utc>, DateTime<Utc>)>) {
+fn workers() -> (
+    Workers,
+    mpsc::UnboundedReceiver<(JobId, DateTime<Utc>, DateTime<Utc>)>,
+) {
     let (tx, rx) = mpsc::unbounded_channel();
     let mut w = Workers::new();
     w.register(BenchWorker { started: tx });
@@ -99,10 +111,14 @@ fn engine_config(concurrency: usize) -> EngineConfig {
 
 async fn throughput(pool: &PgPool) -> Result<Value, String> {
     const N: usize = 20_000;
-    let jobs: Vec<NewJob> = (0..N).map(|i| NewJob::new(KIND, json!({ "i": i }))).collect();
+    let jobs: Vec<NewJob> = (0..N)
+        .map(|i| NewJob::new(KIND, json!({ "i": i })))
+        .collect();
     let t = Instant::now();
     for chunk in jobs.chunks(5_000) {
-        job_store::job_insert_many(pool, chunk).await.map_err(|e| e.to_string())?;
+        job_store::job_insert_many(pool, chunk)
+            .await
+            .map_err(|e| e.to_string())?;
     }
     let insert_s = t.elapsed().as_secs_f64();
 
@@ -115,7 +131,11 @@ async fn throughput(pool: &PgPool) -> Result<Value, String> {
     while seen < N {
         match tokio::time::timeout(Duration::from_secs(60), rx.recv()).await {
             Ok(Some(_)) => seen += 1,
-            _ => return Err(format!("only {seen} of {N} jobs started within the time limit")),
+            _ => {
+                return Err(format!(
+                    "only {seen} of {N} jobs started within the time limit"
+                ))
+            }
         }
     }
     // Every handler ran; wait for the last completions to be written.
@@ -175,7 +195,10 @@ async fn latency(pool: &PgPool) -> Result<Value, String> {
         .iter()
         .map(|(id, at)| (*at - inserted_at[id]).num_microseconds().unwrap_or(0) as f64 / 1000.0)
         .collect();
-    Ok(with_percentiles(json!({ "bench": "latency", "jobs": N }), samples))
+    Ok(with_percentiles(
+        json!({ "bench": "latency", "jobs": N }),
+        samples,
+    ))
 }
 
 async fn scheduled(pool: &PgPool) -> Result<Value, String> {
@@ -197,7 +220,9 @@ async fn scheduled(pool: &PgPool) -> Result<Value, String> {
             NewJob::new(KIND, json!({ "i": i })).at(at)
         })
         .collect();
-    job_store::job_insert_many(pool, &jobs).await.map_err(|e| e.to_string())?;
+    job_store::job_insert_many(pool, &jobs)
+        .await
+        .map_err(|e| e.to_string())?;
     let mut samples = Vec::with_capacity(N);
     while samples.len() < N {
         match tokio::time::timeout(Duration::from_secs(30), rx.recv()).await {

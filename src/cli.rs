@@ -8,7 +8,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::config::Config;
 
 #[derive(Debug, Parser)]
-#[command(name = "kickoff", version, about = "A durable PostgreSQL job scheduler with an operator dashboard")]
+#[command(
+    name = "kickoff",
+    version,
+    about = "A durable PostgreSQL job scheduler with an operator dashboard"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -22,6 +26,8 @@ pub enum Command {
     Serve,
     /// Apply the database migrations and exit.
     Migrate,
+    /// Fill the database with a living fixture list (questions, predictions, jobs).
+    Demo,
     /// Measure the engine; prints one JSON line.
     Bench {
         #[arg(value_enum)]

@@ -30,7 +30,12 @@ pub struct Config {
     pub api_token: Option<String>,
 
     /// Hosts (`host` or `host:port`, comma-separated) that webhook jobs may call. Default: none.
-    #[arg(long, env = "KICKOFF_WEBHOOK_ALLOWED_HOSTS", value_delimiter = ',', default_value = "")]
+    #[arg(
+        long,
+        env = "KICKOFF_WEBHOOK_ALLOWED_HOSTS",
+        value_delimiter = ',',
+        default_value = ""
+    )]
     pub webhook_allowed_hosts: Vec<String>,
 
     /// Queues this node runs, as `name:concurrency` (comma-separated).
@@ -110,7 +115,11 @@ mod tests {
         let w = Wrap::parse_from(["x", "--queues", "default:5,hooks:2,plain"]);
         assert_eq!(
             w.config.queue_list().unwrap(),
-            vec![("default".into(), 5), ("hooks".into(), 2), ("plain".into(), 10)]
+            vec![
+                ("default".into(), 5),
+                ("hooks".into(), 2),
+                ("plain".into(), 10)
+            ]
         );
         let w = Wrap::parse_from(["x", "--queues", "default:many"]);
         assert!(w.config.queue_list().is_err());

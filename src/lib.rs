@@ -8,9 +8,11 @@
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod engine;
 pub mod http;
 pub mod logging;
 pub mod postgres;
+pub mod questions;
 pub mod server;
 pub mod workers;

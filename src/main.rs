@@ -18,9 +18,18 @@ async fn main() -> std::process::ExitCode {
             .map_err(|e| e.to_string())
             .map(|db| tokio::spawn(db.close()))
             .map(|_| ()),
+        Command::Demo => kickoff::demo::run(&cli.config).await,
         Command::Bench { workload, url } => bench::run(workload, url, &cli.config).await,
-        Command::Postgres { action, dir, throwaway } => {
-            let durability = if throwaway { Durability::Throwaway } else { Durability::Durable };
+        Command::Postgres {
+            action,
+            dir,
+            throwaway,
+        } => {
+            let durability = if throwaway {
+                Durability::Throwaway
+            } else {
+                Durability::Durable
+            };
             tokio::task::spawn_blocking(move || {
                 let pg = EmbeddedPostgres::start(&dir, durability).map_err(|e| e.to_string())?;
                 match action {

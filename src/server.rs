@@ -45,9 +45,11 @@ impl Database {
             Some(url) => (url.clone(), None),
             None => {
                 let dir = config.data_dir.clone();
-                let pg = tokio::task::spawn_blocking(move || EmbeddedPostgres::start(&dir, Durability::Durable))
-                    .await
-                    .map_err(|e| StartError::Config(e.to_string()))??;
+                let pg = tokio::task::spawn_blocking(move || {
+                    EmbeddedPostgres::start(&dir, Durability::Durable)
+                })
+                .await
+                .map_err(|e| StartError::Config(e.to_string()))??;
                 tracing::info!(port = pg.port(), data_dir = %config.data_dir.display(), "embedded PostgreSQL running");
                 (pg.url_for(DATABASE), Some(pg))
             }
@@ -61,7 +63,10 @@ impl Database {
     pub async fn close(self) {
         self.pool.close().await;
         if let Some(pg) = self.embedded {
-            if let Err(e) = tokio::task::spawn_blocking(move || pg.stop()).await.unwrap_or(Ok(())) {
+            if let Err(e) = tokio::task::spawn_blocking(move || pg.stop())
+                .await
+                .unwrap_or(Ok(()))
+            {
                 tracing::error!(error = %e, "stopping the embedded PostgreSQL failed");
             }
         }
@@ -86,7 +91,9 @@ pub async fn connect(url: &str, max: u32) -> Result<PgPool, StartError> {
             Err(e) => return Err(StartError::Connect(e)),
         }
     }
-    Err(StartError::Connect(last.unwrap_or(sqlx::Error::PoolTimedOut)))
+    Err(StartError::Connect(
+        last.unwrap_or(sqlx::Error::PoolTimedOut),
+    ))
 }
 
 /// The engine settings from the server configuration.
@@ -168,6 +175,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     let state = AppState {
         shutdown: shutdown.clone(),
         client: engine.client(),
+        questions: crate::questions::QuestionService::new(engine.client()),
         pool: db.pool.clone(),
         events: engine.events(),
         api_token: Arc::from(token),

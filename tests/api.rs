@@ -27,13 +27,17 @@ async fn api() -> Api {
     let db = test_db().await;
     let workers = kickoff::workers::builtin(vec!["127.0.0.1:9".into(), "hooks.example.com".into()]);
     let (events, _) = tokio::sync::broadcast::channel(16);
+    let client = Client::new(db.pool.clone(), Arc::new(workers));
     let state = AppState {
-        client: Client::new(db.pool.clone(), Arc::new(workers)),
+        questions: kickoff::questions::QuestionService::new(client.clone()),
+        client,
         pool: db.pool.clone(),
         events,
         api_token: Arc::from(TOKEN),
         node_id: Arc::from("test"),
-        leptos_options: leptos::config::LeptosOptions::builder().output_name("kickoff").build(),
+        leptos_options: leptos::config::LeptosOptions::builder()
+            .output_name("kickoff")
+            .build(),
         shutdown: tokio_util::sync::CancellationToken::new(),
     };
     Api {
@@ -44,7 +48,8 @@ async fn api() -> Api {
 
 impl Api {
     async fn call(&self, method: Method, path: &str, body: Option<&str>) -> (StatusCode, Value) {
-        self.call_with(method, path, body, Some(TOKEN), "application/json").await
+        self.call_with(method, path, body, Some(TOKEN), "application/json")
+            .await
     }
 
     async fn call_with(
@@ -63,7 +68,10 @@ impl Api {
             req = req.header(header::CONTENT_TYPE, content_type);
         }
         let req = req
-            .body(body.map(|b| Body::from(b.to_string())).unwrap_or_else(Body::empty))
+            .body(
+                body.map(|b| Body::from(b.to_string()))
+                    .unwrap_or_else(Body::empty),
+            )
             .unwrap();
         let res = self.app.clone().oneshot(req).await.unwrap();
         let status = res.status();
@@ -73,48 +81,85 @@ impl Api {
     }
 
     async fn job_count(&self) -> i64 {
-        sqlx::query_scalar("SELECT count(*) FROM jobs").fetch_one(&self.pool).await.unwrap()
+        sqlx::query_scalar("SELECT count(*) FROM jobs")
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
     }
 }
 
 fn assert_error(status: StatusCode, body: &Value, want: StatusCode, code: &str) {
     assert_eq!(status, want, "body: {body}");
     assert_eq!(body["error"]["code"], code, "body: {body}");
-    assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "body: {body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "body: {body}"
+    );
 }
 
 #[tokio::test]
 async fn creates_lists_gets_and_acts_on_jobs() {
     let api = api().await;
     let (s, b) = api
-        .call(Method::POST, "/api/v1/jobs", Some(r#"{"kind":"noop","args":{},"schedule_in_ms":60000,"tags":["a"]}"#))
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(r#"{"kind":"noop","args":{},"schedule_in_ms":60000,"tags":["a"]}"#),
+        )
         .await;
     assert_eq!(s, StatusCode::CREATED, "{b}");
     assert_eq!(b["job"]["state"], "scheduled");
     assert_eq!(b["existing"], false);
     let id = b["job"]["id"].as_i64().unwrap();
 
-    let (s, b) = api.call(Method::GET, &format!("/api/v1/jobs/{id}"), None).await;
+    let (s, b) = api
+        .call(Method::GET, &format!("/api/v1/jobs/{id}"), None)
+        .await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(b["kind"], "noop");
     assert_eq!(b["errors"], json!([]));
 
-    let (s, b) = api.call(Method::GET, "/api/v1/jobs?state=scheduled&limit=10", None).await;
+    let (s, b) = api
+        .call(Method::GET, "/api/v1/jobs?state=scheduled&limit=10", None)
+        .await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(b["jobs"].as_array().unwrap().len(), 1);
 
-    let (s, b) = api.call(Method::POST, &format!("/api/v1/jobs/{id}/run-now"), None).await;
-    assert_eq!((s, b["state"].as_str()), (StatusCode::OK, Some("available")));
-    let (s, b) = api.call(Method::POST, &format!("/api/v1/jobs/{id}/cancel"), None).await;
-    assert_eq!((s, b["state"].as_str()), (StatusCode::OK, Some("cancelled")));
+    let (s, b) = api
+        .call(Method::POST, &format!("/api/v1/jobs/{id}/run-now"), None)
+        .await;
+    assert_eq!(
+        (s, b["state"].as_str()),
+        (StatusCode::OK, Some("available"))
+    );
+    let (s, b) = api
+        .call(Method::POST, &format!("/api/v1/jobs/{id}/cancel"), None)
+        .await;
+    assert_eq!(
+        (s, b["state"].as_str()),
+        (StatusCode::OK, Some("cancelled"))
+    );
     // A double cancel is a conflict.
-    let (s, b) = api.call(Method::POST, &format!("/api/v1/jobs/{id}/cancel"), None).await;
+    let (s, b) = api
+        .call(Method::POST, &format!("/api/v1/jobs/{id}/cancel"), None)
+        .await;
     assert_error(s, &b, StatusCode::CONFLICT, "conflict");
-    let (s, b) = api.call(Method::POST, &format!("/api/v1/jobs/{id}/retry"), None).await;
-    assert_eq!((s, b["state"].as_str()), (StatusCode::OK, Some("available")));
-    let (s, _) = api.call(Method::DELETE, &format!("/api/v1/jobs/{id}"), None).await;
+    let (s, b) = api
+        .call(Method::POST, &format!("/api/v1/jobs/{id}/retry"), None)
+        .await;
+    assert_eq!(
+        (s, b["state"].as_str()),
+        (StatusCode::OK, Some("available"))
+    );
+    let (s, _) = api
+        .call(Method::DELETE, &format!("/api/v1/jobs/{id}"), None)
+        .await;
     assert_eq!(s, StatusCode::NO_CONTENT);
-    let (s, b) = api.call(Method::GET, &format!("/api/v1/jobs/{id}"), None).await;
+    let (s, b) = api
+        .call(Method::GET, &format!("/api/v1/jobs/{id}"), None)
+        .await;
     assert_error(s, &b, StatusCode::NOT_FOUND, "not_found");
 
     let (s, b) = api.call(Method::GET, "/api/v1/stats", None).await;
@@ -143,7 +188,13 @@ async fn requests_without_a_valid_token_are_refused() {
             .await;
         assert_error(s, &b, StatusCode::UNAUTHORIZED, "unauthorized");
         let (s, b) = api
-            .call_with(Method::POST, "/api/v1/jobs", Some(r#"{"kind":"noop"}"#), token, "application/json")
+            .call_with(
+                Method::POST,
+                "/api/v1/jobs",
+                Some(r#"{"kind":"noop"}"#),
+                token,
+                "application/json",
+            )
             .await;
         assert_error(s, &b, StatusCode::UNAUTHORIZED, "unauthorized");
     }
@@ -157,39 +208,119 @@ async fn bad_job_input_gets_a_clear_error_and_stores_nothing() {
     let past = (chrono::Utc::now() - chrono::Duration::days(3)).to_rfc3339();
     let big = "x".repeat(300 * 1024);
     let cases: Vec<(String, StatusCode, &str)> = vec![
-        ("{not json".into(), StatusCode::BAD_REQUEST, "malformed_json"),
+        (
+            "{not json".into(),
+            StatusCode::BAD_REQUEST,
+            "malformed_json",
+        ),
         ("".into(), StatusCode::BAD_REQUEST, "malformed_json"),
         ("[]".into(), StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
-        (r#"{"args":{}}"#.into(), StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
-        (r#"{"kind":"nope"}"#.into(), StatusCode::UNPROCESSABLE_ENTITY, "unknown_kind"),
-        (r#"{"kind":"noop","args":[1]}"#.into(), StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
-        (r#"{"kind":"noop","args":{"sleep_ms":"x"}}"#.into(), StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
-        (r#"{"kind":"noop","bogus":1}"#.into(), StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
-        (r#"{"kind":"noop","queue":"Bad Queue!"}"#.into(), StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
-        (r#"{"kind":"noop","priority":42}"#.into(), StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
-        (r#"{"kind":"noop","priority":99999999}"#.into(), StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
-        (r#"{"kind":"noop","max_attempts":0}"#.into(), StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
-        (r#"{"kind":"noop","schedule_in_ms":-5}"#.into(), StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
-        (r#"{"kind":"noop","scheduled_at":"tomorrow"}"#.into(), StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
-        (format!(r#"{{"kind":"noop","scheduled_at":"{far}"}}"#), StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
-        (format!(r#"{{"kind":"noop","scheduled_at":"{past}"}}"#), StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
+        (
+            r#"{"args":{}}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            r#"{"kind":"nope"}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown_kind",
+        ),
+        (
+            r#"{"kind":"noop","args":[1]}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            r#"{"kind":"noop","args":{"sleep_ms":"x"}}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            r#"{"kind":"noop","bogus":1}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            r#"{"kind":"noop","queue":"Bad Queue!"}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            r#"{"kind":"noop","priority":42}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            r#"{"kind":"noop","priority":99999999}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            r#"{"kind":"noop","max_attempts":0}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            r#"{"kind":"noop","schedule_in_ms":-5}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            r#"{"kind":"noop","scheduled_at":"tomorrow"}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            format!(r#"{{"kind":"noop","scheduled_at":"{far}"}}"#),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            format!(r#"{{"kind":"noop","scheduled_at":"{past}"}}"#),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
         (
             format!(r#"{{"kind":"noop","scheduled_at":"{past}","schedule_in_ms":5}}"#),
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid",
         ),
-        (r#"{"kind":"noop","unique_key":""}"#.into(), StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
-        (format!(r#"{{"kind":"noop","args":{{"pad":"{big}"}}}}"#), StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
         (
-            format!(r#"{{"kind":"noop","args":{{"pad":"{}"}}}}"#, "y".repeat(2 * 1024 * 1024)),
+            r#"{"kind":"noop","unique_key":""}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            format!(r#"{{"kind":"noop","args":{{"pad":"{big}"}}}}"#),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            format!(
+                r#"{{"kind":"noop","args":{{"pad":"{}"}}}}"#,
+                "y".repeat(2 * 1024 * 1024)
+            ),
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
         ),
-        (r#"{"kind":"webhook","args":{"url":"http://10.0.0.1/x"}}"#.into(), StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
-        (r#"{"kind":"webhook","args":{"url":"ftp://hooks.example.com/"}}"#.into(), StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
-        (r#"{"kind":"webhook","args":{}}"#.into(), StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
         (
-            r#"{"kind":"webhook","args":{"url":"https://hooks.example.com/a","timeout_ms":0}}"#.into(),
+            r#"{"kind":"webhook","args":{"url":"http://10.0.0.1/x"}}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            r#"{"kind":"webhook","args":{"url":"ftp://hooks.example.com/"}}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            r#"{"kind":"webhook","args":{}}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            r#"{"kind":"webhook","args":{"url":"https://hooks.example.com/a","timeout_ms":0}}"#
+                .into(),
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid",
         ),
@@ -201,13 +332,28 @@ async fn bad_job_input_gets_a_clear_error_and_stores_nothing() {
         assert_eq!(b["error"]["code"], code, "body {shown}: {b}");
     }
     let (s, b) = api
-        .call_with(Method::POST, "/api/v1/jobs", Some(r#"{"kind":"noop"}"#), Some(TOKEN), "text/plain")
+        .call_with(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(r#"{"kind":"noop"}"#),
+            Some(TOKEN),
+            "text/plain",
+        )
         .await;
-    assert_error(s, &b, StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type");
+    assert_error(
+        s,
+        &b,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+    );
     assert_eq!(api.job_count().await, 0, "nothing half-written");
     // The allowed webhook host is accepted.
     let (s, b) = api
-        .call(Method::POST, "/api/v1/jobs", Some(r#"{"kind":"webhook","args":{"url":"https://hooks.example.com/a"}}"#))
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(r#"{"kind":"webhook","args":{"url":"https://hooks.example.com/a"}}"#),
+        )
         .await;
     assert_eq!(s, StatusCode::CREATED, "{b}");
 }
@@ -215,26 +361,41 @@ async fn bad_job_input_gets_a_clear_error_and_stores_nothing() {
 #[tokio::test]
 async fn unknown_ids_and_bad_paths_and_queries_are_clear_errors() {
     let api = api().await;
-    for path in ["/api/v1/jobs/999999", "/api/v1/jobs/abc", "/api/v1/jobs/-1", "/api/v1/jobs/99999999999999999999"] {
+    for path in [
+        "/api/v1/jobs/999999",
+        "/api/v1/jobs/abc",
+        "/api/v1/jobs/-1",
+        "/api/v1/jobs/99999999999999999999",
+    ] {
         let (s, b) = api.call(Method::GET, path, None).await;
         assert_error(s, &b, StatusCode::NOT_FOUND, "not_found");
         for action in ["cancel", "retry", "run-now"] {
-            let (s, b) = api.call(Method::POST, &format!("{path}/{action}"), None).await;
+            let (s, b) = api
+                .call(Method::POST, &format!("{path}/{action}"), None)
+                .await;
             assert_error(s, &b, StatusCode::NOT_FOUND, "not_found");
         }
         let (s, b) = api.call(Method::DELETE, path, None).await;
         assert_error(s, &b, StatusCode::NOT_FOUND, "not_found");
     }
-    let (s, b) = api.call(Method::GET, "/api/v1/jobs?state=bogus", None).await;
+    let (s, b) = api
+        .call(Method::GET, "/api/v1/jobs?state=bogus", None)
+        .await;
     assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
-    let (s, b) = api.call(Method::GET, "/api/v1/jobs?limit=100000", None).await;
+    let (s, b) = api
+        .call(Method::GET, "/api/v1/jobs?limit=100000", None)
+        .await;
     assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
     let (s, b) = api.call(Method::GET, "/api/v1/jobs?limit=ten", None).await;
     assert_error(s, &b, StatusCode::BAD_REQUEST, "bad_query");
     let (s, b) = api.call(Method::GET, "/api/v1/nothing-here", None).await;
     assert_error(s, &b, StatusCode::NOT_FOUND, "not_found");
     let (s, b) = api
-        .call(Method::POST, "/api/v1/jobs/1/reschedule", Some(r#"{"scheduled_at":"never"}"#))
+        .call(
+            Method::POST,
+            "/api/v1/jobs/1/reschedule",
+            Some(r#"{"scheduled_at":"never"}"#),
+        )
         .await;
     assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
 }
@@ -242,16 +403,31 @@ async fn unknown_ids_and_bad_paths_and_queries_are_clear_errors() {
 #[tokio::test]
 async fn actions_that_the_state_forbids_are_conflicts() {
     let api = api().await;
-    let (_, b) = api.call(Method::POST, "/api/v1/jobs", Some(r#"{"kind":"noop","schedule_in_ms":60000}"#)).await;
+    let (_, b) = api
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(r#"{"kind":"noop","schedule_in_ms":60000}"#),
+        )
+        .await;
     let id = b["job"]["id"].as_i64().unwrap();
-    let (s, b) = api.call(Method::POST, &format!("/api/v1/jobs/{id}/retry"), None).await;
+    let (s, b) = api
+        .call(Method::POST, &format!("/api/v1/jobs/{id}/retry"), None)
+        .await;
     assert_error(s, &b, StatusCode::CONFLICT, "conflict");
-    api.call(Method::POST, &format!("/api/v1/jobs/{id}/cancel"), None).await;
-    let (s, b) = api.call(Method::POST, &format!("/api/v1/jobs/{id}/run-now"), None).await;
+    api.call(Method::POST, &format!("/api/v1/jobs/{id}/cancel"), None)
+        .await;
+    let (s, b) = api
+        .call(Method::POST, &format!("/api/v1/jobs/{id}/run-now"), None)
+        .await;
     assert_error(s, &b, StatusCode::CONFLICT, "conflict");
     let at = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
     let (s, b) = api
-        .call(Method::POST, &format!("/api/v1/jobs/{id}/reschedule"), Some(&format!(r#"{{"scheduled_at":"{at}"}}"#)))
+        .call(
+            Method::POST,
+            &format!("/api/v1/jobs/{id}/reschedule"),
+            Some(&format!(r#"{{"scheduled_at":"{at}"}}"#)),
+        )
         .await;
     assert_error(s, &b, StatusCode::CONFLICT, "conflict");
 }
@@ -259,19 +435,37 @@ async fn actions_that_the_state_forbids_are_conflicts() {
 #[tokio::test]
 async fn queues_pause_resume_and_validate() {
     let api = api().await;
-    let (s, b) = api.call(Method::POST, "/api/v1/queues/default/pause", None).await;
+    let (s, b) = api
+        .call(Method::POST, "/api/v1/queues/default/pause", None)
+        .await;
     assert_eq!((s, b["paused"].as_bool()), (StatusCode::OK, Some(true)));
     let (s, b) = api.call(Method::GET, "/api/v1/queues", None).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(b[0]["name"], "default");
     assert_eq!(b[0]["paused"], true);
-    let (s, b) = api.call(Method::POST, "/api/v1/queues/default/resume", None).await;
+    let (s, b) = api
+        .call(Method::POST, "/api/v1/queues/default/resume", None)
+        .await;
     assert_eq!((s, b["paused"].as_bool()), (StatusCode::OK, Some(false)));
-    let (s, b) = api.call(Method::POST, "/api/v1/queues/Not%20A%20Queue/pause", None).await;
+    let (s, b) = api
+        .call(Method::POST, "/api/v1/queues/Not%20A%20Queue/pause", None)
+        .await;
     assert_error(s, &b, StatusCode::NOT_FOUND, "not_found");
-    let (s, b) = api.call(Method::PATCH, "/api/v1/queues/default", Some(r#"{"concurrency":0}"#)).await;
+    let (s, b) = api
+        .call(
+            Method::PATCH,
+            "/api/v1/queues/default",
+            Some(r#"{"concurrency":0}"#),
+        )
+        .await;
     assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
-    let (s, b) = api.call(Method::PATCH, "/api/v1/queues/default", Some(r#"{"concurrency":4}"#)).await;
+    let (s, b) = api
+        .call(
+            Method::PATCH,
+            "/api/v1/queues/default",
+            Some(r#"{"concurrency":4}"#),
+        )
+        .await;
     assert_eq!((s, b["concurrency"].as_i64()), (StatusCode::OK, Some(4)));
 }
 

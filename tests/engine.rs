@@ -15,8 +15,8 @@ use common::{state_of, test_db, wait_for};
 use kickoff::engine::maintenance::rescuer::{JobRescuer, RescuerConfig};
 use kickoff::engine::store::jobs as job_store;
 use kickoff::engine::{
-    BoxFuture, Engine, EngineConfig, JobContext, JobId, JobState, NewJob, OnConflict, WorkError, Worker,
-    Workers,
+    BoxFuture, Engine, EngineConfig, JobContext, JobId, JobState, NewJob, OnConflict, WorkError,
+    Worker, Workers,
 };
 
 /// What a probe attempt reports when it starts.
@@ -47,7 +47,7 @@ impl Worker for Probe {
         "probe"
     }
     fn timeout(&self) -> Duration {
-        Duration::from_secs(2)
+        Duration::from_secs(3)
     }
     fn backoff(&self, _attempt: i32) -> Duration {
         Duration::from_millis(100)
@@ -68,7 +68,9 @@ impl Worker for Probe {
                 "fatal" => Err(WorkError::Fatal("no way".into())),
                 "panic" => panic!("handler panicked on purpose"),
                 "cancel" => Err(WorkError::Cancel("not needed".into())),
-                "snooze" if ctx.job.attempt == 1 => Err(WorkError::Snooze(Duration::from_millis(200))),
+                "snooze" if ctx.job.attempt == 1 => {
+                    Err(WorkError::Snooze(Duration::from_millis(200)))
+                }
                 "hang" => {
                     ctx.cancelled().cancelled().await;
                     Err(WorkError::Retryable("stopped".into()))
@@ -121,9 +123,11 @@ async fn next_start(rx: &mut mpsc::UnboundedReceiver<Started>) -> Started {
 }
 
 async fn wait_state(pool: &sqlx::PgPool, id: JobId, want: JobState) {
-    wait_for(&format!("job {id} to be {want:?}"), Duration::from_secs(15), || async {
-        state_of(pool, id).await == want
-    })
+    wait_for(
+        &format!("job {id} to be {want:?}"),
+        Duration::from_secs(15),
+        || async { state_of(pool, id).await == want },
+    )
     .await;
 }
 
@@ -131,7 +135,9 @@ async fn wait_state(pool: &sqlx::PgPool, id: JobId, want: JobState) {
 async fn runs_an_immediate_job_and_completes_it() {
     let db = test_db().await;
     let (workers, mut rx) = probe_workers();
-    let engine = Engine::start(db.pool.clone(), workers, config()).await.unwrap();
+    let engine = Engine::start(db.pool.clone(), workers, config())
+        .await
+        .unwrap();
     let job = engine.client().insert(&probe("ok")).await.unwrap().job;
     assert_eq!(job.state, JobState::Available);
     let s = next_start(&mut rx).await;
@@ -147,7 +153,9 @@ async fn runs_an_immediate_job_and_completes_it() {
 async fn fires_scheduled_jobs_at_their_time_never_before() {
     let db = test_db().await;
     let (workers, mut rx) = probe_workers();
-    let engine = Engine::start(db.pool.clone(), workers, config()).await.unwrap();
+    let engine = Engine::start(db.pool.clone(), workers, config())
+        .await
+        .unwrap();
     let client = engine.client();
     let mut ids = Vec::new();
     for ms in [300u64, 600, 900] {
@@ -176,9 +184,16 @@ async fn fires_scheduled_jobs_at_their_time_never_before() {
 async fn a_job_scheduled_in_the_past_runs_at_once() {
     let db = test_db().await;
     let (workers, mut rx) = probe_workers();
-    let engine = Engine::start(db.pool.clone(), workers, config()).await.unwrap();
+    let engine = Engine::start(db.pool.clone(), workers, config())
+        .await
+        .unwrap();
     let at = Utc::now() - chrono::Duration::minutes(5);
-    let j = engine.client().insert(&probe("ok").at(at)).await.unwrap().job;
+    let j = engine
+        .client()
+        .insert(&probe("ok").at(at))
+        .await
+        .unwrap()
+        .job;
     assert_eq!(j.state, JobState::Available);
     assert_eq!(next_start(&mut rx).await.id, j.id);
     engine.stop().await;
@@ -188,7 +203,9 @@ async fn a_job_scheduled_in_the_past_runs_at_once() {
 async fn retries_with_backoff_then_discards_after_max_attempts() {
     let db = test_db().await;
     let (workers, mut rx) = probe_workers();
-    let engine = Engine::start(db.pool.clone(), workers, config()).await.unwrap();
+    let engine = Engine::start(db.pool.clone(), workers, config())
+        .await
+        .unwrap();
     let j = engine
         .client()
         .insert(&probe("fail").with_max_attempts(3))
@@ -199,7 +216,10 @@ async fn retries_with_backoff_then_discards_after_max_attempts() {
     for _ in 0..3 {
         starts.push(next_start(&mut rx).await);
     }
-    assert_eq!(starts.iter().map(|s| s.attempt).collect::<Vec<_>>(), vec![1, 2, 3]);
+    assert_eq!(
+        starts.iter().map(|s| s.attempt).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
     // Each retry waited for its backoff (100 ms in this worker).
     for w in starts.windows(2) {
         assert!(w[1].at - w[0].at >= chrono::Duration::milliseconds(90));
@@ -216,10 +236,15 @@ async fn retries_with_backoff_then_discards_after_max_attempts() {
 async fn a_failure_then_success_completes_on_retry() {
     let db = test_db().await;
     let (workers, mut rx) = probe_workers();
-    let engine = Engine::start(db.pool.clone(), workers, config()).await.unwrap();
+    let engine = Engine::start(db.pool.clone(), workers, config())
+        .await
+        .unwrap();
     let j = engine
         .client()
-        .insert(&NewJob::new("probe", json!({"mode": "fail", "fail_attempts": 1})))
+        .insert(&NewJob::new(
+            "probe",
+            json!({"mode": "fail", "fail_attempts": 1}),
+        ))
         .await
         .unwrap()
         .job;
@@ -234,14 +259,22 @@ async fn a_failure_then_success_completes_on_retry() {
 async fn a_panicking_handler_fails_only_its_own_job() {
     let db = test_db().await;
     let (workers, _rx) = probe_workers();
-    let engine = Engine::start(db.pool.clone(), workers, config()).await.unwrap();
+    let engine = Engine::start(db.pool.clone(), workers, config())
+        .await
+        .unwrap();
     let client = engine.client();
-    let bad = client.insert(&probe("panic").with_max_attempts(1)).await.unwrap().job;
+    let bad = client
+        .insert(&probe("panic").with_max_attempts(1))
+        .await
+        .unwrap()
+        .job;
     let good = client.insert(&probe("ok")).await.unwrap().job;
     wait_state(&db.pool, bad.id, JobState::Discarded).await;
     wait_state(&db.pool, good.id, JobState::Completed).await;
     let bad = client.get(bad.id).await.unwrap();
-    assert!(bad.errors[0].message.contains("panicked: handler panicked on purpose"));
+    assert!(bad.errors[0]
+        .message
+        .contains("panicked: handler panicked on purpose"));
     engine.stop().await;
 }
 
@@ -249,11 +282,17 @@ async fn a_panicking_handler_fails_only_its_own_job() {
 async fn fatal_cancel_and_snooze_outcomes_move_the_job_as_asked() {
     let db = test_db().await;
     let (workers, _rx) = probe_workers();
-    let engine = Engine::start(db.pool.clone(), workers, config()).await.unwrap();
+    let engine = Engine::start(db.pool.clone(), workers, config())
+        .await
+        .unwrap();
     let client = engine.client();
     let fatal = client.insert(&probe("fatal")).await.unwrap().job;
     let cancel = client.insert(&probe("cancel")).await.unwrap().job;
-    let snooze = client.insert(&probe("snooze").with_max_attempts(1)).await.unwrap().job;
+    let snooze = client
+        .insert(&probe("snooze").with_max_attempts(1))
+        .await
+        .unwrap()
+        .job;
     wait_state(&db.pool, fatal.id, JobState::Discarded).await;
     wait_state(&db.pool, cancel.id, JobState::Cancelled).await;
     // Snoozed once (without spending its only attempt), then completed.
@@ -268,7 +307,9 @@ async fn fatal_cancel_and_snooze_outcomes_move_the_job_as_asked() {
 async fn a_handler_over_its_timeout_fails_the_attempt() {
     let db = test_db().await;
     let (workers, _rx) = probe_workers();
-    let engine = Engine::start(db.pool.clone(), workers, config()).await.unwrap();
+    let engine = Engine::start(db.pool.clone(), workers, config())
+        .await
+        .unwrap();
     let j = engine
         .client()
         .insert(&probe("hang").with_max_attempts(1))
@@ -277,7 +318,11 @@ async fn a_handler_over_its_timeout_fails_the_attempt() {
         .job;
     wait_state(&db.pool, j.id, JobState::Discarded).await;
     let job = engine.client().get(j.id).await.unwrap();
-    assert!(job.errors[0].message.contains("timed out after 2000 ms"), "{:?}", job.errors);
+    assert!(
+        job.errors[0].message.contains("timed out after 3000 ms"),
+        "{:?}",
+        job.errors
+    );
     engine.stop().await;
 }
 
@@ -285,10 +330,20 @@ async fn a_handler_over_its_timeout_fails_the_attempt() {
 async fn cancel_of_a_scheduled_job_means_it_never_runs() {
     let db = test_db().await;
     let (workers, mut rx) = probe_workers();
-    let engine = Engine::start(db.pool.clone(), workers, config()).await.unwrap();
+    let engine = Engine::start(db.pool.clone(), workers, config())
+        .await
+        .unwrap();
     let client = engine.client();
-    let doomed = client.insert(&probe("ok").after(Duration::from_millis(300))).await.unwrap().job;
-    let later = client.insert(&probe("ok").after(Duration::from_millis(600))).await.unwrap().job;
+    let doomed = client
+        .insert(&probe("ok").after(Duration::from_millis(300)))
+        .await
+        .unwrap()
+        .job;
+    let later = client
+        .insert(&probe("ok").after(Duration::from_millis(600)))
+        .await
+        .unwrap()
+        .job;
     let cancelled = client.cancel(doomed.id).await.unwrap();
     assert_eq!(cancelled.state, JobState::Cancelled);
     // The later job runs; the cancelled one, due before it, never did.
@@ -306,7 +361,9 @@ async fn cancel_of_a_scheduled_job_means_it_never_runs() {
 async fn cancel_of_an_executing_job_stops_its_handler() {
     let db = test_db().await;
     let (workers, mut rx) = probe_workers();
-    let engine = Engine::start(db.pool.clone(), workers, config()).await.unwrap();
+    let engine = Engine::start(db.pool.clone(), workers, config())
+        .await
+        .unwrap();
     let client = engine.client();
     let j = client.insert(&probe("hang")).await.unwrap().job;
     next_start(&mut rx).await;
@@ -318,7 +375,11 @@ async fn cancel_of_an_executing_job_stops_its_handler() {
     .await;
     let job = client.get(j.id).await.unwrap();
     assert_eq!(job.state, JobState::Cancelled);
-    assert!(job.errors.is_empty(), "the stopped attempt wrote nothing: {:?}", job.errors);
+    assert!(
+        job.errors.is_empty(),
+        "the stopped attempt wrote nothing: {:?}",
+        job.errors
+    );
     engine.stop().await;
 }
 
@@ -328,12 +389,20 @@ async fn unique_keys_return_the_live_job_or_reschedule_it() {
     let (workers, _rx) = probe_workers();
     let client = kickoff::engine::Client::new(db.pool.clone(), Arc::new(workers));
     let first = client
-        .insert(&probe("ok").after(Duration::from_secs(60)).with_unique_key("game-1", OnConflict::Keep))
+        .insert(
+            &probe("ok")
+                .after(Duration::from_secs(60))
+                .with_unique_key("game-1", OnConflict::Keep),
+        )
         .await
         .unwrap();
     assert!(!first.existing);
     let again = client
-        .insert(&probe("ok").after(Duration::from_secs(120)).with_unique_key("game-1", OnConflict::Keep))
+        .insert(
+            &probe("ok")
+                .after(Duration::from_secs(120))
+                .with_unique_key("game-1", OnConflict::Keep),
+        )
         .await
         .unwrap();
     assert!(again.existing);
@@ -341,13 +410,23 @@ async fn unique_keys_return_the_live_job_or_reschedule_it() {
     assert_eq!(again.job.scheduled_at, first.job.scheduled_at);
     let at = Utc::now() + chrono::Duration::seconds(300);
     let moved = client
-        .insert(&probe("ok").at(at).with_unique_key("game-1", OnConflict::Reschedule))
+        .insert(
+            &probe("ok")
+                .at(at)
+                .with_unique_key("game-1", OnConflict::Reschedule),
+        )
         .await
         .unwrap();
     assert!(moved.existing);
     assert_eq!(moved.job.id, first.job.id);
-    assert_eq!(moved.job.scheduled_at.timestamp_micros(), at.timestamp_micros());
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs").fetch_one(&db.pool).await.unwrap();
+    assert_eq!(
+        moved.job.scheduled_at.timestamp_micros(),
+        at.timestamp_micros()
+    );
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
     assert_eq!(n, 1);
     // Once the holder is final, the key is free again.
     client.cancel(first.job.id).await.unwrap();
@@ -366,9 +445,15 @@ async fn rescues_jobs_whose_lease_expired_and_fences_the_zombie() {
     let client = kickoff::engine::Client::new(db.pool.clone(), Arc::new(workers));
     let j = client.insert(&probe("ok")).await.unwrap().job;
     // A node claims it, then dies (no heartbeat renews the lease).
-    let claimed = job_store::job_claim(&db.pool, "default", 10, "dead-node", Duration::from_millis(200))
-        .await
-        .unwrap();
+    let claimed = job_store::job_claim(
+        &db.pool,
+        "default",
+        10,
+        "dead-node",
+        Duration::from_millis(200),
+    )
+    .await
+    .unwrap();
     assert_eq!(claimed.len(), 1);
     let rescuer = JobRescuer::new(db.pool.clone(), RescuerConfig::default());
     // Not yet expired: nothing to rescue.
@@ -381,18 +466,39 @@ async fn rescues_jobs_whose_lease_expired_and_fences_the_zombie() {
     assert!(rescued.errors[0].message.contains("dead-node"));
     // A new attempt takes it...
     job_store::job_stage_due(&db.pool, None, 10).await.unwrap();
-    let second = job_store::job_claim(&db.pool, "default", 10, "live-node", Duration::from_secs(30))
-        .await
-        .unwrap();
+    let second = job_store::job_claim(
+        &db.pool,
+        "default",
+        10,
+        "live-node",
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
     assert_eq!(second[0].attempt, 2);
     // ...and the zombie of attempt 1 wakes up: its completion and failure change nothing.
-    assert!(job_store::job_complete_many(&db.pool, &[(j.id, 1)]).await.unwrap().is_empty());
-    let failed = job_store::job_fail(&db.pool, j.id, 1, "dead-node", "late", job_store::FailAs::Discard)
+    assert!(job_store::job_complete_many(&db.pool, &[(j.id, 1)])
         .await
-        .unwrap();
+        .unwrap()
+        .is_empty());
+    let failed = job_store::job_fail(
+        &db.pool,
+        j.id,
+        1,
+        "dead-node",
+        "late",
+        job_store::FailAs::Discard,
+    )
+    .await
+    .unwrap();
     assert_eq!(failed, None);
     assert_eq!(state_of(&db.pool, j.id).await, JobState::Executing);
-    assert_eq!(job_store::job_complete_many(&db.pool, &[(j.id, 2)]).await.unwrap(), vec![j.id]);
+    assert_eq!(
+        job_store::job_complete_many(&db.pool, &[(j.id, 2)])
+            .await
+            .unwrap(),
+        vec![j.id]
+    );
 }
 
 #[tokio::test]
@@ -400,10 +506,20 @@ async fn a_rescued_job_out_of_attempts_is_discarded() {
     let db = test_db().await;
     let (workers, _rx) = probe_workers();
     let client = kickoff::engine::Client::new(db.pool.clone(), Arc::new(workers));
-    let j = client.insert(&probe("ok").with_max_attempts(1)).await.unwrap().job;
-    job_store::job_claim(&db.pool, "default", 10, "dead-node", Duration::from_millis(10))
+    let j = client
+        .insert(&probe("ok").with_max_attempts(1))
         .await
-        .unwrap();
+        .unwrap()
+        .job;
+    job_store::job_claim(
+        &db.pool,
+        "default",
+        10,
+        "dead-node",
+        Duration::from_millis(10),
+    )
+    .await
+    .unwrap();
     let report = JobRescuer::new(db.pool.clone(), RescuerConfig::default())
         .run_once(Some(Utc::now() + chrono::Duration::seconds(1)))
         .await
@@ -419,13 +535,23 @@ async fn a_running_engine_rescues_a_dead_nodes_job_within_seconds() {
     let j = {
         let client = kickoff::engine::Client::new(db.pool.clone(), Arc::new(Workers::new()));
         let _ = client;
-        job_store::job_insert_many(&db.pool, &[probe("ok")]).await.unwrap();
-        job_store::job_claim(&db.pool, "default", 1, "dead-node", Duration::from_millis(500))
+        job_store::job_insert_many(&db.pool, &[probe("ok")])
             .await
-            .unwrap()
-            .remove(0)
+            .unwrap();
+        job_store::job_claim(
+            &db.pool,
+            "default",
+            1,
+            "dead-node",
+            Duration::from_millis(500),
+        )
+        .await
+        .unwrap()
+        .remove(0)
     };
-    let engine = Engine::start(db.pool.clone(), workers, config()).await.unwrap();
+    let engine = Engine::start(db.pool.clone(), workers, config())
+        .await
+        .unwrap();
     let s = next_start(&mut rx).await;
     assert_eq!((s.id, s.attempt), (j.id, 2));
     wait_state(&db.pool, j.id, JobState::Completed).await;
@@ -440,7 +566,9 @@ async fn database_effects_commit_exactly_once_with_the_completion() {
         .await
         .unwrap();
     let (workers, _rx) = probe_workers();
-    let engine = Engine::start(db.pool.clone(), workers, config()).await.unwrap();
+    let engine = Engine::start(db.pool.clone(), workers, config())
+        .await
+        .unwrap();
     let client = engine.client();
     let mut ids = Vec::new();
     for _ in 0..20 {
@@ -449,7 +577,10 @@ async fn database_effects_commit_exactly_once_with_the_completion() {
     for id in &ids {
         wait_state(&db.pool, *id, JobState::Completed).await;
     }
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM probe_effects").fetch_one(&db.pool).await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM probe_effects")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
     assert_eq!(n, 20);
     engine.stop().await;
 
@@ -466,14 +597,18 @@ async fn database_effects_commit_exactly_once_with_the_completion() {
         .await
         .unwrap();
     job_store::job_stage_due(&db.pool, None, 10).await.unwrap();
-    job_store::job_claim(&db.pool, "default", 1, "n2", Duration::from_secs(30)).await.unwrap();
+    job_store::job_claim(&db.pool, "default", 1, "n2", Duration::from_secs(30))
+        .await
+        .unwrap();
     let mut tx = db.pool.begin().await.unwrap();
     sqlx::query("INSERT INTO probe_effects (job_id) VALUES ($1)")
         .bind(j.id)
         .execute(&mut *tx)
         .await
         .unwrap();
-    let done = job_store::job_complete_many(&mut *tx, &[(stale.id, stale.attempt)]).await.unwrap();
+    let done = job_store::job_complete_many(&mut *tx, &[(stale.id, stale.attempt)])
+        .await
+        .unwrap();
     assert!(done.is_empty(), "the stale attempt must be fenced");
     tx.rollback().await.unwrap();
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM probe_effects WHERE job_id = $1")
@@ -488,20 +623,36 @@ async fn database_effects_commit_exactly_once_with_the_completion() {
 async fn graceful_shutdown_hands_back_unfinished_work() {
     let db = test_db().await;
     let (workers, mut rx) = probe_workers();
-    let engine = Engine::start(db.pool.clone(), workers, config()).await.unwrap();
+    // The grace (1.5 s) ends well before the hanging handler's own timeout (3 s).
+    let short_grace = EngineConfig {
+        shutdown_grace: Duration::from_millis(1500),
+        ..config()
+    };
+    let engine = Engine::start(db.pool.clone(), workers, short_grace)
+        .await
+        .unwrap();
     let client = engine.client();
     let quick = client.insert(&probe("sleep")).await.unwrap().job; // finishes within the grace
-    let stuck = client.insert(&probe("hang").with_max_attempts(1)).await.unwrap().job; // does not
+    let stuck = client
+        .insert(&probe("hang").with_max_attempts(1))
+        .await
+        .unwrap()
+        .job; // does not
     next_start(&mut rx).await;
     next_start(&mut rx).await;
     engine.stop().await;
     assert_eq!(state_of(&db.pool, quick.id).await, JobState::Completed);
     let back = client.get(stuck.id).await.unwrap();
     assert_eq!(back.state, JobState::Available, "handed back, not lost");
-    assert!(back.max_attempts > back.attempt, "the interrupted attempt does not use up the job");
+    assert!(
+        back.max_attempts > back.attempt,
+        "the interrupted attempt does not use up the job"
+    );
     // Another node picks it up.
     let (workers, mut rx) = probe_workers();
-    let engine = Engine::start(db.pool.clone(), workers, config()).await.unwrap();
+    let engine = Engine::start(db.pool.clone(), workers, config())
+        .await
+        .unwrap();
     let s = next_start(&mut rx).await;
     assert_eq!((s.id, s.attempt), (stuck.id, 2));
     engine.stop().await;
@@ -511,7 +662,9 @@ async fn graceful_shutdown_hands_back_unfinished_work() {
 async fn a_paused_queue_claims_nothing_until_resumed() {
     let db = test_db().await;
     let (workers, mut rx) = probe_workers();
-    let engine = Engine::start(db.pool.clone(), workers, config()).await.unwrap();
+    let engine = Engine::start(db.pool.clone(), workers, config())
+        .await
+        .unwrap();
     let client = engine.client();
     client.set_queue_paused("default", true).await.unwrap();
     // Wait until the node has applied the setting (it arrives by notification).
@@ -522,7 +675,9 @@ async fn a_paused_queue_claims_nothing_until_resumed() {
         assert_eq!(s.id, marker.id);
     }
     let held = client.insert(&probe("ok")).await.unwrap().job;
-    assert!(tokio::time::timeout(Duration::from_millis(1500), rx.recv()).await.is_err());
+    assert!(tokio::time::timeout(Duration::from_millis(1500), rx.recv())
+        .await
+        .is_err());
     assert_eq!(state_of(&db.pool, held.id).await, JobState::Available);
     client.set_queue_paused("default", false).await.unwrap();
     let mut seen = Vec::new();
@@ -552,7 +707,10 @@ async fn two_engines_on_one_database_run_each_job_once_and_elect_one_leader() {
     starts.sort();
     starts.dedup();
     assert_eq!(starts.len(), 300, "every job ran exactly once");
-    wait_for("one leader", Duration::from_secs(5), || async { a.is_leader() != b.is_leader() }).await;
+    wait_for("one leader", Duration::from_secs(5), || async {
+        a.is_leader() != b.is_leader()
+    })
+    .await;
     a.stop().await;
     b.stop().await;
 }
@@ -562,18 +720,37 @@ async fn operator_actions_follow_the_state_machine() {
     let db = test_db().await;
     let (workers, _rx) = probe_workers();
     let client = kickoff::engine::Client::new(db.pool.clone(), Arc::new(workers));
-    let j = client.insert(&probe("ok").after(Duration::from_secs(3600))).await.unwrap().job;
+    let j = client
+        .insert(&probe("ok").after(Duration::from_secs(3600)))
+        .await
+        .unwrap()
+        .job;
     // Reschedule and run-now apply to waiting jobs.
     let at = Utc::now() + chrono::Duration::hours(2);
-    assert_eq!(client.reschedule(j.id, at).await.unwrap().state, JobState::Scheduled);
-    assert_eq!(client.run_now(j.id).await.unwrap().state, JobState::Available);
+    assert_eq!(
+        client.reschedule(j.id, at).await.unwrap().state,
+        JobState::Scheduled
+    );
+    assert_eq!(
+        client.run_now(j.id).await.unwrap().state,
+        JobState::Available
+    );
     // Retry applies to finished jobs only.
-    assert!(matches!(client.retry(j.id).await, Err(kickoff::engine::ClientError::Conflict(_))));
+    assert!(matches!(
+        client.retry(j.id).await,
+        Err(kickoff::engine::ClientError::Conflict(_))
+    ));
     client.cancel(j.id).await.unwrap();
     let rerun = client.retry(j.id).await.unwrap();
     assert_eq!(rerun.state, JobState::Available);
     assert!(rerun.finalized_at.is_none());
     client.delete(j.id).await.unwrap();
-    assert!(matches!(client.get(j.id).await, Err(kickoff::engine::ClientError::NotFound(_))));
-    assert!(matches!(client.delete(j.id).await, Err(kickoff::engine::ClientError::NotFound(_))));
+    assert!(matches!(
+        client.get(j.id).await,
+        Err(kickoff::engine::ClientError::NotFound(_))
+    ));
+    assert!(matches!(
+        client.delete(j.id).await,
+        Err(kickoff::engine::ClientError::NotFound(_))
+    ));
 }

@@ -105,7 +105,9 @@ async fn a_server_killed_with_sigkill_loses_no_job_after_restart() {
     let envs = [("DATABASE_URL", db.url.clone())];
     let server = Server::start(&envs);
     // 40 jobs that take 3 s (10 of them executing when the kill comes) and 20 due in 2 s.
-    let mut jobs: Vec<NewJob> = (0..40).map(|_| NewJob::new("noop", json!({ "sleep_ms": 3000 }))).collect();
+    let mut jobs: Vec<NewJob> = (0..40)
+        .map(|_| NewJob::new("noop", json!({ "sleep_ms": 3000 })))
+        .collect();
     jobs.extend((0..20).map(|_| NewJob::new("noop", json!({})).after(Duration::from_secs(2))));
     job_store::job_insert_many(&db.pool, &jobs).await.unwrap();
     wait_for("jobs to be executing", Duration::from_secs(10), || async {
@@ -113,12 +115,18 @@ async fn a_server_killed_with_sigkill_loses_no_job_after_restart() {
     })
     .await;
     server.kill9();
-    assert_eq!(count_in(&db.pool, JobState::Executing).await, 10, "the dead node's jobs stay claimed");
+    assert_eq!(
+        count_in(&db.pool, JobState::Executing).await,
+        10,
+        "the dead node's jobs stay claimed"
+    );
 
     let server = Server::start(&envs);
-    wait_for("every job to complete after the restart", Duration::from_secs(90), || async {
-        count_in(&db.pool, JobState::Completed).await == 60
-    })
+    wait_for(
+        "every job to complete after the restart",
+        Duration::from_secs(90),
+        || async { count_in(&db.pool, JobState::Completed).await == 60 },
+    )
     .await;
     let rescued: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE attempt = 2")
         .fetch_one(&db.pool)
@@ -135,10 +143,19 @@ struct Receiver {
 }
 
 async fn receive(State(r): State<Receiver>, headers: HeaderMap) -> &'static str {
-    let id: i64 = headers["x-kickoff-job-id"].to_str().unwrap().parse().unwrap();
+    let id: i64 = headers["x-kickoff-job-id"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     let start = std::time::Instant::now();
     tokio::time::sleep(Duration::from_millis(20)).await;
-    r.calls.lock().unwrap().entry(id).or_default().push((start, std::time::Instant::now()));
+    r.calls
+        .lock()
+        .unwrap()
+        .entry(id)
+        .or_default()
+        .push((start, std::time::Instant::now()));
     "ok"
 }
 
@@ -146,7 +163,9 @@ async fn receive(State(r): State<Receiver>, headers: HeaderMap) -> &'static str 
 async fn three_servers_on_one_database_deliver_each_webhook_once() {
     let db = test_db().await;
     let receiver = Receiver::default();
-    let app = axum::Router::new().route("/hook", post(receive)).with_state(receiver.clone());
+    let app = axum::Router::new()
+        .route("/hook", post(receive))
+        .with_state(receiver.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let hook = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -175,13 +194,20 @@ async fn three_servers_on_one_database_deliver_each_webhook_once() {
     .await;
     let calls = receiver.calls.lock().unwrap().clone();
     assert_eq!(calls.len(), 300);
-    let twice: Vec<_> = calls.iter().filter(|(_, v)| v.len() > 1).map(|(id, _)| *id).collect();
+    let twice: Vec<_> = calls
+        .iter()
+        .filter(|(_, v)| v.len() > 1)
+        .map(|(id, _)| *id)
+        .collect();
     assert!(twice.is_empty(), "delivered more than once: {twice:?}");
     let nodes: i64 = sqlx::query_scalar("SELECT count(DISTINCT attempted_by) FROM jobs")
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    assert!(nodes >= 2, "the work was shared between the servers (ran on {nodes})");
+    assert!(
+        nodes >= 2,
+        "the work was shared between the servers (ran on {nodes})"
+    );
     for s in servers {
         s.terminate();
     }
@@ -207,18 +233,80 @@ async fn the_embedded_database_keeps_jobs_across_a_crash() {
     server.kill9();
     let server = Server::start(&envs);
     let client = reqwest::Client::new();
-    wait_for("the job to complete after the crash", Duration::from_secs(30), || {
-        let client = client.clone();
-        let url = format!("http://{}/api/v1/jobs/{id}", server.addr);
-        async move {
-            let res = client.get(url).bearer_auth(TOKEN).send().await.unwrap();
-            let v: Value = res.json().await.unwrap();
-            v["state"] == "completed"
-        }
-    })
+    wait_for(
+        "the job to complete after the crash",
+        Duration::from_secs(30),
+        || {
+            let client = client.clone();
+            let url = format!("http://{}/api/v1/jobs/{id}", server.addr);
+            async move {
+                let res = client.get(url).bearer_auth(TOKEN).send().await.unwrap();
+                let v: Value = res.json().await.unwrap();
+                v["state"] == "completed"
+            }
+        },
+    )
     .await;
     server.terminate();
     // The graceful stop stopped the cluster too.
-    assert!(!dir.join("pg/postmaster.pid").exists(), "PostgreSQL stopped with the server");
+    assert!(
+        !dir.join("pg/postmaster.pid").exists(),
+        "PostgreSQL stopped with the server"
+    );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_question_locks_at_once_after_a_server_killed_before_game_time_restarts() {
+    let db = test_db().await;
+    let envs = [("DATABASE_URL", db.url.clone())];
+    let server = Server::start(&envs);
+    let game_time = chrono::Utc::now() + chrono::Duration::milliseconds(1500);
+    let res = reqwest::Client::new()
+        .post(format!("http://{}/api/v1/questions", server.addr))
+        .bearer_auth(TOKEN)
+        .json(&json!({
+            "game": "Lions vs Tigers", "prompt": "Who scores first?",
+            "choices": ["Lions", "Tigers"], "game_time": game_time,
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), reqwest::StatusCode::CREATED);
+    let id = res.json::<Value>().await.unwrap()["id"].as_i64().unwrap();
+    server.kill9();
+    let status = || async {
+        sqlx::query_scalar::<_, String>("SELECT status::text FROM questions WHERE id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    wait_for(
+        "game time to pass with no server",
+        Duration::from_secs(10),
+        || async {
+            sqlx::query_scalar::<_, bool>(
+                "SELECT clock_timestamp() > $1 + interval '500 milliseconds'",
+            )
+            .bind(game_time)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+        },
+    )
+    .await;
+    assert_eq!(
+        status().await,
+        "open",
+        "nothing locked it while no server ran"
+    );
+    let server = Server::start(&envs);
+    wait_for(
+        "the overdue lock to fire after the restart",
+        Duration::from_secs(10),
+        || async { status().await == "locked" },
+    )
+    .await;
+    server.terminate();
 }

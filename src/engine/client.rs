@@ -29,7 +29,10 @@ pub const MAX_PAGE: i64 = 500;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error("{field}: {message}")]
-    Invalid { field: &'static str, message: String },
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
     #[error("unknown job kind `{0}`")]
     UnknownKind(String),
     #[error("{0} not found")]
@@ -86,13 +89,19 @@ impl Client {
             return Err(invalid("args", "must be a JSON object"));
         }
         if new.args.to_string().len() > MAX_ARGS_BYTES {
-            return Err(invalid("args", format!("larger than {MAX_ARGS_BYTES} bytes")));
+            return Err(invalid(
+                "args",
+                format!("larger than {MAX_ARGS_BYTES} bytes"),
+            ));
         }
         if !new.meta.is_object() {
             return Err(invalid("meta", "must be a JSON object"));
         }
         if new.meta.to_string().len() > MAX_META_BYTES {
-            return Err(invalid("meta", format!("larger than {MAX_META_BYTES} bytes")));
+            return Err(invalid(
+                "meta",
+                format!("larger than {MAX_META_BYTES} bytes"),
+            ));
         }
         if !is_valid_queue_name(&new.queue) {
             return Err(invalid(
@@ -192,7 +201,10 @@ impl Client {
         limit: i64,
     ) -> Result<Vec<Job>, ClientError> {
         if !(1..=MAX_PAGE).contains(&limit) {
-            return Err(invalid("limit", format!("must be between 1 and {MAX_PAGE}")));
+            return Err(invalid(
+                "limit",
+                format!("must be between 1 and {MAX_PAGE}"),
+            ));
         }
         Ok(job_store::job_list(&self.pool, filter, before, limit).await?)
     }
@@ -229,7 +241,11 @@ impl Client {
         match job_store::job_retry(&self.pool, id).await {
             Ok(Some(job)) => Ok(job),
             Ok(None) => Err(self
-                .why_not(id, "retry", "only retryable or finished jobs can be retried")
+                .why_not(
+                    id,
+                    "retry",
+                    "only retryable or finished jobs can be retried",
+                )
                 .await),
             Err(e) if is_unique_violation(&e) => Err(ClientError::Conflict(format!(
                 "job {id} cannot run again: another live job holds its unique key"
@@ -243,7 +259,11 @@ impl Client {
         match job_store::job_run_now(&self.pool, id).await? {
             Some(job) => Ok(job),
             None => Err(self
-                .why_not(id, "run now", "only scheduled, retryable or available jobs can")
+                .why_not(
+                    id,
+                    "run now",
+                    "only scheduled, retryable or available jobs can",
+                )
                 .await),
         }
     }
@@ -275,7 +295,11 @@ impl Client {
     }
 
     /// Pauses or resumes a queue on every node.
-    pub async fn set_queue_paused(&self, name: &str, paused: bool) -> Result<QueueRow, ClientError> {
+    pub async fn set_queue_paused(
+        &self,
+        name: &str,
+        paused: bool,
+    ) -> Result<QueueRow, ClientError> {
         if !is_valid_queue_name(name) {
             return Err(ClientError::NotFound(format!("queue `{name}`")));
         }

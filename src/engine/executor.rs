@@ -58,7 +58,9 @@ pub(crate) fn spawn(shared: &Arc<Shared>, queue: Arc<QueueState>, job: Job) {
         attempt,
         finished: false,
     };
-    let handle = shared.tracker.spawn(run_attempt(shared.clone(), job, cancel, guard));
+    let handle = shared
+        .tracker
+        .spawn(run_attempt(shared.clone(), job, cancel, guard));
     let mut running = shared.running.lock().expect("running map poisoned");
     if let Some(r) = running.get_mut(&id) {
         if r.stopped {
@@ -68,7 +70,12 @@ pub(crate) fn spawn(shared: &Arc<Shared>, queue: Arc<QueueState>, job: Job) {
     }
 }
 
-async fn run_attempt(shared: Arc<Shared>, job: Job, cancel: CancellationToken, mut guard: AttemptGuard) {
+async fn run_attempt(
+    shared: Arc<Shared>,
+    job: Job,
+    cancel: CancellationToken,
+    mut guard: AttemptGuard,
+) {
     let job = Arc::new(job);
     let (result, completed_in_tx, backoff) = match shared.workers.get(&job.kind) {
         None => (
@@ -194,16 +201,20 @@ impl Completer {
             .map(|c| (c.id, c.attempt))
             .collect();
         if !done.is_empty() {
-            self.retrying("complete", || job_store::job_complete_many(&self.shared.pool, &done))
-                .await;
+            self.retrying("complete", || {
+                job_store::job_complete_many(&self.shared.pool, &done)
+            })
+            .await;
         }
         for c in &batch {
             let pool = &self.shared.pool;
             match &c.result {
                 Ok(()) | Err(WorkError::Fenced) => {}
                 Err(WorkError::Snooze(d)) => {
-                    self.retrying("snooze", || job_store::job_snooze(pool, c.id, c.attempt, *d))
-                        .await;
+                    self.retrying("snooze", || {
+                        job_store::job_snooze(pool, c.id, c.attempt, *d)
+                    })
+                    .await;
                 }
                 Err(e) => {
                     let fail_as = match e {
@@ -237,7 +248,10 @@ impl Completer {
                 }
             }
         }
-        tracing::error!(what, "gave up writing an outcome; the rescuer will take the job back");
+        tracing::error!(
+            what,
+            "gave up writing an outcome; the rescuer will take the job back"
+        );
         None
     }
 }

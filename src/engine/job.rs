@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// A job's id (the `jobs.id` bigserial).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, sqlx::Type)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, sqlx::Type,
+)]
 #[sqlx(transparent)]
 #[serde(transparent)]
 pub struct JobId(pub i64);
@@ -230,6 +232,13 @@ mod tests {
         }
         assert!("done".parse::<JobState>().is_err());
         let finals: Vec<_> = JobState::ALL.into_iter().filter(|s| s.is_final()).collect();
-        assert_eq!(finals, [JobState::Completed, JobState::Discarded, JobState::Cancelled]);
+        assert_eq!(
+            finals,
+            [
+                JobState::Completed,
+                JobState::Discarded,
+                JobState::Cancelled
+            ]
+        );
     }
 }

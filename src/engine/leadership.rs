@@ -91,7 +91,9 @@ impl LeaderElector {
         if let Some(s) = services.take() {
             stop_services(s).await;
             shared.is_leader.store(false, Ordering::Relaxed);
-            if let Err(e) = leader_store::leader_resign(&shared.pool, LEADER_NAME, &shared.node_id).await {
+            if let Err(e) =
+                leader_store::leader_resign(&shared.pool, LEADER_NAME, &shared.node_id).await
+            {
                 tracing::warn!(error = %e, "resigning leadership failed; the lease will expire");
             }
         }
@@ -106,7 +108,9 @@ impl LeaderElector {
         tasks.spawn(JobPruner::new(pool.clone(), shared.config.pruner.clone()).run(stop.clone()));
         if !shared.config.periodic.is_empty() {
             let client = Client::new(pool, shared.workers.clone());
-            tasks.spawn(PeriodicEnqueuer::new(client, shared.config.periodic.clone()).run(stop.clone()));
+            tasks.spawn(
+                PeriodicEnqueuer::new(client, shared.config.periodic.clone()).run(stop.clone()),
+            );
         }
         tasks.close();
         Services { stop, tasks }

@@ -62,7 +62,9 @@ impl Notifier {
             match next {
                 Ok(Some(n)) => self.dispatch(n.channel(), n.payload()).await,
                 Ok(None) => {
-                    tracing::warn!("notification connection lost; reconnecting and re-checking the table");
+                    tracing::warn!(
+                        "notification connection lost; reconnecting and re-checking the table"
+                    );
                     self.wake_everything();
                 }
                 Err(e) => {
@@ -111,7 +113,9 @@ impl Notifier {
                         match queue_store::queue_get(&shared.pool, &name).await {
                             Ok(Some(row)) => q.apply(&row),
                             Ok(None) => {}
-                            Err(e) => tracing::warn!(queue = %name, error = %e, "reloading queue settings failed"),
+                            Err(e) => {
+                                tracing::warn!(queue = %name, error = %e, "reloading queue settings failed")
+                            }
                         }
                         q.wake.notify_one();
                     }

@@ -97,7 +97,9 @@ impl EngineConfig {
         }
         for (q, c) in &self.queues {
             if !is_valid_queue_name(q) {
-                return Err(format!("queue name `{q}`: use 1 to 64 of a-z, 0-9, `_`, `-`"));
+                return Err(format!(
+                    "queue name `{q}`: use 1 to 64 of a-z, 0-9, `_`, `-`"
+                ));
             }
             if *c == 0 || *c > 10_000 {
                 return Err(format!("queue `{q}`: concurrency must be 1 to 10000"));
@@ -275,8 +277,9 @@ impl Engine {
         }
         claimers.close();
         let stop_completer = CancellationToken::new();
-        let completer =
-            tokio::spawn(Completer::new(shared.clone(), completions_rx).run(stop_completer.clone()));
+        let completer = tokio::spawn(
+            Completer::new(shared.clone(), completions_rx).run(stop_completer.clone()),
+        );
 
         tracing::info!(node = %shared.node_id, queues = ?shared.config.queues, "engine started");
         Ok(Engine {
@@ -331,7 +334,10 @@ impl Engine {
             .is_err()
         {
             let n = shared.running.lock().map(|r| r.len()).unwrap_or(0);
-            tracing::warn!(running = n, "shutdown grace over: interrupting running attempts");
+            tracing::warn!(
+                running = n,
+                "shutdown grace over: interrupting running attempts"
+            );
             // Abort first: a handler told to stop might still report a failure before the abort
             // lands, which would spend an attempt instead of handing it back.
             let aborts: Vec<_> = shared
@@ -349,7 +355,9 @@ impl Engine {
         if !interrupted.is_empty() {
             match job_store::job_hand_back(&shared.pool, &interrupted, &shared.node_id).await {
                 Ok(n) => tracing::info!(handed_back = n, "interrupted attempts handed back"),
-                Err(e) => tracing::error!(error = %e, "hand back failed: the rescuer will take these jobs back when their leases expire"),
+                Err(e) => {
+                    tracing::error!(error = %e, "hand back failed: the rescuer will take these jobs back when their leases expire")
+                }
             }
         }
         // Every task that could send an outcome has ended: flush the outcomes, then stop the

@@ -73,7 +73,9 @@ impl Timer {
                                 woken.push(q);
                             }
                         }
-                        if queues.is_empty() && shared.db_now() - due < chrono::Duration::milliseconds(5) {
+                        if queues.is_empty()
+                            && shared.db_now() - due < chrono::Duration::milliseconds(5)
+                        {
                             // Woke a hair before the database clock reached the due time.
                             tokio::time::sleep(Duration::from_micros(500)).await;
                         }

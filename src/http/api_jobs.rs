@@ -134,19 +134,31 @@ pub async fn list(
     Ok(Json(JobPage { jobs, next_before }))
 }
 
-pub async fn get(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> Result<Json<Job>, AppError> {
+pub async fn get(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+) -> Result<Json<Job>, AppError> {
     Ok(Json(state.client.get(id).await?))
 }
 
-pub async fn cancel(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> Result<Json<Job>, AppError> {
+pub async fn cancel(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+) -> Result<Json<Job>, AppError> {
     Ok(Json(state.client.cancel(id).await?))
 }
 
-pub async fn retry(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> Result<Json<Job>, AppError> {
+pub async fn retry(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+) -> Result<Json<Job>, AppError> {
     Ok(Json(state.client.retry(id).await?))
 }
 
-pub async fn run_now(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> Result<Json<Job>, AppError> {
+pub async fn run_now(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+) -> Result<Json<Job>, AppError> {
     Ok(Json(state.client.run_now(id).await?))
 }
 
@@ -164,7 +176,10 @@ pub async fn reschedule(
     Ok(Json(state.client.reschedule(id, body.scheduled_at).await?))
 }
 
-pub async fn delete(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> Result<StatusCode, AppError> {
+pub async fn delete(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+) -> Result<StatusCode, AppError> {
     state.client.delete(id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -41,11 +41,17 @@ fn zero_counts() -> BTreeMap<&'static str, i64> {
     JobState::ALL.iter().map(|s| (s.as_str(), 0)).collect()
 }
 
-pub async fn pause(State(state): State<AppState>, Path(name): Path<String>) -> Result<Json<QueueRow>, AppError> {
+pub async fn pause(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<QueueRow>, AppError> {
     Ok(Json(state.client.set_queue_paused(&name, true).await?))
 }
 
-pub async fn resume(State(state): State<AppState>, Path(name): Path<String>) -> Result<Json<QueueRow>, AppError> {
+pub async fn resume(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<QueueRow>, AppError> {
     Ok(Json(state.client.set_queue_paused(&name, false).await?))
 }
 
@@ -61,7 +67,12 @@ pub async fn update(
     Path(name): Path<String>,
     ApiJson(body): ApiJson<QueuePatch>,
 ) -> Result<Json<QueueRow>, AppError> {
-    Ok(Json(state.client.set_queue_concurrency(&name, body.concurrency).await?))
+    Ok(Json(
+        state
+            .client
+            .set_queue_concurrency(&name, body.concurrency)
+            .await?,
+    ))
 }
 
 #[derive(Serialize)]

@@ -8,7 +8,11 @@ use super::error::AppError;
 use super::state::AppState;
 
 /// Lets the request through when it carries `Authorization: Bearer <token>` with the API token.
-pub async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Result<Response, AppError> {
+pub async fn require_token(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Result<Response, AppError> {
     let presented = req
         .headers()
         .get(axum::http::header::AUTHORIZATION)
@@ -16,7 +20,9 @@ pub async fn require_token(State(state): State<AppState>, req: Request, next: Ne
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
     match presented {
-        Some(token) if constant_time_eq(token.as_bytes(), state.api_token.as_bytes()) => Ok(next.run(req).await),
+        Some(token) if constant_time_eq(token.as_bytes(), state.api_token.as_bytes()) => {
+            Ok(next.run(req).await)
+        }
         _ => Err(AppError::Unauthorized),
     }
 }

@@ -23,8 +23,10 @@ impl Console for ServerConsole {
             tracing::error!(error = %e, "overview failed");
             "the database is unreachable".to_string()
         })?;
-        let mut states: BTreeMap<String, i64> =
-            JobState::ALL.iter().map(|s| (s.as_str().to_string(), 0)).collect();
+        let mut states: BTreeMap<String, i64> = JobState::ALL
+            .iter()
+            .map(|s| (s.as_str().to_string(), 0))
+            .collect();
         for (_, st, n) in counts {
             *states.entry(st.as_str().to_string()).or_default() += n;
         }

@@ -18,8 +18,8 @@ pub enum AppError {
     Unauthorized,
     #[error("{0}")]
     NotFound(String),
-    #[error("{0}")]
-    Conflict(String),
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
     #[error("the request body is larger than the limit")]
     PayloadTooLarge,
     #[error("send the body as JSON with `Content-Type: application/json`")]
@@ -38,7 +38,7 @@ impl AppError {
             AppError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             AppError::Unauthorized => StatusCode::UNAUTHORIZED,
             AppError::NotFound(_) => StatusCode::NOT_FOUND,
-            AppError::Conflict(_) => StatusCode::CONFLICT,
+            AppError::Conflict { .. } => StatusCode::CONFLICT,
             AppError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             AppError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             AppError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
@@ -49,14 +49,22 @@ impl AppError {
 
     pub fn code(&self) -> &'static str {
         match self {
-            AppError::BadRequest { code, .. } | AppError::Unprocessable { code, .. } => code,
+            AppError::BadRequest { code, .. }
+            | AppError::Unprocessable { code, .. }
+            | AppError::Conflict { code, .. } => code,
             AppError::Unauthorized => "unauthorized",
             AppError::NotFound(_) => "not_found",
-            AppError::Conflict(_) => "conflict",
             AppError::PayloadTooLarge => "payload_too_large",
             AppError::UnsupportedMediaType => "unsupported_media_type",
             AppError::Unavailable => "unavailable",
             AppError::Internal(_) => "internal",
+        }
+    }
+
+    pub fn conflict(message: impl Into<String>) -> Self {
+        AppError::Conflict {
+            code: "conflict",
+            message: message.into(),
         }
     }
 
@@ -94,7 +102,7 @@ impl From<ClientError> for AppError {
                 message: e.to_string(),
             },
             ClientError::NotFound(what) => AppError::NotFound(format!("{what} not found")),
-            ClientError::Conflict(m) => AppError::Conflict(m),
+            ClientError::Conflict(m) => AppError::conflict(m),
             ClientError::Database(e) => e.into(),
         }
     }
@@ -104,10 +112,12 @@ impl From<sqlx::Error> for AppError {
     fn from(e: sqlx::Error) -> Self {
         match &e {
             sqlx::Error::Database(db) => match db.code().as_deref() {
-                Some("23505") => AppError::Conflict("a record with the same key already exists".into()),
+                Some("23505") => AppError::conflict("a record with the same key already exists"),
                 // check_violation, not_null, foreign key, invalid text: input the checks let through.
                 Some("23514") | Some("23502") | Some("23503") | Some("22P02") | Some("22007")
-                | Some("22008") => AppError::invalid(format!("rejected by the database: {}", db.message())),
+                | Some("22008") => {
+                    AppError::invalid(format!("rejected by the database: {}", db.message()))
+                }
                 _ => AppError::Internal(e.to_string()),
             },
             sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {

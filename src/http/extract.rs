@@ -35,23 +35,46 @@ where
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let axum::extract::Query(v) = axum::extract::Query::<T>::from_request_parts(parts, state).await?;
+        let axum::extract::Query(v) =
+            axum::extract::Query::<T>::from_request_parts(parts, state).await?;
         Ok(ApiQuery(v))
     }
 }
 
-/// A job id from the path; anything that is not a positive integer is an unknown job (404).
+/// A positive integer id from the path; anything else names no record (404).
+async fn positive_id<S: Send + Sync>(
+    parts: &mut Parts,
+    state: &S,
+    what: &str,
+) -> Result<i64, AppError> {
+    let axum::extract::Path(raw) =
+        axum::extract::Path::<String>::from_request_parts(parts, state).await?;
+    match raw.parse::<i64>() {
+        Ok(id) if id > 0 => Ok(id),
+        _ => Err(AppError::NotFound(format!("{what} {raw} not found"))),
+    }
+}
+
+/// A job id from the path.
 pub struct JobIdPath(pub JobId);
 
 impl<S: Send + Sync> FromRequestParts<S> for JobIdPath {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let axum::extract::Path(raw) =
-            axum::extract::Path::<String>::from_request_parts(parts, state).await?;
-        match raw.parse::<i64>() {
-            Ok(id) if id > 0 => Ok(JobIdPath(JobId(id))),
-            _ => Err(AppError::NotFound(format!("job {raw} not found"))),
-        }
+        positive_id(parts, state, "job")
+            .await
+            .map(|id| JobIdPath(JobId(id)))
+    }
+}
+
+/// A question id from the path.
+pub struct IdPath(pub i64);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdPath {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        positive_id(parts, state, "question").await.map(IdPath)
     }
 }

@@ -1,6 +1,7 @@
 //! The HTTP surface: the REST API under `/api/v1`, health probes, and the Leptos dashboard.
 
 pub mod api_jobs;
+pub mod api_questions;
 pub mod api_queues;
 pub mod auth;
 pub mod console;
@@ -38,6 +39,18 @@ pub fn api_router(state: AppState) -> Router<AppState> {
         .route("/queues/{name}/pause", post(api_queues::pause))
         .route("/queues/{name}/resume", post(api_queues::resume))
         .route("/stats", get(api_queues::stats))
+        .route(
+            "/questions",
+            post(api_questions::create).get(api_questions::list),
+        )
+        .route(
+            "/questions/{id}",
+            get(api_questions::get)
+                .patch(api_questions::update)
+                .delete(api_questions::delete),
+        )
+        .route("/questions/{id}/predictions", post(api_questions::predict))
+        .route("/questions/{id}/settle", post(api_questions::settle))
         .route("/events", get(sse::events))
         .fallback(|| async { AppError::NotFound("no such endpoint".into()) })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -68,14 +81,19 @@ pub fn router(state: AppState) -> Router {
                 move || kickoff_app::shell(options.clone())
             },
         )
-        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(kickoff_app::shell))
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
+            kickoff_app::shell,
+        ))
         .with_state(state)
 }
 
 /// Ready when the database answers.
 async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<serde_json::Value>) {
     match sqlx::query("SELECT 1").execute(&state.pool).await {
-        Ok(_) => (StatusCode::OK, Json(json!({ "ready": true, "node": &*state.node_id }))),
+        Ok(_) => (
+            StatusCode::OK,
+            Json(json!({ "ready": true, "node": &*state.node_id })),
+        ),
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({ "ready": false, "error": e.to_string() })),

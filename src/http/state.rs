@@ -6,10 +6,12 @@ use sqlx::PgPool;
 use tokio::sync::broadcast;
 
 use crate::engine::Client;
+use crate::questions::QuestionService;
 
 #[derive(Clone)]
 pub struct AppState {
     pub client: Client,
+    pub questions: QuestionService,
     pub pool: PgPool,
     /// State changes of jobs on every node (see `engine::notifier`).
     pub events: broadcast::Sender<String>,

@@ -34,7 +34,9 @@ pub enum EmbeddedError {
          KICKOFF_DATA_DIR, or point both at one server with DATABASE_URL"
     )]
     Locked(PathBuf),
-    #[error("running as root needs the unprivileged `postgres` system user to run PostgreSQL: {0}")]
+    #[error(
+        "running as root needs the unprivileged `postgres` system user to run PostgreSQL: {0}"
+    )]
     NoPostgresUser(String),
     #[error("{step} failed: {detail}")]
     Command { step: String, detail: String },
@@ -123,7 +125,10 @@ impl EmbeddedPostgres {
 
         match running_postmaster(&cluster.pg_dir) {
             Some(port) => {
-                tracing::info!(port, "adopting the embedded PostgreSQL left running by a previous process");
+                tracing::info!(
+                    port,
+                    "adopting the embedded PostgreSQL left running by a previous process"
+                );
                 cluster.port = port;
             }
             None => {
@@ -155,7 +160,11 @@ impl EmbeddedPostgres {
     /// Stops the cluster (fast shutdown: open transactions are rolled back, data is kept).
     pub fn stop(&self) -> Result<(), EmbeddedError> {
         let pg_dir = self.pg_dir.to_string_lossy().into_owned();
-        self.run("pg_ctl stop", "pg_ctl", &["stop", "-D", &pg_dir, "-m", "fast", "-w", "-t", "60"])
+        self.run(
+            "pg_ctl stop",
+            "pg_ctl",
+            &["stop", "-D", &pg_dir, "-m", "fast", "-w", "-t", "60"],
+        )
     }
 
     fn init(&mut self, data_dir: &Path, durability: Durability) -> Result<(), EmbeddedError> {
@@ -173,7 +182,8 @@ impl EmbeddedPostgres {
         // cluster's user for the moment initdb needs it.
         let pw_tmp = data_dir.join("initdb-password");
         fs::write(&pw_path, &password).map_err(io_err(&pw_path))?;
-        fs::set_permissions(&pw_path, fs::Permissions::from_mode(0o600)).map_err(io_err(&pw_path))?;
+        fs::set_permissions(&pw_path, fs::Permissions::from_mode(0o600))
+            .map_err(io_err(&pw_path))?;
         fs::write(&pw_tmp, &password).map_err(io_err(&pw_tmp))?;
         self.chown_to_postgres(&self.pg_dir)?;
         self.chown_to_postgres(&pw_tmp)?;
@@ -224,12 +234,18 @@ impl EmbeddedPostgres {
 
     fn pg_ctl_start(&self) -> Result<(), EmbeddedError> {
         let pg_dir = self.pg_dir.to_string_lossy().into_owned();
-        let log = self.pg_dir.join("server.log").to_string_lossy().into_owned();
+        let log = self
+            .pg_dir
+            .join("server.log")
+            .to_string_lossy()
+            .into_owned();
         let opts = format!("-p {}", self.port);
         self.run(
             "pg_ctl start",
             "pg_ctl",
-            &["start", "-D", &pg_dir, "-l", &log, "-o", &opts, "-w", "-t", "120"],
+            &[
+                "start", "-D", &pg_dir, "-l", &log, "-o", &opts, "-w", "-t", "120",
+            ],
         )
         .map_err(|e| match e {
             EmbeddedError::Command { step, detail } => EmbeddedError::Command {
@@ -286,7 +302,13 @@ fn find_bin_dir() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("PATH") {
         for dir in std::env::split_paths(&path) {
             if has_tools(&dir) {
-                return Some(dir);
+                // PATH often holds symlinks to the real directory (which also has createdb):
+                // use where initdb really lives.
+                return fs::canonicalize(dir.join("initdb"))
+                    .ok()
+                    .and_then(|p| p.parent().map(Path::to_path_buf))
+                    .filter(|d| has_tools(d))
+                    .or(Some(dir));
             }
         }
     }
@@ -317,7 +339,9 @@ fn running_postmaster(pg_dir: &Path) -> Option<u16> {
 }
 
 fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 fn is_root() -> bool {
@@ -377,7 +401,10 @@ fn random_hex(len: usize) -> String {
 pub async fn wait_until_reachable(port: u16, timeout: Duration) -> bool {
     let deadline = tokio::time::Instant::now() + timeout;
     while tokio::time::Instant::now() < deadline {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -1,6 +1,8 @@
 //! Job kinds (workers), kept apart from the engine, which knows only the `Worker` trait.
 
+pub mod lock_question;
 pub mod noop;
+pub mod settle_question;
 pub mod webhook;
 
 use crate::engine::Workers;
@@ -10,6 +12,8 @@ pub fn builtin(allowed_webhook_hosts: Vec<String>) -> Workers {
     let mut workers = Workers::new();
     workers
         .register(noop::NoopWorker)
+        .register(lock_question::LockQuestionWorker)
+        .register(settle_question::SettleQuestionWorker)
         .register(webhook::WebhookWorker::new(allowed_webhook_hosts));
     workers
 }

@@ -59,9 +59,9 @@ impl Worker for NoopWorker {
                 }
             }
             if ctx.job.attempt <= a.fail_attempts {
-                return Err(WorkError::Retryable(
-                    a.message.unwrap_or_else(|| format!("failing on purpose (attempt {})", ctx.job.attempt)),
-                ));
+                return Err(WorkError::Retryable(a.message.unwrap_or_else(|| {
+                    format!("failing on purpose (attempt {})", ctx.job.attempt)
+                })));
             }
             Ok(())
         })

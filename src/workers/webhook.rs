@@ -69,12 +69,20 @@ impl WebhookWorker {
                 "url: host `{host_port}` is not in KICKOFF_WEBHOOK_ALLOWED_HOSTS"
             ));
         }
-        let method = args.method.as_deref().unwrap_or("POST").to_ascii_uppercase();
+        let method = args
+            .method
+            .as_deref()
+            .unwrap_or("POST")
+            .to_ascii_uppercase();
         let method = match method.as_str() {
             "GET" | "POST" | "PUT" | "PATCH" | "DELETE" => {
                 reqwest::Method::from_bytes(method.as_bytes()).map_err(|e| e.to_string())?
             }
-            other => return Err(format!("method: `{other}` is not one of GET, POST, PUT, PATCH, DELETE")),
+            other => {
+                return Err(format!(
+                    "method: `{other}` is not one of GET, POST, PUT, PATCH, DELETE"
+                ))
+            }
         };
         let timeout_ms = args.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
         if timeout_ms == 0 || timeout_ms > MAX_TIMEOUT_MS {
@@ -140,7 +148,10 @@ impl Worker for WebhookWorker {
                     _ => break,
                 }
             }
-            let body: String = String::from_utf8_lossy(&head).chars().take(ERROR_BODY_CHARS).collect();
+            let body: String = String::from_utf8_lossy(&head)
+                .chars()
+                .take(ERROR_BODY_CHARS)
+                .collect();
             Err(WorkError::Retryable(format!("HTTP {status}: {body}")))
         })
     }

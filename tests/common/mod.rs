@@ -40,16 +40,26 @@ fn migrations_fingerprint() -> String {
 pub async fn test_db() -> TestDb {
     let admin_opts = PgConnectOptions::from_str(&admin_url()).expect("KICKOFF_TEST_DATABASE_URL");
     let template = format!("kickoff_tpl_{}", migrations_fingerprint());
-    let mut admin = admin_opts.connect().await.expect("connect to the test cluster");
+    let mut admin = admin_opts
+        .connect()
+        .await
+        .expect("connect to the test cluster");
     // One process makes the template; the others wait on the lock and find it made.
-    sqlx::query("SELECT pg_advisory_lock(7461726)").execute(&mut admin).await.unwrap();
-    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-        .bind(&template)
-        .fetch_one(&mut admin)
+    sqlx::query("SELECT pg_advisory_lock(7461726)")
+        .execute(&mut admin)
         .await
         .unwrap();
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&template)
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
     if !exists {
-        sqlx::query(&format!("CREATE DATABASE {template}_tmp")).execute(&mut admin).await.ok();
+        sqlx::query(&format!("CREATE DATABASE {template}_tmp"))
+            .execute(&mut admin)
+            .await
+            .ok();
         let mut conn = admin_opts
             .clone()
             .database(&format!("{template}_tmp"))
@@ -58,12 +68,17 @@ pub async fn test_db() -> TestDb {
             .unwrap();
         MIGRATOR.run(&mut conn).await.expect("migrations");
         conn.close().await.unwrap();
-        sqlx::query(&format!("ALTER DATABASE {template}_tmp RENAME TO {template}"))
-            .execute(&mut admin)
-            .await
-            .unwrap();
+        sqlx::query(&format!(
+            "ALTER DATABASE {template}_tmp RENAME TO {template}"
+        ))
+        .execute(&mut admin)
+        .await
+        .unwrap();
     }
-    sqlx::query("SELECT pg_advisory_unlock(7461726)").execute(&mut admin).await.unwrap();
+    sqlx::query("SELECT pg_advisory_unlock(7461726)")
+        .execute(&mut admin)
+        .await
+        .unwrap();
     let name = format!("t_{:016x}", fastrand::u64(..));
     sqlx::query(&format!("CREATE DATABASE {name} TEMPLATE {template}"))
         .execute(&mut admin)

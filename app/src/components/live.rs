@@ -32,19 +32,20 @@ fn connect(live: Live) {
         return;
     };
     let pending = StoredValue::new(false);
-    let on_change = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |_: web_sys::MessageEvent| {
-        if pending.get_value() {
-            return;
-        }
-        pending.set_value(true);
-        set_timeout(
-            move || {
-                pending.set_value(false);
-                live.version.update(|v| *v += 1);
-            },
-            Duration::from_millis(250),
-        );
-    });
+    let on_change =
+        Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |_: web_sys::MessageEvent| {
+            if pending.get_value() {
+                return;
+            }
+            pending.set_value(true);
+            set_timeout(
+                move || {
+                    pending.set_value(false);
+                    live.version.update(|v| *v += 1);
+                },
+                Duration::from_millis(250),
+            );
+        });
     let _ = source.add_event_listener_with_callback("jobs", on_change.as_ref().unchecked_ref());
     let _ = source.add_event_listener_with_callback("lagged", on_change.as_ref().unchecked_ref());
     on_change.forget();

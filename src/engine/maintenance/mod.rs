@@ -12,8 +12,12 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Calls `once` every `interval` until `shutdown`; errors are logged and the loop goes on.
-pub(crate) async fn run_every<F, Fut, R>(name: &'static str, interval: Duration, shutdown: CancellationToken, mut once: F)
-where
+pub(crate) async fn run_every<F, Fut, R>(
+    name: &'static str,
+    interval: Duration,
+    shutdown: CancellationToken,
+    mut once: F,
+) where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<R, sqlx::Error>>,
     R: Report,
@@ -26,7 +30,9 @@ where
             _ = tick.tick() => {}
         }
         match once().await {
-            Ok(report) if report.did_something() => tracing::info!(service = name, report = ?report, "maintenance"),
+            Ok(report) if report.did_something() => {
+                tracing::info!(service = name, report = ?report, "maintenance")
+            }
             Ok(_) => {}
             Err(e) => tracing::warn!(service = name, error = %e, "maintenance run failed"),
         }

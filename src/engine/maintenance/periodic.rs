@@ -66,16 +66,18 @@ impl PeriodicEnqueuer {
         PeriodicEnqueuer { client, jobs }
     }
 
-    pub async fn run_once(&self, now: Option<DateTime<Utc>>) -> Result<PeriodicReport, ClientError> {
+    pub async fn run_once(
+        &self,
+        now: Option<DateTime<Utc>>,
+    ) -> Result<PeriodicReport, ClientError> {
         let now = now.unwrap_or_else(Utc::now);
         let mut report = PeriodicReport::default();
         for p in &self.jobs {
             let at = p.next_run(now);
-            let new = p
-                .job
-                .clone()
-                .at(at)
-                .with_unique_key(format!("periodic:{}:{}", p.name, at.timestamp_millis()), OnConflict::Keep);
+            let new = p.job.clone().at(at).with_unique_key(
+                format!("periodic:{}:{}", p.name, at.timestamp_millis()),
+                OnConflict::Keep,
+            );
             if !self.client.insert(&new).await?.existing {
                 report.inserted += 1;
             }
@@ -106,10 +108,14 @@ mod tests {
             every: Duration::from_secs(60),
             job: NewJob::new("noop", json!({})),
         };
-        let now = DateTime::parse_from_rfc3339("2026-11-30T12:00:30Z").unwrap().to_utc();
+        let now = DateTime::parse_from_rfc3339("2026-11-30T12:00:30Z")
+            .unwrap()
+            .to_utc();
         assert_eq!(p.next_run(now).to_rfc3339(), "2026-11-30T12:01:00+00:00");
         // Exactly on a boundary, the next one (that one is due now and already inserted).
-        let on = DateTime::parse_from_rfc3339("2026-11-30T12:01:00Z").unwrap().to_utc();
+        let on = DateTime::parse_from_rfc3339("2026-11-30T12:01:00Z")
+            .unwrap()
+            .to_utc();
         assert_eq!(p.next_run(on).to_rfc3339(), "2026-11-30T12:02:00+00:00");
     }
 

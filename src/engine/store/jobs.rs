@@ -460,7 +460,10 @@ pub async fn job_retry<'e>(db: impl PgExecutor<'e>, id: JobId) -> Result<Option<
 }
 
 /// Makes a waiting job due now.
-pub async fn job_run_now<'e>(db: impl PgExecutor<'e>, id: JobId) -> Result<Option<Job>, sqlx::Error> {
+pub async fn job_run_now<'e>(
+    db: impl PgExecutor<'e>,
+    id: JobId,
+) -> Result<Option<Job>, sqlx::Error> {
     sqlx::query_as(
         "UPDATE jobs SET state = 'available', scheduled_at = now()
          WHERE id = $1 AND state IN ('scheduled', 'retryable', 'available')
@@ -542,7 +545,10 @@ pub async fn job_count_by_queue_state<'e>(
 }
 
 /// Sends a control message to every node (cancel running attempts, reload queue settings).
-pub async fn control_notify<'e>(db: impl PgExecutor<'e>, payload: &Value) -> Result<(), sqlx::Error> {
+pub async fn control_notify<'e>(
+    db: impl PgExecutor<'e>,
+    payload: &Value,
+) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT pg_notify('kickoff_control', $1)")
         .bind(payload.to_string())
         .execute(db)

@@ -42,7 +42,11 @@ pub async fn leader_attempt_elect<'e>(
 }
 
 /// Gives the lease up so another node can take it at once.
-pub async fn leader_resign<'e>(db: impl PgExecutor<'e>, name: &str, node: &str) -> Result<(), sqlx::Error> {
+pub async fn leader_resign<'e>(
+    db: impl PgExecutor<'e>,
+    name: &str,
+    node: &str,
+) -> Result<(), sqlx::Error> {
     sqlx::query("DELETE FROM leader WHERE name = $1 AND node_id = $2")
         .bind(name)
         .bind(node)
@@ -51,7 +55,10 @@ pub async fn leader_resign<'e>(db: impl PgExecutor<'e>, name: &str, node: &str) 
     Ok(())
 }
 
-pub async fn leader_get<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<Option<LeaderRow>, sqlx::Error> {
+pub async fn leader_get<'e>(
+    db: impl PgExecutor<'e>,
+    name: &str,
+) -> Result<Option<LeaderRow>, sqlx::Error> {
     sqlx::query_as("SELECT * FROM leader WHERE name = $1 AND expires_at > now()")
         .bind(name)
         .fetch_optional(db)

@@ -58,7 +58,10 @@ pub async fn node_list_alive<'e>(
 }
 
 /// Removes nodes silent for longer than `max_age_secs`. Returns how many.
-pub async fn node_delete_stale<'e>(db: impl PgExecutor<'e>, max_age_secs: f64) -> Result<u64, sqlx::Error> {
+pub async fn node_delete_stale<'e>(
+    db: impl PgExecutor<'e>,
+    max_age_secs: f64,
+) -> Result<u64, sqlx::Error> {
     let r = sqlx::query("DELETE FROM nodes WHERE heartbeat_at < now() - make_interval(secs => $1)")
         .bind(max_age_secs)
         .execute(db)

@@ -14,11 +14,16 @@ pub struct QueueRow {
 }
 
 /// Makes sure the queues exist (a node registers the queues it runs).
-pub async fn queue_ensure<'e>(db: impl PgExecutor<'e>, names: &[String]) -> Result<(), sqlx::Error> {
-    sqlx::query("INSERT INTO queues (name) SELECT unnest($1::text[]) ON CONFLICT (name) DO NOTHING")
-        .bind(names)
-        .execute(db)
-        .await?;
+pub async fn queue_ensure<'e>(
+    db: impl PgExecutor<'e>,
+    names: &[String],
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO queues (name) SELECT unnest($1::text[]) ON CONFLICT (name) DO NOTHING",
+    )
+    .bind(names)
+    .execute(db)
+    .await?;
     Ok(())
 }
 
@@ -28,7 +33,10 @@ pub async fn queue_list<'e>(db: impl PgExecutor<'e>) -> Result<Vec<QueueRow>, sq
         .await
 }
 
-pub async fn queue_get<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<Option<QueueRow>, sqlx::Error> {
+pub async fn queue_get<'e>(
+    db: impl PgExecutor<'e>,
+    name: &str,
+) -> Result<Option<QueueRow>, sqlx::Error> {
     sqlx::query_as("SELECT * FROM queues WHERE name = $1")
         .bind(name)
         .fetch_optional(db)

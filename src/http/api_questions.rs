@@ -1,0 +1,156 @@
+//! `/api/v1/questions`: game questions and predictions.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+
+use super::error::AppError;
+use super::extract::{ApiJson, ApiQuery, IdPath};
+use super::state::AppState;
+use crate::questions::service::QuestionDetail;
+use crate::questions::store::{Prediction, Question};
+use crate::questions::{QuestionError, QuestionStatus};
+
+impl From<QuestionError> for AppError {
+    fn from(e: QuestionError) -> Self {
+        match e {
+            QuestionError::Invalid { .. } => AppError::invalid(e.to_string()),
+            QuestionError::NotFound(_) => AppError::NotFound(e.to_string()),
+            QuestionError::UnknownChoice(_) => AppError::Unprocessable {
+                code: "unknown_choice",
+                message: e.to_string(),
+            },
+            QuestionError::PredictionsClosed => AppError::Conflict {
+                code: "predictions_closed",
+                message: e.to_string(),
+            },
+            QuestionError::Conflict(m) => AppError::conflict(m),
+            QuestionError::Client(e) => e.into(),
+            QuestionError::Database(e) => e.into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateQuestion {
+    pub game: String,
+    pub prompt: String,
+    pub choices: Vec<String>,
+    pub game_time: DateTime<Utc>,
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<CreateQuestion>,
+) -> Result<impl IntoResponse, AppError> {
+    let q = state
+        .questions
+        .create(&body.game, &body.prompt, &body.choices, body.game_time)
+        .await?;
+    Ok((StatusCode::CREATED, Json(q)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    pub status: Option<String>,
+    pub limit: Option<i64>,
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    ApiQuery(params): ApiQuery<ListParams>,
+) -> Result<Json<Vec<Question>>, AppError> {
+    let status = params
+        .status
+        .as_deref()
+        .map(str::parse::<QuestionStatus>)
+        .transpose()
+        .map_err(AppError::invalid)?;
+    Ok(Json(
+        state
+            .questions
+            .list(status, params.limit.unwrap_or(100))
+            .await?,
+    ))
+}
+
+pub async fn get(
+    State(state): State<AppState>,
+    IdPath(id): IdPath,
+) -> Result<Json<QuestionDetail>, AppError> {
+    Ok(Json(state.questions.get(id).await?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateQuestion {
+    pub prompt: Option<String>,
+    pub choices: Option<Vec<String>>,
+    pub game_time: Option<DateTime<Utc>>,
+}
+
+pub async fn update(
+    State(state): State<AppState>,
+    IdPath(id): IdPath,
+    ApiJson(body): ApiJson<UpdateQuestion>,
+) -> Result<Json<QuestionDetail>, AppError> {
+    Ok(Json(
+        state
+            .questions
+            .update(
+                id,
+                body.prompt.as_deref(),
+                body.choices.as_deref(),
+                body.game_time,
+            )
+            .await?,
+    ))
+}
+
+pub async fn delete(
+    State(state): State<AppState>,
+    IdPath(id): IdPath,
+) -> Result<StatusCode, AppError> {
+    state.questions.delete(id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PredictBody {
+    pub player: String,
+    pub choice: String,
+}
+
+pub async fn predict(
+    State(state): State<AppState>,
+    IdPath(id): IdPath,
+    ApiJson(body): ApiJson<PredictBody>,
+) -> Result<(StatusCode, Json<Prediction>), AppError> {
+    let p = state
+        .questions
+        .predict(id, &body.player, &body.choice)
+        .await?;
+    Ok((StatusCode::CREATED, Json(p)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SettleBody {
+    pub correct_choice: String,
+}
+
+pub async fn settle(
+    State(state): State<AppState>,
+    IdPath(id): IdPath,
+    ApiJson(body): ApiJson<SettleBody>,
+) -> Result<Json<QuestionDetail>, AppError> {
+    Ok(Json(
+        state.questions.settle(id, &body.correct_choice).await?,
+    ))
+}

@@ -1,0 +1,312 @@
+//! What the API does with questions: each operation validates first, then writes the question and
+//! its jobs in one transaction.
+
+use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use serde::Serialize;
+use serde_json::json;
+use sqlx::PgPool;
+
+use super::store::{self, ChoiceCount, Prediction, Question, QuestionStatus};
+use crate::engine::store::jobs as job_store;
+use crate::engine::{Client, ClientError, Job, JobState, NewJob, OnConflict};
+use crate::workers::{lock_question, settle_question};
+
+/// The queue of the question jobs.
+pub const QUEUE: &str = "questions";
+/// How far ahead a game may be scheduled.
+pub const MAX_GAME_AHEAD_DAYS: i64 = 730;
+pub const MAX_CHOICES: usize = 20;
+pub const MAX_CHOICE_CHARS: usize = 100;
+pub const MAX_PLAYER_CHARS: usize = 100;
+
+#[derive(Debug, thiserror::Error)]
+pub enum QuestionError {
+    #[error("{field}: {message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+    #[error("question {0} not found")]
+    NotFound(i64),
+    #[error("`{0}` is not one of the question's choices")]
+    UnknownChoice(String),
+    #[error("predictions are closed: the game has started")]
+    PredictionsClosed,
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> QuestionError {
+    QuestionError::Invalid {
+        field,
+        message: message.into(),
+    }
+}
+
+/// A question with what an operator wants to see about it.
+#[derive(Debug, Clone, Serialize)]
+pub struct QuestionDetail {
+    #[serde(flatten)]
+    pub question: Question,
+    pub counts: Vec<ChoiceCount>,
+    pub predictions: i64,
+    pub lock_job: Option<Job>,
+}
+
+#[derive(Clone)]
+pub struct QuestionService {
+    pool: PgPool,
+    client: Client,
+}
+
+impl QuestionService {
+    pub fn new(client: Client) -> Self {
+        QuestionService {
+            pool: client.pool().clone(),
+            client,
+        }
+    }
+
+    /// Creates a question and its lock job, together or not at all.
+    pub async fn create(
+        &self,
+        game: &str,
+        prompt: &str,
+        choices: &[String],
+        game_time: DateTime<Utc>,
+    ) -> Result<QuestionDetail, QuestionError> {
+        check_text("game", game, 200)?;
+        check_text("prompt", prompt, 500)?;
+        check_choices(choices)?;
+        check_game_time(game_time)?;
+        let mut tx = self.pool.begin().await?;
+        let q = store::question_insert(&mut *tx, game.trim(), prompt.trim(), choices, game_time)
+            .await?;
+        let job = self
+            .client
+            .insert_with(&mut tx, &lock_job(q.id, game_time))
+            .await?
+            .job;
+        store::question_set_lock_job(&mut *tx, q.id, job.id).await?;
+        tx.commit().await?;
+        self.get(q.id).await
+    }
+
+    pub async fn get(&self, id: i64) -> Result<QuestionDetail, QuestionError> {
+        let question = store::question_get(&self.pool, id)
+            .await?
+            .ok_or(QuestionError::NotFound(id))?;
+        let counts = store::prediction_counts(&self.pool, id).await?;
+        let predictions = counts.iter().map(|c| c.predictions).sum();
+        let lock_job = match question.lock_job_id {
+            Some(job) => job_store::job_get(&self.pool, job).await?,
+            None => None,
+        };
+        Ok(QuestionDetail {
+            question,
+            counts,
+            predictions,
+            lock_job,
+        })
+    }
+
+    pub async fn list(
+        &self,
+        status: Option<QuestionStatus>,
+        limit: i64,
+    ) -> Result<Vec<Question>, QuestionError> {
+        if !(1..=500).contains(&limit) {
+            return Err(invalid("limit", "must be between 1 and 500"));
+        }
+        Ok(store::question_list(&self.pool, status, limit).await?)
+    }
+
+    /// Edits a question. Choices only while nobody predicted; game time only while open (the lock
+    /// job moves with it, and a question whose game time passed but did not lock yet opens again).
+    pub async fn update(
+        &self,
+        id: i64,
+        prompt: Option<&str>,
+        choices: Option<&[String]>,
+        game_time: Option<DateTime<Utc>>,
+    ) -> Result<QuestionDetail, QuestionError> {
+        if let Some(p) = prompt {
+            check_text("prompt", p, 500)?;
+        }
+        if let Some(c) = choices {
+            check_choices(c)?;
+        }
+        if let Some(t) = game_time {
+            check_game_time(t)?;
+        }
+        let mut tx = self.pool.begin().await?;
+        let q = store::question_get_for_update(&mut *tx, id)
+            .await?
+            .ok_or(QuestionError::NotFound(id))?;
+        if choices.is_some() && store::prediction_count(&mut *tx, id).await? > 0 {
+            return Err(QuestionError::Conflict(
+                "choices cannot change once players have predicted".into(),
+            ));
+        }
+        if game_time.is_some() && q.status != QuestionStatus::Open {
+            return Err(QuestionError::Conflict(format!(
+                "question {id} is {}: its game time can no longer change",
+                status_name(q.status)
+            )));
+        }
+        store::question_update(&mut *tx, id, prompt.map(str::trim), choices, game_time).await?;
+        if let Some(t) = game_time {
+            // The same job, moved (a lock job that is running right now snoozes until the new time).
+            let job = self
+                .client
+                .insert_with(
+                    &mut tx,
+                    &lock_job(id, t).with_unique_key(lock_key(id), OnConflict::Reschedule),
+                )
+                .await?
+                .job;
+            store::question_set_lock_job(&mut *tx, id, job.id).await?;
+        }
+        tx.commit().await?;
+        self.get(id).await
+    }
+
+    /// Deletes a question, its predictions, and cancels its pending jobs.
+    pub async fn delete(&self, id: i64) -> Result<(), QuestionError> {
+        let mut tx = self.pool.begin().await?;
+        let q = store::question_get_for_update(&mut *tx, id)
+            .await?
+            .ok_or(QuestionError::NotFound(id))?;
+        if let Some(job) = q.lock_job_id {
+            let cancelled = job_store::job_cancel_many(&mut *tx, &[job]).await?;
+            if cancelled
+                .iter()
+                .any(|(_, before)| *before == JobState::Executing)
+            {
+                job_store::control_notify(&mut *tx, &json!({ "cancel": [job] })).await?;
+            }
+        }
+        store::question_delete(&mut *tx, id).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Records a player's prediction (or changes it) while the question is open.
+    pub async fn predict(
+        &self,
+        id: i64,
+        player: &str,
+        choice: &str,
+    ) -> Result<Prediction, QuestionError> {
+        check_text("player", player, MAX_PLAYER_CHARS)?;
+        if let Some(p) = store::prediction_upsert(&self.pool, id, player.trim(), choice).await? {
+            return Ok(p);
+        }
+        let q = store::question_get(&self.pool, id)
+            .await?
+            .ok_or(QuestionError::NotFound(id))?;
+        if !q.choices.iter().any(|c| c == choice) {
+            return Err(QuestionError::UnknownChoice(choice.to_string()));
+        }
+        Err(QuestionError::PredictionsClosed)
+    }
+
+    /// Records the correct choice and starts the settle job, which scores every prediction.
+    pub async fn settle(
+        &self,
+        id: i64,
+        correct_choice: &str,
+    ) -> Result<QuestionDetail, QuestionError> {
+        let mut tx = self.pool.begin().await?;
+        let q = store::question_get_for_update(&mut *tx, id)
+            .await?
+            .ok_or(QuestionError::NotFound(id))?;
+        if !q.choices.iter().any(|c| c == correct_choice) {
+            return Err(QuestionError::UnknownChoice(correct_choice.to_string()));
+        }
+        if q.status == QuestionStatus::Settled || q.correct_choice.is_some() {
+            return Err(QuestionError::Conflict(format!(
+                "question {id} is already settled or settling"
+            )));
+        }
+        if q.status == QuestionStatus::Open && !store::question_lock(&mut *tx, id).await? {
+            return Err(QuestionError::Conflict(format!(
+                "question {id} cannot be settled before its game time"
+            )));
+        }
+        store::question_set_answer(&mut *tx, id, correct_choice).await?;
+        let settle = NewJob::new(settle_question::KIND, json!({ "question_id": id }))
+            .with_queue(QUEUE)
+            .with_unique_key(format!("settle_question:{id}"), OnConflict::Keep);
+        self.client.insert_with(&mut tx, &settle).await?;
+        tx.commit().await?;
+        self.get(id).await
+    }
+}
+
+fn lock_key(id: i64) -> String {
+    format!("lock_question:{id}")
+}
+
+fn lock_job(id: i64, game_time: DateTime<Utc>) -> NewJob {
+    NewJob::new(lock_question::KIND, json!({ "question_id": id }))
+        .with_queue(QUEUE)
+        .at(game_time)
+        .with_unique_key(lock_key(id), OnConflict::Keep)
+}
+
+fn status_name(s: QuestionStatus) -> &'static str {
+    match s {
+        QuestionStatus::Open => "open",
+        QuestionStatus::Locked => "locked",
+        QuestionStatus::Settled => "settled",
+    }
+}
+
+fn check_text(field: &'static str, value: &str, max: usize) -> Result<(), QuestionError> {
+    let n = value.trim().chars().count();
+    if n == 0 || n > max {
+        return Err(invalid(field, format!("must be 1 to {max} characters")));
+    }
+    Ok(())
+}
+
+fn check_choices(choices: &[String]) -> Result<(), QuestionError> {
+    if choices.len() < 2 || choices.len() > MAX_CHOICES {
+        return Err(invalid(
+            "choices",
+            format!("give 2 to {MAX_CHOICES} choices"),
+        ));
+    }
+    for (i, c) in choices.iter().enumerate() {
+        let n = c.chars().count();
+        if n == 0 || n > MAX_CHOICE_CHARS || c.trim() != c {
+            return Err(invalid(
+                "choices",
+                format!("each choice is 1 to {MAX_CHOICE_CHARS} characters without outer spaces"),
+            ));
+        }
+        if choices[..i].contains(c) {
+            return Err(invalid("choices", format!("`{c}` is listed twice")));
+        }
+    }
+    Ok(())
+}
+
+fn check_game_time(t: DateTime<Utc>) -> Result<(), QuestionError> {
+    let now = Utc::now();
+    if t <= now {
+        return Err(invalid("game_time", "must be in the future"));
+    }
+    if t > now + ChronoDuration::days(MAX_GAME_AHEAD_DAYS) {
+        return Err(invalid(
+            "game_time",
+            format!("more than {MAX_GAME_AHEAD_DAYS} days ahead"),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,279 @@
+//! SQL of the `questions` and `predictions` tables.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::PgExecutor;
+
+use crate::engine::JobId;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
+#[sqlx(type_name = "question_status", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
+pub enum QuestionStatus {
+    /// Taking predictions until `game_time`. The lock job moves it to `locked`.
+    Open,
+    /// No more predictions. An operator's settle moves it to `settled` (through the settle job).
+    Locked,
+    /// Every prediction is scored. Final.
+    Settled,
+}
+
+impl std::str::FromStr for QuestionStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "open" => Ok(QuestionStatus::Open),
+            "locked" => Ok(QuestionStatus::Locked),
+            "settled" => Ok(QuestionStatus::Settled),
+            other => Err(format!(
+                "unknown status `{other}`: use open, locked or settled"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct Question {
+    pub id: i64,
+    pub game: String,
+    pub prompt: String,
+    pub choices: Vec<String>,
+    pub game_time: DateTime<Utc>,
+    pub status: QuestionStatus,
+    pub locked_at: Option<DateTime<Utc>>,
+    pub correct_choice: Option<String>,
+    pub settled_at: Option<DateTime<Utc>>,
+    pub lock_job_id: Option<JobId>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct Prediction {
+    pub question_id: i64,
+    pub player: String,
+    pub choice: String,
+    pub at: DateTime<Utc>,
+    pub correct: Option<bool>,
+}
+
+/// Predictions per choice, with how many were scored correct.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct ChoiceCount {
+    pub choice: String,
+    pub predictions: i64,
+    pub correct: i64,
+}
+
+pub async fn question_insert<'e>(
+    db: impl PgExecutor<'e>,
+    game: &str,
+    prompt: &str,
+    choices: &[String],
+    game_time: DateTime<Utc>,
+) -> Result<Question, sqlx::Error> {
+    sqlx::query_as(
+        "INSERT INTO questions (game, prompt, choices, game_time) VALUES ($1, $2, $3, $4) RETURNING *",
+    )
+    .bind(game)
+    .bind(prompt)
+    .bind(choices)
+    .bind(game_time)
+    .fetch_one(db)
+    .await
+}
+
+pub async fn question_set_lock_job<'e>(
+    db: impl PgExecutor<'e>,
+    id: i64,
+    job: JobId,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE questions SET lock_job_id = $2 WHERE id = $1")
+        .bind(id)
+        .bind(job)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+pub async fn question_get<'e>(
+    db: impl PgExecutor<'e>,
+    id: i64,
+) -> Result<Option<Question>, sqlx::Error> {
+    sqlx::query_as("SELECT * FROM questions WHERE id = $1")
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+/// Reads a question and locks its row until the end of the transaction.
+pub async fn question_get_for_update<'e>(
+    db: impl PgExecutor<'e>,
+    id: i64,
+) -> Result<Option<Question>, sqlx::Error> {
+    sqlx::query_as("SELECT * FROM questions WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+/// Questions, upcoming first (by game time), optionally of one status.
+pub async fn question_list<'e>(
+    db: impl PgExecutor<'e>,
+    status: Option<QuestionStatus>,
+    limit: i64,
+) -> Result<Vec<Question>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT * FROM questions WHERE ($1::question_status IS NULL OR status = $1)
+         ORDER BY game_time, id LIMIT $2",
+    )
+    .bind(status)
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
+/// Updates the editable fields that are given.
+pub async fn question_update<'e>(
+    db: impl PgExecutor<'e>,
+    id: i64,
+    prompt: Option<&str>,
+    choices: Option<&[String]>,
+    game_time: Option<DateTime<Utc>>,
+) -> Result<Question, sqlx::Error> {
+    sqlx::query_as(
+        "UPDATE questions SET prompt = coalesce($2, prompt), choices = coalesce($3, choices),
+                game_time = coalesce($4, game_time)
+         WHERE id = $1 RETURNING *",
+    )
+    .bind(id)
+    .bind(prompt)
+    .bind(choices)
+    .bind(game_time)
+    .fetch_one(db)
+    .await
+}
+
+pub async fn question_delete<'e>(db: impl PgExecutor<'e>, id: i64) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query("DELETE FROM questions WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Locks an open question whose game time has come. Returns whether it changed (running it
+/// again is harmless).
+pub async fn question_lock<'e>(db: impl PgExecutor<'e>, id: i64) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query(
+        "UPDATE questions SET status = 'locked', locked_at = now()
+         WHERE id = $1 AND status = 'open' AND game_time <= now()",
+    )
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Records the correct choice of a locked question (scoring is the settle job's).
+pub async fn question_set_answer<'e>(
+    db: impl PgExecutor<'e>,
+    id: i64,
+    choice: &str,
+) -> Result<Question, sqlx::Error> {
+    sqlx::query_as("UPDATE questions SET correct_choice = $2 WHERE id = $1 RETURNING *")
+        .bind(id)
+        .bind(choice)
+        .fetch_one(db)
+        .await
+}
+
+/// Marks a question settled once all its predictions are scored. Returns whether it changed.
+pub async fn question_mark_settled<'e>(
+    db: impl PgExecutor<'e>,
+    id: i64,
+) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query(
+        "UPDATE questions SET status = 'settled', settled_at = now()
+         WHERE id = $1 AND status = 'locked' AND correct_choice IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM predictions WHERE question_id = $1 AND correct IS NULL)",
+    )
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Inserts or changes a player's prediction while the question is open and its game time has not
+/// come (by the database clock). The question row is share-locked, so a prediction cannot slip in
+/// beside a lock that commits at the same moment. Returns `None` when refused.
+pub async fn prediction_upsert<'e>(
+    db: impl PgExecutor<'e>,
+    question: i64,
+    player: &str,
+    choice: &str,
+) -> Result<Option<Prediction>, sqlx::Error> {
+    sqlx::query_as(
+        "WITH q AS (
+             SELECT id FROM questions
+             WHERE id = $1 AND status = 'open' AND game_time > clock_timestamp() AND $3 = ANY (choices)
+             FOR SHARE)
+         INSERT INTO predictions (question_id, player, choice)
+         SELECT id, $2, $3 FROM q
+         ON CONFLICT (question_id, player) DO UPDATE SET choice = excluded.choice, at = now()
+         RETURNING *",
+    )
+    .bind(question)
+    .bind(player)
+    .bind(choice)
+    .fetch_optional(db)
+    .await
+}
+
+pub async fn prediction_count<'e>(
+    db: impl PgExecutor<'e>,
+    question: i64,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT count(*) FROM predictions WHERE question_id = $1")
+        .bind(question)
+        .fetch_one(db)
+        .await
+}
+
+/// Scores up to `limit` unscored predictions of a question. Returns how many were scored.
+pub async fn prediction_score_batch<'e>(
+    db: impl PgExecutor<'e>,
+    question: i64,
+    correct_choice: &str,
+    limit: i64,
+) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query(
+        "UPDATE predictions SET correct = (choice = $2)
+         WHERE question_id = $1 AND player IN (
+             SELECT player FROM predictions WHERE question_id = $1 AND correct IS NULL
+             LIMIT $3 FOR UPDATE SKIP LOCKED)",
+    )
+    .bind(question)
+    .bind(correct_choice)
+    .bind(limit)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+/// Predictions per choice of a question (every choice listed, with zeros).
+pub async fn prediction_counts<'e>(
+    db: impl PgExecutor<'e>,
+    question: i64,
+) -> Result<Vec<ChoiceCount>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT c.choice, count(p.player) AS predictions, count(p.player) FILTER (WHERE p.correct) AS correct
+         FROM questions q
+         CROSS JOIN LATERAL unnest(q.choices) WITH ORDINALITY AS c(choice, n)
+         LEFT JOIN predictions p ON p.question_id = q.id AND p.choice = c.choice
+         WHERE q.id = $1
+         GROUP BY c.choice, c.n ORDER BY c.n",
+    )
+    .bind(question)
+    .fetch_all(db)
+    .await
+}

@@ -1,0 +1,66 @@
+//! `lock_question`: closes a question at game time. The lock and the job's completion commit in one
+//! transaction, so a crash never leaves one without the other; running it twice is harmless. If the
+//! game time moved later while the job was already running, it snoozes until the new time.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::engine::{BoxFuture, JobContext, WorkError, Worker};
+use crate::questions::{store, QuestionStatus};
+
+pub const KIND: &str = "lock_question";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuestionArgs {
+    pub question_id: i64,
+}
+
+pub(crate) fn validate_question_args(args: &Value) -> Result<(), String> {
+    serde_json::from_value::<QuestionArgs>(args.clone())
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+pub struct LockQuestionWorker;
+
+impl Worker for LockQuestionWorker {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn validate(&self, args: &Value) -> Result<(), String> {
+        validate_question_args(args)
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(10)
+    }
+
+    fn backoff(&self, attempt: i32) -> Duration {
+        // A lock is due now: retry fast (100 ms, 200 ms, ... up to 5 s).
+        Duration::from_millis((100 * 2u64.pow(attempt.clamp(0, 6) as u32)).min(5_000))
+    }
+
+    fn work(&self, ctx: JobContext) -> BoxFuture<'_, Result<(), WorkError>> {
+        Box::pin(async move {
+            let args: QuestionArgs = ctx.args()?;
+            let mut tx = ctx.begin().await?;
+            let Some(q) = store::question_get_for_update(&mut *tx, args.question_id).await? else {
+                // The question was deleted: nothing to lock.
+                return ctx.complete_with(tx).await;
+            };
+            if q.status == QuestionStatus::Open && !store::question_lock(&mut *tx, q.id).await? {
+                // Open, and its game time is still ahead: it was moved after this job started.
+                tx.rollback().await?;
+                let wait = (q.game_time - chrono::Utc::now())
+                    .to_std()
+                    .unwrap_or(Duration::from_millis(1));
+                return Err(WorkError::Snooze(wait));
+            }
+            ctx.complete_with(tx).await
+        })
+    }
+}

@@ -1,0 +1,64 @@
+//! `settle_question`: scores every prediction of a question against its correct choice, in batches,
+//! then marks the question settled in the transaction that completes the job. Each prediction is
+//! scored once (only unscored rows are touched), so a rerun or a retry after a crash scores nothing
+//! twice.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::lock_question::{validate_question_args, QuestionArgs};
+use crate::engine::{BoxFuture, JobContext, WorkError, Worker};
+use crate::questions::store;
+
+pub const KIND: &str = "settle_question";
+/// Predictions scored per statement.
+pub const BATCH: i64 = 1000;
+
+pub struct SettleQuestionWorker;
+
+impl Worker for SettleQuestionWorker {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn validate(&self, args: &Value) -> Result<(), String> {
+        validate_question_args(args)
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(300)
+    }
+
+    fn work(&self, ctx: JobContext) -> BoxFuture<'_, Result<(), WorkError>> {
+        Box::pin(async move {
+            let args: QuestionArgs = ctx.args()?;
+            let Some(q) = store::question_get(ctx.pool(), args.question_id).await? else {
+                return Ok(());
+            };
+            let Some(correct) = q.correct_choice.as_deref() else {
+                return Err(WorkError::Fatal(format!(
+                    "question {} has no correct choice",
+                    q.id
+                )));
+            };
+            loop {
+                if ctx.cancelled().is_cancelled() {
+                    return Err(WorkError::Retryable("stopped".into()));
+                }
+                let n = store::prediction_score_batch(ctx.pool(), q.id, correct, BATCH).await?;
+                if n < BATCH as u64 {
+                    break;
+                }
+            }
+            let mut tx = ctx.begin().await?;
+            if !store::question_mark_settled(&mut *tx, q.id).await? {
+                let now = store::question_get(&mut *tx, q.id).await?;
+                if now.is_some_and(|n| n.status != store::QuestionStatus::Settled) {
+                    return Err(WorkError::Retryable("unscored predictions remain".into()));
+                }
+            }
+            ctx.complete_with(tx).await
+        })
+    }
+}
