@@ -291,6 +291,16 @@ async fn bad_job_input_gets_a_clear_error_and_stores_nothing() {
             "invalid",
         ),
         (
+            r#"{"kind":"noop","args":{"x":"a\u0000b"}}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            r#"{"kind":"noop","tags":["a\u0000"]}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
             format!(r#"{{"kind":"noop","args":{{"pad":"{big}"}}}}"#),
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid",
@@ -385,6 +395,8 @@ async fn unknown_ids_and_bad_paths_and_queries_are_clear_errors() {
     let (s, b) = api
         .call(Method::GET, "/api/v1/jobs?limit=100000", None)
         .await;
+    assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
+    let (s, b) = api.call(Method::GET, "/api/v1/jobs?queue=%00", None).await;
     assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
     let (s, b) = api.call(Method::GET, "/api/v1/jobs?limit=ten", None).await;
     assert_error(s, &b, StatusCode::BAD_REQUEST, "bad_query");

@@ -88,6 +88,20 @@ impl Client {
         if !new.args.is_object() {
             return Err(invalid("args", "must be a JSON object"));
         }
+        // Postgres text and jsonb cannot hold NUL characters.
+        let has_nul = |v: &serde_json::Value| v.to_string().contains("\\u0000");
+        if has_nul(&new.args) || has_nul(&new.meta) {
+            return Err(invalid("args", "must not contain NUL (\\u0000) characters"));
+        }
+        if new
+            .tags
+            .iter()
+            .chain(new.unique_key.iter())
+            .any(|t| t.contains('\0'))
+            || new.kind.contains('\0')
+        {
+            return Err(invalid("tags", "text must not contain NUL characters"));
+        }
         if new.args.to_string().len() > MAX_ARGS_BYTES {
             return Err(invalid(
                 "args",

@@ -42,7 +42,7 @@ pub(crate) fn spawn(shared: &Arc<Shared>, queue: Arc<QueueState>, job: Job) {
     let cancel = shared.hard_stop.child_token();
     let (id, attempt) = (job.id, job.attempt);
     // Registered before the task starts, so that a cancel arriving at once finds it.
-    shared.running.lock().expect("running map poisoned").insert(
+    let older = shared.running.lock().expect("running map poisoned").insert(
         id,
         Running {
             attempt,
@@ -51,6 +51,15 @@ pub(crate) fn spawn(shared: &Arc<Shared>, queue: Arc<QueueState>, job: Job) {
             stopped: false,
         },
     );
+    if let Some(older) = older {
+        // An older attempt of this job still runs here: its job was rescued (this node lost the
+        // database for longer than the lease) and claimed again. Only the newest may run.
+        tracing::warn!(job = %id, attempt = older.attempt, "stopping an older attempt of a re-claimed job");
+        older.cancel.cancel();
+        if let Some(abort) = older.abort {
+            abort.abort();
+        }
+    }
     let guard = AttemptGuard {
         shared: shared.clone(),
         queue,
@@ -104,6 +113,10 @@ async fn run_attempt(
             (result, ctx.already_completed(), worker.backoff(job.attempt))
         }
     };
+    // Its lease is renewed until the outcome is written (see the heartbeat).
+    if let Ok(mut pending) = shared.pending_outcomes.lock() {
+        pending.insert(job.id, job.attempt);
+    }
     let _ = shared.completions.send(Completion {
         id: job.id,
         attempt: job.attempt,
@@ -134,13 +147,15 @@ struct AttemptGuard {
 
 impl Drop for AttemptGuard {
     fn drop(&mut self) {
-        let entry = self
-            .shared
-            .running
-            .lock()
-            .ok()
-            .and_then(|mut r| r.remove(&self.id));
-        let stopped = entry.map(|e| e.stopped).unwrap_or(false);
+        // A newer attempt of the same job may have replaced this one's entry: leave it alone.
+        let entry = self.shared.running.lock().ok().and_then(|mut r| {
+            if r.get(&self.id).is_some_and(|e| e.attempt == self.attempt) {
+                r.remove(&self.id)
+            } else {
+                None
+            }
+        });
+        let stopped = entry.map(|e| e.stopped).unwrap_or(true);
         if !self.finished && !stopped {
             if let Ok(mut v) = self.shared.interrupted.lock() {
                 v.push((self.id, self.attempt));
@@ -194,19 +209,32 @@ impl Completer {
         if batch.is_empty() {
             return;
         }
+        self.write_outcomes(&batch).await;
+        if let Ok(mut pending) = self.shared.pending_outcomes.lock() {
+            for c in &batch {
+                if pending.get(&c.id) == Some(&c.attempt) {
+                    pending.remove(&c.id);
+                }
+            }
+        }
+    }
+
+    async fn write_outcomes(&self, batch: &[Completion]) {
         let node = self.shared.node_id.as_str();
-        let done: Vec<(JobId, i32)> = batch
+        let mut done: Vec<(JobId, i32)> = batch
             .iter()
             .filter(|c| c.result.is_ok() && !c.completed_in_tx)
             .map(|c| (c.id, c.attempt))
             .collect();
+        // One order for every multi-row write, so that two of them never deadlock.
+        done.sort_unstable();
         if !done.is_empty() {
             self.retrying("complete", || {
                 job_store::job_complete_many(&self.shared.pool, &done)
             })
             .await;
         }
-        for c in &batch {
+        for c in batch {
             let pool = &self.shared.pool;
             match &c.result {
                 Ok(()) | Err(WorkError::Fenced) => {}
@@ -222,7 +250,8 @@ impl Completer {
                         WorkError::Cancel(_) => FailAs::Cancel,
                         _ => FailAs::Retry { backoff: c.backoff },
                     };
-                    let message = e.to_string();
+                    // Postgres text cannot hold NUL bytes (a webhook's body may).
+                    let message = e.to_string().replace('\0', "\u{FFFD}");
                     self.retrying("fail", || {
                         job_store::job_fail(pool, c.id, c.attempt, node, &message, fail_as)
                     })
@@ -242,6 +271,11 @@ impl Completer {
         for attempt in 0..20 {
             match f().await {
                 Ok(v) => return Some(v),
+                Err(e @ sqlx::Error::Database(_)) => {
+                    // The database refused this write: trying again will not help.
+                    tracing::error!(what, error = %e, "an outcome was refused; the rescuer will take the job back");
+                    return None;
+                }
                 Err(e) => {
                     tracing::warn!(what, attempt, error = %e, "writing an outcome failed; retrying");
                     tokio::time::sleep(Duration::from_millis(250)).await;

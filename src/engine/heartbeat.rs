@@ -49,9 +49,10 @@ impl Heartbeat {
         }
     }
 
-    /// One heartbeat: the node row, then the leases.
+    /// One heartbeat: the leases first (they matter most), then the node row.
     pub async fn beat(&self) -> Result<(), sqlx::Error> {
         let shared = &self.shared;
+        let leases = self.renew_leases().await;
         node_store::node_heartbeat(
             &shared.pool,
             &shared.node_id,
@@ -60,7 +61,12 @@ impl Heartbeat {
             &self.queues,
         )
         .await?;
-        let held: Vec<(JobId, i32)> = shared
+        leases
+    }
+
+    async fn renew_leases(&self) -> Result<(), sqlx::Error> {
+        let shared = &self.shared;
+        let mut held: Vec<(JobId, i32)> = shared
             .running
             .lock()
             .map(|r| {
@@ -70,9 +76,15 @@ impl Heartbeat {
                     .collect()
             })
             .unwrap_or_default();
+        // Finished attempts keep their lease until the completer has written their outcome.
+        if let Ok(pending) = shared.pending_outcomes.lock() {
+            held.extend(pending.iter().map(|(id, a)| (*id, *a)));
+        }
         if held.is_empty() {
             return Ok(());
         }
+        held.sort_unstable();
+        held.dedup();
         let renewed = job_store::job_renew_leases(&shared.pool, &held, shared.config.lease).await?;
         if renewed.len() < held.len() {
             let lost: Vec<JobId> = held

@@ -113,13 +113,16 @@ impl Producer {
             return Ok(false);
         }
         let free = q.free_slots().min(self.shared.config.claim_batch);
-        if free == 0 {
-            // Slots release wakes us.
+        let limit = q.limit.load(Ordering::Relaxed);
+        let busy = q.in_flight.load(Ordering::Relaxed) > 0;
+        // While attempts run, wait until half the slots are free: claiming one job per round trip
+        // as each slot frees would cap throughput at one job per claim. Every release wakes us.
+        if free == 0 || (busy && q.saturated.load(Ordering::Relaxed) && free * 2 < limit) {
             q.saturated.store(true, Ordering::Relaxed);
             return Ok(false);
         }
         let jobs = job_store::job_claim(
-            &self.shared.pool,
+            &self.shared.claim_pool,
             &q.name,
             free as i64,
             &self.shared.node_id,

@@ -142,6 +142,8 @@ pub(crate) struct Running {
 /// State shared by a node's services.
 pub(crate) struct Shared {
     pub pool: PgPool,
+    /// Connections for claiming and staging only; see [`claim_pool`].
+    pub claim_pool: PgPool,
     pub workers: Arc<Workers>,
     pub config: EngineConfig,
     pub node_id: String,
@@ -149,6 +151,8 @@ pub(crate) struct Shared {
     pub running: Mutex<HashMap<JobId, Running>>,
     /// Attempts interrupted at shutdown, to hand back.
     pub interrupted: Mutex<Vec<(JobId, i32)>>,
+    /// Attempts that finished but whose outcome the completer has not written yet.
+    pub pending_outcomes: Mutex<HashMap<JobId, i32>>,
     pub completions: mpsc::UnboundedSender<Completion>,
     pub events: broadcast::Sender<String>,
     pub timer_wake: Notify,
@@ -193,6 +197,28 @@ impl Shared {
             }
         }
     }
+}
+
+/// A small pool of connections tuned for the claim and stage statements:
+///
+/// - `synchronous_commit = off`: a claim's commit does not wait for the disk. This is safe: a
+///   claim lost in a database crash puts the job back to `available` with its old attempt number,
+///   so the attempt that started meanwhile is fenced off (its completion finds no row) and the job
+///   simply runs again; and since the WAL is written in order, the durable commit of an outcome
+///   also makes the claim before it durable.
+/// - no bitmap or sequential scans: a queue table's statistics are nearly always stale (a bulk
+///   insert into a small table), and the planner then sorts every available row to take ten. The
+///   claim and stage indexes already return rows in the order wanted.
+fn claim_pool(pool: &PgPool, queues: usize) -> PgPool {
+    let options = (*pool.connect_options()).clone().options([
+        ("synchronous_commit", "off"),
+        ("enable_bitmapscan", "off"),
+        ("enable_seqscan", "off"),
+    ]);
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(queues as u32 + 2)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_lazy_with(options)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -243,6 +269,7 @@ impl Engine {
         let (completions, completions_rx) = mpsc::unbounded_channel();
         let (events, _) = broadcast::channel(1024);
         let shared = Arc::new(Shared {
+            claim_pool: claim_pool(&pool, queues.len()),
             pool: pool.clone(),
             workers: workers.clone(),
             node_id: config.node_id.clone(),
@@ -250,6 +277,7 @@ impl Engine {
             queues,
             running: Mutex::new(HashMap::new()),
             interrupted: Mutex::new(Vec::new()),
+            pending_outcomes: Mutex::new(HashMap::new()),
             completions,
             events,
             timer_wake: Notify::new(),
@@ -351,7 +379,8 @@ impl Engine {
             shared.hard_stop.cancel();
             shared.tracker.wait().await;
         }
-        let interrupted = std::mem::take(&mut *shared.interrupted.lock().expect("poisoned"));
+        let mut interrupted = std::mem::take(&mut *shared.interrupted.lock().expect("poisoned"));
+        interrupted.sort_unstable();
         if !interrupted.is_empty() {
             match job_store::job_hand_back(&shared.pool, &interrupted, &shared.node_id).await {
                 Ok(n) => tracing::info!(handed_back = n, "interrupted attempts handed back"),

@@ -39,6 +39,9 @@ impl Timer {
         let backstop = shared.config.backstop_poll;
         let mut next_due: Option<DateTime<Utc>> = None;
         let mut refresh = true;
+        // Stages in a row that found a due job but could stage nothing (its row is locked by
+        // another transaction, e.g. another node staging it): back off instead of spinning.
+        let mut empty_stages: u32 = 0;
         loop {
             if shutdown.is_cancelled() {
                 return;
@@ -64,8 +67,13 @@ impl Timer {
             }
             let now = shared.db_now();
             if let Some(due) = next_due.filter(|d| *d <= now) {
-                match job_store::job_stage_due(&shared.pool, None, STAGE_BATCH).await {
+                match job_store::job_stage_due(&shared.claim_pool, None, STAGE_BATCH).await {
                     Ok(queues) => {
+                        empty_stages = if queues.is_empty() {
+                            empty_stages + 1
+                        } else {
+                            0
+                        };
                         let mut woken: Vec<&String> = Vec::new();
                         for q in &queues {
                             if !woken.contains(&q) {
@@ -73,11 +81,19 @@ impl Timer {
                                 woken.push(q);
                             }
                         }
-                        if queues.is_empty()
-                            && shared.db_now() - due < chrono::Duration::milliseconds(5)
-                        {
-                            // Woke a hair before the database clock reached the due time.
-                            tokio::time::sleep(Duration::from_micros(500)).await;
+                        if queues.is_empty() {
+                            let pause = if shared.db_now() - due < chrono::Duration::milliseconds(5)
+                            {
+                                // Woke a hair before the database clock reached the due time.
+                                Duration::from_micros(500)
+                            } else {
+                                // Due but locked elsewhere: 2, 4, 8 ... ms, up to the backstop.
+                                Duration::from_millis(1 << empty_stages.min(10)).min(backstop)
+                            };
+                            tokio::select! {
+                                _ = shutdown.cancelled() => return,
+                                _ = tokio::time::sleep(pause) => {}
+                            }
                         }
                     }
                     Err(e) => {
@@ -111,14 +127,12 @@ impl Timer {
     /// Reads the next due time and measures the clock offset.
     async fn refresh(&self) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
         let before = Utc::now();
-        let (due, db_clock) = job_store::job_next_due(&self.shared.pool).await?;
+        let (due, db_clock) = job_store::job_next_due(&self.shared.claim_pool).await?;
         let after = Utc::now();
-        let rtt = after - before;
-        if rtt < chrono::Duration::milliseconds(20) {
-            let midpoint = before + rtt / 2;
-            if let Some(offset) = (db_clock - midpoint).num_microseconds() {
-                self.shared.clock_offset_us.store(offset, Ordering::Relaxed);
-            }
+        // The midpoint of the round trip is off by at most half of it.
+        let midpoint = before + (after - before) / 2;
+        if let Some(offset) = (db_clock - midpoint).num_microseconds() {
+            self.shared.clock_offset_us.store(offset, Ordering::Relaxed);
         }
         Ok(due)
     }

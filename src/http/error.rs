@@ -115,9 +115,11 @@ impl From<sqlx::Error> for AppError {
                 Some("23505") => AppError::conflict("a record with the same key already exists"),
                 // check_violation, not_null, foreign key, invalid text: input the checks let through.
                 Some("23514") | Some("23502") | Some("23503") | Some("22P02") | Some("22007")
-                | Some("22008") => {
+                | Some("22008") | Some("22021") | Some("22P05") | Some("22001") => {
                     AppError::invalid(format!("rejected by the database: {}", db.message()))
                 }
+                // Deadlock or serialization failure: nothing was written; the client may retry.
+                Some("40P01") | Some("40001") => AppError::Unavailable,
                 _ => AppError::Internal(e.to_string()),
             },
             sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {

@@ -76,6 +76,8 @@ pub struct EmbeddedPostgres {
 }
 
 const SUPERUSER: &str = "kickoff";
+/// Written into the cluster directory when it is complete (configured, database created).
+const INIT_MARKER: &str = "kickoff-initialized";
 /// The database Kickoff itself uses inside the cluster.
 pub const DATABASE: &str = "kickoff";
 
@@ -114,7 +116,12 @@ impl EmbeddedPostgres {
         if run_as.is_some() {
             grant_traversal(&data_dir)?;
         }
-        if !cluster.pg_dir.join("PG_VERSION").exists() {
+        // The marker is written last by `init`: a cluster without it was never finished (an init
+        // interrupted or failed) and holds no data, so it is made again.
+        if !cluster.pg_dir.join(INIT_MARKER).exists() {
+            if running_postmaster(&cluster.pg_dir).is_some() {
+                let _ = cluster.stop();
+            }
             cluster.init(&data_dir, durability)?;
         }
         let pw_path = data_dir.join("pg-password");
@@ -131,10 +138,7 @@ impl EmbeddedPostgres {
                 );
                 cluster.port = port;
             }
-            None => {
-                cluster.port = free_port().map_err(io_err(&data_dir))?;
-                cluster.pg_ctl_start()?;
-            }
+            None => cluster.start_on_free_port(&data_dir)?,
         }
         Ok(cluster)
     }
@@ -181,16 +185,14 @@ impl EmbeddedPostgres {
         // initdb wants an empty directory: its password file sits beside it, readable by the
         // cluster's user for the moment initdb needs it.
         let pw_tmp = data_dir.join("initdb-password");
-        fs::write(&pw_path, &password).map_err(io_err(&pw_path))?;
-        fs::set_permissions(&pw_path, fs::Permissions::from_mode(0o600))
-            .map_err(io_err(&pw_path))?;
-        fs::write(&pw_tmp, &password).map_err(io_err(&pw_tmp))?;
+        write_private(&pw_path, &password)?;
+        write_private(&pw_tmp, &password)?;
         self.chown_to_postgres(&self.pg_dir)?;
         self.chown_to_postgres(&pw_tmp)?;
 
         let pg_dir = self.pg_dir.to_string_lossy().into_owned();
         let pwfile = format!("--pwfile={}", pw_tmp.display());
-        self.run(
+        let made = self.run(
             "initdb",
             "initdb",
             &[
@@ -203,8 +205,9 @@ impl EmbeddedPostgres {
                 "--encoding=UTF8",
                 "--locale=C",
             ],
-        )?;
+        );
         let _ = fs::remove_file(&pw_tmp);
+        made?;
 
         let mut conf = String::from(
             "\n# Kickoff embedded cluster\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = ''\n\
@@ -221,15 +224,30 @@ impl EmbeddedPostgres {
             .map_err(io_err(&conf_path))?;
 
         // Left running: `start` finds and adopts it.
-        self.port = free_port().map_err(io_err(data_dir))?;
         self.password = password;
-        self.pg_ctl_start()?;
+        self.start_on_free_port(data_dir)?;
         let port = self.port.to_string();
         self.run(
             "createdb",
             "createdb",
             &["-h", "127.0.0.1", "-p", &port, "-U", SUPERUSER, DATABASE],
-        )
+        )?;
+        let marker = self.pg_dir.join(INIT_MARKER);
+        fs::write(&marker, "").map_err(io_err(&marker))
+    }
+
+    /// Starts the cluster on a free loopback port; another process may take the port between the
+    /// look-up and the start, so a failed start is tried again on another port.
+    fn start_on_free_port(&mut self, data_dir: &Path) -> Result<(), EmbeddedError> {
+        let mut last = None;
+        for _ in 0..3 {
+            self.port = free_port().map_err(io_err(data_dir))?;
+            match self.pg_ctl_start() {
+                Ok(()) => return Ok(()),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("tried at least once"))
     }
 
     fn pg_ctl_start(&self) -> Result<(), EmbeddedError> {
@@ -332,10 +350,22 @@ fn running_postmaster(pg_dir: &Path) -> Option<u16> {
     let pid: u32 = lines.next()?.trim().parse().ok()?;
     let port: u16 = lines.nth(2)?.trim().parse().ok()?;
     let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    // A recycled pid that now belongs to another program does not count.
-    String::from_utf8_lossy(&cmdline)
-        .contains("postgres")
-        .then_some(port)
+    // A recycled pid that now belongs to another program, or to another cluster, does not count.
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    (cmdline.contains("postgres") && cmdline.contains(&*pg_dir.to_string_lossy())).then_some(port)
+}
+
+/// Writes a file only its owner can read, from its creation on.
+fn write_private(path: &Path, content: &str) -> Result<(), EmbeddedError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = fs::remove_file(path);
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(content.as_bytes()))
+        .map_err(io_err(path))
 }
 
 fn free_port() -> std::io::Result<u16> {

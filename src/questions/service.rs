@@ -203,6 +203,11 @@ impl QuestionService {
         choice: &str,
     ) -> Result<Prediction, QuestionError> {
         check_text("player", player, MAX_PLAYER_CHARS)?;
+        if choice.contains('\0') || choice.chars().count() > MAX_CHOICE_CHARS {
+            return Err(QuestionError::UnknownChoice(
+                choice.replace('\0', "\u{FFFD}"),
+            ));
+        }
         if let Some(p) = store::prediction_upsert(&self.pool, id, player.trim(), choice).await? {
             return Ok(p);
         }
@@ -268,6 +273,9 @@ fn status_name(s: QuestionStatus) -> &'static str {
 }
 
 fn check_text(field: &'static str, value: &str, max: usize) -> Result<(), QuestionError> {
+    if value.contains('\0') {
+        return Err(invalid(field, "must not contain NUL characters"));
+    }
     let n = value.trim().chars().count();
     if n == 0 || n > max {
         return Err(invalid(field, format!("must be 1 to {max} characters")));
@@ -284,7 +292,7 @@ fn check_choices(choices: &[String]) -> Result<(), QuestionError> {
     }
     for (i, c) in choices.iter().enumerate() {
         let n = c.chars().count();
-        if n == 0 || n > MAX_CHOICE_CHARS || c.trim() != c {
+        if n == 0 || n > MAX_CHOICE_CHARS || c.trim() != c || c.contains('\0') {
             return Err(invalid(
                 "choices",
                 format!("each choice is 1 to {MAX_CHOICE_CHARS} characters without outer spaces"),

@@ -277,3 +277,17 @@ pub async fn prediction_counts<'e>(
     .fetch_all(db)
     .await
 }
+
+/// How long until a question's game time, by the database clock (zero if it passed).
+pub async fn question_time_to_game<'e>(
+    db: impl PgExecutor<'e>,
+    id: i64,
+) -> Result<f64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT greatest(extract(epoch FROM game_time - clock_timestamp())::float8, 0)
+         FROM questions WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_one(db)
+    .await
+}

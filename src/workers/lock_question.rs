@@ -54,11 +54,9 @@ impl Worker for LockQuestionWorker {
             };
             if q.status == QuestionStatus::Open && !store::question_lock(&mut *tx, q.id).await? {
                 // Open, and its game time is still ahead: it was moved after this job started.
+                let wait = store::question_time_to_game(&mut *tx, q.id).await?;
                 tx.rollback().await?;
-                let wait = (q.game_time - chrono::Utc::now())
-                    .to_std()
-                    .unwrap_or(Duration::from_millis(1));
-                return Err(WorkError::Snooze(wait));
+                return Err(WorkError::Snooze(Duration::from_secs_f64(wait.max(0.001))));
             }
             ctx.complete_with(tx).await
         })

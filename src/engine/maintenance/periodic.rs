@@ -66,11 +66,16 @@ impl PeriodicEnqueuer {
         PeriodicEnqueuer { client, jobs }
     }
 
+    /// Inserts the next run of every periodic job, after `now` (the database clock when `None`:
+    /// a leader whose clock lags must not insert a run that already happened).
     pub async fn run_once(
         &self,
         now: Option<DateTime<Utc>>,
     ) -> Result<PeriodicReport, ClientError> {
-        let now = now.unwrap_or_else(Utc::now);
+        let now = match now {
+            Some(now) => now,
+            None => crate::engine::store::jobs::db_now(self.client.pool()).await?,
+        };
         let mut report = PeriodicReport::default();
         for p in &self.jobs {
             let at = p.next_run(now);

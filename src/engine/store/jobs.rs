@@ -409,7 +409,9 @@ pub async fn job_prune_finalized<'e>(
     limit: i64,
 ) -> Result<u64, sqlx::Error> {
     let r = sqlx::query(
-        "DELETE FROM jobs WHERE id IN (
+        // The outer condition is checked again on the row as it is when deleted: a job rerun
+        // meanwhile is no longer final and stays.
+        "DELETE FROM jobs WHERE finalized_at < $1 AND id IN (
              SELECT id FROM jobs WHERE finalized_at < $1 ORDER BY finalized_at LIMIT $2)",
     )
     .bind(before)
@@ -436,6 +438,7 @@ pub async fn job_cancel_many<'e>(
         "WITH target AS (
              SELECT id, state AS before FROM jobs
              WHERE id = ANY($1) AND finalized_at IS NULL
+             ORDER BY id
              FOR UPDATE)
          UPDATE jobs SET state = 'cancelled', finalized_at = now(), lease_expires_at = NULL
          FROM target WHERE jobs.id = target.id
@@ -554,4 +557,11 @@ pub async fn control_notify<'e>(
         .execute(db)
         .await?;
     Ok(())
+}
+
+/// The database clock.
+pub async fn db_now<'e>(db: impl PgExecutor<'e>) -> Result<DateTime<Utc>, sqlx::Error> {
+    sqlx::query_scalar("SELECT clock_timestamp()")
+        .fetch_one(db)
+        .await
 }
