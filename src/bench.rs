@@ -41,6 +41,7 @@ impl Worker for BenchWorker {
 pub async fn run(
     workload: BenchWorkload,
     url: Option<String>,
+    concurrency: usize,
     config: &Config,
 ) -> Result<(), String> {
     let mut embedded = None;
@@ -68,13 +69,15 @@ pub async fn run(
         .map_err(|e| format!("creating the bench database: {e}"))?;
     let pool = PgPoolOptions::new()
         .max_connections(20)
+        .min_connections(4)
+        .test_before_acquire(false)
         .connect_with(admin_opts.clone().database(&db))
         .await
         .map_err(|e| e.to_string())?;
     let result = async {
         MIGRATOR.run(&pool).await.map_err(|e| e.to_string())?;
         match workload {
-            BenchWorkload::Throughput => throughput(&pool).await,
+            BenchWorkload::Throughput => throughput(&pool, concurrency).await,
             BenchWorkload::Latency => latency(&pool).await,
             BenchWorkload::Scheduled => scheduled(&pool).await,
         }
@@ -109,7 +112,7 @@ fn engine_config(concurrency: usize) -> EngineConfig {
     }
 }
 
-async fn throughput(pool: &PgPool) -> Result<Value, String> {
+async fn throughput(pool: &PgPool, concurrency: usize) -> Result<Value, String> {
     const N: usize = 20_000;
     let jobs: Vec<NewJob> = (0..N)
         .map(|i| NewJob::new(KIND, json!({ "i": i })))
@@ -124,7 +127,7 @@ async fn throughput(pool: &PgPool) -> Result<Value, String> {
 
     let (workers, mut rx) = workers();
     let t = Instant::now();
-    let engine = Engine::start(pool.clone(), workers, engine_config(10))
+    let engine = Engine::start(pool.clone(), workers, engine_config(concurrency))
         .await
         .map_err(|e| e.to_string())?;
     let mut seen = 0;
@@ -154,7 +157,7 @@ async fn throughput(pool: &PgPool) -> Result<Value, String> {
     Ok(json!({
         "bench": "throughput",
         "jobs": N,
-        "concurrency": 10,
+        "concurrency": concurrency,
         "insert_jobs_per_s": (N as f64 / insert_s).round(),
         "process_jobs_per_s": (N as f64 / process_s).round(),
     }))
@@ -169,6 +172,9 @@ async fn latency(pool: &PgPool) -> Result<Value, String> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let client = engine.client();
     let mut inserted_at: HashMap<JobId, DateTime<Utc>> = HashMap::new();
+    // When each insert returned (committed): splits the latency into the insert's own commit and
+    // what the engine adds after it.
+    let mut committed_at: HashMap<JobId, DateTime<Utc>> = HashMap::new();
     let mut started: HashMap<JobId, DateTime<Utc>> = HashMap::new();
     for i in 0..N {
         let t0 = Utc::now();
@@ -177,6 +183,7 @@ async fn latency(pool: &PgPool) -> Result<Value, String> {
             .await
             .map_err(|e| e.to_string())?;
         inserted_at.insert(job.job.id, t0);
+        committed_at.insert(job.job.id, Utc::now());
         while let Ok((id, at, _)) = rx.try_recv() {
             started.insert(id, at);
         }
@@ -191,14 +198,20 @@ async fn latency(pool: &PgPool) -> Result<Value, String> {
         }
     }
     engine.stop().await;
+    let ms = |d: chrono::Duration| d.num_microseconds().unwrap_or(0) as f64 / 1000.0;
     let samples: Vec<f64> = started
         .iter()
-        .map(|(id, at)| (*at - inserted_at[id]).num_microseconds().unwrap_or(0) as f64 / 1000.0)
+        .map(|(id, at)| ms(*at - inserted_at[id]))
         .collect();
-    Ok(with_percentiles(
-        json!({ "bench": "latency", "jobs": N }),
-        samples,
-    ))
+    let after_commit: Vec<f64> = started
+        .iter()
+        .map(|(id, at)| ms(*at - committed_at[id]))
+        .collect();
+    let mut out = with_percentiles(json!({ "bench": "latency", "jobs": N }), samples);
+    let split = with_percentiles(json!({}), after_commit);
+    out["after_commit_p50_ms"] = split["p50_ms"].clone();
+    out["after_commit_p99_ms"] = split["p99_ms"].clone();
+    Ok(out)
 }
 
 async fn scheduled(pool: &PgPool) -> Result<Value, String> {

@@ -36,6 +36,9 @@ pub enum Command {
         /// Default: the embedded cluster in the data directory.
         #[arg(long = "bench-database-url")]
         url: Option<String>,
+        /// Concurrency of the throughput workload.
+        #[arg(long, default_value_t = 10)]
+        concurrency: usize,
     },
     /// Start or stop the embedded PostgreSQL cluster on its own.
     Postgres {

@@ -19,7 +19,11 @@ async fn main() -> std::process::ExitCode {
             .map(|db| tokio::spawn(db.close()))
             .map(|_| ()),
         Command::Demo => kickoff::demo::run(&cli.config).await,
-        Command::Bench { workload, url } => bench::run(workload, url, &cli.config).await,
+        Command::Bench {
+            workload,
+            url,
+            concurrency,
+        } => bench::run(workload, url, concurrency, &cli.config).await,
         Command::Postgres {
             action,
             dir,

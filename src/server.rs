@@ -79,6 +79,10 @@ pub async fn connect(url: &str, max: u32) -> Result<PgPool, StartError> {
     for _ in 0..60 {
         match PgPoolOptions::new()
             .max_connections(max)
+            .min_connections(max.min(4))
+            // A ping before every checkout costs a round trip on every request and job; a dead
+            // connection fails its one query instead (and the pool replaces it).
+            .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(10))
             .connect(url)
             .await

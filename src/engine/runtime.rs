@@ -217,8 +217,20 @@ fn claim_pool(pool: &PgPool, queues: usize) -> PgPool {
     ]);
     sqlx::postgres::PgPoolOptions::new()
         .max_connections(queues as u32 + 2)
+        .min_connections(queues as u32 + 2)
         .acquire_timeout(Duration::from_secs(10))
         .connect_lazy_with(options)
+}
+
+/// Opens every connection of the claim pool now: a first claim that has to log in first (SCRAM
+/// costs milliseconds) would fire the first due jobs late.
+async fn warm_up(pool: &PgPool) -> Result<(), sqlx::Error> {
+    let n = pool.options().get_max_connections() as usize;
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        held.push(pool.acquire().await?);
+    }
+    Ok(())
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -288,6 +300,7 @@ impl Engine {
             tracker: TaskTracker::new(),
         });
 
+        warm_up(&shared.claim_pool).await?;
         let stop_claiming = CancellationToken::new();
         let stop_services = CancellationToken::new();
         let services = TaskTracker::new();
