@@ -485,6 +485,68 @@ async fn the_questions_api_refuses_bad_input_clearly() {
         b["counts"][0],
         json!({"choice": "Lions", "predictions": 1, "correct": 0})
     );
+    let (s, b) = call(
+        &app,
+        Method::PATCH,
+        &format!("/api/v1/questions/{id}"),
+        Some(json!({ "game_time": past })),
+    )
+    .await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid"))
+    );
+    let (s, b) = call(
+        &app,
+        Method::PATCH,
+        "/api/v1/questions/424242",
+        Some(json!({ "prompt": "x" })),
+    )
+    .await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found"))
+    );
+    let (s, b) = call(
+        &app,
+        Method::POST,
+        "/api/v1/questions/424242/settle",
+        Some(json!({ "correct_choice": "Lions" })),
+    )
+    .await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found"))
+    );
+    let (s, b) = call(
+        &app,
+        Method::POST,
+        &format!("/api/v1/questions/{id}/settle"),
+        Some(json!({ "correct_choice": "Bears" })),
+    )
+    .await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("unknown_choice"))
+    );
+    let res = app
+        .clone()
+        .oneshot(
+            Request::post(pred.as_str())
+                .header(header::AUTHORIZATION, "Bearer t")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from("{\"player\": "))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let (s, b) = call(&app, Method::GET, &format!("/api/v1/questions/{id}"), None).await;
+    assert_eq!(
+        (s, b["predictions"].as_i64()),
+        (StatusCode::OK, Some(1)),
+        "nothing changed: {b}"
+    );
     let (s, _) = call(
         &app,
         Method::DELETE,
