@@ -134,7 +134,7 @@ impl EmbeddedPostgres {
             Some(port) => {
                 tracing::info!(
                     port,
-                    "adopting the embedded PostgreSQL left running by a previous process"
+                    "using the embedded PostgreSQL that is already running (just created, or left by a previous process)"
                 );
                 cluster.port = port;
             }
