@@ -10,11 +10,41 @@ pub struct Overview {
     pub states: Vec<(String, i64)>,
 }
 
+/// One job in a list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRow {
+    pub id: i64,
+    pub kind: String,
+    pub queue: String,
+    pub state: String,
+    pub attempt: i32,
+    pub max_attempts: i32,
+    /// RFC 3339.
+    pub scheduled_at: String,
+    pub last_error: Option<String>,
+}
+
+/// One game question in a list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuestionRow {
+    pub id: i64,
+    pub game: String,
+    pub prompt: String,
+    pub status: String,
+    /// RFC 3339.
+    pub game_time: String,
+    pub lock_job_id: Option<i64>,
+}
+
 /// What the server provides to the dashboard.
 #[cfg(feature = "ssr")]
 #[async_trait::async_trait]
 pub trait Console: Send + Sync + 'static {
     async fn overview(&self) -> Result<Overview, String>;
+    /// The newest jobs, optionally of one state.
+    async fn jobs(&self, state: Option<String>) -> Result<Vec<JobRow>, String>;
+    /// Questions, upcoming first.
+    async fn questions(&self) -> Result<Vec<QuestionRow>, String>;
 }
 
 #[cfg(feature = "ssr")]
@@ -26,4 +56,14 @@ fn console() -> Result<std::sync::Arc<dyn Console>, ServerFnError> {
 #[server(prefix = "/_console", endpoint = "overview")]
 pub async fn get_overview() -> Result<Overview, ServerFnError> {
     console()?.overview().await.map_err(ServerFnError::new)
+}
+
+#[server(prefix = "/_console", endpoint = "jobs")]
+pub async fn list_jobs(state: Option<String>) -> Result<Vec<JobRow>, ServerFnError> {
+    console()?.jobs(state).await.map_err(ServerFnError::new)
+}
+
+#[server(prefix = "/_console", endpoint = "questions")]
+pub async fn list_questions() -> Result<Vec<QuestionRow>, ServerFnError> {
+    console()?.questions().await.map_err(ServerFnError::new)
 }

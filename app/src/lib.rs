@@ -41,11 +41,15 @@ pub fn App() -> impl IntoView {
                 <a class="brand" href="/">"Kickoff"</a>
                 <nav aria-label="Main">
                     <a href="/">"Overview"</a>
+                    <a href="/jobs">"Jobs"</a>
+                    <a href="/questions">"Questions"</a>
                 </nav>
             </header>
             <main>
                 <Routes fallback=|| view! { <p>"Page not found."</p> }>
                     <Route path=StaticSegment("") view=pages::overview::OverviewPage/>
+                    <Route path=StaticSegment("jobs") view=pages::jobs::JobsPage/>
+                    <Route path=StaticSegment("questions") view=pages::questions::QuestionsPage/>
                 </Routes>
             </main>
         </Router>

@@ -61,8 +61,10 @@ pub fn api_router(state: AppState) -> Router<AppState> {
 pub fn router(state: AppState) -> Router {
     let leptos_options = state.leptos_options.clone();
     let routes = generate_route_list(kickoff_app::App);
-    let console: Arc<dyn kickoff_app::console::Console> =
-        Arc::new(console::ServerConsole::new(state.client.clone()));
+    let console: Arc<dyn kickoff_app::console::Console> = Arc::new(console::ServerConsole::new(
+        state.client.clone(),
+        state.questions.clone(),
+    ));
     Router::new()
         .nest("/api/v1", api_router(state.clone()))
         .route("/healthz", get(|| async { "ok" }))

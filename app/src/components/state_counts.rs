@@ -15,10 +15,13 @@ pub fn StateCounts(overview: Overview) -> impl IntoView {
                     let class = format!("state-count state-{state}");
                     let label = format!("{state} jobs");
                     let data = state.clone();
+                    let href = format!("/jobs?state={state}");
                     view! {
                         <li class=class data-state=data>
-                            <span class="count" aria-label=label>{n}</span>
-                            <span class="label">{state}</span>
+                            <a href=href>
+                                <span class="count" aria-label=label>{n}</span>
+                                <span class="label">{state}</span>
+                            </a>
                         </li>
                     }
                 })

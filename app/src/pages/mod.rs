@@ -1,1 +1,3 @@
+pub mod jobs;
 pub mod overview;
+pub mod questions;
