@@ -9,6 +9,11 @@ use sqlx::PgExecutor;
 
 use crate::engine::job::{Inserted, Job, JobId, JobState, NewJob, OnConflict, Schedule};
 
+/// `(id, attempt)` pairs as the two arrays `unnest($1::bigint[], $2::int[])` takes.
+fn split_attempts(attempts: &[(JobId, i32)]) -> (Vec<i64>, Vec<i32>) {
+    attempts.iter().map(|(id, a)| (id.0, *a)).unzip()
+}
+
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
@@ -234,8 +239,7 @@ pub async fn job_complete_many<'e>(
     db: impl PgExecutor<'e>,
     attempts: &[(JobId, i32)],
 ) -> Result<Vec<JobId>, sqlx::Error> {
-    let ids: Vec<i64> = attempts.iter().map(|(id, _)| id.0).collect();
-    let nums: Vec<i32> = attempts.iter().map(|(_, a)| *a).collect();
+    let (ids, nums) = split_attempts(attempts);
     sqlx::query_scalar(
         "UPDATE jobs SET state = 'completed', finalized_at = now(), lease_expires_at = NULL
          FROM unnest($1::bigint[], $2::int[]) AS done(id, attempt)
@@ -330,8 +334,7 @@ pub async fn job_hand_back<'e>(
     attempts: &[(JobId, i32)],
     node: &str,
 ) -> Result<u64, sqlx::Error> {
-    let ids: Vec<i64> = attempts.iter().map(|(id, _)| id.0).collect();
-    let nums: Vec<i32> = attempts.iter().map(|(_, a)| *a).collect();
+    let (ids, nums) = split_attempts(attempts);
     let r = sqlx::query(
         "UPDATE jobs SET state = 'available', lease_expires_at = NULL,
                 max_attempts = least(max_attempts + 1, 1000)
@@ -354,8 +357,7 @@ pub async fn job_renew_leases<'e>(
     attempts: &[(JobId, i32)],
     lease: Duration,
 ) -> Result<Vec<JobId>, sqlx::Error> {
-    let ids: Vec<i64> = attempts.iter().map(|(id, _)| id.0).collect();
-    let nums: Vec<i32> = attempts.iter().map(|(_, a)| *a).collect();
+    let (ids, nums) = split_attempts(attempts);
     sqlx::query_scalar(
         "UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $3)
          FROM unnest($1::bigint[], $2::int[]) AS held(id, attempt)
