@@ -45,6 +45,10 @@ pub trait Console: Send + Sync + 'static {
     async fn jobs(&self, state: Option<String>) -> Result<Vec<JobRow>, String>;
     /// Questions, upcoming first.
     async fn questions(&self) -> Result<Vec<QuestionRow>, String>;
+    /// Cancels a job that has not finished (also a running one, on any node).
+    async fn cancel_job(&self, id: i64) -> Result<(), String>;
+    /// Runs a retryable or finished job again.
+    async fn retry_job(&self, id: i64) -> Result<(), String>;
 }
 
 #[cfg(feature = "ssr")]
@@ -66,4 +70,14 @@ pub async fn list_jobs(state: Option<String>) -> Result<Vec<JobRow>, ServerFnErr
 #[server(prefix = "/_console", endpoint = "questions")]
 pub async fn list_questions() -> Result<Vec<QuestionRow>, ServerFnError> {
     console()?.questions().await.map_err(ServerFnError::new)
+}
+
+#[server(prefix = "/_console", endpoint = "cancel_job")]
+pub async fn cancel_job(id: i64) -> Result<(), ServerFnError> {
+    console()?.cancel_job(id).await.map_err(ServerFnError::new)
+}
+
+#[server(prefix = "/_console", endpoint = "retry_job")]
+pub async fn retry_job(id: i64) -> Result<(), ServerFnError> {
+    console()?.retry_job(id).await.map_err(ServerFnError::new)
 }

@@ -43,3 +43,30 @@ test('a question created through the API is listed with its status', async () =>
   await page.screenshot({ path: path.join(screenshots, 'questions.png'), fullPage: true });
   await page.close();
 });
+
+test('a pending timer is cancelled, and a failed job retried, from the jobs list', async () => {
+  const timer = await api('POST', '/jobs', { kind: 'noop', schedule_in_ms: 600_000 });
+  const failing = await api('POST', '/jobs', {
+    kind: 'noop', max_attempts: 1, args: { fail_attempts: 1, message: 'fails once' },
+  });
+  const timerId = timer.body.job.id;
+  const failingId = failing.body.job.id;
+  await eventually('the failing job to be discarded',
+    async () => (await api('GET', `/jobs/${failingId}`)).body.state, (s) => s === 'discarded');
+
+  const page = await browser.newPage();
+  await page.goto(baseUrl + '/jobs?state=scheduled');
+  await hydrated(page);
+  await page.getByRole('button', { name: `Cancel job ${timerId}`, exact: true }).click();
+  await eventually('the timer to be cancelled', async () => (await api('GET', `/jobs/${timerId}`)).body.state,
+    (s) => s === 'cancelled');
+  await page.getByRole('button', { name: `Cancel job ${timerId}`, exact: true }).waitFor({ state: 'detached' });
+
+  await page.goto(baseUrl + '/jobs?state=discarded');
+  await hydrated(page);
+  await page.getByRole('button', { name: `Retry job ${failingId}`, exact: true }).click();
+  // Its second attempt succeeds (it fails only its first).
+  await eventually('the retried job to complete', async () => (await api('GET', `/jobs/${failingId}`)).body.state,
+    (s) => s === 'completed');
+  await page.close();
+});

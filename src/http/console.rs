@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use kickoff_app::console::{Console, JobRow, Overview, QuestionRow};
 
 use crate::engine::store::jobs::JobFilter;
-use crate::engine::{Client, JobState};
+use crate::engine::{Client, ClientError, JobId, JobState};
 use crate::questions::{QuestionService, QuestionStatus};
 
 /// How many rows a dashboard list shows.
@@ -26,6 +26,14 @@ impl ServerConsole {
 fn unavailable(e: impl std::fmt::Display) -> String {
     tracing::error!(error = %e, "dashboard query failed");
     "the database is unreachable; try again".to_string()
+}
+
+/// An operator's action refused: say why (a conflict or a missing job is the operator's to know).
+fn action_error(e: ClientError) -> String {
+    match e {
+        ClientError::Database(e) => unavailable(e),
+        other => other.to_string(),
+    }
 }
 
 #[async_trait::async_trait]
@@ -69,6 +77,22 @@ impl Console for ServerConsole {
                 last_error: j.errors.last().map(|e| e.message.clone()),
             })
             .collect())
+    }
+
+    async fn cancel_job(&self, id: i64) -> Result<(), String> {
+        self.client
+            .cancel(JobId(id))
+            .await
+            .map(|_| ())
+            .map_err(action_error)
+    }
+
+    async fn retry_job(&self, id: i64) -> Result<(), String> {
+        self.client
+            .retry(JobId(id))
+            .await
+            .map(|_| ())
+            .map_err(action_error)
     }
 
     async fn questions(&self) -> Result<Vec<QuestionRow>, String> {
