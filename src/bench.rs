@@ -15,8 +15,8 @@ use crate::cli::BenchWorkload;
 use crate::config::Config;
 use crate::engine::store::jobs as job_store;
 use crate::engine::{
-    BoxFuture, Engine, EngineConfig, JobContext, JobId, NewJob, WorkError, Worker, Workers,
-    MIGRATOR,
+    BoxFuture, Engine, EngineConfig, JobContext, JobId, JobState, NewJob, WorkError, Worker,
+    Workers, MIGRATOR,
 };
 use crate::postgres::{Durability, EmbeddedPostgres};
 
@@ -143,10 +143,13 @@ async fn throughput(pool: &PgPool, concurrency: usize) -> Result<Value, String> 
     }
     // Every handler ran; wait for the last completions to be written.
     loop {
-        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state <> 'completed'")
-            .fetch_one(pool)
+        let left: i64 = job_store::job_count_by_queue_state(pool)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .filter(|(_, state, _)| *state != JobState::Completed)
+            .map(|(_, _, n)| n)
+            .sum();
         if left == 0 {
             break;
         }
@@ -221,10 +224,7 @@ async fn scheduled(pool: &PgPool) -> Result<Value, String> {
         .await
         .map_err(|e| e.to_string())?;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let db_now: DateTime<Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
-        .fetch_one(pool)
-        .await
-        .map_err(|e| e.to_string())?;
+    let db_now = job_store::db_now(pool).await.map_err(|e| e.to_string())?;
     let start = db_now + chrono::Duration::seconds(3);
     let window_us = 2_000_000i64;
     let jobs: Vec<NewJob> = (0..N)

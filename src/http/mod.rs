@@ -91,7 +91,7 @@ pub fn router(state: AppState) -> Router {
 
 /// Ready when the database answers.
 async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<serde_json::Value>) {
-    match sqlx::query("SELECT 1").execute(&state.pool).await {
+    match crate::engine::store::jobs::db_now(&state.pool).await {
         Ok(_) => (
             StatusCode::OK,
             Json(json!({ "ready": true, "node": &*state.node_id })),
