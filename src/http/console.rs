@@ -6,7 +6,7 @@ use kickoff_app::console::{Console, JobRow, Overview, QuestionRow};
 
 use crate::engine::store::jobs::JobFilter;
 use crate::engine::{Client, ClientError, JobId, JobState};
-use crate::questions::{QuestionService, QuestionStatus};
+use crate::questions::QuestionService;
 
 /// How many rows a dashboard list shows.
 const LIST_ROWS: i64 = 100;
@@ -107,12 +107,7 @@ impl Console for ServerConsole {
                 id: q.id,
                 game: q.game,
                 prompt: q.prompt,
-                status: match q.status {
-                    QuestionStatus::Open => "open",
-                    QuestionStatus::Locked => "locked",
-                    QuestionStatus::Settled => "settled",
-                }
-                .to_string(),
+                status: q.status.as_str().to_string(),
                 game_time: q.game_time.to_rfc3339(),
                 lock_job_id: q.lock_job_id.map(|id| id.0),
             })

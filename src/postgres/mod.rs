@@ -18,7 +18,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 /// What went wrong while preparing or starting the embedded cluster.
 #[derive(Debug, thiserror::Error)]
@@ -424,20 +423,4 @@ fn random_hex(len: usize) -> String {
     (0..len)
         .map(|_| char::from_digit(fastrand::u32(0..16), 16).unwrap_or('0'))
         .collect()
-}
-
-/// Waits until a TCP connection to the cluster can be made (pg_ctl -w already waits; this covers an
-/// adopted postmaster that is still starting).
-pub async fn wait_until_reachable(port: u16, timeout: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + timeout;
-    while tokio::time::Instant::now() < deadline {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    false
 }

@@ -155,7 +155,7 @@ impl QuestionService {
         if game_time.is_some() && q.status != QuestionStatus::Open {
             return Err(QuestionError::Conflict(format!(
                 "question {id} is {}: its game time can no longer change",
-                status_name(q.status)
+                q.status.as_str()
             )));
         }
         store::question_update(&mut *tx, id, prompt.map(str::trim), choices, game_time).await?;
@@ -262,14 +262,6 @@ fn lock_job(id: i64, game_time: DateTime<Utc>) -> NewJob {
         .with_queue(QUEUE)
         .at(game_time)
         .with_unique_key(lock_key(id), OnConflict::Keep)
-}
-
-fn status_name(s: QuestionStatus) -> &'static str {
-    match s {
-        QuestionStatus::Open => "open",
-        QuestionStatus::Locked => "locked",
-        QuestionStatus::Settled => "settled",
-    }
 }
 
 fn check_text(field: &'static str, value: &str, max: usize) -> Result<(), QuestionError> {

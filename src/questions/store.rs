@@ -18,6 +18,17 @@ pub enum QuestionStatus {
     Settled,
 }
 
+impl QuestionStatus {
+    /// The name used in the database, the API and the UI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuestionStatus::Open => "open",
+            QuestionStatus::Locked => "locked",
+            QuestionStatus::Settled => "settled",
+        }
+    }
+}
+
 impl std::str::FromStr for QuestionStatus {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
