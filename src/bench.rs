@@ -1,6 +1,8 @@
 //! `kickoff bench`: figures, not tests. Each workload runs in a fresh database (created on the given
 //! server, or in the embedded cluster) and prints one JSON line.
 
+mod pages;
+
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
@@ -38,10 +40,21 @@ impl Worker for BenchWorker {
     }
 }
 
+/// Knobs of the workloads.
+#[derive(Debug, Clone, Copy)]
+pub struct BenchOptions {
+    /// Concurrency of the throughput workload.
+    pub concurrency: usize,
+    /// Jobs in the table for the pages workload.
+    pub rows: i64,
+    /// Timed requests per address for the pages workload.
+    pub samples: usize,
+}
+
 pub async fn run(
     workload: BenchWorkload,
     url: Option<String>,
-    concurrency: usize,
+    options: BenchOptions,
     config: &Config,
 ) -> Result<(), String> {
     let mut embedded = None;
@@ -77,7 +90,8 @@ pub async fn run(
     let result = async {
         MIGRATOR.run(&pool).await.map_err(|e| e.to_string())?;
         match workload {
-            BenchWorkload::Throughput => throughput(&pool, concurrency).await,
+            BenchWorkload::Throughput => throughput(&pool, options.concurrency).await,
+            BenchWorkload::Pages => pages::pages(&pool, options.rows, options.samples).await,
             BenchWorkload::Latency => latency(&pool).await,
             BenchWorkload::Scheduled => scheduled(&pool).await,
         }

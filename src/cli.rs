@@ -39,6 +39,12 @@ pub enum Command {
         /// Concurrency of the throughput workload.
         #[arg(long, default_value_t = 10)]
         concurrency: usize,
+        /// Jobs in the table for the pages workload.
+        #[arg(long, default_value_t = 1_000_000)]
+        rows: i64,
+        /// Timed requests per address for the pages workload.
+        #[arg(long, default_value_t = 40)]
+        samples: usize,
     },
     /// Start or stop the embedded PostgreSQL cluster on its own.
     Postgres {
@@ -61,6 +67,9 @@ pub enum BenchWorkload {
     Latency,
     /// 1,000 jobs scheduled over a 2 s window: start minus scheduled_at.
     Scheduled,
+    /// Dashboard pages and API lists with 1,000,000 jobs (`--rows`) in the table: server time
+    /// percentiles per address, table size, RSS, time to prune.
+    Pages,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

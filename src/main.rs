@@ -23,7 +23,16 @@ async fn main() -> std::process::ExitCode {
             workload,
             url,
             concurrency,
-        } => bench::run(workload, url, concurrency, &cli.config).await,
+            rows,
+            samples,
+        } => {
+            let options = bench::BenchOptions {
+                concurrency,
+                rows,
+                samples,
+            };
+            bench::run(workload, url, options, &cli.config).await
+        }
         Command::Postgres {
             action,
             dir,

@@ -445,6 +445,81 @@ async fn actions_that_the_state_forbids_are_conflicts() {
 }
 
 #[tokio::test]
+async fn bulk_actions_apply_to_ids_or_to_a_filter() {
+    let api = api().await;
+    let mut ids = Vec::new();
+    for queue in ["mail", "mail", "mail", "hooks"] {
+        let body = format!(r#"{{"kind":"noop","queue":"{queue}","schedule_in_ms":60000}}"#);
+        let (s, b) = api.call(Method::POST, "/api/v1/jobs", Some(&body)).await;
+        assert_eq!(s, StatusCode::CREATED, "{b}");
+        ids.push(b["job"]["id"].as_i64().unwrap());
+    }
+    let body = format!(r#"{{"action":"cancel","ids":[{},{}]}}"#, ids[0], ids[1]);
+    let (s, b) = api
+        .call(Method::POST, "/api/v1/jobs/bulk", Some(&body))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(b, json!({ "changed": 2, "skipped": 0 }));
+    // Retry what is cancelled in `mail`, up to the newest id the caller saw.
+    let body = format!(
+        r#"{{"action":"retry","filter":{{"states":["cancelled","discarded"],"queue":"mail","max_id":{}}}}}"#,
+        ids[3]
+    );
+    let (s, b) = api
+        .call(Method::POST, "/api/v1/jobs/bulk", Some(&body))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(b, json!({ "changed": 2, "skipped": 0 }));
+    // Run now: the waiting jobs in `mail` move, none is skipped; an empty filter takes every job.
+    let (s, b) = api
+        .call(
+            Method::POST,
+            "/api/v1/jobs/bulk",
+            Some(r#"{"action":"run_now","filter":{}}"#),
+        )
+        .await;
+    assert_eq!(
+        (s, &b),
+        (StatusCode::OK, &json!({ "changed": 4, "skipped": 0 }))
+    );
+    let (s, b) = api
+        .call(
+            Method::POST,
+            "/api/v1/jobs/bulk",
+            Some(r#"{"action":"retry","filter":{"kind":"noop"}}"#),
+        )
+        .await;
+    assert_eq!(
+        (s, &b),
+        (StatusCode::OK, &json!({ "changed": 0, "skipped": 4 }))
+    );
+
+    let too_many: Vec<String> = (1..=1001).map(|i| i.to_string()).collect();
+    let too_many = format!(r#"{{"action":"delete","ids":[{}]}}"#, too_many.join(","));
+    let bad = [
+        r#"{"action":"cancel","ids":[1],"filter":{}}"#,
+        r#"{"action":"cancel"}"#,
+        r#"{"action":"rerun","ids":[1]}"#,
+        r#"{"action":"cancel","filter":{"states":["done"]}}"#,
+        r#"{"action":"cancel","filter":{"args":[1]}}"#,
+        r#"{"action":"cancel","filter":{"color":"red"}}"#,
+        r#"{"action":"cancel","ids":["x"]}"#,
+        too_many.as_str(),
+    ];
+    for body in bad {
+        let (s, b) = api
+            .call(Method::POST, "/api/v1/jobs/bulk", Some(body))
+            .await;
+        assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
+    }
+    let (s, b) = api
+        .call(Method::POST, "/api/v1/jobs/bulk", Some(r#"{"action":"#))
+        .await;
+    assert_error(s, &b, StatusCode::BAD_REQUEST, "malformed_json");
+    assert_eq!(api.job_count().await, 4);
+}
+
+#[tokio::test]
 async fn queues_pause_resume_and_validate() {
     let api = api().await;
     let (s, b) = api

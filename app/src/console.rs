@@ -1,13 +1,154 @@
 //! The port between the dashboard and the server: the data the UI shows, the server functions
-//! that fetch it, and the `Console` trait the server implements (behind the `ssr` feature).
+//! that fetch it or act, and the `Console` trait the server implements (behind the `ssr` feature).
+//!
+//! Times travel as milliseconds since the epoch; every page's data carries the database clock
+//! (`now_ms`) it was read at, so countdowns and "2 s late" are measured against the database, not
+//! against the browser's or the server's own clock.
 
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
-/// Job counts per state, in the order of a job's life.
+/// Every job state, in the order of a job's life.
+pub const STATES: [&str; 7] = [
+    "scheduled",
+    "available",
+    "executing",
+    "retryable",
+    "completed",
+    "discarded",
+    "cancelled",
+];
+
+/// The states that count as failures on the failures page.
+pub const FAILED_STATES: &str = "retryable,discarded";
+
+/// The largest number of jobs a bulk confirmation counts exactly.
+pub const BULK_COUNT_CAP: i64 = 100_000;
+
+/// The overview page.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Overview {
+    pub now_ms: i64,
+    /// Counts per state, in [`STATES`] order.
     pub states: Vec<(String, i64)>,
+    pub queues: Vec<QueueInfo>,
+    /// Completed and failed attempts per minute, oldest first.
+    pub throughput: Vec<MinutePoint>,
+    pub nodes: Vec<NodeInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueInfo {
+    pub name: String,
+    pub paused: bool,
+    /// Per-node limit set by an operator; `None`: each node's configured limit.
+    pub concurrency: Option<i32>,
+    /// Per-node limits the running nodes were started with (`node: limit`), for reference.
+    pub configured: Vec<(String, i64)>,
+    pub available: i64,
+    pub scheduled: i64,
+    pub executing: i64,
+    pub retryable: i64,
+    pub discarded: i64,
+    pub completed: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MinutePoint {
+    pub minute_ms: i64,
+    pub completed: i64,
+    pub failed: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    pub id: String,
+    pub hostname: String,
+    pub pid: i32,
+    pub started_ms: i64,
+    pub heartbeat_ms: i64,
+    pub leader: bool,
+}
+
+/// A job listing's filter, as the address bar holds it (`/jobs?state=retryable&queue=webhooks`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobQuery {
+    /// One state or several separated by commas.
+    pub state: Option<String>,
+    pub queue: Option<String>,
+    pub kind: Option<String>,
+    /// `key=value` pairs separated by commas, or a JSON object: jobs whose args contain it.
+    pub args: Option<String>,
+    /// `scheduled_at` from / to, as `datetime-local` values in the time zone `tz`.
+    pub from: Option<String>,
+    pub to: Option<String>,
+    /// The browser's offset from UTC in minutes (east positive); absent: UTC.
+    pub tz: Option<i32>,
+    /// Keyset cursor: jobs with a smaller id.
+    pub before: Option<i64>,
+    /// Jobs with an id at most this: the list as the operator is reading it.
+    pub max_id: Option<i64>,
+}
+
+impl JobQuery {
+    /// The filter part as `key=value` pairs (no cursor), for links and hidden form fields.
+    pub fn filter_pairs(&self) -> Vec<(&'static str, String)> {
+        let mut pairs = Vec::new();
+        let fields = [
+            ("state", &self.state),
+            ("queue", &self.queue),
+            ("kind", &self.kind),
+            ("args", &self.args),
+            ("from", &self.from),
+            ("to", &self.to),
+        ];
+        for (k, v) in fields {
+            if let Some(v) = v.as_ref().filter(|v| !v.is_empty()) {
+                pairs.push((k, v.clone()));
+            }
+        }
+        if let Some(tz) = self.tz {
+            pairs.push(("tz", tz.to_string()));
+        }
+        pairs
+    }
+
+    pub fn has_filter(&self) -> bool {
+        self.filter_pairs().iter().any(|(k, _)| *k != "tz")
+    }
+}
+
+/// Encodes pairs as a query string (`a=1&b=x%20y`).
+pub fn query_string(pairs: &[(&str, String)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={}", encode(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// One page of a job listing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobPage {
+    pub now_ms: i64,
+    pub rows: Vec<JobRow>,
+    /// Cursor of the next (older) page; absent on the last page.
+    pub next_before: Option<i64>,
+    /// Matching jobs newer than the list's `max_id` (at most 100 are counted).
+    pub newer: i64,
 }
 
 /// One job in a list.
@@ -17,11 +158,99 @@ pub struct JobRow {
     pub kind: String,
     pub queue: String,
     pub state: String,
+    pub priority: i16,
     pub attempt: i32,
     pub max_attempts: i32,
-    /// RFC 3339.
-    pub scheduled_at: String,
+    pub scheduled_ms: i64,
+    pub finalized_ms: Option<i64>,
     pub last_error: Option<String>,
+    /// The args as compact JSON, cut to a readable length.
+    pub args_preview: String,
+}
+
+impl JobRow {
+    pub fn is_final(&self) -> bool {
+        matches!(self.state.as_str(), "completed" | "discarded" | "cancelled")
+    }
+    pub fn can_retry(&self) -> bool {
+        self.is_final() || self.state == "retryable"
+    }
+    pub fn is_waiting(&self) -> bool {
+        matches!(self.state.as_str(), "scheduled" | "available" | "retryable")
+    }
+}
+
+/// The job detail page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobDetail {
+    pub now_ms: i64,
+    pub job: JobRow,
+    pub args_json: String,
+    pub meta_json: String,
+    pub tags: Vec<String>,
+    pub unique_key: Option<String>,
+    pub inserted_ms: i64,
+    pub lease_ms: Option<i64>,
+    pub attempts: Vec<AttemptRow>,
+}
+
+/// One attempt of a job, for the timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptRow {
+    pub attempt: i32,
+    pub started_ms: Option<i64>,
+    pub ended_ms: Option<i64>,
+    pub node: Option<String>,
+    /// `failed`, `completed`, `cancelled`, `running`, or `interrupted` (handed back or rescued).
+    pub outcome: String,
+    pub error: Option<String>,
+}
+
+/// Jobs waiting for their time, soonest (or latest overdue) first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimersPage {
+    pub now_ms: i64,
+    pub rows: Vec<JobRow>,
+}
+
+/// What a bulk action would touch, shown before it runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BulkCount {
+    pub count: i64,
+    /// The count stopped at [`BULK_COUNT_CAP`].
+    pub capped: bool,
+    /// The newest job the action may touch: jobs inserted after the confirmation are left alone.
+    pub max_id: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BulkDone {
+    pub action: String,
+    pub changed: u64,
+    pub skipped: u64,
+}
+
+/// What the new-job form offers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobChoices {
+    pub kinds: Vec<String>,
+    pub queues: Vec<String>,
+}
+
+/// A new job as the form submits it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NewJobInput {
+    pub kind: String,
+    pub args: String,
+    pub queue: String,
+    /// `now`, `in` (minutes) or `at` (a `datetime-local` value in the time zone `tz`).
+    pub when: String,
+    pub in_minutes: Option<String>,
+    pub at: Option<String>,
+    pub tz: Option<i32>,
+    pub priority: Option<String>,
+    pub max_attempts: Option<String>,
+    pub unique_key: Option<String>,
 }
 
 /// One game question in a list.
@@ -31,24 +260,88 @@ pub struct QuestionRow {
     pub game: String,
     pub prompt: String,
     pub status: String,
-    /// RFC 3339.
-    pub game_time: String,
+    pub game_ms: i64,
     pub lock_job_id: Option<i64>,
 }
 
-/// What the server provides to the dashboard.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuestionsPage {
+    pub now_ms: i64,
+    pub rows: Vec<QuestionRow>,
+}
+
+/// A question with its predictions per choice and its lock job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuestionDetail {
+    pub now_ms: i64,
+    pub question: QuestionRow,
+    pub correct_choice: Option<String>,
+    pub locked_ms: Option<i64>,
+    /// `(choice, predictions, correct)` for every choice.
+    pub choices: Vec<(String, i64, i64)>,
+    pub predictions: i64,
+    pub lock_job: Option<JobRow>,
+}
+
+/// Parses a `datetime-local` value (`2026-11-30T18:00`, seconds optional) in the time zone `tz`
+/// (minutes east of UTC) to milliseconds since the epoch.
+pub fn parse_local_time(value: &str, tz: Option<i32>) -> Result<i64, String> {
+    use chrono::{FixedOffset, NaiveDateTime, TimeZone};
+    let value = value.trim();
+    let naive = NaiveDateTime::parse_from_str(value, "%Y-%m-%dT%H:%M")
+        .or_else(|_| NaiveDateTime::parse_from_str(value, "%Y-%m-%dT%H:%M:%S"))
+        .or_else(|_| NaiveDateTime::parse_from_str(value, "%Y-%m-%dT%H:%M:%S%.f"))
+        .map_err(|_| format!("`{value}` is not a date and time (YYYY-MM-DDTHH:MM)"))?;
+    let offset = FixedOffset::east_opt(tz.unwrap_or(0) * 60)
+        .ok_or_else(|| "the time zone offset is out of range".to_string())?;
+    offset
+        .from_local_datetime(&naive)
+        .single()
+        .map(|t| t.timestamp_millis())
+        .ok_or_else(|| format!("`{value}` is not a valid time"))
+}
+
+/// What the server provides to the dashboard. Errors are messages for the operator.
 #[cfg(feature = "ssr")]
 #[async_trait::async_trait]
 pub trait Console: Send + Sync + 'static {
     async fn overview(&self) -> Result<Overview, String>;
-    /// The newest jobs, optionally of one state.
-    async fn jobs(&self, state: Option<String>) -> Result<Vec<JobRow>, String>;
-    /// Questions, upcoming first.
-    async fn questions(&self) -> Result<Vec<QuestionRow>, String>;
-    /// Cancels a job that has not finished (also a running one, on any node).
-    async fn cancel_job(&self, id: i64) -> Result<(), String>;
-    /// Runs a retryable or finished job again.
-    async fn retry_job(&self, id: i64) -> Result<(), String>;
+    async fn jobs(&self, query: JobQuery) -> Result<JobPage, String>;
+    async fn job(&self, id: i64) -> Result<JobDetail, String>;
+    /// `cancel`, `retry`, `run_now` or `delete` one job.
+    async fn job_action(&self, id: i64, action: String) -> Result<(), String>;
+    async fn reschedule_job(&self, id: i64, at_ms: i64) -> Result<(), String>;
+    /// Inserts a copy of a job, due now. Returns the new job's id.
+    async fn clone_job(&self, id: i64) -> Result<i64, String>;
+    async fn job_choices(&self) -> Result<JobChoices, String>;
+    async fn create_job(&self, input: NewJobInput) -> Result<i64, String>;
+    async fn bulk_preview(&self, query: JobQuery) -> Result<BulkCount, String>;
+    /// Applies `action` to the listed ids, or (when `ids` is empty) to every job matching `query`.
+    async fn bulk(
+        &self,
+        action: String,
+        ids: Vec<i64>,
+        query: JobQuery,
+    ) -> Result<BulkDone, String>;
+    async fn timers(&self) -> Result<TimersPage, String>;
+    async fn queues(&self) -> Result<Vec<QueueInfo>, String>;
+    /// `pause`, `resume`, or `concurrency` (with `concurrency`, empty for the nodes' default).
+    async fn queue_action(
+        &self,
+        name: String,
+        action: String,
+        concurrency: Option<String>,
+    ) -> Result<(), String>;
+    async fn questions(&self) -> Result<QuestionsPage, String>;
+    async fn question(&self, id: i64) -> Result<QuestionDetail, String>;
+    async fn create_question(
+        &self,
+        game: String,
+        prompt: String,
+        choices: Vec<String>,
+        game_ms: i64,
+    ) -> Result<i64, String>;
+    async fn move_question(&self, id: i64, game_ms: i64) -> Result<(), String>;
 }
 
 #[cfg(feature = "ssr")]
@@ -57,27 +350,142 @@ fn console() -> Result<std::sync::Arc<dyn Console>, ServerFnError> {
         .ok_or_else(|| ServerFnError::new("the console is not available"))
 }
 
+#[cfg(feature = "ssr")]
+fn fail(message: String) -> ServerFnError {
+    ServerFnError::new(message)
+}
+
 #[server(prefix = "/_console", endpoint = "overview")]
 pub async fn get_overview() -> Result<Overview, ServerFnError> {
-    console()?.overview().await.map_err(ServerFnError::new)
+    console()?.overview().await.map_err(fail)
 }
 
 #[server(prefix = "/_console", endpoint = "jobs")]
-pub async fn list_jobs(state: Option<String>) -> Result<Vec<JobRow>, ServerFnError> {
-    console()?.jobs(state).await.map_err(ServerFnError::new)
+pub async fn list_jobs(query: JobQuery) -> Result<JobPage, ServerFnError> {
+    console()?.jobs(query).await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "job")]
+pub async fn get_job(id: i64) -> Result<JobDetail, ServerFnError> {
+    console()?.job(id).await.map_err(fail)
+}
+
+/// One job's action; the form's pressed button names it (`action=cancel`).
+#[server(prefix = "/_console", endpoint = "job_action")]
+pub async fn job_action(id: i64, action: String) -> Result<(), ServerFnError> {
+    console()?.job_action(id, action).await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "reschedule_job")]
+pub async fn reschedule_job(id: i64, at: String, tz: Option<i32>) -> Result<(), ServerFnError> {
+    let at_ms = parse_local_time(&at, tz).map_err(fail)?;
+    console()?.reschedule_job(id, at_ms).await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "clone_job")]
+pub async fn clone_job(id: i64) -> Result<i64, ServerFnError> {
+    console()?.clone_job(id).await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "job_choices")]
+pub async fn get_job_choices() -> Result<JobChoices, ServerFnError> {
+    console()?.job_choices().await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "create_job")]
+pub async fn create_job(input: NewJobInput) -> Result<i64, ServerFnError> {
+    console()?.create_job(input).await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "bulk_preview")]
+pub async fn bulk_preview(query: JobQuery) -> Result<BulkCount, ServerFnError> {
+    console()?.bulk_preview(query).await.map_err(fail)
+}
+
+/// A confirmed bulk action: on `ids` (comma-separated) when given, else on everything matching
+/// `query` up to `query.max_id`.
+#[server(prefix = "/_console", endpoint = "bulk")]
+pub async fn bulk_jobs(
+    action: String,
+    ids: Option<String>,
+    query: JobQuery,
+) -> Result<BulkDone, ServerFnError> {
+    let ids = parse_ids(ids.as_deref().unwrap_or("")).map_err(fail)?;
+    console()?.bulk(action, ids, query).await.map_err(fail)
+}
+
+/// Parses `1,2,3` (spaces allowed, empty: none).
+pub fn parse_ids(s: &str) -> Result<Vec<i64>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            p.parse::<i64>()
+                .map_err(|_| format!("`{p}` is not a job id"))
+        })
+        .collect()
+}
+
+#[server(prefix = "/_console", endpoint = "timers")]
+pub async fn list_timers() -> Result<TimersPage, ServerFnError> {
+    console()?.timers().await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "queues")]
+pub async fn list_queues() -> Result<Vec<QueueInfo>, ServerFnError> {
+    console()?.queues().await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "queue_action")]
+pub async fn queue_action(
+    name: String,
+    action: String,
+    concurrency: Option<String>,
+) -> Result<(), ServerFnError> {
+    console()?
+        .queue_action(name, action, concurrency)
+        .await
+        .map_err(fail)
 }
 
 #[server(prefix = "/_console", endpoint = "questions")]
-pub async fn list_questions() -> Result<Vec<QuestionRow>, ServerFnError> {
-    console()?.questions().await.map_err(ServerFnError::new)
+pub async fn list_questions() -> Result<QuestionsPage, ServerFnError> {
+    console()?.questions().await.map_err(fail)
 }
 
-#[server(prefix = "/_console", endpoint = "cancel_job")]
-pub async fn cancel_job(id: i64) -> Result<(), ServerFnError> {
-    console()?.cancel_job(id).await.map_err(ServerFnError::new)
+#[server(prefix = "/_console", endpoint = "question")]
+pub async fn get_question(id: i64) -> Result<QuestionDetail, ServerFnError> {
+    console()?.question(id).await.map_err(fail)
 }
 
-#[server(prefix = "/_console", endpoint = "retry_job")]
-pub async fn retry_job(id: i64) -> Result<(), ServerFnError> {
-    console()?.retry_job(id).await.map_err(ServerFnError::new)
+/// Creates a question; `choices` one per line.
+#[server(prefix = "/_console", endpoint = "create_question")]
+pub async fn create_question(
+    game: String,
+    prompt: String,
+    choices: String,
+    game_time: String,
+    tz: Option<i32>,
+) -> Result<i64, ServerFnError> {
+    let game_ms = parse_local_time(&game_time, tz).map_err(fail)?;
+    let choices = choices
+        .lines()
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(String::from)
+        .collect();
+    console()?
+        .create_question(game, prompt, choices, game_ms)
+        .await
+        .map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "move_question")]
+pub async fn move_question(
+    id: i64,
+    game_time: String,
+    tz: Option<i32>,
+) -> Result<(), ServerFnError> {
+    let game_ms = parse_local_time(&game_time, tz).map_err(fail)?;
+    console()?.move_question(id, game_ms).await.map_err(fail)
 }

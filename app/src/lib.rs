@@ -8,8 +8,10 @@ pub mod pages;
 
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
-use leptos_router::components::{Route, Router, Routes};
-use leptos_router::StaticSegment;
+use leptos_router::components::{Route, Router, Routes, A};
+use leptos_router::{path, SsrMode};
+
+use crate::components::live::LiveBadge;
 
 /// The HTML document around the app (server side).
 pub fn shell(options: LeptosOptions) -> impl IntoView {
@@ -20,6 +22,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <meta name="color-scheme" content="light dark"/>
+                <link rel="icon" href="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E%3Ccircle cx='8' cy='8' r='7' fill='%232156d9'/%3E%3C/svg%3E"/>
                 <HydrationScripts options/>
                 <MetaTags/>
             </head>
@@ -33,23 +36,38 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
+    components::live::provide_live();
+    components::time::provide_clock();
     view! {
         <Stylesheet id="kickoff" href="/pkg/kickoff.css"/>
         <Title text="Kickoff"/>
         <Router>
+            <a class="skip" href="#main">"Skip to content"</a>
             <header class="topbar">
                 <a class="brand" href="/">"Kickoff"</a>
                 <nav aria-label="Main">
-                    <a href="/">"Overview"</a>
-                    <a href="/jobs">"Jobs"</a>
-                    <a href="/questions">"Questions"</a>
+                    <A href="/" exact=true>"Overview"</A>
+                    <A href="/jobs" exact=true>"Jobs"</A>
+                    <A href="/timers">"Timers"</A>
+                    <A href="/failures">"Failures"</A>
+                    <A href="/queues">"Queues"</A>
+                    <A href="/questions">"Questions"</A>
+                    <A href="/jobs/new">"New job"</A>
                 </nav>
+                <LiveBadge/>
             </header>
-            <main>
+            <main id="main">
                 <Routes fallback=|| view! { <p>"Page not found."</p> }>
-                    <Route path=StaticSegment("") view=pages::overview::OverviewPage/>
-                    <Route path=StaticSegment("jobs") view=pages::jobs::JobsPage/>
-                    <Route path=StaticSegment("questions") view=pages::questions::QuestionsPage/>
+                    <Route path=path!("/") view=pages::overview::OverviewPage ssr=SsrMode::Async/>
+                    <Route path=path!("/jobs") view=pages::jobs::JobsPage ssr=SsrMode::Async/>
+                    <Route path=path!("/jobs/new") view=pages::new_job::NewJobPage ssr=SsrMode::Async/>
+                    <Route path=path!("/jobs/:id") view=pages::job_detail::JobDetailPage ssr=SsrMode::Async/>
+                    <Route path=path!("/failures") view=pages::jobs::FailuresPage ssr=SsrMode::Async/>
+                    <Route path=path!("/timers") view=pages::timers::TimersPage ssr=SsrMode::Async/>
+                    <Route path=path!("/queues") view=pages::queues::QueuesPage ssr=SsrMode::Async/>
+                    <Route path=path!("/questions") view=pages::questions::QuestionsPage ssr=SsrMode::Async/>
+                    <Route path=path!("/questions/new") view=pages::question_new::NewQuestionPage ssr=SsrMode::Async/>
+                    <Route path=path!("/questions/:id") view=pages::question_detail::QuestionDetailPage ssr=SsrMode::Async/>
                 </Routes>
             </main>
         </Router>

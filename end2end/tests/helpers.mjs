@@ -10,10 +10,11 @@ const token = process.env.KICKOFF_E2E_TOKEN ?? '';
 export const screenshots = path.join(import.meta.dirname, '..', 'screenshots');
 mkdirSync(screenshots, { recursive: true });
 
-export async function launch() {
+export async function launch(options = {}) {
   // A new profile each time; the flags keep Chromium off the network this machine does not have.
   const userDataDir = mkdtempSync(path.join(tmpdir(), 'kickoff-chromium-'));
   return chromium.launchPersistentContext(userDataDir, {
+    ...options,
     executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
     headless: true,
     args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
@@ -48,4 +49,21 @@ export async function eventually(what, read, ok, timeoutMs = 15000) {
 // Waits until the page has hydrated (the live badge only turns on in the browser).
 export async function hydrated(page) {
   await page.getByRole('status').filter({ hasText: 'Live' }).waitFor({ timeout: 30000 });
+}
+
+// The state of a job, read through the API.
+export async function stateOf(id) {
+  return (await api('GET', `/jobs/${id}`)).body.state;
+}
+
+// Waits until the job reaches `state`.
+export async function untilState(id, state, timeoutMs) {
+  return eventually(`job ${id} to be ${state}`, () => stateOf(id), (s) => s === state, timeoutMs);
+}
+
+// Fails the test on any script error in the page.
+export function watchErrors(page) {
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  return errors;
 }

@@ -24,7 +24,7 @@ test('a failed job shows its error under the discarded filter, reached from the 
   await page.getByRole('link', { name: /discarded/ }).click();
   await page.waitForURL(/\/jobs\?state=discarded/);
   const table = page.getByRole('table', { name: 'Jobs' });
-  await table.getByRole('cell', { name: 'kickoff e2e failure' }).waitFor();
+  await table.getByRole('cell', { name: 'kickoff e2e failure', exact: true }).waitFor();
   await page.screenshot({ path: path.join(screenshots, 'jobs.png'), fullPage: true });
   await page.close();
 });

@@ -2,14 +2,21 @@
 //! before anything is written and maps guarded updates that matched no row to clear errors.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sqlx::{PgConnection, PgPool};
 
 use super::job::{Inserted, Job, JobId, JobState, NewJob, Schedule};
+use super::leadership::LEADER_NAME;
+use super::maintenance::count_folder::STATS_RETENTION;
 use super::store::jobs::{self as job_store, JobFilter};
+use super::store::leader::{self as leader_store, LeaderRow};
+use super::store::nodes::{self as node_store, NodeRow};
 use super::store::queues::{self as queue_store, QueueRow};
+use super::store::stats::{self as stats_store, ThroughputMinute};
 use super::worker::Workers;
 
 /// Limits on what a job may carry.
@@ -25,6 +32,67 @@ pub const MAX_SCHEDULE_AHEAD_DAYS: i64 = 3650;
 pub const MAX_SCHEDULE_PAST_HOURS: i64 = 24;
 /// The largest page of a listing.
 pub const MAX_PAGE: i64 = 500;
+/// The most ids one bulk action by ids takes.
+pub const MAX_BULK_IDS: usize = 1000;
+/// Jobs per batch (and per short transaction) of a bulk action on a filter.
+pub const BULK_BATCH: i64 = 1000;
+/// Nodes whose heartbeat is younger than this count as alive: several missed heartbeats at any
+/// sane lease (the heartbeat runs at a fifth of the lease, 1 s by default).
+pub const NODE_ALIVE_WITHIN: Duration = Duration::from_secs(30);
+
+/// An action applied to many jobs at once, with the state rules of the single-job operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BulkAction {
+    /// Cancel jobs that are not final (executing attempts are stopped on their node).
+    Cancel,
+    /// Run retryable and final jobs again.
+    Retry,
+    /// Make scheduled, retryable and available jobs due now.
+    RunNow,
+    /// Delete jobs that are not executing.
+    Delete,
+}
+
+impl BulkAction {
+    pub const ALL: [BulkAction; 4] = [
+        BulkAction::Cancel,
+        BulkAction::Retry,
+        BulkAction::RunNow,
+        BulkAction::Delete,
+    ];
+
+    /// The name used in the API and the UI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BulkAction::Cancel => "cancel",
+            BulkAction::Retry => "retry",
+            BulkAction::RunNow => "run_now",
+            BulkAction::Delete => "delete",
+        }
+    }
+}
+
+impl std::str::FromStr for BulkAction {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        BulkAction::ALL
+            .into_iter()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| format!("unknown action `{s}` (cancel, retry, run_now or delete)"))
+    }
+}
+
+/// What a bulk action did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct BulkReport {
+    /// Jobs the action changed.
+    pub changed: u64,
+    /// Jobs matched (or listed) but left alone: their state did not allow the action (a retry
+    /// whose unique key a live job holds included), they changed meanwhile, or (by ids) they do
+    /// not exist.
+    pub skipped: u64,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -214,12 +282,8 @@ impl Client {
         before: Option<JobId>,
         limit: i64,
     ) -> Result<Vec<Job>, ClientError> {
-        if !(1..=MAX_PAGE).contains(&limit) {
-            return Err(invalid(
-                "limit",
-                format!("must be between 1 and {MAX_PAGE}"),
-            ));
-        }
+        check_limit(limit)?;
+        check_filter(filter)?;
         Ok(job_store::job_list(&self.pool, filter, before, limit).await?)
     }
 
@@ -236,15 +300,7 @@ impl Client {
     pub async fn cancel_many(&self, ids: &[JobId]) -> Result<usize, ClientError> {
         let mut tx = self.pool.begin().await?;
         let cancelled = job_store::job_cancel_many(&mut *tx, ids).await?;
-        let executing: Vec<JobId> = cancelled
-            .iter()
-            .filter(|(_, before)| *before == JobState::Executing)
-            .map(|(id, _)| *id)
-            .collect();
-        // Tell the nodes running them; sent at commit, with the cancellation.
-        for chunk in executing.chunks(500) {
-            job_store::control_notify(&mut *tx, &json!({ "cancel": chunk })).await?;
-        }
+        notify_cancelled(&mut tx, &cancelled).await?;
         tx.commit().await?;
         Ok(cancelled.len())
     }
@@ -345,9 +401,190 @@ impl Client {
         Ok(row)
     }
 
-    /// Job counts per queue and state.
+    /// Job counts per queue and state (states without jobs left out), from the maintained counts:
+    /// exact, and as fast at a million jobs as at ten.
     pub async fn counts(&self) -> Result<Vec<(String, JobState, i64)>, ClientError> {
-        Ok(job_store::job_count_by_queue_state(&self.pool).await?)
+        Ok(stats_store::job_counts_list(&self.pool).await?)
+    }
+
+    /// Completed and failed attempts per minute over the last `minutes` minutes (1 to 120),
+    /// including the current one, oldest first, one entry per minute.
+    pub async fn throughput(&self, minutes: i32) -> Result<Vec<ThroughputMinute>, ClientError> {
+        let most = (STATS_RETENTION.as_secs() / 60) as i32;
+        if !(1..=most).contains(&minutes) {
+            return Err(invalid("minutes", format!("must be between 1 and {most}")));
+        }
+        Ok(stats_store::job_stats_minute_list(&self.pool, minutes).await?)
+    }
+
+    /// The nodes alive (heartbeat within [`NODE_ALIVE_WITHIN`]), oldest first, and the current
+    /// leader, if its lease has not expired.
+    pub async fn nodes(&self) -> Result<(Vec<NodeRow>, Option<LeaderRow>), ClientError> {
+        let nodes =
+            node_store::node_list_alive(&self.pool, NODE_ALIVE_WITHIN.as_secs_f64()).await?;
+        let leader = leader_store::leader_get(&self.pool, LEADER_NAME).await?;
+        Ok((nodes, leader))
+    }
+
+    /// Up to `limit` jobs waiting to run (scheduled, retryable, available), oldest `scheduled_at`
+    /// first, so overdue jobs lead; and the database clock, read in the same transaction, to
+    /// measure countdowns and lateness against.
+    pub async fn timers(&self, limit: i64) -> Result<(Vec<Job>, DateTime<Utc>), ClientError> {
+        check_limit(limit)?;
+        let mut tx = self.pool.begin().await?;
+        let jobs = job_store::job_list_waiting(&mut *tx, limit).await?;
+        let now = job_store::db_now(&mut *tx).await?;
+        tx.commit().await?;
+        Ok((jobs, now))
+    }
+
+    /// How many jobs match `filter`, counting at most `cap`.
+    ///
+    /// A filter on states and queue only (and `max_id`) is answered from the maintained counts,
+    /// exactly and at once: "all 800,000 completed jobs" needs no scan. Other filters count rows,
+    /// stopping at `cap`.
+    pub async fn count_matching(&self, filter: &JobFilter, cap: i64) -> Result<i64, ClientError> {
+        check_filter(filter)?;
+        if cap < 1 {
+            return Err(invalid("cap", "must be at least 1"));
+        }
+        let counted = filter.kind.is_none()
+            && filter.args.is_none()
+            && filter.scheduled_from.is_none()
+            && filter.scheduled_to.is_none();
+        let n = if counted {
+            stats_store::job_counts_total(
+                &self.pool,
+                &filter.states,
+                filter.queue.as_deref(),
+                filter.max_id,
+            )
+            .await?
+            .min(cap)
+        } else {
+            job_store::job_count_matching(&self.pool, filter, cap).await?
+        };
+        Ok(n)
+    }
+
+    /// Applies `action` to the listed jobs (at most [`MAX_BULK_IDS`]; duplicates count once).
+    pub async fn bulk_ids(
+        &self,
+        action: BulkAction,
+        ids: &[JobId],
+    ) -> Result<BulkReport, ClientError> {
+        if ids.len() > MAX_BULK_IDS {
+            return Err(invalid(
+                "ids",
+                format!("at most {MAX_BULK_IDS} ids at once; act on a filter for more"),
+            ));
+        }
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let changed = self.bulk_batch(action, &ids, &JobFilter::default()).await?;
+        Ok(BulkReport {
+            changed,
+            skipped: ids.len() as u64 - changed,
+        })
+    }
+
+    /// Applies `action` to every job matching `filter`, newest first, in batches of
+    /// [`BULK_BATCH`], each in a short transaction of its own, so no lock is held for long and
+    /// workers keep completing jobs meanwhile. Jobs with an id above `filter.max_id` (the snapshot
+    /// the operator confirmed; when `None`, the newest id at the start) are left alone, so jobs
+    /// inserted during the action are not touched.
+    ///
+    /// Not atomic: an error stops the walk with the batches before it applied.
+    pub async fn bulk_filter(
+        &self,
+        action: BulkAction,
+        filter: &JobFilter,
+    ) -> Result<BulkReport, ClientError> {
+        check_filter(filter)?;
+        let mut filter = filter.clone();
+        if filter.max_id.is_none() {
+            match job_store::job_max_id(&self.pool).await? {
+                Some(newest) => filter.max_id = Some(newest),
+                None => return Ok(BulkReport::default()),
+            }
+        }
+        let mut report = BulkReport::default();
+        let mut before = None;
+        loop {
+            let ids = job_store::job_list_ids(&self.pool, &filter, before, BULK_BATCH).await?;
+            let Some(&oldest) = ids.last() else { break };
+            let changed = self.bulk_batch(action, &ids, &filter).await?;
+            report.changed += changed;
+            report.skipped += ids.len() as u64 - changed;
+            if (ids.len() as i64) < BULK_BATCH {
+                break;
+            }
+            before = Some(oldest);
+        }
+        Ok(report)
+    }
+
+    /// One batch of a bulk action: the listed jobs that still match `filter`. Returns how many
+    /// changed.
+    async fn bulk_batch(
+        &self,
+        action: BulkAction,
+        ids: &[JobId],
+        filter: &JobFilter,
+    ) -> Result<u64, ClientError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let changed = match action {
+            BulkAction::Cancel => {
+                let mut tx = self.pool.begin().await?;
+                let cancelled = job_store::job_cancel_matching(&mut *tx, ids, filter).await?;
+                notify_cancelled(&mut tx, &cancelled).await?;
+                tx.commit().await?;
+                cancelled.len() as u64
+            }
+            BulkAction::Retry => match job_store::job_retry_matching(&self.pool, ids, filter).await
+            {
+                Ok(n) => n,
+                // A job took one of the batch's unique keys after the statement's snapshot: the
+                // statement failed as a whole, so go one job at a time, skipping the conflicts.
+                Err(e) if is_unique_violation(&e) => {
+                    let mut n = 0;
+                    for id in ids {
+                        match job_store::job_retry_matching(&self.pool, &[*id], filter).await {
+                            Ok(k) => n += k,
+                            Err(e) if is_unique_violation(&e) => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                    n
+                }
+                Err(e) => return Err(e.into()),
+            },
+            BulkAction::RunNow => job_store::job_run_now_matching(&self.pool, ids, filter).await?,
+            BulkAction::Delete => job_store::job_delete_matching(&self.pool, ids, filter).await?,
+        };
+        Ok(changed)
+    }
+
+    /// Inserts a copy of a job (queue, kind, args, priority, max attempts, tags, meta; no unique
+    /// key), due now. The copy is checked like any new job: a kind no longer registered is refused.
+    pub async fn clone_job(&self, id: JobId) -> Result<Job, ClientError> {
+        let job = self.get(id).await?;
+        let new = NewJob {
+            kind: job.kind,
+            args: job.args,
+            queue: job.queue,
+            priority: job.priority,
+            max_attempts: job.max_attempts,
+            schedule: Schedule::Now,
+            unique_key: None,
+            on_conflict: Default::default(),
+            tags: job.tags,
+            meta: job.meta,
+        };
+        Ok(self.insert(&new).await?.job)
     }
 
     /// The error for an operation whose guarded update matched no row: the job is missing, or its
@@ -362,6 +599,42 @@ impl Client {
             Err(e) => ClientError::Database(e),
         }
     }
+}
+
+/// Tells the nodes running the cancelled jobs that were executing to stop them; sent at commit,
+/// with the cancellation.
+async fn notify_cancelled(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    cancelled: &[(JobId, JobState)],
+) -> Result<(), sqlx::Error> {
+    let executing: Vec<JobId> = cancelled
+        .iter()
+        .filter(|(_, before)| *before == JobState::Executing)
+        .map(|(id, _)| *id)
+        .collect();
+    for chunk in executing.chunks(500) {
+        job_store::control_notify(&mut **tx, &json!({ "cancel": chunk })).await?;
+    }
+    Ok(())
+}
+
+fn check_limit(limit: i64) -> Result<(), ClientError> {
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(invalid(
+            "limit",
+            format!("must be between 1 and {MAX_PAGE}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A filter's args must be an object: the args of every job are, so anything else matches nothing
+/// and is surely a mistake.
+fn check_filter(filter: &JobFilter) -> Result<(), ClientError> {
+    if filter.args.as_ref().is_some_and(|a| !a.is_object()) {
+        return Err(invalid("args", "the args filter must be a JSON object"));
+    }
+    Ok(())
 }
 
 fn check_instant(field: &'static str, at: DateTime<Utc>) -> Result<(), ClientError> {

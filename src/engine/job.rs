@@ -91,7 +91,12 @@ impl std::str::FromStr for JobState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AttemptError {
     pub attempt: i32,
+    /// When the attempt ended.
     pub at: DateTime<Utc>,
+    /// When the attempt started (its `attempted_at`), for its duration. Absent in errors recorded
+    /// before it was kept.
+    #[serde(default)]
+    pub started_at: Option<DateTime<Utc>>,
     pub node: Option<String>,
     pub message: String,
 }

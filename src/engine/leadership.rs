@@ -1,4 +1,5 @@
-//! Leadership: one node at a time runs the maintenance services (rescuer, pruner, periodic jobs).
+//! Leadership: one node at a time runs the maintenance services (rescuer, pruner, periodic jobs,
+//! count folder).
 //!
 //! The leader holds a lease in the `leader` table (`leader_attempt_elect`): a node takes it when it
 //! is free or expired, and the holder renews it every second; its time-to-live (5 s by default)
@@ -25,7 +26,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::client::Client;
-use super::maintenance::{periodic::PeriodicEnqueuer, pruner::JobPruner, rescuer::JobRescuer};
+use super::maintenance::{
+    count_folder::CountFolder, periodic::PeriodicEnqueuer, pruner::JobPruner, rescuer::JobRescuer,
+};
 use super::runtime::Shared;
 use super::store::leader as leader_store;
 
@@ -106,6 +109,9 @@ impl LeaderElector {
         let pool = shared.pool.clone();
         tasks.spawn(JobRescuer::new(pool.clone(), shared.config.rescuer.clone()).run(stop.clone()));
         tasks.spawn(JobPruner::new(pool.clone(), shared.config.pruner.clone()).run(stop.clone()));
+        tasks.spawn(
+            CountFolder::new(pool.clone(), shared.config.count_folder.clone()).run(stop.clone()),
+        );
         if !shared.config.periodic.is_empty() {
             let client = Client::new(pool, shared.workers.clone());
             tasks.spawn(

@@ -16,9 +16,10 @@ pub mod store;
 pub mod timer;
 pub mod worker;
 
-pub use client::{Client, ClientError};
+pub use client::{BulkAction, BulkReport, Client, ClientError};
 pub use job::{Inserted, Job, JobId, JobState, NewJob, OnConflict, Schedule};
 pub use runtime::{Engine, EngineConfig, EngineError};
+pub use store::stats::ThroughputMinute;
 pub use worker::{BoxFuture, JobContext, WorkError, Worker, Workers};
 
 /// The database migrations of the engine (and of the whole server).

@@ -3,7 +3,8 @@
 //! A node runs: the notifier (LISTEN/NOTIFY), the timer (stages jobs exactly when due), one
 //! producer per queue (claims into free slots), the executor (runs handlers) and its completer
 //! (writes outcomes in batches), the heartbeat (node row and job leases), and the leader elector,
-//! which runs the maintenance services (rescuer, pruner, periodic jobs) while this node leads.
+//! which runs the maintenance services (rescuer, pruner, periodic jobs, count folder) while this
+//! node leads.
 //!
 //! Shutdown: producers stop claiming; running attempts get `shutdown_grace` to finish; the rest are
 //! interrupted and handed back to `available` (they run again on any node, and the interruption
@@ -25,7 +26,10 @@ use super::executor::{Completer, Completion};
 use super::heartbeat::Heartbeat;
 use super::job::JobId;
 use super::leadership::LeaderElector;
-use super::maintenance::{periodic::PeriodicJob, pruner::PrunerConfig, rescuer::RescuerConfig};
+use super::maintenance::{
+    count_folder::CountFolderConfig, periodic::PeriodicJob, pruner::PrunerConfig,
+    rescuer::RescuerConfig,
+};
 use super::notifier::Notifier;
 use super::producer::{Producer, QueueState};
 use super::store::{jobs as job_store, nodes as node_store, queues as queue_store};
@@ -67,6 +71,7 @@ pub struct EngineConfig {
     pub leader_ttl: Duration,
     pub rescuer: RescuerConfig,
     pub pruner: PrunerConfig,
+    pub count_folder: CountFolderConfig,
     /// Jobs the leader inserts on a fixed interval. Default: none.
     pub periodic: Vec<PeriodicJob>,
 }
@@ -84,6 +89,7 @@ impl Default for EngineConfig {
             leader_ttl: Duration::from_secs(5),
             rescuer: RescuerConfig::default(),
             pruner: PrunerConfig::default(),
+            count_folder: CountFolderConfig::default(),
             periodic: Vec::new(),
         }
     }
@@ -116,6 +122,7 @@ impl EngineConfig {
         }
         self.rescuer.validate()?;
         self.pruner.validate()?;
+        self.count_folder.validate()?;
         for p in &self.periodic {
             p.validate()?;
         }

@@ -13,7 +13,7 @@ use super::extract::{ApiJson, ApiQuery, JobIdPath};
 use super::state::AppState;
 use crate::engine::job::{DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE};
 use crate::engine::store::jobs::JobFilter;
-use crate::engine::{Job, JobId, JobState, NewJob, OnConflict, Schedule};
+use crate::engine::{BulkAction, BulkReport, Job, JobId, JobState, NewJob, OnConflict, Schedule};
 
 /// The body of `POST /api/v1/jobs`.
 #[derive(Debug, Deserialize)]
@@ -119,9 +119,10 @@ pub async fn list(
         .transpose()
         .map_err(AppError::invalid)?;
     let filter = JobFilter {
-        state: job_state,
+        states: job_state.into_iter().collect(),
         queue: params.queue,
         kind: params.kind,
+        ..JobFilter::default()
     };
     let limit = params.limit.unwrap_or(50);
     let jobs = state
@@ -182,4 +183,67 @@ pub async fn delete(
 ) -> Result<StatusCode, AppError> {
     state.client.delete(id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The filter of a bulk action: every field optional; `{}` matches every job.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkFilter {
+    /// Any of these states; absent or empty: every state.
+    #[serde(default)]
+    pub states: Vec<JobState>,
+    pub queue: Option<String>,
+    pub kind: Option<String>,
+    /// Jobs whose args contain this object.
+    pub args: Option<Value>,
+    /// RFC 3339; `scheduled_at` at or after it.
+    pub scheduled_from: Option<DateTime<Utc>>,
+    /// RFC 3339; `scheduled_at` before it.
+    pub scheduled_to: Option<DateTime<Utc>>,
+    /// Leave jobs with a larger id alone (the list the caller confirmed); absent: the newest job
+    /// when the action starts.
+    pub max_id: Option<JobId>,
+}
+
+impl From<BulkFilter> for JobFilter {
+    fn from(f: BulkFilter) -> Self {
+        JobFilter {
+            states: f.states,
+            queue: f.queue,
+            kind: f.kind,
+            args: f.args,
+            scheduled_from: f.scheduled_from,
+            scheduled_to: f.scheduled_to,
+            max_id: f.max_id,
+        }
+    }
+}
+
+/// The body of `POST /api/v1/jobs/bulk`: an action and either `ids` (at most 1,000) or `filter`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkBody {
+    /// `cancel`, `retry`, `run_now` or `delete`.
+    pub action: BulkAction,
+    pub ids: Option<Vec<JobId>>,
+    pub filter: Option<BulkFilter>,
+}
+
+/// Applies an action to listed jobs or to every job matching a filter. Answers how many changed
+/// and how many were left alone because their state does not allow the action.
+pub async fn bulk(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<BulkBody>,
+) -> Result<Json<BulkReport>, AppError> {
+    let report = match (body.ids, body.filter) {
+        (Some(ids), None) => state.client.bulk_ids(body.action, &ids).await?,
+        (None, Some(filter)) => {
+            state
+                .client
+                .bulk_filter(body.action, &filter.into())
+                .await?
+        }
+        _ => return Err(AppError::invalid("give either ids or filter (not both)")),
+    };
+    Ok(Json(report))
 }

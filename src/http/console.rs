@@ -1,15 +1,30 @@
-//! The server's side of the dashboard's port (`kickoff_app::console::Console`).
+//! The server's side of the dashboard's port (`kickoff_app::console::Console`): turns the engine's
+//! and the questions' answers into the UI's DTOs, and the operator's input into engine calls.
 
 use std::collections::BTreeMap;
 
-use kickoff_app::console::{Console, JobRow, Overview, QuestionRow};
+use chrono::{DateTime, Utc};
+use kickoff_app::console::{
+    AttemptRow, BulkCount, BulkDone, Console, JobChoices, JobDetail, JobPage, JobQuery, JobRow,
+    MinutePoint, NewJobInput, NodeInfo, Overview, QuestionDetail, QuestionRow, QuestionsPage,
+    QueueInfo, TimersPage, BULK_COUNT_CAP,
+};
+use serde_json::Value;
 
-use crate::engine::store::jobs::JobFilter;
-use crate::engine::{Client, ClientError, JobId, JobState};
-use crate::questions::QuestionService;
+use crate::engine::store::jobs::{db_now, JobFilter};
+use crate::engine::{
+    BulkAction, Client, ClientError, Job, JobId, JobState, NewJob, OnConflict, Schedule,
+};
+use crate::questions::{QuestionError, QuestionService};
 
 /// How many rows a dashboard list shows.
 const LIST_ROWS: i64 = 100;
+/// How many upcoming timers the timers page shows.
+const TIMER_ROWS: i64 = 200;
+/// How many new jobs the "N new" note counts.
+const NEWER_CAP: i64 = 100;
+/// How long an args preview in a list is.
+const ARGS_PREVIEW_CHARS: usize = 80;
 
 pub struct ServerConsole {
     client: Client,
@@ -20,6 +35,13 @@ impl ServerConsole {
     pub fn new(client: Client, questions: QuestionService) -> Self {
         ServerConsole { client, questions }
     }
+
+    async fn now_ms(&self) -> Result<i64, String> {
+        db_now(self.client.pool())
+            .await
+            .map(|t| t.timestamp_millis())
+            .map_err(unavailable)
+    }
 }
 
 /// Logs the cause and gives the browser a message without internals.
@@ -28,89 +50,663 @@ fn unavailable(e: impl std::fmt::Display) -> String {
     "the database is unreachable; try again".to_string()
 }
 
-/// An operator's action refused: say why (a conflict or a missing job is the operator's to know).
-fn action_error(e: ClientError) -> String {
+/// An operator's request refused: say why (a conflict, a missing job, bad input are the operator's
+/// to know); a database failure is logged and summarised.
+fn refused(e: ClientError) -> String {
     match e {
         ClientError::Database(e) => unavailable(e),
         other => other.to_string(),
     }
 }
 
+fn question_refused(e: QuestionError) -> String {
+    match e {
+        QuestionError::Database(e) | QuestionError::Client(ClientError::Database(e)) => {
+            unavailable(e)
+        }
+        other => other.to_string(),
+    }
+}
+
+fn ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+fn from_ms(field: &str, ms: i64) -> Result<DateTime<Utc>, String> {
+    DateTime::from_timestamp_millis(ms).ok_or_else(|| format!("{field}: out of range"))
+}
+
+fn job_row(j: &Job) -> JobRow {
+    let mut preview = j.args.to_string();
+    if preview.chars().count() > ARGS_PREVIEW_CHARS {
+        preview = preview.chars().take(ARGS_PREVIEW_CHARS).collect::<String>() + "…";
+    }
+    JobRow {
+        id: j.id.0,
+        kind: j.kind.clone(),
+        queue: j.queue.clone(),
+        state: j.state.as_str().to_string(),
+        priority: j.priority,
+        attempt: j.attempt,
+        max_attempts: j.max_attempts,
+        scheduled_ms: ms(j.scheduled_at),
+        finalized_ms: j.finalized_at.map(ms),
+        last_error: j.errors.last().map(|e| e.message.clone()),
+        args_preview: preview,
+    }
+}
+
+/// The timeline of a job's attempts: every recorded failure, then the latest attempt's outcome.
+fn attempts(j: &Job) -> Vec<AttemptRow> {
+    let mut rows: Vec<AttemptRow> = j
+        .errors
+        .iter()
+        .map(|e| AttemptRow {
+            attempt: e.attempt,
+            started_ms: e.started_at.map(ms),
+            ended_ms: Some(ms(e.at)),
+            node: e.node.clone(),
+            outcome: "failed".into(),
+            error: Some(e.message.clone()),
+        })
+        .collect();
+    let latest_recorded = j.errors.iter().any(|e| e.attempt == j.attempt);
+    if j.attempt > 0 && !latest_recorded {
+        let outcome = match j.state {
+            JobState::Executing => "running",
+            JobState::Completed => "completed",
+            JobState::Cancelled => "cancelled",
+            JobState::Discarded => "discarded",
+            // Handed back at a graceful stop, or snoozed by its handler: it runs again.
+            _ => "interrupted",
+        };
+        let ended = match j.state {
+            JobState::Executing => None,
+            _ => j.finalized_at.map(ms),
+        };
+        rows.push(AttemptRow {
+            attempt: j.attempt,
+            started_ms: j.attempted_at.map(ms),
+            ended_ms: ended,
+            node: j.attempted_by.clone(),
+            outcome: outcome.into(),
+            error: None,
+        });
+    }
+    rows.sort_by_key(|r| (r.attempt, r.ended_ms));
+    rows
+}
+
+/// `key=value, key2=value2` (values read as JSON when they parse, as text otherwise) or a JSON
+/// object: the object the listed jobs' args must contain.
+pub fn parse_args_filter(text: &str) -> Result<Value, String> {
+    let text = text.trim();
+    if text.starts_with('{') {
+        return match serde_json::from_str::<Value>(text) {
+            Ok(v @ Value::Object(_)) => Ok(v),
+            _ => Err("args: not a JSON object".into()),
+        };
+    }
+    let mut object = serde_json::Map::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("args: `{pair}` is not key=value (or give a JSON object)"))?;
+        let (k, v) = (k.trim(), v.trim());
+        if k.is_empty() {
+            return Err(format!("args: `{pair}` has no key"));
+        }
+        let value = serde_json::from_str::<Value>(v).unwrap_or_else(|_| Value::from(v));
+        object.insert(k.to_string(), value);
+    }
+    Ok(Value::Object(object))
+}
+
+/// The engine's filter for a listing's query; bad input is the operator's to fix.
+fn job_filter(q: &JobQuery) -> Result<JobFilter, String> {
+    let states = match q.state.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        None => Vec::new(),
+        Some(s) => s
+            .split(',')
+            .map(|p| p.trim().parse::<JobState>())
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    let time = |field: &str, v: &Option<String>| -> Result<Option<DateTime<Utc>>, String> {
+        match v.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+            None => Ok(None),
+            Some(s) => {
+                let ms = kickoff_app::console::parse_local_time(s, q.tz)
+                    .map_err(|e| format!("{field}: {e}"))?;
+                from_ms(field, ms).map(Some)
+            }
+        }
+    };
+    let text = |v: &Option<String>| {
+        v.as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+    };
+    Ok(JobFilter {
+        states,
+        queue: text(&q.queue),
+        kind: text(&q.kind),
+        args: text(&q.args).map(|a| parse_args_filter(&a)).transpose()?,
+        scheduled_from: time("from", &q.from)?,
+        scheduled_to: time("to", &q.to)?,
+        max_id: q.max_id.map(JobId),
+    })
+}
+
+fn new_job(input: NewJobInput) -> Result<NewJob, String> {
+    let number = |field: &str, v: &Option<String>| -> Result<Option<f64>, String> {
+        match v.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+            None => Ok(None),
+            Some(s) => s
+                .parse::<f64>()
+                .ok()
+                .filter(|n| n.is_finite())
+                .map(Some)
+                .ok_or_else(|| format!("{field}: `{s}` is not a number")),
+        }
+    };
+    let args: Value = serde_json::from_str(input.args.trim())
+        .map_err(|e| format!("args: not valid JSON ({e})"))?;
+    let schedule = match input.when.as_str() {
+        "" | "now" => Schedule::Now,
+        "in" => {
+            let minutes = number("in_minutes", &input.in_minutes)?
+                .ok_or("in_minutes: say in how many minutes")?;
+            if !(0.0..=5_256_000.0).contains(&minutes) {
+                return Err("in_minutes: must be between 0 and 5,256,000 (ten years)".into());
+            }
+            Schedule::In(std::time::Duration::from_secs_f64(minutes * 60.0))
+        }
+        "at" => {
+            let at = input
+                .at
+                .as_deref()
+                .filter(|s| !s.trim().is_empty())
+                .ok_or("at: give a date and time")?;
+            let ms = kickoff_app::console::parse_local_time(at, input.tz)
+                .map_err(|e| format!("at: {e}"))?;
+            Schedule::At(from_ms("at", ms)?)
+        }
+        other => return Err(format!("when: `{other}` is not now, in or at")),
+    };
+    let mut job = NewJob::new(input.kind.trim(), args).with_queue(input.queue.trim());
+    job.schedule = schedule;
+    if let Some(p) = number("priority", &input.priority)? {
+        if p.fract() != 0.0 || !(0.0..=9.0).contains(&p) {
+            return Err("priority: must be a whole number from 0 to 9".into());
+        }
+        job = job.with_priority(p as i16);
+    }
+    if let Some(m) = number("max_attempts", &input.max_attempts)? {
+        if m.fract() != 0.0 || !(1.0..=1000.0).contains(&m) {
+            return Err("max_attempts: must be a whole number from 1 to 1000".into());
+        }
+        job = job.with_max_attempts(m as i32);
+    }
+    if let Some(key) = input
+        .unique_key
+        .as_deref()
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+    {
+        job = job.with_unique_key(key, OnConflict::Keep);
+    }
+    Ok(job)
+}
+
+fn question_row(q: &crate::questions::store::Question) -> QuestionRow {
+    QuestionRow {
+        id: q.id,
+        game: q.game.clone(),
+        prompt: q.prompt.clone(),
+        status: q.status.as_str().to_string(),
+        game_ms: ms(q.game_time),
+        lock_job_id: q.lock_job_id.map(|id| id.0),
+    }
+}
+
 #[async_trait::async_trait]
 impl Console for ServerConsole {
     async fn overview(&self) -> Result<Overview, String> {
-        let counts = self.client.counts().await.map_err(unavailable)?;
+        let now_ms = self.now_ms().await?;
+        let counts = self.client.counts().await.map_err(refused)?;
         let mut states: BTreeMap<&'static str, i64> =
             JobState::ALL.iter().map(|s| (s.as_str(), 0)).collect();
-        for (_, st, n) in counts {
+        for (_, st, n) in &counts {
             *states.entry(st.as_str()).or_default() += n;
         }
+        let throughput = self
+            .client
+            .throughput(60)
+            .await
+            .map_err(refused)?
+            .into_iter()
+            .map(|m| MinutePoint {
+                minute_ms: ms(m.minute),
+                completed: m.completed,
+                failed: m.failed,
+            })
+            .collect();
+        let (nodes, leader) = self.client.nodes().await.map_err(refused)?;
+        let queues = self.queue_infos(&counts, &nodes).await?;
+        let leader = leader.map(|l| l.node_id);
         Ok(Overview {
+            now_ms,
             states: JobState::ALL
                 .iter()
                 .map(|s| (s.as_str().to_string(), states[s.as_str()]))
                 .collect(),
+            queues,
+            throughput,
+            nodes: nodes
+                .into_iter()
+                .map(|n| NodeInfo {
+                    leader: leader.as_deref() == Some(n.id.as_str()),
+                    id: n.id,
+                    hostname: n.hostname,
+                    pid: n.pid,
+                    started_ms: ms(n.started_at),
+                    heartbeat_ms: ms(n.heartbeat_at),
+                })
+                .collect(),
         })
     }
 
-    async fn jobs(&self, state: Option<String>) -> Result<Vec<JobRow>, String> {
-        // An unknown state in the address shows every job rather than an error page.
-        let filter = JobFilter {
-            state: state.and_then(|s| s.parse().ok()),
-            ..JobFilter::default()
-        };
-        let jobs = self
+    async fn jobs(&self, query: JobQuery) -> Result<JobPage, String> {
+        let filter = job_filter(&query)?;
+        let now_ms = self.now_ms().await?;
+        let rows = self
             .client
-            .list(&filter, None, LIST_ROWS)
+            .list(&filter, query.before.map(JobId), LIST_ROWS)
             .await
-            .map_err(unavailable)?;
-        Ok(jobs
+            .map_err(refused)?;
+        let newer = match (query.max_id, query.before) {
+            (Some(max_id), None) => {
+                let head = JobFilter {
+                    max_id: None,
+                    ..filter.clone()
+                };
+                self.client
+                    .list(&head, None, NEWER_CAP)
+                    .await
+                    .map_err(refused)?
+                    .iter()
+                    .filter(|j| j.id.0 > max_id)
+                    .count() as i64
+            }
+            _ => 0,
+        };
+        let next_before = (rows.len() as i64 == LIST_ROWS)
+            .then(|| rows.last().map(|j| j.id.0))
+            .flatten();
+        Ok(JobPage {
+            now_ms,
+            rows: rows.iter().map(job_row).collect(),
+            next_before,
+            newer,
+        })
+    }
+
+    async fn job(&self, id: i64) -> Result<JobDetail, String> {
+        let now_ms = self.now_ms().await?;
+        let j = self.client.get(JobId(id)).await.map_err(refused)?;
+        let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
+        Ok(JobDetail {
+            now_ms,
+            job: job_row(&j),
+            args_json: pretty(&j.args),
+            meta_json: pretty(&j.meta),
+            tags: j.tags.clone(),
+            unique_key: j.unique_key.clone(),
+            inserted_ms: ms(j.inserted_at),
+            lease_ms: j.lease_expires_at.map(ms),
+            attempts: attempts(&j),
+        })
+    }
+
+    async fn job_action(&self, id: i64, action: String) -> Result<(), String> {
+        let id = JobId(id);
+        let done = match action.as_str() {
+            "cancel" => self.client.cancel(id).await.map(drop),
+            "retry" => self.client.retry(id).await.map(drop),
+            "run_now" => self.client.run_now(id).await.map(drop),
+            "delete" => self.client.delete(id).await,
+            other => return Err(format!("`{other}` is not a job action")),
+        };
+        done.map_err(refused)
+    }
+
+    async fn reschedule_job(&self, id: i64, at_ms: i64) -> Result<(), String> {
+        let at = from_ms("at", at_ms)?;
+        self.client
+            .reschedule(JobId(id), at)
+            .await
+            .map(drop)
+            .map_err(refused)
+    }
+
+    async fn clone_job(&self, id: i64) -> Result<i64, String> {
+        self.client
+            .clone_job(JobId(id))
+            .await
+            .map(|j| j.id.0)
+            .map_err(refused)
+    }
+
+    async fn job_choices(&self) -> Result<JobChoices, String> {
+        let mut kinds: Vec<String> = self
+            .client
+            .workers()
+            .kinds()
             .into_iter()
-            .map(|j| JobRow {
-                id: j.id.0,
-                kind: j.kind,
-                queue: j.queue,
-                state: j.state.as_str().to_string(),
-                attempt: j.attempt,
-                max_attempts: j.max_attempts,
-                scheduled_at: j.scheduled_at.to_rfc3339(),
-                last_error: j.errors.last().map(|e| e.message.clone()),
-            })
-            .collect())
-    }
-
-    async fn cancel_job(&self, id: i64) -> Result<(), String> {
-        self.client
-            .cancel(JobId(id))
+            .map(String::from)
+            .collect();
+        kinds.sort();
+        let queues = self
+            .client
+            .queues()
             .await
-            .map(|_| ())
-            .map_err(action_error)
+            .map_err(refused)?
+            .into_iter()
+            .map(|q| q.name)
+            .collect();
+        Ok(JobChoices { kinds, queues })
     }
 
-    async fn retry_job(&self, id: i64) -> Result<(), String> {
+    async fn create_job(&self, input: NewJobInput) -> Result<i64, String> {
+        let job = new_job(input)?;
         self.client
-            .retry(JobId(id))
+            .insert(&job)
             .await
-            .map(|_| ())
-            .map_err(action_error)
+            .map(|i| i.job.id.0)
+            .map_err(refused)
     }
 
-    async fn questions(&self) -> Result<Vec<QuestionRow>, String> {
+    async fn bulk_preview(&self, query: JobQuery) -> Result<BulkCount, String> {
+        let mut filter = job_filter(&query)?;
+        // The newest job now is the snapshot: jobs inserted after the confirmation are not touched.
+        let newest = self
+            .client
+            .list(
+                &JobFilter {
+                    max_id: None,
+                    ..filter.clone()
+                },
+                None,
+                1,
+            )
+            .await
+            .map_err(refused)?;
+        let max_id = newest.first().map(|j| j.id.0);
+        filter.max_id = max_id.map(JobId);
+        let count = match max_id {
+            None => 0,
+            Some(_) => self
+                .client
+                .count_matching(&filter, BULK_COUNT_CAP + 1)
+                .await
+                .map_err(refused)?,
+        };
+        Ok(BulkCount {
+            count: count.min(BULK_COUNT_CAP),
+            capped: count > BULK_COUNT_CAP,
+            max_id,
+        })
+    }
+
+    async fn bulk(
+        &self,
+        action: String,
+        ids: Vec<i64>,
+        query: JobQuery,
+    ) -> Result<BulkDone, String> {
+        let bulk_action: BulkAction = action.parse().map_err(|e: String| e)?;
+        let report = if ids.is_empty() {
+            let filter = job_filter(&query)?;
+            if filter.max_id.is_none() {
+                return Err("confirm the count first: the action needs its snapshot".into());
+            }
+            self.client.bulk_filter(bulk_action, &filter).await
+        } else {
+            let ids: Vec<JobId> = ids.into_iter().map(JobId).collect();
+            self.client.bulk_ids(bulk_action, &ids).await
+        }
+        .map_err(refused)?;
+        Ok(BulkDone {
+            action,
+            changed: report.changed,
+            skipped: report.skipped,
+        })
+    }
+
+    async fn timers(&self) -> Result<TimersPage, String> {
+        let (jobs, now) = self.client.timers(TIMER_ROWS).await.map_err(refused)?;
+        Ok(TimersPage {
+            now_ms: ms(now),
+            rows: jobs.iter().map(job_row).collect(),
+        })
+    }
+
+    async fn queues(&self) -> Result<Vec<QueueInfo>, String> {
+        let counts = self.client.counts().await.map_err(refused)?;
+        let (nodes, _) = self.client.nodes().await.map_err(refused)?;
+        self.queue_infos(&counts, &nodes).await
+    }
+
+    async fn queue_action(
+        &self,
+        name: String,
+        action: String,
+        concurrency: Option<String>,
+    ) -> Result<(), String> {
+        let done = match action.as_str() {
+            "pause" => self.client.set_queue_paused(&name, true).await,
+            "resume" => self.client.set_queue_paused(&name, false).await,
+            "concurrency" => {
+                let limit = match concurrency.as_deref().map(str::trim) {
+                    None | Some("") => None,
+                    Some(s) => Some(
+                        s.parse::<i32>()
+                            .map_err(|_| format!("concurrency: `{s}` is not a whole number"))?,
+                    ),
+                };
+                self.client.set_queue_concurrency(&name, limit).await
+            }
+            other => return Err(format!("`{other}` is not a queue action")),
+        };
+        done.map(drop).map_err(refused)
+    }
+
+    async fn questions(&self) -> Result<QuestionsPage, String> {
+        let now_ms = self.now_ms().await?;
         let rows = self
             .questions
             .list(None, LIST_ROWS)
             .await
-            .map_err(unavailable)?;
-        Ok(rows
-            .into_iter()
-            .map(|q| QuestionRow {
-                id: q.id,
-                game: q.game,
-                prompt: q.prompt,
-                status: q.status.as_str().to_string(),
-                game_time: q.game_time.to_rfc3339(),
-                lock_job_id: q.lock_job_id.map(|id| id.0),
-            })
-            .collect())
+            .map_err(question_refused)?;
+        Ok(QuestionsPage {
+            now_ms,
+            rows: rows.iter().map(question_row).collect(),
+        })
+    }
+
+    async fn question(&self, id: i64) -> Result<QuestionDetail, String> {
+        let now_ms = self.now_ms().await?;
+        let d = self.questions.get(id).await.map_err(question_refused)?;
+        let counts: BTreeMap<&str, (i64, i64)> = d
+            .counts
+            .iter()
+            .map(|c| (c.choice.as_str(), (c.predictions, c.correct)))
+            .collect();
+        Ok(QuestionDetail {
+            now_ms,
+            question: question_row(&d.question),
+            correct_choice: d.question.correct_choice.clone(),
+            locked_ms: d.question.locked_at.map(ms),
+            choices: d
+                .question
+                .choices
+                .iter()
+                .map(|c| {
+                    let (n, correct) = counts.get(c.as_str()).copied().unwrap_or((0, 0));
+                    (c.clone(), n, correct)
+                })
+                .collect(),
+            predictions: d.predictions,
+            lock_job: d.lock_job.as_ref().map(job_row),
+        })
+    }
+
+    async fn create_question(
+        &self,
+        game: String,
+        prompt: String,
+        choices: Vec<String>,
+        game_ms: i64,
+    ) -> Result<i64, String> {
+        let at = from_ms("game_time", game_ms)?;
+        self.questions
+            .create(&game, &prompt, &choices, at)
+            .await
+            .map(|d| d.question.id)
+            .map_err(question_refused)
+    }
+
+    async fn move_question(&self, id: i64, game_ms: i64) -> Result<(), String> {
+        let at = from_ms("game_time", game_ms)?;
+        self.questions
+            .update(id, None, None, Some(at))
+            .await
+            .map(drop)
+            .map_err(question_refused)
+    }
+}
+
+impl ServerConsole {
+    /// Every queue with a row, a job, or a node serving it, with its counts.
+    async fn queue_infos(
+        &self,
+        counts: &[(String, JobState, i64)],
+        nodes: &[crate::engine::store::nodes::NodeRow],
+    ) -> Result<Vec<QueueInfo>, String> {
+        let settings = self.client.queues().await.map_err(refused)?;
+        let mut infos: BTreeMap<String, QueueInfo> = BTreeMap::new();
+        let blank = |name: &str| QueueInfo {
+            name: name.to_string(),
+            paused: false,
+            concurrency: None,
+            configured: Vec::new(),
+            available: 0,
+            scheduled: 0,
+            executing: 0,
+            retryable: 0,
+            discarded: 0,
+            completed: 0,
+        };
+        for s in settings {
+            let info = infos
+                .entry(s.name.clone())
+                .or_insert_with(|| blank(&s.name));
+            info.paused = s.paused;
+            info.concurrency = s.concurrency;
+        }
+        for (queue, state, n) in counts {
+            let info = infos.entry(queue.clone()).or_insert_with(|| blank(queue));
+            match state {
+                JobState::Available => info.available += n,
+                JobState::Scheduled => info.scheduled += n,
+                JobState::Executing => info.executing += n,
+                JobState::Retryable => info.retryable += n,
+                JobState::Discarded => info.discarded += n,
+                JobState::Completed => info.completed += n,
+                JobState::Cancelled => {}
+            }
+        }
+        for node in nodes {
+            if let Value::Object(queues) = &node.queues {
+                for (queue, limit) in queues {
+                    let info = infos.entry(queue.clone()).or_insert_with(|| blank(queue));
+                    if let Some(limit) = limit.as_i64() {
+                        info.configured.push((node.id.clone(), limit));
+                    }
+                }
+            }
+        }
+        Ok(infos.into_values().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn args_filter_reads_pairs_and_json() {
+        assert_eq!(
+            parse_args_filter("game_id=42, team=lions").unwrap(),
+            json!({"game_id": 42, "team": "lions"})
+        );
+        assert_eq!(
+            parse_args_filter(r#"{"a": {"b": true}}"#).unwrap(),
+            json!({"a": {"b": true}})
+        );
+        assert!(parse_args_filter("no pair here").is_err());
+        assert!(parse_args_filter("[1, 2]").is_err());
+        assert!(parse_args_filter("=3").is_err());
+    }
+
+    #[test]
+    fn job_filter_refuses_unknown_states_and_bad_times() {
+        let q = |state: &str, from: &str| JobQuery {
+            state: Some(state.into()),
+            from: Some(from.into()),
+            ..JobQuery::default()
+        };
+        assert!(job_filter(&q("retryable,discarded", "")).is_ok());
+        assert!(job_filter(&q("exploded", "")).is_err());
+        assert!(job_filter(&q("", "yesterday")).is_err());
+        let f = job_filter(&JobQuery {
+            from: Some("2026-11-30T18:00".into()),
+            tz: Some(60),
+            ..JobQuery::default()
+        })
+        .unwrap();
+        assert_eq!(
+            f.scheduled_from.unwrap().to_rfc3339(),
+            "2026-11-30T17:00:00+00:00"
+        );
+    }
+
+    #[test]
+    fn new_job_input_is_checked() {
+        let input = |when: &str| NewJobInput {
+            kind: "noop".into(),
+            args: "{}".into(),
+            queue: "default".into(),
+            when: when.into(),
+            in_minutes: Some("1.5".into()),
+            ..NewJobInput::default()
+        };
+        assert_eq!(
+            new_job(input("in")).unwrap().schedule,
+            Schedule::In(std::time::Duration::from_secs(90))
+        );
+        assert!(new_job(input("later")).is_err());
+        assert!(new_job(NewJobInput {
+            args: "{oops".into(),
+            ..input("now")
+        })
+        .is_err());
+        assert!(new_job(NewJobInput {
+            priority: Some("12".into()),
+            ..input("now")
+        })
+        .is_err());
     }
 }

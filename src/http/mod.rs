@@ -29,6 +29,7 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 pub fn api_router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/jobs", post(api_jobs::create).get(api_jobs::list))
+        .route("/jobs/bulk", post(api_jobs::bulk))
         .route("/jobs/{id}", get(api_jobs::get).delete(api_jobs::delete))
         .route("/jobs/{id}/cancel", post(api_jobs::cancel))
         .route("/jobs/{id}/retry", post(api_jobs::retry))

@@ -2,7 +2,8 @@
 //! For trying the engine and the dashboard out, and for benchmarks.
 //!
 //! Args (all optional): `sleep_ms` (0 to 600000), `fail_attempts` (fail while the attempt number is
-//! at most this), `message` (the failure's message).
+//! at most this), `message` (the failure's message). Other keys are kept and ignored, so that a
+//! trial job can carry labels to find it by (`{"batch": "b1"}`).
 
 use std::time::Duration;
 
@@ -15,7 +16,6 @@ pub const KIND: &str = "noop";
 const MAX_SLEEP_MS: u64 = 600_000;
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct NoopArgs {
     #[serde(default)]
     sleep_ms: u64,

@@ -1,26 +1,55 @@
-//! Live updates: an `EventSource` on `/events` (job state changes from every node). Each burst of
-//! changes bumps a version signal, at most four times a second, which pages use to refetch.
+//! Live updates: one `EventSource` on `/events` for the whole app (job state changes from every
+//! node). Each burst of changes bumps a version signal, at most four times a second, which pages
+//! key their data on. The operator can pause live updates; changes that arrive meanwhile are
+//! counted and applied on resume.
 
 use leptos::prelude::*;
 
-/// The live connection's state, shared with the page that uses it.
+/// The live connection's state, provided once by the app.
 #[derive(Clone, Copy)]
 pub struct Live {
     /// Bumped after job changes; pages key their resources on it.
     pub version: RwSignal<u64>,
     /// Whether the stream is connected.
     pub connected: RwSignal<bool>,
+    /// Paused by the operator: no refreshes until resumed.
+    pub paused: RwSignal<bool>,
+    /// Change notifications that arrived while paused.
+    pub missed: RwSignal<u64>,
 }
 
-/// Opens the live stream (in the browser only; on the server it stays disconnected).
-pub fn use_live_events() -> Live {
+/// Creates the app's live state and (in the browser) opens the stream.
+pub fn provide_live() -> Live {
     let live = Live {
         version: RwSignal::new(0),
         connected: RwSignal::new(false),
+        paused: RwSignal::new(false),
+        missed: RwSignal::new(0),
     };
+    provide_context(live);
     #[cfg(feature = "hydrate")]
-    Effect::new(move |_| connect(live));
+    Effect::new(move |prev: Option<()>| {
+        if prev.is_none() {
+            connect(live);
+        }
+    });
     live
+}
+
+/// The app's live state.
+pub fn use_live() -> Live {
+    expect_context::<Live>()
+}
+
+impl Live {
+    /// Resumes after a pause, refreshing once if anything changed meanwhile.
+    pub fn set_paused(&self, paused: bool) {
+        self.paused.set(paused);
+        if !paused && self.missed.get_untracked() > 0 {
+            self.missed.set(0);
+            self.version.update(|v| *v += 1);
+        }
+    }
 }
 
 #[cfg(feature = "hydrate")]
@@ -34,6 +63,10 @@ fn connect(live: Live) {
     let pending = StoredValue::new(false);
     let on_change =
         Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |_: web_sys::MessageEvent| {
+            if live.paused.get_untracked() {
+                live.missed.update(|m| *m += 1);
+                return;
+            }
             if pending.get_value() {
                 return;
             }
@@ -41,7 +74,11 @@ fn connect(live: Live) {
             set_timeout(
                 move || {
                     pending.set_value(false);
-                    live.version.update(|v| *v += 1);
+                    if live.paused.get_untracked() {
+                        live.missed.update(|m| *m += 1);
+                    } else {
+                        live.version.update(|v| *v += 1);
+                    }
                 },
                 Duration::from_millis(250),
             );
@@ -62,12 +99,41 @@ fn connect(live: Live) {
     on_error.forget();
 }
 
-/// Shows whether live updates are flowing.
+/// Shows whether live updates are flowing, with the pause toggle.
 #[component]
-pub fn LiveBadge(live: Live) -> impl IntoView {
+pub fn LiveBadge() -> impl IntoView {
+    let live = use_live();
+    let label = move || {
+        if live.paused.get() {
+            let missed = live.missed.get();
+            if missed > 0 {
+                format!("Paused ({missed} changes)")
+            } else {
+                "Paused".to_string()
+            }
+        } else if live.connected.get() {
+            "Live".to_string()
+        } else {
+            "Connecting…".to_string()
+        }
+    };
     view! {
-        <span class="live-badge" class:on=move || live.connected.get() role="status">
-            {move || if live.connected.get() { "Live" } else { "Connecting…" }}
+        <span class="live">
+            <span
+                class="live-badge"
+                class:on=move || live.connected.get() && !live.paused.get()
+                role="status"
+            >
+                {label}
+            </span>
+            <button
+                type="button"
+                class="link-button"
+                aria-pressed=move || live.paused.get().to_string()
+                on:click=move |_| live.set_paused(!live.paused.get_untracked())
+            >
+                {move || if live.paused.get() { "Resume live updates" } else { "Pause live updates" }}
+            </button>
         </span>
     }
 }

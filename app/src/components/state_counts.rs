@@ -1,15 +1,12 @@
-//! Job counts per state, as a list of labelled figures.
+//! Job counts per state, as a list of labelled figures, each linking to the filtered list.
 
 use leptos::prelude::*;
 
-use crate::console::Overview;
-
 #[component]
-pub fn StateCounts(overview: Overview) -> impl IntoView {
+pub fn StateCounts(states: Vec<(String, i64)>) -> impl IntoView {
     view! {
         <ul class="state-counts" aria-label="Jobs by state">
-            {overview
-                .states
+            {states
                 .into_iter()
                 .map(|(state, n)| {
                     let class = format!("state-count state-{state}");

@@ -1,146 +1,583 @@
-//! Jobs: the newest jobs, filtered by state (`/jobs?state=retryable`), refreshed live.
+//! Job listings: `/jobs` (every job, filtered from the address bar) and `/failures` (retryable and
+//! discarded jobs). Filters by state, queue, kind, args and time range; keyset pages; a checkbox
+//! selection; bulk cancel / retry / run now / delete on the selection or on everything matching
+//! the filter, confirmed with the count first. Without JavaScript every part is a plain form.
+//!
+//! A list the operator is reading (scrolled, on an older page, or with a selection) is frozen at
+//! its newest job: live changes still update the rows shown, and new jobs are announced as
+//! "N new" instead of pushing the rows down.
+
+use std::collections::BTreeSet;
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
+use leptos_router::params::ParamsMap;
 
-use crate::components::live::{use_live_events, LiveBadge};
-use crate::console::{list_jobs, CancelJob, RetryJob};
+use crate::components::live::use_live;
+use crate::components::loaded::{error_text, failure, ActionError, Loaded};
+use crate::components::time::{use_clock, Countdown, When};
+use crate::console::{
+    bulk_preview, list_jobs, query_string, BulkJobs, JobAction, JobPage, JobQuery, JobRow,
+    FAILED_STATES, STATES,
+};
 
-const STATES: [&str; 7] = [
-    "scheduled",
-    "available",
-    "executing",
-    "retryable",
-    "completed",
-    "discarded",
-    "cancelled",
+/// The bulk actions, as (value, verb, label).
+pub const BULK_ACTIONS: [(&str, &str, &str); 4] = [
+    ("cancel", "Cancel", "cancelled"),
+    ("retry", "Retry", "retried"),
+    ("run_now", "Run now", "made due now"),
+    ("delete", "Delete", "deleted"),
 ];
+
+fn nonempty(v: Option<String>) -> Option<String> {
+    v.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+/// The listing's query from the address bar; `default_state` applies when it names none.
+fn job_query(q: &ParamsMap, default_state: Option<&str>) -> JobQuery {
+    JobQuery {
+        state: nonempty(q.get("state")).or(default_state.map(String::from)),
+        queue: nonempty(q.get("queue")),
+        kind: nonempty(q.get("kind")),
+        args: nonempty(q.get("args")),
+        from: nonempty(q.get("from")),
+        to: nonempty(q.get("to")),
+        tz: q.get("tz").and_then(|t| t.parse().ok()),
+        before: q.get("before").and_then(|b| b.parse().ok()),
+        max_id: None,
+    }
+}
 
 #[component]
 pub fn JobsPage() -> impl IntoView {
-    let live = use_live_events();
-    let query = use_query_map();
-    let state = move || {
-        query
-            .read()
-            .get("state")
-            .filter(|s| STATES.contains(&s.as_str()))
+    view! { <JobList title="Jobs" path="/jobs" default_state=None/> }
+}
+
+#[component]
+pub fn FailuresPage() -> impl IntoView {
+    view! { <JobList title="Failures" path="/failures" default_state=Some(FAILED_STATES)/> }
+}
+
+#[component]
+fn JobList(
+    title: &'static str,
+    path: &'static str,
+    default_state: Option<&'static str>,
+) -> impl IntoView {
+    let live = use_live();
+    let clock = use_clock();
+    let params = use_query_map();
+    let query = Memo::new(move |_| job_query(&params.read(), default_state));
+    let action = ServerAction::<JobAction>::new();
+    let bulk = ServerAction::<BulkJobs>::new();
+    let selected = RwSignal::new(BTreeSet::<i64>::new());
+    // The newest job shown, and whether to follow new jobs on the next load regardless.
+    let head = StoredValue::new(None::<i64>);
+    let follow = RwSignal::new(0u32);
+    let reading = move || {
+        query.with_untracked(|q| q.before.is_some())
+            || !selected.with_untracked(BTreeSet::is_empty)
+            || scrolled()
     };
-    let cancel = ServerAction::<CancelJob>::new();
-    let retry = ServerAction::<RetryJob>::new();
     let jobs = Resource::new(
         move || {
-            (
-                state(),
+            let mut q = query.get();
+            if q.before.is_none() && reading() {
+                q.max_id = head.get_value();
+            }
+            // The versions are part of the key: an unchanged key would not refetch.
+            let versions = (
                 live.version.get(),
-                cancel.version().get(),
-                retry.version().get(),
-            )
+                action.version().get(),
+                bulk.version().get(),
+                follow.get(),
+            );
+            (q, versions)
         },
-        |(state, ..)| list_jobs(state),
+        |(q, _)| list_jobs(q),
     );
-    // The last action's refusal (a job that finished meanwhile, say), shown above the table.
-    let action_error = move || {
-        [
-            cancel.value().get().and_then(|r| r.err()),
-            retry.value().get().and_then(|r| r.err()),
-        ]
-        .into_iter()
-        .flatten()
-        .next()
-        .map(|e| e.to_string())
+    Effect::new(move |_| {
+        if let Some(Ok(page)) = jobs.get() {
+            clock.sync(page.now_ms);
+            if query.with_untracked(|q| q.before.is_none()) {
+                if let Some(first) = page.rows.first() {
+                    head.set_value(Some(head.get_value().map_or(first.id, |h| h.max(first.id))));
+                }
+            }
+        }
+    });
+    // A new filter or page starts a new selection and a new head.
+    Effect::new(move |prev: Option<JobQuery>| {
+        let q = query.get();
+        if prev.is_some_and(|p| p != q) {
+            selected.set(BTreeSet::new());
+            head.set_value(None);
+        }
+        q
+    });
+    let show_new = move |_| {
+        head.set_value(None);
+        selected.set(BTreeSet::new());
+        scroll_to_top();
+        follow.update(|f| *f += 1);
     };
+    let bulk_param = move || params.read().get("bulk");
+
     view! {
         <section class="page">
             <div class="page-head">
-                <h1>"Jobs"</h1>
-                <LiveBadge live/>
-            </div>
-            <nav class="filters" aria-label="Filter by state">
-                <a href="/jobs" class:active=move || state().is_none()>"all"</a>
-                {STATES
-                    .iter()
-                    .map(|s| {
-                        let s = *s;
-                        view! {
-                            <a href=format!("/jobs?state={s}") class:active=move || state().as_deref() == Some(s)>
-                                {s}
-                            </a>
-                        }
-                    })
-                    .collect_view()}
-            </nav>
-            {move || action_error().map(|e| view! { <p class="error" role="alert">{e}</p> })}
-            <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
-                {move || Suspend::new(async move {
-                    match jobs.await {
-                        Ok(rows) if rows.is_empty() => {
-                            view! { <p class="empty">"No jobs here."</p> }.into_any()
-                        }
-                        Ok(rows) => view! {
-                            <table class="grid" aria-label="Jobs">
-                                <thead>
-                                    <tr>
-                                        <th scope="col">"Id"</th>
-                                        <th scope="col">"Kind"</th>
-                                        <th scope="col">"Queue"</th>
-                                        <th scope="col">"State"</th>
-                                        <th scope="col">"Attempt"</th>
-                                        <th scope="col">"Scheduled at (UTC)"</th>
-                                        <th scope="col">"Last error"</th>
-                                        <th scope="col">"Actions"</th>
-                                    </tr>
-                                </thead>
-                                <tbody>
-                                    {rows
-                                        .into_iter()
-                                        .map(|j| {
-                                            let badge = format!("badge state-{}", j.state);
-                                            let final_state = matches!(
-                                                j.state.as_str(),
-                                                "completed" | "discarded" | "cancelled"
-                                            );
-                                            let can_retry = final_state || j.state == "retryable";
-                                            let (cancel_id, retry_id) = (j.id.to_string(), j.id.to_string());
-                                            let cancel_label = format!("Cancel job {}", j.id);
-                                            let retry_label = format!("Retry job {}", j.id);
-                                            let when = j.scheduled_at.replace('T', " ");
-                                            let when: String = when.chars().take(23).collect();
-                                            view! {
-                                                <tr>
-                                                    <td>{j.id}</td>
-                                                    <td>{j.kind}</td>
-                                                    <td>{j.queue}</td>
-                                                    <td><span class=badge>{j.state}</span></td>
-                                                    <td>{format!("{} / {}", j.attempt, j.max_attempts)}</td>
-                                                    <td>{when}</td>
-                                                    <td class="error-text">{j.last_error.unwrap_or_default()}</td>
-                                                    <td class="actions">
-                                                        {(!final_state).then(|| view! {
-                                                            <ActionForm action=cancel>
-                                                                <input type="hidden" name="id" value=cancel_id/>
-                                                                <button type="submit" aria-label=cancel_label>"Cancel"</button>
-                                                            </ActionForm>
-                                                        })}
-                                                        {can_retry.then(|| view! {
-                                                            <ActionForm action=retry>
-                                                                <input type="hidden" name="id" value=retry_id/>
-                                                                <button type="submit" aria-label=retry_label>"Retry"</button>
-                                                            </ActionForm>
-                                                        })}
-                                                    </td>
-                                                </tr>
-                                            }
-                                        })
-                                        .collect_view()}
-                                </tbody>
-                            </table>
-                        }
-                        .into_any(),
-                        Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
+                <h1>{title}</h1>
+                {(path == "/failures").then(|| {
+                    view! {
+                        <a class="button" href=move || bulk_href(path, &query.get(), "retry")>
+                            "Retry all…"
+                        </a>
                     }
                 })}
-            </Suspense>
+                <a class="button primary" href="/jobs/new">"New job"</a>
+            </div>
+            <Filters path query/>
+            {move || {
+                bulk_param()
+                    .map(|b| {
+                        view! { <BulkConfirm path action_name=b query=query.get() bulk/> }
+                    })
+            }}
+            <ActionError error=failure(action.value())/>
+            <Loaded
+                resource=jobs
+                render=move |page: JobPage| {
+                    let q = query.get_untracked();
+                    let newer = page.newer;
+                    let next = page
+                        .next_before
+                        .map(|b| {
+                            let mut pairs = q.filter_pairs();
+                            pairs.push(("before", b.to_string()));
+                            format!("{path}?{}", query_string(&pairs))
+                        });
+                    let first_page = q.before.is_some().then(|| {
+                        format!("{path}?{}", query_string(&q.filter_pairs()))
+                    });
+                    view! {
+                        {(newer > 0)
+                            .then(|| {
+                                let label = if newer >= 100 {
+                                    "100+ new jobs: show".to_string()
+                                } else if newer == 1 {
+                                    "1 new job: show".to_string()
+                                } else {
+                                    format!("{newer} new jobs: show")
+                                };
+                                view! {
+                                    <button type="button" class="new-banner" on:click=show_new>
+                                        {label}
+                                    </button>
+                                }
+                            })}
+                        <JobTable page path action selected/>
+                        <nav class="pager" aria-label="Pages">
+                            {first_page.map(|href| view! { <a href=href>"← Newest"</a> })}
+                            {next.map(|href| view! { <a href=href>"Older →"</a> })}
+                        </nav>
+                    }
+                }
+            />
         </section>
     }
+}
+
+fn bulk_href(path: &str, q: &JobQuery, action: &str) -> String {
+    let mut pairs = q.filter_pairs();
+    pairs.push(("bulk", action.to_string()));
+    pairs.push(("scope", "filter".to_string()));
+    format!("{path}?{}", query_string(&pairs))
+}
+
+/// Whether the operator scrolled down the page (reading, not watching the top).
+fn scrolled() -> bool {
+    #[cfg(feature = "hydrate")]
+    {
+        web_sys::window()
+            .and_then(|w| w.scroll_y().ok())
+            .is_some_and(|y| y > 120.0)
+    }
+    #[cfg(not(feature = "hydrate"))]
+    false
+}
+
+fn scroll_to_top() {
+    #[cfg(feature = "hydrate")]
+    if let Some(w) = web_sys::window() {
+        w.scroll_to_with_x_and_y(0.0, 0.0);
+    }
+}
+
+/// The filter form: a plain GET form, so the filter lives in the address and works without
+/// JavaScript.
+#[component]
+fn Filters(path: &'static str, query: Memo<JobQuery>) -> impl IntoView {
+    let clock = use_clock();
+    let q = move || query.get();
+    view! {
+        <form class="filters" method="get" action=path role="search" aria-label="Filter jobs">
+            <label>
+                "State"
+                <select name="state">
+                    <option value="" selected=move || q().state.is_none()>"any"</option>
+                    <option value=FAILED_STATES selected=move || q().state.as_deref() == Some(FAILED_STATES)>
+                        "failed (retryable or discarded)"
+                    </option>
+                    {STATES
+                        .iter()
+                        .map(|s| {
+                            let s = *s;
+                            view! {
+                                <option value=s selected=move || q().state.as_deref() == Some(s)>{s}</option>
+                            }
+                        })
+                        .collect_view()}
+                </select>
+            </label>
+            <label>
+                "Queue"
+                <input name="queue" size="10" prop:value=move || q().queue.unwrap_or_default()/>
+            </label>
+            <label>
+                "Kind"
+                <input name="kind" size="12" prop:value=move || q().kind.unwrap_or_default()/>
+            </label>
+            <label>
+                "Args contain"
+                <input
+                    name="args"
+                    size="18"
+                    placeholder="game_id=42"
+                    title="key=value pairs separated by commas, or a JSON object"
+                    prop:value=move || q().args.unwrap_or_default()
+                />
+            </label>
+            <label>
+                "Due from"
+                <input type="datetime-local" step="1" name="from" prop:value=move || q().from.unwrap_or_default()/>
+            </label>
+            <label>
+                "to"
+                <input type="datetime-local" step="1" name="to" prop:value=move || q().to.unwrap_or_default()/>
+            </label>
+            <input type="hidden" name="tz" prop:value=move || clock.tz_min.get().to_string()/>
+            <button type="submit">"Filter"</button>
+            {move || query.get().has_filter().then(|| view! { <a href=path>"Clear"</a> })}
+        </form>
+        <nav class="chips" aria-label="Filter by state">
+            {STATES
+                .iter()
+                .map(|s| {
+                    let s = *s;
+                    view! {
+                        <a
+                            href=format!("{path}?state={s}")
+                            class:active=move || q().state.as_deref() == Some(s)
+                        >
+                            {s}
+                        </a>
+                    }
+                })
+                .collect_view()}
+        </nav>
+    }
+}
+
+/// The table, its selection boxes, and the bulk form they belong to.
+#[component]
+fn JobTable(
+    page: JobPage,
+    path: &'static str,
+    action: ServerAction<JobAction>,
+    selected: RwSignal<BTreeSet<i64>>,
+) -> impl IntoView {
+    if page.rows.is_empty() {
+        return view! { <p class="empty">"No jobs match. Jobs appear here as soon as they are inserted, by any node."</p> }
+            .into_any();
+    }
+    let params = use_query_map();
+    let ids: Vec<i64> = page.rows.iter().map(|r| r.id).collect();
+    let all_ids = ids.clone();
+    let all_selected = move || {
+        let ids = all_ids.clone();
+        selected.with(|s| !ids.is_empty() && ids.iter().all(|id| s.contains(id)))
+    };
+    let toggle_all = move |ev: leptos::ev::Event| {
+        let on = event_target_checked(&ev);
+        selected.update(|s| {
+            for id in &ids {
+                if on {
+                    s.insert(*id);
+                } else {
+                    s.remove(id);
+                }
+            }
+        });
+    };
+    let now_ms = page.now_ms;
+    let hidden_filter = move || {
+        job_query(&params.read(), None)
+            .filter_pairs()
+            .into_iter()
+            .map(|(k, v)| view! { <input type="hidden" name=k value=v/> })
+            .collect_view()
+    };
+    view! {
+        <form id="bulk" class="bulk-bar" method="get" action=path aria-label="Bulk actions">
+            {hidden_filter}
+            <label>
+                "With "
+                {move || {
+                    let n = selected.with(BTreeSet::len);
+                    if n == 0 { "the selection".to_string() } else { format!("{n} selected") }
+                }}
+                ": "
+                <select name="bulk" aria-label="Bulk action">
+                    {BULK_ACTIONS
+                        .iter()
+                        .map(|(value, verb, _)| view! { <option value=*value>{*verb}</option> })
+                        .collect_view()}
+                </select>
+            </label>
+            <button type="submit" name="scope" value="selected">"Apply to selected…"</button>
+            <button type="submit" name="scope" value="filter">"Apply to all matching…"</button>
+        </form>
+        <div class="table-wrap">
+            <table class="grid" aria-label="Jobs">
+                <thead>
+                    <tr>
+                        <th scope="col">
+                            <input
+                                type="checkbox"
+                                aria-label="Select all on this page"
+                                prop:checked=all_selected
+                                on:change=toggle_all
+                            />
+                        </th>
+                        <th scope="col">"Id"</th>
+                        <th scope="col">"Kind"</th>
+                        <th scope="col" class="wide">"Queue"</th>
+                        <th scope="col">"State"</th>
+                        <th scope="col" class="wide">"Attempt"</th>
+                        <th scope="col">"Due"</th>
+                        <th scope="col" class="wide">"Args"</th>
+                        <th scope="col">"Last error"</th>
+                        <th scope="col">"Actions"</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    {page
+                        .rows
+                        .into_iter()
+                        .map(|j| view! { <JobRowView j now_ms action selected/> })
+                        .collect_view()}
+                </tbody>
+            </table>
+        </div>
+    }
+    .into_any()
+}
+
+#[component]
+fn JobRowView(
+    j: JobRow,
+    now_ms: i64,
+    action: ServerAction<JobAction>,
+    selected: RwSignal<BTreeSet<i64>>,
+) -> impl IntoView {
+    let id = j.id;
+    let badge = format!("badge state-{}", j.state);
+    let due = if j.is_waiting() {
+        view! { <Countdown at_ms=j.scheduled_ms base_ms=now_ms/> }.into_any()
+    } else {
+        view! { <When at_ms=j.finalized_ms.unwrap_or(j.scheduled_ms) base_ms=now_ms/> }.into_any()
+    };
+    view! {
+        <tr data-job=id>
+            <td>
+                <input
+                    type="checkbox"
+                    name="ids"
+                    form="bulk"
+                    value=id
+                    aria-label=format!("Select job {id}")
+                    prop:checked=move || selected.with(|s| s.contains(&id))
+                    on:change=move |ev| {
+                        let on = event_target_checked(&ev);
+                        selected.update(|s| {
+                            if on { s.insert(id); } else { s.remove(&id); }
+                        });
+                    }
+                />
+            </td>
+            <td><a href=format!("/jobs/{id}")>{id}</a></td>
+            <td>{j.kind.clone()}</td>
+            <td class="wide">{j.queue.clone()}</td>
+            <td><span class=badge>{j.state.clone()}</span></td>
+            <td class="wide">{format!("{} / {}", j.attempt, j.max_attempts)}</td>
+            <td>{due}</td>
+            <td class="wide"><code class="args">{j.args_preview.clone()}</code></td>
+            <td class="error-text">{j.last_error.clone().unwrap_or_default()}</td>
+            <td><JobButtons j action/></td>
+        </tr>
+    }
+}
+
+/// Cancel / Retry / Run now for one job, as forms (the pressed button names the action).
+#[component]
+pub fn JobButtons(j: JobRow, action: ServerAction<JobAction>) -> impl IntoView {
+    let id = j.id;
+    view! {
+        <ActionForm action attr:class="actions">
+            <input type="hidden" name="id" value=id/>
+            {(!j.is_final()).then(|| view! {
+                <button type="submit" name="action" value="cancel" aria-label=format!("Cancel job {id}")>"Cancel"</button>
+            })}
+            {j.can_retry().then(|| view! {
+                <button type="submit" name="action" value="retry" aria-label=format!("Retry job {id}")>"Retry"</button>
+            })}
+            {(j.state == "scheduled" || j.state == "retryable").then(|| view! {
+                <button type="submit" name="action" value="run_now" aria-label=format!("Run job {id} now")>"Run now"</button>
+            })}
+        </ActionForm>
+    }
+}
+
+/// The confirmation of a bulk action: says what it will touch and how many jobs, then runs it.
+#[component]
+fn BulkConfirm(
+    path: &'static str,
+    action_name: String,
+    query: JobQuery,
+    bulk: ServerAction<BulkJobs>,
+) -> impl IntoView {
+    let params = use_query_map();
+    let Some((value, verb, done)) = BULK_ACTIONS
+        .iter()
+        .find(|(v, ..)| *v == action_name)
+        .copied()
+    else {
+        return view! { <p class="error" role="alert">{format!("Unknown bulk action `{action_name}`.")}</p> }
+            .into_any();
+    };
+    let back = format!("{path}?{}", query_string(&query.filter_pairs()));
+    let by_filter = params.read_untracked().get("scope").as_deref() != Some("selected");
+    let ids: Vec<i64> = params
+        .read_untracked()
+        .get_all("ids")
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|i| i.parse().ok())
+        .collect();
+    if !by_filter && ids.is_empty() {
+        return view! {
+            <div class="confirm" role="alert">
+                <p>"Select jobs with the boxes first, or apply the action to everything matching the filter."</p>
+                <a href=back>"Back"</a>
+            </div>
+        }
+        .into_any();
+    }
+    let filter_text = {
+        let pairs: Vec<String> = query
+            .filter_pairs()
+            .into_iter()
+            .filter(|(k, _)| *k != "tz")
+            .map(|(k, v)| format!("{k} = {v}"))
+            .collect();
+        if pairs.is_empty() {
+            "every job".to_string()
+        } else {
+            pairs.join(", ")
+        }
+    };
+    let preview_query = query.clone();
+    let preview = Resource::new(
+        move || (),
+        move |_| {
+            let q = preview_query.clone();
+            async move {
+                if by_filter {
+                    bulk_preview(q).await.map(Some)
+                } else {
+                    Ok(None)
+                }
+            }
+        },
+    );
+    let ids_text = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+    let n_selected = ids.len();
+    view! {
+        <div class="confirm" role="region" aria-label="Confirm bulk action">
+            {move || {
+                bulk.value()
+                    .get()
+                    .map(|r| match r {
+                        Ok(d) => view! {
+                            <p role="status" class="ok">
+                                {format!("{} {} jobs{}.", d.changed, done,
+                                    if d.skipped > 0 { format!("; {} skipped (their state did not allow it)", d.skipped) } else { String::new() })}
+                            </p>
+                        }.into_any(),
+                        Err(e) => view! { <p class="error" role="alert">{error_text(&e)}</p> }.into_any(),
+                    })
+            }}
+            <Suspense fallback=|| view! { <p class="muted">"Counting…"</p> }>
+                {move || {
+                    let query = query.clone();
+                    let ids_text = ids_text.clone();
+                    let filter_text = filter_text.clone();
+                    let back = back.clone();
+                    Suspend::new(async move {
+                        let (question, max_id, nothing) = match preview.await {
+                            Ok(Some(p)) => (
+                                format!(
+                                    "{verb} {}{} jobs matching {filter_text}?",
+                                    if p.capped { "more than " } else { "" },
+                                    p.count
+                                ),
+                                p.max_id,
+                                p.count == 0,
+                            ),
+                            Ok(None) => (format!("{verb} the {n_selected} selected jobs?"), None, false),
+                            Err(e) => return view! { <p class="error" role="alert">{error_text(&e)}</p> }.into_any(),
+                        };
+                        // `query[tz]` always goes, so the form names `query` even with no filter.
+                        let tz = query.tz.unwrap_or(0);
+                        let hidden = query
+                            .filter_pairs()
+                            .into_iter()
+                            .filter(|(k, _)| *k != "tz")
+                            .map(|(k, v)| view! { <input type="hidden" name=format!("query[{k}]") value=v/> })
+                            .collect_view();
+                        view! {
+                            <p class="question">{question}</p>
+                            {(!nothing).then({
+                                let back = back.clone();
+                                move || view! {
+                                <ActionForm action=bulk>
+                                    <input type="hidden" name="action" value=value/>
+                                    {(!by_filter).then(|| view! { <input type="hidden" name="ids" value=ids_text.clone()/> })}
+                                    {hidden}
+                                    <input type="hidden" name="query[tz]" value=tz/>
+                                    {max_id.map(|m| view! { <input type="hidden" name="query[max_id]" value=m/> })}
+                                    <button type="submit" class="danger">{format!("Yes, {}", verb.to_lowercase())}</button>
+                                    " "
+                                    <a href=back.clone()>"Back"</a>
+                                </ActionForm>
+                            }})}
+                            {nothing.then(|| view! { <a href=back.clone()>"Back"</a> })}
+                        }
+                        .into_any()
+                    })
+                }}
+            </Suspense>
+        </div>
+    }
+    .into_any()
 }

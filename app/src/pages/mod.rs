@@ -1,3 +1,9 @@
+pub mod job_detail;
 pub mod jobs;
+pub mod new_job;
 pub mod overview;
+pub mod question_detail;
+pub mod question_new;
 pub mod questions;
+pub mod queues;
+pub mod timers;

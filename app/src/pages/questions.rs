@@ -1,63 +1,74 @@
-//! Questions: game questions, upcoming first, with their status, refreshed live.
+//! Questions (`/questions`): game questions, upcoming first, with their status and lock job.
 
 use leptos::prelude::*;
 
-use crate::components::live::{use_live_events, LiveBadge};
-use crate::console::list_questions;
+use crate::components::live::use_live;
+use crate::components::loaded::Loaded;
+use crate::components::time::{use_clock, Countdown, When};
+use crate::console::{list_questions, QuestionsPage as Page};
 
 #[component]
 pub fn QuestionsPage() -> impl IntoView {
-    let live = use_live_events();
+    let live = use_live();
+    let clock = use_clock();
     let questions = Resource::new(move || live.version.get(), |_| list_questions());
+    Effect::new(move |_| {
+        if let Some(Ok(p)) = questions.get() {
+            clock.sync(p.now_ms);
+        }
+    });
     view! {
         <section class="page">
             <div class="page-head">
                 <h1>"Questions"</h1>
-                <LiveBadge live/>
+                <a class="button primary" href="/questions/new">"New question"</a>
             </div>
-            <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
-                {move || Suspend::new(async move {
-                    match questions.await {
-                        Ok(rows) if rows.is_empty() => view! {
-                            <p class="empty">"No questions yet. Create one with POST /api/v1/questions, or run kickoff demo."</p>
-                        }
-                        .into_any(),
-                        Ok(rows) => view! {
-                            <table class="grid" aria-label="Questions">
-                                <thead>
-                                    <tr>
-                                        <th scope="col">"Game"</th>
-                                        <th scope="col">"Question"</th>
-                                        <th scope="col">"Game time (UTC)"</th>
-                                        <th scope="col">"Status"</th>
-                                        <th scope="col">"Lock job"</th>
-                                    </tr>
-                                </thead>
-                                <tbody>
-                                    {rows
-                                        .into_iter()
-                                        .map(|q| {
-                                            let badge = format!("badge status-{}", q.status);
-                                            let when: String = q.game_time.replace('T', " ").chars().take(19).collect();
-                                            view! {
-                                                <tr>
-                                                    <td>{q.game}</td>
-                                                    <td>{q.prompt}</td>
-                                                    <td>{when}</td>
-                                                    <td><span class=badge>{q.status}</span></td>
-                                                    <td>{q.lock_job_id.map(|id| format!("#{id}")).unwrap_or_default()}</td>
-                                                </tr>
-                                            }
-                                        })
-                                        .collect_view()}
-                                </tbody>
-                            </table>
-                        }
-                        .into_any(),
-                        Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
+            <Loaded resource=questions render=move |p: Page| {
+                if p.rows.is_empty() {
+                    return view! {
+                        <p class="empty">"No questions yet. Create one here, with POST /api/v1/questions, or run kickoff demo."</p>
                     }
-                })}
-            </Suspense>
+                    .into_any();
+                }
+                let now = p.now_ms;
+                view! {
+                    <div class="table-wrap">
+                        <table class="grid" aria-label="Questions">
+                            <thead>
+                                <tr>
+                                    <th scope="col">"Game"</th>
+                                    <th scope="col">"Question"</th>
+                                    <th scope="col">"Game time"</th>
+                                    <th scope="col">"Status"</th>
+                                    <th scope="col">"Lock job"</th>
+                                </tr>
+                            </thead>
+                            <tbody>
+                                {p.rows
+                                    .into_iter()
+                                    .map(|q| {
+                                        let badge = format!("badge status-{}", q.status);
+                                        let open = q.status == "open";
+                                        view! {
+                                            <tr>
+                                                <td>{q.game.clone()}</td>
+                                                <td><a href=format!("/questions/{}", q.id)>{q.prompt.clone()}</a></td>
+                                                <td>
+                                                    <When at_ms=q.game_ms base_ms=now/>
+                                                    {open.then(|| view! { " · locks " <Countdown at_ms=q.game_ms base_ms=now/> })}
+                                                </td>
+                                                <td><span class=badge>{q.status.clone()}</span></td>
+                                                <td>{q.lock_job_id.map(|id| view! { <a href=format!("/jobs/{id}")>{format!("#{id}")}</a> })}</td>
+                                            </tr>
+                                        }
+                                    })
+                                    .collect_view()}
+                            </tbody>
+                        </table>
+                    </div>
+                }
+                .into_any()
+            }/>
         </section>
     }
 }

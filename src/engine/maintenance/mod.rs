@@ -1,7 +1,8 @@
-//! Services the leader runs. Each has a `XxxConfig` with documented defaults and `validate()`,
+//! Services the leader runs (rescuer, pruner, periodic jobs, count folder). Each has a `XxxConfig` with documented defaults and `validate()`,
 //! `run_once()` (which tests call directly) and `run(shutdown)`, which loops and logs only when it
 //! did something.
 
+pub mod count_folder;
 pub mod periodic;
 pub mod pruner;
 pub mod rescuer;

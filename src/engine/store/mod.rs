@@ -5,3 +5,4 @@ pub mod jobs;
 pub mod leader;
 pub mod nodes;
 pub mod queues;
+pub mod stats;

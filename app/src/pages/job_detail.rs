@@ -1,0 +1,190 @@
+//! One job (`/jobs/:id`): args and meta as formatted JSON, the timeline of its attempts, every
+//! error, and the operator's actions: retry, cancel, run now, reschedule, delete, clone.
+
+use leptos::prelude::*;
+use leptos_router::hooks::{use_navigate, use_params_map};
+
+use crate::components::live::use_live;
+use crate::components::loaded::{failure, ActionError, Loaded};
+use crate::components::time::{datetime_local_value, span, use_clock, Countdown, When};
+use crate::console::{get_job, CloneJob, JobAction, JobDetail, RescheduleJob};
+use crate::pages::jobs::JobButtons;
+
+#[component]
+pub fn JobDetailPage() -> impl IntoView {
+    let live = use_live();
+    let clock = use_clock();
+    let params = use_params_map();
+    let id = move || params.read().get("id").and_then(|i| i.parse::<i64>().ok());
+    let action = ServerAction::<JobAction>::new();
+    let reschedule = ServerAction::<RescheduleJob>::new();
+    let clone = ServerAction::<CloneJob>::new();
+    let job = Resource::new(
+        move || {
+            // The versions are part of the key: an unchanged key would not refetch.
+            (
+                id(),
+                live.version.get(),
+                action.version().get(),
+                reschedule.version().get(),
+            )
+        },
+        |(id, ..)| async move {
+            match id {
+                Some(id) => get_job(id).await,
+                None => Err(ServerFnError::new("the job id must be a number")),
+            }
+        },
+    );
+    Effect::new(move |_| {
+        if let Some(Ok(d)) = job.get() {
+            clock.sync(d.now_ms);
+        }
+    });
+    // After a delete the job is gone: back to the list. After a clone: to the copy.
+    let navigate = use_navigate();
+    Effect::new(move |_| {
+        if let Some(Ok(new_id)) = clone.value().get() {
+            navigate(&format!("/jobs/{new_id}"), Default::default());
+        }
+    });
+    let delete = ServerAction::<JobAction>::new();
+    let navigate = use_navigate();
+    Effect::new(move |_| {
+        if delete.value().with(|v| matches!(v, Some(Ok(())))) {
+            navigate("/jobs", Default::default());
+        }
+    });
+    view! {
+        <section class="page">
+            <div class="page-head">
+                <h1>{move || id().map(|i| format!("Job {i}")).unwrap_or_else(|| "Job".into())}</h1>
+                <a href="/jobs">"All jobs"</a>
+            </div>
+            <ActionError error=failure(action.value())/>
+            <ActionError error=failure(reschedule.value())/>
+            <ActionError error=failure(clone.value())/>
+            <ActionError error=failure(delete.value())/>
+            <Loaded resource=job render=move |d: JobDetail| view! { <Detail d action reschedule clone delete/> }/>
+        </section>
+    }
+}
+
+#[component]
+fn Detail(
+    d: JobDetail,
+    action: ServerAction<JobAction>,
+    reschedule: ServerAction<RescheduleJob>,
+    clone: ServerAction<CloneJob>,
+    delete: ServerAction<JobAction>,
+) -> impl IntoView {
+    let clock = use_clock();
+    let j = d.job.clone();
+    let id = j.id;
+    let now = d.now_ms;
+    let badge = format!("badge state-{}", j.state);
+    let waiting = j.is_waiting();
+    let scheduled_ms = j.scheduled_ms;
+    let executing = j.state == "executing";
+    view! {
+        <div class="detail-grid">
+            <dl class="facts">
+                <dt>"State"</dt>
+                <dd><span class=badge>{j.state.clone()}</span></dd>
+                <dt>"Kind"</dt>
+                <dd>{j.kind.clone()}</dd>
+                <dt>"Queue"</dt>
+                <dd><a href=format!("/jobs?queue={}", j.queue)>{j.queue.clone()}</a></dd>
+                <dt>"Priority"</dt>
+                <dd>{j.priority}</dd>
+                <dt>"Attempt"</dt>
+                <dd>{format!("{} of {}", j.attempt, j.max_attempts)}</dd>
+                <dt>"Due"</dt>
+                <dd>
+                    <When at_ms=scheduled_ms base_ms=now/>
+                    {waiting.then(|| view! { " · " <Countdown at_ms=scheduled_ms base_ms=now/> })}
+                </dd>
+                <dt>"Inserted"</dt>
+                <dd><When at_ms=d.inserted_ms base_ms=now/></dd>
+                {j.finalized_ms.map(|f| view! { <dt>"Finished"</dt><dd><When at_ms=f base_ms=now/></dd> })}
+                {d.lease_ms.map(|l| view! { <dt>"Lease until"</dt><dd><When at_ms=l base_ms=now/></dd> })}
+                {d.unique_key.clone().map(|k| view! { <dt>"Unique key"</dt><dd><code>{k}</code></dd> })}
+                {(!d.tags.is_empty()).then(|| view! { <dt>"Tags"</dt><dd>{d.tags.join(", ")}</dd> })}
+            </dl>
+            <div class="panel actions-panel">
+                <h2>"Actions"</h2>
+                <JobButtons j=j.clone() action/>
+                {waiting.then(|| view! {
+                    <ActionForm action=reschedule attr:class="inline-form">
+                        <input type="hidden" name="id" value=id/>
+                        <input type="hidden" name="tz" prop:value=move || clock.tz_min.get().to_string()/>
+                        <label>
+                            "Reschedule to "
+                            <input
+                                type="datetime-local"
+                                step="1"
+                                name="at"
+                                required
+                                prop:value=move || datetime_local_value(scheduled_ms, clock.tz_min.get())
+                            />
+                        </label>
+                        <button type="submit">"Reschedule"</button>
+                        <span class="muted">{move || if clock.ticking.get() { "your time zone" } else { "UTC" }}</span>
+                    </ActionForm>
+                })}
+                <ActionForm action=clone attr:class="inline-form">
+                    <input type="hidden" name="id" value=id/>
+                    <button type="submit">"Clone as a new job"</button>
+                </ActionForm>
+                {(!executing).then(|| view! {
+                    <details class="danger-zone">
+                        <summary>"Delete…"</summary>
+                        <ActionForm action=delete attr:class="inline-form">
+                            <input type="hidden" name="id" value=id/>
+                            <button type="submit" class="danger" name="action" value="delete">
+                                {format!("Yes, delete job {id}")}
+                            </button>
+                        </ActionForm>
+                    </details>
+                })}
+                {executing.then(|| view! { <p class="muted">"An executing job can be cancelled; delete it once it has stopped."</p> })}
+            </div>
+        </div>
+        <h2>"Args"</h2>
+        <pre class="json" aria-label="Args">{d.args_json.clone()}</pre>
+        <h2>"Meta"</h2>
+        <pre class="json" aria-label="Meta">{d.meta_json.clone()}</pre>
+        <h2>"Attempts"</h2>
+        {if d.attempts.is_empty() {
+            view! { <p class="empty">"Not attempted yet."</p> }.into_any()
+        } else {
+            view! {
+                <ol class="timeline" aria-label="Attempts">
+                    {d.attempts
+                        .into_iter()
+                        .map(|a| {
+                            let took = match (a.started_ms, a.ended_ms) {
+                                (Some(s), Some(e)) => format!("took {}", span(e - s)),
+                                (Some(s), None) if a.outcome == "running" => format!("running for {}", span(now - s)),
+                                _ => String::new(),
+                            };
+                            let class = format!("attempt outcome-{}", a.outcome);
+                            view! {
+                                <li class=class>
+                                    <strong>{format!("Attempt {}", a.attempt)}</strong>
+                                    " · "
+                                    <span class="outcome">{a.outcome.clone()}</span>
+                                    {a.started_ms.map(|s| view! { " · started " <When at_ms=s base_ms=now/> })}
+                                    {a.node.clone().map(|n| view! { " · on " <code>{n}</code> })}
+                                    {(!took.is_empty()).then(|| view! { " · " {took.clone()} })}
+                                    {a.error.clone().map(|e| view! { <pre class="error-text">{e}</pre> })}
+                                </li>
+                            }
+                        })
+                        .collect_view()}
+                </ol>
+            }
+            .into_any()
+        }}
+    }
+}

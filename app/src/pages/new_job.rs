@@ -1,0 +1,127 @@
+//! A new job (`/jobs/new`): kind, args as JSON (checked while typing), when it runs (now, in N
+//! minutes, or at a date and time in the browser's zone), queue, priority, attempts, unique key.
+//! The server validates everything again; its refusal is shown above the form.
+
+use leptos::prelude::*;
+use leptos_router::hooks::use_navigate;
+
+use crate::components::loaded::{failure, ActionError, Loaded};
+use crate::components::time::use_clock;
+use crate::console::{get_job_choices, CreateJob, JobChoices};
+
+/// Why `text` is not acceptable as a job's args, if it is not.
+pub fn args_problem(text: &str) -> Option<String> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(_)) => None,
+        Ok(_) => Some("args must be a JSON object, like {\"game_id\": 42}".into()),
+        Err(e) => Some(format!("not valid JSON: {e}")),
+    }
+}
+
+#[component]
+pub fn NewJobPage() -> impl IntoView {
+    let create = ServerAction::<CreateJob>::new();
+    let choices = Resource::new(|| (), |_| get_job_choices());
+    let navigate = use_navigate();
+    Effect::new(move |_| {
+        if let Some(Ok(id)) = create.value().get() {
+            navigate(&format!("/jobs/{id}"), Default::default());
+        }
+    });
+    view! {
+        <section class="page">
+            <div class="page-head">
+                <h1>"New job"</h1>
+                <a href="/jobs">"All jobs"</a>
+            </div>
+            <ActionError error=failure(create.value())/>
+            <Loaded resource=choices render=move |c: JobChoices| view! { <NewJobForm c create/> }/>
+        </section>
+    }
+}
+
+#[component]
+fn NewJobForm(c: JobChoices, create: ServerAction<CreateJob>) -> impl IntoView {
+    let clock = use_clock();
+    let args = RwSignal::new("{}".to_string());
+    let problem = Memo::new(move |_| args.with(|a| args_problem(a)));
+    let first_kind = c.kinds.first().cloned().unwrap_or_default();
+    view! {
+        <ActionForm action=create attr:class="form-card" attr:aria-label="New job">
+            <label>
+                "Kind"
+                <select name="input[kind]" required>
+                    {c.kinds
+                        .iter()
+                        .map(|k| {
+                            let selected = *k == first_kind;
+                            view! { <option value=k.clone() selected=selected>{k.clone()}</option> }
+                        })
+                        .collect_view()}
+                </select>
+            </label>
+            <label>
+                "Args (JSON object)"
+                <textarea
+                    name="input[args]"
+                    rows="6"
+                    spellcheck="false"
+                    aria-invalid=move || problem.get().is_some().to_string()
+                    aria-describedby="args-problem"
+                    prop:value=move || args.get()
+                    on:input=move |ev| args.set(event_target_value(&ev))
+                >
+                    "{}"
+                </textarea>
+            </label>
+            <p id="args-problem" class="field-note" class:error=move || problem.get().is_some() aria-live="polite">
+                {move || problem.get().unwrap_or_else(|| "Valid JSON object.".into())}
+            </p>
+            <fieldset>
+                <legend>"When"</legend>
+                <label class="inline">
+                    <input type="radio" name="input[when]" value="now" checked/>
+                    " now"
+                </label>
+                <label class="inline">
+                    <input type="radio" name="input[when]" value="in"/>
+                    " in "
+                    <input type="number" name="input[in_minutes]" min="0" max="1051200" step="any" size="6" value="5"
+                        aria-label="Minutes from now"/>
+                    " minutes"
+                </label>
+                <label class="inline">
+                    <input type="radio" name="input[when]" value="at"/>
+                    " at "
+                    <input type="datetime-local" step="1" name="input[at]" aria-label="Date and time"/>
+                    <span class="muted">{move || if clock.ticking.get() { " (your time zone)" } else { " (UTC)" }}</span>
+                </label>
+                <input type="hidden" name="input[tz]" prop:value=move || clock.tz_min.get().to_string()/>
+            </fieldset>
+            <div class="row">
+                <label>
+                    "Queue"
+                    <input name="input[queue]" list="queue-names" value="default" required pattern="[a-z0-9_\\-]{1,64}"/>
+                    <datalist id="queue-names">
+                        {c.queues.iter().map(|q| view! { <option value=q.clone()/> }).collect_view()}
+                    </datalist>
+                </label>
+                <label>
+                    "Priority (0 first)"
+                    <input type="number" name="input[priority]" min="0" max="9" value="0"/>
+                </label>
+                <label>
+                    "Max attempts"
+                    <input type="number" name="input[max_attempts]" min="1" max="1000" value="20"/>
+                </label>
+                <label>
+                    "Unique key (optional)"
+                    <input name="input[unique_key]" maxlength="255"/>
+                </label>
+            </div>
+            <button type="submit" class="primary" disabled=move || problem.get().is_some()>
+                "Create job"
+            </button>
+        </ActionForm>
+    }
+}

@@ -1,0 +1,127 @@
+//! One question (`/questions/:id`): predictions per choice, the lock job, and its game time, which
+//! an operator can move while the question is open (the same lock job moves with it).
+
+use leptos::prelude::*;
+use leptos_router::hooks::use_params_map;
+
+use crate::components::live::use_live;
+use crate::components::loaded::{failure, ActionError, Loaded};
+use crate::components::time::{datetime_local_value, use_clock, Countdown, When};
+use crate::console::{get_question, MoveQuestion, QuestionDetail};
+
+#[component]
+pub fn QuestionDetailPage() -> impl IntoView {
+    let live = use_live();
+    let clock = use_clock();
+    let params = use_params_map();
+    let id = move || params.read().get("id").and_then(|i| i.parse::<i64>().ok());
+    let move_time = ServerAction::<MoveQuestion>::new();
+    let question = Resource::new(
+        move || {
+            // The versions are part of the key: an unchanged key would not refetch.
+            (id(), live.version.get(), move_time.version().get())
+        },
+        |(id, ..)| async move {
+            match id {
+                Some(id) => get_question(id).await,
+                None => Err(ServerFnError::new("the question id must be a number")),
+            }
+        },
+    );
+    Effect::new(move |_| {
+        if let Some(Ok(q)) = question.get() {
+            clock.sync(q.now_ms);
+        }
+    });
+    view! {
+        <section class="page">
+            <div class="page-head">
+                <h1>{move || id().map(|i| format!("Question {i}")).unwrap_or_else(|| "Question".into())}</h1>
+                <a href="/questions">"All questions"</a>
+            </div>
+            <ActionError error=failure(move_time.value())/>
+            <Loaded resource=question render=move |d: QuestionDetail| view! { <Detail d move_time/> }/>
+        </section>
+    }
+}
+
+#[component]
+fn Detail(d: QuestionDetail, move_time: ServerAction<MoveQuestion>) -> impl IntoView {
+    let clock = use_clock();
+    let q = d.question.clone();
+    let now = d.now_ms;
+    let open = q.status == "open";
+    let game_ms = q.game_ms;
+    let id = q.id;
+    let total = d.predictions.max(1);
+    let correct = d.correct_choice.clone();
+    view! {
+        <p class="lead"><strong>{q.game.clone()}</strong>": "{q.prompt.clone()}</p>
+        <dl class="facts">
+            <dt>"Status"</dt>
+            <dd><span class=format!("badge status-{}", q.status)>{q.status.clone()}</span></dd>
+            <dt>"Game time"</dt>
+            <dd>
+                <When at_ms=game_ms base_ms=now/>
+                {open.then(|| view! { " · locks " <Countdown at_ms=game_ms base_ms=now/> })}
+            </dd>
+            {d.locked_ms.map(|l| view! { <dt>"Locked"</dt><dd><When at_ms=l base_ms=now/></dd> })}
+            <dt>"Lock job"</dt>
+            <dd>
+                {d.lock_job.clone().map(|j| view! {
+                    <a href=format!("/jobs/{}", j.id)>{format!("#{}", j.id)}</a>
+                    " "
+                    <span class=format!("badge state-{}", j.state)>{j.state.clone()}</span>
+                })}
+            </dd>
+            <dt>"Predictions"</dt>
+            <dd>{d.predictions}</dd>
+        </dl>
+        {open.then(|| view! {
+            <ActionForm action=move_time attr:class="inline-form">
+                <input type="hidden" name="id" value=id/>
+                <input type="hidden" name="tz" prop:value=move || clock.tz_min.get().to_string()/>
+                <label>
+                    "Move game time to "
+                    <input
+                        type="datetime-local"
+                        step="1"
+                        name="game_time"
+                        required
+                        prop:value=move || datetime_local_value(game_ms, clock.tz_min.get())
+                    />
+                </label>
+                <button type="submit">"Move"</button>
+                <span class="muted">{move || if clock.ticking.get() { "your time zone" } else { "UTC" }}</span>
+            </ActionForm>
+        })}
+        <h2>"Predictions per choice"</h2>
+        <table class="grid" aria-label="Predictions per choice">
+            <thead>
+                <tr>
+                    <th scope="col">"Choice"</th>
+                    <th scope="col">"Predictions"</th>
+                    <th scope="col">"Share"</th>
+                </tr>
+            </thead>
+            <tbody>
+                {d.choices
+                    .into_iter()
+                    .map(|(choice, n, _)| {
+                        let is_correct = correct.as_deref() == Some(choice.as_str());
+                        let pct = n as f64 * 100.0 / total as f64;
+                        view! {
+                            <tr class:correct=is_correct>
+                                <td>{choice}{is_correct.then_some(" ✓ correct")}</td>
+                                <td>{n}</td>
+                                <td>
+                                    <span class="share" style=format!("--share: {pct:.1}%")>{format!("{pct:.0}%")}</span>
+                                </td>
+                            </tr>
+                        }
+                    })
+                    .collect_view()}
+            </tbody>
+        </table>
+    }
+}

@@ -1,0 +1,45 @@
+//! A new game question (`/questions/new`): its lock job is created with it, in one transaction.
+
+use leptos::prelude::*;
+use leptos_router::hooks::use_navigate;
+
+use crate::components::loaded::{failure, ActionError};
+use crate::components::time::use_clock;
+use crate::console::CreateQuestion;
+
+#[component]
+pub fn NewQuestionPage() -> impl IntoView {
+    let clock = use_clock();
+    let create = ServerAction::<CreateQuestion>::new();
+    let navigate = use_navigate();
+    Effect::new(move |_| {
+        if let Some(Ok(id)) = create.value().get() {
+            navigate(&format!("/questions/{id}"), Default::default());
+        }
+    });
+    view! {
+        <section class="page">
+            <div class="page-head">
+                <h1>"New question"</h1>
+                <a href="/questions">"All questions"</a>
+            </div>
+            <ActionError error=failure(create.value())/>
+            <ActionForm action=create attr:class="form-card" attr:aria-label="New question">
+                <label>"Game" <input name="game" required maxlength="200" placeholder="Lions vs Tigers"/></label>
+                <label>"Question" <input name="prompt" required maxlength="500" placeholder="Who scores first?"/></label>
+                <label>
+                    "Choices, one per line"
+                    <textarea name="choices" rows="4" required>"Lions\nTigers"</textarea>
+                </label>
+                <label>
+                    "Game time "
+                    <span class="muted">{move || if clock.ticking.get() { "(your time zone)" } else { "(UTC)" }}</span>
+                    <input type="datetime-local" step="1" name="game_time" required/>
+                </label>
+                <input type="hidden" name="tz" prop:value=move || clock.tz_min.get().to_string()/>
+                <p class="field-note">"Predictions close exactly at game time: the lock job fires then, and later predictions are refused."</p>
+                <button type="submit" class="primary">"Create question"</button>
+            </ActionForm>
+        </section>
+    }
+}

@@ -1,0 +1,133 @@
+//! Queues (`/queues`): what waits and runs in each queue; pause / resume and the per-node
+//! concurrency, applied on every node at once.
+
+use leptos::prelude::*;
+
+use crate::components::live::use_live;
+use crate::components::loaded::{failure, ActionError, Loaded};
+use crate::console::{list_queues, QueueAction, QueueInfo};
+
+#[component]
+pub fn QueuesPage() -> impl IntoView {
+    let live = use_live();
+    let action = ServerAction::<QueueAction>::new();
+    let queues = Resource::new(
+        // The versions are the key: an unchanged key would not refetch.
+        move || (live.version.get(), action.version().get()),
+        |_| list_queues(),
+    );
+    view! {
+        <section class="page">
+            <div class="page-head">
+                <h1>"Queues"</h1>
+            </div>
+            <ActionError error=failure(action.value())/>
+            <Loaded resource=queues render=move |rows| view! { <QueueTable rows action/> }/>
+        </section>
+    }
+}
+
+#[component]
+pub fn QueueTable(
+    rows: Vec<QueueInfo>,
+    /// With an action: pause / resume and concurrency controls.
+    #[prop(optional)]
+    action: Option<ServerAction<QueueAction>>,
+) -> impl IntoView {
+    if rows.is_empty() {
+        return view! { <p class="empty">"No queues yet: a queue appears when a node serves it or a job names it."</p> }
+            .into_any();
+    }
+    view! {
+        <div class="table-wrap">
+            <table class="grid" aria-label="Queues">
+                <thead>
+                    <tr>
+                        <th scope="col">"Queue"</th>
+                        <th scope="col">"Status"</th>
+                        <th scope="col">"Available"</th>
+                        <th scope="col">"Scheduled"</th>
+                        <th scope="col">"Executing"</th>
+                        <th scope="col">"Failed"</th>
+                        <th scope="col">"Concurrency per node"</th>
+                        {action.is_some().then(|| view! { <th scope="col">"Actions"</th> })}
+                    </tr>
+                </thead>
+                <tbody>
+                    {rows
+                        .into_iter()
+                        .map(|q| {
+                            let name = q.name.clone();
+                            let row_name = q.name.clone();
+                            let failed = q.retryable + q.discarded;
+                            let configured = q
+                                .configured
+                                .iter()
+                                .map(|(_, n)| n.to_string())
+                                .collect::<Vec<_>>();
+                            let configured = if configured.is_empty() {
+                                "no node serves it".to_string()
+                            } else {
+                                format!("configured {}", configured.join(" / "))
+                            };
+                            let limit = q
+                                .concurrency
+                                .map(|c| format!("{c} (set here)"))
+                                .unwrap_or_else(|| configured.clone());
+                            let failed_href = format!("/failures?queue={}", q.name);
+                            view! {
+                                <tr data-queue=row_name>
+                                    <th scope="row"><a href=format!("/jobs?queue={}", q.name)>{q.name.clone()}</a></th>
+                                    <td>
+                                        {if q.paused {
+                                            view! { <span class="badge state-retryable">"paused"</span> }.into_any()
+                                        } else {
+                                            view! { <span class="badge state-completed">"running"</span> }.into_any()
+                                        }}
+                                    </td>
+                                    <td>{q.available}</td>
+                                    <td>{q.scheduled}</td>
+                                    <td>{q.executing}</td>
+                                    <td><a href=failed_href>{failed}</a></td>
+                                    <td>{limit}</td>
+                                    {action.map(|action| {
+                                        let pause_name = name.clone();
+                                        let pause_label = if q.paused { format!("Resume queue {name}") } else { format!("Pause queue {name}") };
+                                        let (verb, op) = if q.paused { ("Resume", "resume") } else { ("Pause", "pause") };
+                                        let limit_name = name.clone();
+                                        let limit_label = format!("Concurrency of queue {name}");
+                                        let current = q.concurrency.map(|c| c.to_string()).unwrap_or_default();
+                                        view! {
+                                        <td>
+                                            <div class="actions">
+                                                <ActionForm action>
+                                                    <input type="hidden" name="name" value=pause_name/>
+                                                    <button type="submit" name="action" value=op aria-label=pause_label>{verb}</button>
+                                                </ActionForm>
+                                                <ActionForm action attr:class="inline-form">
+                                                    <input type="hidden" name="name" value=limit_name/>
+                                                    <input
+                                                        type="number"
+                                                        name="concurrency"
+                                                        min="1"
+                                                        max="10000"
+                                                        size="5"
+                                                        placeholder="default"
+                                                        value=current
+                                                        aria-label=limit_label
+                                                    />
+                                                    <button type="submit" name="action" value="concurrency">"Set"</button>
+                                                </ActionForm>
+                                            </div>
+                                        </td>
+                                    }})}
+                                </tr>
+                            }
+                        })
+                        .collect_view()}
+                </tbody>
+            </table>
+        </div>
+    }
+    .into_any()
+}

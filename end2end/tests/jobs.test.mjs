@@ -1,0 +1,156 @@
+// Jobs from the operator's side: the new-job form, the detail page, the failures page, the timers
+// page, bulk actions on a filter, and the main actions without JavaScript.
+import { test, after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import {
+  launch, api, eventually, hydrated, baseUrl, screenshots, stateOf, untilState, watchErrors,
+} from './helpers.mjs';
+
+let browser;
+before(async () => { browser = await launch(); });
+after(async () => { await browser?.close(); });
+
+const shot = (page, name) => page.screenshot({ path: path.join(screenshots, `${name}.png`), fullPage: true });
+
+test('a job made with the form appears scheduled, then fires, without a reload', async () => {
+  const page = await browser.newPage();
+  const errors = watchErrors(page);
+  await page.goto(baseUrl + '/jobs/new');
+  await hydrated(page);
+  const form = page.getByRole('form', { name: 'New job' });
+  await form.getByLabel('Kind').selectOption('noop');
+  const args = form.getByLabel('Args (JSON object)');
+  await args.fill('{"game_id": ');
+  await page.getByText(/not valid JSON/).waitFor();
+  assert.equal(await form.getByRole('button', { name: 'Create job' }).isDisabled(), true);
+  await args.fill('{"game_id": 42, "e2e": "form"}');
+  await page.getByText('Valid JSON object.').waitFor();
+  await form.getByRole('radio', { name: /in/ }).check();
+  await form.getByLabel('Minutes from now').fill('0.05');
+  await shot(page, 'new-job');
+  await form.getByRole('button', { name: 'Create job' }).click();
+
+  await page.waitForURL(/\/jobs\/\d+$/);
+  const id = Number(page.url().split('/').pop());
+  await page.getByRole('heading', { name: `Job ${id}` }).waitFor();
+  assert.equal(await stateOf(id), 'scheduled');
+  await page.locator('.facts .badge', { hasText: 'scheduled' }).waitFor();
+  await shot(page, 'job-detail-scheduled');
+  // It fires about 3 s after it was made; the page follows without a reload.
+  await page.locator('.facts .badge', { hasText: 'completed' }).waitFor({ timeout: 15000 });
+  await page.getByRole('list', { name: 'Attempts' }).getByText('completed').waitFor();
+  assert.match(await page.getByLabel('Args').textContent(), /"game_id": 42/);
+  await shot(page, 'job-detail');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a failed job shows its error on the failures page, and a retry succeeds', async () => {
+  const failing = await api('POST', '/jobs', {
+    kind: 'noop', max_attempts: 1, args: { fail_attempts: 1, message: 'e2e: the wire is down' },
+  });
+  const id = failing.body.job.id;
+  await untilState(id, 'discarded');
+
+  const page = await browser.newPage();
+  await page.goto(baseUrl + '/failures');
+  await hydrated(page);
+  const row = page.locator(`tr[data-job="${id}"]`);
+  await row.getByRole('cell', { name: 'e2e: the wire is down', exact: true }).waitFor();
+  await shot(page, 'failures');
+  await row.getByRole('button', { name: `Retry job ${id}`, exact: true }).click();
+  // Its second attempt succeeds (it fails only its first) and it leaves the failures list.
+  await untilState(id, 'completed');
+  await row.waitFor({ state: 'detached' });
+
+  // The detail page keeps the failed attempt in its timeline.
+  await page.goto(`${baseUrl}/jobs/${id}`);
+  const attempts = page.getByRole('list', { name: 'Attempts' });
+  await attempts.getByText('e2e: the wire is down').waitFor();
+  await attempts.getByText('completed').waitFor();
+  await page.close();
+});
+
+test('a pending timer counts down on the timers page and is cancelled there', async () => {
+  const timer = await api('POST', '/jobs', { kind: 'noop', schedule_in_ms: 600_000, args: { e2e: 'timer' } });
+  const id = timer.body.job.id;
+  const page = await browser.newPage();
+  await page.goto(baseUrl + '/timers');
+  await hydrated(page);
+  const row = page.locator(`tr[data-job="${id}"]`);
+  const countdown = row.locator('.countdown');
+  const first = await countdown.textContent();
+  assert.match(first, /^in (9|10) min$/);
+  await shot(page, 'timers');
+  await row.getByRole('button', { name: `Cancel job ${id}`, exact: true }).click();
+  await untilState(id, 'cancelled');
+  await row.waitFor({ state: 'detached' });
+  await page.close();
+});
+
+test('a bulk cancel on a filter confirms the count and spares jobs made after the confirmation', async () => {
+  const batch = `bulk-${Date.now()}`;
+  const ids = [];
+  for (let i = 0; i < 5; i++) {
+    const r = await api('POST', '/jobs', { kind: 'noop', schedule_in_ms: 600_000, args: { batch, i } });
+    ids.push(r.body.job.id);
+  }
+  const page = await browser.newPage();
+  await page.goto(`${baseUrl}/jobs?args=${encodeURIComponent(`batch=${batch}`)}`);
+  await hydrated(page);
+  await page.getByRole('table', { name: 'Jobs' }).locator('tbody tr').nth(4).waitFor();
+  await page.getByLabel('Bulk action', { exact: true }).selectOption('cancel');
+  await page.getByRole('button', { name: 'Apply to all matching…' }).click();
+  const confirm = page.getByRole('region', { name: 'Confirm bulk action' });
+  await confirm.getByText(`Cancel 5 jobs matching args = batch=${batch}?`).waitFor();
+  await shot(page, 'bulk-confirm');
+
+  // Made after the operator saw the count: not part of what was confirmed.
+  const late = await api('POST', '/jobs', { kind: 'noop', schedule_in_ms: 600_000, args: { batch, i: 5 } });
+  await confirm.getByRole('button', { name: 'Yes, cancel' }).click();
+  await confirm.getByText('5 cancelled jobs.').waitFor();
+  for (const id of ids) assert.equal(await stateOf(id), 'cancelled');
+  assert.equal(await stateOf(late.body.job.id), 'scheduled');
+  await page.close();
+});
+
+test('selected jobs are retried in bulk', async () => {
+  const ids = [];
+  for (let i = 0; i < 2; i++) {
+    const r = await api('POST', '/jobs', { kind: 'noop', max_attempts: 1, args: { fail_attempts: 1, sel: i } });
+    ids.push(r.body.job.id);
+  }
+  for (const id of ids) await untilState(id, 'discarded');
+  const page = await browser.newPage();
+  await page.goto(baseUrl + '/jobs?state=discarded');
+  await hydrated(page);
+  for (const id of ids) await page.getByLabel(`Select job ${id}`, { exact: true }).check();
+  await page.getByLabel('Bulk action', { exact: true }).selectOption('retry');
+  await page.getByRole('button', { name: 'Apply to selected…' }).click();
+  const confirm = page.getByRole('region', { name: 'Confirm bulk action' });
+  await confirm.getByText('Retry the 2 selected jobs?').waitFor();
+  await confirm.getByRole('button', { name: 'Yes, retry' }).click();
+  await confirm.getByText('2 retried jobs.').waitFor();
+  for (const id of ids) await untilState(id, 'completed');
+  await page.close();
+});
+
+test('without JavaScript the lists render and a job is cancelled through its form', async () => {
+  const noScript = await launch({ javaScriptEnabled: false });
+  try {
+    const timer = await api('POST', '/jobs', { kind: 'noop', schedule_in_ms: 600_000 });
+    const id = timer.body.job.id;
+    const page = await noScript.newPage();
+    await page.goto(`${baseUrl}/jobs?state=scheduled`);
+    await page.getByRole('button', { name: `Cancel job ${id}`, exact: true }).click();
+    // The form posts to the server function, which sends the browser back to the list.
+    await page.waitForURL(/\/jobs\?state=scheduled/);
+    assert.equal(await stateOf(id), 'cancelled');
+    await page.goto(`${baseUrl}/jobs/${id}`);
+    await page.locator('.facts .badge', { hasText: 'cancelled' }).waitFor();
+    await page.close();
+  } finally {
+    await noScript.close();
+  }
+});

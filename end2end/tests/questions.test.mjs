@@ -1,0 +1,55 @@
+// Questions from the dashboard: create one with its lock job, watch predictions arrive live, and
+// move its game time (the same lock job moves with it).
+import { test, after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { launch, api, eventually, hydrated, baseUrl, screenshots, watchErrors } from './helpers.mjs';
+
+let browser;
+before(async () => { browser = await launch(); });
+after(async () => { await browser?.close(); });
+
+// A `datetime-local` value in the machine's zone (the browser runs on the same machine).
+function localValue(date) {
+  const p = (n) => String(n).padStart(2, '0');
+  return `${date.getFullYear()}-${p(date.getMonth() + 1)}-${p(date.getDate())}T${p(date.getHours())}:${p(date.getMinutes())}:${p(date.getSeconds())}`;
+}
+
+test('a question made with the form shows predictions live and moves its lock job', async () => {
+  const page = await browser.newPage();
+  const errors = watchErrors(page);
+  await page.goto(baseUrl + '/questions/new');
+  await hydrated(page);
+  const form = page.getByRole('form', { name: 'New question' });
+  await form.getByLabel('Game', { exact: true }).fill('Owls vs Hawks (e2e)');
+  await form.getByLabel('Question').fill('Who wins the toss?');
+  await form.getByLabel('Choices, one per line').fill('Owls\nHawks');
+  const gameTime = new Date(Date.now() + 3600_000);
+  await form.getByLabel(/Game time/).fill(localValue(gameTime));
+  await page.screenshot({ path: path.join(screenshots, 'new-question.png'), fullPage: true });
+  await form.getByRole('button', { name: 'Create question' }).click();
+
+  await page.waitForURL(/\/questions\/\d+$/);
+  const id = Number(page.url().split('/').pop());
+  const question = (await api('GET', `/questions/${id}`)).body;
+  assert.equal(question.status, 'open');
+  // The game time round-trips through the browser's zone to the same instant (to the second).
+  assert.equal(Math.floor(new Date(question.game_time).getTime() / 1000), Math.floor(gameTime.getTime() / 1000));
+  const lockJob = question.lock_job_id;
+  await page.getByRole('link', { name: `#${lockJob}` }).waitFor();
+
+  const predicted = await api('POST', `/questions/${id}/predictions`, { player: 'ana', choice: 'Hawks' });
+  assert.ok(predicted.status < 300, JSON.stringify(predicted));
+  const hawks = page.getByRole('row', { name: /Hawks/ });
+  await eventually('the prediction to show', () => hawks.textContent(), (t) => /Hawks\s*1\s*100%/.test(t));
+  await page.screenshot({ path: path.join(screenshots, 'question-detail.png'), fullPage: true });
+
+  const later = new Date(gameTime.getTime() + 1800_000);
+  await page.getByLabel('Move game time to').fill(localValue(later));
+  await page.getByRole('button', { name: 'Move' }).click();
+  await eventually('the lock job to move', async () => (await api('GET', `/jobs/${lockJob}`)).body.scheduled_at,
+    (at) => Math.floor(new Date(at).getTime() / 1000) === Math.floor(later.getTime() / 1000));
+  assert.equal((await api('GET', `/questions/${id}`)).body.lock_job_id, lockJob);
+  assert.deepEqual(errors, []);
+  await page.close();
+});

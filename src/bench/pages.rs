@@ -1,0 +1,235 @@
+//! `kickoff bench pages`: the dashboard and the API at scale. Fills the jobs table with synthetic
+//! jobs in mixed states (1,000,000 by default), serves the real router over loopback HTTP, and
+//! times whole responses (the server-rendered page, data included) with percentiles per address.
+//! Also reports the table's and its indexes' size, the server's RSS, and the time to prune the
+//! finished jobs.
+//!
+//! The fixture SQL lives here, not in `engine/store`: it makes rows no engine path would (already
+//! finished jobs with errors, in bulk), only for this measurement.
+
+use std::time::Instant;
+
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+use crate::engine::store::jobs as job_store;
+use crate::engine::{Engine, EngineConfig};
+use crate::http::{self, state::AppState};
+
+/// Rows per fixture statement.
+const SEED_CHUNK: i64 = 100_000;
+
+/// Fills `jobs` with `rows` jobs: 80 % completed, 5 % discarded, 3 % cancelled, 2 % retryable,
+/// 10 % scheduled over the next day; three queues and kinds; args with a `game_id` (5,000 games).
+async fn seed(pool: &PgPool, rows: i64) -> Result<(), String> {
+    let mut done = 0;
+    while done < rows {
+        let n = SEED_CHUNK.min(rows - done);
+        sqlx::query(
+            "INSERT INTO jobs (queue, kind, args, state, attempt, max_attempts, scheduled_at,
+                               attempted_at, attempted_by, finalized_at, errors, inserted_at)
+             SELECT (ARRAY['default', 'webhooks', 'questions'])[1 + i % 3],
+                    (ARRAY['noop', 'webhook', 'lock_question'])[1 + i % 3],
+                    jsonb_build_object('game_id', i % 5000, 'seq', i),
+                    s.state, a.attempt, 3, a.at, a.started, 'bench-node',
+                    CASE WHEN s.state IN ('completed', 'discarded', 'cancelled') THEN a.at END,
+                    CASE WHEN s.state IN ('discarded', 'retryable')
+                         THEN jsonb_build_array(jsonb_build_object(
+                                  'attempt', 1, 'at', a.at, 'started_at', a.started,
+                                  'node', 'bench-node', 'message', 'connection refused'))
+                         ELSE '[]'::jsonb END,
+                    a.at - interval '1 minute'
+             FROM generate_series($1::bigint + 1, $1::bigint + $2::bigint) AS i,
+                  LATERAL (SELECT CASE WHEN i % 100 < 80 THEN 'completed'
+                                       WHEN i % 100 < 85 THEN 'discarded'
+                                       WHEN i % 100 < 88 THEN 'cancelled'
+                                       WHEN i % 100 < 90 THEN 'retryable'
+                                       ELSE 'scheduled' END::job_state AS state) s,
+                  LATERAL (SELECT CASE WHEN s.state IN ('scheduled', 'retryable')
+                                       THEN now() + make_interval(secs => 60 + (i % 86400))
+                                       ELSE now() - make_interval(secs => (i % 86400)) END AS at,
+                                  CASE WHEN s.state = 'scheduled' THEN 0 ELSE 1 END AS attempt,
+                                  CASE WHEN s.state = 'scheduled' THEN NULL
+                                       ELSE now() - make_interval(secs => (i % 86400) + 1) END
+                                       AS started) a",
+        )
+        .bind(done)
+        .bind(n)
+        .execute(pool)
+        .await
+        .map_err(|e| format!("seeding jobs: {e}"))?;
+        done += n;
+    }
+    sqlx::query("ANALYZE jobs")
+        .execute(pool)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+pub async fn pages(pool: &PgPool, rows: i64, samples: usize) -> Result<Value, String> {
+    let seed_started = Instant::now();
+    seed(pool, rows).await?;
+    let seed_secs = seed_started.elapsed().as_secs_f64();
+
+    let engine = Engine::start(
+        pool.clone(),
+        crate::workers::builtin(Vec::new()),
+        EngineConfig::default(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let token = "bench-token";
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let state = AppState {
+        shutdown: shutdown.clone(),
+        client: engine.client(),
+        questions: crate::questions::QuestionService::new(engine.client()),
+        pool: pool.clone(),
+        events: engine.events(),
+        api_token: std::sync::Arc::from(token),
+        node_id: std::sync::Arc::from(engine.node_id()),
+        leptos_options: leptos::config::LeptosOptions::builder()
+            .output_name("kickoff")
+            .site_root("target/site")
+            .build(),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let server = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            axum::serve(listener, http::router(state))
+                .with_graceful_shutdown(shutdown.cancelled_owned())
+                .await
+        }
+    });
+
+    let some_id: i64 = sqlx::query_scalar("SELECT max(id) / 2 FROM jobs")
+        .fetch_one(pool)
+        .await
+        .map_err(|e| e.to_string())?;
+    let window_from = (chrono::Utc::now() - chrono::Duration::hours(3))
+        .format("%Y-%m-%dT%H:%M")
+        .to_string();
+    let window_to = (chrono::Utc::now() - chrono::Duration::hours(2))
+        .format("%Y-%m-%dT%H:%M")
+        .to_string();
+    let addresses: Vec<(String, bool)> = vec![
+        ("/".into(), false),
+        ("/jobs".into(), false),
+        ("/jobs?state=completed".into(), false),
+        ("/jobs?state=scheduled".into(), false),
+        ("/jobs?queue=webhooks".into(), false),
+        ("/jobs?kind=lock_question".into(), false),
+        ("/jobs?args=game_id%3D42".into(), false),
+        (
+            format!("/jobs?from={window_from}&to={window_to}&tz=0"),
+            false,
+        ),
+        (format!("/jobs?before={some_id}"), false),
+        (format!("/jobs/{some_id}"), false),
+        ("/failures".into(), false),
+        ("/timers".into(), false),
+        ("/queues".into(), false),
+        ("/questions".into(), false),
+        ("/api/v1/jobs".into(), true),
+        ("/api/v1/jobs?state=discarded".into(), true),
+        ("/api/v1/stats".into(), true),
+    ];
+    let client = reqwest::Client::new();
+    let mut results = serde_json::Map::new();
+    let mut worst_p95: f64 = 0.0;
+    for (address, api) in &addresses {
+        let url = format!("http://{addr}{address}");
+        let mut times = Vec::with_capacity(samples);
+        for i in 0..samples + 3 {
+            let mut req = client.get(&url);
+            if *api {
+                req = req.bearer_auth(token);
+            }
+            let started = Instant::now();
+            let res = req.send().await.map_err(|e| e.to_string())?;
+            let status = res.status();
+            let body = res.text().await.map_err(|e| e.to_string())?;
+            let ms = started.elapsed().as_secs_f64() * 1000.0;
+            if !status.is_success() {
+                return Err(format!("{address}: {status}: {body}"));
+            }
+            if i >= 3 {
+                times.push(ms);
+            }
+        }
+        times.sort_by(|a, b| a.total_cmp(b));
+        let p95 = percentile(&times, 0.95);
+        worst_p95 = worst_p95.max(p95);
+        results.insert(
+            address.clone(),
+            json!({
+                "p50_ms": (percentile(&times, 0.5) * 100.0).round() / 100.0,
+                "p95_ms": (p95 * 100.0).round() / 100.0,
+                "max_ms": (times.last().copied().unwrap_or(0.0) * 100.0).round() / 100.0,
+            }),
+        );
+    }
+    let (table_bytes, index_bytes): (i64, i64) =
+        sqlx::query_as("SELECT pg_table_size('jobs'), pg_indexes_size('jobs')")
+            .fetch_one(pool)
+            .await
+            .map_err(|e| e.to_string())?;
+    let rss = rss_kib();
+
+    shutdown.cancel();
+    let _ = server.await;
+    engine.stop().await;
+
+    // Pruning every finished job, as the pruner does: batches of 10,000.
+    let prune_started = Instant::now();
+    let cutoff = chrono::Utc::now() + chrono::Duration::days(1);
+    let mut pruned = 0;
+    loop {
+        let n = job_store::job_prune_finalized(pool, cutoff, 10_000)
+            .await
+            .map_err(|e| e.to_string())?;
+        if n == 0 {
+            break;
+        }
+        pruned += n;
+    }
+    let prune_secs = prune_started.elapsed().as_secs_f64();
+
+    Ok(json!({
+        "workload": "pages",
+        "jobs": rows,
+        "samples_per_address": samples,
+        "seed_secs": (seed_secs * 10.0).round() / 10.0,
+        "worst_p95_ms": (worst_p95 * 100.0).round() / 100.0,
+        "addresses": results,
+        "jobs_table_mib": table_bytes / (1024 * 1024),
+        "jobs_indexes_mib": index_bytes / (1024 * 1024),
+        "server_rss_mib": rss.map(|k| k / 1024),
+        "pruned": pruned,
+        "prune_secs": (prune_secs * 10.0).round() / 10.0,
+    }))
+}
