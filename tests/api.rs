@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use axum::Router;
@@ -13,8 +11,6 @@ use serde_json::{json, Value};
 use tower::ServiceExt;
 
 use common::test_db;
-use kickoff::engine::Client;
-use kickoff::http::state::AppState;
 
 const TOKEN: &str = "test-token-123";
 
@@ -25,23 +21,8 @@ struct Api {
 
 async fn api() -> Api {
     let db = test_db().await;
-    let workers = kickoff::workers::builtin(vec!["127.0.0.1:9".into(), "hooks.example.com".into()]);
-    let (events, _) = tokio::sync::broadcast::channel(16);
-    let client = Client::new(db.pool.clone(), Arc::new(workers));
-    let state = AppState {
-        questions: kickoff::questions::QuestionService::new(client.clone()),
-        client,
-        pool: db.pool.clone(),
-        events,
-        api_token: Arc::from(TOKEN),
-        node_id: Arc::from("test"),
-        leptos_options: leptos::config::LeptosOptions::builder()
-            .output_name("kickoff")
-            .build(),
-        shutdown: tokio_util::sync::CancellationToken::new(),
-    };
     Api {
-        app: kickoff::http::router(state),
+        app: common::app(&db.pool, TOKEN),
         pool: db.pool,
     }
 }

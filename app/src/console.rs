@@ -301,47 +301,95 @@ pub fn parse_local_time(value: &str, tz: Option<i32>) -> Result<i64, String> {
         .ok_or_else(|| format!("`{value}` is not a valid time"))
 }
 
-/// What the server provides to the dashboard. Errors are messages for the operator.
+/// Why the server refused a dashboard request: the HTTP status of the server function's response
+/// and a message for the operator. A client's mistake is never a 500.
+#[cfg(feature = "ssr")]
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    pub status: u16,
+    pub message: String,
+}
+
+#[cfg(feature = "ssr")]
+impl Refusal {
+    /// 422: the input is wrong.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Refusal {
+            status: 422,
+            message: message.into(),
+        }
+    }
+    /// 404: no such job, question or queue.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Refusal {
+            status: 404,
+            message: message.into(),
+        }
+    }
+    /// 409: the thing's state does not allow it.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Refusal {
+            status: 409,
+            message: message.into(),
+        }
+    }
+    /// 503: the database is unreachable (the cause is logged, not shown).
+    pub fn unavailable() -> Self {
+        Refusal {
+            status: 503,
+            message: "the database is unreachable; try again".into(),
+        }
+    }
+}
+
+#[cfg(feature = "ssr")]
+impl From<String> for Refusal {
+    fn from(message: String) -> Self {
+        Refusal::invalid(message)
+    }
+}
+
+/// What the server provides to the dashboard.
 #[cfg(feature = "ssr")]
 #[async_trait::async_trait]
 pub trait Console: Send + Sync + 'static {
-    async fn overview(&self) -> Result<Overview, String>;
-    async fn jobs(&self, query: JobQuery) -> Result<JobPage, String>;
-    async fn job(&self, id: i64) -> Result<JobDetail, String>;
+    async fn overview(&self) -> Result<Overview, Refusal>;
+    async fn jobs(&self, query: JobQuery) -> Result<JobPage, Refusal>;
+    async fn job(&self, id: i64) -> Result<JobDetail, Refusal>;
     /// `cancel`, `retry`, `run_now` or `delete` one job.
-    async fn job_action(&self, id: i64, action: String) -> Result<(), String>;
-    async fn reschedule_job(&self, id: i64, at_ms: i64) -> Result<(), String>;
+    async fn job_action(&self, id: i64, action: String) -> Result<(), Refusal>;
+    async fn reschedule_job(&self, id: i64, at_ms: i64) -> Result<(), Refusal>;
     /// Inserts a copy of a job, due now. Returns the new job's id.
-    async fn clone_job(&self, id: i64) -> Result<i64, String>;
-    async fn job_choices(&self) -> Result<JobChoices, String>;
-    async fn create_job(&self, input: NewJobInput) -> Result<i64, String>;
-    async fn bulk_preview(&self, query: JobQuery) -> Result<BulkCount, String>;
+    async fn clone_job(&self, id: i64) -> Result<i64, Refusal>;
+    async fn job_choices(&self) -> Result<JobChoices, Refusal>;
+    async fn create_job(&self, input: NewJobInput) -> Result<i64, Refusal>;
+    async fn bulk_preview(&self, query: JobQuery) -> Result<BulkCount, Refusal>;
     /// Applies `action` to the listed ids, or (when `ids` is empty) to every job matching `query`.
     async fn bulk(
         &self,
         action: String,
         ids: Vec<i64>,
         query: JobQuery,
-    ) -> Result<BulkDone, String>;
-    async fn timers(&self) -> Result<TimersPage, String>;
-    async fn queues(&self) -> Result<Vec<QueueInfo>, String>;
+    ) -> Result<BulkDone, Refusal>;
+    async fn timers(&self) -> Result<TimersPage, Refusal>;
+    async fn queues(&self) -> Result<Vec<QueueInfo>, Refusal>;
     /// `pause`, `resume`, or `concurrency` (with `concurrency`, empty for the nodes' default).
     async fn queue_action(
         &self,
         name: String,
         action: String,
         concurrency: Option<String>,
-    ) -> Result<(), String>;
-    async fn questions(&self) -> Result<QuestionsPage, String>;
-    async fn question(&self, id: i64) -> Result<QuestionDetail, String>;
+    ) -> Result<(), Refusal>;
+    async fn questions(&self) -> Result<QuestionsPage, Refusal>;
+    async fn question(&self, id: i64) -> Result<QuestionDetail, Refusal>;
     async fn create_question(
         &self,
         game: String,
         prompt: String,
         choices: Vec<String>,
         game_ms: i64,
-    ) -> Result<i64, String>;
-    async fn move_question(&self, id: i64, game_ms: i64) -> Result<(), String>;
+    ) -> Result<i64, Refusal>;
+    async fn move_question(&self, id: i64, game_ms: i64) -> Result<(), Refusal>;
 }
 
 #[cfg(feature = "ssr")]
@@ -350,9 +398,31 @@ fn console() -> Result<std::sync::Arc<dyn Console>, ServerFnError> {
         .ok_or_else(|| ServerFnError::new("the console is not available"))
 }
 
+/// Turns a refusal into the server function's error, with its HTTP status on the response (also
+/// on a server-rendered page whose data was refused: a missing job's page is a 404).
+///
+/// A plain form post (no JavaScript: the browser accepts HTML) keeps the redirect back to the page
+/// it came from, which then shows the job or queue as it is.
 #[cfg(feature = "ssr")]
-fn fail(message: String) -> ServerFnError {
-    ServerFnError::new(message)
+fn fail(refusal: impl Into<Refusal>) -> ServerFnError {
+    let refusal = refusal.into();
+    let form_post = use_context::<http::request::Parts>().is_some_and(|parts| {
+        parts.method == http::Method::POST
+            && parts
+                .headers
+                .get(http::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.contains("text/html"))
+    });
+    if form_post {
+        return ServerFnError::new(refusal.message);
+    }
+    if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+        if let Ok(status) = http::StatusCode::from_u16(refusal.status) {
+            response.set_status(status);
+        }
+    }
+    ServerFnError::new(refusal.message)
 }
 
 #[server(prefix = "/_console", endpoint = "overview")]

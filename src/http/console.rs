@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use kickoff_app::console::{
     AttemptRow, BulkCount, BulkDone, Console, JobChoices, JobDetail, JobPage, JobQuery, JobRow,
     MinutePoint, NewJobInput, NodeInfo, Overview, QuestionDetail, QuestionRow, QuestionsPage,
-    QueueInfo, TimersPage, BULK_COUNT_CAP,
+    QueueInfo, Refusal, TimersPage, BULK_COUNT_CAP,
 };
 use serde_json::Value;
 
@@ -36,7 +36,7 @@ impl ServerConsole {
         ServerConsole { client, questions }
     }
 
-    async fn now_ms(&self) -> Result<i64, String> {
+    async fn now_ms(&self) -> Result<i64, Refusal> {
         db_now(self.client.pool())
             .await
             .map(|t| t.timestamp_millis())
@@ -45,26 +45,35 @@ impl ServerConsole {
 }
 
 /// Logs the cause and gives the browser a message without internals.
-fn unavailable(e: impl std::fmt::Display) -> String {
+fn unavailable(e: impl std::fmt::Display) -> Refusal {
     tracing::error!(error = %e, "dashboard query failed");
-    "the database is unreachable; try again".to_string()
+    Refusal::unavailable()
 }
 
 /// An operator's request refused: say why (a conflict, a missing job, bad input are the operator's
-/// to know); a database failure is logged and summarised.
-fn refused(e: ClientError) -> String {
+/// to know) with the matching status; a database failure is logged and summarised.
+fn refused(e: ClientError) -> Refusal {
     match e {
         ClientError::Database(e) => unavailable(e),
-        other => other.to_string(),
+        ClientError::NotFound(_) => Refusal::not_found(e.to_string()),
+        ClientError::Conflict(_) => Refusal::conflict(e.to_string()),
+        ClientError::Invalid { .. } | ClientError::UnknownKind(_) => {
+            Refusal::invalid(e.to_string())
+        }
     }
 }
 
-fn question_refused(e: QuestionError) -> String {
+fn question_refused(e: QuestionError) -> Refusal {
     match e {
-        QuestionError::Database(e) | QuestionError::Client(ClientError::Database(e)) => {
-            unavailable(e)
+        QuestionError::Database(e) => unavailable(e),
+        QuestionError::Client(e) => refused(e),
+        QuestionError::NotFound(_) => Refusal::not_found(e.to_string()),
+        QuestionError::Conflict(_) | QuestionError::PredictionsClosed => {
+            Refusal::conflict(e.to_string())
         }
-        other => other.to_string(),
+        QuestionError::Invalid { .. } | QuestionError::UnknownChoice(_) => {
+            Refusal::invalid(e.to_string())
+        }
     }
 }
 
@@ -272,7 +281,7 @@ fn question_row(q: &crate::questions::store::Question) -> QuestionRow {
 
 #[async_trait::async_trait]
 impl Console for ServerConsole {
-    async fn overview(&self) -> Result<Overview, String> {
+    async fn overview(&self) -> Result<Overview, Refusal> {
         let now_ms = self.now_ms().await?;
         let counts = self.client.counts().await.map_err(refused)?;
         let mut states: BTreeMap<&'static str, i64> =
@@ -317,7 +326,7 @@ impl Console for ServerConsole {
         })
     }
 
-    async fn jobs(&self, query: JobQuery) -> Result<JobPage, String> {
+    async fn jobs(&self, query: JobQuery) -> Result<JobPage, Refusal> {
         let filter = job_filter(&query)?;
         let now_ms = self.now_ms().await?;
         let rows = self
@@ -352,7 +361,7 @@ impl Console for ServerConsole {
         })
     }
 
-    async fn job(&self, id: i64) -> Result<JobDetail, String> {
+    async fn job(&self, id: i64) -> Result<JobDetail, Refusal> {
         let now_ms = self.now_ms().await?;
         let j = self.client.get(JobId(id)).await.map_err(refused)?;
         let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
@@ -369,19 +378,19 @@ impl Console for ServerConsole {
         })
     }
 
-    async fn job_action(&self, id: i64, action: String) -> Result<(), String> {
+    async fn job_action(&self, id: i64, action: String) -> Result<(), Refusal> {
         let id = JobId(id);
         let done = match action.as_str() {
             "cancel" => self.client.cancel(id).await.map(drop),
             "retry" => self.client.retry(id).await.map(drop),
             "run_now" => self.client.run_now(id).await.map(drop),
             "delete" => self.client.delete(id).await,
-            other => return Err(format!("`{other}` is not a job action")),
+            other => return Err(Refusal::invalid(format!("`{other}` is not a job action"))),
         };
         done.map_err(refused)
     }
 
-    async fn reschedule_job(&self, id: i64, at_ms: i64) -> Result<(), String> {
+    async fn reschedule_job(&self, id: i64, at_ms: i64) -> Result<(), Refusal> {
         let at = from_ms("at", at_ms)?;
         self.client
             .reschedule(JobId(id), at)
@@ -390,7 +399,7 @@ impl Console for ServerConsole {
             .map_err(refused)
     }
 
-    async fn clone_job(&self, id: i64) -> Result<i64, String> {
+    async fn clone_job(&self, id: i64) -> Result<i64, Refusal> {
         self.client
             .clone_job(JobId(id))
             .await
@@ -398,7 +407,7 @@ impl Console for ServerConsole {
             .map_err(refused)
     }
 
-    async fn job_choices(&self) -> Result<JobChoices, String> {
+    async fn job_choices(&self) -> Result<JobChoices, Refusal> {
         let mut kinds: Vec<String> = self
             .client
             .workers()
@@ -418,7 +427,7 @@ impl Console for ServerConsole {
         Ok(JobChoices { kinds, queues })
     }
 
-    async fn create_job(&self, input: NewJobInput) -> Result<i64, String> {
+    async fn create_job(&self, input: NewJobInput) -> Result<i64, Refusal> {
         let job = new_job(input)?;
         self.client
             .insert(&job)
@@ -427,7 +436,7 @@ impl Console for ServerConsole {
             .map_err(refused)
     }
 
-    async fn bulk_preview(&self, query: JobQuery) -> Result<BulkCount, String> {
+    async fn bulk_preview(&self, query: JobQuery) -> Result<BulkCount, Refusal> {
         let mut filter = job_filter(&query)?;
         // The newest job now is the snapshot: jobs inserted after the confirmation are not touched.
         let newest = self
@@ -464,12 +473,14 @@ impl Console for ServerConsole {
         action: String,
         ids: Vec<i64>,
         query: JobQuery,
-    ) -> Result<BulkDone, String> {
-        let bulk_action: BulkAction = action.parse().map_err(|e: String| e)?;
+    ) -> Result<BulkDone, Refusal> {
+        let bulk_action: BulkAction = action.parse().map_err(Refusal::invalid)?;
         let report = if ids.is_empty() {
             let filter = job_filter(&query)?;
             if filter.max_id.is_none() {
-                return Err("confirm the count first: the action needs its snapshot".into());
+                return Err(Refusal::invalid(
+                    "confirm the count first: the action needs its snapshot",
+                ));
             }
             self.client.bulk_filter(bulk_action, &filter).await
         } else {
@@ -484,7 +495,7 @@ impl Console for ServerConsole {
         })
     }
 
-    async fn timers(&self) -> Result<TimersPage, String> {
+    async fn timers(&self) -> Result<TimersPage, Refusal> {
         let (jobs, now) = self.client.timers(TIMER_ROWS).await.map_err(refused)?;
         Ok(TimersPage {
             now_ms: ms(now),
@@ -492,7 +503,7 @@ impl Console for ServerConsole {
         })
     }
 
-    async fn queues(&self) -> Result<Vec<QueueInfo>, String> {
+    async fn queues(&self) -> Result<Vec<QueueInfo>, Refusal> {
         let counts = self.client.counts().await.map_err(refused)?;
         let (nodes, _) = self.client.nodes().await.map_err(refused)?;
         self.queue_infos(&counts, &nodes).await
@@ -503,26 +514,25 @@ impl Console for ServerConsole {
         name: String,
         action: String,
         concurrency: Option<String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         let done = match action.as_str() {
             "pause" => self.client.set_queue_paused(&name, true).await,
             "resume" => self.client.set_queue_paused(&name, false).await,
             "concurrency" => {
                 let limit = match concurrency.as_deref().map(str::trim) {
                     None | Some("") => None,
-                    Some(s) => Some(
-                        s.parse::<i32>()
-                            .map_err(|_| format!("concurrency: `{s}` is not a whole number"))?,
-                    ),
+                    Some(s) => Some(s.parse::<i32>().map_err(|_| {
+                        Refusal::invalid(format!("concurrency: `{s}` is not a whole number"))
+                    })?),
                 };
                 self.client.set_queue_concurrency(&name, limit).await
             }
-            other => return Err(format!("`{other}` is not a queue action")),
+            other => return Err(Refusal::invalid(format!("`{other}` is not a queue action"))),
         };
         done.map(drop).map_err(refused)
     }
 
-    async fn questions(&self) -> Result<QuestionsPage, String> {
+    async fn questions(&self) -> Result<QuestionsPage, Refusal> {
         let now_ms = self.now_ms().await?;
         let rows = self
             .questions
@@ -535,7 +545,7 @@ impl Console for ServerConsole {
         })
     }
 
-    async fn question(&self, id: i64) -> Result<QuestionDetail, String> {
+    async fn question(&self, id: i64) -> Result<QuestionDetail, Refusal> {
         let now_ms = self.now_ms().await?;
         let d = self.questions.get(id).await.map_err(question_refused)?;
         let counts: BTreeMap<&str, (i64, i64)> = d
@@ -568,7 +578,7 @@ impl Console for ServerConsole {
         prompt: String,
         choices: Vec<String>,
         game_ms: i64,
-    ) -> Result<i64, String> {
+    ) -> Result<i64, Refusal> {
         let at = from_ms("game_time", game_ms)?;
         self.questions
             .create(&game, &prompt, &choices, at)
@@ -577,7 +587,7 @@ impl Console for ServerConsole {
             .map_err(question_refused)
     }
 
-    async fn move_question(&self, id: i64, game_ms: i64) -> Result<(), String> {
+    async fn move_question(&self, id: i64, game_ms: i64) -> Result<(), Refusal> {
         let at = from_ms("game_time", game_ms)?;
         self.questions
             .update(id, None, None, Some(at))
@@ -593,7 +603,7 @@ impl ServerConsole {
         &self,
         counts: &[(String, JobState, i64)],
         nodes: &[crate::engine::store::nodes::NodeRow],
-    ) -> Result<Vec<QueueInfo>, String> {
+    ) -> Result<Vec<QueueInfo>, Refusal> {
         let settings = self.client.queues().await.map_err(refused)?;
         let mut infos: BTreeMap<String, QueueInfo> = BTreeMap::new();
         let blank = |name: &str| QueueInfo {

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{middleware, Json, Router};
 use leptos_axum::{generate_route_list, LeptosRoutes};
@@ -87,7 +88,39 @@ pub fn router(state: AppState) -> Router {
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
             kickoff_app::shell,
         ))
+        .layer(middleware::from_fn(console_input_errors))
         .with_state(state)
+}
+
+/// The most a dashboard server function's error body is read to classify it.
+const CONSOLE_ERROR_BYTES: usize = 64 * 1024;
+
+/// A dashboard server function whose arguments do not parse (a hand-made request: the dashboard's
+/// own forms always send well-formed ones) fails inside the server-function layer with a 500. It
+/// is the client's mistake: answer 400. Refusals of the console itself already carry their status.
+async fn console_input_errors(
+    req: axum::extract::Request,
+    next: middleware::Next,
+) -> axum::response::Response {
+    if !req.uri().path().starts_with("/_console/") {
+        return next.run(req).await;
+    }
+    let res = next.run(req).await;
+    if res.status() != StatusCode::INTERNAL_SERVER_ERROR {
+        return res;
+    }
+    let (mut parts, body) = res.into_parts();
+    let bytes = match axum::body::to_bytes(body, CONSOLE_ERROR_BYTES).await {
+        Ok(b) => b,
+        Err(_) => return (StatusCode::INTERNAL_SERVER_ERROR, "").into_response(),
+    };
+    // server_fn encodes its errors as `Variant|message`.
+    let text = String::from_utf8_lossy(&bytes);
+    let variant = text.split('|').next().unwrap_or("");
+    if matches!(variant, "Args" | "Deserialization" | "MissingArg") {
+        parts.status = StatusCode::BAD_REQUEST;
+    }
+    axum::response::Response::from_parts(parts, axum::body::Body::from(bytes))
 }
 
 /// Ready when the database answers.

@@ -120,3 +120,25 @@ pub async fn state_of(pool: &PgPool, id: kickoff::engine::JobId) -> kickoff::eng
         .expect("job exists")
         .state
 }
+
+/// The whole HTTP application (API, dashboard, server functions) on `pool`, with the built-in job
+/// kinds, no engine running, and `token` as the API token.
+pub fn app(pool: &PgPool, token: &str) -> axum::Router {
+    use std::sync::Arc;
+    let workers = kickoff::workers::builtin(vec!["127.0.0.1:9".into(), "hooks.example.com".into()]);
+    let (events, _) = tokio::sync::broadcast::channel(16);
+    let client = kickoff::engine::Client::new(pool.clone(), Arc::new(workers));
+    let state = kickoff::http::state::AppState {
+        questions: kickoff::questions::QuestionService::new(client.clone()),
+        client,
+        pool: pool.clone(),
+        events,
+        api_token: Arc::from(token),
+        node_id: Arc::from("test"),
+        leptos_options: leptos::config::LeptosOptions::builder()
+            .output_name("kickoff")
+            .build(),
+        shutdown: tokio_util::sync::CancellationToken::new(),
+    };
+    kickoff::http::router(state)
+}

@@ -66,6 +66,18 @@ impl Clock {
         let _ = db_now_ms;
     }
 
+    /// Follows the database clock of a resource's data each time it loads.
+    pub fn follow<T>(self, resource: Resource<Result<T, ServerFnError>>, now_ms: fn(&T) -> i64)
+    where
+        T: Clone + Send + Sync + serde::Serialize + serde::de::DeserializeOwned + 'static,
+    {
+        Effect::new(move |_| {
+            if let Some(Ok(value)) = resource.get() {
+                self.sync(now_ms(&value));
+            }
+        });
+    }
+
     #[cfg(feature = "hydrate")]
     fn tick(&self) {
         self.now_ms

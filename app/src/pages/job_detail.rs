@@ -36,11 +36,7 @@ pub fn JobDetailPage() -> impl IntoView {
             }
         },
     );
-    Effect::new(move |_| {
-        if let Some(Ok(d)) = job.get() {
-            clock.sync(d.now_ms);
-        }
-    });
+    clock.follow(job, |d: &JobDetail| d.now_ms);
     // After a delete the job is gone: back to the list. After a clone: to the copy.
     let navigate = use_navigate();
     Effect::new(move |_| {

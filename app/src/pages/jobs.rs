@@ -556,6 +556,8 @@ fn BulkConfirm(
                             .map(|(k, v)| view! { <input type="hidden" name=format!("query[{k}]") value=v/> })
                             .collect_view();
                         view! {
+                            // Once done, the question and its button go: the panel reports instead.
+                            <div hidden=move || bulk.value().with(|v| matches!(v, Some(Ok(_))))>
                             <p class="question">{question}</p>
                             {(!nothing).then({
                                 let back = back.clone();
@@ -572,6 +574,10 @@ fn BulkConfirm(
                                 </ActionForm>
                             }})}
                             {nothing.then(|| view! { <a href=back.clone()>"Back"</a> })}
+                            </div>
+                            <a href=back.clone() hidden=move || bulk.value().with(|v| !matches!(v, Some(Ok(_))))>
+                                "Back to the list"
+                            </a>
                         }
                         .into_any()
                     })

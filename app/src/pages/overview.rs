@@ -6,21 +6,25 @@ use leptos::prelude::*;
 use crate::components::live::use_live;
 use crate::components::loaded::Loaded;
 use crate::components::state_counts::StateCounts;
+use crate::components::table::{Column, DataTable};
 use crate::components::throughput::ThroughputChart;
 use crate::components::time::{use_clock, When};
 use crate::console::{get_overview, Overview};
 use crate::pages::queues::QueueTable;
+
+const NODE_COLUMNS: &[Column] = &[
+    ("Node", false),
+    ("Host", true),
+    ("Started", true),
+    ("Last heartbeat", false),
+];
 
 #[component]
 pub fn OverviewPage() -> impl IntoView {
     let live = use_live();
     let clock = use_clock();
     let overview = Resource::new(move || live.version.get(), |_| get_overview());
-    Effect::new(move |_| {
-        if let Some(Ok(o)) = overview.get() {
-            clock.sync(o.now_ms);
-        }
-    });
+    clock.follow(overview, |o: &Overview| o.now_ms);
     view! {
         <section class="page">
             <div class="page-head">
@@ -39,17 +43,7 @@ pub fn OverviewPage() -> impl IntoView {
                         view! { <p class="empty">"No node is alive: jobs wait until a server starts."</p> }.into_any()
                     } else {
                         view! {
-                            <div class="table-wrap">
-                                <table class="grid" aria-label="Nodes">
-                                    <thead>
-                                        <tr>
-                                            <th scope="col">"Node"</th>
-                                            <th scope="col">"Host"</th>
-                                            <th scope="col">"Started"</th>
-                                            <th scope="col">"Last heartbeat"</th>
-                                        </tr>
-                                    </thead>
-                                    <tbody>
+                            <DataTable label="Nodes" columns=NODE_COLUMNS>
                                         {o.nodes
                                             .into_iter()
                                             .map(|n| view! {
@@ -58,15 +52,13 @@ pub fn OverviewPage() -> impl IntoView {
                                                         <code>{n.id.clone()}</code>
                                                         {n.leader.then(|| view! { " " <span class="badge state-completed">"leader"</span> })}
                                                     </th>
-                                                    <td>{format!("{} (pid {})", n.hostname, n.pid)}</td>
-                                                    <td><When at_ms=n.started_ms base_ms=now/></td>
+                                                    <td class="wide">{format!("{} (pid {})", n.hostname, n.pid)}</td>
+                                                    <td class="wide"><When at_ms=n.started_ms base_ms=now/></td>
                                                     <td><When at_ms=n.heartbeat_ms base_ms=now/></td>
                                                 </tr>
                                             })
                                             .collect_view()}
-                                    </tbody>
-                                </table>
-                            </div>
+                                    </DataTable>
                         }
                         .into_any()
                     }}

@@ -6,8 +6,11 @@ use leptos_router::hooks::use_params_map;
 
 use crate::components::live::use_live;
 use crate::components::loaded::{failure, ActionError, Loaded};
+use crate::components::table::{Column, DataTable};
 use crate::components::time::{datetime_local_value, use_clock, Countdown, When};
 use crate::console::{get_question, MoveQuestion, QuestionDetail};
+
+const CHOICE_COLUMNS: &[Column] = &[("Choice", false), ("Predictions", false), ("Share", false)];
 
 #[component]
 pub fn QuestionDetailPage() -> impl IntoView {
@@ -28,11 +31,7 @@ pub fn QuestionDetailPage() -> impl IntoView {
             }
         },
     );
-    Effect::new(move |_| {
-        if let Some(Ok(q)) = question.get() {
-            clock.sync(q.now_ms);
-        }
-    });
+    clock.follow(question, |q: &QuestionDetail| q.now_ms);
     view! {
         <section class="page">
             <div class="page-head">
@@ -96,15 +95,7 @@ fn Detail(d: QuestionDetail, move_time: ServerAction<MoveQuestion>) -> impl Into
             </ActionForm>
         })}
         <h2>"Predictions per choice"</h2>
-        <table class="grid" aria-label="Predictions per choice">
-            <thead>
-                <tr>
-                    <th scope="col">"Choice"</th>
-                    <th scope="col">"Predictions"</th>
-                    <th scope="col">"Share"</th>
-                </tr>
-            </thead>
-            <tbody>
+        <DataTable label="Predictions per choice" columns=CHOICE_COLUMNS>
                 {d.choices
                     .into_iter()
                     .map(|(choice, n, _)| {
@@ -121,7 +112,6 @@ fn Detail(d: QuestionDetail, move_time: ServerAction<MoveQuestion>) -> impl Into
                         }
                     })
                     .collect_view()}
-            </tbody>
-        </table>
+            </DataTable>
     }
 }

@@ -4,19 +4,24 @@ use leptos::prelude::*;
 
 use crate::components::live::use_live;
 use crate::components::loaded::Loaded;
+use crate::components::table::{Column, DataTable};
 use crate::components::time::{use_clock, Countdown, When};
 use crate::console::{list_questions, QuestionsPage as Page};
+
+const QUESTION_COLUMNS: &[Column] = &[
+    ("Game", false),
+    ("Question", false),
+    ("Game time", false),
+    ("Status", false),
+    ("Lock job", true),
+];
 
 #[component]
 pub fn QuestionsPage() -> impl IntoView {
     let live = use_live();
     let clock = use_clock();
     let questions = Resource::new(move || live.version.get(), |_| list_questions());
-    Effect::new(move |_| {
-        if let Some(Ok(p)) = questions.get() {
-            clock.sync(p.now_ms);
-        }
-    });
+    clock.follow(questions, |p: &Page| p.now_ms);
     view! {
         <section class="page">
             <div class="page-head">
@@ -32,18 +37,7 @@ pub fn QuestionsPage() -> impl IntoView {
                 }
                 let now = p.now_ms;
                 view! {
-                    <div class="table-wrap">
-                        <table class="grid" aria-label="Questions">
-                            <thead>
-                                <tr>
-                                    <th scope="col">"Game"</th>
-                                    <th scope="col">"Question"</th>
-                                    <th scope="col">"Game time"</th>
-                                    <th scope="col">"Status"</th>
-                                    <th scope="col">"Lock job"</th>
-                                </tr>
-                            </thead>
-                            <tbody>
+                    <DataTable label="Questions" columns=QUESTION_COLUMNS>
                                 {p.rows
                                     .into_iter()
                                     .map(|q| {
@@ -58,14 +52,12 @@ pub fn QuestionsPage() -> impl IntoView {
                                                     {open.then(|| view! { " · locks " <Countdown at_ms=q.game_ms base_ms=now/> })}
                                                 </td>
                                                 <td><span class=badge>{q.status.clone()}</span></td>
-                                                <td>{q.lock_job_id.map(|id| view! { <a href=format!("/jobs/{id}")>{format!("#{id}")}</a> })}</td>
+                                                <td class="wide">{q.lock_job_id.map(|id| view! { <a href=format!("/jobs/{id}")>{format!("#{id}")}</a> })}</td>
                                             </tr>
                                         }
                                     })
                                     .collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
+                            </DataTable>
                 }
                 .into_any()
             }/>

@@ -5,9 +5,21 @@ use leptos::prelude::*;
 
 use crate::components::live::use_live;
 use crate::components::loaded::{failure, ActionError, Loaded};
+use crate::components::table::{Column, DataTable};
 use crate::components::time::{use_clock, Countdown, When};
 use crate::console::{list_timers, JobAction, TimersPage as Timers};
 use crate::pages::jobs::JobButtons;
+
+const TIMER_COLUMNS: &[Column] = &[
+    ("Due", false),
+    ("At", true),
+    ("Job", false),
+    ("Kind", false),
+    ("Queue", true),
+    ("State", false),
+    ("Args", true),
+    ("Actions", false),
+];
 
 #[component]
 pub fn TimersPage() -> impl IntoView {
@@ -19,11 +31,7 @@ pub fn TimersPage() -> impl IntoView {
         move || (live.version.get(), action.version().get()),
         |_| list_timers(),
     );
-    Effect::new(move |_| {
-        if let Some(Ok(t)) = timers.get() {
-            clock.sync(t.now_ms);
-        }
-    });
+    clock.follow(timers, |t: &Timers| t.now_ms);
     view! {
         <section class="page">
             <div class="page-head">
@@ -37,21 +45,7 @@ pub fn TimersPage() -> impl IntoView {
                 }
                 let now = t.now_ms;
                 view! {
-                    <div class="table-wrap">
-                        <table class="grid" aria-label="Pending timers">
-                            <thead>
-                                <tr>
-                                    <th scope="col">"Due"</th>
-                                    <th scope="col">"At"</th>
-                                    <th scope="col">"Job"</th>
-                                    <th scope="col">"Kind"</th>
-                                    <th scope="col" class="wide">"Queue"</th>
-                                    <th scope="col">"State"</th>
-                                    <th scope="col" class="wide">"Args"</th>
-                                    <th scope="col">"Actions"</th>
-                                </tr>
-                            </thead>
-                            <tbody>
+                    <DataTable label="Pending timers" columns=TIMER_COLUMNS>
                                 {t.rows
                                     .into_iter()
                                     .map(|j| {
@@ -60,7 +54,7 @@ pub fn TimersPage() -> impl IntoView {
                                         view! {
                                             <tr data-job=id>
                                                 <td><Countdown at_ms=j.scheduled_ms base_ms=now/></td>
-                                                <td><When at_ms=j.scheduled_ms base_ms=now/></td>
+                                                <td class="wide"><When at_ms=j.scheduled_ms base_ms=now/></td>
                                                 <td><a href=format!("/jobs/{id}")>{id}</a></td>
                                                 <td>{j.kind.clone()}</td>
                                                 <td class="wide">{j.queue.clone()}</td>
@@ -71,9 +65,7 @@ pub fn TimersPage() -> impl IntoView {
                                         }
                                     })
                                     .collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
+                            </DataTable>
                 }
                 .into_any()
             }/>

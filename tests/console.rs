@@ -1,0 +1,451 @@
+//! The dashboard's server side in-process (tower `oneshot`) against real PostgreSQL: every page
+//! renders its data on the server, and the server functions behind its forms answer bad input
+//! with a 4xx and leave everything as it was.
+
+mod common;
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use axum::Router;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use common::test_db;
+
+const TOKEN: &str = "console-test-token";
+
+struct Dashboard {
+    app: Router,
+    pool: sqlx::PgPool,
+}
+
+async fn dashboard() -> Dashboard {
+    let db = test_db().await;
+    Dashboard {
+        app: common::app(&db.pool, TOKEN),
+        pool: db.pool,
+    }
+}
+
+impl Dashboard {
+    async fn send(&self, req: Request<Body>) -> (StatusCode, Option<String>, String) {
+        let res = self.app.clone().oneshot(req).await.unwrap();
+        let status = res.status();
+        let location = res
+            .headers()
+            .get(header::LOCATION)
+            .map(|l| l.to_str().unwrap().to_string());
+        let bytes = res.into_body().collect().await.unwrap().to_bytes();
+        (
+            status,
+            location,
+            String::from_utf8_lossy(&bytes).into_owned(),
+        )
+    }
+
+    async fn page(&self, path: &str) -> (StatusCode, String) {
+        let req = Request::get(path).body(Body::empty()).unwrap();
+        let (status, _, body) = self.send(req).await;
+        (status, body)
+    }
+
+    /// Calls a server function as the hydrated dashboard does (a urlencoded POST).
+    async fn server_fn(&self, name: &str, form: &str) -> (StatusCode, String) {
+        let req = Request::post(format!("/_console/{name}"))
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(Body::from(form.to_string()))
+            .unwrap();
+        let (status, _, body) = self.send(req).await;
+        (status, body)
+    }
+
+    async fn api(&self, method: Method, path: &str, body: Value) -> Value {
+        let req = Request::builder()
+            .method(method)
+            .uri(format!("/api/v1{path}"))
+            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let (status, _, body) = self.send(req).await;
+        assert!(status.is_success(), "{status}: {body}");
+        serde_json::from_str(&body).unwrap()
+    }
+
+    async fn new_job(&self, body: Value) -> i64 {
+        self.api(Method::POST, "/jobs", body).await["job"]["id"]
+            .as_i64()
+            .unwrap()
+    }
+
+    async fn state_of(&self, id: i64) -> String {
+        sqlx::query_scalar("SELECT state::text FROM jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    async fn job_count(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM jobs")
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+}
+
+#[tokio::test]
+async fn every_page_renders_its_data_on_the_server() {
+    let d = dashboard().await;
+    let id = d
+        .new_job(json!({"kind": "noop", "schedule_in_ms": 600_000, "args": {"game_id": 4242}}))
+        .await;
+    let question = d
+        .api(
+            Method::POST,
+            "/questions",
+            json!({"game": "Bears vs Wolves", "prompt": "First goal?", "choices": ["Bears", "Wolves"],
+                   "game_time": (chrono::Utc::now() + chrono::Duration::hours(2)).to_rfc3339()}),
+        )
+        .await["id"]
+        .as_i64()
+        .unwrap();
+
+    let pages = [
+        ("/", "Jobs by state"),
+        ("/jobs", "game_id"),
+        ("/jobs?args=game_id%3D4242", "4242"),
+        (&format!("/jobs/{id}") as &str, "\"game_id\": 4242"),
+        ("/timers", "in 9 min"),
+        ("/failures", "No jobs match"),
+        ("/queues", "default"),
+        ("/jobs/new", "Create job"),
+        ("/questions", "Bears vs Wolves"),
+        (&format!("/questions/{question}"), "Predictions per choice"),
+        ("/questions/new", "Create question"),
+    ];
+    for (path, expected) in pages {
+        let (status, body) = d.page(path).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        // Rendered on the server, data included (the dashboard works without JavaScript).
+        assert!(body.contains(expected), "{path} lacks {expected:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_page_for_a_missing_job_or_question_is_a_404_that_says_so() {
+    let d = dashboard().await;
+    let (status, body) = d.page("/jobs/987654").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body.contains("job 987654 not found"));
+    let (status, _) = d.page("/questions/987654").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_bad_filter_in_the_address_is_explained_not_a_server_error() {
+    let d = dashboard().await;
+    for (path, message) in [
+        ("/jobs?state=exploded", "unknown state"),
+        ("/jobs?args=no-pair-here", "is not key=value"),
+        ("/jobs?from=yesterday", "is not a date and time"),
+    ] {
+        let (status, body) = d.page(path).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{path}");
+        assert!(body.contains(message), "{path} lacks {message:?}");
+    }
+}
+
+#[tokio::test]
+async fn job_actions_refuse_bad_input_with_a_4xx_and_change_nothing() {
+    let d = dashboard().await;
+    let id = d
+        .new_job(json!({"kind": "noop", "schedule_in_ms": 600_000}))
+        .await;
+
+    let cases = [
+        (
+            "job_action",
+            "id=987654&action=cancel".to_string(),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "job_action",
+            format!("id={id}&action=explode"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            "job_action",
+            "id=abc&action=cancel".to_string(),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "job_action",
+            "action=cancel".to_string(),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "reschedule_job",
+            format!("id={id}&at=soon"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            "reschedule_job",
+            format!("id={id}&at=2999-01-01T00:00"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            "reschedule_job",
+            format!("id={id}&at=2026-01-01T00:00&tz=99999"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        ("clone_job", "id=987654".to_string(), StatusCode::NOT_FOUND),
+    ];
+    for (function, form, expected) in cases {
+        let (status, body) = d.server_fn(function, &form).await;
+        assert_eq!(status, expected, "{function} {form}: {body}");
+    }
+    assert_eq!(d.state_of(id).await, "scheduled");
+    assert_eq!(d.job_count().await, 1);
+
+    // A double action: the second cancel is refused as a conflict.
+    let (status, _) = d
+        .server_fn("job_action", &format!("id={id}&action=cancel"))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = d
+        .server_fn("job_action", &format!("id={id}&action=cancel"))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(body.contains("already finished"), "{body}");
+}
+
+#[tokio::test]
+async fn the_new_job_form_refuses_bad_input_and_stores_nothing() {
+    let d = dashboard().await;
+    // The form's fields with some replaced or added (`key=value&...`).
+    let form = |fields: &str| {
+        let mut pairs: Vec<(String, String)> = [
+            ("kind", "noop"),
+            ("args", "%7B%7D"),
+            ("queue", "default"),
+            ("when", "now"),
+        ]
+        .iter()
+        .map(|(k, v)| (format!("input[{k}]"), v.to_string()))
+        .collect();
+        for pair in fields.split('&') {
+            let (k, v) = pair.split_once('=').unwrap();
+            match pairs.iter_mut().find(|(key, _)| key == k) {
+                Some(existing) => existing.1 = v.to_string(),
+                None => pairs.push((k.to_string(), v.to_string())),
+            }
+        }
+        pairs
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("&")
+    };
+    let cases = [
+        form("input[args]=%7Boops"),
+        form("input[args]=%5B1%5D"),
+        form("input[kind]=nope"),
+        form("input[when]=in&input[in_minutes]=-3"),
+        form("input[when]=in&input[in_minutes]=lots"),
+        form("input[when]=at&input[at]=2999-01-01T00:00"),
+        form("input[when]=at&input[at]=2000-01-01T00:00"),
+        form("input[when]=later"),
+        form("input[priority]=12"),
+        form("input[max_attempts]=0"),
+        form("input[queue]=Bad%20Queue"),
+    ];
+    for body in cases {
+        let (status, text) = d.server_fn("create_job", &body).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {text}");
+    }
+    assert_eq!(d.job_count().await, 0);
+
+    let (status, text) = d
+        .server_fn(
+            "create_job",
+            &form("input[when]=in&input[in_minutes]=2&input[priority]=3"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let id: i64 = serde_json::from_str(&text).unwrap();
+    let (priority, state): (i16, String) =
+        sqlx::query_as("SELECT priority, state::text FROM jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&d.pool)
+            .await
+            .unwrap();
+    assert_eq!((priority, state.as_str()), (3, "scheduled"));
+}
+
+#[tokio::test]
+async fn a_bulk_action_on_a_filter_stops_at_the_confirmed_snapshot() {
+    let d = dashboard().await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(
+            d.new_job(
+                json!({"kind": "noop", "schedule_in_ms": 600_000, "args": {"batch": "b7", "i": i}}),
+            )
+            .await,
+        );
+    }
+    let other = d
+        .new_job(json!({"kind": "noop", "schedule_in_ms": 600_000, "args": {"batch": "other"}}))
+        .await;
+    let (status, text) = d.server_fn("bulk_preview", "query[args]=batch%3Db7").await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let preview: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(preview["count"], 3);
+    let max_id = preview["max_id"].as_i64().unwrap();
+
+    let late = d
+        .new_job(
+            json!({"kind": "noop", "schedule_in_ms": 600_000, "args": {"batch": "b7", "i": 3}}),
+        )
+        .await;
+    let bad = [
+        (
+            "action=explode&query[args]=batch%3Db7".to_string(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        // Without the confirmed snapshot, a filter-wide action is refused.
+        (
+            "action=cancel&query[args]=batch%3Db7".to_string(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            "action=cancel&ids=1,x&query[tz]=0".to_string(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+    ];
+    for (form, expected) in bad {
+        let (status, text) = d.server_fn("bulk", &form).await;
+        assert_eq!(status, expected, "{form}: {text}");
+    }
+    let (status, text) = d
+        .server_fn(
+            "bulk",
+            &format!("action=cancel&query[args]=batch%3Db7&query[max_id]={max_id}"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let done: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(done["changed"], 3);
+    for id in ids {
+        assert_eq!(d.state_of(id).await, "cancelled");
+    }
+    assert_eq!(d.state_of(late).await, "scheduled");
+    assert_eq!(d.state_of(other).await, "scheduled");
+}
+
+#[tokio::test]
+async fn queue_and_question_forms_refuse_bad_input_and_change_nothing() {
+    let d = dashboard().await;
+    for (form, expected) in [
+        (
+            "name=default&action=concurrency&concurrency=abc",
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            "name=default&action=concurrency&concurrency=0",
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            "name=default&action=explode",
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        ("name=Bad%20Name&action=pause", StatusCode::NOT_FOUND),
+    ] {
+        let (status, text) = d.server_fn("queue_action", form).await;
+        assert_eq!(status, expected, "{form}: {text}");
+    }
+    let paused: Option<bool> =
+        sqlx::query_scalar("SELECT paused FROM queues WHERE name = 'default'")
+            .fetch_optional(&d.pool)
+            .await
+            .unwrap();
+    assert_ne!(paused, Some(true));
+
+    let in_an_hour = (chrono::Utc::now() + chrono::Duration::hours(1))
+        .format("%Y-%m-%dT%H:%M")
+        .to_string();
+    for form in [
+        "game=G&prompt=P&choices=Only&game_time=2030-01-01T00:00".to_string(),
+        "game=G&prompt=P&choices=A%0AB&game_time=2001-01-01T00:00".to_string(),
+        "game=G&prompt=P&choices=A%0AB&game_time=whenever".to_string(),
+        format!("game=&prompt=P&choices=A%0AB&game_time={in_an_hour}"),
+    ] {
+        let (status, text) = d.server_fn("create_question", &form).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{form}: {text}");
+    }
+    let questions: i64 = sqlx::query_scalar("SELECT count(*) FROM questions")
+        .fetch_one(&d.pool)
+        .await
+        .unwrap();
+    assert_eq!((questions, d.job_count().await), (0, 0));
+    let (status, _) = d
+        .server_fn(
+            "move_question",
+            &format!("id=987654&game_time={in_an_hour}"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_plain_form_post_without_javascript_acts_and_goes_back_to_the_page() {
+    let d = dashboard().await;
+    let id = d
+        .new_job(json!({"kind": "noop", "schedule_in_ms": 600_000}))
+        .await;
+    let req = Request::post("/_console/job_action")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::ACCEPT, "text/html,application/xhtml+xml")
+        .header(header::REFERER, "http://localhost/jobs?state=scheduled")
+        .body(Body::from(format!("id={id}&action=cancel")))
+        .unwrap();
+    let (status, location, _) = d.send(req).await;
+    assert_eq!(status, StatusCode::FOUND);
+    assert_eq!(
+        location.as_deref(),
+        Some("http://localhost/jobs?state=scheduled")
+    );
+    assert_eq!(d.state_of(id).await, "cancelled");
+}
+
+#[tokio::test]
+async fn the_jobs_list_pages_by_keyset_from_newest_to_oldest() {
+    let d = dashboard().await;
+    let mut ids = Vec::new();
+    for i in 0..105 {
+        ids.push(
+            d.new_job(json!({"kind": "noop", "schedule_in_ms": 600_000, "args": {"n": i}}))
+                .await,
+        );
+    }
+    let (status, first) = d.page("/jobs").await;
+    assert_eq!(status, StatusCode::OK);
+    let newest = ids[104];
+    let cursor = ids[5];
+    assert!(first.contains(&format!("href=\"/jobs/{newest}\"")));
+    assert!(!first.contains(&format!("href=\"/jobs/{}\"", ids[4])));
+    // 100 rows a page: the next page starts below the 100th newest.
+    assert!(
+        first.contains(&format!("/jobs?before={cursor}")),
+        "no link to the older page"
+    );
+    let (status, older) = d.page(&format!("/jobs?before={cursor}")).await;
+    assert_eq!(status, StatusCode::OK);
+    for id in &ids[..5] {
+        assert!(older.contains(&format!("href=\"/jobs/{id}\"")));
+    }
+    assert!(!older.contains(&format!("href=\"/jobs/{cursor}\"")));
+    assert!(!older.contains("Older →"));
+}
