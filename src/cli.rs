@@ -1,11 +1,14 @@
 //! The command line: `kickoff serve` (default), `kickoff migrate`, `kickoff bench ...`,
-//! `kickoff postgres start|stop` (the embedded cluster on its own, for tests and tools).
+//! `kickoff postgres start|stop` (the embedded cluster on its own, for tests and tools),
+//! `kickoff user add|list` (dashboard accounts).
 
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::accounts::{password_prompt, Accounts, Role};
 use crate::config::Config;
+use crate::server::Database;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -57,6 +60,72 @@ pub enum Command {
         #[arg(long)]
         throwaway: bool,
     },
+    /// Manage the dashboard's accounts (in the database the server uses).
+    User {
+        #[command(subcommand)]
+        action: UserAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UserAction {
+    /// Create an account. The password is the first line of standard input, or is asked for
+    /// twice when standard input is a terminal.
+    Add {
+        /// Login name: 1 to 64 of a-z, 0-9, '_', '.', '-' (upper case is lowered).
+        name: String,
+        /// viewer, operator or admin.
+        #[arg(long, default_value = "viewer")]
+        role: Role,
+    },
+    /// List the accounts.
+    List,
+}
+
+impl UserAction {
+    /// Runs the command against the server's database (migrated first, like `kickoff migrate`).
+    pub async fn run(self, config: &Config) -> Result<(), String> {
+        match self {
+            UserAction::Add { name, role } => {
+                // What can be refused without the database is, before it starts: a typo should
+                // not cost an embedded cluster start.
+                crate::accounts::normalize_name(&name).map_err(|e| e.to_string())?;
+                let password = password_prompt::read_new_password()
+                    .map_err(|e| format!("reading the password: {e}"))?;
+                crate::accounts::validate_password(&password).map_err(|e| e.to_string())?;
+                let db = Database::open(config).await.map_err(|e| e.to_string())?;
+                let created = Accounts::new(db.pool.clone())
+                    .create(&name, &password, role)
+                    .await;
+                db.close().await;
+                let user = created.map_err(|e| e.to_string())?;
+                println!("created user {} ({})", user.name, user.role);
+                Ok(())
+            }
+            UserAction::List => {
+                let db = Database::open(config).await.map_err(|e| e.to_string())?;
+                let listed = Accounts::new(db.pool.clone()).list().await;
+                db.close().await;
+                let users = listed.map_err(|e| e.to_string())?;
+                println!(
+                    "{:>6}  {:<24}  {:<8}  {:<8}  created",
+                    "id", "name", "role", "status"
+                );
+                for u in users {
+                    let status = if u.disabled { "disabled" } else { "active" };
+                    println!(
+                        "{:>6}  {:<24}  {:<8}  {:<8}  {}",
+                        u.id,
+                        u.name,
+                        u.role,
+                        status,
+                        u.created_at.format("%Y-%m-%d %H:%M:%S UTC")
+                    );
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

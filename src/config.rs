@@ -29,7 +29,19 @@ pub struct Config {
     #[arg(long, env = "KICKOFF_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
 
-    /// Hosts (`host` or `host:port`, comma-separated) that webhook jobs may call. Default: none.
+    /// On the first start of a database without operator accounts, create the admin `admin` with
+    /// this password. Default: unset (create one with `kickoff user add NAME --role admin`).
+    #[arg(long, env = "KICKOFF_ADMIN_PASSWORD", hide_env_values = true)]
+    pub admin_password: Option<String>,
+
+    /// Send the session cookie over HTTPS only (set it when the dashboard is served over HTTPS,
+    /// e.g. behind a TLS proxy). Default: false.
+    #[arg(long, env = "KICKOFF_SECURE_COOKIES", default_value_t = false)]
+    pub secure_cookies: bool,
+
+    /// Hosts (`host` or `host:port`, comma-separated) that webhook jobs may call. A host name must
+    /// resolve to public addresses only, unless written `private:host[:port]`; an IP literal must
+    /// be listed exactly. Default: none.
     #[arg(
         long,
         env = "KICKOFF_WEBHOOK_ALLOWED_HOSTS",

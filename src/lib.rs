@@ -5,6 +5,8 @@
 //! dashboard (`http`).
 #![forbid(unsafe_code)]
 
+pub mod accounts;
+pub mod audit;
 pub mod bench;
 pub mod cli;
 pub mod config;

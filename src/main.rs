@@ -56,6 +56,7 @@ async fn main() -> std::process::ExitCode {
             .await
             .unwrap_or_else(|e| Err(e.to_string()))
         }
+        Command::User { action } => action.run(&cli.config).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

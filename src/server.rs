@@ -176,10 +176,33 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         .site_addr(config.site_addr)
         .build();
     let shutdown = tokio_util::sync::CancellationToken::new();
+    let accounts = crate::accounts::Accounts::new(db.pool.clone());
+    match accounts
+        .ensure_first_admin(config.admin_password.as_deref())
+        .await
+    {
+        Ok(Some(admin)) => println!("Created the first operator account: {}", admin.name),
+        Ok(None) => {
+            if accounts.count().await.is_ok_and(|n| n == 0) {
+                println!(
+                    "No operator account yet: stop the server and run `kickoff user add NAME --role admin`, \
+                     or start it with KICKOFF_ADMIN_PASSWORD set (creates `admin`)."
+                );
+            }
+        }
+        Err(e) => return Err(StartError::Config(format!("KICKOFF_ADMIN_PASSWORD: {e}"))),
+    }
+    tokio::spawn(http::session::sweep_expired(
+        db.pool.clone(),
+        shutdown.clone(),
+    ));
     let state = AppState {
         shutdown: shutdown.clone(),
         client: engine.client(),
         questions: crate::questions::QuestionService::new(engine.client()),
+        accounts,
+        auditor: crate::audit::Auditor::new(db.pool.clone()),
+        secure_cookies: config.secure_cookies,
         pool: db.pool.clone(),
         events: engine.events(),
         api_token: Arc::from(token),
@@ -197,6 +220,8 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         }
     });
     // Open event streams end with the shutdown token, so the graceful stop does not wait on them.
+    // The peer address feeds the per-address sign-in throttle.
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await;

@@ -12,36 +12,123 @@ use serde_json::{json, Value};
 use tower::ServiceExt;
 
 use common::test_db;
+use kickoff::accounts::{Accounts, Role};
 
 const TOKEN: &str = "console-test-token";
 
 struct Dashboard {
     app: Router,
     pool: sqlx::PgPool,
+    /// The signed-in session's cookie and CSRF token.
+    cookie: String,
+    csrf: String,
 }
 
+const PASSWORD: &str = "correct horse battery staple";
+
 async fn dashboard() -> Dashboard {
+    dashboard_as(Role::Operator).await
+}
+
+async fn dashboard_as(role: Role) -> Dashboard {
     let db = test_db().await;
+    let app = common::app(&db.pool, TOKEN);
+    Accounts::new(db.pool.clone())
+        .create("ops", PASSWORD, role)
+        .await
+        .unwrap();
+    let (cookie, csrf) = sign_in(&app, "ops", PASSWORD, None).await;
     Dashboard {
-        app: common::app(&db.pool, TOKEN),
+        app,
         pool: db.pool,
+        cookie,
+        csrf,
     }
 }
 
-impl Dashboard {
-    async fn send(&self, req: Request<Body>) -> (StatusCode, Option<String>, String) {
-        let res = self.app.clone().oneshot(req).await.unwrap();
-        let status = res.status();
-        let location = res
-            .headers()
-            .get(header::LOCATION)
-            .map(|l| l.to_str().unwrap().to_string());
-        let bytes = res.into_body().collect().await.unwrap().to_bytes();
-        (
-            status,
-            location,
-            String::from_utf8_lossy(&bytes).into_owned(),
+/// Signs in through the login server function; returns the session cookie and the CSRF token the
+/// pages then carry.
+async fn sign_in(
+    app: &Router,
+    name: &str,
+    password: &str,
+    cookie: Option<&str>,
+) -> (String, String) {
+    let mut req = Request::post("/_console/login")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+    if let Some(c) = cookie {
+        req = req.header(header::COOKIE, c);
+    }
+    let res = app
+        .clone()
+        .oneshot(
+            req.body(Body::from(format!(
+                "name={name}&password={}",
+                password.replace(' ', "+")
+            )))
+            .unwrap(),
         )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK, "sign-in refused");
+    let cookie = session_cookie(&res).expect("a session cookie");
+    let page = app
+        .clone()
+        .oneshot(
+            Request::get("/")
+                .header(header::COOKIE, &cookie)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let html = String::from_utf8(
+        page.into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec(),
+    )
+    .unwrap();
+    let csrf = html
+        .split("<meta name=\"csrf-token\" content=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the page carries the CSRF token")
+        .to_string();
+    (cookie, csrf)
+}
+
+fn session_cookie(res: &axum::response::Response) -> Option<String> {
+    res.headers()
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("kickoff_session="))
+        .map(|v| v.split(';').next().unwrap().to_string())
+}
+
+async fn send(app: &Router, req: Request<Body>) -> (StatusCode, Option<String>, String) {
+    let res = app.clone().oneshot(req).await.unwrap();
+    let status = res.status();
+    let location = res
+        .headers()
+        .get(header::LOCATION)
+        .map(|l| l.to_str().unwrap().to_string());
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        location,
+        String::from_utf8_lossy(&bytes).into_owned(),
+    )
+}
+
+impl Dashboard {
+    async fn send(&self, mut req: Request<Body>) -> (StatusCode, Option<String>, String) {
+        req.headers_mut()
+            .insert(header::COOKIE, self.cookie.parse().unwrap());
+        send(&self.app, req).await
     }
 
     async fn page(&self, path: &str) -> (StatusCode, String) {
@@ -50,11 +137,12 @@ impl Dashboard {
         (status, body)
     }
 
-    /// Calls a server function as the hydrated dashboard does (a urlencoded POST).
+    /// Calls a server function as the hydrated dashboard does (a urlencoded POST with the form's
+    /// CSRF field).
     async fn server_fn(&self, name: &str, form: &str) -> (StatusCode, String) {
         let req = Request::post(format!("/_console/{name}"))
             .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .body(Body::from(form.to_string()))
+            .body(Body::from(format!("{form}&csrf={}", self.csrf)))
             .unwrap();
         let (status, _, body) = self.send(req).await;
         (status, body)
@@ -409,7 +497,7 @@ async fn a_plain_form_post_without_javascript_acts_and_goes_back_to_the_page() {
         .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
         .header(header::ACCEPT, "text/html,application/xhtml+xml")
         .header(header::REFERER, "http://localhost/jobs?state=scheduled")
-        .body(Body::from(format!("id={id}&action=cancel")))
+        .body(Body::from(format!("id={id}&action=cancel&csrf={}", d.csrf)))
         .unwrap();
     let (status, location, _) = d.send(req).await;
     assert_eq!(status, StatusCode::FOUND);
@@ -448,4 +536,296 @@ async fn the_jobs_list_pages_by_keyset_from_newest_to_oldest() {
     }
     assert!(!older.contains(&format!("href=\"/jobs/{cursor}\"")));
     assert!(!older.contains("Older →"));
+}
+
+#[tokio::test]
+async fn nothing_of_the_dashboard_answers_without_a_session() {
+    let d = dashboard().await;
+    let id = d
+        .new_job(json!({"kind": "noop", "schedule_in_ms": 600_000}))
+        .await;
+    for path in [
+        "/",
+        "/jobs",
+        "/jobs/new",
+        &format!("/jobs/{id}"),
+        "/timers",
+        "/failures",
+        "/queues",
+        "/questions",
+        "/questions/new",
+    ] {
+        let (status, location, _) =
+            send(&d.app, Request::get(path).body(Body::empty()).unwrap()).await;
+        assert_eq!(status, StatusCode::SEE_OTHER, "{path}");
+        assert!(location.unwrap().starts_with("/login?next="), "{path}");
+    }
+    let (status, _, _) = send(&d.app, Request::get("/events").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    for function in [
+        "overview",
+        "jobs",
+        "job",
+        "job_action",
+        "bulk",
+        "bulk_preview",
+        "timers",
+        "queues",
+        "queue_action",
+        "create_job",
+        "clone_job",
+        "reschedule_job",
+        "questions",
+        "question",
+        "create_question",
+        "move_question",
+        "job_choices",
+        "logout",
+    ] {
+        let req = Request::post(format!("/_console/{function}"))
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(Body::from(format!("id={id}&action=cancel")))
+            .unwrap();
+        let (status, _, _) = send(&d.app, req).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{function}");
+    }
+    assert_eq!(d.state_of(id).await, "scheduled");
+    // The login page and the API (with its own token) stay reachable.
+    let (status, _, _) = send(&d.app, Request::get("/login").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_post_without_the_csrf_token_is_refused_and_changes_nothing() {
+    let d = dashboard().await;
+    let id = d
+        .new_job(json!({"kind": "noop", "schedule_in_ms": 600_000}))
+        .await;
+    for body in [
+        format!("id={id}&action=cancel"),
+        format!("id={id}&action=cancel&csrf=forged"),
+    ] {
+        let req = Request::post("/_console/job_action")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(Body::from(body))
+            .unwrap();
+        let (status, _, _) = d.send(req).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+    }
+    assert_eq!(d.state_of(id).await, "scheduled");
+    // The header works as well as the form field.
+    let req = Request::post("/_console/job_action")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header("x-csrf-token", &d.csrf)
+        .body(Body::from(format!("id={id}&action=cancel")))
+        .unwrap();
+    let (status, _, _) = d.send(req).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(d.state_of(id).await, "cancelled");
+}
+
+#[tokio::test]
+async fn a_viewer_reads_everything_and_acts_on_nothing() {
+    let d = dashboard_as(Role::Viewer).await;
+    let id = d
+        .new_job(json!({"kind": "noop", "schedule_in_ms": 600_000}))
+        .await;
+    let (status, body) = d.page(&format!("/jobs/{id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        !body.contains("Cancel job"),
+        "a viewer is offered no actions"
+    );
+    let (status, _) = d.server_fn("jobs", "query[tz]=0").await;
+    assert_eq!(status, StatusCode::OK);
+    for (function, form) in [
+        ("job_action", format!("id={id}&action=cancel")),
+        ("clone_job", format!("id={id}")),
+        ("bulk", format!("action=cancel&ids={id}&query[tz]=0")),
+        ("queue_action", "name=default&action=pause".to_string()),
+        (
+            "create_job",
+            "input[kind]=noop&input[args]=%7B%7D&input[queue]=default&input[when]=now".to_string(),
+        ),
+    ] {
+        let (status, body) = d.server_fn(function, &form).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{function}: {body}");
+    }
+    assert_eq!(d.state_of(id).await, "scheduled");
+    assert_eq!(d.job_count().await, 1);
+}
+
+#[tokio::test]
+async fn signing_in_gives_a_new_session_id_and_signing_out_ends_it() {
+    let d = dashboard().await;
+    // Signing in again from a session: the old id stops working.
+    let (second, _) = sign_in(&d.app, "ops", PASSWORD, Some(&d.cookie)).await;
+    assert_ne!(second, d.cookie);
+    let page = |cookie: String| {
+        Request::get("/jobs")
+            .header(header::COOKIE, cookie)
+            .body(Body::empty())
+            .unwrap()
+    };
+    let (status, _, _) = send(&d.app, page(d.cookie.clone())).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let (status, _, _) = send(&d.app, page(second.clone())).await;
+    assert_eq!(status, StatusCode::OK);
+
+    let (_, csrf) = sign_in(&d.app, "ops", PASSWORD, Some(&second)).await;
+    let _ = csrf;
+    let (third, csrf) = sign_in(&d.app, "ops", PASSWORD, None).await;
+    let req = Request::post("/_console/logout")
+        .header(header::COOKIE, &third)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from(format!("csrf={csrf}")))
+        .unwrap();
+    let (status, _, _) = send(&d.app, req).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, _) = send(&d.app, page(third)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+
+    // Wrong credentials: one answer for a wrong password and an unknown name.
+    for (name, password) in [("ops", "wrong password here"), ("nobody", PASSWORD)] {
+        let req = Request::post("/_console/login")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(Body::from(format!(
+                "name={name}&password={}",
+                password.replace(' ', "+")
+            )))
+            .unwrap();
+        let (status, _, body) = send(&d.app, req).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert!(body.contains("wrong name or password"));
+    }
+    // A cross-site sign-in attempt is refused before the password is even checked.
+    let req = Request::post("/_console/login")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::HOST, "kickoff.local")
+        .header(header::ORIGIN, "https://evil.example")
+        .body(Body::from(format!(
+            "name=ops&password={}",
+            PASSWORD.replace(' ', "+")
+        )))
+        .unwrap();
+    let (status, _, _) = send(&d.app, req).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn every_response_carries_the_security_headers() {
+    let d = dashboard().await;
+    for path in ["/login", "/jobs", "/healthz"] {
+        let res = d
+            .app
+            .clone()
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let h = res.headers();
+        assert!(h[header::CONTENT_SECURITY_POLICY]
+            .to_str()
+            .unwrap()
+            .contains("frame-ancestors 'none'"));
+        assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+        assert_eq!(h[header::REFERRER_POLICY], "same-origin");
+    }
+}
+
+#[tokio::test]
+async fn the_audit_log_records_each_action_and_refuses_changes() {
+    let d = dashboard().await;
+    let id = d
+        .new_job(json!({"kind": "noop", "schedule_in_ms": 600_000}))
+        .await;
+    let mut batch = Vec::new();
+    for _ in 0..3 {
+        batch.push(
+            d.new_job(
+                json!({"kind": "noop", "schedule_in_ms": 600_000, "args": {"batch": "audit"}}),
+            )
+            .await,
+        );
+    }
+    let (status, _) = d
+        .server_fn("job_action", &format!("id={id}&action=cancel"))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = d
+        .server_fn("job_action", &format!("id={id}&action=cancel"))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let (_, text) = d
+        .server_fn("bulk_preview", "query[args]=batch%3Daudit")
+        .await;
+    let max_id = serde_json::from_str::<Value>(&text).unwrap()["max_id"]
+        .as_i64()
+        .unwrap();
+    let (status, _) = d
+        .server_fn(
+            "bulk",
+            &format!("action=retry&query[args]=batch%3Daudit&query[max_id]={max_id}"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = d
+        .server_fn(
+            "bulk",
+            &format!("action=cancel&query[args]=batch%3Daudit&query[max_id]={max_id}"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+
+    let rows: Vec<(
+        String,
+        String,
+        String,
+        Option<String>,
+        Option<i64>,
+        bool,
+        String,
+        Option<Value>,
+    )> = sqlx::query_as(
+        "SELECT actor, role, action, target, count, ok, result, filter FROM audit_log ORDER BY id",
+    )
+    .fetch_all(&d.pool)
+    .await
+    .unwrap();
+    let actions: Vec<&str> = rows.iter().map(|r| r.2.as_str()).collect();
+    assert_eq!(
+        actions,
+        [
+            "session.sign_in",
+            "job.cancel",
+            "job.cancel",
+            "jobs.bulk_retry",
+            "jobs.bulk_cancel"
+        ]
+    );
+    assert!(rows.iter().all(|r| r.0 == "ops" && r.1 == "operator"));
+    assert_eq!(rows[1].3.as_deref(), Some(format!("job {id}").as_str()));
+    assert!(
+        rows[1].5 && !rows[2].5,
+        "the second cancel is recorded as refused"
+    );
+    assert!(rows[2].6.contains("already finished"));
+    // Bulk actions keep their filter and how many jobs they changed.
+    assert_eq!(rows[3].4, Some(0), "nothing was retryable");
+    assert_eq!(rows[4].4, Some(3));
+    assert_eq!(rows[4].7.as_ref().unwrap()["args"], "batch=audit");
+
+    // The page lists them, newest first, filtered by action.
+    let (status, body) = d.page("/audit?action=jobs.bulk").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("jobs.bulk_cancel") && !body.contains("job.cancel<"));
+
+    // Append-only: the database refuses to change or remove entries.
+    for sql in [
+        "UPDATE audit_log SET ok = true",
+        "DELETE FROM audit_log",
+        "TRUNCATE audit_log",
+    ] {
+        let err = sqlx::query(sql).execute(&d.pool).await.unwrap_err();
+        assert!(err.to_string().contains("append-only"), "{sql}: {err}");
+    }
 }

@@ -352,20 +352,7 @@ async fn call(
 #[tokio::test]
 async fn the_questions_api_refuses_bad_input_clearly() {
     let db = test_db().await;
-    let client = Client::new(db.pool.clone(), Arc::new(kickoff::workers::builtin(vec![])));
-    let (events, _) = tokio::sync::broadcast::channel(4);
-    let app = kickoff::http::router(kickoff::http::state::AppState {
-        questions: QuestionService::new(client.clone()),
-        client,
-        pool: db.pool.clone(),
-        events,
-        api_token: Arc::from("t"),
-        node_id: Arc::from("test"),
-        leptos_options: leptos::config::LeptosOptions::builder()
-            .output_name("kickoff")
-            .build(),
-        shutdown: tokio_util::sync::CancellationToken::new(),
-    });
+    let app = common::app(&db.pool, "t");
     let ahead = in_ms(3_600_000).to_rfc3339();
     let past = in_ms(-60_000).to_rfc3339();
     let far = in_ms(1000 * 86_400_000).to_rfc3339();
@@ -563,4 +550,35 @@ async fn the_questions_api_refuses_bad_input_clearly() {
     )
     .await;
     assert_eq!(s, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_prediction_is_announced_to_live_pages() {
+    let db = test_db().await;
+    let questions = service(&db.pool);
+    let q = questions
+        .create("Owls vs Hawks", "Toss?", &choices(), in_ms(3_600_000))
+        .await
+        .unwrap();
+    let mut listener = sqlx::postgres::PgListener::connect_with(&db.pool)
+        .await
+        .unwrap();
+    listener.listen("kickoff_events").await.unwrap();
+    questions
+        .predict(q.question.id, "ana", "Lions")
+        .await
+        .unwrap();
+    let announced = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let n = listener.recv().await.unwrap();
+            let payload: Value = serde_json::from_str(n.payload()).unwrap();
+            if payload["op"] == "predictions" {
+                return payload;
+            }
+        }
+    })
+    .await
+    .expect("the prediction is announced");
+    assert_eq!(announced["questions"], json!([q.question.id]));
+    assert_eq!(announced["n"], 1);
 }

@@ -283,6 +283,66 @@ pub struct QuestionDetail {
     pub lock_job: Option<JobRow>,
 }
 
+/// The signed-in operator, as the pages need them: the server's request guard puts it in the
+/// request; the browser reads it from the page's `<meta>` tags.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Me {
+    pub name: String,
+    /// `viewer`, `operator` or `admin`.
+    pub role: String,
+    /// The session's CSRF token, which every form posts back.
+    pub csrf: String,
+}
+
+impl Me {
+    /// Whether the role may act on jobs, queues and questions (not only read).
+    pub fn may_act(&self) -> bool {
+        self.role != "viewer"
+    }
+}
+
+/// One audit entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditRow {
+    pub id: i64,
+    pub at_ms: i64,
+    pub actor: String,
+    pub role: String,
+    pub action: String,
+    pub target: Option<String>,
+    /// A bulk action's filter, as compact JSON.
+    pub filter: Option<String>,
+    pub count: Option<i64>,
+    pub address: Option<String>,
+    pub ok: bool,
+    pub result: String,
+}
+
+/// The audit page's filter, from the address bar.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AuditQuery {
+    pub actor: Option<String>,
+    /// Actions starting with this (`job.`, `jobs.bulk`, `queue.`, `session.`).
+    pub action: Option<String>,
+    /// `ok` or `refused`.
+    pub result: Option<String>,
+    pub before: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditPage {
+    pub now_ms: i64,
+    pub rows: Vec<AuditRow>,
+    pub next_before: Option<i64>,
+}
+
+/// What the login page says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoginInfo {
+    /// False on a fresh install: the page explains how to create the first admin.
+    pub has_users: bool,
+}
+
 /// Parses a `datetime-local` value (`2026-11-30T18:00`, seconds optional) in the time zone `tz`
 /// (minutes east of UTC) to milliseconds since the epoch.
 pub fn parse_local_time(value: &str, tz: Option<i32>) -> Result<i64, String> {
@@ -390,6 +450,11 @@ pub trait Console: Send + Sync + 'static {
         game_ms: i64,
     ) -> Result<i64, Refusal>;
     async fn move_question(&self, id: i64, game_ms: i64) -> Result<(), Refusal>;
+    async fn audit(&self, query: AuditQuery) -> Result<AuditPage, Refusal>;
+    async fn login_info(&self) -> Result<LoginInfo, Refusal>;
+    /// Signs in (a new session id) or says why not.
+    async fn login(&self, name: String, password: String) -> Result<(), Refusal>;
+    async fn logout(&self) -> Result<(), Refusal>;
 }
 
 #[cfg(feature = "ssr")]
@@ -442,18 +507,36 @@ pub async fn get_job(id: i64) -> Result<JobDetail, ServerFnError> {
 
 /// One job's action; the form's pressed button names it (`action=cancel`).
 #[server(prefix = "/_console", endpoint = "job_action")]
-pub async fn job_action(id: i64, action: String) -> Result<(), ServerFnError> {
+pub async fn job_action(
+    csrf: Option<String>,
+    id: i64,
+    action: String,
+) -> Result<(), ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
     console()?.job_action(id, action).await.map_err(fail)
 }
 
 #[server(prefix = "/_console", endpoint = "reschedule_job")]
-pub async fn reschedule_job(id: i64, at: String, tz: Option<i32>) -> Result<(), ServerFnError> {
+pub async fn reschedule_job(
+    csrf: Option<String>,
+    id: i64,
+    at: String,
+    tz: Option<i32>,
+) -> Result<(), ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
     let at_ms = parse_local_time(&at, tz).map_err(fail)?;
     console()?.reschedule_job(id, at_ms).await.map_err(fail)
 }
 
 #[server(prefix = "/_console", endpoint = "clone_job")]
-pub async fn clone_job(id: i64) -> Result<i64, ServerFnError> {
+pub async fn clone_job(csrf: Option<String>, id: i64) -> Result<i64, ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
     console()?.clone_job(id).await.map_err(fail)
 }
 
@@ -463,7 +546,10 @@ pub async fn get_job_choices() -> Result<JobChoices, ServerFnError> {
 }
 
 #[server(prefix = "/_console", endpoint = "create_job")]
-pub async fn create_job(input: NewJobInput) -> Result<i64, ServerFnError> {
+pub async fn create_job(csrf: Option<String>, input: NewJobInput) -> Result<i64, ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
     console()?.create_job(input).await.map_err(fail)
 }
 
@@ -476,10 +562,14 @@ pub async fn bulk_preview(query: JobQuery) -> Result<BulkCount, ServerFnError> {
 /// `query` up to `query.max_id`.
 #[server(prefix = "/_console", endpoint = "bulk")]
 pub async fn bulk_jobs(
+    csrf: Option<String>,
     action: String,
     ids: Option<String>,
     query: JobQuery,
 ) -> Result<BulkDone, ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
     let ids = parse_ids(ids.as_deref().unwrap_or("")).map_err(fail)?;
     console()?.bulk(action, ids, query).await.map_err(fail)
 }
@@ -508,10 +598,14 @@ pub async fn list_queues() -> Result<Vec<QueueInfo>, ServerFnError> {
 
 #[server(prefix = "/_console", endpoint = "queue_action")]
 pub async fn queue_action(
+    csrf: Option<String>,
     name: String,
     action: String,
     concurrency: Option<String>,
 ) -> Result<(), ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
     console()?
         .queue_action(name, action, concurrency)
         .await
@@ -531,12 +625,16 @@ pub async fn get_question(id: i64) -> Result<QuestionDetail, ServerFnError> {
 /// Creates a question; `choices` one per line.
 #[server(prefix = "/_console", endpoint = "create_question")]
 pub async fn create_question(
+    csrf: Option<String>,
     game: String,
     prompt: String,
     choices: String,
     game_time: String,
     tz: Option<i32>,
 ) -> Result<i64, ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
     let game_ms = parse_local_time(&game_time, tz).map_err(fail)?;
     let choices = choices
         .lines()
@@ -552,10 +650,81 @@ pub async fn create_question(
 
 #[server(prefix = "/_console", endpoint = "move_question")]
 pub async fn move_question(
+    csrf: Option<String>,
     id: i64,
     game_time: String,
     tz: Option<i32>,
 ) -> Result<(), ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
     let game_ms = parse_local_time(&game_time, tz).map_err(fail)?;
     console()?.move_question(id, game_ms).await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "login_info")]
+pub async fn get_login_info() -> Result<LoginInfo, ServerFnError> {
+    console()?.login_info().await.map_err(fail)
+}
+
+/// Where to go after signing in: a path of this site, else the overview.
+pub fn safe_next(next: Option<&str>) -> String {
+    match next {
+        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_string(),
+        _ => "/".to_string(),
+    }
+}
+
+/// Signs in and goes on to `next` (a redirect, also without JavaScript).
+#[server(prefix = "/_console", endpoint = "login")]
+pub async fn login(
+    name: String,
+    password: String,
+    next: Option<String>,
+) -> Result<String, ServerFnError> {
+    console()?.login(name, password).await.map_err(fail)?;
+    let next = safe_next(next.as_deref());
+    leptos_axum::redirect(&next);
+    Ok(next)
+}
+
+#[server(prefix = "/_console", endpoint = "logout")]
+pub async fn logout(csrf: Option<String>) -> Result<(), ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
+    console()?.logout().await.map_err(fail)?;
+    leptos_axum::redirect("/login");
+    Ok(())
+}
+
+/// The signed-in operator of this request (server) or page (browser).
+pub fn current_me() -> Option<Me> {
+    #[cfg(feature = "ssr")]
+    {
+        use_context::<http::request::Parts>().and_then(|p| p.extensions.get::<Me>().cloned())
+    }
+    #[cfg(all(feature = "hydrate", not(feature = "ssr")))]
+    {
+        let document = web_sys::window()?.document()?;
+        let meta = |name: &str| -> Option<String> {
+            document
+                .query_selector(&format!("meta[name=\"{name}\"]"))
+                .ok()
+                .flatten()
+                .and_then(|m| m.get_attribute("content"))
+        };
+        Some(Me {
+            name: meta("kickoff-user")?,
+            role: meta("kickoff-role")?,
+            csrf: meta("csrf-token")?,
+        })
+    }
+    #[cfg(not(any(feature = "ssr", feature = "hydrate")))]
+    None
+}
+
+#[server(prefix = "/_console", endpoint = "audit")]
+pub async fn list_audit(query: AuditQuery) -> Result<AuditPage, ServerFnError> {
+    console()?.audit(query).await.map_err(fail)
 }

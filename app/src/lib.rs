@@ -12,6 +12,7 @@ use leptos_router::components::{Route, Router, Routes, A};
 use leptos_router::{path, SsrMode};
 
 use crate::components::live::LiveBadge;
+use crate::components::session::UserMenu;
 
 /// The HTML document around the app (server side).
 pub fn shell(options: LeptosOptions) -> impl IntoView {
@@ -24,6 +25,11 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta name="color-scheme" content="light dark"/>
                 <link rel="icon" href="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E%3Ccircle cx='8' cy='8' r='7' fill='%232156d9'/%3E%3C/svg%3E"/>
                 <HydrationScripts options/>
+                {console::current_me().map(|m| view! {
+                    <meta name="kickoff-user" content=m.name/>
+                    <meta name="kickoff-role" content=m.role/>
+                    <meta name="csrf-token" content=m.csrf/>
+                })}
                 <MetaTags/>
             </head>
             <body>
@@ -36,6 +42,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
+    let signed_in = components::session::provide_me().is_some();
     components::live::provide_live();
     components::time::provide_clock();
     view! {
@@ -45,19 +52,21 @@ pub fn App() -> impl IntoView {
             <a class="skip" href="#main">"Skip to content"</a>
             <header class="topbar">
                 <a class="brand" href="/">"Kickoff"</a>
-                <nav aria-label="Main">
+                <nav aria-label="Main" hidden=!signed_in>
                     <A href="/" exact=true>"Overview"</A>
                     <A href="/jobs" exact=true>"Jobs"</A>
                     <A href="/timers">"Timers"</A>
                     <A href="/failures">"Failures"</A>
                     <A href="/queues">"Queues"</A>
                     <A href="/questions">"Questions"</A>
+                    <A href="/audit">"Audit"</A>
                     <A href="/jobs/new">"New job"</A>
                 </nav>
-                <LiveBadge/>
+                {signed_in.then(|| view! { <LiveBadge/> <UserMenu/> })}
             </header>
             <main id="main">
                 <Routes fallback=|| view! { <p>"Page not found."</p> }>
+                    <Route path=path!("/login") view=pages::login::LoginPage ssr=SsrMode::Async/>
                     <Route path=path!("/") view=pages::overview::OverviewPage ssr=SsrMode::Async/>
                     <Route path=path!("/jobs") view=pages::jobs::JobsPage ssr=SsrMode::Async/>
                     <Route path=path!("/jobs/new") view=pages::new_job::NewJobPage ssr=SsrMode::Async/>
@@ -68,6 +77,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/questions") view=pages::questions::QuestionsPage ssr=SsrMode::Async/>
                     <Route path=path!("/questions/new") view=pages::question_new::NewQuestionPage ssr=SsrMode::Async/>
                     <Route path=path!("/questions/:id") view=pages::question_detail::QuestionDetailPage ssr=SsrMode::Async/>
+                    <Route path=path!("/audit") view=pages::audit::AuditLogPage ssr=SsrMode::Async/>
                 </Routes>
             </main>
         </Router>

@@ -10,7 +10,27 @@ const token = process.env.KICKOFF_E2E_TOKEN ?? '';
 export const screenshots = path.join(import.meta.dirname, '..', 'screenshots');
 mkdirSync(screenshots, { recursive: true });
 
-export async function launch(options = {}) {
+export const adminPassword = process.env.KICKOFF_E2E_ADMIN_PASSWORD ?? '';
+
+// A browser profile of its own, signed in as the admin unless `signedOut` is set.
+export async function launch({ signedOut = false, ...options } = {}) {
+  const context = await launchProfile(options);
+  if (!signedOut) await signIn(context);
+  return context;
+}
+
+// Signs in through the login form (it works with and without JavaScript).
+export async function signIn(context, name = 'admin', password = adminPassword) {
+  const page = await context.newPage();
+  await page.goto(baseUrl + '/login');
+  await page.getByLabel('Name').fill(name);
+  await page.getByLabel('Password').fill(password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.waitForURL((url) => url.pathname === '/');
+  await page.close();
+}
+
+async function launchProfile(options) {
   // A new profile each time; the flags keep Chromium off the network this machine does not have.
   const userDataDir = mkdtempSync(path.join(tmpdir(), 'kickoff-chromium-'));
   return chromium.launchPersistentContext(userDataDir, {

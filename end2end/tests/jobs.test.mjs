@@ -154,3 +154,35 @@ test('without JavaScript the lists render and a job is cancelled through its for
     await noScript.close();
   }
 });
+
+test('the detail page reschedules, clones and deletes a job', async () => {
+  const made = await api('POST', '/jobs', { kind: 'noop', schedule_in_ms: 600_000, args: { detail: 'e2e' } });
+  const id = made.body.job.id;
+  const page = await browser.newPage();
+  await page.goto(`${baseUrl}/jobs/${id}`);
+  await hydrated(page);
+
+  // Two hours from now, typed in the browser's zone (the same machine's zone here).
+  const later = new Date(Date.now() + 2 * 3600_000);
+  const p = (n) => String(n).padStart(2, '0');
+  const local = `${later.getFullYear()}-${p(later.getMonth() + 1)}-${p(later.getDate())}T${p(later.getHours())}:${p(later.getMinutes())}:${p(later.getSeconds())}`;
+  await page.getByLabel('Reschedule to').fill(local);
+  await page.getByRole('button', { name: 'Reschedule' }).click();
+  await eventually('the job to move', async () => (await api('GET', `/jobs/${id}`)).body.scheduled_at,
+    (at) => Math.floor(new Date(at).getTime() / 1000) === Math.floor(later.getTime() / 1000));
+  await page.locator('.facts .countdown', { hasText: /in (1 h 59 min|2 h)/ }).waitFor();
+
+  await page.getByRole('button', { name: 'Clone as a new job' }).click();
+  await page.waitForURL((url) => /\/jobs\/\d+$/.test(url.pathname) && !url.pathname.endsWith(`/${id}`));
+  const copy = Number(page.url().split('/').pop());
+  const cloned = (await api('GET', `/jobs/${copy}`)).body;
+  assert.deepEqual(cloned.args, { detail: 'e2e' });
+
+  await page.goto(`${baseUrl}/jobs/${id}`);
+  await hydrated(page);
+  await page.getByText('Delete…').click();
+  await page.getByRole('button', { name: `Yes, delete job ${id}` }).click();
+  await page.waitForURL((url) => url.pathname === '/jobs');
+  assert.equal((await api('GET', `/jobs/${id}`)).status, 404);
+  await page.close();
+});

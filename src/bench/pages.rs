@@ -104,6 +104,9 @@ pub async fn pages(pool: &PgPool, rows: i64, samples: usize) -> Result<Value, St
         shutdown: shutdown.clone(),
         client: engine.client(),
         questions: crate::questions::QuestionService::new(engine.client()),
+        accounts: crate::accounts::Accounts::new(pool.clone()),
+        auditor: crate::audit::Auditor::new(pool.clone()),
+        secure_cookies: false,
         pool: pool.clone(),
         events: engine.events(),
         api_token: std::sync::Arc::from(token),
@@ -159,6 +162,27 @@ pub async fn pages(pool: &PgPool, rows: i64, samples: usize) -> Result<Value, St
         ("/api/v1/stats".into(), true),
     ];
     let client = reqwest::Client::new();
+    // The dashboard wants a signed-in operator: sign in once, as a browser would.
+    let password = "bench-password-not-secret";
+    crate::accounts::Accounts::new(pool.clone())
+        .create("bench", password, crate::accounts::Role::Viewer)
+        .await
+        .map_err(|e| e.to_string())?;
+    let signed_in = client
+        .post(format!("http://{addr}/_console/login"))
+        .form(&[("name", "bench"), ("password", password)])
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let cookie = signed_in
+        .headers()
+        .get_all(reqwest::header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with(crate::http::session::COOKIE))
+        .and_then(|v| v.split(';').next())
+        .map(String::from)
+        .ok_or_else(|| format!("signing in failed: {}", signed_in.status()))?;
     let mut results = serde_json::Map::new();
     let mut worst_p95: f64 = 0.0;
     for (address, api) in &addresses {
@@ -168,6 +192,8 @@ pub async fn pages(pool: &PgPool, rows: i64, samples: usize) -> Result<Value, St
             let mut req = client.get(&url);
             if *api {
                 req = req.bearer_auth(token);
+            } else {
+                req = req.header(reqwest::header::COOKIE, &cookie);
             }
             let started = Instant::now();
             let res = req.send().await.map_err(|e| e.to_string())?;

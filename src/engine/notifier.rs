@@ -2,7 +2,8 @@
 //!
 //! - `kickoff_due` (from the jobs triggers): available rows wake the queue's producer; scheduled or
 //!   retryable rows tell the timer of a due time that may be earlier than the one it knows.
-//! - `kickoff_events` (from the jobs triggers): forwarded to local subscribers (live dashboard).
+//! - `kickoff_events` (from the jobs and predictions triggers): forwarded to local subscribers (the
+//!   live dashboard).
 //! - `kickoff_control` (from the client): stop attempts of cancelled jobs, reload queue settings.
 //!
 //! Notifications sent while the connection is down are lost: after a reconnect every producer and

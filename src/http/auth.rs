@@ -28,7 +28,7 @@ pub async fn require_token(
 }
 
 /// Compares without an early exit, so the time taken does not tell how much of a guess was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

@@ -9,12 +9,17 @@ use kickoff_app::console::{
     MinutePoint, NewJobInput, NodeInfo, Overview, QuestionDetail, QuestionRow, QuestionsPage,
     QueueInfo, Refusal, TimersPage, BULK_COUNT_CAP,
 };
+use kickoff_app::console::{AuditPage, AuditQuery, AuditRow, LoginInfo};
+use leptos::prelude::use_context;
 use serde_json::Value;
 
+use crate::accounts::{Accounts, LoginError, Role};
+use crate::audit::{AuditEntry, AuditFilter, Auditor};
 use crate::engine::store::jobs::{db_now, JobFilter};
 use crate::engine::{
     BulkAction, Client, ClientError, Job, JobId, JobState, NewJob, OnConflict, Schedule,
 };
+use crate::http::session::{self, Operator};
 use crate::questions::{QuestionError, QuestionService};
 
 /// How many rows a dashboard list shows.
@@ -29,11 +34,74 @@ const ARGS_PREVIEW_CHARS: usize = 80;
 pub struct ServerConsole {
     client: Client,
     questions: QuestionService,
+    accounts: Accounts,
+    auditor: Auditor,
+}
+
+/// The request being served (leptos_axum provides it to server functions and rendered pages).
+fn request() -> Option<axum::http::request::Parts> {
+    use_context::<axum::http::request::Parts>()
+}
+
+/// The signed-in operator of the request, if their role is at least `need`: 401 without one (the
+/// session guard normally answered already), 403 for a role below.
+fn operator(need: Role) -> Result<Operator, Refusal> {
+    let op = request()
+        .and_then(|p| p.extensions.get::<Operator>().cloned())
+        .ok_or_else(|| Refusal {
+            status: 401,
+            message: "sign in first".into(),
+        })?;
+    if !op.may(need) {
+        return Err(Refusal {
+            status: 403,
+            message: format!(
+                "signed in as a {}: only an {} or admin may do this",
+                op.user.role.as_str(),
+                need.as_str()
+            ),
+        });
+    }
+    Ok(op)
 }
 
 impl ServerConsole {
-    pub fn new(client: Client, questions: QuestionService) -> Self {
-        ServerConsole { client, questions }
+    pub fn new(
+        client: Client,
+        questions: QuestionService,
+        accounts: Accounts,
+        auditor: Auditor,
+    ) -> Self {
+        ServerConsole {
+            client,
+            questions,
+            accounts,
+            auditor,
+        }
+    }
+
+    /// Records what an operator did (or tried) in the audit log.
+    async fn record<T>(
+        &self,
+        op: &Operator,
+        action: &str,
+        target: Option<String>,
+        filter: Option<Value>,
+        count: Option<i64>,
+        result: &Result<T, Refusal>,
+    ) {
+        self.auditor
+            .record(AuditEntry {
+                actor: op.user.name.clone(),
+                role: op.user.role.as_str().to_string(),
+                action: action.to_string(),
+                target,
+                filter,
+                count,
+                address: Some(op.address),
+                result: result.as_ref().map(|_| ()).map_err(|r| r.message.clone()),
+            })
+            .await;
     }
 
     async fn now_ms(&self) -> Result<i64, Refusal> {
@@ -282,6 +350,7 @@ fn question_row(q: &crate::questions::store::Question) -> QuestionRow {
 #[async_trait::async_trait]
 impl Console for ServerConsole {
     async fn overview(&self) -> Result<Overview, Refusal> {
+        operator(Role::Viewer)?;
         let now_ms = self.now_ms().await?;
         let counts = self.client.counts().await.map_err(refused)?;
         let mut states: BTreeMap<&'static str, i64> =
@@ -327,6 +396,7 @@ impl Console for ServerConsole {
     }
 
     async fn jobs(&self, query: JobQuery) -> Result<JobPage, Refusal> {
+        operator(Role::Viewer)?;
         let filter = job_filter(&query)?;
         let now_ms = self.now_ms().await?;
         let rows = self
@@ -362,6 +432,7 @@ impl Console for ServerConsole {
     }
 
     async fn job(&self, id: i64) -> Result<JobDetail, Refusal> {
+        operator(Role::Viewer)?;
         let now_ms = self.now_ms().await?;
         let j = self.client.get(JobId(id)).await.map_err(refused)?;
         let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
@@ -379,35 +450,92 @@ impl Console for ServerConsole {
     }
 
     async fn job_action(&self, id: i64, action: String) -> Result<(), Refusal> {
-        let id = JobId(id);
-        let done = match action.as_str() {
-            "cancel" => self.client.cancel(id).await.map(drop),
-            "retry" => self.client.retry(id).await.map(drop),
-            "run_now" => self.client.run_now(id).await.map(drop),
-            "delete" => self.client.delete(id).await,
-            other => return Err(Refusal::invalid(format!("`{other}` is not a job action"))),
-        };
-        done.map_err(refused)
+        let op = operator(Role::Operator)?;
+        let audit_action = format!("job.{action}");
+        let audit_target = Some(format!("job {id}"));
+        let audit_filter = None;
+        let result: Result<(), Refusal> = async {
+            let id = JobId(id);
+            let done = match action.as_str() {
+                "cancel" => self.client.cancel(id).await.map(drop),
+                "retry" => self.client.retry(id).await.map(drop),
+                "run_now" => self.client.run_now(id).await.map(drop),
+                "delete" => self.client.delete(id).await,
+                other => return Err(Refusal::invalid(format!("`{other}` is not a job action"))),
+            };
+            done.map_err(refused)
+        }
+        .await;
+        self.record(
+            &op,
+            &audit_action,
+            audit_target,
+            audit_filter,
+            None,
+            &result,
+        )
+        .await;
+        result
     }
 
     async fn reschedule_job(&self, id: i64, at_ms: i64) -> Result<(), Refusal> {
-        let at = from_ms("at", at_ms)?;
-        self.client
-            .reschedule(JobId(id), at)
-            .await
-            .map(drop)
-            .map_err(refused)
+        let op = operator(Role::Operator)?;
+        let audit_action = "job.reschedule".to_string();
+        let audit_target = Some(format!(
+            "job {id} to {}",
+            DateTime::from_timestamp_millis(at_ms)
+                .map(|t| t.to_rfc3339())
+                .unwrap_or_default()
+        ));
+        let audit_filter = None;
+        let result: Result<(), Refusal> = async {
+            let at = from_ms("at", at_ms)?;
+            self.client
+                .reschedule(JobId(id), at)
+                .await
+                .map(drop)
+                .map_err(refused)
+        }
+        .await;
+        self.record(
+            &op,
+            &audit_action,
+            audit_target,
+            audit_filter,
+            None,
+            &result,
+        )
+        .await;
+        result
     }
 
     async fn clone_job(&self, id: i64) -> Result<i64, Refusal> {
-        self.client
-            .clone_job(JobId(id))
-            .await
-            .map(|j| j.id.0)
-            .map_err(refused)
+        let op = operator(Role::Operator)?;
+        let audit_action = "job.clone".to_string();
+        let audit_target = Some(format!("job {id}"));
+        let audit_filter = None;
+        let result: Result<i64, Refusal> = async {
+            self.client
+                .clone_job(JobId(id))
+                .await
+                .map(|j| j.id.0)
+                .map_err(refused)
+        }
+        .await;
+        self.record(
+            &op,
+            &audit_action,
+            audit_target,
+            audit_filter,
+            None,
+            &result,
+        )
+        .await;
+        result
     }
 
     async fn job_choices(&self) -> Result<JobChoices, Refusal> {
+        operator(Role::Viewer)?;
         let mut kinds: Vec<String> = self
             .client
             .workers()
@@ -428,15 +556,33 @@ impl Console for ServerConsole {
     }
 
     async fn create_job(&self, input: NewJobInput) -> Result<i64, Refusal> {
-        let job = new_job(input)?;
-        self.client
-            .insert(&job)
-            .await
-            .map(|i| i.job.id.0)
-            .map_err(refused)
+        let op = operator(Role::Operator)?;
+        let audit_action = "job.create".to_string();
+        let audit_target = Some(format!("{} in {}", input.kind.trim(), input.queue.trim()));
+        let audit_filter = None;
+        let result: Result<i64, Refusal> = async {
+            let job = new_job(input)?;
+            self.client
+                .insert(&job)
+                .await
+                .map(|i| i.job.id.0)
+                .map_err(refused)
+        }
+        .await;
+        self.record(
+            &op,
+            &audit_action,
+            audit_target,
+            audit_filter,
+            None,
+            &result,
+        )
+        .await;
+        result
     }
 
     async fn bulk_preview(&self, query: JobQuery) -> Result<BulkCount, Refusal> {
+        operator(Role::Viewer)?;
         let mut filter = job_filter(&query)?;
         // The newest job now is the snapshot: jobs inserted after the confirmation are not touched.
         let newest = self
@@ -474,28 +620,53 @@ impl Console for ServerConsole {
         ids: Vec<i64>,
         query: JobQuery,
     ) -> Result<BulkDone, Refusal> {
-        let bulk_action: BulkAction = action.parse().map_err(Refusal::invalid)?;
-        let report = if ids.is_empty() {
-            let filter = job_filter(&query)?;
-            if filter.max_id.is_none() {
-                return Err(Refusal::invalid(
-                    "confirm the count first: the action needs its snapshot",
-                ));
+        let op = operator(Role::Operator)?;
+        let audit_action = format!("jobs.bulk_{action}");
+        let audit_target = (!ids.is_empty()).then(|| {
+            format!(
+                "jobs {}",
+                ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+            )
+        });
+        let audit_filter = ids
+            .is_empty()
+            .then(|| serde_json::to_value(&query).unwrap_or_default());
+        let result: Result<BulkDone, Refusal> = async {
+            let bulk_action: BulkAction = action.parse().map_err(Refusal::invalid)?;
+            let report = if ids.is_empty() {
+                let filter = job_filter(&query)?;
+                if filter.max_id.is_none() {
+                    return Err(Refusal::invalid(
+                        "confirm the count first: the action needs its snapshot",
+                    ));
+                }
+                self.client.bulk_filter(bulk_action, &filter).await
+            } else {
+                let ids: Vec<JobId> = ids.into_iter().map(JobId).collect();
+                self.client.bulk_ids(bulk_action, &ids).await
             }
-            self.client.bulk_filter(bulk_action, &filter).await
-        } else {
-            let ids: Vec<JobId> = ids.into_iter().map(JobId).collect();
-            self.client.bulk_ids(bulk_action, &ids).await
+            .map_err(refused)?;
+            Ok(BulkDone {
+                action,
+                changed: report.changed,
+                skipped: report.skipped,
+            })
         }
-        .map_err(refused)?;
-        Ok(BulkDone {
-            action,
-            changed: report.changed,
-            skipped: report.skipped,
-        })
+        .await;
+        self.record(
+            &op,
+            &audit_action,
+            audit_target,
+            audit_filter,
+            result.as_ref().ok().map(|d| d.changed as i64),
+            &result,
+        )
+        .await;
+        result
     }
 
     async fn timers(&self) -> Result<TimersPage, Refusal> {
+        operator(Role::Viewer)?;
         let (jobs, now) = self.client.timers(TIMER_ROWS).await.map_err(refused)?;
         Ok(TimersPage {
             now_ms: ms(now),
@@ -504,6 +675,7 @@ impl Console for ServerConsole {
     }
 
     async fn queues(&self) -> Result<Vec<QueueInfo>, Refusal> {
+        operator(Role::Viewer)?;
         let counts = self.client.counts().await.map_err(refused)?;
         let (nodes, _) = self.client.nodes().await.map_err(refused)?;
         self.queue_infos(&counts, &nodes).await
@@ -515,24 +687,52 @@ impl Console for ServerConsole {
         action: String,
         concurrency: Option<String>,
     ) -> Result<(), Refusal> {
-        let done = match action.as_str() {
-            "pause" => self.client.set_queue_paused(&name, true).await,
-            "resume" => self.client.set_queue_paused(&name, false).await,
-            "concurrency" => {
-                let limit = match concurrency.as_deref().map(str::trim) {
-                    None | Some("") => None,
-                    Some(s) => Some(s.parse::<i32>().map_err(|_| {
-                        Refusal::invalid(format!("concurrency: `{s}` is not a whole number"))
-                    })?),
-                };
-                self.client.set_queue_concurrency(&name, limit).await
-            }
-            other => return Err(Refusal::invalid(format!("`{other}` is not a queue action"))),
-        };
-        done.map(drop).map_err(refused)
+        let op = operator(Role::Operator)?;
+        let audit_action = format!("queue.{action}");
+        let audit_target = Some(match concurrency.as_deref() {
+            Some(c) if action == "concurrency" => format!(
+                "queue {name} to {}",
+                if c.trim().is_empty() {
+                    "the nodes' default"
+                } else {
+                    c.trim()
+                }
+            ),
+            _ => format!("queue {name}"),
+        });
+        let audit_filter = None;
+        let result: Result<(), Refusal> = async {
+            let done = match action.as_str() {
+                "pause" => self.client.set_queue_paused(&name, true).await,
+                "resume" => self.client.set_queue_paused(&name, false).await,
+                "concurrency" => {
+                    let limit = match concurrency.as_deref().map(str::trim) {
+                        None | Some("") => None,
+                        Some(s) => Some(s.parse::<i32>().map_err(|_| {
+                            Refusal::invalid(format!("concurrency: `{s}` is not a whole number"))
+                        })?),
+                    };
+                    self.client.set_queue_concurrency(&name, limit).await
+                }
+                other => return Err(Refusal::invalid(format!("`{other}` is not a queue action"))),
+            };
+            done.map(drop).map_err(refused)
+        }
+        .await;
+        self.record(
+            &op,
+            &audit_action,
+            audit_target,
+            audit_filter,
+            None,
+            &result,
+        )
+        .await;
+        result
     }
 
     async fn questions(&self) -> Result<QuestionsPage, Refusal> {
+        operator(Role::Viewer)?;
         let now_ms = self.now_ms().await?;
         let rows = self
             .questions
@@ -546,6 +746,7 @@ impl Console for ServerConsole {
     }
 
     async fn question(&self, id: i64) -> Result<QuestionDetail, Refusal> {
+        operator(Role::Viewer)?;
         let now_ms = self.now_ms().await?;
         let d = self.questions.get(id).await.map_err(question_refused)?;
         let counts: BTreeMap<&str, (i64, i64)> = d
@@ -579,21 +780,196 @@ impl Console for ServerConsole {
         choices: Vec<String>,
         game_ms: i64,
     ) -> Result<i64, Refusal> {
-        let at = from_ms("game_time", game_ms)?;
-        self.questions
-            .create(&game, &prompt, &choices, at)
-            .await
-            .map(|d| d.question.id)
-            .map_err(question_refused)
+        let op = operator(Role::Operator)?;
+        let audit_action = "question.create".to_string();
+        let audit_target = Some(format!("{} / {}", game.trim(), prompt.trim()));
+        let audit_filter = None;
+        let result: Result<i64, Refusal> = async {
+            let at = from_ms("game_time", game_ms)?;
+            self.questions
+                .create(&game, &prompt, &choices, at)
+                .await
+                .map(|d| d.question.id)
+                .map_err(question_refused)
+        }
+        .await;
+        self.record(
+            &op,
+            &audit_action,
+            audit_target,
+            audit_filter,
+            None,
+            &result,
+        )
+        .await;
+        result
     }
 
     async fn move_question(&self, id: i64, game_ms: i64) -> Result<(), Refusal> {
-        let at = from_ms("game_time", game_ms)?;
-        self.questions
-            .update(id, None, None, Some(at))
+        let op = operator(Role::Operator)?;
+        let audit_action = "question.move".to_string();
+        let audit_target = Some(format!("question {id}"));
+        let audit_filter = None;
+        let result: Result<(), Refusal> = async {
+            let at = from_ms("game_time", game_ms)?;
+            self.questions
+                .update(id, None, None, Some(at))
+                .await
+                .map(drop)
+                .map_err(question_refused)
+        }
+        .await;
+        self.record(
+            &op,
+            &audit_action,
+            audit_target,
+            audit_filter,
+            None,
+            &result,
+        )
+        .await;
+        result
+    }
+
+    async fn audit(&self, query: AuditQuery) -> Result<AuditPage, Refusal> {
+        operator(Role::Viewer)?;
+        let now_ms = self.now_ms().await?;
+        let ok = match query.result.as_deref() {
+            None | Some("") => None,
+            Some("ok") => Some(true),
+            Some("refused") => Some(false),
+            Some(other) => {
+                return Err(Refusal::invalid(format!(
+                    "result: `{other}` is not ok or refused"
+                )))
+            }
+        };
+        let filter = AuditFilter {
+            actor: query.actor.filter(|a| !a.trim().is_empty()),
+            action: query.action.filter(|a| !a.trim().is_empty()),
+            ok,
+        };
+        let rows = self
+            .auditor
+            .list(&filter, query.before, LIST_ROWS)
             .await
-            .map(drop)
-            .map_err(question_refused)
+            .map_err(unavailable)?;
+        let next_before = (rows.len() as i64 == LIST_ROWS)
+            .then(|| rows.last().map(|r| r.id))
+            .flatten();
+        Ok(AuditPage {
+            now_ms,
+            next_before,
+            rows: rows
+                .into_iter()
+                .map(|r| AuditRow {
+                    id: r.id,
+                    at_ms: ms(r.at),
+                    actor: r.actor,
+                    role: r.role,
+                    action: r.action,
+                    target: r.target,
+                    filter: r.filter.map(|f| f.to_string()),
+                    count: r.count,
+                    address: r.address,
+                    ok: r.ok,
+                    result: r.result,
+                })
+                .collect(),
+        })
+    }
+
+    async fn login_info(&self) -> Result<LoginInfo, Refusal> {
+        let has_users = self.accounts.count().await.map_err(unavailable)? > 0;
+        Ok(LoginInfo { has_users })
+    }
+
+    async fn login(&self, name: String, password: String) -> Result<(), Refusal> {
+        let parts = request().ok_or_else(Refusal::unavailable)?;
+        // No session token exists before signing in: the request must come from this site.
+        if !session::same_origin(&parts) {
+            return Err(Refusal {
+                status: 403,
+                message: "sign in from the dashboard's own page".into(),
+            });
+        }
+        let session = parts
+            .extensions
+            .get::<tower_sessions::Session>()
+            .cloned()
+            .ok_or_else(Refusal::unavailable)?;
+        let address = session::client_address(&parts.extensions);
+        let refusal = match self.accounts.authenticate(&name, &password, address).await {
+            Ok(user) => Ok(user),
+            Err(LoginError::BadCredentials) => Err(Refusal {
+                status: 401,
+                message: "wrong name or password".into(),
+            }),
+            Err(LoginError::Locked { retry_after_secs }) => Err(Refusal {
+                status: 429,
+                message: format!(
+                    "too many failed sign-ins: try again in {} min",
+                    retry_after_secs.div_ceil(60).max(1)
+                ),
+            }),
+            Err(LoginError::Database(e)) => return Err(unavailable(e)),
+        };
+        let user = match refusal {
+            Ok(user) => user,
+            Err(refusal) => {
+                // The name as typed (cut): who tried, even if no such user exists.
+                let typed: String = name.trim().chars().take(100).collect();
+                self.auditor
+                    .record(AuditEntry {
+                        actor: if typed.is_empty() { "?".into() } else { typed },
+                        role: "none".into(),
+                        action: "session.sign_in".into(),
+                        target: None,
+                        filter: None,
+                        count: None,
+                        address: Some(address),
+                        result: Err(refusal.message.clone()),
+                    })
+                    .await;
+                return Err(refusal);
+            }
+        };
+        session::sign_in(&session, &user)
+            .await
+            .map_err(unavailable)?;
+        tracing::info!(user = %user.name, %address, "signed in");
+        self.auditor
+            .record(AuditEntry {
+                actor: user.name.clone(),
+                role: user.role.as_str().to_string(),
+                action: "session.sign_in".into(),
+                target: None,
+                filter: None,
+                count: None,
+                address: Some(address),
+                result: Ok(()),
+            })
+            .await;
+        Ok(())
+    }
+
+    async fn logout(&self) -> Result<(), Refusal> {
+        if let Ok(op) = operator(Role::Viewer) {
+            self.record(
+                &op,
+                "session.sign_out",
+                None,
+                None,
+                None,
+                &Ok::<(), Refusal>(()),
+            )
+            .await;
+        }
+        let parts = request().ok_or_else(Refusal::unavailable)?;
+        if let Some(session) = parts.extensions.get::<tower_sessions::Session>() {
+            session::sign_out(session).await.map_err(unavailable)?;
+        }
+        Ok(())
     }
 }
 

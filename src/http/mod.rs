@@ -7,6 +7,7 @@ pub mod auth;
 pub mod console;
 pub mod error;
 pub mod extract;
+pub mod session;
 pub mod sse;
 pub mod state;
 
@@ -60,17 +61,19 @@ pub fn api_router(state: AppState) -> Router<AppState> {
 }
 
 /// The whole application: API, probes, dashboard and static files.
+///
+/// The dashboard (pages, server functions, its live stream, static files) sits behind the session
+/// guard; the REST API has its own bearer tokens; the probes are open.
 pub fn router(state: AppState) -> Router {
     let leptos_options = state.leptos_options.clone();
     let routes = generate_route_list(kickoff_app::App);
     let console: Arc<dyn kickoff_app::console::Console> = Arc::new(console::ServerConsole::new(
         state.client.clone(),
         state.questions.clone(),
+        state.accounts.clone(),
+        state.auditor.clone(),
     ));
-    Router::new()
-        .nest("/api/v1", api_router(state.clone()))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
+    let dashboard = Router::new()
         // The dashboard's live stream (the API has its own, behind the token).
         .route("/events", get(sse::events))
         .leptos_routes_with_context(
@@ -89,6 +92,17 @@ pub fn router(state: AppState) -> Router {
             kickoff_app::shell,
         ))
         .layer(middleware::from_fn(console_input_errors))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            session::require_operator,
+        ))
+        .layer(session::layer(state.pool.clone(), state.secure_cookies));
+    Router::new()
+        .nest("/api/v1", api_router(state.clone()))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .merge(dashboard)
+        .layer(middleware::from_fn(session::security_headers))
         .with_state(state)
 }
 

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use sqlx::PgPool;
 use tokio::sync::broadcast;
 
+use crate::accounts::Accounts;
+use crate::audit::Auditor;
 use crate::engine::Client;
 use crate::questions::QuestionService;
 
@@ -12,6 +14,12 @@ use crate::questions::QuestionService;
 pub struct AppState {
     pub client: Client,
     pub questions: QuestionService,
+    /// Operator accounts of the dashboard.
+    pub accounts: Accounts,
+    /// Where every operator and API action is recorded.
+    pub auditor: Auditor,
+    /// Session cookies only over HTTPS (`KICKOFF_SECURE_COOKIES`).
+    pub secure_cookies: bool,
     pub pool: PgPool,
     /// State changes of jobs on every node (see `engine::notifier`).
     pub events: broadcast::Sender<String>,

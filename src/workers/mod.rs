@@ -4,6 +4,7 @@ pub mod lock_question;
 pub mod noop;
 pub mod settle_question;
 pub mod webhook;
+mod webhook_address;
 
 use crate::engine::Workers;
 

@@ -4,14 +4,50 @@
 //!
 //! Args: `url` (http or https), `method` (default POST), `headers` (object of strings), `body`
 //! (JSON), `timeout_ms` (1 to 300000, default 10000).
+//!
+//! # Where a call may connect
+//!
+//! The allowlist names hosts, but a host name is only as trustworthy as its DNS: a name that
+//! resolved to a public address at insert time can resolve to `127.0.0.1`, `10.0.0.5` or the cloud
+//! metadata service `169.254.169.254` when the job runs (DNS rebinding). So each attempt resolves
+//! the host itself and checks every address it gets (see `webhook_address` for the classes):
+//!
+//! - **An IP literal** in the URL (`http://10.0.0.5:8080/`) is called whatever its class: it only
+//!   gets past the allowlist if the operator listed that exact address, and no DNS is involved.
+//! - **A host name** is called only if *every* address it resolves to is public. One private,
+//!   loopback, link-local, ... answer refuses the attempt as fatal (not retried): `webhook host
+//!   example.test resolves to 10.0.0.5, a private address: refused`.
+//! - **A host name the operator marked** with the `private:` prefix in the allowlist
+//!   (`private:billing.internal` or `private:billing.internal:8443`) may resolve to any address:
+//!   the operator vouches for that name's DNS. Only the entry written with the prefix is trusted
+//!   this way (`private:8443` alone is the host `private` on port 8443, unmarked).
+//!
+//! The addresses checked are the addresses connected to: each call gets a client whose DNS
+//! resolver is [`PinnedResolver`], which answers the checked host with exactly the checked
+//! addresses and fails for any other name. That is preferred over `ClientBuilder::resolve_to_addrs`
+//! alone, which falls back to the system resolver for a name it was not given (a redirect, a
+//! spelling of the host that misses its key): here any name we did not check fails closed instead
+//! of reaching DNS. It is also preferred over one shared client with a validating resolver: the
+//! refusal is decided in our code before any connection, so it is a clean fatal error rather than
+//! a connect error to dig out of reqwest's error chain, and no pooled connection outlives a change
+//! of the allowlist. The cost is a connection (and TLS setup) per call, which webhooks can afford.
+//! The client also ignores `HTTP_PROXY` and friends: a proxy would resolve the host itself,
+//! after our check.
+//!
+//! Redirects are never followed. A success's body is never read; a failure keeps at most the first
+//! `ERROR_BODY_CHARS` characters of its body, read no further than that.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::Url;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::webhook_address::classify;
 use crate::engine::{BoxFuture, JobContext, WorkError, Worker};
 
 pub const KIND: &str = "webhook";
@@ -19,6 +55,10 @@ const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 const MAX_TIMEOUT_MS: u64 = 300_000;
 /// How much of a failed response's body is kept in the job's error.
 const ERROR_BODY_CHARS: usize = 500;
+/// The most bytes read of a failed response's body (a UTF-8 character is at most 4 bytes).
+const ERROR_BODY_BYTES: usize = ERROR_BODY_CHARS * 4;
+/// The allowlist prefix that lets a host name resolve to non-public addresses.
+const PRIVATE_MARK: &str = "private:";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -34,25 +74,65 @@ struct WebhookArgs {
     timeout_ms: Option<u64>,
 }
 
+/// One `KICKOFF_WEBHOOK_ALLOWED_HOSTS` entry.
+#[derive(Debug, PartialEq)]
+struct AllowedHost {
+    /// `host` or `host:port`, lower-cased, spelled as in a URL (an IPv6 address in brackets).
+    host: String,
+    /// Listed as `private:host`: the host name may resolve to non-public addresses.
+    private_ok: bool,
+}
+
+impl AllowedHost {
+    fn parse(entry: &str) -> Self {
+        let entry = entry.trim().to_ascii_lowercase();
+        match entry.strip_prefix(PRIVATE_MARK) {
+            // `private:8443` is the host `private` on port 8443, not a marked host `8443`.
+            Some(rest) if !rest.is_empty() && !rest.bytes().all(|b| b.is_ascii_digit()) => {
+                AllowedHost {
+                    host: rest.to_string(),
+                    private_ok: true,
+                }
+            }
+            _ => AllowedHost {
+                host: entry,
+                private_ok: false,
+            },
+        }
+    }
+}
+
+/// A call that passed the allowlist.
+#[derive(Debug)]
+struct CheckedCall {
+    url: Url,
+    method: reqwest::Method,
+    timeout: Duration,
+    /// The URL's host, lower-cased (an IPv6 literal in brackets).
+    host: String,
+    port: u16,
+    /// An allowlist entry matching this host is marked `private:`.
+    private_ok: bool,
+}
+
 pub struct WebhookWorker {
-    allowed_hosts: Vec<String>,
-    http: reqwest::Client,
+    allowed_hosts: Vec<AllowedHost>,
 }
 
 impl WebhookWorker {
+    /// `allowed_hosts`: `host`, `host:port`, or either with the `private:` prefix (see the module
+    /// doc).
     pub fn new(allowed_hosts: Vec<String>) -> Self {
-        let http = reqwest::Client::builder()
-            // Never follow a redirect to a host that was not allowed.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .expect("building the HTTP client");
         WebhookWorker {
-            allowed_hosts,
-            http,
+            allowed_hosts: allowed_hosts
+                .iter()
+                .map(|h| AllowedHost::parse(h))
+                .filter(|h| !h.host.is_empty())
+                .collect(),
         }
     }
 
-    fn check(&self, args: &WebhookArgs) -> Result<(Url, reqwest::Method, Duration), String> {
+    fn check(&self, args: &WebhookArgs) -> Result<CheckedCall, String> {
         let url = Url::parse(&args.url).map_err(|e| format!("url: {e}"))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err("url: only http and https are allowed".into());
@@ -60,15 +140,17 @@ impl WebhookWorker {
         let host = url.host_str().ok_or("url: no host")?.to_ascii_lowercase();
         let port = url.port_or_known_default().unwrap_or(0);
         let host_port = format!("{host}:{port}");
-        if !self
+        let mut matching = self
             .allowed_hosts
             .iter()
-            .any(|a| *a == host || *a == host_port)
-        {
+            .filter(|a| a.host == host || a.host == host_port)
+            .peekable();
+        if matching.peek().is_none() {
             return Err(format!(
                 "url: host `{host_port}` is not in KICKOFF_WEBHOOK_ALLOWED_HOSTS"
             ));
         }
+        let private_ok = matching.any(|a| a.private_ok);
         let method = args
             .method
             .as_deref()
@@ -94,8 +176,107 @@ impl WebhookWorker {
             reqwest::header::HeaderValue::from_str(v)
                 .map_err(|_| format!("headers: the value of `{k}` is not valid"))?;
         }
-        Ok((url, method, Duration::from_millis(timeout_ms)))
+        Ok(CheckedCall {
+            url,
+            method,
+            timeout: Duration::from_millis(timeout_ms),
+            host,
+            port,
+            private_ok,
+        })
     }
+}
+
+/// The URL host as an IP address, if it is a literal (`10.0.0.5`, `[::1]`). The URL parser has
+/// already turned every other spelling of an IPv4 address (`0x7f.1`, `2130706433`) into dotted
+/// decimal, so anything that does not parse here is a host name.
+fn ip_literal(host: &str) -> Option<IpAddr> {
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    bare.parse().ok()
+}
+
+/// Resolves `call`'s host name once and checks every address; returns the addresses the call may
+/// connect to. A DNS failure is retryable; a refused address is fatal (the name is allowlisted but
+/// points where it must not, and retrying would only ask again).
+async fn resolve_checked(call: &CheckedCall) -> Result<Vec<SocketAddr>, WorkError> {
+    let host = call.host.as_str();
+    let lookup = tokio::net::lookup_host((host, call.port));
+    let mut addrs: Vec<SocketAddr> = match tokio::time::timeout(call.timeout, lookup).await {
+        Err(_) => {
+            return Err(WorkError::Retryable(format!(
+                "webhook host {host}: DNS lookup timed out after {} ms",
+                call.timeout.as_millis()
+            )))
+        }
+        Ok(Err(e)) => {
+            return Err(WorkError::Retryable(format!(
+                "webhook host {host}: DNS lookup failed: {e}"
+            )))
+        }
+        Ok(Ok(addrs)) => addrs.collect(),
+    };
+    addrs.dedup();
+    if addrs.is_empty() {
+        return Err(WorkError::Retryable(format!(
+            "webhook host {host} resolves to no address"
+        )));
+    }
+    if !call.private_ok {
+        if let Some((ip, class)) = addrs
+            .iter()
+            .map(|a| (a.ip(), classify(a.ip())))
+            .find(|(_, class)| !class.is_public())
+        {
+            return Err(WorkError::Fatal(format!(
+                "webhook host {host} resolves to {ip}, {class}: refused \
+                 (list it as `{PRIVATE_MARK}{host}` in KICKOFF_WEBHOOK_ALLOWED_HOSTS to allow it)"
+            )));
+        }
+    }
+    Ok(addrs)
+}
+
+/// The DNS of one call's client: the checked host resolves to exactly the checked addresses, and
+/// every other name fails, so that nothing the client does can reach an address we did not check.
+/// (IP literals never reach a resolver: the connector parses them itself.)
+struct PinnedResolver {
+    host: String,
+    addrs: Vec<SocketAddr>,
+}
+
+impl Resolve for PinnedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let answer: Result<Addrs, Box<dyn std::error::Error + Send + Sync>> =
+            if !self.addrs.is_empty() && name.as_str().eq_ignore_ascii_case(&self.host) {
+                let addrs: Addrs = Box::new(self.addrs.clone().into_iter());
+                Ok(addrs)
+            } else {
+                Err(format!(
+                    "webhook host {} was not checked before the call",
+                    name.as_str()
+                )
+                .into())
+            };
+        Box::pin(std::future::ready(answer))
+    }
+}
+
+/// A client that connects only to `addrs` for `host` (or to the IP literal in the URL).
+fn pinned_client(host: &str, addrs: Vec<SocketAddr>) -> Result<reqwest::Client, WorkError> {
+    reqwest::Client::builder()
+        // Never follow a redirect: its target was not allowed.
+        .redirect(reqwest::redirect::Policy::none())
+        // A proxy would resolve the host itself, after our check.
+        .no_proxy()
+        .dns_resolver(Arc::new(PinnedResolver {
+            host: host.to_string(),
+            addrs,
+        }))
+        .build()
+        .map_err(|e| WorkError::Retryable(format!("building the HTTP client: {e}")))
 }
 
 impl Worker for WebhookWorker {
@@ -115,11 +296,22 @@ impl Worker for WebhookWorker {
     fn work(&self, ctx: JobContext) -> BoxFuture<'_, Result<(), WorkError>> {
         Box::pin(async move {
             let a: WebhookArgs = ctx.args()?;
-            let (url, method, timeout) = self.check(&a).map_err(WorkError::Fatal)?;
-            let mut req = self
-                .http
-                .request(method, url)
-                .timeout(timeout)
+            let call = self.check(&a).map_err(WorkError::Fatal)?;
+            let started = Instant::now();
+            let addrs = match ip_literal(&call.host) {
+                // The operator listed this exact address (see the module doc).
+                Some(_) => Vec::new(),
+                None => resolve_checked(&call).await?,
+            };
+            let http = pinned_client(&call.host, addrs)?;
+            // The lookup spent part of the attempt's time.
+            let remaining = call
+                .timeout
+                .saturating_sub(started.elapsed())
+                .max(Duration::from_millis(1));
+            let mut req = http
+                .request(call.method, call.url)
+                .timeout(remaining)
                 .header("x-kickoff-job-id", ctx.job.id.to_string())
                 .header("x-kickoff-attempt", ctx.job.attempt.to_string());
             for (k, v) in &a.headers {
@@ -128,23 +320,26 @@ impl Worker for WebhookWorker {
             if let Some(body) = &a.body {
                 req = req.json(body);
             }
-            let res = req.send().await.map_err(|e| {
+            let mut res = req.send().await.map_err(|e| {
                 if e.is_timeout() {
-                    WorkError::Retryable(format!("timed out after {} ms", timeout.as_millis()))
+                    WorkError::Retryable(format!("timed out after {} ms", call.timeout.as_millis()))
                 } else {
                     WorkError::Retryable(format!("request failed: {e}"))
                 }
             })?;
             let status = res.status();
             if status.is_success() {
+                // The body is not read: dropping the response closes the connection.
                 return Ok(());
             }
             // Read only the start of the body: an endpoint must not make us buffer megabytes.
-            let mut res = res;
             let mut head = Vec::new();
-            while head.len() < ERROR_BODY_CHARS * 4 {
+            while head.len() < ERROR_BODY_BYTES {
                 match res.chunk().await {
-                    Ok(Some(chunk)) => head.extend_from_slice(&chunk),
+                    Ok(Some(chunk)) => {
+                        let room = ERROR_BODY_BYTES - head.len();
+                        head.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                    }
                     _ => break,
                 }
             }
@@ -154,5 +349,115 @@ impl Worker for WebhookWorker {
                 .collect();
             Err(WorkError::Retryable(format!("HTTP {status}: {body}")))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker(hosts: &[&str]) -> WebhookWorker {
+        WebhookWorker::new(hosts.iter().map(|h| h.to_string()).collect())
+    }
+
+    fn check(w: &WebhookWorker, url: &str) -> Result<CheckedCall, String> {
+        w.check(&WebhookArgs {
+            url: url.into(),
+            method: None,
+            headers: BTreeMap::new(),
+            body: None,
+            timeout_ms: None,
+        })
+    }
+
+    #[test]
+    fn the_private_prefix_marks_an_entry() {
+        assert_eq!(
+            AllowedHost::parse(" Private:Billing.Internal:8443 "),
+            AllowedHost {
+                host: "billing.internal:8443".into(),
+                private_ok: true
+            }
+        );
+        assert_eq!(
+            AllowedHost::parse("hooks.example.com"),
+            AllowedHost {
+                host: "hooks.example.com".into(),
+                private_ok: false
+            }
+        );
+        // A host called `private` with a port stays that host, unmarked.
+        assert_eq!(
+            AllowedHost::parse("private:8443"),
+            AllowedHost {
+                host: "private:8443".into(),
+                private_ok: false
+            }
+        );
+    }
+
+    #[test]
+    fn only_a_marked_matching_entry_lets_a_host_resolve_privately() {
+        let w = worker(&["localhost", "private:internal.test:8443", "127.0.0.1:9"]);
+        assert!(!check(&w, "http://localhost:8080/").unwrap().private_ok);
+        assert!(check(&w, "https://internal.test:8443/").unwrap().private_ok);
+        // The mark is for that port only.
+        assert!(check(&w, "https://internal.test/").is_err());
+        let literal = check(&w, "http://127.0.0.1:9/").unwrap();
+        assert_eq!(
+            ip_literal(&literal.host),
+            Some("127.0.0.1".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn ip_literals_are_told_from_host_names() {
+        assert_eq!(ip_literal("[::1]"), Some("::1".parse().unwrap()));
+        assert_eq!(ip_literal("10.0.0.5"), Some("10.0.0.5".parse().unwrap()));
+        assert_eq!(ip_literal("localhost"), None);
+        assert_eq!(ip_literal("10.0.0.5.nip.io"), None);
+        // Other spellings of an address reach us in dotted decimal.
+        let w = worker(&["127.0.0.1"]);
+        assert_eq!(check(&w, "http://0x7f.1/").unwrap().host, "127.0.0.1");
+    }
+
+    #[tokio::test]
+    async fn a_host_name_resolving_to_loopback_is_refused_unless_marked() {
+        let w = worker(&["localhost", "private:localhost:8080"]);
+        let unmarked = check(&w, "http://localhost:9/").unwrap();
+        match resolve_checked(&unmarked).await {
+            Err(WorkError::Fatal(m)) => {
+                assert!(
+                    m.starts_with("webhook host localhost resolves to ")
+                        && m.contains(", a loopback address: refused"),
+                    "{m}"
+                )
+            }
+            other => panic!("expected a fatal refusal, got {other:?}"),
+        }
+        let marked = check(&w, "http://localhost:8080/").unwrap();
+        let addrs = resolve_checked(&marked).await.unwrap();
+        assert!(addrs
+            .iter()
+            .all(|a| a.ip().is_loopback() && a.port() == 8080));
+    }
+
+    #[tokio::test]
+    async fn the_pinned_resolver_answers_only_the_checked_host() {
+        let addr: SocketAddr = "93.184.216.34:443".parse().unwrap();
+        let r = PinnedResolver {
+            host: "hooks.example.com".into(),
+            addrs: vec![addr],
+        };
+        let got: Vec<_> = r
+            .resolve("HOOKS.example.com".parse().unwrap())
+            .await
+            .unwrap()
+            .collect();
+        assert_eq!(got, vec![addr]);
+        assert!(r
+            .resolve("other.example.com".parse().unwrap())
+            .await
+            .is_err());
     }
 }

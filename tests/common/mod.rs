@@ -131,6 +131,9 @@ pub fn app(pool: &PgPool, token: &str) -> axum::Router {
     let state = kickoff::http::state::AppState {
         questions: kickoff::questions::QuestionService::new(client.clone()),
         client,
+        accounts: kickoff::accounts::Accounts::new(pool.clone()),
+        auditor: kickoff::audit::Auditor::new(pool.clone()),
+        secure_cookies: false,
         pool: pool.clone(),
         events,
         api_token: Arc::from(token),

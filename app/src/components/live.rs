@@ -27,12 +27,15 @@ pub fn provide_live() -> Live {
         missed: RwSignal::new(0),
     };
     provide_context(live);
+    // Signed out, the stream would only answer 401.
     #[cfg(feature = "hydrate")]
-    Effect::new(move |prev: Option<()>| {
-        if prev.is_none() {
-            connect(live);
-        }
-    });
+    if crate::components::session::use_me().is_some() {
+        Effect::new(move |prev: Option<()>| {
+            if prev.is_none() {
+                connect(live);
+            }
+        });
+    }
     live
 }
 

@@ -2,6 +2,8 @@
 //! error, and the operator's actions: retry, cancel, run now, reschedule, delete, clone.
 
 use leptos::prelude::*;
+
+use crate::components::session::Csrf;
 use leptos_router::hooks::{use_navigate, use_params_map};
 
 use crate::components::live::use_live;
@@ -45,6 +47,13 @@ pub fn JobDetailPage() -> impl IntoView {
         }
     });
     let delete = ServerAction::<JobAction>::new();
+    let draft = RwSignal::new(None::<String>);
+    // A done reschedule shows the job's new time again.
+    Effect::new(move |_| {
+        if reschedule.value().with(|v| matches!(v, Some(Ok(())))) {
+            draft.set(None);
+        }
+    });
     let navigate = use_navigate();
     Effect::new(move |_| {
         if delete.value().with(|v| matches!(v, Some(Ok(())))) {
@@ -61,7 +70,7 @@ pub fn JobDetailPage() -> impl IntoView {
             <ActionError error=failure(reschedule.value())/>
             <ActionError error=failure(clone.value())/>
             <ActionError error=failure(delete.value())/>
-            <Loaded resource=job render=move |d: JobDetail| view! { <Detail d action reschedule clone delete/> }/>
+            <Loaded resource=job render=move |d: JobDetail| view! { <Detail d action reschedule clone delete draft/> }/>
         </section>
     }
 }
@@ -73,6 +82,8 @@ fn Detail(
     reschedule: ServerAction<RescheduleJob>,
     clone: ServerAction<CloneJob>,
     delete: ServerAction<JobAction>,
+    /// What the operator typed as the new time: kept when live updates render the page again.
+    draft: RwSignal<Option<String>>,
 ) -> impl IntoView {
     let clock = use_clock();
     let j = d.job.clone();
@@ -112,6 +123,7 @@ fn Detail(
                 <JobButtons j=j.clone() action/>
                 {waiting.then(|| view! {
                     <ActionForm action=reschedule attr:class="inline-form">
+                        <Csrf/>
                         <input type="hidden" name="id" value=id/>
                         <input type="hidden" name="tz" prop:value=move || clock.tz_min.get().to_string()/>
                         <label>
@@ -121,7 +133,12 @@ fn Detail(
                                 step="1"
                                 name="at"
                                 required
-                                prop:value=move || datetime_local_value(scheduled_ms, clock.tz_min.get())
+                                prop:value=move || {
+                                    draft
+                                        .get()
+                                        .unwrap_or_else(|| datetime_local_value(scheduled_ms, clock.tz_min.get()))
+                                }
+                                on:input=move |ev| draft.set(Some(event_target_value(&ev)))
                             />
                         </label>
                         <button type="submit">"Reschedule"</button>
@@ -129,6 +146,7 @@ fn Detail(
                     </ActionForm>
                 })}
                 <ActionForm action=clone attr:class="inline-form">
+                    <Csrf/>
                     <input type="hidden" name="id" value=id/>
                     <button type="submit">"Clone as a new job"</button>
                 </ActionForm>
@@ -136,6 +154,7 @@ fn Detail(
                     <details class="danger-zone">
                         <summary>"Delete…"</summary>
                         <ActionForm action=delete attr:class="inline-form">
+                            <Csrf/>
                             <input type="hidden" name="id" value=id/>
                             <button type="submit" class="danger" name="action" value="delete">
                                 {format!("Yes, delete job {id}")}

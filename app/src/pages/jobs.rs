@@ -10,6 +10,8 @@
 use std::collections::BTreeSet;
 
 use leptos::prelude::*;
+
+use crate::components::session::{may_act, Csrf};
 use leptos_router::hooks::use_query_map;
 use leptos_router::params::ParamsMap;
 
@@ -328,7 +330,7 @@ fn JobTable(
             .collect_view()
     };
     view! {
-        <form id="bulk" class="bulk-bar" method="get" action=path aria-label="Bulk actions">
+        <form id="bulk" class="bulk-bar" method="get" action=path aria-label="Bulk actions" hidden=!may_act()>
             {hidden_filter}
             <label>
                 "With "
@@ -432,8 +434,12 @@ fn JobRowView(
 #[component]
 pub fn JobButtons(j: JobRow, action: ServerAction<JobAction>) -> impl IntoView {
     let id = j.id;
+    if !may_act() {
+        return ().into_any();
+    }
     view! {
         <ActionForm action attr:class="actions">
+            <Csrf/>
             <input type="hidden" name="id" value=id/>
             {(!j.is_final()).then(|| view! {
                 <button type="submit" name="action" value="cancel" aria-label=format!("Cancel job {id}")>"Cancel"</button>
@@ -446,6 +452,7 @@ pub fn JobButtons(j: JobRow, action: ServerAction<JobAction>) -> impl IntoView {
             })}
         </ActionForm>
     }
+    .into_any()
 }
 
 /// The confirmation of a bulk action: says what it will touch and how many jobs, then runs it.
@@ -563,6 +570,7 @@ fn BulkConfirm(
                                 let back = back.clone();
                                 move || view! {
                                 <ActionForm action=bulk>
+                                    <Csrf/>
                                     <input type="hidden" name="action" value=value/>
                                     {(!by_filter).then(|| view! { <input type="hidden" name="ids" value=ids_text.clone()/> })}
                                     {hidden}

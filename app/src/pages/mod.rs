@@ -1,5 +1,7 @@
+pub mod audit;
 pub mod job_detail;
 pub mod jobs;
+pub mod login;
 pub mod new_job;
 pub mod overview;
 pub mod question_detail;

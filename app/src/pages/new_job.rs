@@ -3,6 +3,8 @@
 //! The server validates everything again; its refusal is shown above the form.
 
 use leptos::prelude::*;
+
+use crate::components::session::Csrf;
 use leptos_router::hooks::use_navigate;
 
 use crate::components::loaded::{failure, ActionError, Loaded};
@@ -48,6 +50,7 @@ fn NewJobForm(c: JobChoices, create: ServerAction<CreateJob>) -> impl IntoView {
     let first_kind = c.kinds.first().cloned().unwrap_or_default();
     view! {
         <ActionForm action=create attr:class="form-card" attr:aria-label="New job">
+            <Csrf/>
             <label>
                 "Kind"
                 <select name="input[kind]" required>

@@ -2,6 +2,8 @@
 //! an operator can move while the question is open (the same lock job moves with it).
 
 use leptos::prelude::*;
+
+use crate::components::session::Csrf;
 use leptos_router::hooks::use_params_map;
 
 use crate::components::live::use_live;
@@ -19,6 +21,12 @@ pub fn QuestionDetailPage() -> impl IntoView {
     let params = use_params_map();
     let id = move || params.read().get("id").and_then(|i| i.parse::<i64>().ok());
     let move_time = ServerAction::<MoveQuestion>::new();
+    let draft = RwSignal::new(None::<String>);
+    Effect::new(move |_| {
+        if move_time.value().with(|v| matches!(v, Some(Ok(())))) {
+            draft.set(None);
+        }
+    });
     let question = Resource::new(
         move || {
             // The versions are part of the key: an unchanged key would not refetch.
@@ -39,13 +47,18 @@ pub fn QuestionDetailPage() -> impl IntoView {
                 <a href="/questions">"All questions"</a>
             </div>
             <ActionError error=failure(move_time.value())/>
-            <Loaded resource=question render=move |d: QuestionDetail| view! { <Detail d move_time/> }/>
+            <Loaded resource=question render=move |d: QuestionDetail| view! { <Detail d move_time draft/> }/>
         </section>
     }
 }
 
 #[component]
-fn Detail(d: QuestionDetail, move_time: ServerAction<MoveQuestion>) -> impl IntoView {
+fn Detail(
+    d: QuestionDetail,
+    move_time: ServerAction<MoveQuestion>,
+    /// What the operator typed as the new time: kept when live updates render the page again.
+    draft: RwSignal<Option<String>>,
+) -> impl IntoView {
     let clock = use_clock();
     let q = d.question.clone();
     let now = d.now_ms;
@@ -78,6 +91,7 @@ fn Detail(d: QuestionDetail, move_time: ServerAction<MoveQuestion>) -> impl Into
         </dl>
         {open.then(|| view! {
             <ActionForm action=move_time attr:class="inline-form">
+                <Csrf/>
                 <input type="hidden" name="id" value=id/>
                 <input type="hidden" name="tz" prop:value=move || clock.tz_min.get().to_string()/>
                 <label>
@@ -87,7 +101,12 @@ fn Detail(d: QuestionDetail, move_time: ServerAction<MoveQuestion>) -> impl Into
                         step="1"
                         name="game_time"
                         required
-                        prop:value=move || datetime_local_value(game_ms, clock.tz_min.get())
+                        prop:value=move || {
+                            draft
+                                .get()
+                                .unwrap_or_else(|| datetime_local_value(game_ms, clock.tz_min.get()))
+                        }
+                        on:input=move |ev| draft.set(Some(event_target_value(&ev)))
                     />
                 </label>
                 <button type="submit">"Move"</button>

@@ -1,6 +1,8 @@
 //! A new game question (`/questions/new`): its lock job is created with it, in one transaction.
 
 use leptos::prelude::*;
+
+use crate::components::session::Csrf;
 use leptos_router::hooks::use_navigate;
 
 use crate::components::loaded::{failure, ActionError};
@@ -25,6 +27,7 @@ pub fn NewQuestionPage() -> impl IntoView {
             </div>
             <ActionError error=failure(create.value())/>
             <ActionForm action=create attr:class="form-card" attr:aria-label="New question">
+                <Csrf/>
                 <label>"Game" <input name="game" required maxlength="200" placeholder="Lions vs Tigers"/></label>
                 <label>"Question" <input name="prompt" required maxlength="500" placeholder="Who scores first?"/></label>
                 <label>

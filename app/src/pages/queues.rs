@@ -3,6 +3,8 @@
 
 use leptos::prelude::*;
 
+use crate::components::session::{may_act, Csrf};
+
 use crate::components::live::use_live;
 use crate::components::loaded::{failure, ActionError, Loaded};
 use crate::console::{list_queues, QueueAction, QueueInfo};
@@ -34,6 +36,7 @@ pub fn QueueTable(
     #[prop(optional)]
     action: Option<ServerAction<QueueAction>>,
 ) -> impl IntoView {
+    let action = action.filter(|_| may_act());
     if rows.is_empty() {
         return view! { <p class="empty">"No queues yet: a queue appears when a node serves it or a job names it."</p> }
             .into_any();
@@ -101,10 +104,12 @@ pub fn QueueTable(
                                         <td>
                                             <div class="actions">
                                                 <ActionForm action>
+                                                    <Csrf/>
                                                     <input type="hidden" name="name" value=pause_name/>
                                                     <button type="submit" name="action" value=op aria-label=pause_label>{verb}</button>
                                                 </ActionForm>
                                                 <ActionForm action attr:class="inline-form">
+                                                    <Csrf/>
                                                     <input type="hidden" name="name" value=limit_name/>
                                                     <input
                                                         type="number"

@@ -1,0 +1,61 @@
+//! Sign in (`/login`). Works without JavaScript (the server answers a plain post with a redirect to
+//! where the operator was going). On a fresh install it says how to create the first admin.
+
+use leptos::prelude::*;
+use leptos_router::hooks::use_query_map;
+
+use crate::components::loaded::{error_text, Loaded};
+use crate::console::{get_login_info, safe_next, Login, LoginInfo};
+
+#[component]
+pub fn LoginPage() -> impl IntoView {
+    let query = use_query_map();
+    let next = move || safe_next(query.read().get("next").as_deref());
+    let login = ServerAction::<Login>::new();
+    let info = Resource::new(|| (), |_| get_login_info());
+    Effect::new(move |_| {
+        if let Some(Ok(_target)) = login.value().get() {
+            // A full load: the new session's token must reach the page.
+            #[cfg(feature = "hydrate")]
+            if let Some(w) = web_sys::window() {
+                let _ = w.location().assign(&_target);
+            }
+        }
+    });
+    view! {
+        <section class="page login">
+            <h1>"Sign in"</h1>
+            {move || {
+                login
+                    .value()
+                    .with(|v| match v {
+                        Some(Err(e)) => Some(view! { <p class="error" role="alert">{error_text(e)}</p> }),
+                        _ => None,
+                    })
+            }}
+            <Loaded resource=info render=move |i: LoginInfo| {
+                (!i.has_users).then(|| view! {
+                    <div class="confirm" role="note">
+                        <p class="question">"No operator account exists yet."</p>
+                        <p>
+                            "Create the first admin on the server with "
+                            <code>"kickoff user add NAME --role admin"</code>
+                            " (it asks for the password; with the embedded database, stop the server first), or start the server once with "
+                            <code>"KICKOFF_ADMIN_PASSWORD"</code>
+                            " set: it then creates the user "<code>"admin"</code>"."
+                        </p>
+                    </div>
+                })
+            }/>
+            <ActionForm action=login attr:class="form-card" attr:aria-label="Sign in">
+                <input type="hidden" name="next" prop:value=next/>
+                <label>"Name" <input name="name" required autocomplete="username" autofocus/></label>
+                <label>
+                    "Password"
+                    <input type="password" name="password" required autocomplete="current-password"/>
+                </label>
+                <button type="submit" class="primary">"Sign in"</button>
+            </ActionForm>
+        </section>
+    }
+}

@@ -1,0 +1,226 @@
+//! Brute-force protection of logins: failed attempts are counted per login name and per client
+//! address, in the database, so that every server process on it enforces the same limits.
+//!
+//! The rules, for each of the two counters:
+//! - After [`SLOW_AFTER_FAILURES`] failures, each further failed attempt is answered only after
+//!   [`SLOWDOWN`].
+//! - The attempt that brings the failures within one [`FAILURE_WINDOW`] to [`LOCK_AFTER_FAILURES`]
+//!   locks the name (or the address) for [`LOCK_DURATION`], and is itself answered `Locked`. While
+//!   locked, attempts are refused unchecked, even with the right password, and are not counted.
+//! - A success starts the name's count over. It leaves the address's count as it was: one address
+//!   may be many people (an office behind NAT), and one of them signing in says nothing about the
+//!   guesses of another.
+//!
+//! An attempt takes its place in both counts before its password is verified ([`LoginThrottle::admit`])
+//! and gives it back if it succeeds ([`Admission::succeeded`]). Counting only after verifying would
+//! let a burst of parallel guesses all be verified before the first failure is written; this way
+//! the counts include the attempts in flight, and attempts beyond the limit are refused unchecked.
+//!
+//! The name counter is keyed by the name typed, whether a user has it or not: if only real accounts
+//! could be locked, a lock would tell a guesser which names exist. Names that break the naming rules
+//! (no account can have one) get no name counter; the address counter still counts them.
+
+use std::net::{IpAddr, Ipv6Addr};
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use super::store::{self, LoginCounter, LoginScope};
+use super::LoginError;
+
+/// Failures (of one name, or from one address) after which each further failed attempt is
+/// answered only after [`SLOWDOWN`]: 5.
+pub const SLOW_AFTER_FAILURES: i32 = 5;
+/// How long a slowed-down failure waits before its answer: 1 s.
+pub const SLOWDOWN: Duration = Duration::from_secs(1);
+/// Failures within [`FAILURE_WINDOW`] that lock the name (or the address): 10.
+pub const LOCK_AFTER_FAILURES: i32 = 10;
+/// The window the failures are counted in, from the first failure of a count: 15 minutes.
+pub const FAILURE_WINDOW: Duration = Duration::from_secs(15 * 60);
+/// How long a lock lasts: 15 minutes.
+pub const LOCK_DURATION: Duration = Duration::from_secs(15 * 60);
+
+/// Counts login attempts and decides which may be checked.
+#[derive(Clone)]
+pub(crate) struct LoginThrottle {
+    pool: PgPool,
+}
+
+/// An attempt admitted for checking, holding its places in the counts until it reports the outcome.
+#[must_use = "report the outcome with succeeded() or failed()"]
+pub(crate) struct Admission {
+    pool: PgPool,
+    by_address: (String, LoginCounter),
+    by_name: Option<(String, LoginCounter)>,
+}
+
+impl LoginThrottle {
+    pub(crate) fn new(pool: PgPool) -> Self {
+        LoginThrottle { pool }
+    }
+
+    /// Counts an attempt for `name` (already normalized; `None` for a name no account can have)
+    /// from `address`. `Err(Locked)` when either is locked or over its limit.
+    pub(crate) async fn admit(
+        &self,
+        name: Option<&str>,
+        address: IpAddr,
+    ) -> Result<Admission, LoginError> {
+        let address = address_key(address);
+        let by_address = store::login_failure_reserve(
+            &self.pool,
+            LoginScope::Address,
+            &address,
+            FAILURE_WINDOW,
+            None,
+        )
+        .await?;
+        if by_address.locked() {
+            return Err(locked(&[&by_address]));
+        }
+        let by_name = match name {
+            None => None,
+            Some(name) => {
+                let counter = store::login_failure_reserve(
+                    &self.pool,
+                    LoginScope::Name,
+                    name,
+                    FAILURE_WINDOW,
+                    None,
+                )
+                .await?;
+                if counter.locked() {
+                    // Refused unchecked: it does not count against the address either.
+                    store::login_failure_release(
+                        &self.pool,
+                        LoginScope::Address,
+                        &address,
+                        by_address.window_started_at,
+                    )
+                    .await?;
+                    return Err(locked(&[&counter]));
+                }
+                Some((name.to_string(), counter))
+            }
+        };
+        let admission = Admission {
+            pool: self.pool.clone(),
+            by_address: (address, by_address),
+            by_name,
+        };
+        // More attempts in flight than the limit allows (a burst of parallel guesses): the ones
+        // beyond it fail unchecked, which also sets the lock.
+        if admission
+            .counters()
+            .any(|c| c.failures > LOCK_AFTER_FAILURES)
+        {
+            return Err(admission.failed().await);
+        }
+        Ok(admission)
+    }
+}
+
+impl Admission {
+    fn counters(&self) -> impl Iterator<Item = &LoginCounter> {
+        std::iter::once(&self.by_address.1).chain(self.by_name.as_ref().map(|(_, c)| c))
+    }
+
+    fn keys(&self) -> impl Iterator<Item = (LoginScope, &str)> {
+        std::iter::once((LoginScope::Address, self.by_address.0.as_str())).chain(
+            self.by_name
+                .as_ref()
+                .map(|(name, _)| (LoginScope::Name, name.as_str())),
+        )
+    }
+
+    /// The attempt succeeded: the name's count starts over, the address gets its place back.
+    pub(crate) async fn succeeded(self) -> Result<(), sqlx::Error> {
+        let (address, counter) = &self.by_address;
+        store::login_failure_release(
+            &self.pool,
+            LoginScope::Address,
+            address,
+            counter.window_started_at,
+        )
+        .await?;
+        if let Some((name, _)) = &self.by_name {
+            store::login_failure_clear(&self.pool, LoginScope::Name, name, None).await?;
+        }
+        Ok(())
+    }
+
+    /// The attempt failed: its places stay counted, a count at the limit locks its key. Returns
+    /// the answer to give: `Locked` if this failure locked either key, else `BadCredentials`,
+    /// after [`SLOWDOWN`] when either count was already past [`SLOW_AFTER_FAILURES`].
+    pub(crate) async fn failed(self) -> LoginError {
+        let mut now_locked = Vec::new();
+        for (scope, key) in self.keys() {
+            match store::login_failure_confirm(
+                &self.pool,
+                scope,
+                key,
+                LOCK_AFTER_FAILURES,
+                LOCK_DURATION,
+                None,
+            )
+            .await
+            {
+                Ok(Some(counter)) if counter.locked() => now_locked.push(counter),
+                Ok(_) => {}
+                Err(e) => return LoginError::Database(e),
+            }
+        }
+        if !now_locked.is_empty() {
+            return locked(&now_locked.iter().collect::<Vec<_>>());
+        }
+        // The count includes this attempt: past the threshold means that many failures before it.
+        if self.counters().any(|c| c.failures > SLOW_AFTER_FAILURES) {
+            tokio::time::sleep(SLOWDOWN).await;
+        }
+        LoginError::BadCredentials
+    }
+}
+
+fn locked(counters: &[&LoginCounter]) -> LoginError {
+    LoginError::Locked {
+        retry_after_secs: counters
+            .iter()
+            .map(|c| c.lock_remaining_secs())
+            .max()
+            .unwrap_or(LOCK_DURATION.as_secs()),
+    }
+}
+
+/// The address counter's key: an IPv4 address (also when it comes IPv4-mapped in IPv6), or the
+/// /64 network of an IPv6 address, since one IPv6 client usually has a whole /64 to pick from.
+fn address_key(address: IpAddr) -> String {
+    match address {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                format!("{}/64", Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::address_key;
+
+    #[test]
+    fn ipv6_clients_are_counted_by_their_64_network() {
+        let a = address_key("2001:db8:1:2:aaaa::1".parse().unwrap());
+        let b = address_key("2001:db8:1:2:bbbb::2".parse().unwrap());
+        assert_eq!(a, "2001:db8:1:2::/64");
+        assert_eq!(a, b);
+        assert_ne!(a, address_key("2001:db8:1:3::1".parse().unwrap()));
+        assert_eq!(
+            address_key("::ffff:192.0.2.7".parse().unwrap()),
+            "192.0.2.7"
+        );
+        assert_eq!(address_key("192.0.2.7".parse().unwrap()), "192.0.2.7");
+    }
+}

@@ -1,0 +1,34 @@
+//! Dashboard accounts: who may sign in, with which [`Role`], and the brute-force protection of
+//! their logins.
+//!
+//! - Names are 1 to 64 of `a-z 0-9 _ . -`, lowered on input (see `name`); passwords 12 to 1024
+//!   characters, stored as argon2id PHC strings (see `password`). Hashing and verifying run on the
+//!   blocking pool: each is tens of milliseconds of CPU.
+//! - [`Accounts::authenticate`] answers one [`LoginError::BadCredentials`] for an unknown name, a
+//!   wrong password and a disabled account alike, and takes as long for each (an unknown name is
+//!   verified against a dummy hash).
+//! - Failed logins are counted in the database, per login name and per client address, so every
+//!   server process sharing the database enforces the same limits (see `login_throttle` for the
+//!   rules and their constants).
+//! - The first administrator: [`Accounts::ensure_first_admin`] creates `admin` on a database with
+//!   no user at all, once, even when several nodes start together.
+//!
+//! Sessions are not kept here: the HTTP layer stores them and asks [`Accounts::get`] who a session's
+//! user is.
+
+mod login_throttle;
+mod name;
+mod password;
+pub mod password_prompt;
+mod role;
+mod service;
+pub mod store;
+
+pub use login_throttle::{
+    FAILURE_WINDOW, LOCK_AFTER_FAILURES, LOCK_DURATION, SLOWDOWN, SLOW_AFTER_FAILURES,
+};
+pub use name::{normalize_name, MAX_NAME_CHARS};
+pub use password::{validate_password, MAX_PASSWORD_CHARS, MIN_PASSWORD_CHARS};
+pub use role::Role;
+pub use service::{AccountError, Accounts, LoginError, FIRST_ADMIN_NAME};
+pub use store::User;

@@ -1,0 +1,340 @@
+//! SQL of the `users` and `login_failures` tables.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::PgExecutor;
+
+use super::Role;
+
+/// An account, without its password hash (which never leaves this module but for verifying).
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct User {
+    pub id: i64,
+    pub name: String,
+    pub role: Role,
+    pub disabled: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A user with the hash to verify a login against.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Credentials {
+    #[sqlx(flatten)]
+    pub user: User,
+    pub password_hash: String,
+}
+
+pub async fn user_insert<'e>(
+    db: impl PgExecutor<'e>,
+    name: &str,
+    role: Role,
+    password_hash: &str,
+) -> Result<User, sqlx::Error> {
+    sqlx::query_as(
+        "INSERT INTO users (name, role, password_hash) VALUES ($1, $2, $3)
+         RETURNING id, name, role, disabled, created_at",
+    )
+    .bind(name)
+    .bind(role)
+    .bind(password_hash)
+    .fetch_one(db)
+    .await
+}
+
+/// Inserts an admin only when the table holds no user at all; `None` when it holds one, or when a
+/// concurrent transaction inserted the same name first.
+///
+/// Two nodes starting together both see an empty table (neither sees the other's uncommitted row),
+/// so the emptiness check alone would let both insert; the second insert then waits on the unique
+/// name and, once the first commits, `ON CONFLICT DO NOTHING` turns it into no row.
+pub async fn user_insert_if_none<'e>(
+    db: impl PgExecutor<'e>,
+    name: &str,
+    role: Role,
+    password_hash: &str,
+) -> Result<Option<User>, sqlx::Error> {
+    sqlx::query_as(
+        "INSERT INTO users (name, role, password_hash)
+         SELECT $1, $2, $3 WHERE NOT EXISTS (SELECT 1 FROM users)
+         ON CONFLICT (name) DO NOTHING
+         RETURNING id, name, role, disabled, created_at",
+    )
+    .bind(name)
+    .bind(role)
+    .bind(password_hash)
+    .fetch_optional(db)
+    .await
+}
+
+pub async fn user_get<'e>(db: impl PgExecutor<'e>, id: i64) -> Result<Option<User>, sqlx::Error> {
+    sqlx::query_as("SELECT id, name, role, disabled, created_at FROM users WHERE id = $1")
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+/// The user named `name` (already normalized) and its password hash.
+pub async fn user_get_credentials<'e>(
+    db: impl PgExecutor<'e>,
+    name: &str,
+) -> Result<Option<Credentials>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, name, role, disabled, created_at, password_hash FROM users WHERE name = $1",
+    )
+    .bind(name)
+    .fetch_optional(db)
+    .await
+}
+
+/// All users, by name.
+pub async fn user_list<'e>(db: impl PgExecutor<'e>) -> Result<Vec<User>, sqlx::Error> {
+    sqlx::query_as("SELECT id, name, role, disabled, created_at FROM users ORDER BY name")
+        .fetch_all(db)
+        .await
+}
+
+pub async fn user_count<'e>(db: impl PgExecutor<'e>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT count(*) FROM users")
+        .fetch_one(db)
+        .await
+}
+
+pub async fn user_set_role<'e>(
+    db: impl PgExecutor<'e>,
+    id: i64,
+    role: Role,
+) -> Result<Option<User>, sqlx::Error> {
+    sqlx::query_as(
+        "UPDATE users SET role = $2, updated_at = now() WHERE id = $1
+         RETURNING id, name, role, disabled, created_at",
+    )
+    .bind(id)
+    .bind(role)
+    .fetch_optional(db)
+    .await
+}
+
+pub async fn user_set_disabled<'e>(
+    db: impl PgExecutor<'e>,
+    id: i64,
+    disabled: bool,
+) -> Result<Option<User>, sqlx::Error> {
+    sqlx::query_as(
+        "UPDATE users SET disabled = $2, updated_at = now() WHERE id = $1
+         RETURNING id, name, role, disabled, created_at",
+    )
+    .bind(id)
+    .bind(disabled)
+    .fetch_optional(db)
+    .await
+}
+
+pub async fn user_set_password_hash<'e>(
+    db: impl PgExecutor<'e>,
+    id: i64,
+    password_hash: &str,
+) -> Result<Option<User>, sqlx::Error> {
+    sqlx::query_as(
+        "UPDATE users SET password_hash = $2, updated_at = now() WHERE id = $1
+         RETURNING id, name, role, disabled, created_at",
+    )
+    .bind(id)
+    .bind(password_hash)
+    .fetch_optional(db)
+    .await
+}
+
+/// What a failure counter is keyed by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoginScope {
+    /// The lowercased login name, existing or not.
+    Name,
+    /// An IPv4 address or an IPv6 /64 network.
+    Address,
+}
+
+impl LoginScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoginScope::Name => "name",
+            LoginScope::Address => "address",
+        }
+    }
+}
+
+/// One failure counter, as a statement left it, with the database's clock of that statement.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct LoginCounter {
+    /// Failed attempts in the window, and attempts still being checked.
+    pub failures: i32,
+    pub window_started_at: DateTime<Utc>,
+    pub locked_until: Option<DateTime<Utc>>,
+    pub now: DateTime<Utc>,
+}
+
+impl LoginCounter {
+    /// Whether the key is locked out now.
+    pub fn locked(&self) -> bool {
+        self.locked_until.is_some_and(|until| until > self.now)
+    }
+
+    /// Whole seconds until the lock ends (at least 1 while locked).
+    pub fn lock_remaining_secs(&self) -> u64 {
+        match self.locked_until {
+            Some(until) if until > self.now => {
+                let ms = (until - self.now).num_milliseconds().max(0) as u64;
+                ms.div_ceil(1000).max(1)
+            }
+            _ => 0,
+        }
+    }
+}
+
+/// Takes a place in the key's count for an attempt about to be checked, and returns the counter.
+///
+/// A locked key is left as it is (an attempt against a lock is not checked, so it is not counted).
+/// A window older than `window`, or one that ended in a lock that is over, starts again at this
+/// attempt. The row lock of the upsert orders concurrent attempts: each gets its own count.
+/// `now`: the database clock unless given (tests pin it).
+pub async fn login_failure_reserve<'e>(
+    db: impl PgExecutor<'e>,
+    scope: LoginScope,
+    key: &str,
+    window: Duration,
+    now: Option<DateTime<Utc>>,
+) -> Result<LoginCounter, sqlx::Error> {
+    // In DO UPDATE, `excluded.window_started_at` is this attempt's clock (the value the insert
+    // would have written).
+    sqlx::query_as(
+        "INSERT INTO login_failures AS f (scope, key, failures, window_started_at)
+         VALUES ($1, $2, 1, coalesce($3, now()))
+         ON CONFLICT (scope, key) DO UPDATE SET
+             failures = CASE
+                 WHEN f.locked_until > excluded.window_started_at THEN f.failures
+                 WHEN f.locked_until IS NOT NULL
+                   OR f.window_started_at <= excluded.window_started_at - $4 * interval '1 second'
+                 THEN 1
+                 ELSE f.failures + 1 END,
+             window_started_at = CASE
+                 WHEN f.locked_until > excluded.window_started_at THEN f.window_started_at
+                 WHEN f.locked_until IS NOT NULL
+                   OR f.window_started_at <= excluded.window_started_at - $4 * interval '1 second'
+                 THEN excluded.window_started_at
+                 ELSE f.window_started_at END,
+             locked_until = CASE
+                 WHEN f.locked_until > excluded.window_started_at THEN f.locked_until END
+         RETURNING failures, window_started_at, locked_until, coalesce($3, now()) AS now",
+    )
+    .bind(scope.as_str())
+    .bind(key)
+    .bind(now)
+    .bind(window.as_secs_f64())
+    .fetch_one(db)
+    .await
+}
+
+/// The attempt failed: its place stays counted, and the key is locked for `lock` when the count
+/// has reached `lock_after`. `None` when the row is gone (a success cleared it meanwhile).
+pub async fn login_failure_confirm<'e>(
+    db: impl PgExecutor<'e>,
+    scope: LoginScope,
+    key: &str,
+    lock_after: i32,
+    lock: Duration,
+    now: Option<DateTime<Utc>>,
+) -> Result<Option<LoginCounter>, sqlx::Error> {
+    sqlx::query_as(
+        "UPDATE login_failures SET locked_until = CASE
+             WHEN failures >= $3 AND NOT coalesce(locked_until > coalesce($5, now()), false)
+             THEN coalesce($5, now()) + $4 * interval '1 second'
+             ELSE locked_until END
+         WHERE scope = $1 AND key = $2
+         RETURNING failures, window_started_at, locked_until, coalesce($5, now()) AS now",
+    )
+    .bind(scope.as_str())
+    .bind(key)
+    .bind(lock_after)
+    .bind(lock.as_secs_f64())
+    .bind(now)
+    .fetch_optional(db)
+    .await
+}
+
+/// The attempt succeeded or was not checked: gives its place back, if the window it was counted
+/// in (`window_started_at`, from the reservation) is still the current one.
+pub async fn login_failure_release<'e>(
+    db: impl PgExecutor<'e>,
+    scope: LoginScope,
+    key: &str,
+    window_started_at: DateTime<Utc>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE login_failures SET failures = greatest(failures - 1, 0)
+         WHERE scope = $1 AND key = $2 AND window_started_at = $3",
+    )
+    .bind(scope.as_str())
+    .bind(key)
+    .bind(window_started_at)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Starts the key's count over (a successful login), unless it is locked: a lock set by a
+/// concurrent failed attempt stays.
+pub async fn login_failure_clear<'e>(
+    db: impl PgExecutor<'e>,
+    scope: LoginScope,
+    key: &str,
+    now: Option<DateTime<Utc>>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "DELETE FROM login_failures
+         WHERE scope = $1 AND key = $2 AND NOT coalesce(locked_until > coalesce($3, now()), false)",
+    )
+    .bind(scope.as_str())
+    .bind(key)
+    .bind(now)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// The counter of one key, if it has one (for tests and the dashboard).
+pub async fn login_failure_get<'e>(
+    db: impl PgExecutor<'e>,
+    scope: LoginScope,
+    key: &str,
+    now: Option<DateTime<Utc>>,
+) -> Result<Option<LoginCounter>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT failures, window_started_at, locked_until, coalesce($3, now()) AS now
+         FROM login_failures WHERE scope = $1 AND key = $2",
+    )
+    .bind(scope.as_str())
+    .bind(key)
+    .bind(now)
+    .fetch_optional(db)
+    .await
+}
+
+/// Deletes counters that no longer count: their window is over and they hold no running lock.
+/// Returns how many.
+pub async fn login_failure_prune<'e>(
+    db: impl PgExecutor<'e>,
+    window: Duration,
+    now: Option<DateTime<Utc>>,
+) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query(
+        "DELETE FROM login_failures
+         WHERE window_started_at <= coalesce($2, now()) - $1 * interval '1 second'
+           AND NOT coalesce(locked_until > coalesce($2, now()), false)",
+    )
+    .bind(window.as_secs_f64())
+    .bind(now)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected())
+}

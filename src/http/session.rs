@@ -1,0 +1,358 @@
+//! Operator sessions for the dashboard: tower-sessions with its PostgreSQL store (sessions survive
+//! restarts and every node sees them), and the guard every dashboard request passes.
+//!
+//! The guard, in order:
+//! 1. Open paths (the login page and its server function, static files, probes, the REST API with
+//!    its own bearer tokens) pass as they are.
+//! 2. A request without a signed-in user is sent to `/login` (pages) or answered 401 (server
+//!    functions, the live stream).
+//! 3. A session past its absolute lifetime, or idle too long, or whose user was disabled or
+//!    deleted, is ended the same way.
+//! 4. A state-changing request (a POST other than the read-only server functions) must carry the session's CSRF token, as the `csrf` form
+//!    field the dashboard's forms hold or as the `x-csrf-token` header: 403 otherwise. The session
+//!    cookie is also `SameSite=Strict`, so a cross-site page cannot even send it.
+//! 5. The signed-in user goes into the request's extensions as an [`Operator`]; server functions
+//!    check its role for what they do.
+//!
+//! Idle expiry without a database write per request: the session records when it was last seen
+//! and is saved again (pushing its expiry) only when that is older than [`SEEN_RESOLUTION`].
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+use tower_sessions::cookie::SameSite;
+use tower_sessions::{Expiry, Session, SessionManagerLayer};
+use tower_sessions_sqlx_store::PostgresStore;
+
+use super::state::AppState;
+use crate::accounts::{Role, User};
+
+/// A session unused this long ends.
+pub const IDLE_EXPIRY: Duration = Duration::from_secs(2 * 3600);
+/// A session ends this long after its login, however busy.
+pub const ABSOLUTE_EXPIRY: Duration = Duration::from_secs(24 * 3600);
+/// How stale the "last seen" mark may get before a request saves the session again.
+const SEEN_RESOLUTION: Duration = Duration::from_secs(60);
+/// How often expired sessions are deleted.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(300);
+/// The most of a form body read to find its CSRF token.
+const MAX_FORM_BYTES: usize = 1024 * 1024;
+
+/// The session cookie's name.
+pub const COOKIE: &str = "kickoff_session";
+
+/// What a signed-in session holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SignedIn {
+    user_id: i64,
+    login_at: DateTime<Utc>,
+    seen_at: DateTime<Utc>,
+    csrf: String,
+}
+
+const SIGNED_IN: &str = "signed_in";
+
+/// Server functions that only read: the hydrated pages call them without a form, so they carry no
+/// token; they change nothing, and a cross-site page can neither send the `SameSite=Strict`
+/// cookie nor read the answer. Every other post needs the token (a new server function is
+/// protected until it is listed here).
+const READ_ONLY_FUNCTIONS: [&str; 11] = [
+    "/_console/audit",
+    "/_console/overview",
+    "/_console/jobs",
+    "/_console/job",
+    "/_console/job_choices",
+    "/_console/bulk_preview",
+    "/_console/timers",
+    "/_console/queues",
+    "/_console/questions",
+    "/_console/question",
+    "/_console/login_info",
+];
+
+/// The signed-in user of a dashboard request (in the request's extensions).
+#[derive(Debug, Clone)]
+pub struct Operator {
+    pub user: User,
+    /// The session's CSRF token, for the forms the page renders.
+    pub csrf: String,
+    pub address: IpAddr,
+}
+
+impl Operator {
+    pub fn may(&self, role: Role) -> bool {
+        self.user.role >= role
+    }
+}
+
+/// The session layer. `secure`: the cookie is sent over HTTPS only (set it behind HTTPS).
+pub fn layer(pool: sqlx::PgPool, secure: bool) -> SessionManagerLayer<PostgresStore> {
+    // The table is made by the migrations (20261202000002_sessions.sql), not by the store.
+    SessionManagerLayer::new(PostgresStore::new(pool))
+        .with_name(COOKIE)
+        .with_same_site(SameSite::Strict)
+        .with_http_only(true)
+        .with_secure(secure)
+        .with_expiry(Expiry::OnInactivity(
+            tower_sessions::cookie::time::Duration::seconds(IDLE_EXPIRY.as_secs() as i64),
+        ))
+}
+
+/// Deletes expired sessions (and stale sign-in failure counters) now and then, until `shutdown`. Every node may run it: deleting what
+/// another node deleted already is harmless.
+pub async fn sweep_expired(pool: sqlx::PgPool, shutdown: CancellationToken) {
+    use tower_sessions::ExpiredDeletion;
+    let accounts = crate::accounts::Accounts::new(pool.clone());
+    let store = PostgresStore::new(pool);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(SWEEP_INTERVAL) => {}
+        }
+        if let Err(e) = store.delete_expired().await {
+            tracing::warn!(error = %e, "could not delete expired sessions");
+        }
+        if let Err(e) = accounts.prune_login_failures().await {
+            tracing::warn!(error = %e, "could not delete old sign-in failure counters");
+        }
+    }
+}
+
+/// The client's address: the connection's peer (no proxy header is trusted).
+pub fn client_address(req_extensions: &axum::http::Extensions) -> IpAddr {
+    req_extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+}
+
+/// Paths that need no session.
+fn is_open(path: &str) -> bool {
+    path == "/login"
+        || path == "/_console/login"
+        || path == "/_console/login_info"
+        || path.starts_with("/pkg/")
+        || path.starts_with("/api/")
+        || path == "/healthz"
+        || path == "/readyz"
+        || path == "/favicon.ico"
+}
+
+/// Starts a signed-in session for `user`: a new session id (the old one, which may have been
+/// planted, stops working), a new CSRF token.
+pub async fn sign_in(session: &Session, user: &User) -> Result<(), tower_sessions::session::Error> {
+    session.cycle_id().await?;
+    let now = Utc::now();
+    let csrf: String = (0..32).map(|_| fastrand::alphanumeric()).collect();
+    session
+        .insert(
+            SIGNED_IN,
+            SignedIn {
+                user_id: user.id,
+                login_at: now,
+                seen_at: now,
+                csrf,
+            },
+        )
+        .await
+}
+
+/// Ends the session (logout): its row is deleted and the cookie cleared.
+pub async fn sign_out(session: &Session) -> Result<(), tower_sessions::session::Error> {
+    session.flush().await
+}
+
+fn refuse(status: StatusCode, message: &str) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        message.to_string(),
+    )
+        .into_response()
+}
+
+/// Pages go to the login page (and back here after it); other requests get 401.
+fn sign_in_first(path_and_query: &str, is_page: bool) -> Response {
+    if is_page {
+        let next = form_urlencoded_component(path_and_query);
+        Redirect::to(&format!("/login?next={next}")).into_response()
+    } else {
+        refuse(StatusCode::UNAUTHORIZED, "sign in first")
+    }
+}
+
+fn form_urlencoded_component(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// The guard of every dashboard request (see the module doc).
+pub async fn require_operator(
+    State(state): State<AppState>,
+    session: Session,
+    req: Request,
+    next: Next,
+) -> Response {
+    let path = req.uri().path().to_string();
+    if is_open(&path) {
+        return next.run(req).await;
+    }
+    let is_page =
+        req.method() == Method::GET && path != "/events" && !path.starts_with("/_console/");
+    let path_and_query = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or(path.clone());
+    let signed_in = match session.get::<SignedIn>(SIGNED_IN).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "could not load a session");
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "sessions are unavailable; try again",
+            );
+        }
+    };
+    let Some(mut signed_in) = signed_in else {
+        return sign_in_first(&path_and_query, is_page);
+    };
+    let now = Utc::now();
+    let absolute = chrono::Duration::from_std(ABSOLUTE_EXPIRY).unwrap_or_default();
+    let idle = chrono::Duration::from_std(IDLE_EXPIRY).unwrap_or_default();
+    if now - signed_in.login_at > absolute || now - signed_in.seen_at > idle {
+        let _ = sign_out(&session).await;
+        return sign_in_first(&path_and_query, is_page);
+    }
+    let user = match state.accounts.get(signed_in.user_id).await {
+        Ok(Some(user)) if !user.disabled => user,
+        Ok(_) => {
+            let _ = sign_out(&session).await;
+            return sign_in_first(&path_and_query, is_page);
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "could not load a session's user");
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the database is unreachable; try again",
+            );
+        }
+    };
+    if now - signed_in.seen_at > chrono::Duration::from_std(SEEN_RESOLUTION).unwrap_or_default() {
+        signed_in.seen_at = now;
+        if let Err(e) = session.insert(SIGNED_IN, signed_in.clone()).await {
+            tracing::warn!(error = %e, "could not refresh a session");
+        }
+    }
+    let (mut parts, body) = req.into_parts();
+    let body = if parts.method == Method::POST && !READ_ONLY_FUNCTIONS.contains(&path.as_str()) {
+        let bytes = match axum::body::to_bytes(body, MAX_FORM_BYTES).await {
+            Ok(b) => b,
+            Err(_) => return refuse(StatusCode::PAYLOAD_TOO_LARGE, "the request is too large"),
+        };
+        let presented = parts
+            .headers
+            .get("x-csrf-token")
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+            .or_else(|| form_field(&bytes, "csrf"));
+        let valid = presented.is_some_and(|p| {
+            super::auth::constant_time_eq(p.as_bytes(), signed_in.csrf.as_bytes())
+        });
+        if !valid {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                "the form is missing its security token: reload the page and try again",
+            );
+        }
+        Body::from(bytes)
+    } else {
+        body
+    };
+    let address = client_address(&parts.extensions);
+    parts.extensions.insert(kickoff_app::console::Me {
+        name: user.name.clone(),
+        role: user.role.as_str().to_string(),
+        csrf: signed_in.csrf.clone(),
+    });
+    parts.extensions.insert(Operator {
+        user,
+        csrf: signed_in.csrf,
+        address,
+    });
+    next.run(Request::from_parts(parts, body)).await
+}
+
+/// A field of an `application/x-www-form-urlencoded` body.
+fn form_field(body: &[u8], name: &str) -> Option<String> {
+    form_urlencoded::parse(body)
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+}
+
+/// Security headers on every response.
+pub async fn security_headers(req: Request, next: Next) -> Response {
+    let mut res = next.run(req).await;
+    let headers = res.headers_mut();
+    // Leptos's hydration bootstrap is an inline module script: scripts stay same-origin plus
+    // inline; everything else is same-origin, and no one may frame the dashboard.
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; script-src 'self' 'unsafe-inline' 'wasm-unsafe-eval'; \
+             style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; \
+             frame-ancestors 'none'; form-action 'self'; base-uri 'self'; object-src 'none'",
+        ),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    res
+}
+
+/// The login page's server function: checked for a same-origin request (it has no session token
+/// yet), then the credentials.
+pub fn same_origin(parts: &axum::http::request::Parts) -> bool {
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok());
+    let origin_ok = match parts
+        .headers
+        .get(header::ORIGIN)
+        .and_then(|o| o.to_str().ok())
+    {
+        None => true,
+        Some(origin) => {
+            host.is_some_and(|h| origin.split_once("://").is_some_and(|(_, rest)| rest == h))
+        }
+    };
+    let fetch_site_ok = parts
+        .headers
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|v| v == "same-origin" || v == "none");
+    origin_ok && fetch_site_ok
+}
