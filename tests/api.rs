@@ -550,3 +550,45 @@ async fn health_probes_answer() {
     let (s, b) = api.call_with(Method::GET, "/readyz", None, None, "").await;
     assert_eq!((s, b["ready"].as_bool()), (StatusCode::OK, Some(true)));
 }
+
+#[tokio::test]
+async fn api_actions_are_recorded_in_the_audit_log_and_reads_are_not() {
+    let api = api().await;
+    let (status, created) = api
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(r#"{"kind":"noop","schedule_in_ms":60000}"#),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let id = created["job"]["id"].as_i64().unwrap();
+    api.call(Method::GET, &format!("/api/v1/jobs/{id}"), None)
+        .await;
+    api.call(Method::POST, &format!("/api/v1/jobs/{id}/cancel"), None)
+        .await;
+    let (status, _) = api
+        .call(Method::POST, &format!("/api/v1/jobs/{id}/cancel"), None)
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let rows: Vec<(String, String, Option<String>, bool, String)> =
+        sqlx::query_as("SELECT actor, action, target, ok, result FROM audit_log ORDER BY id")
+            .fetch_all(&api.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        rows.iter().map(|r| r.1.as_str()).collect::<Vec<_>>(),
+        [
+            "api.POST /jobs",
+            "api.POST /jobs/{id}/cancel",
+            "api.POST /jobs/{id}/cancel"
+        ]
+    );
+    assert!(rows.iter().all(|r| r.0 == "api-token"));
+    assert_eq!(
+        rows[1].2.as_deref(),
+        Some(format!("/api/v1/jobs/{id}/cancel").as_str())
+    );
+    assert!(rows[1].3 && !rows[2].3);
+    assert_eq!(rows[2].4, "HTTP 409");
+}

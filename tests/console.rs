@@ -786,7 +786,9 @@ async fn the_audit_log_records_each_action_and_refuses_changes() {
         String,
         Option<Value>,
     )> = sqlx::query_as(
-        "SELECT actor, role, action, target, count, ok, result, filter FROM audit_log ORDER BY id",
+        // The jobs made through the API above are recorded too (as `api-token`): not looked at here.
+        "SELECT actor, role, action, target, count, ok, result, filter FROM audit_log
+         WHERE action NOT LIKE 'api.%' ORDER BY id",
     )
     .fetch_all(&d.pool)
     .await

@@ -31,6 +31,16 @@ const NEWER_CAP: i64 = 100;
 /// How long an args preview in a list is.
 const ARGS_PREVIEW_CHARS: usize = 80;
 
+/// An operator's action as the audit log names it.
+struct Act {
+    /// `job.cancel`, `jobs.bulk_retry`, `queue.pause`, ...
+    action: String,
+    /// What it acts on: `job 42`, `queue default`, ...
+    target: Option<String>,
+    /// A bulk action's filter.
+    filter: Option<Value>,
+}
+
 pub struct ServerConsole {
     client: Client,
     questions: QuestionService,
@@ -78,6 +88,22 @@ impl ServerConsole {
             accounts,
             auditor,
         }
+    }
+
+    /// Runs an operator's action (after checking the role) and records it, with its result and
+    /// (for bulk actions) how many jobs it changed, in the audit log.
+    async fn act<T>(
+        &self,
+        act: Act,
+        count: fn(&T) -> Option<i64>,
+        run: impl std::future::Future<Output = Result<T, Refusal>>,
+    ) -> Result<T, Refusal> {
+        let op = operator(Role::Operator)?;
+        let result = run.await;
+        let changed = result.as_ref().ok().and_then(count);
+        self.record(&op, &act.action, act.target, act.filter, changed, &result)
+            .await;
+        result
     }
 
     /// Records what an operator did (or tried) in the audit log.
@@ -450,11 +476,12 @@ impl Console for ServerConsole {
     }
 
     async fn job_action(&self, id: i64, action: String) -> Result<(), Refusal> {
-        let op = operator(Role::Operator)?;
-        let audit_action = format!("job.{action}");
-        let audit_target = Some(format!("job {id}"));
-        let audit_filter = None;
-        let result: Result<(), Refusal> = async {
+        let act = Act {
+            action: format!("job.{action}"),
+            target: Some(format!("job {id}")),
+            filter: None,
+        };
+        self.act(act, |_| None, async {
             let id = JobId(id);
             let done = match action.as_str() {
                 "cancel" => self.client.cancel(id).await.map(drop),
@@ -464,74 +491,46 @@ impl Console for ServerConsole {
                 other => return Err(Refusal::invalid(format!("`{other}` is not a job action"))),
             };
             done.map_err(refused)
-        }
-        .await;
-        self.record(
-            &op,
-            &audit_action,
-            audit_target,
-            audit_filter,
-            None,
-            &result,
-        )
-        .await;
-        result
+        })
+        .await
     }
 
     async fn reschedule_job(&self, id: i64, at_ms: i64) -> Result<(), Refusal> {
-        let op = operator(Role::Operator)?;
-        let audit_action = "job.reschedule".to_string();
-        let audit_target = Some(format!(
-            "job {id} to {}",
-            DateTime::from_timestamp_millis(at_ms)
-                .map(|t| t.to_rfc3339())
-                .unwrap_or_default()
-        ));
-        let audit_filter = None;
-        let result: Result<(), Refusal> = async {
+        let act = Act {
+            action: "job.reschedule".to_string(),
+            target: Some(format!(
+                "job {id} to {}",
+                DateTime::from_timestamp_millis(at_ms)
+                    .map(|t| t.to_rfc3339())
+                    .unwrap_or_default()
+            )),
+            filter: None,
+        };
+        self.act(act, |_| None, async {
             let at = from_ms("at", at_ms)?;
             self.client
                 .reschedule(JobId(id), at)
                 .await
                 .map(drop)
                 .map_err(refused)
-        }
-        .await;
-        self.record(
-            &op,
-            &audit_action,
-            audit_target,
-            audit_filter,
-            None,
-            &result,
-        )
-        .await;
-        result
+        })
+        .await
     }
 
     async fn clone_job(&self, id: i64) -> Result<i64, Refusal> {
-        let op = operator(Role::Operator)?;
-        let audit_action = "job.clone".to_string();
-        let audit_target = Some(format!("job {id}"));
-        let audit_filter = None;
-        let result: Result<i64, Refusal> = async {
+        let act = Act {
+            action: "job.clone".to_string(),
+            target: Some(format!("job {id}")),
+            filter: None,
+        };
+        self.act(act, |_| None, async {
             self.client
                 .clone_job(JobId(id))
                 .await
                 .map(|j| j.id.0)
                 .map_err(refused)
-        }
-        .await;
-        self.record(
-            &op,
-            &audit_action,
-            audit_target,
-            audit_filter,
-            None,
-            &result,
-        )
-        .await;
-        result
+        })
+        .await
     }
 
     async fn job_choices(&self) -> Result<JobChoices, Refusal> {
@@ -556,29 +555,20 @@ impl Console for ServerConsole {
     }
 
     async fn create_job(&self, input: NewJobInput) -> Result<i64, Refusal> {
-        let op = operator(Role::Operator)?;
-        let audit_action = "job.create".to_string();
-        let audit_target = Some(format!("{} in {}", input.kind.trim(), input.queue.trim()));
-        let audit_filter = None;
-        let result: Result<i64, Refusal> = async {
+        let act = Act {
+            action: "job.create".to_string(),
+            target: Some(format!("{} in {}", input.kind.trim(), input.queue.trim())),
+            filter: None,
+        };
+        self.act(act, |_| None, async {
             let job = new_job(input)?;
             self.client
                 .insert(&job)
                 .await
                 .map(|i| i.job.id.0)
                 .map_err(refused)
-        }
-        .await;
-        self.record(
-            &op,
-            &audit_action,
-            audit_target,
-            audit_filter,
-            None,
-            &result,
-        )
-        .await;
-        result
+        })
+        .await
     }
 
     async fn bulk_preview(&self, query: JobQuery) -> Result<BulkCount, Refusal> {
@@ -620,18 +610,19 @@ impl Console for ServerConsole {
         ids: Vec<i64>,
         query: JobQuery,
     ) -> Result<BulkDone, Refusal> {
-        let op = operator(Role::Operator)?;
-        let audit_action = format!("jobs.bulk_{action}");
-        let audit_target = (!ids.is_empty()).then(|| {
-            format!(
-                "jobs {}",
-                ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
-            )
-        });
-        let audit_filter = ids
-            .is_empty()
-            .then(|| serde_json::to_value(&query).unwrap_or_default());
-        let result: Result<BulkDone, Refusal> = async {
+        let act = Act {
+            action: format!("jobs.bulk_{action}"),
+            target: (!ids.is_empty()).then(|| {
+                format!(
+                    "jobs {}",
+                    ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+                )
+            }),
+            filter: ids
+                .is_empty()
+                .then(|| serde_json::to_value(&query).unwrap_or_default()),
+        };
+        self.act(act, |d: &BulkDone| Some(d.changed as i64), async {
             let bulk_action: BulkAction = action.parse().map_err(Refusal::invalid)?;
             let report = if ids.is_empty() {
                 let filter = job_filter(&query)?;
@@ -651,18 +642,8 @@ impl Console for ServerConsole {
                 changed: report.changed,
                 skipped: report.skipped,
             })
-        }
-        .await;
-        self.record(
-            &op,
-            &audit_action,
-            audit_target,
-            audit_filter,
-            result.as_ref().ok().map(|d| d.changed as i64),
-            &result,
-        )
-        .await;
-        result
+        })
+        .await
     }
 
     async fn timers(&self) -> Result<TimersPage, Refusal> {
@@ -687,21 +668,22 @@ impl Console for ServerConsole {
         action: String,
         concurrency: Option<String>,
     ) -> Result<(), Refusal> {
-        let op = operator(Role::Operator)?;
-        let audit_action = format!("queue.{action}");
-        let audit_target = Some(match concurrency.as_deref() {
-            Some(c) if action == "concurrency" => format!(
-                "queue {name} to {}",
-                if c.trim().is_empty() {
-                    "the nodes' default"
-                } else {
-                    c.trim()
-                }
-            ),
-            _ => format!("queue {name}"),
-        });
-        let audit_filter = None;
-        let result: Result<(), Refusal> = async {
+        let act = Act {
+            action: format!("queue.{action}"),
+            target: Some(match concurrency.as_deref() {
+                Some(c) if action == "concurrency" => format!(
+                    "queue {name} to {}",
+                    if c.trim().is_empty() {
+                        "the nodes' default"
+                    } else {
+                        c.trim()
+                    }
+                ),
+                _ => format!("queue {name}"),
+            }),
+            filter: None,
+        };
+        self.act(act, |_| None, async {
             let done = match action.as_str() {
                 "pause" => self.client.set_queue_paused(&name, true).await,
                 "resume" => self.client.set_queue_paused(&name, false).await,
@@ -717,18 +699,8 @@ impl Console for ServerConsole {
                 other => return Err(Refusal::invalid(format!("`{other}` is not a queue action"))),
             };
             done.map(drop).map_err(refused)
-        }
-        .await;
-        self.record(
-            &op,
-            &audit_action,
-            audit_target,
-            audit_filter,
-            None,
-            &result,
-        )
-        .await;
-        result
+        })
+        .await
     }
 
     async fn questions(&self) -> Result<QuestionsPage, Refusal> {
@@ -780,55 +752,37 @@ impl Console for ServerConsole {
         choices: Vec<String>,
         game_ms: i64,
     ) -> Result<i64, Refusal> {
-        let op = operator(Role::Operator)?;
-        let audit_action = "question.create".to_string();
-        let audit_target = Some(format!("{} / {}", game.trim(), prompt.trim()));
-        let audit_filter = None;
-        let result: Result<i64, Refusal> = async {
+        let act = Act {
+            action: "question.create".to_string(),
+            target: Some(format!("{} / {}", game.trim(), prompt.trim())),
+            filter: None,
+        };
+        self.act(act, |_| None, async {
             let at = from_ms("game_time", game_ms)?;
             self.questions
                 .create(&game, &prompt, &choices, at)
                 .await
                 .map(|d| d.question.id)
                 .map_err(question_refused)
-        }
-        .await;
-        self.record(
-            &op,
-            &audit_action,
-            audit_target,
-            audit_filter,
-            None,
-            &result,
-        )
-        .await;
-        result
+        })
+        .await
     }
 
     async fn move_question(&self, id: i64, game_ms: i64) -> Result<(), Refusal> {
-        let op = operator(Role::Operator)?;
-        let audit_action = "question.move".to_string();
-        let audit_target = Some(format!("question {id}"));
-        let audit_filter = None;
-        let result: Result<(), Refusal> = async {
+        let act = Act {
+            action: "question.move".to_string(),
+            target: Some(format!("question {id}")),
+            filter: None,
+        };
+        self.act(act, |_| None, async {
             let at = from_ms("game_time", game_ms)?;
             self.questions
                 .update(id, None, None, Some(at))
                 .await
                 .map(drop)
                 .map_err(question_refused)
-        }
-        .await;
-        self.record(
-            &op,
-            &audit_action,
-            audit_target,
-            audit_filter,
-            None,
-            &result,
-        )
-        .await;
-        result
+        })
+        .await
     }
 
     async fn audit(&self, query: AuditQuery) -> Result<AuditPage, Refusal> {

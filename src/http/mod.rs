@@ -1,5 +1,6 @@
 //! The HTTP surface: the REST API under `/api/v1`, health probes, and the Leptos dashboard.
 
+pub mod api_audit;
 pub mod api_jobs;
 pub mod api_questions;
 pub mod api_queues;
@@ -57,6 +58,10 @@ pub fn api_router(state: AppState) -> Router<AppState> {
         .route("/events", get(sse::events))
         .fallback(|| async { AppError::NotFound("no such endpoint".into()) })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            api_audit::record,
+        ))
         .layer(middleware::from_fn_with_state(state, auth::require_token))
 }
 
