@@ -1,6 +1,8 @@
 //! Queues (`/queues`): what waits and runs in each queue; pause / resume and the per-node
 //! concurrency, applied on every node at once.
 
+use std::collections::HashMap;
+
 use leptos::prelude::*;
 
 use crate::components::session::{may_act, Csrf};
@@ -13,6 +15,13 @@ use crate::console::{list_queues, QueueAction, QueueInfo};
 pub fn QueuesPage() -> impl IntoView {
     let live = use_live();
     let action = ServerAction::<QueueAction>::new();
+    // Concurrency values being typed, by queue: kept when live updates render the table again.
+    let drafts = RwSignal::new(HashMap::<String, String>::new());
+    Effect::new(move |_| {
+        if action.value().with(|v| matches!(v, Some(Ok(())))) {
+            drafts.set(HashMap::new());
+        }
+    });
     let queues = Resource::new(
         // The versions are the key: an unchanged key would not refetch.
         move || (live.version.get(), action.version().get()),
@@ -24,7 +33,7 @@ pub fn QueuesPage() -> impl IntoView {
                 <h1>"Queues"</h1>
             </div>
             <ActionError error=failure(action.value())/>
-            <Loaded resource=queues render=move |rows| view! { <QueueTable rows action/> }/>
+            <Loaded resource=queues render=move |rows| view! { <QueueTable rows action drafts/> }/>
         </section>
     }
 }
@@ -35,7 +44,11 @@ pub fn QueueTable(
     /// With an action: pause / resume and concurrency controls.
     #[prop(optional)]
     action: Option<ServerAction<QueueAction>>,
+    /// Concurrency values being typed, by queue (with `action`).
+    #[prop(optional)]
+    drafts: Option<RwSignal<HashMap<String, String>>>,
 ) -> impl IntoView {
+    let drafts = drafts.unwrap_or_else(|| RwSignal::new(HashMap::new()));
     let action = action.filter(|_| may_act());
     if rows.is_empty() {
         return view! { <p class="empty">"No queues yet: a queue appears when a node serves it or a job names it."</p> }
@@ -100,6 +113,11 @@ pub fn QueueTable(
                                         let limit_name = name.clone();
                                         let limit_label = format!("Concurrency of queue {name}");
                                         let current = q.concurrency.map(|c| c.to_string()).unwrap_or_default();
+                                        let draft_key = name.clone();
+                                        let input_key = name.clone();
+                                        let value = move || {
+                                            drafts.with(|d| d.get(&draft_key).cloned()).unwrap_or_else(|| current.clone())
+                                        };
                                         view! {
                                         <td>
                                             <div class="actions">
@@ -118,7 +136,13 @@ pub fn QueueTable(
                                                         max="10000"
                                                         size="5"
                                                         placeholder="default"
-                                                        value=current
+                                                        prop:value=value
+                                                        on:input=move |ev| {
+                                                            let typed = event_target_value(&ev);
+                                                            drafts.update(|d| {
+                                                                d.insert(input_key.clone(), typed);
+                                                            });
+                                                        }
                                                         aria-label=limit_label
                                                     />
                                                     <button type="submit" name="action" value="concurrency">"Set"</button>
