@@ -118,6 +118,11 @@ impl JobQuery {
     }
 }
 
+/// A query parameter's value, trimmed; `None` when absent or blank.
+pub fn nonempty(v: Option<String>) -> Option<String> {
+    v.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
 /// Encodes pairs as a query string (`a=1&b=x%20y`).
 pub fn query_string(pairs: &[(&str, String)]) -> String {
     pairs

@@ -182,24 +182,11 @@ fn refuse(status: StatusCode, message: &str) -> Response {
 /// Pages go to the login page (and back here after it); other requests get 401.
 fn sign_in_first(path_and_query: &str, is_page: bool) -> Response {
     if is_page {
-        let next = form_urlencoded_component(path_and_query);
+        let next: String = form_urlencoded::byte_serialize(path_and_query.as_bytes()).collect();
         Redirect::to(&format!("/login?next={next}")).into_response()
     } else {
         refuse(StatusCode::UNAUTHORIZED, "sign in first")
     }
-}
-
-fn form_urlencoded_component(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
 }
 
 /// The guard of every dashboard request (see the module doc).

@@ -8,7 +8,7 @@ use crate::components::live::use_live;
 use crate::components::loaded::Loaded;
 use crate::components::table::{Column, DataTable};
 use crate::components::time::{use_clock, When};
-use crate::console::{list_audit, query_string, AuditPage, AuditQuery};
+use crate::console::{list_audit, nonempty, query_string, AuditPage, AuditQuery};
 
 const AUDIT_COLUMNS: &[Column] = &[
     ("When", false),
@@ -18,10 +18,6 @@ const AUDIT_COLUMNS: &[Column] = &[
     ("From", true),
     ("Result", false),
 ];
-
-fn nonempty(v: Option<String>) -> Option<String> {
-    v.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
-}
 
 #[component]
 pub fn AuditLogPage() -> impl IntoView {

@@ -19,8 +19,8 @@ use crate::components::live::use_live;
 use crate::components::loaded::{error_text, failure, ActionError, Loaded};
 use crate::components::time::{use_clock, Countdown, When};
 use crate::console::{
-    bulk_preview, list_jobs, query_string, BulkJobs, JobAction, JobPage, JobQuery, JobRow,
-    FAILED_STATES, STATES,
+    bulk_preview, list_jobs, nonempty, query_string, BulkJobs, JobAction, JobPage, JobQuery,
+    JobRow, FAILED_STATES, STATES,
 };
 
 /// The bulk actions, as (value, verb, label).
@@ -30,10 +30,6 @@ pub const BULK_ACTIONS: [(&str, &str, &str); 4] = [
     ("run_now", "Run now", "made due now"),
     ("delete", "Delete", "deleted"),
 ];
-
-fn nonempty(v: Option<String>) -> Option<String> {
-    v.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
-}
 
 /// The listing's query from the address bar; `default_state` applies when it names none.
 fn job_query(q: &ParamsMap, default_state: Option<&str>) -> JobQuery {
