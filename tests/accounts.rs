@@ -502,6 +502,11 @@ async fn role_disabled_flag_and_password_can_be_changed() {
     assert_eq!(promoted.role, Role::Admin);
     assert_eq!(accounts.get(bob.id).await.unwrap(), Some(promoted));
 
+    // Another admin, so that disabling bob leaves one.
+    accounts
+        .create("carol", PASSWORD, Role::Admin)
+        .await
+        .unwrap();
     assert!(accounts.set_disabled(bob.id, true).await.unwrap().disabled);
     assert!(accounts.get(bob.id).await.unwrap().unwrap().disabled);
 

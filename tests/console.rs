@@ -6,182 +6,10 @@ mod common;
 
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
-use axum::Router;
-use http_body_util::BodyExt;
 use serde_json::{json, Value};
-use tower::ServiceExt;
 
-use common::test_db;
-use kickoff::accounts::{Accounts, Role};
-
-const TOKEN: &str = "console-test-token";
-
-struct Dashboard {
-    app: Router,
-    pool: sqlx::PgPool,
-    /// The signed-in session's cookie and CSRF token.
-    cookie: String,
-    csrf: String,
-}
-
-const PASSWORD: &str = "correct horse battery staple";
-
-async fn dashboard() -> Dashboard {
-    dashboard_as(Role::Operator).await
-}
-
-async fn dashboard_as(role: Role) -> Dashboard {
-    let db = test_db().await;
-    let app = common::app(&db.pool, TOKEN);
-    Accounts::new(db.pool.clone())
-        .create("ops", PASSWORD, role)
-        .await
-        .unwrap();
-    let (cookie, csrf) = sign_in(&app, "ops", PASSWORD, None).await;
-    Dashboard {
-        app,
-        pool: db.pool,
-        cookie,
-        csrf,
-    }
-}
-
-/// Signs in through the login server function; returns the session cookie and the CSRF token the
-/// pages then carry.
-async fn sign_in(
-    app: &Router,
-    name: &str,
-    password: &str,
-    cookie: Option<&str>,
-) -> (String, String) {
-    let mut req = Request::post("/_console/login")
-        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
-    if let Some(c) = cookie {
-        req = req.header(header::COOKIE, c);
-    }
-    let res = app
-        .clone()
-        .oneshot(
-            req.body(Body::from(format!(
-                "name={name}&password={}",
-                password.replace(' ', "+")
-            )))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::OK, "sign-in refused");
-    let cookie = session_cookie(&res).expect("a session cookie");
-    let page = app
-        .clone()
-        .oneshot(
-            Request::get("/")
-                .header(header::COOKIE, &cookie)
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    let html = String::from_utf8(
-        page.into_body()
-            .collect()
-            .await
-            .unwrap()
-            .to_bytes()
-            .to_vec(),
-    )
-    .unwrap();
-    let csrf = html
-        .split("<meta name=\"csrf-token\" content=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .expect("the page carries the CSRF token")
-        .to_string();
-    (cookie, csrf)
-}
-
-fn session_cookie(res: &axum::response::Response) -> Option<String> {
-    res.headers()
-        .get_all(header::SET_COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find(|v| v.starts_with("kickoff_session="))
-        .map(|v| v.split(';').next().unwrap().to_string())
-}
-
-async fn send(app: &Router, req: Request<Body>) -> (StatusCode, Option<String>, String) {
-    let res = app.clone().oneshot(req).await.unwrap();
-    let status = res.status();
-    let location = res
-        .headers()
-        .get(header::LOCATION)
-        .map(|l| l.to_str().unwrap().to_string());
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    (
-        status,
-        location,
-        String::from_utf8_lossy(&bytes).into_owned(),
-    )
-}
-
-impl Dashboard {
-    async fn send(&self, mut req: Request<Body>) -> (StatusCode, Option<String>, String) {
-        req.headers_mut()
-            .insert(header::COOKIE, self.cookie.parse().unwrap());
-        send(&self.app, req).await
-    }
-
-    async fn page(&self, path: &str) -> (StatusCode, String) {
-        let req = Request::get(path).body(Body::empty()).unwrap();
-        let (status, _, body) = self.send(req).await;
-        (status, body)
-    }
-
-    /// Calls a server function as the hydrated dashboard does (a urlencoded POST with the form's
-    /// CSRF field).
-    async fn server_fn(&self, name: &str, form: &str) -> (StatusCode, String) {
-        let req = Request::post(format!("/_console/{name}"))
-            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .body(Body::from(format!("{form}&csrf={}", self.csrf)))
-            .unwrap();
-        let (status, _, body) = self.send(req).await;
-        (status, body)
-    }
-
-    async fn api(&self, method: Method, path: &str, body: Value) -> Value {
-        let req = Request::builder()
-            .method(method)
-            .uri(format!("/api/v1{path}"))
-            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Body::from(body.to_string()))
-            .unwrap();
-        let (status, _, body) = self.send(req).await;
-        assert!(status.is_success(), "{status}: {body}");
-        serde_json::from_str(&body).unwrap()
-    }
-
-    async fn new_job(&self, body: Value) -> i64 {
-        self.api(Method::POST, "/jobs", body).await["job"]["id"]
-            .as_i64()
-            .unwrap()
-    }
-
-    async fn state_of(&self, id: i64) -> String {
-        sqlx::query_scalar("SELECT state::text FROM jobs WHERE id = $1")
-            .bind(id)
-            .fetch_one(&self.pool)
-            .await
-            .unwrap()
-    }
-
-    async fn job_count(&self) -> i64 {
-        sqlx::query_scalar("SELECT count(*) FROM jobs")
-            .fetch_one(&self.pool)
-            .await
-            .unwrap()
-    }
-}
+use common::dashboard::{dashboard, dashboard_as, send, sign_in, PASSWORD};
+use kickoff::accounts::Role;
 
 #[tokio::test]
 async fn every_page_renders_its_data_on_the_server() {
@@ -554,6 +382,9 @@ async fn nothing_of_the_dashboard_answers_without_a_session() {
         "/queues",
         "/questions",
         "/questions/new",
+        "/audit",
+        "/users",
+        "/account",
     ] {
         let (status, location, _) =
             send(&d.app, Request::get(path).body(Body::empty()).unwrap()).await;
@@ -581,6 +412,14 @@ async fn nothing_of_the_dashboard_answers_without_a_session() {
         "move_question",
         "job_choices",
         "logout",
+        "audit",
+        "users",
+        "create_user",
+        "update_user",
+        "account",
+        "create_token",
+        "revoke_token",
+        "change_password",
     ] {
         let req = Request::post(format!("/_console/{function}"))
             .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
@@ -715,21 +554,78 @@ async fn signing_in_gives_a_new_session_id_and_signing_out_ends_it() {
 #[tokio::test]
 async fn every_response_carries_the_security_headers() {
     let d = dashboard().await;
-    for path in ["/login", "/jobs", "/healthz"] {
-        let res = d
-            .app
-            .clone()
-            .oneshot(Request::get(path).body(Body::empty()).unwrap())
-            .await
-            .unwrap();
+    for path in [
+        "/login",
+        "/jobs",
+        "/healthz",
+        "/api/v1/stats",
+        "/pkg/kickoff.css",
+    ] {
+        let res = d.get(path).await;
         let h = res.headers();
-        assert!(h[header::CONTENT_SECURITY_POLICY]
-            .to_str()
-            .unwrap()
-            .contains("frame-ancestors 'none'"));
+        let csp = h[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+        assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp}");
+        assert!(
+            !script_src(csp).contains("'unsafe-inline'"),
+            "{path}: no inline script runs without the page's nonce: {csp}"
+        );
         assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
         assert_eq!(h[header::REFERRER_POLICY], "same-origin");
+        assert_eq!(h[header::X_FRAME_OPTIONS], "DENY", "{path}");
     }
+}
+
+/// The `script-src` directive of a policy.
+fn script_src(csp: &str) -> &str {
+    csp.split(';')
+        .map(str::trim)
+        .find(|d| d.starts_with("script-src"))
+        .unwrap_or("")
+}
+
+#[tokio::test]
+async fn a_page_allows_exactly_its_own_scripts_by_a_fresh_nonce() {
+    let d = dashboard().await;
+    let mut nonces = Vec::new();
+    for path in ["/", "/jobs", "/login"] {
+        let res = d.get(path).await;
+        let csp = res.headers()[header::CONTENT_SECURITY_POLICY]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let directive = script_src(&csp);
+        let nonce = directive
+            .split_whitespace()
+            .find_map(|t| t.strip_prefix("'nonce-"))
+            .and_then(|t| t.strip_suffix('\''))
+            .unwrap_or_else(|| panic!("{path}: no nonce in {directive}"))
+            .to_string();
+        assert!(!directive.contains("'unsafe-inline'"), "{directive}");
+        let html = String::from_utf8(
+            http_body_util::BodyExt::collect(res.into_body())
+                .await
+                .unwrap()
+                .to_bytes()
+                .to_vec(),
+        )
+        .unwrap();
+        let scripts: Vec<&str> = html.split("<script").skip(1).collect();
+        assert!(
+            !scripts.is_empty(),
+            "{path}: the page has its hydration script"
+        );
+        for s in scripts {
+            let tag = s.split('>').next().unwrap();
+            assert!(
+                tag.contains(&format!("nonce=\"{nonce}\"")),
+                "{path}: a script without the page's nonce: <script{tag}>"
+            );
+        }
+        nonces.push(nonce);
+    }
+    nonces.sort();
+    nonces.dedup();
+    assert_eq!(nonces.len(), 3, "each response has a nonce of its own");
 }
 
 #[tokio::test]

@@ -341,6 +341,57 @@ pub struct AuditPage {
     pub next_before: Option<i64>,
 }
 
+/// One account, for the users page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserRow {
+    pub id: i64,
+    pub name: String,
+    pub role: String,
+    pub disabled: bool,
+    pub created_ms: i64,
+    /// The signed-in admin's own row (the page offers no way to lock oneself out).
+    pub is_me: bool,
+}
+
+/// One API token: never its secret, only its first characters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenRow {
+    pub id: i64,
+    pub owner: String,
+    pub name: String,
+    /// `read` or `write`.
+    pub scope: String,
+    /// The token's first characters (`ko_1a2b3c4d`).
+    pub prefix: String,
+    pub created_ms: i64,
+    pub last_used_ms: Option<i64>,
+    pub revoked_ms: Option<i64>,
+}
+
+/// The users page (admins): every account and every API token.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsersPage {
+    pub now_ms: i64,
+    pub users: Vec<UserRow>,
+    pub tokens: Vec<TokenRow>,
+}
+
+/// The signed-in user's own page: their tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AccountPage {
+    pub now_ms: i64,
+    pub name: String,
+    pub role: String,
+    pub tokens: Vec<TokenRow>,
+}
+
+/// A token just made: its text, shown this once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewToken {
+    pub id: i64,
+    pub token: String,
+}
+
 /// What the login page says.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoginInfo {
@@ -456,6 +507,31 @@ pub trait Console: Send + Sync + 'static {
     ) -> Result<i64, Refusal>;
     async fn move_question(&self, id: i64, game_ms: i64) -> Result<(), Refusal>;
     async fn audit(&self, query: AuditQuery) -> Result<AuditPage, Refusal>;
+    /// Admins: every user and token.
+    async fn users(&self) -> Result<UsersPage, Refusal>;
+    /// Admins: a new user; returns its id.
+    async fn create_user(
+        &self,
+        name: String,
+        role: String,
+        password: String,
+    ) -> Result<i64, Refusal>;
+    /// Admins: `role` (with `role`), `disable`, `enable` or `password` (a reset, with `password`).
+    async fn update_user(
+        &self,
+        id: i64,
+        action: String,
+        role: Option<String>,
+        password: Option<String>,
+    ) -> Result<(), Refusal>;
+    /// The signed-in user's page.
+    async fn account(&self) -> Result<AccountPage, Refusal>;
+    /// A token for the signed-in user.
+    async fn create_token(&self, name: String, scope: String) -> Result<NewToken, Refusal>;
+    /// Revokes one of the signed-in user's tokens (admins: anyone's).
+    async fn revoke_token(&self, id: i64) -> Result<(), Refusal>;
+    /// The signed-in user changes their password (their other sessions end).
+    async fn change_password(&self, current: String, new: String) -> Result<(), Refusal>;
     async fn login_info(&self) -> Result<LoginInfo, Refusal>;
     /// Signs in (a new session id) or says why not.
     async fn login(&self, name: String, password: String) -> Result<(), Refusal>;
@@ -732,4 +808,79 @@ pub fn current_me() -> Option<Me> {
 #[server(prefix = "/_console", endpoint = "audit")]
 pub async fn list_audit(query: AuditQuery) -> Result<AuditPage, ServerFnError> {
     console()?.audit(query).await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "users")]
+pub async fn get_users() -> Result<UsersPage, ServerFnError> {
+    console()?.users().await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "create_user")]
+pub async fn create_user(
+    csrf: Option<String>,
+    name: String,
+    role: String,
+    password: String,
+) -> Result<i64, ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
+    console()?
+        .create_user(name, role, password)
+        .await
+        .map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "update_user")]
+pub async fn update_user(
+    csrf: Option<String>,
+    id: i64,
+    action: String,
+    role: Option<String>,
+    password: Option<String>,
+) -> Result<(), ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
+    console()?
+        .update_user(id, action, role, password)
+        .await
+        .map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "account")]
+pub async fn get_account() -> Result<AccountPage, ServerFnError> {
+    console()?.account().await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "create_token")]
+pub async fn create_token(
+    csrf: Option<String>,
+    name: String,
+    scope: String,
+) -> Result<NewToken, ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
+    console()?.create_token(name, scope).await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "revoke_token")]
+pub async fn revoke_token(csrf: Option<String>, id: i64) -> Result<(), ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
+    console()?.revoke_token(id).await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "change_password")]
+pub async fn change_password(
+    csrf: Option<String>,
+    current: String,
+    new: String,
+) -> Result<(), ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
+    console()?.change_password(current, new).await.map_err(fail)
 }

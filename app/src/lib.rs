@@ -14,8 +14,36 @@ use leptos_router::{path, SsrMode};
 use crate::components::live::LiveBadge;
 use crate::components::session::UserMenu;
 
+/// The Content-Security-Policy of every response; `{nonce}` is a page's script nonce.
+///
+/// Scripts: this site's files and a page's own inline scripts (Leptos's hydration bootstrap and
+/// its resource data), which carry the page's nonce; no other inline script runs. WebAssembly may
+/// be compiled. Styles: this site's stylesheet and `style` attributes (one bar width), never a
+/// `<style>` element. Nothing else is loaded from elsewhere, and no one may frame the dashboard.
+pub fn content_security_policy(nonce: Option<&str>) -> String {
+    let scripts = match nonce {
+        Some(n) => format!("'self' 'nonce-{n}' 'wasm-unsafe-eval'"),
+        None => "'self' 'wasm-unsafe-eval'".to_string(),
+    };
+    format!(
+        "default-src 'self'; script-src {scripts}; style-src 'self'; \
+         style-src-attr 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; \
+         frame-ancestors 'none'; form-action 'self'; base-uri 'self'; object-src 'none'"
+    )
+}
+
 /// The HTML document around the app (server side).
 pub fn shell(options: LeptosOptions) -> impl IntoView {
+    // The page's scripts carry the nonce leptos_axum made for this request; the policy names it.
+    #[cfg(feature = "ssr")]
+    if let Some(res) = use_context::<leptos_axum::ResponseOptions>() {
+        let nonce = leptos::nonce::use_nonce();
+        if let Ok(value) =
+            http::HeaderValue::from_str(&content_security_policy(nonce.as_deref()))
+        {
+            res.insert_header(http::header::CONTENT_SECURITY_POLICY, value);
+        }
+    }
     view! {
         <!DOCTYPE html>
         <html lang="en">
@@ -42,7 +70,9 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
-    let signed_in = components::session::provide_me().is_some();
+    let me = components::session::provide_me();
+    let signed_in = me.is_some();
+    let is_admin = me.is_some_and(|m| m.role == "admin");
     components::live::provide_live();
     components::time::provide_clock();
     view! {
@@ -60,6 +90,7 @@ pub fn App() -> impl IntoView {
                     <A href="/queues">"Queues"</A>
                     <A href="/questions">"Questions"</A>
                     <A href="/audit">"Audit"</A>
+                    {is_admin.then(|| view! { <A href="/users">"Users"</A> })}
                     <A href="/jobs/new">"New job"</A>
                 </nav>
                 {signed_in.then(|| view! { <LiveBadge/> <UserMenu/> })}
@@ -78,6 +109,8 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/questions/new") view=pages::question_new::NewQuestionPage ssr=SsrMode::Async/>
                     <Route path=path!("/questions/:id") view=pages::question_detail::QuestionDetailPage ssr=SsrMode::Async/>
                     <Route path=path!("/audit") view=pages::audit::AuditLogPage ssr=SsrMode::Async/>
+                    <Route path=path!("/users") view=pages::users::UsersPage ssr=SsrMode::Async/>
+                    <Route path=path!("/account") view=pages::account::AccountPage ssr=SsrMode::Async/>
                 </Routes>
             </main>
         </Router>

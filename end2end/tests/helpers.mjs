@@ -87,3 +87,12 @@ export function watchErrors(page) {
   page.on('pageerror', (e) => errors.push(e.message));
   return errors;
 }
+
+// Collects what the page's Content-Security-Policy blocked (Chromium reports it on the console).
+export function watchPolicy(page) {
+  const blocked = [];
+  page.on('console', (m) => {
+    if (/Content Security Policy/i.test(m.text())) blocked.push(m.text());
+  });
+  return blocked;
+}

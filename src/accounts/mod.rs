@@ -13,17 +13,25 @@
 //! - The first administrator: [`Accounts::ensure_first_admin`] creates `admin` on a database with
 //!   no user at all, once, even when several nodes start together.
 //!
+//! - API tokens ([`Accounts::create_token`]): per user, scoped read or write, stored as SHA-256
+//!   of their text (see `api_token`); revoked or a disabled owner's tokens stop at the next request.
+//!
 //! Sessions are not kept here: the HTTP layer stores them and asks [`Accounts::get`] who a session's
 //! user is.
 
+pub mod api_token;
 mod login_throttle;
 mod name;
 mod password;
 pub mod password_prompt;
 mod role;
+pub mod secret;
 mod service;
 pub mod store;
+mod text_column;
+pub mod token_store;
 
+pub use api_token::TokenScope;
 pub use login_throttle::{
     FAILURE_WINDOW, LOCK_AFTER_FAILURES, LOCK_DURATION, SLOWDOWN, SLOW_AFTER_FAILURES,
 };
@@ -32,3 +40,4 @@ pub use password::{validate_password, MAX_PASSWORD_CHARS, MIN_PASSWORD_CHARS};
 pub use role::Role;
 pub use service::{AccountError, Accounts, LoginError, FIRST_ADMIN_NAME};
 pub use store::User;
+pub use token_store::{ApiToken, TokenOwner};

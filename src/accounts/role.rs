@@ -1,10 +1,6 @@
 //! What a user may do.
 
 use serde::{Deserialize, Serialize};
-use sqlx::encode::IsNull;
-use sqlx::error::BoxDynError;
-use sqlx::postgres::{PgArgumentBuffer, PgTypeInfo, PgValueRef};
-use sqlx::{Decode, Encode, Postgres, Type};
 
 /// A user's role. The variants are ordered (`Viewer < Operator < Admin`) so that a permission check
 /// is `user.role >= Role::Operator`: each role may do everything the roles below it may.
@@ -50,27 +46,4 @@ impl std::str::FromStr for Role {
     }
 }
 
-// By hand rather than `#[derive(sqlx::Type)]`: the column is plain text, and the derive would name a
-// Postgres enum type that does not exist.
-impl Type<Postgres> for Role {
-    fn type_info() -> PgTypeInfo {
-        <&str as Type<Postgres>>::type_info()
-    }
-
-    fn compatible(ty: &PgTypeInfo) -> bool {
-        <&str as Type<Postgres>>::compatible(ty)
-    }
-}
-
-impl Encode<'_, Postgres> for Role {
-    fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
-        <&str as Encode<Postgres>>::encode(self.as_str(), buf)
-    }
-}
-
-impl<'r> Decode<'r, Postgres> for Role {
-    fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
-        let s = <&str as Decode<Postgres>>::decode(value)?;
-        Ok(s.parse::<Role>()?)
-    }
-}
+super::text_column::impl_text_column!(Role);

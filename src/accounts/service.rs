@@ -4,9 +4,11 @@ use std::net::IpAddr;
 
 use sqlx::PgPool;
 
+use super::api_token::{self, MAX_TOKEN_NAME_CHARS};
 use super::login_throttle::LoginThrottle;
 use super::store::{self, User};
-use super::{normalize_name, password, validate_password, Role};
+use super::token_store::{self, ApiToken, TokenOwner};
+use super::{normalize_name, password, validate_password, Role, TokenScope};
 
 /// The name of the administrator made on first start.
 pub const FIRST_ADMIN_NAME: &str = "admin";
@@ -21,6 +23,9 @@ pub enum AccountError {
     },
     #[error("the name `{0}` is taken")]
     NameTaken(String),
+    /// The change is refused as things stand (the last admin, a token revoked already).
+    #[error("{0}")]
+    Conflict(String),
     /// What was not found, e.g. `user 42`.
     #[error("{0} not found")]
     NotFound(String),
@@ -38,6 +43,9 @@ pub enum LoginError {
     /// the lock ends.
     #[error("too many failed logins: try again in {retry_after_secs} s")]
     Locked { retry_after_secs: u64 },
+    /// A new password that breaks the rules (changing one's own password).
+    #[error("{0}")]
+    Invalid(String),
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
 }
@@ -91,19 +99,32 @@ impl Accounts {
         Ok(store::user_count(&self.pool).await?)
     }
 
+    /// Changes a user's role. Refused (conflict) when it would leave no enabled admin.
     pub async fn set_role(&self, id: i64, role: Role) -> Result<User, AccountError> {
-        found(id, store::user_set_role(&self.pool, id, role).await?)
+        let mut tx = self.pool.begin().await?;
+        if role != Role::Admin {
+            keeps_an_admin(&mut tx, id, "take the admin role from").await?;
+        }
+        let user = found(id, store::user_set_role(&mut *tx, id, role).await?)?;
+        tx.commit().await?;
+        Ok(user)
     }
 
-    /// Disables or enables a user. A disabled user cannot log in; ending its open sessions is the
-    /// session layer's part (it looks the user up on each request).
+    /// Disables or enables a user. A disabled user cannot sign in and their tokens stop working;
+    /// their open sessions end at their next request (the session layer looks the user up on
+    /// each). Refused (conflict) when it would leave no enabled admin.
     pub async fn set_disabled(&self, id: i64, disabled: bool) -> Result<User, AccountError> {
-        found(
-            id,
-            store::user_set_disabled(&self.pool, id, disabled).await?,
-        )
+        let mut tx = self.pool.begin().await?;
+        if disabled {
+            keeps_an_admin(&mut tx, id, "disable").await?;
+        }
+        let user = found(id, store::user_set_disabled(&mut *tx, id, disabled).await?)?;
+        tx.commit().await?;
+        Ok(user)
     }
 
+    /// Sets a user's password (an admin's reset, or the user's own change once checked). Their
+    /// sessions signed in before now end at their next request.
     pub async fn set_password(&self, id: i64, password: &str) -> Result<User, AccountError> {
         validate_password(password)?;
         let hash = password::hash(password).await;
@@ -167,6 +188,120 @@ impl Accounts {
     pub async fn prune_login_failures(&self) -> Result<u64, AccountError> {
         Ok(store::login_failure_prune(&self.pool, super::FAILURE_WINDOW, None).await?)
     }
+}
+
+impl Accounts {
+    /// Creates an API token for `user`, returning it with its text (shown once, never stored).
+    /// `write` needs a role that may act (operator or admin).
+    pub async fn create_token(
+        &self,
+        user: &User,
+        name: &str,
+        scope: TokenScope,
+    ) -> Result<(ApiToken, String), AccountError> {
+        let name = name.trim();
+        if name.is_empty() || name.chars().count() > MAX_TOKEN_NAME_CHARS {
+            return Err(AccountError::Invalid {
+                field: "name",
+                message: format!("must be 1 to {MAX_TOKEN_NAME_CHARS} characters"),
+            });
+        }
+        if name.chars().any(char::is_control) {
+            return Err(AccountError::Invalid {
+                field: "name",
+                message: "must not hold control characters".into(),
+            });
+        }
+        if scope == TokenScope::Write && user.role < Role::Operator {
+            return Err(AccountError::Invalid {
+                field: "scope",
+                message: format!(
+                    "write needs an operator or admin; {} is a viewer",
+                    user.name
+                ),
+            });
+        }
+        let token = api_token::generate();
+        let stored = token_store::api_token_insert(
+            &self.pool,
+            user.id,
+            name,
+            scope,
+            &api_token::prefix(&token),
+            &api_token::hash(&token),
+        )
+        .await?;
+        Ok((stored, token))
+    }
+
+    /// Tokens of one user, or of everyone (`None`), newest first.
+    pub async fn tokens(&self, user_id: Option<i64>) -> Result<Vec<ApiToken>, AccountError> {
+        Ok(token_store::api_token_list(&self.pool, user_id).await?)
+    }
+
+    pub async fn token(&self, id: i64) -> Result<Option<ApiToken>, AccountError> {
+        Ok(token_store::api_token_get(&self.pool, id).await?)
+    }
+
+    /// Revokes a token: the next request that presents it is refused.
+    pub async fn revoke_token(&self, id: i64) -> Result<ApiToken, AccountError> {
+        match token_store::api_token_revoke(&self.pool, id).await? {
+            Some(t) => Ok(t),
+            None => match self.token(id).await? {
+                Some(_) => Err(AccountError::Conflict(format!(
+                    "token {id} is revoked already"
+                ))),
+                None => Err(AccountError::NotFound(format!("token {id}"))),
+            },
+        }
+    }
+
+    /// The owner of a presented token, if it is a live token of an enabled user.
+    pub async fn authenticate_token(
+        &self,
+        presented: &str,
+    ) -> Result<Option<TokenOwner>, AccountError> {
+        if !api_token::looks_like_token(presented) {
+            return Ok(None);
+        }
+        Ok(token_store::api_token_authenticate(&self.pool, &api_token::hash(presented)).await?)
+    }
+
+    /// A user changes their own password: `current` is checked like a sign-in (a wrong one counts
+    /// toward the same lock), then the new one is set and their other sessions end.
+    pub async fn change_own_password(
+        &self,
+        user: &User,
+        current: &str,
+        new: &str,
+        address: IpAddr,
+    ) -> Result<User, LoginError> {
+        // Checked before the current password, so that a bad new one does not cost an attempt.
+        if let Err(e) = validate_password(new) {
+            return Err(LoginError::Invalid(e.to_string()));
+        }
+        self.authenticate(&user.name, current, address).await?;
+        self.set_password(user.id, new).await.map_err(|e| match e {
+            AccountError::Database(e) => LoginError::Database(e),
+            other => LoginError::Invalid(other.to_string()),
+        })
+    }
+}
+
+/// Refuses (conflict) a change that would leave no enabled admin besides `id`. Locks the admins'
+/// rows for the transaction, so concurrent changes are checked one after the other.
+async fn keeps_an_admin(
+    tx: &mut sqlx::PgConnection,
+    id: i64,
+    verb: &str,
+) -> Result<(), AccountError> {
+    let admins = store::user_lock_enabled_admins(&mut *tx).await?;
+    if admins.contains(&id) && admins.len() == 1 {
+        return Err(AccountError::Conflict(format!(
+            "cannot {verb} the last enabled admin: make another admin first"
+        )));
+    }
+    Ok(())
 }
 
 fn found(id: i64, user: Option<User>) -> Result<User, AccountError> {

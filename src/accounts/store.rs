@@ -16,6 +16,8 @@ pub struct User {
     pub role: Role,
     pub disabled: bool,
     pub created_at: DateTime<Utc>,
+    /// Raised by every password change: sessions signed in with an older value end.
+    pub session_epoch: i32,
 }
 
 /// A user with the hash to verify a login against.
@@ -34,7 +36,7 @@ pub async fn user_insert<'e>(
 ) -> Result<User, sqlx::Error> {
     sqlx::query_as(
         "INSERT INTO users (name, role, password_hash) VALUES ($1, $2, $3)
-         RETURNING id, name, role, disabled, created_at",
+         RETURNING id, name, role, disabled, created_at, session_epoch",
     )
     .bind(name)
     .bind(role)
@@ -59,7 +61,7 @@ pub async fn user_insert_if_none<'e>(
         "INSERT INTO users (name, role, password_hash)
          SELECT $1, $2, $3 WHERE NOT EXISTS (SELECT 1 FROM users)
          ON CONFLICT (name) DO NOTHING
-         RETURNING id, name, role, disabled, created_at",
+         RETURNING id, name, role, disabled, created_at, session_epoch",
     )
     .bind(name)
     .bind(role)
@@ -69,10 +71,12 @@ pub async fn user_insert_if_none<'e>(
 }
 
 pub async fn user_get<'e>(db: impl PgExecutor<'e>, id: i64) -> Result<Option<User>, sqlx::Error> {
-    sqlx::query_as("SELECT id, name, role, disabled, created_at FROM users WHERE id = $1")
-        .bind(id)
-        .fetch_optional(db)
-        .await
+    sqlx::query_as(
+        "SELECT id, name, role, disabled, created_at, session_epoch FROM users WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(db)
+    .await
 }
 
 /// The user named `name` (already normalized) and its password hash.
@@ -81,7 +85,7 @@ pub async fn user_get_credentials<'e>(
     name: &str,
 ) -> Result<Option<Credentials>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, name, role, disabled, created_at, password_hash FROM users WHERE name = $1",
+        "SELECT id, name, role, disabled, created_at, session_epoch, password_hash FROM users WHERE name = $1",
     )
     .bind(name)
     .fetch_optional(db)
@@ -90,9 +94,11 @@ pub async fn user_get_credentials<'e>(
 
 /// All users, by name.
 pub async fn user_list<'e>(db: impl PgExecutor<'e>) -> Result<Vec<User>, sqlx::Error> {
-    sqlx::query_as("SELECT id, name, role, disabled, created_at FROM users ORDER BY name")
-        .fetch_all(db)
-        .await
+    sqlx::query_as(
+        "SELECT id, name, role, disabled, created_at, session_epoch FROM users ORDER BY name",
+    )
+    .fetch_all(db)
+    .await
 }
 
 pub async fn user_count<'e>(db: impl PgExecutor<'e>) -> Result<i64, sqlx::Error> {
@@ -108,7 +114,7 @@ pub async fn user_set_role<'e>(
 ) -> Result<Option<User>, sqlx::Error> {
     sqlx::query_as(
         "UPDATE users SET role = $2, updated_at = now() WHERE id = $1
-         RETURNING id, name, role, disabled, created_at",
+         RETURNING id, name, role, disabled, created_at, session_epoch",
     )
     .bind(id)
     .bind(role)
@@ -123,11 +129,24 @@ pub async fn user_set_disabled<'e>(
 ) -> Result<Option<User>, sqlx::Error> {
     sqlx::query_as(
         "UPDATE users SET disabled = $2, updated_at = now() WHERE id = $1
-         RETURNING id, name, role, disabled, created_at",
+         RETURNING id, name, role, disabled, created_at, session_epoch",
     )
     .bind(id)
     .bind(disabled)
     .fetch_optional(db)
+    .await
+}
+
+/// Locks the rows of the enabled admins (until the transaction ends) and returns their ids: a
+/// change that could leave no admin takes this first, so two admins demoting each other at once
+/// cannot both pass the "another admin remains" check.
+pub async fn user_lock_enabled_admins<'e>(
+    db: impl PgExecutor<'e>,
+) -> Result<Vec<i64>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT id FROM users WHERE role = 'admin' AND NOT disabled ORDER BY id FOR UPDATE",
+    )
+    .fetch_all(db)
     .await
 }
 
@@ -137,8 +156,9 @@ pub async fn user_set_password_hash<'e>(
     password_hash: &str,
 ) -> Result<Option<User>, sqlx::Error> {
     sqlx::query_as(
-        "UPDATE users SET password_hash = $2, updated_at = now() WHERE id = $1
-         RETURNING id, name, role, disabled, created_at",
+        "UPDATE users SET password_hash = $2, session_epoch = session_epoch + 1, updated_at = now()
+         WHERE id = $1
+         RETURNING id, name, role, disabled, created_at, session_epoch",
     )
     .bind(id)
     .bind(password_hash)

@@ -1,12 +1,14 @@
-//! Audit entries for the REST API's state-changing calls (the bootstrap token acts as an admin).
-//! Reads are not recorded, nor are players' predictions: those are the game's traffic, not an
-//! operator's actions.
+//! Audit entries for the REST API's state-changing calls, refused ones included, named after the
+//! token's owner (the bootstrap token as `api-token`, an admin). Reads are not recorded, nor are
+//! players' predictions (the game's traffic, not an operator's actions), nor calls without a valid
+//! token (no one to name).
 
 use axum::extract::{Request, State};
 use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
 
+use super::auth::ApiCaller;
 use super::session::client_address;
 use super::state::AppState;
 use crate::audit::AuditEntry;
@@ -34,14 +36,21 @@ pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> 
     }
     let address = client_address(req.extensions());
     let res = next.run(req).await;
+    let Some(caller) = res.extensions().get::<ApiCaller>().cloned() else {
+        return res;
+    };
     let status = res.status();
+    let target = match caller.token_id {
+        Some(id) => format!("/api/v1{path} (token {id})"),
+        None => format!("/api/v1{path}"),
+    };
     state
         .auditor
         .record(AuditEntry {
-            actor: "api-token".into(),
-            role: "admin".into(),
+            actor: caller.actor,
+            role: caller.role.as_str().to_string(),
             action: format!("api.{method} {}", route_of(&path)),
-            target: Some(format!("/api/v1{path}")),
+            target: Some(target),
             filter: None,
             count: None,
             address: Some(address),

@@ -5,15 +5,17 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use kickoff_app::console::{
+    AccountPage, AuditPage, AuditQuery, AuditRow, LoginInfo, NewToken, TokenRow, UserRow, UsersPage,
+};
+use kickoff_app::console::{
     AttemptRow, BulkCount, BulkDone, Console, JobChoices, JobDetail, JobPage, JobQuery, JobRow,
     MinutePoint, NewJobInput, NodeInfo, Overview, QuestionDetail, QuestionRow, QuestionsPage,
     QueueInfo, Refusal, TimersPage, BULK_COUNT_CAP,
 };
-use kickoff_app::console::{AuditPage, AuditQuery, AuditRow, LoginInfo};
 use leptos::prelude::use_context;
 use serde_json::Value;
 
-use crate::accounts::{Accounts, LoginError, Role};
+use crate::accounts::{AccountError, Accounts, ApiToken, LoginError, Role, TokenScope};
 use crate::audit::{AuditEntry, AuditFilter, Auditor};
 use crate::engine::store::jobs::{db_now, JobFilter};
 use crate::engine::{
@@ -98,7 +100,19 @@ impl ServerConsole {
         count: fn(&T) -> Option<i64>,
         run: impl std::future::Future<Output = Result<T, Refusal>>,
     ) -> Result<T, Refusal> {
-        let op = operator(Role::Operator)?;
+        self.act_as(Role::Operator, act, count, run).await
+    }
+
+    /// [`Self::act`] for actions that need another role than operator (admins' user management,
+    /// anyone's own tokens and password).
+    async fn act_as<T>(
+        &self,
+        need: Role,
+        act: Act,
+        count: fn(&T) -> Option<i64>,
+        run: impl std::future::Future<Output = Result<T, Refusal>>,
+    ) -> Result<T, Refusal> {
+        let op = operator(need)?;
         let result = run.await;
         let changed = result.as_ref().ok().and_then(count);
         self.record(&op, &act.action, act.target, act.filter, changed, &result)
@@ -154,6 +168,58 @@ fn refused(e: ClientError) -> Refusal {
         ClientError::Invalid { .. } | ClientError::UnknownKind(_) => {
             Refusal::invalid(e.to_string())
         }
+    }
+}
+
+/// A refused sign-in (or password check): 401 for wrong credentials, 429 with `Retry-After` for a
+/// lock.
+fn login_refused(e: LoginError) -> Refusal {
+    match e {
+        LoginError::BadCredentials => Refusal {
+            status: 401,
+            message: "wrong name or password".into(),
+        },
+        LoginError::Locked { retry_after_secs } => {
+            if let Some(res) = use_context::<leptos_axum::ResponseOptions>() {
+                res.insert_header(
+                    axum::http::header::RETRY_AFTER,
+                    axum::http::HeaderValue::from(retry_after_secs),
+                );
+            }
+            Refusal {
+                status: 429,
+                message: format!(
+                    "too many failed sign-ins: try again in {} min",
+                    retry_after_secs.div_ceil(60).max(1)
+                ),
+            }
+        }
+        LoginError::Invalid(message) => Refusal::invalid(message),
+        LoginError::Database(e) => unavailable(e),
+    }
+}
+
+/// An account change refused: the rule broken (422), a name taken or the last admin (409), a
+/// missing user or token (404).
+fn account_refused(e: AccountError) -> Refusal {
+    match e {
+        AccountError::Database(e) => unavailable(e),
+        AccountError::NotFound(_) => Refusal::not_found(e.to_string()),
+        AccountError::NameTaken(_) | AccountError::Conflict(_) => Refusal::conflict(e.to_string()),
+        AccountError::Invalid { .. } => Refusal::invalid(e.to_string()),
+    }
+}
+
+fn token_row(t: &ApiToken) -> TokenRow {
+    TokenRow {
+        id: t.id,
+        owner: t.user_name.clone(),
+        name: t.name.clone(),
+        scope: t.scope.as_str().to_string(),
+        prefix: t.prefix.clone(),
+        created_ms: ms(t.created_at),
+        last_used_ms: t.last_used_at.map(ms),
+        revoked_ms: t.revoked_at.map(ms),
     }
 }
 
@@ -833,6 +899,217 @@ impl Console for ServerConsole {
         })
     }
 
+    async fn users(&self) -> Result<UsersPage, Refusal> {
+        let op = operator(Role::Admin)?;
+        let now_ms = self.now_ms().await?;
+        let users = self.accounts.list().await.map_err(account_refused)?;
+        let tokens = self.accounts.tokens(None).await.map_err(account_refused)?;
+        Ok(UsersPage {
+            now_ms,
+            users: users
+                .into_iter()
+                .map(|u| UserRow {
+                    is_me: u.id == op.user.id,
+                    id: u.id,
+                    name: u.name,
+                    role: u.role.as_str().to_string(),
+                    disabled: u.disabled,
+                    created_ms: ms(u.created_at),
+                })
+                .collect(),
+            tokens: tokens.iter().map(token_row).collect(),
+        })
+    }
+
+    async fn create_user(
+        &self,
+        name: String,
+        role: String,
+        password: String,
+    ) -> Result<i64, Refusal> {
+        let act = Act {
+            action: "user.create".into(),
+            target: Some(format!(
+                "user {}",
+                name.trim().chars().take(64).collect::<String>()
+            )),
+            filter: None,
+        };
+        self.act_as(Role::Admin, act, |_| None, async {
+            let role: Role = role.parse().map_err(Refusal::invalid)?;
+            self.accounts
+                .create(&name, &password, role)
+                .await
+                .map(|u| u.id)
+                .map_err(account_refused)
+        })
+        .await
+    }
+
+    async fn update_user(
+        &self,
+        id: i64,
+        action: String,
+        role: Option<String>,
+        password: Option<String>,
+    ) -> Result<(), Refusal> {
+        let me = operator(Role::Admin)?;
+        let target = match self.accounts.get(id).await.map_err(account_refused)? {
+            Some(u) => format!("user {}", u.name),
+            None => format!("user {id}"),
+        };
+        let audit_action = match action.as_str() {
+            "role" | "disable" | "enable" => format!("user.{action}"),
+            "password" => "user.password_reset".to_string(),
+            other => {
+                return Err(Refusal::invalid(format!(
+                    "`{other}` is not a user action: use role, disable, enable or password"
+                )))
+            }
+        };
+        let act = Act {
+            action: audit_action,
+            target: Some(target),
+            filter: None,
+        };
+        self.act_as(Role::Admin, act, |_| None, async {
+            let changed = match action.as_str() {
+                "role" => {
+                    let role: Role = role
+                        .as_deref()
+                        .unwrap_or("")
+                        .parse()
+                        .map_err(Refusal::invalid)?;
+                    if id == me.user.id && role < Role::Admin {
+                        return Err(Refusal::conflict(
+                            "you cannot take the admin role from yourself: ask another admin",
+                        ));
+                    }
+                    self.accounts.set_role(id, role).await
+                }
+                "disable" => {
+                    if id == me.user.id {
+                        return Err(Refusal::conflict(
+                            "you cannot disable yourself: ask another admin",
+                        ));
+                    }
+                    self.accounts.set_disabled(id, true).await
+                }
+                "enable" => self.accounts.set_disabled(id, false).await,
+                _ if id == me.user.id => return Err(Refusal::conflict(
+                    "change your own password on your account page: it asks for the current one",
+                )),
+                _ => {
+                    self.accounts
+                        .set_password(id, password.as_deref().unwrap_or(""))
+                        .await
+                }
+            };
+            changed.map(drop).map_err(account_refused)
+        })
+        .await
+    }
+
+    async fn account(&self) -> Result<AccountPage, Refusal> {
+        let op = operator(Role::Viewer)?;
+        let now_ms = self.now_ms().await?;
+        let tokens = self
+            .accounts
+            .tokens(Some(op.user.id))
+            .await
+            .map_err(account_refused)?;
+        Ok(AccountPage {
+            now_ms,
+            name: op.user.name.clone(),
+            role: op.user.role.as_str().to_string(),
+            tokens: tokens.iter().map(token_row).collect(),
+        })
+    }
+
+    async fn create_token(&self, name: String, scope: String) -> Result<NewToken, Refusal> {
+        let op = operator(Role::Viewer)?;
+        let act = Act {
+            action: "token.create".into(),
+            target: Some(format!(
+                "{scope} token `{}` of {}",
+                name.trim().chars().take(100).collect::<String>(),
+                op.user.name
+            )),
+            filter: None,
+        };
+        self.act_as(Role::Viewer, act, |_| None, async {
+            let scope: TokenScope = scope.parse().map_err(Refusal::invalid)?;
+            let (token, text) = self
+                .accounts
+                .create_token(&op.user, &name, scope)
+                .await
+                .map_err(account_refused)?;
+            Ok(NewToken {
+                id: token.id,
+                token: text,
+            })
+        })
+        .await
+    }
+
+    async fn revoke_token(&self, id: i64) -> Result<(), Refusal> {
+        let op = operator(Role::Viewer)?;
+        let token = self.accounts.token(id).await.map_err(account_refused)?;
+        let act = Act {
+            action: "token.revoke".into(),
+            target: Some(match &token {
+                Some(t) => format!("token {id} ({}) of {}", t.prefix, t.user_name),
+                None => format!("token {id}"),
+            }),
+            filter: None,
+        };
+        self.act_as(Role::Viewer, act, |_| None, async {
+            let token = token.ok_or_else(|| Refusal::not_found(format!("token {id} not found")))?;
+            if token.user_id != op.user.id && !op.may(Role::Admin) {
+                return Err(Refusal {
+                    status: 403,
+                    message: "only its owner or an admin may revoke a token".into(),
+                });
+            }
+            self.accounts
+                .revoke_token(id)
+                .await
+                .map(drop)
+                .map_err(account_refused)
+        })
+        .await
+    }
+
+    async fn change_password(&self, current: String, new: String) -> Result<(), Refusal> {
+        let op = operator(Role::Viewer)?;
+        let act = Act {
+            action: "account.password".into(),
+            target: Some(format!("user {}", op.user.name)),
+            filter: None,
+        };
+        self.act_as(Role::Viewer, act, |_| None, async {
+            let user = self
+                .accounts
+                .change_own_password(&op.user, &current, &new, op.address)
+                .await
+                .map_err(|e| match e {
+                    // Signed in already: a wrong current password is the form's mistake, not a
+                    // missing sign-in.
+                    LoginError::BadCredentials => Refusal::invalid("the current password is wrong"),
+                    other => login_refused(other),
+                })?;
+            // This session carries on with the new password; the others end.
+            let parts = request().ok_or_else(Refusal::unavailable)?;
+            if let Some(session) = parts.extensions.get::<tower_sessions::Session>() {
+                session::renew_epoch(session, &user)
+                    .await
+                    .map_err(unavailable)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
     async fn login_info(&self) -> Result<LoginInfo, Refusal> {
         let has_users = self.accounts.count().await.map_err(unavailable)? > 0;
         Ok(LoginInfo { has_users })
@@ -855,18 +1132,8 @@ impl Console for ServerConsole {
         let address = session::client_address(&parts.extensions);
         let refusal = match self.accounts.authenticate(&name, &password, address).await {
             Ok(user) => Ok(user),
-            Err(LoginError::BadCredentials) => Err(Refusal {
-                status: 401,
-                message: "wrong name or password".into(),
-            }),
-            Err(LoginError::Locked { retry_after_secs }) => Err(Refusal {
-                status: 429,
-                message: format!(
-                    "too many failed sign-ins: try again in {} min",
-                    retry_after_secs.div_ceil(60).max(1)
-                ),
-            }),
             Err(LoginError::Database(e)) => return Err(unavailable(e)),
+            Err(e) => Err(login_refused(e)),
         };
         let user = match refusal {
             Ok(user) => user,

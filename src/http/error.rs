@@ -16,6 +16,9 @@ pub enum AppError {
     BadRequest { code: &'static str, message: String },
     #[error("a valid bearer token is required")]
     Unauthorized,
+    /// Authenticated, but the token's scope or its owner's role does not allow this.
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{0}")]
     NotFound(String),
     #[error("{message}")]
@@ -37,6 +40,7 @@ impl AppError {
         match self {
             AppError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             AppError::Unauthorized => StatusCode::UNAUTHORIZED,
+            AppError::Forbidden(_) => StatusCode::FORBIDDEN,
             AppError::NotFound(_) => StatusCode::NOT_FOUND,
             AppError::Conflict { .. } => StatusCode::CONFLICT,
             AppError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -53,6 +57,7 @@ impl AppError {
             | AppError::Unprocessable { code, .. }
             | AppError::Conflict { code, .. } => code,
             AppError::Unauthorized => "unauthorized",
+            AppError::Forbidden(_) => "forbidden",
             AppError::NotFound(_) => "not_found",
             AppError::PayloadTooLarge => "payload_too_large",
             AppError::UnsupportedMediaType => "unsupported_media_type",

@@ -58,11 +58,12 @@ pub fn api_router(state: AppState) -> Router<AppState> {
         .route("/events", get(sse::events))
         .fallback(|| async { AppError::NotFound("no such endpoint".into()) })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        // Outermost last: the audit layer sees the caller the token layer found (on the response).
         .layer(middleware::from_fn_with_state(
             state.clone(),
-            api_audit::record,
+            auth::require_token,
         ))
-        .layer(middleware::from_fn_with_state(state, auth::require_token))
+        .layer(middleware::from_fn_with_state(state, api_audit::record))
 }
 
 /// The whole application: API, probes, dashboard and static files.

@@ -7,7 +7,7 @@
 //! 2. A request without a signed-in user is sent to `/login` (pages) or answered 401 (server
 //!    functions, the live stream).
 //! 3. A session past its absolute lifetime, or idle too long, or whose user was disabled or
-//!    deleted, is ended the same way.
+//!    deleted or has had their password changed since, is ended the same way.
 //! 4. A state-changing request (a POST other than the read-only server functions) must carry the session's CSRF token, as the `csrf` form
 //!    field the dashboard's forms hold or as the `x-csrf-token` header: 403 otherwise. The session
 //!    cookie is also `SameSite=Strict`, so a cross-site page cannot even send it.
@@ -56,6 +56,9 @@ struct SignedIn {
     login_at: DateTime<Utc>,
     seen_at: DateTime<Utc>,
     csrf: String,
+    /// The user's `session_epoch` at sign-in: a password change since ends the session.
+    #[serde(default)]
+    epoch: i32,
 }
 
 const SIGNED_IN: &str = "signed_in";
@@ -64,8 +67,10 @@ const SIGNED_IN: &str = "signed_in";
 /// token; they change nothing, and a cross-site page can neither send the `SameSite=Strict`
 /// cookie nor read the answer. Every other post needs the token (a new server function is
 /// protected until it is listed here).
-const READ_ONLY_FUNCTIONS: [&str; 11] = [
+const READ_ONLY_FUNCTIONS: [&str; 13] = [
+    "/_console/account",
     "/_console/audit",
+    "/_console/users",
     "/_console/overview",
     "/_console/jobs",
     "/_console/job",
@@ -151,7 +156,7 @@ fn is_open(path: &str) -> bool {
 pub async fn sign_in(session: &Session, user: &User) -> Result<(), tower_sessions::session::Error> {
     session.cycle_id().await?;
     let now = Utc::now();
-    let csrf: String = (0..32).map(|_| fastrand::alphanumeric()).collect();
+    let csrf = crate::accounts::secret::random_hex(24);
     session
         .insert(
             SIGNED_IN,
@@ -160,9 +165,24 @@ pub async fn sign_in(session: &Session, user: &User) -> Result<(), tower_session
                 login_at: now,
                 seen_at: now,
                 csrf,
+                epoch: user.session_epoch,
             },
         )
         .await
+}
+
+/// Keeps the session signed in after its user's password changed (which ends their other
+/// sessions): records the user's new epoch. The id and CSRF token stay, so the open page's forms
+/// keep working.
+pub async fn renew_epoch(
+    session: &Session,
+    user: &User,
+) -> Result<(), tower_sessions::session::Error> {
+    if let Some(mut signed_in) = session.get::<SignedIn>(SIGNED_IN).await? {
+        signed_in.epoch = user.session_epoch;
+        session.insert(SIGNED_IN, signed_in).await?;
+    }
+    Ok(())
 }
 
 /// Ends the session (logout): its row is deleted and the cookie cleared.
@@ -228,7 +248,7 @@ pub async fn require_operator(
         return sign_in_first(&path_and_query, is_page);
     }
     let user = match state.accounts.get(signed_in.user_id).await {
-        Ok(Some(user)) if !user.disabled => user,
+        Ok(Some(user)) if !user.disabled && user.session_epoch == signed_in.epoch => user,
         Ok(_) => {
             let _ = sign_out(&session).await;
             return sign_in_first(&path_and_query, is_page);
@@ -297,16 +317,13 @@ fn form_field(body: &[u8], name: &str) -> Option<String> {
 pub async fn security_headers(req: Request, next: Next) -> Response {
     let mut res = next.run(req).await;
     let headers = res.headers_mut();
-    // Leptos's hydration bootstrap is an inline module script: scripts stay same-origin plus
-    // inline; everything else is same-origin, and no one may frame the dashboard.
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'self'; script-src 'self' 'unsafe-inline' 'wasm-unsafe-eval'; \
-             style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; \
-             frame-ancestors 'none'; form-action 'self'; base-uri 'self'; object-src 'none'",
-        ),
-    );
+    // A rendered page set its own policy, with its scripts' nonce; everything else gets the
+    // policy without one (no inline script at all).
+    if !headers.contains_key(header::CONTENT_SECURITY_POLICY) {
+        if let Ok(value) = HeaderValue::from_str(&kickoff_app::content_security_policy(None)) {
+            headers.insert(header::CONTENT_SECURITY_POLICY, value);
+        }
+    }
     headers.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),

@@ -8,6 +8,8 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool};
 
+pub mod dashboard;
+
 use kickoff::engine::MIGRATOR;
 
 /// A database of its own for one test.

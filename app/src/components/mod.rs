@@ -5,3 +5,4 @@ pub mod state_counts;
 pub mod table;
 pub mod throughput;
 pub mod time;
+pub mod tokens;

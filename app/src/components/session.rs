@@ -44,7 +44,7 @@ pub fn UserMenu() -> impl IntoView {
     use_me().map(|me| {
         view! {
             <span class="user">
-                <span>{me.name.clone()}" · "{me.role.clone()}</span>
+                <a href="/account" aria-label="Your account">{me.name.clone()}" · "{me.role.clone()}</a>
                 <ActionForm action=logout attr:class="inline">
                     <Csrf/>
                     <button type="submit" class="link-button">"Sign out"</button>

@@ -1,3 +1,4 @@
+pub mod account;
 pub mod audit;
 pub mod job_detail;
 pub mod jobs;
@@ -9,3 +10,4 @@ pub mod question_new;
 pub mod questions;
 pub mod queues;
 pub mod timers;
+pub mod users;
