@@ -727,3 +727,39 @@ async fn the_audit_log_records_each_action_and_refuses_changes() {
         assert!(err.to_string().contains("append-only"), "{sql}: {err}");
     }
 }
+
+#[tokio::test]
+async fn an_oversize_dashboard_request_is_refused_and_stores_nothing() {
+    let d = dashboard().await;
+    let pad = "x".repeat(2 * 1024 * 1024);
+    // Open (sign-in), read-only and state-changing functions alike.
+    for (function, body) in [
+        ("login", format!("name=ops&password={pad}")),
+        ("jobs", format!("query[kind]={pad}")),
+        (
+            "create_job",
+            format!(
+                "input[kind]=noop&input[args]=%7B%22pad%22%3A%22{pad}%22%7D&input[queue]=default&input[when]=now&csrf={}",
+                d.csrf
+            ),
+        ),
+    ] {
+        let req = Request::post(format!("/_console/{function}"))
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(Body::from(body))
+            .unwrap();
+        let (status, _, text) = d.send(req).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{function}: {text}");
+    }
+    // Args within the request limit but over the engine's 256 KiB: a 422 that says so.
+    let args = format!("%7B%22pad%22%3A%22{}%22%7D", "y".repeat(300 * 1024));
+    let (status, text) = d
+        .server_fn(
+            "create_job",
+            &format!("input[kind]=noop&input[args]={args}&input[queue]=default&input[when]=now"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
+    assert!(text.contains("bytes"), "{text}");
+    assert_eq!(d.job_count().await, 0);
+}

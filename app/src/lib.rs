@@ -38,9 +38,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     #[cfg(feature = "ssr")]
     if let Some(res) = use_context::<leptos_axum::ResponseOptions>() {
         let nonce = leptos::nonce::use_nonce();
-        if let Ok(value) =
-            http::HeaderValue::from_str(&content_security_policy(nonce.as_deref()))
-        {
+        if let Ok(value) = http::HeaderValue::from_str(&content_security_policy(nonce.as_deref())) {
             res.insert_header(http::header::CONTENT_SECURITY_POLICY, value);
         }
     }

@@ -102,7 +102,9 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             session::require_operator,
         ))
-        .layer(session::layer(state.pool.clone(), state.secure_cookies));
+        .layer(session::layer(state.pool.clone(), state.secure_cookies))
+        // Outermost: even the open sign-in function reads no more than this.
+        .layer(middleware::from_fn(limit_dashboard_bodies));
     Router::new()
         .nest("/api/v1", api_router(state.clone()))
         .route("/healthz", get(|| async { "ok" }))
@@ -110,6 +112,47 @@ pub fn router(state: AppState) -> Router {
         .merge(dashboard)
         .layer(middleware::from_fn(session::security_headers))
         .with_state(state)
+}
+
+/// The largest body a dashboard request may carry (its forms send a few kilobytes; a new job's
+/// args are limited to 256 KiB by the engine).
+pub const MAX_DASHBOARD_BODY_BYTES: usize = 1024 * 1024;
+
+/// Reads a dashboard request's body up to [`MAX_DASHBOARD_BODY_BYTES`], answering 413 past it,
+/// before anything else (the session store, the sign-in check) spends work on it.
+async fn limit_dashboard_bodies(
+    req: axum::extract::Request,
+    next: middleware::Next,
+) -> axum::response::Response {
+    if req.method() == axum::http::Method::GET || req.method() == axum::http::Method::HEAD {
+        return next.run(req).await;
+    }
+    let too_large = || {
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request is larger than {MAX_DASHBOARD_BODY_BYTES} bytes"),
+        )
+            .into_response()
+    };
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_DASHBOARD_BODY_BYTES as u64) {
+        return too_large();
+    }
+    let (parts, body) = req.into_parts();
+    match axum::body::to_bytes(body, MAX_DASHBOARD_BODY_BYTES).await {
+        Ok(bytes) => {
+            next.run(axum::extract::Request::from_parts(
+                parts,
+                axum::body::Body::from(bytes),
+            ))
+            .await
+        }
+        Err(_) => too_large(),
+    }
 }
 
 /// The most a dashboard server function's error body is read to classify it.

@@ -44,7 +44,7 @@ const SEEN_RESOLUTION: Duration = Duration::from_secs(60);
 /// How often expired sessions are deleted.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(300);
 /// The most of a form body read to find its CSRF token.
-const MAX_FORM_BYTES: usize = 1024 * 1024;
+const MAX_FORM_BYTES: usize = super::MAX_DASHBOARD_BODY_BYTES;
 
 /// The session cookie's name.
 pub const COOKIE: &str = "kickoff_session";
@@ -269,6 +269,7 @@ pub async fn require_operator(
     }
     let (mut parts, body) = req.into_parts();
     let body = if parts.method == Method::POST && !READ_ONLY_FUNCTIONS.contains(&path.as_str()) {
+        // The body was read and limited already (`limit_dashboard_bodies`): this only gathers it.
         let bytes = match axum::body::to_bytes(body, MAX_FORM_BYTES).await {
             Ok(b) => b,
             Err(_) => return refuse(StatusCode::PAYLOAD_TOO_LARGE, "the request is too large"),
