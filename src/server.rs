@@ -207,6 +207,8 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         events: engine.events(),
         api_token: Arc::from(token),
         node_id: Arc::from(engine.node_id()),
+        metrics: engine.metrics(),
+        sse_clients: Arc::default(),
         leptos_options,
     };
     let app = http::router(state);

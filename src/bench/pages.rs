@@ -111,6 +111,8 @@ pub async fn pages(pool: &PgPool, rows: i64, samples: usize) -> Result<Value, St
         events: engine.events(),
         api_token: std::sync::Arc::from(token),
         node_id: std::sync::Arc::from(engine.node_id()),
+        metrics: engine.metrics(),
+        sse_clients: std::sync::Arc::default(),
         leptos_options: leptos::config::LeptosOptions::builder()
             .output_name("kickoff")
             .site_root("target/site")

@@ -240,6 +240,7 @@ impl Client {
 
     /// Inserts a job on the caller's connection or inside the caller's transaction
     /// (`&mut *tx`), so that it commits (or not) with the caller's own writes.
+    #[tracing::instrument(level = "debug", skip_all, fields(kind = %new.kind, queue = %new.queue))]
     pub async fn insert_with(
         &self,
         conn: &mut PgConnection,
@@ -252,6 +253,7 @@ impl Client {
     }
 
     /// Inserts many jobs in one statement. Jobs with unique keys are inserted one by one.
+    #[tracing::instrument(level = "debug", skip_all, fields(jobs = jobs.len()))]
     pub async fn insert_many(&self, jobs: &[NewJob]) -> Result<u64, ClientError> {
         for new in jobs {
             self.validate(new)?;
@@ -288,6 +290,7 @@ impl Client {
     }
 
     /// Cancels a job that has not finished; an executing attempt is stopped on whichever node runs it.
+    #[tracing::instrument(level = "debug", skip(self))]
     pub async fn cancel(&self, id: JobId) -> Result<Job, ClientError> {
         let cancelled = self.cancel_many(&[id]).await?;
         if cancelled == 0 {
@@ -307,6 +310,7 @@ impl Client {
 
     /// Runs a job again: a retryable job now, a finished one (completed, discarded, cancelled) as a
     /// rerun with at least one more attempt.
+    #[tracing::instrument(level = "debug", skip(self))]
     pub async fn retry(&self, id: JobId) -> Result<Job, ClientError> {
         match job_store::job_retry(&self.pool, id).await {
             Ok(Some(job)) => Ok(job),
@@ -325,6 +329,7 @@ impl Client {
     }
 
     /// Makes a waiting job (scheduled or retryable) due now.
+    #[tracing::instrument(level = "debug", skip(self))]
     pub async fn run_now(&self, id: JobId) -> Result<Job, ClientError> {
         match job_store::job_run_now(&self.pool, id).await? {
             Some(job) => Ok(job),
@@ -339,6 +344,7 @@ impl Client {
     }
 
     /// Moves a waiting job to `at`.
+    #[tracing::instrument(level = "debug", skip(self))]
     pub async fn reschedule(&self, id: JobId, at: DateTime<Utc>) -> Result<Job, ClientError> {
         check_instant("scheduled_at", at)?;
         match job_store::job_reschedule(&self.pool, id, at).await? {
@@ -350,6 +356,7 @@ impl Client {
     }
 
     /// Deletes a job that is not executing (cancel an executing job first).
+    #[tracing::instrument(level = "debug", skip(self))]
     pub async fn delete(&self, id: JobId) -> Result<(), ClientError> {
         if job_store::job_delete(&self.pool, id).await? {
             Ok(())
@@ -468,6 +475,7 @@ impl Client {
     }
 
     /// Applies `action` to the listed jobs (at most [`MAX_BULK_IDS`]; duplicates count once).
+    #[tracing::instrument(level = "debug", skip_all, fields(action = ?action, jobs = ids.len()))]
     pub async fn bulk_ids(
         &self,
         action: BulkAction,
@@ -496,6 +504,7 @@ impl Client {
     /// inserted during the action are not touched.
     ///
     /// Not atomic: an error stops the walk with the batches before it applied.
+    #[tracing::instrument(level = "debug", skip_all, fields(action = ?action))]
     pub async fn bulk_filter(
         &self,
         action: BulkAction,

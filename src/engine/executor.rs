@@ -14,8 +14,10 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::job::{Job, JobId};
+use super::metrics::Outcome;
 use super::producer::QueueState;
 use super::runtime::{Running, Shared};
 use super::store::jobs::{self as job_store, FailAs};
@@ -67,9 +69,11 @@ pub(crate) fn spawn(shared: &Arc<Shared>, queue: Arc<QueueState>, job: Job) {
         attempt,
         finished: false,
     };
+    // Every log line of the attempt (the worker's own included) names its job.
+    let span = tracing::info_span!("attempt", job = %id, kind = %job.kind, attempt);
     let handle = shared
         .tracker
-        .spawn(run_attempt(shared.clone(), job, cancel, guard));
+        .spawn(run_attempt(shared.clone(), job, cancel, guard).instrument(span));
     let mut running = shared.running.lock().expect("running map poisoned");
     if let Some(r) = running.get_mut(&id) {
         if r.stopped {
@@ -86,6 +90,11 @@ async fn run_attempt(
     mut guard: AttemptGuard,
 ) {
     let job = Arc::new(job);
+    let late = (shared.db_now() - job.scheduled_at)
+        .to_std()
+        .unwrap_or_default();
+    shared.metrics.started(&job.queue, late);
+    let started = std::time::Instant::now();
     let (result, completed_in_tx, backoff) = match shared.workers.get(&job.kind) {
         None => (
             Err(WorkError::Retryable(format!(
@@ -113,6 +122,17 @@ async fn run_attempt(
             (result, ctx.already_completed(), worker.backoff(job.attempt))
         }
     };
+    let outcome = match &result {
+        Ok(()) => Outcome::Completed,
+        Err(WorkError::Retryable(_)) => Outcome::Failed,
+        Err(WorkError::Fatal(_)) => Outcome::Fatal,
+        Err(WorkError::Cancel(_)) => Outcome::Cancelled,
+        Err(WorkError::Snooze(_)) => Outcome::Snoozed,
+        Err(WorkError::Fenced) => Outcome::Fenced,
+    };
+    shared
+        .metrics
+        .finished(&job.kind, outcome, started.elapsed());
     // Its lease is renewed until the outcome is written (see the heartbeat).
     if let Ok(mut pending) = shared.pending_outcomes.lock() {
         pending.insert(job.id, job.attempt);

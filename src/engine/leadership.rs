@@ -18,7 +18,6 @@
 //! maintenance statement is safe to run concurrently anyway (`SKIP LOCKED`, guarded updates, unique
 //! keys), so an overlap costs work, never correctness.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -78,12 +77,12 @@ impl LeaderElector {
             match (elected, services.is_some()) {
                 (true, false) => {
                     tracing::info!(node = %shared.node_id, "became leader: starting maintenance");
-                    shared.is_leader.store(true, Ordering::Relaxed);
+                    shared.set_leader(true);
                     services = Some(self.start_services());
                 }
                 (false, true) => {
                     tracing::warn!(node = %shared.node_id, "lost leadership: stopping maintenance");
-                    shared.is_leader.store(false, Ordering::Relaxed);
+                    shared.set_leader(false);
                     if let Some(s) = services.take() {
                         stop_services(s).await;
                     }
@@ -93,7 +92,7 @@ impl LeaderElector {
         }
         if let Some(s) = services.take() {
             stop_services(s).await;
-            shared.is_leader.store(false, Ordering::Relaxed);
+            shared.set_leader(false);
             if let Err(e) =
                 leader_store::leader_resign(&shared.pool, LEADER_NAME, &shared.node_id).await
             {
@@ -107,7 +106,11 @@ impl LeaderElector {
         let stop = CancellationToken::new();
         let tasks = TaskTracker::new();
         let pool = shared.pool.clone();
-        tasks.spawn(JobRescuer::new(pool.clone(), shared.config.rescuer.clone()).run(stop.clone()));
+        tasks.spawn(
+            JobRescuer::new(pool.clone(), shared.config.rescuer.clone())
+                .with_metrics(shared.metrics.clone())
+                .run(stop.clone()),
+        );
         tasks.spawn(JobPruner::new(pool.clone(), shared.config.pruner.clone()).run(stop.clone()));
         tasks.spawn(
             CountFolder::new(pool.clone(), shared.config.count_folder.clone()).run(stop.clone()),

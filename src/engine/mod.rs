@@ -9,6 +9,7 @@ pub mod heartbeat;
 pub mod job;
 pub mod leadership;
 pub mod maintenance;
+pub mod metrics;
 pub mod notifier;
 pub mod producer;
 pub mod runtime;

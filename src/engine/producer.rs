@@ -107,6 +107,7 @@ impl Producer {
     }
 
     /// Claims into the free slots. Returns true when it should claim again at once.
+    #[tracing::instrument(level = "trace", skip_all, fields(queue = %self.queue.name))]
     async fn claim_once(&self) -> Result<bool, sqlx::Error> {
         let q = &self.queue;
         if q.paused.load(Ordering::Relaxed) {
@@ -129,6 +130,7 @@ impl Producer {
             self.shared.config.lease,
         )
         .await?;
+        self.shared.metrics.claimed(jobs.len());
         let full = jobs.len() == free;
         q.saturated.store(full, Ordering::Relaxed);
         for job in jobs {

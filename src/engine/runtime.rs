@@ -30,6 +30,7 @@ use super::maintenance::{
     count_folder::CountFolderConfig, periodic::PeriodicJob, pruner::PrunerConfig,
     rescuer::RescuerConfig,
 };
+use super::metrics::Metrics;
 use super::notifier::Notifier;
 use super::producer::{Producer, QueueState};
 use super::store::{jobs as job_store, nodes as node_store, queues as queue_store};
@@ -168,6 +169,8 @@ pub(crate) struct Shared {
     /// Database clock minus local clock, in microseconds.
     pub clock_offset_us: AtomicI64,
     pub is_leader: AtomicBool,
+    /// What this node measures (see `metrics`).
+    pub metrics: Arc<Metrics>,
     /// Cancelled when executing attempts must stop (after the shutdown grace).
     pub hard_stop: CancellationToken,
     pub tracker: TaskTracker,
@@ -177,6 +180,11 @@ impl Shared {
     /// The database clock, estimated from the local clock and the measured offset.
     pub fn db_now(&self) -> DateTime<Utc> {
         Utc::now() + chrono::Duration::microseconds(self.clock_offset_us.load(Ordering::Relaxed))
+    }
+
+    pub fn set_leader(&self, leader: bool) {
+        self.is_leader.store(leader, Ordering::Relaxed);
+        self.metrics.set_leader(leader);
     }
 
     pub fn wake_queue(&self, queue: &str) {
@@ -303,6 +311,7 @@ impl Engine {
             timer_hint_ms: AtomicI64::new(i64::MAX),
             clock_offset_us: AtomicI64::new(0),
             is_leader: AtomicBool::new(false),
+            metrics: Arc::new(Metrics::new()),
             hard_stop: CancellationToken::new(),
             tracker: TaskTracker::new(),
         });
@@ -364,6 +373,11 @@ impl Engine {
     /// The sender behind [`Engine::subscribe`], for handlers that subscribe per request.
     pub fn events(&self) -> broadcast::Sender<String> {
         self.shared.events.clone()
+    }
+
+    /// What this node measures, for `/metrics`.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.shared.metrics.clone()
     }
 
     /// Attempts running on this node right now.

@@ -8,6 +8,7 @@ pub mod auth;
 pub mod console;
 pub mod error;
 pub mod extract;
+pub mod metrics;
 pub mod session;
 pub mod sse;
 pub mod state;
@@ -107,6 +108,13 @@ pub fn router(state: AppState) -> Router {
         .layer(middleware::from_fn(limit_dashboard_bodies));
     Router::new()
         .nest("/api/v1", api_router(state.clone()))
+        .route(
+            "/metrics",
+            get(metrics::metrics).layer(middleware::from_fn_with_state(
+                state.clone(),
+                auth::require_token,
+            )),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .merge(dashboard)

@@ -2,6 +2,8 @@
 //! change made on any node reaches every browser.
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -23,6 +25,30 @@ pub async fn events(
                 .data(format!("{{\"missed\":{n}}}")),
         })
     });
-    let stream = stream.take_until(state.shutdown.clone().cancelled_owned());
+    // Counted while the stream lives: the guard rides in the stream and drops with it.
+    let open = OpenStream::new(state.sse_clients.clone());
+    let stream = stream
+        .take_until(state.shutdown.clone().cancelled_owned())
+        .map(move |event| {
+            let _ = &open;
+            event
+        });
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}
+
+/// Counts an open stream from its creation until it is dropped (the client went away, or the
+/// server stops).
+struct OpenStream(Arc<AtomicUsize>);
+
+impl OpenStream {
+    fn new(count: Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        OpenStream(count)
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }

@@ -1,5 +1,6 @@
 //! What every handler can reach.
 
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use sqlx::PgPool;
@@ -7,6 +8,7 @@ use tokio::sync::broadcast;
 
 use crate::accounts::Accounts;
 use crate::audit::Auditor;
+use crate::engine::metrics::Metrics;
 use crate::engine::Client;
 use crate::questions::QuestionService;
 
@@ -26,6 +28,10 @@ pub struct AppState {
     /// The bearer token of the REST API.
     pub api_token: Arc<str>,
     pub node_id: Arc<str>,
+    /// What the engine of this node measures (`/metrics`).
+    pub metrics: Arc<Metrics>,
+    /// Live-update streams open now (dashboard and API).
+    pub sse_clients: Arc<AtomicUsize>,
     pub leptos_options: leptos::config::LeptosOptions,
     /// Cancelled when the server stops: long-lived responses (event streams) end with it.
     pub shutdown: tokio_util::sync::CancellationToken,

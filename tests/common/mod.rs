@@ -126,6 +126,19 @@ pub async fn state_of(pool: &PgPool, id: kickoff::engine::JobId) -> kickoff::eng
 /// The whole HTTP application (API, dashboard, server functions) on `pool`, with the built-in job
 /// kinds, no engine running, and `token` as the API token.
 pub fn app(pool: &PgPool, token: &str) -> axum::Router {
+    app_with_metrics(
+        pool,
+        token,
+        std::sync::Arc::new(kickoff::engine::metrics::Metrics::new()),
+    )
+}
+
+/// [`app`], reporting an engine's metrics on `/metrics`.
+pub fn app_with_metrics(
+    pool: &PgPool,
+    token: &str,
+    metrics: std::sync::Arc<kickoff::engine::metrics::Metrics>,
+) -> axum::Router {
     use std::sync::Arc;
     let workers = kickoff::workers::builtin(vec!["127.0.0.1:9".into(), "hooks.example.com".into()]);
     let (events, _) = tokio::sync::broadcast::channel(16);
@@ -140,6 +153,8 @@ pub fn app(pool: &PgPool, token: &str) -> axum::Router {
         events,
         api_token: Arc::from(token),
         node_id: Arc::from("test"),
+        metrics,
+        sse_clients: Arc::default(),
         leptos_options: leptos::config::LeptosOptions::builder()
             .output_name("kickoff")
             .build(),

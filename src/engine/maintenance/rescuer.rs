@@ -2,6 +2,7 @@
 //! database. They become retryable at once (or discarded when out of attempts). A zombie attempt
 //! that wakes up later is fenced off by the attempt number.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -10,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{run_every, Report};
 use crate::engine::job::{JobId, JobState};
+use crate::engine::metrics::Metrics;
 use crate::engine::store::jobs as job_store;
 
 /// Default interval between rescues.
@@ -58,11 +60,22 @@ impl Report for RescueReport {
 pub struct JobRescuer {
     pool: PgPool,
     config: RescuerConfig,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl JobRescuer {
     pub fn new(pool: PgPool, config: RescuerConfig) -> Self {
-        JobRescuer { pool, config }
+        JobRescuer {
+            pool,
+            config,
+            metrics: None,
+        }
+    }
+
+    /// Counts what it rescues into the node's metrics.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Rescues every job whose lease expired before `now` (the database clock when `None`).
@@ -86,6 +99,13 @@ impl JobRescuer {
 
     pub async fn run(self, shutdown: CancellationToken) {
         let interval = self.config.interval;
-        run_every("rescuer", interval, shutdown, || self.run_once(None)).await;
+        run_every("rescuer", interval, shutdown, || async {
+            let report = self.run_once(None).await;
+            if let (Ok(r), Some(m)) = (&report, &self.metrics) {
+                m.rescued(r.retryable.len() + r.discarded.len());
+            }
+            report
+        })
+        .await;
     }
 }

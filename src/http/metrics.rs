@@ -1,0 +1,229 @@
+//! `GET /metrics`: Prometheus text exposition (format 0.0.4) of this node and of the database's
+//! jobs. Behind the API's bearer tokens (a read token is enough): Prometheus sends one with
+//! `authorization: { credentials: ... }` in its scrape config.
+//!
+//! Node metrics (attempts, durations, lateness, claims, rescues, leader, pool, live-stream clients)
+//! are this process's; `kickoff_jobs` counts the whole database, so every node reports the same
+//! numbers (aggregate it with `max`, not `sum`).
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+
+use super::error::AppError;
+use super::state::AppState;
+use crate::engine::metrics::Histogram;
+
+pub async fn metrics(State(state): State<AppState>) -> Result<Response, AppError> {
+    let counts = state.client.counts().await?;
+    let snap = state.metrics.snapshot();
+    let mut out = String::with_capacity(4096);
+    let node = &*state.node_id;
+
+    family(
+        &mut out,
+        "kickoff_jobs",
+        "gauge",
+        "Jobs in the database by queue and state.",
+    );
+    for (queue, job_state, n) in &counts {
+        sample(
+            &mut out,
+            "kickoff_jobs",
+            &[("queue", queue), ("state", job_state.as_str())],
+            *n as f64,
+        );
+    }
+
+    family(
+        &mut out,
+        "kickoff_attempts_total",
+        "counter",
+        "Attempts finished on this node by kind and outcome.",
+    );
+    for ((kind, outcome), n) in &snap.outcomes {
+        sample(
+            &mut out,
+            "kickoff_attempts_total",
+            &[("kind", kind), ("outcome", outcome.as_str())],
+            *n as f64,
+        );
+    }
+    family(
+        &mut out,
+        "kickoff_attempt_duration_seconds",
+        "histogram",
+        "Execution time of attempts on this node by kind.",
+    );
+    for (kind, h) in &snap.duration {
+        histogram(
+            &mut out,
+            "kickoff_attempt_duration_seconds",
+            ("kind", kind),
+            h,
+        );
+    }
+    family(
+        &mut out,
+        "kickoff_lateness_seconds",
+        "histogram",
+        "Start of an attempt minus its due time, by queue.",
+    );
+    for (queue, h) in &snap.lateness {
+        histogram(&mut out, "kickoff_lateness_seconds", ("queue", queue), h);
+    }
+    family(
+        &mut out,
+        "kickoff_claimed_total",
+        "counter",
+        "Jobs claimed by this node.",
+    );
+    sample(&mut out, "kickoff_claimed_total", &[], snap.claimed as f64);
+    family(
+        &mut out,
+        "kickoff_rescued_total",
+        "counter",
+        "Jobs whose lease expired, rescued by this node while leader.",
+    );
+    sample(&mut out, "kickoff_rescued_total", &[], snap.rescued as f64);
+    family(
+        &mut out,
+        "kickoff_leader",
+        "gauge",
+        "1 while this node holds the leader lease.",
+    );
+    sample(
+        &mut out,
+        "kickoff_leader",
+        &[("node", node)],
+        if snap.leader { 1.0 } else { 0.0 },
+    );
+
+    let size = state.pool.size() as f64;
+    let idle = state.pool.num_idle() as f64;
+    family(
+        &mut out,
+        "kickoff_db_pool_connections",
+        "gauge",
+        "Database connections of this node's main pool.",
+    );
+    sample(
+        &mut out,
+        "kickoff_db_pool_connections",
+        &[("state", "busy")],
+        (size - idle).max(0.0),
+    );
+    sample(
+        &mut out,
+        "kickoff_db_pool_connections",
+        &[("state", "idle")],
+        idle,
+    );
+    family(
+        &mut out,
+        "kickoff_db_pool_max_connections",
+        "gauge",
+        "The main pool's limit.",
+    );
+    sample(
+        &mut out,
+        "kickoff_db_pool_max_connections",
+        &[],
+        state.pool.options().get_max_connections() as f64,
+    );
+    family(
+        &mut out,
+        "kickoff_sse_clients",
+        "gauge",
+        "Open live-update streams (dashboard and API).",
+    );
+    sample(
+        &mut out,
+        "kickoff_sse_clients",
+        &[],
+        state.sse_clients.load(Ordering::Relaxed) as f64,
+    );
+
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        out,
+    )
+        .into_response())
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
+    out.push_str(name);
+    if !labels.is_empty() {
+        out.push('{');
+        for (i, (k, v)) in labels.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let _ = write!(out, "{k}=\"{}\"", escape(v));
+        }
+        out.push('}');
+    }
+    let _ = writeln!(out, " {}", number(value));
+}
+
+fn histogram(out: &mut String, name: &str, label: (&str, &str), h: &Histogram) {
+    let bucket = format!("{name}_bucket");
+    for (le, n) in h.cumulative() {
+        let le = if le.is_infinite() {
+            "+Inf".to_string()
+        } else {
+            number(le)
+        };
+        sample(out, &bucket, &[label, ("le", &le)], n as f64);
+    }
+    sample(out, &format!("{name}_sum"), &[label], h.sum);
+    sample(out, &format!("{name}_count"), &[label], h.count as f64);
+}
+
+/// A label value with `\`, `"` and newlines escaped.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn number(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_are_written_in_the_text_format() {
+        let mut out = String::new();
+        sample(&mut out, "m", &[("a", "x\"y\\z\nw")], 2.0);
+        sample(&mut out, "n", &[], 0.25);
+        assert_eq!(out, "m{a=\"x\\\"y\\\\z\\nw\"} 2\nn 0.25\n");
+        let mut h = Histogram::new(&[0.5]);
+        h.observe(0.1);
+        h.observe(1.0);
+        let mut out = String::new();
+        histogram(&mut out, "h", ("q", "d"), &h);
+        assert_eq!(
+            out,
+            "h_bucket{q=\"d\",le=\"0.5\"} 1\nh_bucket{q=\"d\",le=\"+Inf\"} 2\nh_sum{q=\"d\"} 1.1\nh_count{q=\"d\"} 2\n"
+        );
+    }
+}
