@@ -41,7 +41,7 @@ pub const BULK_BATCH: i64 = 1000;
 pub const NODE_ALIVE_WITHIN: Duration = Duration::from_secs(30);
 
 /// An action applied to many jobs at once, with the state rules of the single-job operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BulkAction {
     /// Cancel jobs that are not final (executing attempts are stopped on their node).
@@ -84,7 +84,7 @@ impl std::str::FromStr for BulkAction {
 }
 
 /// What a bulk action did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(schemars::JsonSchema, Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct BulkReport {
     /// Jobs the action changed.
     pub changed: u64,

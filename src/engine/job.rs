@@ -6,7 +6,18 @@ use serde_json::Value;
 
 /// A job's id (the `jobs.id` bigserial).
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, sqlx::Type,
+    schemars::JsonSchema,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    sqlx::Type,
 )]
 #[sqlx(transparent)]
 #[serde(transparent)]
@@ -20,7 +31,18 @@ impl std::fmt::Display for JobId {
 
 /// Where a job is in its life. Mapped to the Postgres enum `job_state`; the database's CHECK
 /// constraints tie `finalized_at` and the lease columns to it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::Type)]
+#[derive(
+    schemars::JsonSchema,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    sqlx::Type,
+)]
 #[sqlx(type_name = "job_state", rename_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
@@ -88,7 +110,7 @@ impl std::str::FromStr for JobState {
 }
 
 /// One failed attempt, as kept in `jobs.errors`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AttemptError {
     pub attempt: i32,
     /// When the attempt ended.
@@ -102,7 +124,7 @@ pub struct AttemptError {
 }
 
 /// A job row.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, sqlx::FromRow)]
+#[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize, sqlx::FromRow)]
 pub struct Job {
     pub id: JobId,
     pub queue: String,
@@ -138,7 +160,9 @@ pub enum Schedule {
 }
 
 /// What to do when a live job with the same unique key exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum OnConflict {
     /// Keep the existing job untouched and return it.

@@ -16,7 +16,7 @@ use crate::engine::store::jobs::JobFilter;
 use crate::engine::{BulkAction, BulkReport, Job, JobId, JobState, NewJob, OnConflict, Schedule};
 
 /// The body of `POST /api/v1/jobs`.
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateJob {
     pub kind: String,
@@ -64,7 +64,7 @@ impl CreateJob {
     }
 }
 
-#[derive(Serialize)]
+#[derive(schemars::JsonSchema, Serialize)]
 pub struct InsertedBody {
     pub job: Job,
     pub existing: bool,
@@ -90,7 +90,7 @@ pub async fn create(
     ))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
     pub state: Option<String>,
@@ -101,7 +101,7 @@ pub struct ListParams {
     pub limit: Option<i64>,
 }
 
-#[derive(Serialize)]
+#[derive(schemars::JsonSchema, Serialize)]
 pub struct JobPage {
     pub jobs: Vec<Job>,
     /// Pass as `before` for the next page; absent on the last page.
@@ -163,7 +163,7 @@ pub async fn run_now(
     Ok(Json(state.client.run_now(id).await?))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RescheduleBody {
     pub scheduled_at: DateTime<Utc>,
@@ -186,7 +186,7 @@ pub async fn delete(
 }
 
 /// The filter of a bulk action: every field optional; `{}` matches every job.
-#[derive(Debug, Default, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BulkFilter {
     /// Any of these states; absent or empty: every state.
@@ -220,7 +220,7 @@ impl From<BulkFilter> for JobFilter {
 }
 
 /// The body of `POST /api/v1/jobs/bulk`: an action and either `ids` (at most 1,000) or `filter`.
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BulkBody {
     /// `cancel`, `retry`, `run_now` or `delete`.

@@ -34,7 +34,7 @@ impl From<QuestionError> for AppError {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateQuestion {
     pub game: String,
@@ -54,7 +54,7 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(q)))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
     pub status: Option<String>,
@@ -86,7 +86,7 @@ pub async fn get(
     Ok(Json(state.questions.get(id).await?))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateQuestion {
     pub prompt: Option<String>,
@@ -120,7 +120,7 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PredictBody {
     pub player: String,
@@ -139,7 +139,7 @@ pub async fn predict(
     Ok((StatusCode::CREATED, Json(p)))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SettleBody {
     pub correct_choice: String,

@@ -12,7 +12,7 @@ use super::state::AppState;
 use crate::engine::store::queues::QueueRow;
 use crate::engine::JobState;
 
-#[derive(Serialize)]
+#[derive(schemars::JsonSchema, Serialize)]
 pub struct QueueView {
     #[serde(flatten)]
     pub queue: QueueRow,
@@ -55,7 +55,7 @@ pub async fn resume(
     Ok(Json(state.client.set_queue_paused(&name, false).await?))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueuePatch {
     /// Per-node concurrency; `null` returns to each node's configured limit.
@@ -75,7 +75,7 @@ pub async fn update(
     ))
 }
 
-#[derive(Serialize)]
+#[derive(schemars::JsonSchema, Serialize)]
 pub struct Stats {
     pub states: BTreeMap<&'static str, i64>,
     pub queues: BTreeMap<String, BTreeMap<&'static str, i64>>,

@@ -9,6 +9,7 @@ pub mod console;
 pub mod error;
 pub mod extract;
 pub mod metrics;
+pub mod openapi;
 pub mod session;
 pub mod sse;
 pub mod state;
@@ -18,7 +19,7 @@ use std::sync::Arc;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{middleware, Json, Router};
 use leptos_axum::{generate_route_list, LeptosRoutes};
 use serde_json::json;
@@ -31,32 +32,12 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// The REST API (authenticated by bearer token).
 pub fn api_router(state: AppState) -> Router<AppState> {
-    Router::new()
-        .route("/jobs", post(api_jobs::create).get(api_jobs::list))
-        .route("/jobs/bulk", post(api_jobs::bulk))
-        .route("/jobs/{id}", get(api_jobs::get).delete(api_jobs::delete))
-        .route("/jobs/{id}/cancel", post(api_jobs::cancel))
-        .route("/jobs/{id}/retry", post(api_jobs::retry))
-        .route("/jobs/{id}/run-now", post(api_jobs::run_now))
-        .route("/jobs/{id}/reschedule", post(api_jobs::reschedule))
-        .route("/queues", get(api_queues::list))
-        .route("/queues/{name}", axum::routing::patch(api_queues::update))
-        .route("/queues/{name}/pause", post(api_queues::pause))
-        .route("/queues/{name}/resume", post(api_queues::resume))
-        .route("/stats", get(api_queues::stats))
-        .route(
-            "/questions",
-            post(api_questions::create).get(api_questions::list),
-        )
-        .route(
-            "/questions/{id}",
-            get(api_questions::get)
-                .patch(api_questions::update)
-                .delete(api_questions::delete),
-        )
-        .route("/questions/{id}/predictions", post(api_questions::predict))
-        .route("/questions/{id}/settle", post(api_questions::settle))
-        .route("/events", get(sse::events))
+    // Built from the table the OpenAPI document is generated from (see `openapi`).
+    let mut router = Router::new();
+    for endpoint in openapi::endpoints() {
+        router = router.route(endpoint.path, (endpoint.route)());
+    }
+    router
         .fallback(|| async { AppError::NotFound("no such endpoint".into()) })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         // Outermost last: the audit layer sees the caller the token layer found (on the response).

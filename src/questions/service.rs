@@ -48,7 +48,7 @@ fn invalid(field: &'static str, message: impl Into<String>) -> QuestionError {
 }
 
 /// A question with what an operator wants to see about it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(schemars::JsonSchema, Debug, Clone, Serialize)]
 pub struct QuestionDetail {
     #[serde(flatten)]
     pub question: Question,

@@ -6,7 +6,9 @@ use sqlx::PgExecutor;
 
 use crate::engine::JobId;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
+#[derive(
+    schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type,
+)]
 #[sqlx(type_name = "question_status", rename_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum QuestionStatus {
@@ -43,7 +45,7 @@ impl std::str::FromStr for QuestionStatus {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+#[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct Question {
     pub id: i64,
     pub game: String,
@@ -58,7 +60,7 @@ pub struct Question {
     pub created_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+#[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct Prediction {
     pub question_id: i64,
     pub player: String,
@@ -68,7 +70,7 @@ pub struct Prediction {
 }
 
 /// Predictions per choice, with how many were scored correct.
-#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+#[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct ChoiceCount {
     pub choice: String,
     pub predictions: i64,

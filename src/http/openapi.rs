@@ -1,0 +1,443 @@
+//! The REST API's endpoints in one table: the router is built from it and `/api/v1/openapi.json`
+//! is generated from it, so the document cannot list a route the server lacks or miss one it has.
+//! Request and response bodies are described by the JSON Schemas of the very types the handlers
+//! read and write (derived with schemars, honouring their serde attributes).
+
+use axum::routing::{delete, get, patch, post, MethodRouter};
+use axum::Json;
+use schemars::generate::SchemaSettings;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde_json::{json, Map, Value};
+
+use super::state::AppState;
+use super::{api_jobs, api_questions, api_queues, sse};
+use crate::engine::{BulkReport, Job};
+use crate::questions::service::QuestionDetail;
+use crate::questions::store::{Prediction, Question};
+
+type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
+
+fn schema<T: JsonSchema>(g: &mut SchemaGenerator) -> Schema {
+    g.subschema_for::<T>()
+}
+
+/// One operation of the API.
+pub struct Endpoint {
+    /// `get`, `post`, `patch` or `delete`.
+    pub method: &'static str,
+    /// Under `/api/v1`, with `{param}` placeholders as axum writes them.
+    pub path: &'static str,
+    pub summary: &'static str,
+    /// The JSON body it reads.
+    pub body: Option<SchemaFn>,
+    /// The query string it reads (an object whose properties are the parameters).
+    pub query: Option<SchemaFn>,
+    /// The success status and the JSON it answers with (`None`: no body, or not JSON).
+    pub ok: (u16, Option<SchemaFn>),
+    /// The handler.
+    pub route: fn() -> MethodRouter<AppState>,
+}
+
+/// Every operation of `/api/v1`.
+pub fn endpoints() -> Vec<Endpoint> {
+    vec![
+        Endpoint {
+            method: "post",
+            path: "/jobs",
+            summary:
+                "Insert a job (201; 200 with `existing: true` when a live job has its unique key)",
+            body: Some(schema::<api_jobs::CreateJob>),
+            query: None,
+            ok: (201, Some(schema::<api_jobs::InsertedBody>)),
+            route: || post(api_jobs::create),
+        },
+        Endpoint {
+            method: "get",
+            path: "/jobs",
+            summary: "List jobs, newest first, by keyset pages",
+            body: None,
+            query: Some(schema::<api_jobs::ListParams>),
+            ok: (200, Some(schema::<api_jobs::JobPage>)),
+            route: || get(api_jobs::list),
+        },
+        Endpoint {
+            method: "post",
+            path: "/jobs/bulk",
+            summary: "Cancel, retry, run now or delete listed jobs or every job matching a filter",
+            body: Some(schema::<api_jobs::BulkBody>),
+            query: None,
+            ok: (200, Some(schema::<BulkReport>)),
+            route: || post(api_jobs::bulk),
+        },
+        Endpoint {
+            method: "get",
+            path: "/jobs/{id}",
+            summary: "A job with its attempts' errors",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<Job>)),
+            route: || get(api_jobs::get),
+        },
+        Endpoint {
+            method: "delete",
+            path: "/jobs/{id}",
+            summary: "Delete a job that is not executing",
+            body: None,
+            query: None,
+            ok: (204, None),
+            route: || delete(api_jobs::delete),
+        },
+        Endpoint {
+            method: "post",
+            path: "/jobs/{id}/cancel",
+            summary: "Cancel a job (an executing attempt is stopped)",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<Job>)),
+            route: || post(api_jobs::cancel),
+        },
+        Endpoint {
+            method: "post",
+            path: "/jobs/{id}/retry",
+            summary: "Run a failed, finished or retryable job again now",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<Job>)),
+            route: || post(api_jobs::retry),
+        },
+        Endpoint {
+            method: "post",
+            path: "/jobs/{id}/run-now",
+            summary: "Make a waiting job due now",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<Job>)),
+            route: || post(api_jobs::run_now),
+        },
+        Endpoint {
+            method: "post",
+            path: "/jobs/{id}/reschedule",
+            summary: "Move a waiting job to another time",
+            body: Some(schema::<api_jobs::RescheduleBody>),
+            query: None,
+            ok: (200, Some(schema::<Job>)),
+            route: || post(api_jobs::reschedule),
+        },
+        Endpoint {
+            method: "get",
+            path: "/queues",
+            summary: "Every queue with its settings and counts",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<Vec<api_queues::QueueView>>)),
+            route: || get(api_queues::list),
+        },
+        Endpoint {
+            method: "patch",
+            path: "/queues/{name}",
+            summary: "Set a queue's per-node concurrency (null: each node's configured limit)",
+            body: Some(schema::<api_queues::QueuePatch>),
+            query: None,
+            ok: (200, Some(schema::<crate::engine::store::queues::QueueRow>)),
+            route: || patch(api_queues::update),
+        },
+        Endpoint {
+            method: "post",
+            path: "/queues/{name}/pause",
+            summary: "Pause a queue on every node",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<crate::engine::store::queues::QueueRow>)),
+            route: || post(api_queues::pause),
+        },
+        Endpoint {
+            method: "post",
+            path: "/queues/{name}/resume",
+            summary: "Resume a paused queue",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<crate::engine::store::queues::QueueRow>)),
+            route: || post(api_queues::resume),
+        },
+        Endpoint {
+            method: "get",
+            path: "/stats",
+            summary: "Job counts by state and by queue",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<api_queues::Stats>)),
+            route: || get(api_queues::stats),
+        },
+        Endpoint {
+            method: "post",
+            path: "/questions",
+            summary: "Create a game question and its lock job, due at game time",
+            body: Some(schema::<api_questions::CreateQuestion>),
+            query: None,
+            ok: (201, Some(schema::<QuestionDetail>)),
+            route: || post(api_questions::create),
+        },
+        Endpoint {
+            method: "get",
+            path: "/questions",
+            summary: "List questions",
+            body: None,
+            query: Some(schema::<api_questions::ListParams>),
+            ok: (200, Some(schema::<Vec<Question>>)),
+            route: || get(api_questions::list),
+        },
+        Endpoint {
+            method: "get",
+            path: "/questions/{id}",
+            summary: "A question with its predictions per choice",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<QuestionDetail>)),
+            route: || get(api_questions::get),
+        },
+        Endpoint {
+            method: "patch",
+            path: "/questions/{id}",
+            summary: "Change an open question (a new game time moves its lock job)",
+            body: Some(schema::<api_questions::UpdateQuestion>),
+            query: None,
+            ok: (200, Some(schema::<QuestionDetail>)),
+            route: || patch(api_questions::update),
+        },
+        Endpoint {
+            method: "delete",
+            path: "/questions/{id}",
+            summary: "Delete a question (and cancel its lock job)",
+            body: None,
+            query: None,
+            ok: (204, None),
+            route: || delete(api_questions::delete),
+        },
+        Endpoint {
+            method: "post",
+            path: "/questions/{id}/predictions",
+            summary: "A player's prediction; refused (409) once the question is locked",
+            body: Some(schema::<api_questions::PredictBody>),
+            query: None,
+            ok: (201, Some(schema::<Prediction>)),
+            route: || post(api_questions::predict),
+        },
+        Endpoint {
+            method: "post",
+            path: "/questions/{id}/settle",
+            summary: "Give a locked question its correct choice",
+            body: Some(schema::<api_questions::SettleBody>),
+            query: None,
+            ok: (200, Some(schema::<QuestionDetail>)),
+            route: || post(api_questions::settle),
+        },
+        Endpoint {
+            method: "get",
+            path: "/events",
+            summary: "Server-Sent Events: one `jobs` event per statement that changed jobs",
+            body: None,
+            query: None,
+            ok: (200, None),
+            route: || get(sse::events),
+        },
+        Endpoint {
+            method: "get",
+            path: "/openapi.json",
+            summary: "This document",
+            body: None,
+            query: None,
+            ok: (200, None),
+            route: || get(|| async { Json(document()) }),
+        },
+    ]
+}
+
+/// The OpenAPI 3.1 document of `/api/v1`.
+pub fn document() -> Value {
+    // OpenAPI 3.1 takes JSON Schema 2020-12 as it is; only the definitions move.
+    let mut settings = SchemaSettings::draft2020_12();
+    settings.definitions_path = "/components/schemas".into();
+    let mut generator = settings.into_generator();
+    let mut paths = Map::new();
+    for e in endpoints() {
+        let mut parameters: Vec<Value> = path_params(e.path)
+            .into_iter()
+            .map(|name| {
+                let schema = if name == "id" {
+                    json!({ "type": "integer", "format": "int64" })
+                } else {
+                    json!({ "type": "string" })
+                };
+                json!({ "name": name, "in": "path", "required": true, "schema": schema })
+            })
+            .collect();
+        if let Some(query) = e.query {
+            parameters.extend(query_params(&mut generator, query));
+        }
+        let mut op = json!({
+            "summary": e.summary,
+            "operationId": format!("{}{}", e.method, e.path.replace(['/', '{', '}', '-', '.'], "_")),
+            "security": [{ "bearer": [] }],
+            "responses": responses(&mut generator, &e),
+        });
+        if !parameters.is_empty() {
+            op["parameters"] = Value::Array(parameters);
+        }
+        if let Some(body) = e.body {
+            op["requestBody"] = json!({
+                "required": true,
+                "content": { "application/json": { "schema": body(&mut generator) } },
+            });
+        }
+        let item = paths
+            .entry(format!("/api/v1{}", e.path))
+            .or_insert_with(|| json!({}));
+        item[e.method] = op;
+    }
+    let mut schemas = generator.take_definitions(true);
+    schemas.insert(
+        "Error".into(),
+        json!({
+            "type": "object",
+            "required": ["error"],
+            "properties": { "error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": { "code": { "type": "string" }, "message": { "type": "string" } },
+            }},
+        }),
+    );
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Kickoff",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "A durable PostgreSQL job scheduler. Every call needs `Authorization: Bearer <token>`: a user's API token (read: GET only; write: what the owner's role allows) or the bootstrap token.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
+        },
+    })
+}
+
+/// The `{name}` placeholders of a path.
+fn path_params(path: &str) -> Vec<&str> {
+    path.split('/')
+        .filter_map(|s| s.strip_prefix('{')?.strip_suffix('}'))
+        .collect()
+}
+
+/// Query parameters from the properties of the query type's schema.
+fn query_params(generator: &mut SchemaGenerator, query: SchemaFn) -> Vec<Value> {
+    let schema = query(generator);
+    let resolved = resolve(generator, schema.as_value());
+    let required: Vec<&str> = resolved["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    resolved["properties"]
+        .as_object()
+        .map(|props| {
+            props
+                .iter()
+                .map(|(name, schema)| {
+                    json!({
+                        "name": name,
+                        "in": "query",
+                        "required": required.contains(&name.as_str()),
+                        "schema": schema,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A schema with a top-level `$ref` replaced by the definition it names.
+fn resolve(generator: &SchemaGenerator, schema: &Value) -> Value {
+    let Some(name) = schema["$ref"].as_str().and_then(|r| r.rsplit('/').next()) else {
+        return schema.clone();
+    };
+    generator
+        .definitions()
+        .get(name)
+        .cloned()
+        .unwrap_or_else(|| schema.clone())
+}
+
+fn responses(generator: &mut SchemaGenerator, e: &Endpoint) -> Value {
+    let (status, body) = e.ok;
+    let mut ok = json!({ "description": "done" });
+    if let Some(body) = body {
+        ok["content"] = json!({ "application/json": { "schema": body(generator) } });
+    }
+    let error = |description: &str| {
+        json!({
+            "description": description,
+            "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } },
+        })
+    };
+    let mut r = json!({
+        status.to_string(): ok,
+        "401": error("no valid bearer token"),
+        "503": error("the database is unreachable"),
+    });
+    if e.method != "get" {
+        r["403"] = error("the token may only read, or its owner's role may not act");
+    }
+    if !path_params(e.path).is_empty() {
+        r["404"] = error("no such job, queue or question");
+    }
+    if e.body.is_some() {
+        r["400"] = error("the body is not JSON of the expected shape");
+        r["413"] = error("the body is over 1 MiB");
+        r["415"] = error("the body is not sent as application/json");
+        r["422"] = error("a field is invalid (the message says which and why)");
+    }
+    if e.query.is_some() {
+        r["400"] = error("a query parameter is malformed");
+        r["422"] = error("a query parameter is invalid");
+    }
+    if e.method == "post" && e.path.contains("{id}") || e.method == "delete" || e.method == "patch"
+    {
+        r["409"] = error("the job's or question's state does not allow it");
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_document_describes_every_endpoint_with_its_schemas() {
+        let doc = document();
+        let count: usize = doc["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|item| item.as_object().unwrap().len())
+            .sum();
+        assert_eq!(count, endpoints().len());
+        let create = &doc["paths"]["/api/v1/jobs"]["post"];
+        let body = &create["requestBody"]["content"]["application/json"]["schema"]["$ref"];
+        assert_eq!(body, "#/components/schemas/CreateJob");
+        let create_job = &doc["components"]["schemas"]["CreateJob"];
+        assert_eq!(create_job["required"], json!(["kind"]));
+        assert_eq!(create_job["additionalProperties"], json!(false));
+        let list = doc["paths"]["/api/v1/jobs"]["get"]["parameters"]
+            .as_array()
+            .unwrap();
+        assert!(list
+            .iter()
+            .any(|p| p["name"] == "state" && p["in"] == "query"));
+        let get = &doc["paths"]["/api/v1/jobs/{id}"]["get"]["parameters"][0];
+        assert_eq!(get["name"], "id");
+        // Each state, with its doc comment.
+        let states = doc["components"]["schemas"]["JobState"].to_string();
+        assert!(states.contains("\"scheduled\""), "{states}");
+        assert!(states.contains("\"discarded\""), "{states}");
+    }
+}
