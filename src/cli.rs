@@ -1,6 +1,6 @@
 //! The command line: `kickoff serve` (default), `kickoff migrate`, `kickoff bench ...`,
 //! `kickoff postgres start|stop` (the embedded cluster on its own, for tests and tools),
-//! `kickoff user add|list` (dashboard accounts).
+//! `kickoff user add|list` (dashboard accounts), `kickoff chaos` (the chaos suite).
 
 use std::path::PathBuf;
 
@@ -59,6 +59,29 @@ pub enum Command {
         /// Tune for throwaway data (no fsync): for test clusters.
         #[arg(long)]
         throwaway: bool,
+    },
+    /// The chaos suite: nodes on one embedded PostgreSQL under load, killed and restarted; the
+    /// database crashed and restarted; connections cut. Prints what held; fails if anything did
+    /// not.
+    Chaos {
+        /// Server processes.
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// SIGKILLs of a random node (each restarted).
+        #[arg(long, default_value_t = 20)]
+        kills: usize,
+        /// Milliseconds between disturbances.
+        #[arg(long, default_value_t = 2000)]
+        interval_ms: u64,
+        /// Jobs inserted per second.
+        #[arg(long, default_value_t = 300)]
+        rate: u32,
+        /// Where the cluster and the nodes' logs go (default: a new temporary directory).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Print the report as one JSON line too.
+        #[arg(long)]
+        json: bool,
     },
     /// Manage the dashboard's accounts (in the database the server uses).
     User {

@@ -8,6 +8,7 @@
 pub mod accounts;
 pub mod audit;
 pub mod bench;
+pub mod chaos;
 pub mod cli;
 pub mod config;
 pub mod demo;

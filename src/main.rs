@@ -1,7 +1,7 @@
 use clap::Parser;
 use kickoff::cli::{Cli, Command, PostgresAction};
 use kickoff::postgres::{Durability, EmbeddedPostgres};
-use kickoff::{bench, server};
+use kickoff::{bench, chaos, server};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
@@ -57,6 +57,42 @@ async fn main() -> std::process::ExitCode {
             .unwrap_or_else(|e| Err(e.to_string()))
         }
         Command::User { action } => action.run(&cli.config).await,
+        Command::Chaos {
+            nodes,
+            kills,
+            interval_ms,
+            rate,
+            dir,
+            json,
+        } => {
+            let dir = dir.unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("kickoff-chaos-{}", std::process::id()))
+            });
+            let binary = std::env::current_exe().unwrap_or_else(|_| "kickoff".into());
+            let mut config = chaos::ChaosConfig::new(binary, dir.clone());
+            config.nodes = nodes.max(1);
+            config.kills = kills;
+            config.interval = std::time::Duration::from_millis(interval_ms.max(200));
+            config.rate = rate;
+            println!("chaos: working in {}", dir.display());
+            match chaos::run(config).await {
+                Ok(report) => {
+                    println!("{}", report.text());
+                    if json {
+                        println!("{}", serde_json::to_string(&report).unwrap_or_default());
+                    }
+                    if report.ok() {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "chaos found problems: {}",
+                            report.problems().join("; ")
+                        ))
+                    }
+                }
+                Err(e) => Err(e),
+            }
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -170,6 +170,18 @@ impl EmbeddedPostgres {
         )
     }
 
+    /// Crashes the cluster (immediate shutdown: no checkpoint, every connection cut, recovery from
+    /// the WAL at the next start) and starts it again on the same port. For the chaos suite.
+    pub fn crash_and_restart(&self) -> Result<(), EmbeddedError> {
+        let pg_dir = self.pg_dir.to_string_lossy().into_owned();
+        self.run(
+            "pg_ctl stop",
+            "pg_ctl",
+            &["stop", "-D", &pg_dir, "-m", "immediate", "-w", "-t", "60"],
+        )?;
+        self.pg_ctl_start()
+    }
+
     fn init(&mut self, data_dir: &Path, durability: Durability) -> Result<(), EmbeddedError> {
         tracing::info!(dir = %self.pg_dir.display(), "creating the embedded PostgreSQL cluster");
         if self.pg_dir.exists() {

@@ -2,7 +2,9 @@
 //! For trying the engine and the dashboard out, and for benchmarks.
 //!
 //! Args (all optional): `sleep_ms` (0 to 600000), `fail_attempts` (fail while the attempt number is
-//! at most this), `message` (the failure's message). Other keys are kept and ignored, so that a
+//! at most this), `message` (the failure's message), `tally` (a counter name, 1 to 100 characters:
+//! the job raises `tallies.count` of that name by one in the transaction that completes it, so the
+//! count says how many such jobs completed, each exactly once). Other keys are kept and ignored, so that a
 //! trial job can carry labels to find it by (`{"batch": "b1"}`).
 
 use std::time::Duration;
@@ -23,6 +25,20 @@ struct NoopArgs {
     fail_attempts: i32,
     #[serde(default)]
     message: Option<String>,
+    #[serde(default)]
+    tally: Option<String>,
+}
+
+/// Raises the counter `name` by one (the `tallies` table's only write).
+async fn tally_raise<'e>(db: impl sqlx::PgExecutor<'e>, name: &str) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO tallies (name, count) VALUES ($1, 1)
+         ON CONFLICT (name) DO UPDATE SET count = tallies.count + 1",
+    )
+    .bind(name)
+    .execute(db)
+    .await?;
+    Ok(())
 }
 
 pub struct NoopWorker;
@@ -36,6 +52,11 @@ impl Worker for NoopWorker {
         let a: NoopArgs = serde_json::from_value(args.clone()).map_err(|e| e.to_string())?;
         if a.sleep_ms > MAX_SLEEP_MS {
             return Err(format!("sleep_ms: at most {MAX_SLEEP_MS}"));
+        }
+        if let Some(t) = &a.tally {
+            if t.is_empty() || t.chars().count() > 100 || t.contains('\0') {
+                return Err("tally: 1 to 100 characters, no NUL".into());
+            }
         }
         Ok(())
     }
@@ -62,6 +83,11 @@ impl Worker for NoopWorker {
                 return Err(WorkError::Retryable(a.message.unwrap_or_else(|| {
                     format!("failing on purpose (attempt {})", ctx.job.attempt)
                 })));
+            }
+            if let Some(name) = &a.tally {
+                let mut tx = ctx.begin().await?;
+                tally_raise(&mut *tx, name).await?;
+                return ctx.complete_with(tx).await;
             }
             Ok(())
         })

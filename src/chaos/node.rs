@@ -1,0 +1,107 @@
+//! A `kickoff serve` child process of the chaos suite: started, killed with SIGKILL, or stopped.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// What every node is started with.
+pub struct NodeEnv {
+    pub binary: std::path::PathBuf,
+    /// Without query string; each node adds its `application_name`.
+    pub database_url: String,
+    pub lease_ms: u64,
+    pub webhook_host: String,
+    pub log_dir: std::path::PathBuf,
+}
+
+pub struct Node {
+    pub slot: usize,
+    /// `chaos-<slot>-<generation>`: a restarted node is a new node, as after a real crash.
+    pub id: String,
+    /// The `application_name` of its database connections (to cut them).
+    pub app_name: String,
+    child: Child,
+}
+
+impl Node {
+    /// Starts a node and waits until it serves.
+    pub async fn start(env: &NodeEnv, slot: usize, generation: usize) -> Result<Node, String> {
+        let id = format!("chaos-{slot}-{generation}");
+        let app_name = format!("kickoff-{id}");
+        let log_path = env.log_dir.join(format!("{id}.log"));
+        let log =
+            std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
+        let mut child = Command::new(&env.binary)
+            .arg("serve")
+            .env(
+                "DATABASE_URL",
+                format!("{}?application_name={app_name}", env.database_url),
+            )
+            .env("LEPTOS_SITE_ADDR", "127.0.0.1:0")
+            .env("KICKOFF_API_TOKEN", "chaos-token")
+            .env("KICKOFF_NODE_ID", &id)
+            .env("KICKOFF_QUEUES", "default:20,webhooks:20,questions:10")
+            .env("KICKOFF_LEASE_MS", env.lease_ms.to_string())
+            .env("KICKOFF_SHUTDOWN_GRACE_SECS", "3")
+            .env("KICKOFF_WEBHOOK_ALLOWED_HOSTS", &env.webhook_host)
+            .env("KICKOFF_DATA_DIR", env.log_dir.join(&id))
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("start {}: {e}", env.binary.display()))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line.starts_with("Kickoff listening on") {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        if ready != Ok(true) {
+            return Err(format!(
+                "node {id} did not start: see {}",
+                log_path.display()
+            ));
+        }
+        // Keep reading, so that a full pipe never blocks the node.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(Node {
+            slot,
+            id,
+            app_name,
+            child,
+        })
+    }
+
+    /// SIGKILL: no shutdown, no hand-back; its leases must expire.
+    pub async fn kill9(mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
+
+    /// SIGTERM and wait (a graceful stop hands running jobs back).
+    pub async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(pid.to_string())
+                .status()
+                .await;
+        }
+        if tokio::time::timeout(Duration::from_secs(20), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.start_kill();
+            let _ = self.child.wait().await;
+        }
+    }
+}
