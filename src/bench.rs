@@ -94,6 +94,8 @@ pub async fn run(
             BenchWorkload::Pages => pages::pages(&pool, options.rows, options.samples).await,
             BenchWorkload::Latency => latency(&pool).await,
             BenchWorkload::Scheduled => scheduled(&pool).await,
+            BenchWorkload::Recovery => recovery(&pool, options.concurrency).await,
+            BenchWorkload::Nodes => nodes(&pool, options.concurrency).await,
         }
     }
     .await;
@@ -177,6 +179,116 @@ async fn throughput(pool: &PgPool, concurrency: usize) -> Result<Value, String> 
         "concurrency": concurrency,
         "insert_jobs_per_s": (N as f64 / insert_s).round(),
         "process_jobs_per_s": (N as f64 / process_s).round(),
+    }))
+}
+
+/// Inserts `n` jobs due now (all at once, before any engine runs).
+async fn insert_due(pool: &PgPool, n: usize, due: Option<DateTime<Utc>>) -> Result<(), String> {
+    let jobs: Vec<NewJob> = (0..n)
+        .map(|i| {
+            let job = NewJob::new(KIND, json!({ "i": i }));
+            match due {
+                Some(at) => job.at(at),
+                None => job,
+            }
+        })
+        .collect();
+    for chunk in jobs.chunks(5_000) {
+        job_store::job_insert_many(pool, chunk)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Waits until no job is left unfinished; the time it took from `since`.
+async fn until_all_completed(pool: &PgPool, since: Instant) -> Result<f64, String> {
+    let deadline = since + Duration::from_secs(300);
+    loop {
+        let left: i64 = job_store::job_count_by_queue_state(pool)
+            .await
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .filter(|(_, state, _)| *state != JobState::Completed)
+            .map(|(_, _, n)| n)
+            .sum();
+        if left == 0 {
+            return Ok(since.elapsed().as_secs_f64());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{left} jobs still unfinished after 300 s"));
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// 10,000 jobs overdue when a node starts (it was down while they came due): the time from the
+/// engine's start until every one completed.
+async fn recovery(pool: &PgPool, concurrency: usize) -> Result<Value, String> {
+    const N: usize = 10_000;
+    let db_now = job_store::db_now(pool).await.map_err(|e| e.to_string())?;
+    insert_due(pool, N, Some(db_now - chrono::Duration::minutes(10))).await?;
+    let (workers, mut rx) = workers();
+    let t = Instant::now();
+    let engine = Engine::start(pool.clone(), workers, engine_config(concurrency))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut first_start = None;
+    let mut seen = 0;
+    while seen < N {
+        match tokio::time::timeout(Duration::from_secs(60), rx.recv()).await {
+            Ok(Some(_)) => {
+                first_start.get_or_insert_with(|| t.elapsed().as_secs_f64());
+                seen += 1;
+            }
+            _ => return Err(format!("only {seen} of {N} overdue jobs started")),
+        }
+    }
+    let all_started = t.elapsed().as_secs_f64();
+    let all_completed = until_all_completed(pool, t).await?;
+    engine.stop().await;
+    Ok(json!({
+        "bench": "recovery",
+        "overdue_jobs": N,
+        "concurrency": concurrency,
+        "first_start_ms": (first_start.unwrap_or(0.0) * 1000.0).round(),
+        "all_started_s": (all_started * 1000.0).round() / 1000.0,
+        "all_completed_s": (all_completed * 1000.0).round() / 1000.0,
+    }))
+}
+
+/// Throughput with 1, 2 and 3 nodes on one database (each `concurrency` slots), 20,000 jobs each
+/// time.
+async fn nodes(pool: &PgPool, concurrency: usize) -> Result<Value, String> {
+    const N: usize = 20_000;
+    let mut results = Vec::new();
+    for count in 1..=3usize {
+        insert_due(pool, N, None).await?;
+        let t = Instant::now();
+        let mut engines = Vec::new();
+        for _ in 0..count {
+            let (workers, _rx) = workers();
+            engines.push(
+                Engine::start(pool.clone(), workers, engine_config(concurrency))
+                    .await
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        let took = until_all_completed(pool, t).await?;
+        for e in engines {
+            e.stop().await;
+        }
+        sqlx::query("DELETE FROM jobs")
+            .execute(pool)
+            .await
+            .map_err(|e| e.to_string())?;
+        results.push(json!({ "nodes": count, "jobs_per_s": (N as f64 / took).round() }));
+    }
+    Ok(json!({
+        "bench": "nodes",
+        "jobs": N,
+        "concurrency_per_node": concurrency,
+        "runs": results,
     }))
 }
 

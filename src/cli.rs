@@ -159,6 +159,10 @@ pub enum BenchWorkload {
     Latency,
     /// 1,000 jobs scheduled over a 2 s window: start minus scheduled_at.
     Scheduled,
+    /// 10,000 jobs overdue when a node starts: time until all are done.
+    Recovery,
+    /// Throughput with 1, 2 and 3 nodes on one database.
+    Nodes,
     /// Dashboard pages and API lists with 1,000,000 jobs (`--rows`) in the table: server time
     /// percentiles per address, table size, RSS, time to prune.
     Pages,

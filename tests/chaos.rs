@@ -15,7 +15,9 @@ async fn nothing_is_lost_or_done_twice_when_nodes_and_the_database_crash() {
     config.kills = 4;
     config.interval = Duration::from_millis(2500);
     config.rate = 150;
-    let report = chaos::run(config).await.expect("the chaos run could be made");
+    let report = chaos::run(config)
+        .await
+        .expect("the chaos run could be made");
     eprintln!("{}", report.text());
     assert!(report.ok(), "{}", report.text());
     assert_eq!(report.kills, 4);
