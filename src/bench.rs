@@ -218,7 +218,7 @@ async fn until_all_completed(pool: &PgPool, since: Instant) -> Result<f64, Strin
         if Instant::now() > deadline {
             return Err(format!("{left} jobs still unfinished after 300 s"));
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
@@ -264,15 +264,28 @@ async fn nodes(pool: &PgPool, concurrency: usize) -> Result<Value, String> {
     let mut results = Vec::new();
     for count in 1..=3usize {
         insert_due(pool, N, None).await?;
+        // Every node's handlers report to one channel: counting starts costs the database nothing
+        // (polling counts while measuring would take CPU from the nodes on a small machine).
+        let (tx, mut rx) = mpsc::unbounded_channel();
         let t = Instant::now();
         let mut engines = Vec::new();
         for _ in 0..count {
-            let (workers, _rx) = workers();
+            let mut workers = Workers::new();
+            workers.register(BenchWorker {
+                started: tx.clone(),
+            });
             engines.push(
                 Engine::start(pool.clone(), workers, engine_config(concurrency))
                     .await
                     .map_err(|e| e.to_string())?,
             );
+        }
+        let mut seen = 0;
+        while seen < N {
+            match tokio::time::timeout(Duration::from_secs(60), rx.recv()).await {
+                Ok(Some(_)) => seen += 1,
+                _ => return Err(format!("{count} nodes: only {seen} of {N} jobs started")),
+            }
         }
         let took = until_all_completed(pool, t).await?;
         for e in engines {
@@ -365,18 +378,31 @@ async fn scheduled(pool: &PgPool) -> Result<Value, String> {
     let mut samples = Vec::with_capacity(N);
     while samples.len() < N {
         match tokio::time::timeout(Duration::from_secs(30), rx.recv()).await {
-            Ok(Some((_, at, scheduled_at))) => {
-                samples.push((at - scheduled_at).num_microseconds().unwrap_or(0) as f64 / 1000.0)
-            }
+            Ok(Some((_, at, scheduled_at))) => samples.push((
+                (scheduled_at - start).num_microseconds().unwrap_or(0) as f64 / 1000.0,
+                (at - scheduled_at).num_microseconds().unwrap_or(0) as f64 / 1000.0,
+            )),
             _ => return Err(format!("only {} of {N} jobs started", samples.len())),
         }
     }
     engine.stop().await;
-    let early = samples.iter().filter(|s| **s < 0.0).count();
-    Ok(with_percentiles(
+    let early = samples.iter().filter(|s| s.1 < 0.0).count();
+    // The latest starts with their place in the window (ms after its start), to tell a stall
+    // (several late jobs due together) from scattered delays.
+    let mut by_lateness: Vec<(f64, f64)> =
+        samples.iter().map(|(due, late)| (*due, *late)).collect();
+    by_lateness.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let worst: Vec<Value> = by_lateness
+        .iter()
+        .take(10)
+        .map(|(due, late)| json!([due.round(), (late * 10.0).round() / 10.0]))
+        .collect();
+    let mut out = with_percentiles(
         json!({ "bench": "scheduled", "jobs": N, "started_early": early }),
-        samples,
-    ))
+        samples.into_iter().map(|(_, late)| late).collect(),
+    );
+    out["worst_due_ms_late_ms"] = Value::Array(worst);
+    Ok(out)
 }
 
 fn with_percentiles(mut base: Value, mut samples: Vec<f64>) -> Value {

@@ -1,5 +1,6 @@
-//! Leadership: one node at a time runs the maintenance services (rescuer, pruner, periodic jobs,
-//! count folder).
+//! Leadership: one node at a time runs the maintenance services (pruner, periodic jobs, count
+//! folder). The rescuer is not among them: every node runs it (see `runtime`), so that a dead
+//! leader's jobs do not wait for a new leader first.
 //!
 //! The leader holds a lease in the `leader` table (`leader_attempt_elect`): a node takes it when it
 //! is free or expired, and the holder renews it every second; its time-to-live (5 s by default)
@@ -26,7 +27,7 @@ use tokio_util::task::TaskTracker;
 
 use super::client::Client;
 use super::maintenance::{
-    count_folder::CountFolder, periodic::PeriodicEnqueuer, pruner::JobPruner, rescuer::JobRescuer,
+    count_folder::CountFolder, periodic::PeriodicEnqueuer, pruner::JobPruner,
 };
 use super::runtime::Shared;
 use super::store::leader as leader_store;
@@ -106,11 +107,6 @@ impl LeaderElector {
         let stop = CancellationToken::new();
         let tasks = TaskTracker::new();
         let pool = shared.pool.clone();
-        tasks.spawn(
-            JobRescuer::new(pool.clone(), shared.config.rescuer.clone())
-                .with_metrics(shared.metrics.clone())
-                .run(stop.clone()),
-        );
         tasks.spawn(JobPruner::new(pool.clone(), shared.config.pruner.clone()).run(stop.clone()));
         tasks.spawn(
             CountFolder::new(pool.clone(), shared.config.count_folder.clone()).run(stop.clone()),

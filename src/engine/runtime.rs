@@ -2,9 +2,9 @@
 //!
 //! A node runs: the notifier (LISTEN/NOTIFY), the timer (stages jobs exactly when due), one
 //! producer per queue (claims into free slots), the executor (runs handlers) and its completer
-//! (writes outcomes in batches), the heartbeat (node row and job leases), and the leader elector,
-//! which runs the maintenance services (rescuer, pruner, periodic jobs, count folder) while this
-//! node leads.
+//! (writes outcomes in batches), the heartbeat (node row and job leases), the rescuer (expired
+//! leases, on every node), and the leader elector, which runs the other maintenance services
+//! (pruner, periodic jobs, count folder) while this node leads.
 //!
 //! Shutdown: producers stop claiming; running attempts get `shutdown_grace` to finish; the rest are
 //! interrupted and handed back to `available` (they run again on any node, and the interruption
@@ -27,8 +27,10 @@ use super::heartbeat::Heartbeat;
 use super::job::JobId;
 use super::leadership::LeaderElector;
 use super::maintenance::{
-    count_folder::CountFolderConfig, periodic::PeriodicJob, pruner::PrunerConfig,
-    rescuer::RescuerConfig,
+    count_folder::CountFolderConfig,
+    periodic::PeriodicJob,
+    pruner::PrunerConfig,
+    rescuer::{JobRescuer, RescuerConfig},
 };
 use super::metrics::Metrics;
 use super::notifier::Notifier;
@@ -237,13 +239,22 @@ fn claim_pool(pool: &PgPool, queues: usize) -> PgPool {
         .connect_lazy_with(options)
 }
 
-/// Opens every connection of the claim pool now: a first claim that has to log in first (SCRAM
-/// costs milliseconds) would fire the first due jobs late.
-async fn warm_up(pool: &PgPool) -> Result<(), sqlx::Error> {
+/// Opens every connection of the claim pool now, and runs the claim, stage and next-due statements
+/// once on each (matching nothing, rolled back). A first claim that has to log in (SCRAM costs
+/// milliseconds), load the table's and its triggers' catalog entries into a fresh backend, and
+/// plan its statement fired the first due jobs about 20 ms late.
+async fn warm_up(pool: &PgPool, lease: Duration) -> Result<(), sqlx::Error> {
     let n = pool.options().get_max_connections() as usize;
     let mut held = Vec::with_capacity(n);
     for _ in 0..n {
-        held.push(pool.acquire().await?);
+        let mut conn = pool.acquire().await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        // Queue names are never empty, and nothing is due before the epoch.
+        job_store::job_claim(&mut *tx, "", 1, "warm-up", lease).await?;
+        job_store::job_stage_due(&mut *tx, Some(DateTime::<Utc>::UNIX_EPOCH), 1).await?;
+        job_store::job_next_due(&mut *tx).await?;
+        tx.rollback().await?;
+        held.push(conn);
     }
     Ok(())
 }
@@ -316,7 +327,7 @@ impl Engine {
             tracker: TaskTracker::new(),
         });
 
-        warm_up(&shared.claim_pool).await?;
+        warm_up(&shared.claim_pool, shared.config.lease).await?;
         let stop_claiming = CancellationToken::new();
         let stop_services = CancellationToken::new();
         let services = TaskTracker::new();
@@ -327,6 +338,11 @@ impl Engine {
         services.spawn(notifier.run(stop_services.clone()));
         services.spawn(Heartbeat::new(shared.clone()).run(stop_services.clone()));
         services.spawn(LeaderElector::new(shared.clone()).run(stop_services.clone()));
+        services.spawn(
+            JobRescuer::new(shared.pool.clone(), shared.config.rescuer.clone())
+                .with_metrics(shared.metrics.clone())
+                .run(stop_services.clone()),
+        );
         let claimers = TaskTracker::new();
         claimers.spawn(Timer::new(shared.clone()).run(stop_claiming.clone()));
         for q in shared.queues.values() {

@@ -1,4 +1,5 @@
-//! Services the leader runs (rescuer, pruner, periodic jobs, count folder). Each has a `XxxConfig` with documented defaults and `validate()`,
+//! Maintenance services: the rescuer (every node), and the pruner, periodic jobs and count folder
+//! (the leader only). Each has a `XxxConfig` with documented defaults and `validate()`,
 //! `run_once()` (which tests call directly) and `run(shutdown)`, which loops and logs only when it
 //! did something.
 
