@@ -402,6 +402,17 @@ async fn scheduled(pool: &PgPool) -> Result<Value, String> {
         samples.into_iter().map(|(_, late)| late).collect(),
     );
     out["worst_due_ms_late_ms"] = Value::Array(worst);
+    // The same percentile without the jobs due in the window's first 50 ms, where the one stall
+    // of a run sits (see docs/BENCHMARKS.md): reported beside the full figure, never instead.
+    let mut later: Vec<f64> = by_lateness
+        .iter()
+        .filter(|(due, _)| *due >= 50.0)
+        .map(|(_, late)| *late)
+        .collect();
+    later.sort_by(|a, b| a.total_cmp(b));
+    if let Some(p99) = later.get(((later.len() as f64 - 1.0) * 0.99).round() as usize) {
+        out["p99_after_first_50ms_ms"] = json!((p99 * 100.0).round() / 100.0);
+    }
     Ok(out)
 }
 

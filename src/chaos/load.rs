@@ -20,8 +20,6 @@ pub const TALLY: &str = "chaos";
 pub struct Inserted {
     /// Every job id, lock jobs included.
     pub jobs: Vec<i64>,
-    /// Jobs that raise the tally when they complete.
-    pub tally_jobs: Vec<i64>,
     pub webhook_jobs: Vec<i64>,
     pub questions: Vec<i64>,
     /// Inserts refused or failed (the database restarting): not acknowledged, not expected.
@@ -88,28 +86,24 @@ async fn insert_one(
         }
         return;
     }
-    let (new, counts, webhook) = match slot {
+    let (new, webhook) = match slot {
         0..=3 => (
             NewJob::new("noop", tally).after(Duration::from_millis(5 + (n % 40) * 50)),
-            true,
             false,
         ),
-        4 => (NewJob::new("noop", tally), true, false),
+        4 => (NewJob::new("noop", tally), false),
         5 => (
             NewJob::new("noop", json!({ "tally": TALLY, "sleep_ms": 500 })),
-            true,
             false,
         ),
         6 => (
             NewJob::new("noop", json!({ "tally": TALLY, "fail_attempts": 1 })),
-            true,
             false,
         ),
         _ => (
             NewJob::new("webhook", json!({ "url": webhook_url, "timeout_ms": 5000 }))
                 .with_queue("webhooks")
                 .after(Duration::from_millis((n % 10) * 100)),
-            false,
             true,
         ),
     };
@@ -118,9 +112,6 @@ async fn insert_one(
     match inserted {
         Ok(i) => {
             r.jobs.push(i.job.id.0);
-            if counts {
-                r.tally_jobs.push(i.job.id.0);
-            }
             if webhook {
                 r.webhook_jobs.push(i.job.id.0);
             }

@@ -86,7 +86,7 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, AppError
         &mut out,
         "kickoff_rescued_total",
         "counter",
-        "Jobs whose lease expired, rescued by this node while leader.",
+        "Jobs whose lease expired, taken back by this node.",
     );
     sample(&mut out, "kickoff_rescued_total", &[], snap.rescued as f64);
     family(
