@@ -132,7 +132,7 @@ fn api_token(config: &Config) -> Result<String, StartError> {
         }
     }
     std::fs::create_dir_all(&config.data_dir)?;
-    let token: String = (0..40).map(|_| fastrand::alphanumeric()).collect();
+    let token = crate::accounts::secret::random_hex(24);
     std::fs::write(&path, &token)?;
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;

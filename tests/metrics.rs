@@ -111,6 +111,11 @@ async fn metrics_report_attempts_lateness_and_jobs_by_state() {
         value(&text, "kickoff_jobs{queue=\"default\",state=\"discarded\"}"),
         Some(1.0)
     );
+    // A state without jobs reads 0 rather than vanishing.
+    assert_eq!(
+        value(&text, "kickoff_jobs{queue=\"default\",state=\"cancelled\"}"),
+        Some(0.0)
+    );
     assert_eq!(value(&text, "kickoff_claimed_total"), Some(4.0));
     assert_eq!(
         value(&text, "kickoff_lateness_seconds_count{queue=\"default\"}"),

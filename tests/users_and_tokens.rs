@@ -64,7 +64,11 @@ async fn make_token(d: &Dashboard, name: &str, scope: &str) -> (i64, String) {
     let (status, body) = d
         .server_fn(
             "create_token",
-            &format!("name={}&scope={scope}", form(name)),
+            &format!(
+                "name={}&scope={scope}&password={}",
+                form(name),
+                form(PASSWORD)
+            ),
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -405,13 +409,28 @@ async fn a_token_acts_within_its_scope_and_its_owners_role() {
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert_eq!(jobs_count(&d).await, 0);
     // A viewer gets no write token at all.
-    let (status, body) = d.server_fn("create_token", "name=x&scope=write").await;
+    let pw = form(PASSWORD);
+    let (status, body) = d
+        .server_fn("create_token", &format!("name=x&scope=write&password={pw}"))
+        .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
-    for input in ["name=&scope=read", "name=x&scope=admin"] {
-        let (status, body) = d.server_fn("create_token", input).await;
+    // Making a token takes the password again: a session alone (perhaps a stolen one) cannot.
+    let (status, body) = d
+        .server_fn(
+            "create_token",
+            "name=x&scope=read&password=not+the+password",
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body.contains("password is wrong"), "{body}");
+    for input in [
+        format!("name=&scope=read&password={pw}"),
+        format!("name=x&scope=admin&password={pw}"),
+    ] {
+        let (status, body) = d.server_fn("create_token", &input).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{input}: {body}");
     }
-    let long = format!("name={}&scope=read", "n".repeat(101));
+    let long = format!("name={}&scope=read&password={pw}", "n".repeat(101));
     let (status, _) = d.server_fn("create_token", &long).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     let tokens: i64 = sqlx::query_scalar("SELECT count(*) FROM api_tokens")

@@ -526,8 +526,13 @@ pub trait Console: Send + Sync + 'static {
     ) -> Result<(), Refusal>;
     /// The signed-in user's page.
     async fn account(&self) -> Result<AccountPage, Refusal>;
-    /// A token for the signed-in user.
-    async fn create_token(&self, name: String, scope: String) -> Result<NewToken, Refusal>;
+    /// A token for the signed-in user, who confirms with their password.
+    async fn create_token(
+        &self,
+        name: String,
+        scope: String,
+        password: String,
+    ) -> Result<NewToken, Refusal>;
     /// Revokes one of the signed-in user's tokens (admins: anyone's).
     async fn revoke_token(&self, id: i64) -> Result<(), Refusal>;
     /// The signed-in user changes their password (their other sessions end).
@@ -858,11 +863,15 @@ pub async fn create_token(
     csrf: Option<String>,
     name: String,
     scope: String,
+    password: String,
 ) -> Result<NewToken, ServerFnError> {
     // Checked by the server's session guard before this runs; carried here so the form's
     // field survives the browser's encoding of the arguments.
     let _ = csrf;
-    console()?.create_token(name, scope).await.map_err(fail)
+    console()?
+        .create_token(name, scope, password)
+        .await
+        .map_err(fail)
 }
 
 #[server(prefix = "/_console", endpoint = "revoke_token")]

@@ -4,7 +4,7 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { launch, signIn, hydrated, baseUrl, screenshots, watchErrors, watchPolicy } from './helpers.mjs';
+import { launch, signIn, hydrated, baseUrl, screenshots, watchErrors, watchPolicy, adminPassword } from './helpers.mjs';
 
 let admin;
 before(async () => { admin = await launch(); });
@@ -69,6 +69,7 @@ test('a token is shown once, works, and stops at once when revoked', async () =>
   const form = page.getByRole('form', { name: 'New API token' });
   await form.getByLabel('Token name').fill(`ci ${stamp}`);
   await form.getByLabel('Scope').selectOption('write');
+  await form.getByLabel('Your password (to confirm)').fill(adminPassword);
   await form.getByRole('button', { name: 'Make token' }).click();
   const shown = page.locator('[data-new-token] ');
   await shown.waitFor();

@@ -20,7 +20,6 @@ pub const TALLY: &str = "chaos";
 pub struct Inserted {
     /// Every job id, lock jobs included.
     pub jobs: Vec<i64>,
-    pub webhook_jobs: Vec<i64>,
     pub questions: Vec<i64>,
     /// Inserts refused or failed (the database restarting): not acknowledged, not expected.
     pub failed_inserts: u64,
@@ -86,35 +85,20 @@ async fn insert_one(
         }
         return;
     }
-    let (new, webhook) = match slot {
-        0..=3 => (
-            NewJob::new("noop", tally).after(Duration::from_millis(5 + (n % 40) * 50)),
-            false,
-        ),
-        4 => (NewJob::new("noop", tally), false),
-        5 => (
-            NewJob::new("noop", json!({ "tally": TALLY, "sleep_ms": 500 })),
-            false,
-        ),
-        6 => (
-            NewJob::new("noop", json!({ "tally": TALLY, "fail_attempts": 1 })),
-            false,
-        ),
-        _ => (
-            NewJob::new("webhook", json!({ "url": webhook_url, "timeout_ms": 5000 }))
-                .with_queue("webhooks")
-                .after(Duration::from_millis((n % 10) * 100)),
-            true,
-        ),
+    let new = match slot {
+        0..=3 => NewJob::new("noop", tally).after(Duration::from_millis(5 + (n % 40) * 50)),
+        4 => NewJob::new("noop", tally),
+        5 => NewJob::new("noop", json!({ "tally": TALLY, "sleep_ms": 500 })),
+        6 => NewJob::new("noop", json!({ "tally": TALLY, "fail_attempts": 1 })),
+        _ => NewJob::new("webhook", json!({ "url": webhook_url, "timeout_ms": 5000 }))
+            .with_queue("webhooks")
+            .after(Duration::from_millis((n % 10) * 100)),
     };
     let inserted = client.insert(&new).await;
     let mut r = record.lock().expect("record poisoned");
     match inserted {
         Ok(i) => {
             r.jobs.push(i.job.id.0);
-            if webhook {
-                r.webhook_jobs.push(i.job.id.0);
-            }
         }
         Err(_) => r.failed_inserts += 1,
     }

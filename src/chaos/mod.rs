@@ -402,16 +402,21 @@ async fn count_not_final(pool: &PgPool, ids: &[i64]) -> Option<i64> {
 
 /// Duplicate calls of one webhook job that nothing explains. A call is expected again when its
 /// attempt was cut mid-flight:
-/// - a later attempt after the node died: the job's errors hold a `rescued:` entry per such
-///   attempt;
+/// - a later attempt after the node died: the job's errors hold a `rescued:` entry for every
+///   delivered attempt but the last;
 /// - the same attempt number twice: the claim was made on a connection that does not wait for the
 ///   disk (by design, see `engine::runtime::claim_pool`) and PostgreSQL crashed before writing it,
 ///   so the job was claimed again under the same number; a crash must lie between the two calls.
-fn unexplained(calls: &[receiver::Delivery], rescued: u64, crashes: &[DateTime<Utc>]) -> u64 {
+fn unexplained(calls: &[receiver::Delivery], rescued: &[i32], crashes: &[DateTime<Utc>]) -> u64 {
     let mut attempts: Vec<i32> = calls.iter().map(|c| c.attempt).collect();
     attempts.sort_unstable();
     attempts.dedup();
-    let mut left = (attempts.len() as u64 - 1).saturating_sub(rescued);
+    // Every delivered attempt but the last must have been rescued (its node died after the call).
+    let mut left = attempts
+        .iter()
+        .take(attempts.len().saturating_sub(1))
+        .filter(|a| !rescued.contains(a))
+        .count() as u64;
     for a in attempts {
         let mut times: Vec<DateTime<Utc>> = calls
             .iter()
@@ -495,14 +500,13 @@ async fn check(
     report.missing_effects = (report.tally_expected - report.tally).max(0);
 
     let delivered = deliveries.snapshot();
-    report.webhook_jobs = inserted.webhook_jobs.len();
-    let webhooks: Vec<(i64, String, i64)> = sqlx::query_as(
+    // Every webhook job in the table, acknowledged or not, with the attempts that were rescued.
+    let webhooks: Vec<(i64, String, Vec<i32>)> = sqlx::query_as(
         "SELECT id, state::text,
-                (SELECT count(*) FROM jsonb_array_elements(errors) e
-                  WHERE e->>'message' LIKE 'rescued:%')
-         FROM jobs WHERE id = ANY($1)",
+                ARRAY(SELECT (e->>'attempt')::int FROM jsonb_array_elements(errors) e
+                      WHERE e->>'message' LIKE 'rescued:%')
+         FROM jobs WHERE kind = 'webhook'",
     )
-    .bind(&inserted.webhook_jobs)
     .fetch_all(pool)
     .await
     .map_err(db)?;
@@ -511,13 +515,14 @@ async fn check(
         .filter(|d| d.crash)
         .map(|d| d.at)
         .collect();
+    report.webhook_jobs = webhooks.len();
     for (id, state, rescued) in webhooks {
         let calls = delivered.get(&id).cloned().unwrap_or_default();
         let n = calls.len() as u64;
         report.deliveries += n;
         if n > 1 {
             report.duplicate_deliveries += n - 1;
-            report.unexplained_duplicates += unexplained(&calls, rescued as u64, &crashes);
+            report.unexplained_duplicates += unexplained(&calls, &rescued, &crashes);
         }
         if state == "completed" && n == 0 {
             report.undelivered += 1;

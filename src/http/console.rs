@@ -1026,19 +1026,45 @@ impl Console for ServerConsole {
         })
     }
 
-    async fn create_token(&self, name: String, scope: String) -> Result<NewToken, Refusal> {
+    async fn create_token(
+        &self,
+        name: String,
+        scope: String,
+        password: String,
+    ) -> Result<NewToken, Refusal> {
         let op = operator(Role::Viewer)?;
+        // What the audit entry shows of the input: checked values only, cut and printable.
+        let shown_scope = if matches!(scope.as_str(), "read" | "write") {
+            scope.as_str()
+        } else {
+            "?"
+        };
+        let shown_name: String = name
+            .trim()
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(100)
+            .collect();
         let act = Act {
             action: "token.create".into(),
             target: Some(format!(
-                "{scope} token `{}` of {}",
-                name.trim().chars().take(100).collect::<String>(),
+                "{shown_scope} token `{shown_name}` of {}",
                 op.user.name
             )),
             filter: None,
         };
         self.act_as(Role::Viewer, act, |_| None, async {
             let scope: TokenScope = scope.parse().map_err(Refusal::invalid)?;
+            // A token outlives the session it was made in (and a later password change): making
+            // one takes the password again, so a stolen session cannot mint a lasting credential.
+            // A wrong one counts toward the sign-in lock.
+            self.accounts
+                .authenticate(&op.user.name, &password, op.address)
+                .await
+                .map_err(|e| match e {
+                    LoginError::BadCredentials => Refusal::invalid("your password is wrong"),
+                    other => login_refused(other),
+                })?;
             let (token, text) = self
                 .accounts
                 .create_token(&op.user, &name, scope)
@@ -1057,9 +1083,13 @@ impl Console for ServerConsole {
         let token = self.accounts.token(id).await.map_err(account_refused)?;
         let act = Act {
             action: "token.revoke".into(),
+            // The token's prefix and owner only for those who may see them (the audit log is
+            // readable by every role).
             target: Some(match &token {
-                Some(t) => format!("token {id} ({}) of {}", t.prefix, t.user_name),
-                None => format!("token {id}"),
+                Some(t) if t.user_id == op.user.id || op.may(Role::Admin) => {
+                    format!("token {id} ({}) of {}", t.prefix, t.user_name)
+                }
+                _ => format!("token {id}"),
             }),
             filter: None,
         };

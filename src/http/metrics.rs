@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use super::error::AppError;
 use super::state::AppState;
 use crate::engine::metrics::Histogram;
+use crate::engine::JobState;
 
 pub async fn metrics(State(state): State<AppState>) -> Result<Response, AppError> {
     let counts = state.client.counts().await?;
@@ -29,13 +30,25 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, AppError
         "gauge",
         "Jobs in the database by queue and state.",
     );
+    // Every state of every queue that has jobs, zeros included: a series that vanishes when its
+    // count reaches 0 would leave graphs and alerts on the last non-zero value.
+    let mut by_queue: std::collections::BTreeMap<&str, [i64; 7]> = Default::default();
     for (queue, job_state, n) in &counts {
-        sample(
-            &mut out,
-            "kickoff_jobs",
-            &[("queue", queue), ("state", job_state.as_str())],
-            *n as f64,
-        );
+        let i = JobState::ALL
+            .iter()
+            .position(|s| s == job_state)
+            .unwrap_or(0);
+        by_queue.entry(queue.as_str()).or_default()[i] += n;
+    }
+    for (queue, ns) in &by_queue {
+        for (job_state, n) in JobState::ALL.iter().zip(ns) {
+            sample(
+                &mut out,
+                "kickoff_jobs",
+                &[("queue", queue), ("state", job_state.as_str())],
+                *n as f64,
+            );
+        }
     }
 
     family(

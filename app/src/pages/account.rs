@@ -65,6 +65,10 @@ pub fn AccountPage() -> impl IntoView {
                             <option value="write" disabled=!may_write>"write"</option>
                         </select>
                     </label>
+                    <label>
+                        "Your password (to confirm)"
+                        <input type="password" name="password" required autocomplete="current-password"/>
+                    </label>
                 </div>
                 <button type="submit" class="primary">"Make token"</button>
             </ActionForm>
