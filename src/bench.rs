@@ -111,14 +111,40 @@ pub async fn run(
     Ok(())
 }
 
-fn workers() -> (
-    Workers,
-    mpsc::UnboundedReceiver<(JobId, DateTime<Utc>, DateTime<Utc>)>,
-) {
+/// The channel each bench handler reports its start to: (job, started, scheduled_at).
+type Starts = mpsc::UnboundedReceiver<(JobId, DateTime<Utc>, DateTime<Utc>)>;
+
+fn workers() -> (Workers, Starts) {
     let (tx, rx) = mpsc::unbounded_channel();
+    (workers_reporting_to(tx), rx)
+}
+
+/// Bench workers that report to `started` (several engines may share one channel).
+fn workers_reporting_to(
+    started: mpsc::UnboundedSender<(JobId, DateTime<Utc>, DateTime<Utc>)>,
+) -> Workers {
     let mut w = Workers::new();
-    w.register(BenchWorker { started: tx });
-    (w, rx)
+    w.register(BenchWorker { started });
+    w
+}
+
+/// Waits until `n` handlers started (60 s at most between two starts); returns when the first one
+/// started, in seconds after `since`.
+async fn until_started(rx: &mut Starts, n: usize, since: Instant) -> Result<f64, String> {
+    let mut first = None;
+    for seen in 0..n {
+        match tokio::time::timeout(Duration::from_secs(60), rx.recv()).await {
+            Ok(Some(_)) => {
+                first.get_or_insert_with(|| since.elapsed().as_secs_f64());
+            }
+            _ => {
+                return Err(format!(
+                    "only {seen} of {n} jobs started within the time limit"
+                ))
+            }
+        }
+    }
+    Ok(first.unwrap_or(0.0))
 }
 
 fn engine_config(concurrency: usize) -> EngineConfig {
@@ -130,15 +156,8 @@ fn engine_config(concurrency: usize) -> EngineConfig {
 
 async fn throughput(pool: &PgPool, concurrency: usize) -> Result<Value, String> {
     const N: usize = 20_000;
-    let jobs: Vec<NewJob> = (0..N)
-        .map(|i| NewJob::new(KIND, json!({ "i": i })))
-        .collect();
     let t = Instant::now();
-    for chunk in jobs.chunks(5_000) {
-        job_store::job_insert_many(pool, chunk)
-            .await
-            .map_err(|e| e.to_string())?;
-    }
+    insert_due(pool, N, None).await?;
     let insert_s = t.elapsed().as_secs_f64();
 
     let (workers, mut rx) = workers();
@@ -146,31 +165,9 @@ async fn throughput(pool: &PgPool, concurrency: usize) -> Result<Value, String> 
     let engine = Engine::start(pool.clone(), workers, engine_config(concurrency))
         .await
         .map_err(|e| e.to_string())?;
-    let mut seen = 0;
-    while seen < N {
-        match tokio::time::timeout(Duration::from_secs(60), rx.recv()).await {
-            Ok(Some(_)) => seen += 1,
-            _ => {
-                return Err(format!(
-                    "only {seen} of {N} jobs started within the time limit"
-                ))
-            }
-        }
-    }
+    until_started(&mut rx, N, t).await?;
     // Every handler ran; wait for the last completions to be written.
-    loop {
-        let left: i64 = job_store::job_count_by_queue_state(pool)
-            .await
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .filter(|(_, state, _)| *state != JobState::Completed)
-            .map(|(_, _, n)| n)
-            .sum();
-        if left == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    until_all_completed(pool, t).await?;
     let process_s = t.elapsed().as_secs_f64();
     engine.stop().await;
     Ok(json!({
@@ -182,7 +179,7 @@ async fn throughput(pool: &PgPool, concurrency: usize) -> Result<Value, String> 
     }))
 }
 
-/// Inserts `n` jobs due now (all at once, before any engine runs).
+/// Inserts `n` jobs due at `due` (now when `None`), in bulk, before any engine runs.
 async fn insert_due(pool: &PgPool, n: usize, due: Option<DateTime<Utc>>) -> Result<(), String> {
     let jobs: Vec<NewJob> = (0..n)
         .map(|i| {
@@ -218,7 +215,7 @@ async fn until_all_completed(pool: &PgPool, since: Instant) -> Result<f64, Strin
         if Instant::now() > deadline {
             return Err(format!("{left} jobs still unfinished after 300 s"));
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 
@@ -233,17 +230,7 @@ async fn recovery(pool: &PgPool, concurrency: usize) -> Result<Value, String> {
     let engine = Engine::start(pool.clone(), workers, engine_config(concurrency))
         .await
         .map_err(|e| e.to_string())?;
-    let mut first_start = None;
-    let mut seen = 0;
-    while seen < N {
-        match tokio::time::timeout(Duration::from_secs(60), rx.recv()).await {
-            Ok(Some(_)) => {
-                first_start.get_or_insert_with(|| t.elapsed().as_secs_f64());
-                seen += 1;
-            }
-            _ => return Err(format!("only {seen} of {N} overdue jobs started")),
-        }
-    }
+    let first_start = until_started(&mut rx, N, t).await?;
     let all_started = t.elapsed().as_secs_f64();
     let all_completed = until_all_completed(pool, t).await?;
     engine.stop().await;
@@ -251,7 +238,7 @@ async fn recovery(pool: &PgPool, concurrency: usize) -> Result<Value, String> {
         "bench": "recovery",
         "overdue_jobs": N,
         "concurrency": concurrency,
-        "first_start_ms": (first_start.unwrap_or(0.0) * 1000.0).round(),
+        "first_start_ms": (first_start * 1000.0).round(),
         "all_started_s": (all_started * 1000.0).round() / 1000.0,
         "all_completed_s": (all_completed * 1000.0).round() / 1000.0,
     }))
@@ -270,23 +257,19 @@ async fn nodes(pool: &PgPool, concurrency: usize) -> Result<Value, String> {
         let t = Instant::now();
         let mut engines = Vec::new();
         for _ in 0..count {
-            let mut workers = Workers::new();
-            workers.register(BenchWorker {
-                started: tx.clone(),
-            });
             engines.push(
-                Engine::start(pool.clone(), workers, engine_config(concurrency))
-                    .await
-                    .map_err(|e| e.to_string())?,
+                Engine::start(
+                    pool.clone(),
+                    workers_reporting_to(tx.clone()),
+                    engine_config(concurrency),
+                )
+                .await
+                .map_err(|e| e.to_string())?,
             );
         }
-        let mut seen = 0;
-        while seen < N {
-            match tokio::time::timeout(Duration::from_secs(60), rx.recv()).await {
-                Ok(Some(_)) => seen += 1,
-                _ => return Err(format!("{count} nodes: only {seen} of {N} jobs started")),
-            }
-        }
+        until_started(&mut rx, N, t)
+            .await
+            .map_err(|e| format!("{count} nodes: {e}"))?;
         let took = until_all_completed(pool, t).await?;
         for e in engines {
             e.stop().await;

@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use serde_json::{json, Value};
 
-use common::dashboard::{dashboard, dashboard_as, send, sign_in, PASSWORD};
+use common::dashboard::{dashboard, dashboard_as, send, server_fn_as, sign_in, PASSWORD};
 use kickoff::accounts::Role;
 
 #[tokio::test]
@@ -514,12 +514,7 @@ async fn signing_in_gives_a_new_session_id_and_signing_out_ends_it() {
     let (_, csrf) = sign_in(&d.app, "ops", PASSWORD, Some(&second)).await;
     let _ = csrf;
     let (third, csrf) = sign_in(&d.app, "ops", PASSWORD, None).await;
-    let req = Request::post("/_console/logout")
-        .header(header::COOKIE, &third)
-        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .body(Body::from(format!("csrf={csrf}")))
-        .unwrap();
-    let (status, _, _) = send(&d.app, req).await;
+    let (status, _) = server_fn_as(&d.app, &third, &csrf, "logout", "").await;
     assert_eq!(status, StatusCode::OK);
     let (status, _, _) = send(&d.app, page(third)).await;
     assert_eq!(status, StatusCode::SEE_OTHER);

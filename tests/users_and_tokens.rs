@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use serde_json::{json, Value};
 
-use common::dashboard::{dashboard_as, send, sign_in, Dashboard, PASSWORD};
+use common::dashboard::{dashboard_as, get_as, server_fn_as, sign_in, Dashboard, PASSWORD};
 use kickoff::accounts::{AccountError, Accounts, Role};
 
 const NEW_PASSWORD: &str = "a brand new password";
@@ -29,34 +29,6 @@ async fn user_id(d: &Dashboard, name: &str) -> i64 {
         .fetch_one(&d.pool)
         .await
         .unwrap()
-}
-
-/// A page request with a given session cookie: 200, or 303 to the login page once it has ended.
-async fn page_status(d: &Dashboard, cookie: &str, path: &str) -> StatusCode {
-    let req = Request::get(path)
-        .header(header::COOKIE, cookie)
-        .body(Body::empty())
-        .unwrap();
-    send(&d.app, req).await.0
-}
-
-/// Calls the REST API with a bearer token.
-async fn api_with(
-    d: &Dashboard,
-    token: &str,
-    method: Method,
-    path: &str,
-    body: Value,
-) -> (StatusCode, String) {
-    let req = Request::builder()
-        .method(method)
-        .uri(format!("/api/v1{path}"))
-        .header(header::AUTHORIZATION, format!("Bearer {token}"))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(body.to_string()))
-        .unwrap();
-    let (status, _, body) = send(&d.app, req).await;
-    (status, body)
 }
 
 /// Makes a token through the account page's server function; returns its id and text.
@@ -98,7 +70,7 @@ async fn an_admin_adds_a_user_who_can_then_sign_in_and_bad_input_adds_nobody() {
     assert_eq!(status, StatusCode::OK, "{body}");
     // Names are lowered; bob signs in and is an operator.
     let (cookie, _) = sign_in(&d.app, "bob", NEW_PASSWORD, None).await;
-    assert_eq!(page_status(&d, &cookie, "/jobs").await, StatusCode::OK);
+    assert_eq!(get_as(&d.app, &cookie, "/jobs").await.0, StatusCode::OK);
     let (_, page) = d.page("/users").await;
     assert!(
         page.contains("data-user=\"bob\""),
@@ -281,7 +253,7 @@ async fn a_password_reset_ends_the_users_sessions() {
         .await
         .unwrap();
     let (bob_cookie, _) = sign_in(&d.app, "bob", PASSWORD, None).await;
-    assert_eq!(page_status(&d, &bob_cookie, "/jobs").await, StatusCode::OK);
+    assert_eq!(get_as(&d.app, &bob_cookie, "/jobs").await.0, StatusCode::OK);
     let (status, body) = d
         .server_fn(
             "update_user",
@@ -294,7 +266,7 @@ async fn a_password_reset_ends_the_users_sessions() {
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(
-        page_status(&d, &bob_cookie, "/jobs").await,
+        get_as(&d.app, &bob_cookie, "/jobs").await.0,
         StatusCode::SEE_OTHER
     );
     assert!(accounts
@@ -302,9 +274,9 @@ async fn a_password_reset_ends_the_users_sessions() {
         .await
         .is_err());
     let (cookie, _) = sign_in(&d.app, "bob", NEW_PASSWORD, None).await;
-    assert_eq!(page_status(&d, &cookie, "/jobs").await, StatusCode::OK);
+    assert_eq!(get_as(&d.app, &cookie, "/jobs").await.0, StatusCode::OK);
     // The admin's own session is untouched.
-    assert_eq!(page_status(&d, &d.cookie, "/users").await, StatusCode::OK);
+    assert_eq!(get_as(&d.app, &d.cookie, "/users").await.0, StatusCode::OK);
 }
 
 #[tokio::test]
@@ -325,7 +297,7 @@ async fn changing_ones_password_needs_the_current_one_and_ends_the_other_session
         assert_eq!(got, status, "{input}: {body}");
     }
     assert_eq!(
-        page_status(&d, &other_cookie, "/jobs").await,
+        get_as(&d.app, &other_cookie, "/jobs").await.0,
         StatusCode::OK,
         "nothing changed yet"
     );
@@ -337,15 +309,15 @@ async fn changing_ones_password_needs_the_current_one_and_ends_the_other_session
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     // This session goes on (same cookie, same CSRF token); the other one has ended.
-    assert_eq!(page_status(&d, &d.cookie, "/jobs").await, StatusCode::OK);
+    assert_eq!(get_as(&d.app, &d.cookie, "/jobs").await.0, StatusCode::OK);
     let (status, _) = d.server_fn("account", "").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
-        page_status(&d, &other_cookie, "/jobs").await,
+        get_as(&d.app, &other_cookie, "/jobs").await.0,
         StatusCode::SEE_OTHER
     );
     let (cookie, _) = sign_in(&d.app, "ops", NEW_PASSWORD, None).await;
-    assert_eq!(page_status(&d, &cookie, "/jobs").await, StatusCode::OK);
+    assert_eq!(get_as(&d.app, &cookie, "/jobs").await.0, StatusCode::OK);
 }
 
 #[tokio::test]
@@ -362,9 +334,11 @@ async fn a_revoked_token_stops_working_at_once() {
     .await
     .unwrap();
     assert_eq!(stored, 0);
-    let (status, _) = api_with(&d, &token, Method::GET, "/jobs", Value::Null).await;
+    let (status, _) = d.api_as(&token, Method::GET, "/jobs", Value::Null).await;
     assert_eq!(status, StatusCode::OK);
-    let (status, body) = api_with(&d, &token, Method::POST, "/jobs", json!({"kind": "noop"})).await;
+    let (status, body) = d
+        .api_as(&token, Method::POST, "/jobs", json!({"kind": "noop"}))
+        .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let (_, page) = d.page("/account").await;
     assert!(page.contains("deploy script"));
@@ -379,7 +353,7 @@ async fn a_revoked_token_stops_working_at_once() {
         (Method::GET, Value::Null),
         (Method::POST, json!({"kind": "noop"})),
     ] {
-        let (status, _) = api_with(&d, &token, method, "/jobs", body).await;
+        let (status, _) = d.api_as(&token, method, "/jobs", body).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED);
     }
     assert_eq!(jobs_count(&d).await, 1);
@@ -393,9 +367,11 @@ async fn a_revoked_token_stops_working_at_once() {
 async fn a_token_acts_within_its_scope_and_its_owners_role() {
     let d = dashboard_as(Role::Operator).await;
     let (_, read) = make_token(&d, "dashboard screen", "read").await;
-    let (status, _) = api_with(&d, &read, Method::GET, "/stats", Value::Null).await;
+    let (status, _) = d.api_as(&read, Method::GET, "/stats", Value::Null).await;
     assert_eq!(status, StatusCode::OK);
-    let (status, body) = api_with(&d, &read, Method::POST, "/jobs", json!({"kind": "noop"})).await;
+    let (status, body) = d
+        .api_as(&read, Method::POST, "/jobs", json!({"kind": "noop"}))
+        .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert!(body.contains("may only read"));
     assert_eq!(jobs_count(&d).await, 0);
@@ -405,7 +381,9 @@ async fn a_token_acts_within_its_scope_and_its_owners_role() {
     let accounts = Accounts::new(d.pool.clone());
     let ops = user_id(&d, "ops").await;
     accounts.set_role(ops, Role::Viewer).await.unwrap();
-    let (status, body) = api_with(&d, &write, Method::POST, "/jobs", json!({"kind": "noop"})).await;
+    let (status, body) = d
+        .api_as(&write, Method::POST, "/jobs", json!({"kind": "noop"}))
+        .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert_eq!(jobs_count(&d).await, 0);
     // A viewer gets no write token at all.
@@ -441,10 +419,10 @@ async fn a_token_acts_within_its_scope_and_its_owners_role() {
 
     // Disabling the owner stops their tokens; enabling them again lets them read again.
     accounts.set_disabled(ops, true).await.unwrap();
-    let (status, _) = api_with(&d, &read, Method::GET, "/stats", Value::Null).await;
+    let (status, _) = d.api_as(&read, Method::GET, "/stats", Value::Null).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     accounts.set_disabled(ops, false).await.unwrap();
-    let (status, _) = api_with(&d, &read, Method::GET, "/stats", Value::Null).await;
+    let (status, _) = d.api_as(&read, Method::GET, "/stats", Value::Null).await;
     assert_eq!(status, StatusCode::OK);
     // Unknown tokens, in the right shape or not, are refused alike.
     for bad in [
@@ -452,7 +430,7 @@ async fn a_token_acts_within_its_scope_and_its_owners_role() {
         "nonsense".into(),
         String::new(),
     ] {
-        let (status, _) = api_with(&d, &bad, Method::GET, "/stats", Value::Null).await;
+        let (status, _) = d.api_as(&bad, Method::GET, "/stats", Value::Null).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{bad}");
     }
 }
@@ -475,27 +453,24 @@ async fn only_the_owner_or_an_admin_revokes_a_token() {
         !page.contains("bob&#x27;s") && !page.contains("bob's"),
         "the account page lists only one's own tokens"
     );
-    let (status, _) = api_with(&d, &bobs_text, Method::GET, "/stats", Value::Null).await;
+    let (status, _) = d
+        .api_as(&bobs_text, Method::GET, "/stats", Value::Null)
+        .await;
     assert_eq!(status, StatusCode::OK);
 
     // An admin sees every token on the users page and may revoke any.
     let (mine, _) = make_token(&d, "mine", "read").await;
     let (admin_cookie, admin_csrf) = sign_in(&d.app, "bob", PASSWORD, None).await;
-    let (_, _, page) = send(
+    let (_, page) = get_as(&d.app, &admin_cookie, "/users").await;
+    assert!(page.contains(&format!("data-token=\"{mine}\"")));
+    let (status, body) = server_fn_as(
         &d.app,
-        Request::get("/users")
-            .header(header::COOKIE, &admin_cookie)
-            .body(Body::empty())
-            .unwrap(),
+        &admin_cookie,
+        &admin_csrf,
+        "revoke_token",
+        &format!("id={mine}"),
     )
     .await;
-    assert!(page.contains(&format!("data-token=\"{mine}\"")));
-    let req = Request::post("/_console/revoke_token")
-        .header(header::COOKIE, &admin_cookie)
-        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .body(Body::from(format!("id={mine}&csrf={admin_csrf}")))
-        .unwrap();
-    let (status, _, body) = send(&d.app, req).await;
     assert_eq!(status, StatusCode::OK, "{body}");
 }
 
@@ -504,9 +479,13 @@ async fn api_calls_are_audited_under_the_tokens_owner() {
     let d = dashboard_as(Role::Operator).await;
     let (write_id, write) = make_token(&d, "cron", "write").await;
     let (_, read) = make_token(&d, "screen", "read").await;
-    let (status, _) = api_with(&d, &write, Method::POST, "/jobs", json!({"kind": "noop"})).await;
+    let (status, _) = d
+        .api_as(&write, Method::POST, "/jobs", json!({"kind": "noop"}))
+        .await;
     assert_eq!(status, StatusCode::CREATED);
-    let (status, _) = api_with(&d, &read, Method::POST, "/jobs", json!({"kind": "noop"})).await;
+    let (status, _) = d
+        .api_as(&read, Method::POST, "/jobs", json!({"kind": "noop"}))
+        .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     let rows: Vec<(String, String, String, Option<String>, bool, String)> = sqlx::query_as(
         "SELECT actor, role, action, target, ok, result FROM audit_log

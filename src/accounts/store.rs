@@ -8,6 +8,9 @@ use sqlx::PgExecutor;
 
 use super::Role;
 
+/// The columns a [`User`] is read from.
+const USER_COLUMNS: &str = "id, name, role, disabled, created_at, session_epoch";
+
 /// An account, without its password hash (which never leaves this module but for verifying).
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct User {
@@ -34,10 +37,10 @@ pub async fn user_insert<'e>(
     role: Role,
     password_hash: &str,
 ) -> Result<User, sqlx::Error> {
-    sqlx::query_as(
+    sqlx::query_as(&format!(
         "INSERT INTO users (name, role, password_hash) VALUES ($1, $2, $3)
-         RETURNING id, name, role, disabled, created_at, session_epoch",
-    )
+         RETURNING {USER_COLUMNS}"
+    ))
     .bind(name)
     .bind(role)
     .bind(password_hash)
@@ -57,12 +60,12 @@ pub async fn user_insert_if_none<'e>(
     role: Role,
     password_hash: &str,
 ) -> Result<Option<User>, sqlx::Error> {
-    sqlx::query_as(
+    sqlx::query_as(&format!(
         "INSERT INTO users (name, role, password_hash)
          SELECT $1, $2, $3 WHERE NOT EXISTS (SELECT 1 FROM users)
          ON CONFLICT (name) DO NOTHING
-         RETURNING id, name, role, disabled, created_at, session_epoch",
-    )
+         RETURNING {USER_COLUMNS}"
+    ))
     .bind(name)
     .bind(role)
     .bind(password_hash)
@@ -71,12 +74,10 @@ pub async fn user_insert_if_none<'e>(
 }
 
 pub async fn user_get<'e>(db: impl PgExecutor<'e>, id: i64) -> Result<Option<User>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, name, role, disabled, created_at, session_epoch FROM users WHERE id = $1",
-    )
-    .bind(id)
-    .fetch_optional(db)
-    .await
+    sqlx::query_as(&format!("SELECT {USER_COLUMNS} FROM users WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(db)
+        .await
 }
 
 /// The user named `name` (already normalized) and its password hash.
@@ -84,9 +85,9 @@ pub async fn user_get_credentials<'e>(
     db: impl PgExecutor<'e>,
     name: &str,
 ) -> Result<Option<Credentials>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, name, role, disabled, created_at, session_epoch, password_hash FROM users WHERE name = $1",
-    )
+    sqlx::query_as(&format!(
+        "SELECT {USER_COLUMNS}, password_hash FROM users WHERE name = $1"
+    ))
     .bind(name)
     .fetch_optional(db)
     .await
@@ -94,11 +95,9 @@ pub async fn user_get_credentials<'e>(
 
 /// All users, by name.
 pub async fn user_list<'e>(db: impl PgExecutor<'e>) -> Result<Vec<User>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, name, role, disabled, created_at, session_epoch FROM users ORDER BY name",
-    )
-    .fetch_all(db)
-    .await
+    sqlx::query_as(&format!("SELECT {USER_COLUMNS} FROM users ORDER BY name"))
+        .fetch_all(db)
+        .await
 }
 
 pub async fn user_count<'e>(db: impl PgExecutor<'e>) -> Result<i64, sqlx::Error> {
@@ -112,10 +111,10 @@ pub async fn user_set_role<'e>(
     id: i64,
     role: Role,
 ) -> Result<Option<User>, sqlx::Error> {
-    sqlx::query_as(
+    sqlx::query_as(&format!(
         "UPDATE users SET role = $2, updated_at = now() WHERE id = $1
-         RETURNING id, name, role, disabled, created_at, session_epoch",
-    )
+         RETURNING {USER_COLUMNS}"
+    ))
     .bind(id)
     .bind(role)
     .fetch_optional(db)
@@ -127,10 +126,10 @@ pub async fn user_set_disabled<'e>(
     id: i64,
     disabled: bool,
 ) -> Result<Option<User>, sqlx::Error> {
-    sqlx::query_as(
+    sqlx::query_as(&format!(
         "UPDATE users SET disabled = $2, updated_at = now() WHERE id = $1
-         RETURNING id, name, role, disabled, created_at, session_epoch",
-    )
+         RETURNING {USER_COLUMNS}"
+    ))
     .bind(id)
     .bind(disabled)
     .fetch_optional(db)
@@ -155,11 +154,11 @@ pub async fn user_set_password_hash<'e>(
     id: i64,
     password_hash: &str,
 ) -> Result<Option<User>, sqlx::Error> {
-    sqlx::query_as(
+    sqlx::query_as(&format!(
         "UPDATE users SET password_hash = $2, session_epoch = session_epoch + 1, updated_at = now()
          WHERE id = $1
-         RETURNING id, name, role, disabled, created_at, session_epoch",
-    )
+         RETURNING {USER_COLUMNS}"
+    ))
     .bind(id)
     .bind(password_hash)
     .fetch_optional(db)

@@ -14,6 +14,8 @@
 //!   the time from each kill until the dead node's executing jobs were taken back.
 //!
 //! It runs on an embedded cluster of its own (in a temporary directory) so that it can crash it.
+//! Its checks read the tables with queries of their own: they are the suite's instruments (like
+//! the bench's), not paths of the application, so they stay here rather than in the store layer.
 
 mod load;
 mod node;
@@ -490,12 +492,9 @@ async fn check(
     .fetch_one(pool)
     .await
     .map_err(db)?;
-    report.tally =
-        sqlx::query_scalar("SELECT coalesce((SELECT count FROM tallies WHERE name = $1), 0)")
-            .bind(load::TALLY)
-            .fetch_one(pool)
-            .await
-            .map_err(db)?;
+    report.tally = crate::workers::tally_store::tally_get(pool, load::TALLY)
+        .await
+        .map_err(db)?;
     report.double_effects = (report.tally - report.tally_expected).max(0);
     report.missing_effects = (report.tally_expected - report.tally).max(0);
 

@@ -3,6 +3,7 @@
 pub mod lock_question;
 pub mod noop;
 pub mod settle_question;
+pub mod tally_store;
 pub mod webhook;
 mod webhook_address;
 

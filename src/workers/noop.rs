@@ -29,18 +29,6 @@ struct NoopArgs {
     tally: Option<String>,
 }
 
-/// Raises the counter `name` by one (the `tallies` table's only write).
-async fn tally_raise<'e>(db: impl sqlx::PgExecutor<'e>, name: &str) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO tallies (name, count) VALUES ($1, 1)
-         ON CONFLICT (name) DO UPDATE SET count = tallies.count + 1",
-    )
-    .bind(name)
-    .execute(db)
-    .await?;
-    Ok(())
-}
-
 pub struct NoopWorker;
 
 impl Worker for NoopWorker {
@@ -86,7 +74,7 @@ impl Worker for NoopWorker {
             }
             if let Some(name) = &a.tally {
                 let mut tx = ctx.begin().await?;
-                tally_raise(&mut *tx, name).await?;
+                super::tally_store::tally_raise(&mut *tx, name).await?;
                 return ctx.complete_with(tx).await;
             }
             Ok(())

@@ -107,6 +107,34 @@ pub fn session_cookie(res: &axum::response::Response) -> Option<String> {
         .map(|v| v.split(';').next().unwrap().to_string())
 }
 
+/// Calls a server function as the hydrated dashboard of the session `cookie` does (a urlencoded
+/// POST with the form's CSRF field).
+pub async fn server_fn_as(
+    app: &Router,
+    cookie: &str,
+    csrf: &str,
+    name: &str,
+    form: &str,
+) -> (StatusCode, String) {
+    let req = Request::post(format!("/_console/{name}"))
+        .header(header::COOKIE, cookie)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from(format!("{form}&csrf={csrf}")))
+        .unwrap();
+    let (status, _, body) = send(app, req).await;
+    (status, body)
+}
+
+/// A GET of `path` with the session `cookie`: the status and the body.
+pub async fn get_as(app: &Router, cookie: &str, path: &str) -> (StatusCode, String) {
+    let req = Request::get(path)
+        .header(header::COOKIE, cookie)
+        .body(Body::empty())
+        .unwrap();
+    let (status, _, body) = send(app, req).await;
+    (status, body)
+}
+
 pub async fn send(app: &Router, req: Request<Body>) -> (StatusCode, Option<String>, String) {
     let res = app.clone().oneshot(req).await.unwrap();
     let status = res.status();
@@ -152,25 +180,33 @@ impl Dashboard {
     /// Calls a server function as the hydrated dashboard does (a urlencoded POST with the form's
     /// CSRF field).
     pub async fn server_fn(&self, name: &str, form: &str) -> (StatusCode, String) {
-        let req = Request::post(format!("/_console/{name}"))
-            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .body(Body::from(format!("{form}&csrf={}", self.csrf)))
-            .unwrap();
-        let (status, _, body) = self.send(req).await;
-        (status, body)
+        server_fn_as(&self.app, &self.cookie, &self.csrf, name, form).await
     }
 
+    /// Calls the REST API with the bootstrap token; the call must succeed.
     pub async fn api(&self, method: Method, path: &str, body: Value) -> Value {
+        let (status, body) = self.api_as(TOKEN, method, path, body).await;
+        assert!(status.is_success(), "{status}: {body}");
+        serde_json::from_str(&body).unwrap()
+    }
+
+    /// Calls the REST API with the bearer token `token`.
+    pub async fn api_as(
+        &self,
+        token: &str,
+        method: Method,
+        path: &str,
+        body: Value,
+    ) -> (StatusCode, String) {
         let req = Request::builder()
             .method(method)
             .uri(format!("/api/v1{path}"))
-            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
             .header(header::CONTENT_TYPE, "application/json")
             .body(Body::from(body.to_string()))
             .unwrap();
-        let (status, _, body) = self.send(req).await;
-        assert!(status.is_success(), "{status}: {body}");
-        serde_json::from_str(&body).unwrap()
+        let (status, _, body) = send(&self.app, req).await;
+        (status, body)
     }
 
     pub async fn new_job(&self, body: Value) -> i64 {
