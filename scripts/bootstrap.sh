@@ -59,6 +59,9 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb 
   apt_install postgresql
 fi
 
+# ---- 2b. libfaketime: a process test runs a node whose wall clock is moved ahead
+apt_install libfaketime
+
 # ---- 3. cargo tools: wasm-bindgen at exactly the version in Cargo.lock, and cargo-leptos
 wb_version="$(awk '/^name = "wasm-bindgen"$/{getline; gsub(/version = |"/, ""); print; exit}' Cargo.lock)"
 [ -n "$wb_version" ] || die "wasm-bindgen not found in Cargo.lock"

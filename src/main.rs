@@ -9,15 +9,16 @@ async fn main() -> std::process::ExitCode {
     kickoff::logging::init(&cli.config.log_format);
     let result = match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => server::serve(cli.config).await.map_err(|e| e.to_string()),
-        Command::Migrate => server::Database::open(&cli.config)
-            .await
-            .map(|db| {
+        Command::Migrate => match server::Database::open(&cli.config).await {
+            Ok(db) => {
                 println!("migrations applied");
-                db
-            })
-            .map_err(|e| e.to_string())
-            .map(|db| tokio::spawn(db.close()))
-            .map(|_| ()),
+                // Closed before the process exits: the pool's connections end cleanly and an
+                // embedded cluster is stopped, not left running.
+                db.close().await;
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        },
         Command::Demo => kickoff::demo::run(&cli.config).await,
         Command::Bench {
             workload,

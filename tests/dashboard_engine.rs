@@ -19,8 +19,8 @@ use kickoff::engine::maintenance::rescuer::{JobRescuer, RescuerConfig};
 use kickoff::engine::store::jobs::{self as job_store, FailAs, JobFilter};
 use kickoff::engine::store::{leader as leader_store, nodes as node_store};
 use kickoff::engine::{
-    BoxFuture, BulkAction, BulkReport, Client, ClientError, Engine, EngineConfig, JobContext,
-    JobId, JobState, NewJob, OnConflict, WorkError, Worker, Workers,
+    BoxFuture, BulkAction, BulkReport, Claim, Client, ClientError, Engine, EngineConfig,
+    JobContext, JobId, JobState, NewJob, OnConflict, WorkError, Worker, Workers,
 };
 
 /// A kind that takes any args and completes at once.
@@ -91,7 +91,7 @@ async fn claim(pool: &sqlx::PgPool, queue: &str, n: i64) -> Vec<kickoff::engine:
 }
 
 async fn fail(pool: &sqlx::PgPool, job: &kickoff::engine::Job, fail_as: FailAs) -> JobState {
-    job_store::job_fail(pool, job.id, job.attempt, "node-a", "boom", fail_as)
+    job_store::job_fail(pool, job.claim().unwrap(), "node-a", "boom", fail_as)
         .await
         .unwrap()
         .expect("attempt still current")
@@ -123,16 +123,16 @@ async fn counts_stay_exact_through_every_kind_of_write_before_and_after_folding(
     // Attempts: complete, retry, discard, cancel by the handler, snooze, hand back.
     let claimed = claim(pool, "default", 12).await;
     assert_counts_exact(&client, "claims").await;
-    let done: Vec<(JobId, i32)> = claimed[..4].iter().map(|j| (j.id, j.attempt)).collect();
+    let done: Vec<Claim> = claimed[..4].iter().map(|j| j.claim().unwrap()).collect();
     job_store::job_complete_many(pool, &done).await.unwrap();
     fail(pool, &claimed[4], RETRY_NOW).await;
     fail(pool, &claimed[5], RETRY_NOW).await;
     fail(pool, &claimed[6], FailAs::Discard).await;
     fail(pool, &claimed[7], FailAs::Cancel).await;
-    job_store::job_snooze(pool, claimed[8].id, 1, Duration::from_secs(600))
+    job_store::job_snooze(pool, claimed[8].claim().unwrap(), Duration::from_secs(600))
         .await
         .unwrap();
-    job_store::job_hand_back(pool, &[(claimed[9].id, 1)], "node-a")
+    job_store::job_hand_back(pool, &[claimed[9].claim().unwrap()], "node-a")
         .await
         .unwrap();
     assert_counts_exact_around_a_fold(&client, "outcomes").await;
@@ -236,8 +236,8 @@ async fn counts_stay_exact_while_writers_race_two_folders() {
                         .collect();
                     client.insert_many(&jobs).await.unwrap();
                     let claimed = claim(&pool, queue, 12).await;
-                    let done: Vec<(JobId, i32)> =
-                        claimed[..6].iter().map(|j| (j.id, j.attempt)).collect();
+                    let done: Vec<Claim> =
+                        claimed[..6].iter().map(|j| j.claim().unwrap()).collect();
                     job_store::job_complete_many(&pool, &done).await.unwrap();
                     for job in &claimed[6..9] {
                         fail(&pool, job, RETRY_NOW).await;
@@ -282,14 +282,14 @@ async fn throughput_counts_completed_and_failed_attempts_per_minute() {
     let jobs: Vec<NewJob> = (0..8).map(|i| item(json!({ "i": i }))).collect();
     client.insert_many(&jobs).await.unwrap();
     let claimed = claim(pool, "default", 8).await;
-    let done: Vec<(JobId, i32)> = claimed[..3].iter().map(|j| (j.id, j.attempt)).collect();
+    let done: Vec<Claim> = claimed[..3].iter().map(|j| j.claim().unwrap()).collect();
     job_store::job_complete_many(pool, &done).await.unwrap();
     fail(pool, &claimed[3], RETRY_NOW).await;
     fail(pool, &claimed[4], RETRY_NOW).await;
     fail(pool, &claimed[5], FailAs::Discard).await;
     // Neither a cancellation nor a snooze is a completion or a failure.
     fail(pool, &claimed[6], FailAs::Cancel).await;
-    job_store::job_snooze(pool, claimed[7].id, 1, Duration::from_secs(60))
+    job_store::job_snooze(pool, claimed[7].claim().unwrap(), Duration::from_secs(60))
         .await
         .unwrap();
 
@@ -321,7 +321,7 @@ async fn throughput_counts_completed_and_failed_attempts_per_minute() {
     job_store::job_stage_due(pool, None, 10).await.unwrap();
     let again = claim(pool, "default", 10).await;
     assert_eq!(again.len(), 2);
-    let done: Vec<(JobId, i32)> = again.iter().map(|j| (j.id, j.attempt)).collect();
+    let done: Vec<Claim> = again.iter().map(|j| j.claim().unwrap()).collect();
     job_store::job_complete_many(pool, &done).await.unwrap();
     assert_eq!(totals(client.throughput(60).await.unwrap()), (5, 3));
     folder(pool).run_once().await.unwrap();
@@ -577,7 +577,7 @@ async fn timers_list_waiting_jobs_overdue_first_with_the_database_clock() {
     )
     .await;
     let due_claimed = claimed.iter().find(|j| j.id == due.id).unwrap();
-    job_store::job_complete_many(pool, &[(due_claimed.id, 1)])
+    job_store::job_complete_many(pool, &[due_claimed.claim().unwrap()])
         .await
         .unwrap();
     let overdue = client
@@ -725,7 +725,7 @@ async fn bulk_actions_keep_the_state_rules_of_single_job_operations() {
     let executing = client.insert(&item(json!({}))).await.unwrap().job.id;
     claim(pool, "default", 1).await;
     let completed = client.insert(&item(json!({}))).await.unwrap().job.id;
-    job_store::job_complete_many(pool, &[(claim(pool, "default", 1).await[0].id, 1)])
+    job_store::job_complete_many(pool, &[claim(pool, "default", 1).await[0].claim().unwrap()])
         .await
         .unwrap();
     let available = client.insert(&item(json!({}))).await.unwrap().job.id;

@@ -68,7 +68,9 @@ impl Worker for Probe {
                 "fatal" => Err(WorkError::Fatal("no way".into())),
                 "panic" => panic!("handler panicked on purpose"),
                 "cancel" => Err(WorkError::Cancel("not needed".into())),
-                "snooze" if ctx.job.attempt == 1 => {
+                // Once: a snooze does not count as an attempt, so the number stays; the
+                // snoozes are counted in `meta`.
+                "snooze" if ctx.job.meta.get("snoozes").is_none() => {
                     Err(WorkError::Snooze(Duration::from_millis(200)))
                 }
                 "hang" => {
@@ -298,7 +300,8 @@ async fn fatal_cancel_and_snooze_outcomes_move_the_job_as_asked() {
     // Snoozed once (without spending its only attempt), then completed.
     wait_state(&db.pool, snooze.id, JobState::Completed).await;
     let s = client.get(snooze.id).await.unwrap();
-    assert_eq!((s.attempt, s.max_attempts), (2, 2));
+    assert_eq!((s.attempt, s.max_attempts), (1, 1));
+    assert_eq!(s.meta["snoozes"], 1);
     assert!(s.errors.is_empty());
     engine.stop().await;
 }
@@ -477,14 +480,14 @@ async fn rescues_jobs_whose_lease_expired_and_fences_the_zombie() {
     .unwrap();
     assert_eq!(second[0].attempt, 2);
     // ...and the zombie of attempt 1 wakes up: its completion and failure change nothing.
-    assert!(job_store::job_complete_many(&db.pool, &[(j.id, 1)])
+    let zombie = claimed[0].claim().unwrap();
+    assert!(job_store::job_complete_many(&db.pool, &[zombie])
         .await
         .unwrap()
         .is_empty());
     let failed = job_store::job_fail(
         &db.pool,
-        j.id,
-        1,
+        zombie,
         "dead-node",
         "late",
         job_store::FailAs::Discard,
@@ -494,7 +497,7 @@ async fn rescues_jobs_whose_lease_expired_and_fences_the_zombie() {
     assert_eq!(failed, None);
     assert_eq!(state_of(&db.pool, j.id).await, JobState::Executing);
     assert_eq!(
-        job_store::job_complete_many(&db.pool, &[(j.id, 2)])
+        job_store::job_complete_many(&db.pool, &[second[0].claim().unwrap()])
             .await
             .unwrap(),
         vec![j.id]
@@ -606,7 +609,7 @@ async fn database_effects_commit_exactly_once_with_the_completion() {
         .execute(&mut *tx)
         .await
         .unwrap();
-    let done = job_store::job_complete_many(&mut *tx, &[(stale.id, stale.attempt)])
+    let done = job_store::job_complete_many(&mut *tx, &[stale.claim().unwrap()])
         .await
         .unwrap();
     assert!(done.is_empty(), "the stale attempt must be fenced");
@@ -653,8 +656,9 @@ async fn graceful_shutdown_hands_back_unfinished_work() {
     let engine = Engine::start(db.pool.clone(), workers, config())
         .await
         .unwrap();
+    // The interrupted attempt was not counted: the next one has its number again.
     let s = next_start(&mut rx).await;
-    assert_eq!((s.id, s.attempt), (stuck.id, 2));
+    assert_eq!((s.id, s.attempt), (stuck.id, 1));
     engine.stop().await;
 }
 

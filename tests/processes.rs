@@ -310,3 +310,84 @@ async fn a_question_locks_at_once_after_a_server_killed_before_game_time_restart
     .await;
     server.terminate();
 }
+
+#[tokio::test]
+async fn migrate_stops_the_embedded_database_before_it_exits() {
+    let dir = temp_data_dir();
+    let out = Command::new(env!("CARGO_BIN_EXE_kickoff"))
+        .arg("migrate")
+        .env_remove("DATABASE_URL")
+        .env("KICKOFF_DATA_DIR", &dir)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run kickoff migrate");
+    assert!(
+        out.status.success(),
+        "kickoff migrate failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let left_running = dir.join("pg/postmaster.pid").exists();
+    if left_running {
+        let _ = Command::new(env!("CARGO_BIN_EXE_kickoff"))
+            .args(["postgres", "stop", "--dir"])
+            .arg(&dir)
+            .output();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        !left_running,
+        "kickoff migrate returned with the embedded PostgreSQL still running"
+    );
+}
+
+/// Debian's libfaketime (installed by scripts/bootstrap.sh): a process's wall clock, moved.
+const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+#[tokio::test]
+async fn a_node_whose_clock_runs_ahead_prunes_by_the_database_clock() {
+    assert!(
+        Path::new(FAKETIME_LIB).exists(),
+        "{FAKETIME_LIB} is missing: run scripts/bootstrap.sh (it installs libfaketime)"
+    );
+    let db = test_db().await;
+    // Finished an hour ago (kept for a day) and three days ago (due for pruning), by the
+    // database's clock.
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO jobs (kind, state, finalized_at)
+         VALUES ('noop', 'completed', now() - interval '1 hour'),
+                ('noop', 'completed', now() - interval '3 days')
+         RETURNING id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let (recent, old) = (ids[0], ids[1]);
+    // The node's wall clock is two days ahead (its monotonic clock, which timers use, is not).
+    let _server = Server::start(&[
+        ("DATABASE_URL", db.url.clone()),
+        ("KICKOFF_RETENTION_HOURS", "24".into()),
+        ("LD_PRELOAD", FAKETIME_LIB.into()),
+        ("FAKETIME", "+2d".into()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1".into()),
+    ]);
+    let exists = |id: i64| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, bool>("SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1)")
+                .bind(id)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    wait_for(
+        "the pruner's first run",
+        Duration::from_secs(30),
+        || async { !exists(old).await },
+    )
+    .await;
+    assert!(
+        exists(recent).await,
+        "a job finished an hour ago was pruned: the pruner went by the node's clock"
+    );
+}

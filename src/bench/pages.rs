@@ -7,7 +7,7 @@
 //! The fixture SQL lives here, not in `engine/store`: it makes rows no engine path would (already
 //! finished jobs with errors, in bulk), only for this measurement.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -237,7 +237,7 @@ pub async fn pages(pool: &PgPool, rows: i64, samples: usize) -> Result<Value, St
     let cutoff = chrono::Utc::now() + chrono::Duration::days(1);
     let mut pruned = 0;
     loop {
-        let n = job_store::job_prune_finalized(pool, cutoff, 10_000)
+        let n = job_store::job_prune_finalized(pool, Some(cutoff), Duration::ZERO, 10_000)
             .await
             .map_err(|e| e.to_string())?;
         if n == 0 {

@@ -1,13 +1,14 @@
 //! The heartbeat: keeps this node's row in `nodes` fresh and renews the leases of its running
-//! attempts. An attempt whose lease could not be renewed has lost its job (cancelled, or rescued
-//! while this node was cut off) and is stopped.
+//! attempts. An attempt whose claim no longer holds its job (cancelled, rescued while this node was
+//! cut off, or claimed again after its claim was lost in a crash) is stopped. A lease whose row
+//! another transaction has locked is not waited for (see `job_renew_leases`).
 
 use std::sync::Arc;
 
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::job::JobId;
+use super::job::Claim;
 use super::runtime::Shared;
 use super::store::{jobs as job_store, nodes as node_store};
 
@@ -49,12 +50,13 @@ impl Heartbeat {
         }
     }
 
-    /// One heartbeat: the leases first (they matter most), then the node row.
+    /// One heartbeat: the leases first (they matter most), then the node row. Both on the
+    /// bookkeeping pool, which handlers cannot exhaust.
     pub async fn beat(&self) -> Result<(), sqlx::Error> {
         let shared = &self.shared;
         let leases = self.renew_leases().await;
         node_store::node_heartbeat(
-            &shared.pool,
+            &shared.bookkeeping_pool,
             &shared.node_id,
             &self.hostname,
             std::process::id() as i32,
@@ -66,51 +68,34 @@ impl Heartbeat {
 
     async fn renew_leases(&self) -> Result<(), sqlx::Error> {
         let shared = &self.shared;
-        let mut held: Vec<(JobId, i32)> = shared
+        let mut held: Vec<Claim> = shared
             .running
             .lock()
-            .map(|r| {
-                r.iter()
-                    .filter(|(_, x)| !x.stopped)
-                    .map(|(id, x)| (*id, x.attempt))
-                    .collect()
-            })
+            .map(|r| r.values().filter(|x| !x.stopped).map(|x| x.claim).collect())
             .unwrap_or_default();
         // Finished attempts keep their lease until the completer has written their outcome.
         if let Ok(pending) = shared.pending_outcomes.lock() {
-            held.extend(pending.iter().map(|(id, a)| (*id, *a)));
+            held.extend(pending.values().copied());
         }
         if held.is_empty() {
             return Ok(());
         }
         held.sort_unstable();
         held.dedup();
-        let renewed = job_store::job_renew_leases(&shared.pool, &held, shared.config.lease).await?;
-        if renewed.len() < held.len() {
-            let lost: Vec<JobId> = held
-                .iter()
-                .map(|(id, _)| *id)
-                .filter(|id| !renewed.contains(id))
-                .collect();
-            // Claimed or finished between the snapshot and the update are not lost: only stop
-            // attempts that are still running with the attempt number we tried to renew.
-            let still_running: Vec<JobId> = {
-                let running = shared.running.lock().expect("running map poisoned");
-                lost.into_iter()
-                    .filter(|id| {
-                        running
-                            .get(id)
-                            .zip(held.iter().find(|(h, _)| h == id))
-                            .is_some_and(|(r, (_, a))| r.attempt == *a)
-                    })
-                    .collect()
-            };
-            if !still_running.is_empty() {
-                // A completed attempt whose outcome is still in the completer's queue also shows
-                // here; stopping it is harmless since its handler has returned.
-                tracing::info!(jobs = ?still_running, "attempts lost their jobs (cancelled or rescued): stopping them");
-                shared.stop_attempts(&still_running);
-            }
+        let mut conn = shared.bookkeeping_pool.acquire().await?;
+        let renewal = job_store::job_renew_leases(&mut conn, &held, shared.config.lease).await?;
+        drop(conn);
+        if !renewal.locked.is_empty() {
+            tracing::debug!(jobs = ?renewal.locked, "leases of locked rows renewed next time");
+        }
+        let lost: Vec<Claim> = held.into_iter().filter(|c| !renewal.holds(c.id)).collect();
+        if !lost.is_empty() {
+            // Claimed or finished between the snapshot and the update are not lost: only attempts
+            // still running for the claim we tried to renew are stopped. A completed attempt whose
+            // outcome is still in the completer's queue also shows here; stopping it is harmless
+            // since its handler has returned.
+            tracing::info!(jobs = ?lost.iter().map(|c| c.id).collect::<Vec<_>>(), "attempts lost their jobs (cancelled, rescued or claimed again): stopping them");
+            shared.stop_claims(&lost);
         }
         Ok(())
     }

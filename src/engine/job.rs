@@ -29,6 +29,32 @@ impl std::fmt::Display for JobId {
     }
 }
 
+/// The random token one claim of a job draws. Every write of that attempt is guarded by it, so a
+/// stale attempt can change nothing even when a claim lost in a database crash made the next claim
+/// issue the same attempt number again. Never 0 (the token of attempts older than the column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, sqlx::Type)]
+#[sqlx(transparent)]
+pub struct ClaimToken(pub i64);
+
+impl ClaimToken {
+    /// A fresh token for one claim statement (the job id tells the rows of one claim apart).
+    pub fn random() -> Self {
+        loop {
+            let t = fastrand::i64(..);
+            if t != 0 {
+                return ClaimToken(t);
+            }
+        }
+    }
+}
+
+/// One claim of a job: what an attempt's writes name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Claim {
+    pub id: JobId,
+    pub token: ClaimToken,
+}
+
 /// Where a job is in its life. Mapped to the Postgres enum `job_state`; the database's CHECK
 /// constraints tie `finalized_at` and the lease columns to it.
 #[derive(
@@ -145,6 +171,17 @@ pub struct Job {
     pub tags: Vec<String>,
     pub meta: Value,
     pub inserted_at: DateTime<Utc>,
+    /// The token of the job's latest claim (engine-internal: not shown by the API).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub claim_token: Option<ClaimToken>,
+}
+
+impl Job {
+    /// The claim of the attempt this row was claimed for, if it was claimed.
+    pub fn claim(&self) -> Option<Claim> {
+        self.claim_token.map(|token| Claim { id: self.id, token })
+    }
 }
 
 /// When a new job should run.
@@ -155,7 +192,8 @@ pub enum Schedule {
     Now,
     /// At this instant (of the database clock); a past instant runs at once.
     At(DateTime<Utc>),
-    /// This long after the insert (measured by the database clock).
+    /// This long after the insert statement (measured by the database clock; inside a long
+    /// transaction it counts from the statement, not from the transaction's start).
     In(std::time::Duration),
 }
 

@@ -62,7 +62,7 @@ impl LeaderElector {
                 _ = tick.tick() => {}
             }
             let elected = match leader_store::leader_attempt_elect(
-                &shared.pool,
+                &shared.bookkeeping_pool,
                 LEADER_NAME,
                 &shared.node_id,
                 shared.config.leader_ttl,
@@ -95,7 +95,8 @@ impl LeaderElector {
             stop_services(s).await;
             shared.set_leader(false);
             if let Err(e) =
-                leader_store::leader_resign(&shared.pool, LEADER_NAME, &shared.node_id).await
+                leader_store::leader_resign(&shared.bookkeeping_pool, LEADER_NAME, &shared.node_id)
+                    .await
             {
                 tracing::warn!(error = %e, "resigning leadership failed; the lease will expire");
             }
@@ -113,8 +114,13 @@ impl LeaderElector {
         );
         if !shared.config.periodic.is_empty() {
             let client = Client::new(pool, shared.workers.clone());
+            // Runs are inserted this far ahead, so that a failover (the lease's time-to-live, and
+            // a renewal) loses none of them.
+            let horizon = (shared.config.leader_ttl + RENEW_INTERVAL) * 2;
             tasks.spawn(
-                PeriodicEnqueuer::new(client, shared.config.periodic.clone()).run(stop.clone()),
+                PeriodicEnqueuer::new(client, shared.config.periodic.clone())
+                    .with_horizon(horizon)
+                    .run(stop.clone()),
             );
         }
         tasks.close();

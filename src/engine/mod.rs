@@ -12,13 +12,14 @@ pub mod maintenance;
 pub mod metrics;
 pub mod notifier;
 pub mod producer;
+pub mod queue_settings;
 pub mod runtime;
 pub mod store;
 pub mod timer;
 pub mod worker;
 
 pub use client::{BulkAction, BulkReport, Client, ClientError};
-pub use job::{Inserted, Job, JobId, JobState, NewJob, OnConflict, Schedule};
+pub use job::{Claim, ClaimToken, Inserted, Job, JobId, JobState, NewJob, OnConflict, Schedule};
 pub use runtime::{Engine, EngineConfig, EngineError};
 pub use store::stats::ThroughputMinute;
 pub use worker::{BoxFuture, JobContext, WorkError, Worker, Workers};

@@ -6,18 +6,26 @@
 //!   live dashboard).
 //! - `kickoff_control` (from the client): stop attempts of cancelled jobs, reload queue settings.
 //!
-//! Notifications sent while the connection is down are lost: after a reconnect every producer and
-//! the timer are woken to look at the table, and the backstop poll covers the rest.
+//! Notifications sent while the connection is down are lost. So after every reconnect, and only
+//! once `LISTEN` is in force again, the node looks at the table: the queue settings are read
+//! again and every producer and the timer are woken. Waking them any earlier (before the LISTEN)
+//! would leave a gap in which a notification is neither received nor covered by that look. The
+//! backstop poll covers the rest.
+//!
+//! The listener has a connection of its own (its own one-connection pool), so that handlers
+//! holding every pooled connection cannot keep it from reconnecting.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
-use sqlx::postgres::PgListener;
+use sqlx::postgres::{PgListener, PgPoolOptions};
+use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::job::JobId;
+use super::queue_settings::QueueSettingsSync;
 use super::runtime::Shared;
 use super::store::queues as queue_store;
 
@@ -40,47 +48,93 @@ struct Control {
     queue: Option<String>,
 }
 
+const CHANNELS: [&str; 3] = [CHANNEL_DUE, CHANNEL_EVENTS, CHANNEL_CONTROL];
+/// The wait between reconnect attempts.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
+
 pub(crate) struct Notifier {
     shared: Arc<Shared>,
-    listener: PgListener,
+    pool: PgPool,
+    /// `None` while reconnecting.
+    listener: Option<PgListener>,
 }
 
 impl Notifier {
     pub async fn connect(shared: Arc<Shared>) -> Result<Self, sqlx::Error> {
-        let mut listener = PgListener::connect_with(&shared.pool).await?;
-        listener
-            .listen_all([CHANNEL_DUE, CHANNEL_EVENTS, CHANNEL_CONTROL])
-            .await?;
-        Ok(Notifier { shared, listener })
+        let options = (*shared.pool.connect_options())
+            .clone()
+            .application_name("kickoff-listener");
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_lazy_with(options);
+        let listener = listen(&pool).await?;
+        Ok(Notifier {
+            shared,
+            pool,
+            listener: Some(listener),
+        })
     }
 
     pub async fn run(mut self, shutdown: CancellationToken) {
         loop {
+            let Some(listener) = self.listener.as_mut() else {
+                if !self.reconnect(&shutdown).await {
+                    break;
+                }
+                self.catch_up().await;
+                continue;
+            };
             let next = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                n = self.listener.try_recv() => n,
+                _ = shutdown.cancelled() => break,
+                n = listener.try_recv() => n,
             };
             match next {
                 Ok(Some(n)) => self.dispatch(n.channel(), n.payload()).await,
                 Ok(None) => {
+                    // The listener reconnected and re-issued its LISTEN before returning.
                     tracing::warn!(
-                        "notification connection lost; reconnecting and re-checking the table"
+                        "notification connection lost and re-established; re-checking the table"
                     );
-                    self.wake_everything();
+                    self.catch_up().await;
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "notification listener failed; retrying");
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return,
-                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-                    }
-                    self.wake_everything();
+                    // Its own reconnect failed, or something else broke: make a new listener of
+                    // our own (the old one would reconnect silently inside its next `try_recv`,
+                    // and nothing would then look at the table).
+                    tracing::warn!(error = %e, "notification listener failed; reconnecting");
+                    // Its connection goes back first: the listener's pool has room for one.
+                    self.listener = None;
                 }
+            }
+        }
+        self.listener = None;
+        self.pool.close().await;
+    }
+
+    /// Makes a new listener, trying until it listens (true) or the node stops (false).
+    async fn reconnect(&mut self, shutdown: &CancellationToken) -> bool {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return false,
+                _ = tokio::time::sleep(RECONNECT_PAUSE) => {}
+            }
+            match listen(&self.pool).await {
+                Ok(listener) => {
+                    self.listener = Some(listener);
+                    return true;
+                }
+                Err(e) => tracing::warn!(error = %e, "reconnecting the listener failed; retrying"),
             }
         }
     }
 
-    fn wake_everything(&self) {
+    /// What may have been missed while the listener was down: the queue settings, and any due job
+    /// (every producer and the timer look at the table).
+    async fn catch_up(&self) {
+        if let Err(e) = QueueSettingsSync::new(self.shared.clone()).run_once().await {
+            tracing::warn!(error = %e, "reloading queue settings failed; the backstop poll retries");
+        }
         self.shared.wake_all_queues();
         self.shared.timer_wake.notify_one();
     }
@@ -111,11 +165,13 @@ impl Notifier {
                 }
                 if let Some(name) = control.queue {
                     if let Some(q) = shared.queues.get(&name) {
-                        match queue_store::queue_get(&shared.pool, &name).await {
-                            Ok(Some(row)) => q.apply(&row),
+                        match queue_store::queue_get(&shared.bookkeeping_pool, &name).await {
+                            Ok(Some(row)) => {
+                                q.apply(&row);
+                            }
                             Ok(None) => {}
                             Err(e) => {
-                                tracing::warn!(queue = %name, error = %e, "reloading queue settings failed")
+                                tracing::warn!(queue = %name, error = %e, "reloading queue settings failed; the backstop poll retries")
                             }
                         }
                         q.wake.notify_one();
@@ -125,4 +181,11 @@ impl Notifier {
             _ => {}
         }
     }
+}
+
+/// A new listener on `pool`, listening on every channel.
+async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen_all(CHANNELS).await?;
+    Ok(listener)
 }

@@ -3,8 +3,18 @@
 //!
 //! It claims when woken (a `kickoff_due` notification for its queue, the local timer staging jobs,
 //! a slot freeing while the queue was saturated, a queue setting changing) and on the backstop poll.
-//! A claim that fills every slot it asked for means more may be waiting: it claims again as soon as
-//! slots free up.
+//! A claim that fills every slot it asked for means more may be waiting: the queue is *saturated*,
+//! and every slot that frees wakes it to claim again.
+//!
+//! The rule: a due job never waits while a slot is free for longer than one claim round trip. So
+//! a saturated queue claims as soon as one slot frees; batching comes from the claim loop itself:
+//! there is never more than one claim in flight per queue, and each claim takes every slot that
+//! freed while the previous one was on its way. (Waiting for several slots to free up first would
+//! batch more, but leaves a due job waiting behind long-running ones with a slot free.)
+//!
+//! `saturated` and `in_flight` are read and written with `SeqCst`: a slot released while a claim
+//! decides that the queue is saturated must be seen by one side or the other (the producer sees
+//! the free slot, or the release sees the flag and wakes it).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -45,26 +55,27 @@ impl QueueState {
         }
     }
 
-    /// Applies the shared settings of the `queues` table.
-    pub fn apply(&self, row: &QueueRow) {
-        self.paused.store(row.paused, Ordering::Relaxed);
+    /// Applies the shared settings of the `queues` table. Returns whether anything changed.
+    pub fn apply(&self, row: &QueueRow) -> bool {
+        let was_paused = self.paused.swap(row.paused, Ordering::SeqCst);
         let limit = row
             .concurrency
             .map(|c| c.max(1) as usize)
             .unwrap_or(self.configured);
-        self.limit.store(limit, Ordering::Relaxed);
+        let old_limit = self.limit.swap(limit, Ordering::SeqCst);
+        was_paused != row.paused || old_limit != limit
     }
 
     fn free_slots(&self) -> usize {
         self.limit
-            .load(Ordering::Relaxed)
-            .saturating_sub(self.in_flight.load(Ordering::Relaxed))
+            .load(Ordering::SeqCst)
+            .saturating_sub(self.in_flight.load(Ordering::SeqCst))
     }
 
     /// Called when an attempt of this queue ends.
     pub fn release_slot(&self) {
-        self.in_flight.fetch_sub(1, Ordering::AcqRel);
-        if self.saturated.load(Ordering::Relaxed) {
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if self.saturated.load(Ordering::SeqCst) {
             self.wake.notify_one();
         }
     }
@@ -110,16 +121,14 @@ impl Producer {
     #[tracing::instrument(level = "trace", skip_all, fields(queue = %self.queue.name))]
     async fn claim_once(&self) -> Result<bool, sqlx::Error> {
         let q = &self.queue;
-        if q.paused.load(Ordering::Relaxed) {
+        if q.paused.load(Ordering::SeqCst) {
             return Ok(false);
         }
+        // Mark the queue saturated before looking at the slots: a release after this line wakes
+        // us, and one before it shows in `free_slots`.
+        q.saturated.store(true, Ordering::SeqCst);
         let free = q.free_slots().min(self.shared.config.claim_batch);
-        let limit = q.limit.load(Ordering::Relaxed);
-        let busy = q.in_flight.load(Ordering::Relaxed) > 0;
-        // While attempts run, wait until half the slots are free: claiming one job per round trip
-        // as each slot frees would cap throughput at one job per claim. Every release wakes us.
-        if free == 0 || (busy && q.saturated.load(Ordering::Relaxed) && free * 2 < limit) {
-            q.saturated.store(true, Ordering::Relaxed);
+        if free == 0 {
             return Ok(false);
         }
         let jobs = job_store::job_claim(
@@ -131,8 +140,10 @@ impl Producer {
         )
         .await?;
         self.shared.metrics.claimed(jobs.len());
+        // Fewer than asked: the queue is drained, and only new due jobs (their notification, the
+        // timer, the backstop) need a claim. All of them: more may wait, so releases wake us.
         let full = jobs.len() == free;
-        q.saturated.store(full, Ordering::Relaxed);
+        q.saturated.store(full, Ordering::SeqCst);
         for job in jobs {
             executor::spawn(&self.shared, q.clone(), job);
         }

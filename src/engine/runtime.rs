@@ -2,9 +2,16 @@
 //!
 //! A node runs: the notifier (LISTEN/NOTIFY), the timer (stages jobs exactly when due), one
 //! producer per queue (claims into free slots), the executor (runs handlers) and its completer
-//! (writes outcomes in batches), the heartbeat (node row and job leases), the rescuer (expired
-//! leases, on every node), and the leader elector, which runs the other maintenance services
-//! (pruner, periodic jobs, count folder) while this node leads.
+//! (writes outcomes in batches), the heartbeat (node row and job leases), the queue settings sync
+//! (pause and concurrency, also when a notification was lost), the rescuer (expired leases, on
+//! every node), and the leader elector, which runs the other maintenance services (pruner,
+//! periodic jobs, count folder) while this node leads.
+//!
+//! Connections: handlers (and the application) use the pool the node is started with. The engine's
+//! own bookkeeping never waits behind them: claims and staging have the claim pool, the heartbeat,
+//! completer, rescuer, elector and settings sync have the bookkeeping pool, and the listener has a
+//! connection of its own. Handlers that hold every connection of their pool (each inside a long
+//! transaction) therefore cannot starve lease renewal into a rescue that would run them twice.
 //!
 //! Shutdown: producers stop claiming; running attempts get `shutdown_grace` to finish; the rest are
 //! interrupted and handed back to `available` (they run again on any node, and the interruption
@@ -24,7 +31,7 @@ use tokio_util::task::TaskTracker;
 use super::client::{is_valid_queue_name, Client};
 use super::executor::{Completer, Completion};
 use super::heartbeat::Heartbeat;
-use super::job::JobId;
+use super::job::{Claim, JobId};
 use super::leadership::LeaderElector;
 use super::maintenance::{
     count_folder::CountFolderConfig,
@@ -35,6 +42,7 @@ use super::maintenance::{
 use super::metrics::Metrics;
 use super::notifier::Notifier;
 use super::producer::{Producer, QueueState};
+use super::queue_settings::QueueSettingsSync;
 use super::store::{jobs as job_store, nodes as node_store, queues as queue_store};
 use super::timer::Timer;
 use super::worker::Workers;
@@ -143,6 +151,8 @@ fn default_node_id() -> String {
 /// An attempt running on this node.
 pub(crate) struct Running {
     pub attempt: i32,
+    /// The claim it runs for; a newer claim of the same job has another token.
+    pub claim: Claim,
     pub cancel: CancellationToken,
     pub abort: Option<tokio::task::AbortHandle>,
     /// Set when the attempt was stopped because its job is gone (cancelled, rescued).
@@ -151,18 +161,21 @@ pub(crate) struct Running {
 
 /// State shared by a node's services.
 pub(crate) struct Shared {
+    /// The handlers' pool (the one the node was started with).
     pub pool: PgPool,
     /// Connections for claiming and staging only; see [`claim_pool`].
     pub claim_pool: PgPool,
+    /// Connections for the engine's bookkeeping only; see [`bookkeeping_pool`].
+    pub bookkeeping_pool: PgPool,
     pub workers: Arc<Workers>,
     pub config: EngineConfig,
     pub node_id: String,
     pub queues: HashMap<String, Arc<QueueState>>,
     pub running: Mutex<HashMap<JobId, Running>>,
     /// Attempts interrupted at shutdown, to hand back.
-    pub interrupted: Mutex<Vec<(JobId, i32)>>,
+    pub interrupted: Mutex<Vec<Claim>>,
     /// Attempts that finished but whose outcome the completer has not written yet.
-    pub pending_outcomes: Mutex<HashMap<JobId, i32>>,
+    pub pending_outcomes: Mutex<HashMap<JobId, Claim>>,
     pub completions: mpsc::UnboundedSender<Completion>,
     pub events: broadcast::Sender<String>,
     pub timer_wake: Notify,
@@ -201,17 +214,33 @@ impl Shared {
         }
     }
 
-    /// Stops the attempts of these jobs (cancelled by an operator, or lost their lease).
+    /// Stops the attempts of these jobs (cancelled by an operator).
     pub fn stop_attempts(&self, ids: &[JobId]) {
         let mut running = self.running.lock().expect("running map poisoned");
         for id in ids {
             if let Some(r) = running.get_mut(id) {
-                r.stopped = true;
-                r.cancel.cancel();
-                if let Some(abort) = &r.abort {
-                    abort.abort();
-                }
+                r.stop();
             }
+        }
+    }
+
+    /// Stops the attempts of these claims, if they still run here (their claims lost their jobs).
+    pub fn stop_claims(&self, claims: &[Claim]) {
+        let mut running = self.running.lock().expect("running map poisoned");
+        for c in claims {
+            if let Some(r) = running.get_mut(&c.id).filter(|r| r.claim == *c) {
+                r.stop();
+            }
+        }
+    }
+}
+
+impl Running {
+    fn stop(&mut self) {
+        self.stopped = true;
+        self.cancel.cancel();
+        if let Some(abort) = &self.abort {
+            abort.abort();
         }
     }
 }
@@ -220,13 +249,17 @@ impl Shared {
 ///
 /// - `synchronous_commit = off`: a claim's commit does not wait for the disk. This is safe: a
 ///   claim lost in a database crash puts the job back to `available` with its old attempt number,
-///   so the attempt that started meanwhile is fenced off (its completion finds no row) and the job
-///   simply runs again; and since the WAL is written in order, the durable commit of an outcome
-///   also makes the claim before it durable.
+///   and its next claim issues that number again; but every claim draws a fresh claim token, and
+///   every write of an attempt is guarded by its token, so the attempt that started meanwhile is
+///   fenced off (its completion, failure and lease renewals find no row) and the job simply runs
+///   again. Since the WAL is written in order, the durable commit of an outcome also makes the
+///   claim before it durable.
 /// - no bitmap or sequential scans: a queue table's statistics are nearly always stale (a bulk
 ///   insert into a small table), and the planner then sorts every available row to take ten. The
 ///   claim and stage indexes already return rows in the order wanted.
 fn claim_pool(pool: &PgPool, queues: usize) -> PgPool {
+    // (Each producer and the timer use one connection at a time; two more for the warm-up's
+    // parallel checkouts and a producer retrying.)
     let options = (*pool.connect_options()).clone().options([
         ("synchronous_commit", "off"),
         ("enable_bitmapscan", "off"),
@@ -235,6 +268,22 @@ fn claim_pool(pool: &PgPool, queues: usize) -> PgPool {
     sqlx::postgres::PgPoolOptions::new()
         .max_connections(queues as u32 + 2)
         .min_connections(queues as u32 + 2)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_lazy_with(options)
+}
+
+/// The bookkeeping pool: the heartbeat, the completer, the rescuer, the leader elector and the
+/// queue settings sync each use one connection at a time, so they never wait on each other here,
+/// and handlers cannot take these. Commits stay durable (outcomes must not be lost).
+const BOOKKEEPING_CONNECTIONS: u32 = 5;
+
+fn bookkeeping_pool(pool: &PgPool) -> PgPool {
+    let options = (*pool.connect_options())
+        .clone()
+        .application_name("kickoff-bookkeeping");
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(BOOKKEEPING_CONNECTIONS)
+        .min_connections(2)
         .acquire_timeout(Duration::from_secs(10))
         .connect_lazy_with(options)
 }
@@ -294,20 +343,24 @@ impl Engine {
         let workers = Arc::new(workers);
         let names: Vec<String> = config.queues.iter().map(|(q, _)| q.clone()).collect();
         queue_store::queue_ensure(&pool, &names).await?;
-        let mut queues = HashMap::new();
-        for (name, concurrency) in &config.queues {
-            let row = queue_store::queue_get(&pool, name).await?;
-            let state = QueueState::new(name.clone(), *concurrency);
-            if let Some(row) = row {
-                state.apply(&row);
-            }
-            queues.insert(name.clone(), Arc::new(state));
-        }
+        // The settings are read after the listener is up (below): a change made in between is
+        // then either in the rows read or in a notification received.
+        let queues: HashMap<String, Arc<QueueState>> = config
+            .queues
+            .iter()
+            .map(|(name, concurrency)| {
+                (
+                    name.clone(),
+                    Arc::new(QueueState::new(name.clone(), *concurrency)),
+                )
+            })
+            .collect();
 
         let (completions, completions_rx) = mpsc::unbounded_channel();
         let (events, _) = broadcast::channel(1024);
         let shared = Arc::new(Shared {
             claim_pool: claim_pool(&pool, queues.len()),
+            bookkeeping_pool: bookkeeping_pool(&pool),
             pool: pool.clone(),
             workers: workers.clone(),
             node_id: config.node_id.clone(),
@@ -332,16 +385,23 @@ impl Engine {
         let stop_services = CancellationToken::new();
         let services = TaskTracker::new();
 
-        // The listener first, so that no notification of the start-up period is missed.
+        // The listener first, so that no notification of the start-up period is missed; then the
+        // queue settings as they are now.
         let notifier = Notifier::connect(shared.clone()).await?;
+        let settings = QueueSettingsSync::new(shared.clone());
+        settings.run_once().await?;
         Heartbeat::new(shared.clone()).beat().await?;
         services.spawn(notifier.run(stop_services.clone()));
+        services.spawn(settings.run(stop_services.clone()));
         services.spawn(Heartbeat::new(shared.clone()).run(stop_services.clone()));
         services.spawn(LeaderElector::new(shared.clone()).run(stop_services.clone()));
         services.spawn(
-            JobRescuer::new(shared.pool.clone(), shared.config.rescuer.clone())
-                .with_metrics(shared.metrics.clone())
-                .run(stop_services.clone()),
+            JobRescuer::new(
+                shared.bookkeeping_pool.clone(),
+                shared.config.rescuer.clone(),
+            )
+            .with_metrics(shared.metrics.clone())
+            .run(stop_services.clone()),
         );
         let claimers = TaskTracker::new();
         claimers.spawn(Timer::new(shared.clone()).run(stop_claiming.clone()));
@@ -351,7 +411,7 @@ impl Engine {
         claimers.close();
         let stop_completer = CancellationToken::new();
         let completer = tokio::spawn(
-            Completer::new(shared.clone(), completions_rx).run(stop_completer.clone()),
+            Completer::new(shared.clone(), completions_rx, stop_completer.clone()).run(),
         );
 
         tracing::info!(node = %shared.node_id, queues = ?shared.config.queues, "engine started");
@@ -432,7 +492,9 @@ impl Engine {
         let mut interrupted = std::mem::take(&mut *shared.interrupted.lock().expect("poisoned"));
         interrupted.sort_unstable();
         if !interrupted.is_empty() {
-            match job_store::job_hand_back(&shared.pool, &interrupted, &shared.node_id).await {
+            match job_store::job_hand_back(&shared.bookkeeping_pool, &interrupted, &shared.node_id)
+                .await
+            {
                 Ok(n) => tracing::info!(handed_back = n, "interrupted attempts handed back"),
                 Err(e) => {
                     tracing::error!(error = %e, "hand back failed: the rescuer will take these jobs back when their leases expire")
@@ -446,9 +508,11 @@ impl Engine {
         self.stop_services.cancel();
         self.services.close();
         self.services.wait().await;
-        if let Err(e) = node_store::node_delete(&shared.pool, &shared.node_id).await {
+        if let Err(e) = node_store::node_delete(&shared.bookkeeping_pool, &shared.node_id).await {
             tracing::warn!(error = %e, "could not remove the node row; the leader will sweep it");
         }
+        shared.bookkeeping_pool.close().await;
+        shared.claim_pool.close().await;
         tracing::info!(node = %shared.node_id, "engine stopped");
     }
 }

@@ -127,14 +127,18 @@ impl JobContext {
     }
 
     /// Completes the job inside `tx` and commits: the handler's writes and the completion happen
-    /// together or not at all. If this attempt no longer owns the job (cancelled, rescued, or a newer
-    /// attempt runs), nothing is committed and [`WorkError::Fenced`] is returned.
+    /// together or not at all. If this attempt no longer owns the job (cancelled, rescued, or claimed
+    /// again, even under the same attempt number after a lost claim), nothing is committed and
+    /// [`WorkError::Fenced`] is returned.
     pub async fn complete_with(
         &self,
         mut tx: Transaction<'static, Postgres>,
     ) -> Result<(), WorkError> {
-        let done =
-            job_store::job_complete_many(&mut *tx, &[(self.job.id, self.job.attempt)]).await?;
+        let Some(claim) = self.job.claim() else {
+            tx.rollback().await?;
+            return Err(WorkError::Fenced);
+        };
+        let done = job_store::job_complete_many(&mut *tx, &[claim]).await?;
         if done.is_empty() {
             tx.rollback().await?;
             return Err(WorkError::Fenced);

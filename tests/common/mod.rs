@@ -9,6 +9,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool};
 
 pub mod dashboard;
+pub mod proxy;
 
 use kickoff::engine::MIGRATOR;
 

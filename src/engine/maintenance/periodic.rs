@@ -1,7 +1,18 @@
-//! Periodic jobs: the leader inserts the next run of each periodic job ahead of time, at the next
-//! multiple of its interval (aligned to the Unix epoch, so every node computes the same instants).
-//! The unique key `periodic:<name>:<instant>` makes a second insert of the same run, by this node or
-//! a leader that took over, return the existing job.
+//! Periodic jobs: the leader inserts the runs of each periodic job ahead of time, at the multiples
+//! of its interval (aligned to the Unix epoch, so every node computes the same instants).
+//!
+//! Invariants:
+//! - Each run is inserted at most once, whatever the leaders do: the run is recorded in
+//!   `periodic_runs` (only if it is later than the last one recorded and still in the future by
+//!   the database clock) in the same transaction that inserts its job. A leader that stalled
+//!   between reading the clock and inserting, or two leaders overlapping, insert nothing twice;
+//!   the unique key `periodic:<name>:<instant>` alone would not do, since it only covers live jobs.
+//! - No run is lost to a leader change: every run due within the *horizon* (by default twice the
+//!   time a failover takes) is inserted ahead, so the runs of a short interval are already in the
+//!   table when the leader dies. Runs that fall in a time with no leader at all (every node down
+//!   for longer than the horizon) are skipped, not run late in a burst.
+//! - One entry that fails to insert (a bad job, a database refusal) is reported and the others go
+//!   on.
 
 use std::time::Duration;
 
@@ -11,9 +22,15 @@ use tokio_util::sync::CancellationToken;
 use super::{run_every, Report};
 use crate::engine::client::{Client, ClientError};
 use crate::engine::job::{NewJob, OnConflict};
+use crate::engine::store::periodic as periodic_store;
 
-/// How often the leader makes sure the next run of every periodic job exists.
+/// How often the leader makes sure the coming runs of every periodic job exist.
 pub const PERIODIC_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// Default horizon: runs due this soon are inserted ahead (the engine sets twice its failover
+/// time).
+pub const DEFAULT_HORIZON: Duration = Duration::from_secs(12);
+/// The most runs of one entry inserted by one check.
+const MAX_RUNS_PER_CHECK: usize = 100;
 
 #[derive(Debug, Clone)]
 pub struct PeriodicJob {
@@ -48,26 +65,40 @@ impl PeriodicJob {
 #[derive(Debug, Default, PartialEq)]
 pub struct PeriodicReport {
     pub inserted: usize,
+    /// Entries that failed, with why.
+    pub failed: Vec<(String, String)>,
 }
 
 impl Report for PeriodicReport {
     fn did_something(&self) -> bool {
-        self.inserted > 0
+        self.inserted > 0 || !self.failed.is_empty()
     }
 }
 
 pub struct PeriodicEnqueuer {
     client: Client,
     jobs: Vec<PeriodicJob>,
+    horizon: Duration,
 }
 
 impl PeriodicEnqueuer {
     pub fn new(client: Client, jobs: Vec<PeriodicJob>) -> Self {
-        PeriodicEnqueuer { client, jobs }
+        PeriodicEnqueuer {
+            client,
+            jobs,
+            horizon: DEFAULT_HORIZON,
+        }
     }
 
-    /// Inserts the next run of every periodic job, after `now` (the database clock when `None`:
-    /// a leader whose clock lags must not insert a run that already happened).
+    /// Inserts the runs due within `horizon` ahead (and always the next one).
+    pub fn with_horizon(mut self, horizon: Duration) -> Self {
+        self.horizon = horizon;
+        self
+    }
+
+    /// Inserts the coming runs of every periodic job, after `now` (the database clock when
+    /// `None`). A run already recorded, or already past by the database clock when its insert
+    /// runs, is left out (see the module doc).
     pub async fn run_once(
         &self,
         now: Option<DateTime<Utc>>,
@@ -78,16 +109,45 @@ impl PeriodicEnqueuer {
         };
         let mut report = PeriodicReport::default();
         for p in &self.jobs {
-            let at = p.next_run(now);
-            let new = p.job.clone().at(at).with_unique_key(
-                format!("periodic:{}:{}", p.name, at.timestamp_millis()),
-                OnConflict::Keep,
-            );
-            if !self.client.insert(&new).await?.existing {
-                report.inserted += 1;
+            match self.insert_runs(p, now).await {
+                Ok(n) => report.inserted += n,
+                Err(e) => {
+                    tracing::warn!(periodic = %p.name, error = %e, "inserting a periodic run failed");
+                    report.failed.push((p.name.clone(), e.to_string()));
+                }
             }
         }
         Ok(report)
+    }
+
+    /// Inserts the runs of `p` in (now, now + horizon], at least the next one. Returns how many.
+    async fn insert_runs(&self, p: &PeriodicJob, now: DateTime<Utc>) -> Result<usize, ClientError> {
+        let pool = self.client.pool();
+        let last = periodic_store::periodic_run_last(pool, &p.name).await?;
+        let until = now + chrono::Duration::from_std(self.horizon).unwrap_or_default();
+        let mut at = p.next_run(last.map_or(now, |l| l.max(now)));
+        // The next run is always inserted, however far ahead; later ones within the horizon.
+        let mut ahead = last.is_some_and(|l| l > now);
+        let mut inserted = 0;
+        for _ in 0..MAX_RUNS_PER_CHECK {
+            if ahead && at > until {
+                break;
+            }
+            ahead = true;
+            let mut tx = pool.begin().await?;
+            if periodic_store::periodic_run_record(&mut *tx, &p.name, at).await? {
+                let new = p.job.clone().at(at).with_unique_key(
+                    format!("periodic:{}:{}", p.name, at.timestamp_millis()),
+                    OnConflict::Keep,
+                );
+                if !self.client.insert_with(&mut tx, &new).await?.existing {
+                    inserted += 1;
+                }
+            }
+            tx.commit().await?;
+            at = p.next_run(at);
+        }
+        Ok(inserted)
     }
 
     pub async fn run(self, shutdown: CancellationToken) {

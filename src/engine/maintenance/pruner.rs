@@ -70,13 +70,18 @@ impl JobPruner {
         JobPruner { pool, config }
     }
 
-    /// Deletes jobs finished more than the retention before `now` (local clock when `None`).
+    /// Deletes jobs finished more than the retention before `now` (the database clock when
+    /// `None`: a node whose clock runs ahead must not prune early).
     pub async fn run_once(&self, now: Option<DateTime<Utc>>) -> Result<PruneReport, sqlx::Error> {
-        let now = now.unwrap_or_else(Utc::now);
-        let before = now - chrono::Duration::from_std(self.config.retention).unwrap_or_default();
         let mut report = PruneReport::default();
         loop {
-            let n = job_store::job_prune_finalized(&self.pool, before, self.config.batch).await?;
+            let n = job_store::job_prune_finalized(
+                &self.pool,
+                now,
+                self.config.retention,
+                self.config.batch,
+            )
+            .await?;
             report.jobs_deleted += n;
             if (n as i64) < self.config.batch {
                 break;

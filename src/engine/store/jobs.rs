@@ -1,5 +1,9 @@
 //! SQL of the `jobs` table. Every state transition is guarded by the state (and, for an attempt's
-//! outcome, by the attempt number) it expects, so that a late or zombie writer changes nothing.
+//! writes, by the claim token of that attempt) it expects, so that a late or zombie writer changes
+//! nothing.
+//!
+//! Times that schedule a job count from `statement_timestamp()`, not `now()`: inside a caller's
+//! long transaction `now()` is the transaction's start, and "in 5 minutes" would be early.
 
 use std::time::Duration;
 
@@ -7,18 +11,21 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{PgExecutor, Postgres, QueryBuilder};
 
-use crate::engine::job::{Inserted, Job, JobId, JobState, NewJob, OnConflict, Schedule};
+use crate::engine::job::{
+    Claim, ClaimToken, Inserted, Job, JobId, JobState, NewJob, OnConflict, Schedule,
+};
 
-/// `(id, attempt)` pairs as the two arrays `unnest($1::bigint[], $2::int[])` takes.
-fn split_attempts(attempts: &[(JobId, i32)]) -> (Vec<i64>, Vec<i32>) {
-    attempts.iter().map(|(id, a)| (id.0, *a)).unzip()
+/// Claims as the two arrays `unnest($1::bigint[], $2::bigint[])` takes.
+fn split_claims(claims: &[Claim]) -> (Vec<i64>, Vec<i64>) {
+    claims.iter().map(|c| (c.id.0, c.token.0)).unzip()
 }
 
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
-/// The instant a schedule names, as SQL parameters: an absolute time, or seconds after `now()`.
+/// The instant a schedule names, as SQL parameters: an absolute time, or seconds after the
+/// statement's start.
 fn schedule_params(schedule: Schedule) -> (Option<DateTime<Utc>>, f64) {
     match schedule {
         Schedule::Now => (None, 0.0),
@@ -36,11 +43,13 @@ pub async fn job_insert(
     // A unique key's holder may finish between the conflicting insert and the look-up: try again.
     for _ in 0..5 {
         let inserted: Option<Job> = sqlx::query_as(
-            "WITH p AS (SELECT coalesce($7::timestamptz, now() + make_interval(secs => $8)) AS at)
+            "WITH p AS (SELECT coalesce($7::timestamptz,
+                                       statement_timestamp() + make_interval(secs => $8)) AS at)
              INSERT INTO jobs (queue, kind, args, state, priority, max_attempts, scheduled_at,
                                unique_key, tags, meta)
              SELECT $1, $2, $3,
-                    CASE WHEN p.at <= now() THEN 'available'::job_state ELSE 'scheduled'::job_state END,
+                    CASE WHEN p.at <= statement_timestamp() THEN 'available'::job_state
+                         ELSE 'scheduled'::job_state END,
                     $4, $5, p.at, $6, $9, $10
              FROM p
              ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND finalized_at IS NULL DO NOTHING
@@ -70,9 +79,10 @@ pub async fn job_insert(
         };
         if new.on_conflict == OnConflict::Reschedule {
             let moved: Option<Job> = sqlx::query_as(
-                "WITH p AS (SELECT coalesce($2::timestamptz, now() + make_interval(secs => $3)) AS at)
+                "WITH p AS (SELECT coalesce($2::timestamptz,
+                                           statement_timestamp() + make_interval(secs => $3)) AS at)
                  UPDATE jobs SET scheduled_at = p.at,
-                        state = CASE WHEN p.at <= now() THEN 'available'::job_state
+                        state = CASE WHEN p.at <= statement_timestamp() THEN 'available'::job_state
                                      ELSE 'scheduled'::job_state END
                  FROM p
                  WHERE unique_key = $1 AND finalized_at IS NULL
@@ -141,10 +151,11 @@ pub async fn job_insert_many<'e>(
     }
     let r = sqlx::query(
         "INSERT INTO jobs (queue, kind, args, state, priority, max_attempts, scheduled_at, tags, meta)
-         SELECT q, k, a, CASE WHEN t <= now() THEN 'available'::job_state
+         SELECT q, k, a, CASE WHEN t <= statement_timestamp() THEN 'available'::job_state
                               ELSE 'scheduled'::job_state END,
                 p, m, t, ARRAY(SELECT jsonb_array_elements_text(tg)), me
-         FROM (SELECT q, k, a, p, m, coalesce(at, now() + make_interval(secs => s)) AS t, tg, me
+         FROM (SELECT q, k, a, p, m,
+                      coalesce(at, statement_timestamp() + make_interval(secs => s)) AS t, tg, me
                FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::int[],
                            $6::timestamptz[], $7::float8[], $8::jsonb[], $9::jsonb[])
                     AS u(q, k, a, p, m, at, s, tg, me)) rows",
@@ -201,6 +212,7 @@ pub async fn job_next_due<'e>(
 }
 
 /// Claims up to `limit` available jobs of `queue` for `node`, in priority order, under a lease.
+/// Each claimed row carries a fresh claim token ([`Job::claim`]) that fences the attempt's writes.
 pub async fn job_claim<'e>(
     db: impl PgExecutor<'e>,
     queue: &str,
@@ -209,7 +221,8 @@ pub async fn job_claim<'e>(
     lease: Duration,
 ) -> Result<Vec<Job>, sqlx::Error> {
     // The CTE picks and locks the rows first: an UPDATE cannot take LIMIT or SKIP LOCKED itself, and
-    // SKIP LOCKED lets every node claim at once without waiting on each other's rows.
+    // SKIP LOCKED lets every node claim at once without waiting on each other's rows. One token
+    // per statement is enough: the job id tells its rows apart, and a job's next claim draws anew.
     sqlx::query_as(
         "WITH picked AS (
              SELECT id FROM jobs
@@ -221,7 +234,8 @@ pub async fn job_claim<'e>(
                 attempt = jobs.attempt + 1,
                 attempted_at = now(),
                 attempted_by = $3,
-                lease_expires_at = now() + make_interval(secs => $4)
+                lease_expires_at = now() + make_interval(secs => $4),
+                claim_token = $5
          FROM picked WHERE jobs.id = picked.id
          RETURNING jobs.*",
     )
@@ -229,25 +243,26 @@ pub async fn job_claim<'e>(
     .bind(limit)
     .bind(node)
     .bind(secs(lease))
+    .bind(ClaimToken::random())
     .fetch_all(db)
     .await
 }
 
-/// Completes attempts `(id, attempt)` that are still executing. Returns the ids that were completed;
-/// a missing id was fenced off (rescued, cancelled, or taken by a newer attempt).
+/// Completes the attempts of these claims that still hold their jobs. Returns the ids that were
+/// completed; a missing id was fenced off (rescued, cancelled, or claimed again since).
 pub async fn job_complete_many<'e>(
     db: impl PgExecutor<'e>,
-    attempts: &[(JobId, i32)],
+    claims: &[Claim],
 ) -> Result<Vec<JobId>, sqlx::Error> {
-    let (ids, nums) = split_attempts(attempts);
+    let (ids, tokens) = split_claims(claims);
     sqlx::query_scalar(
         "UPDATE jobs SET state = 'completed', finalized_at = now(), lease_expires_at = NULL
-         FROM unnest($1::bigint[], $2::int[]) AS done(id, attempt)
-         WHERE jobs.id = done.id AND jobs.attempt = done.attempt AND jobs.state = 'executing'
+         FROM unnest($1::bigint[], $2::bigint[]) AS done(id, token)
+         WHERE jobs.id = done.id AND jobs.claim_token = done.token AND jobs.state = 'executing'
          RETURNING jobs.id",
     )
     .bind(&ids)
-    .bind(&nums)
+    .bind(&tokens)
     .fetch_all(db)
     .await
 }
@@ -267,8 +282,7 @@ pub enum FailAs {
 /// when the attempt was fenced off.
 pub async fn job_fail<'e>(
     db: impl PgExecutor<'e>,
-    id: JobId,
-    attempt: i32,
+    claim: Claim,
     node: &str,
     message: &str,
     fail_as: FailAs,
@@ -294,11 +308,11 @@ pub async fn job_fail<'e>(
                     'attempt', attempt, 'started_at', attempted_at, 'at', now(), 'node', $3::text,
                     'message', $4::text))
          FROM next
-         WHERE jobs.id = $1 AND jobs.attempt = $2 AND jobs.state = 'executing'
+         WHERE jobs.id = $1 AND jobs.claim_token = $2 AND jobs.state = 'executing'
          RETURNING jobs.state",
     )
-    .bind(id)
-    .bind(attempt)
+    .bind(claim.id)
+    .bind(claim.token)
     .bind(node)
     .bind(message)
     .bind(mode)
@@ -307,21 +321,27 @@ pub async fn job_fail<'e>(
     .await
 }
 
-/// Puts an executing attempt back to `scheduled` for `delay`, without spending an attempt (the
-/// attempt number still grows, so `max_attempts` grows with it). Returns false when fenced off.
+/// Puts an executing attempt back to `scheduled` for `delay`, without spending an attempt: the
+/// attempt number goes back, so the next run has the number this one had and a job snoozed any
+/// number of times keeps every attempt it had (raising `max_attempts` instead, as before, hit its
+/// cap of 1000 and then let one failure discard a job that never failed). `meta.snoozes` counts
+/// the snoozes, for handlers that limit them. Returns false when fenced off.
 pub async fn job_snooze<'e>(
     db: impl PgExecutor<'e>,
-    id: JobId,
-    attempt: i32,
+    claim: Claim,
     delay: Duration,
 ) -> Result<bool, sqlx::Error> {
     let r = sqlx::query(
-        "UPDATE jobs SET state = 'scheduled', scheduled_at = now() + make_interval(secs => $3),
-                lease_expires_at = NULL, max_attempts = least(max_attempts + 1, 1000)
-         WHERE id = $1 AND attempt = $2 AND state = 'executing'",
+        "UPDATE jobs SET state = 'scheduled',
+                scheduled_at = statement_timestamp() + make_interval(secs => $3),
+                lease_expires_at = NULL, attempt = attempt - 1,
+                meta = jsonb_set(meta, '{snoozes}', to_jsonb(
+                    CASE WHEN jsonb_typeof(meta->'snoozes') = 'number'
+                         THEN (meta->>'snoozes')::numeric + 1 ELSE 1 END))
+         WHERE id = $1 AND claim_token = $2 AND state = 'executing'",
     )
-    .bind(id)
-    .bind(attempt)
+    .bind(claim.id)
+    .bind(claim.token)
     .bind(secs(delay))
     .execute(db)
     .await?;
@@ -329,47 +349,96 @@ pub async fn job_snooze<'e>(
 }
 
 /// Hands executing attempts of `node` back to `available` (graceful shutdown): they run again on any
-/// node, and the interrupted attempt is not counted against the job.
+/// node, and the interrupted attempt is not counted against the job (its number goes back).
 pub async fn job_hand_back<'e>(
     db: impl PgExecutor<'e>,
-    attempts: &[(JobId, i32)],
+    claims: &[Claim],
     node: &str,
 ) -> Result<u64, sqlx::Error> {
-    let (ids, nums) = split_attempts(attempts);
+    let (ids, tokens) = split_claims(claims);
     let r = sqlx::query(
-        "UPDATE jobs SET state = 'available', lease_expires_at = NULL,
-                max_attempts = least(max_attempts + 1, 1000)
-         FROM unnest($1::bigint[], $2::int[]) AS held(id, attempt)
-         WHERE jobs.id = held.id AND jobs.attempt = held.attempt AND jobs.state = 'executing'
+        "UPDATE jobs SET state = 'available', lease_expires_at = NULL, attempt = attempt - 1
+         FROM unnest($1::bigint[], $2::bigint[]) AS held(id, token)
+         WHERE jobs.id = held.id AND jobs.claim_token = held.token AND jobs.state = 'executing'
            AND jobs.attempted_by = $3",
     )
     .bind(&ids)
-    .bind(&nums)
+    .bind(&tokens)
     .bind(node)
     .execute(db)
     .await?;
     Ok(r.rows_affected())
 }
 
-/// Extends the leases of the given executing attempts. Returns the ids still held; an attempt
-/// missing from the result has lost its job (cancelled, rescued) and should stop.
-pub async fn job_renew_leases<'e>(
-    db: impl PgExecutor<'e>,
-    attempts: &[(JobId, i32)],
+/// What a lease renewal found.
+#[derive(Debug, Default, PartialEq)]
+pub struct LeaseRenewal {
+    /// Claims whose lease was extended.
+    pub renewed: Vec<JobId>,
+    /// Claims that still hold their jobs but whose rows another transaction has locked (an
+    /// operator's, a handler's own): renewed next time.
+    pub locked: Vec<JobId>,
+}
+
+impl LeaseRenewal {
+    /// Whether the claim of `id` still holds its job.
+    pub fn holds(&self, id: JobId) -> bool {
+        self.renewed.contains(&id) || self.locked.contains(&id)
+    }
+}
+
+/// Extends the leases of these claims. A claim in neither list of the result has lost its job
+/// (cancelled, rescued, claimed again) and its attempt should stop.
+///
+/// Locked rows are skipped, not waited for: one row held by a long transaction must not stall the
+/// renewal of every other lease of the node. Skipped claims are then looked up without a lock, to
+/// tell "still ours, but busy" from "lost".
+pub async fn job_renew_leases(
+    conn: &mut sqlx::PgConnection,
+    claims: &[Claim],
     lease: Duration,
-) -> Result<Vec<JobId>, sqlx::Error> {
-    let (ids, nums) = split_attempts(attempts);
-    sqlx::query_scalar(
-        "UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $3)
-         FROM unnest($1::bigint[], $2::int[]) AS held(id, attempt)
-         WHERE jobs.id = held.id AND jobs.attempt = held.attempt AND jobs.state = 'executing'
+) -> Result<LeaseRenewal, sqlx::Error> {
+    let (ids, tokens) = split_claims(claims);
+    let renewed: Vec<JobId> = sqlx::query_scalar(
+        "WITH held AS (
+             SELECT jobs.id FROM jobs
+             JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token)
+               ON jobs.id = h.id AND jobs.claim_token = h.token
+             WHERE jobs.state = 'executing'
+             ORDER BY jobs.id
+             FOR UPDATE OF jobs SKIP LOCKED)
+         UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $3)
+         FROM held WHERE jobs.id = held.id
          RETURNING jobs.id",
     )
     .bind(&ids)
-    .bind(&nums)
+    .bind(&tokens)
     .bind(secs(lease))
-    .fetch_all(db)
-    .await
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut renewal = LeaseRenewal {
+        renewed,
+        locked: Vec::new(),
+    };
+    if renewal.renewed.len() < claims.len() {
+        let rest: Vec<Claim> = claims
+            .iter()
+            .filter(|c| !renewal.renewed.contains(&c.id))
+            .copied()
+            .collect();
+        let (ids, tokens) = split_claims(&rest);
+        renewal.locked = sqlx::query_scalar(
+            "SELECT jobs.id FROM jobs
+             JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token)
+               ON jobs.id = h.id AND jobs.claim_token = h.token
+             WHERE jobs.state = 'executing'",
+        )
+        .bind(&ids)
+        .bind(&tokens)
+        .fetch_all(&mut *conn)
+        .await?;
+    }
+    Ok(renewal)
 }
 
 /// Takes back executing jobs whose lease expired before `now` (their node died or was cut off):
@@ -405,19 +474,24 @@ pub async fn job_rescue_expired<'e>(
     .await
 }
 
-/// Deletes up to `limit` final jobs finalized before `before`. Returns how many were deleted.
+/// Deletes up to `limit` final jobs finalized more than `retention` before `now` (the database
+/// clock when `None`). Returns how many were deleted.
 pub async fn job_prune_finalized<'e>(
     db: impl PgExecutor<'e>,
-    before: DateTime<Utc>,
+    now: Option<DateTime<Utc>>,
+    retention: Duration,
     limit: i64,
 ) -> Result<u64, sqlx::Error> {
     let r = sqlx::query(
         // The outer condition is checked again on the row as it is when deleted: a job rerun
         // meanwhile is no longer final and stays.
-        "DELETE FROM jobs WHERE finalized_at < $1 AND id IN (
-             SELECT id FROM jobs WHERE finalized_at < $1 ORDER BY finalized_at LIMIT $2)",
+        "WITH cutoff AS (SELECT coalesce($1, now()) - make_interval(secs => $2) AS at)
+         DELETE FROM jobs USING cutoff WHERE finalized_at < cutoff.at AND id IN (
+             SELECT id FROM jobs, cutoff WHERE finalized_at < cutoff.at
+             ORDER BY finalized_at LIMIT $3)",
     )
-    .bind(before)
+    .bind(now)
+    .bind(secs(retention))
     .bind(limit)
     .execute(db)
     .await?;
@@ -455,7 +529,8 @@ pub async fn job_cancel_many<'e>(
 /// Runs a final or retryable job again, now (retry / rerun). It gets at least one more attempt.
 pub async fn job_retry<'e>(db: impl PgExecutor<'e>, id: JobId) -> Result<Option<Job>, sqlx::Error> {
     sqlx::query_as(
-        "UPDATE jobs SET state = 'available', scheduled_at = now(), finalized_at = NULL,
+        "UPDATE jobs SET state = 'available', scheduled_at = statement_timestamp(),
+                finalized_at = NULL,
                 max_attempts = least(greatest(max_attempts, attempt + 1), 1000)
          WHERE id = $1 AND state IN ('retryable', 'completed', 'discarded', 'cancelled')
          RETURNING *",
@@ -471,7 +546,7 @@ pub async fn job_run_now<'e>(
     id: JobId,
 ) -> Result<Option<Job>, sqlx::Error> {
     sqlx::query_as(
-        "UPDATE jobs SET state = 'available', scheduled_at = now()
+        "UPDATE jobs SET state = 'available', scheduled_at = statement_timestamp()
          WHERE id = $1 AND state IN ('scheduled', 'retryable', 'available')
          RETURNING *",
     )
@@ -488,7 +563,7 @@ pub async fn job_reschedule<'e>(
 ) -> Result<Option<Job>, sqlx::Error> {
     sqlx::query_as(
         "UPDATE jobs SET scheduled_at = $2,
-                state = CASE WHEN $2 <= now() THEN 'available'::job_state
+                state = CASE WHEN $2 <= statement_timestamp() THEN 'available'::job_state
                              ELSE 'scheduled'::job_state END
          WHERE id = $1 AND state IN ('scheduled', 'retryable', 'available')
          RETURNING *",
@@ -728,7 +803,8 @@ pub async fn job_retry_matching<'e>(
     qb.push_bind(ids.clone()).push(
         ") AND unique_key IS NOT NULL AND finalized_at IS NOT NULL
              ORDER BY unique_key, id DESC)
-         UPDATE jobs SET state = 'available', scheduled_at = now(), finalized_at = NULL,
+         UPDATE jobs SET state = 'available', scheduled_at = statement_timestamp(),
+                finalized_at = NULL,
                 max_attempts = least(greatest(max_attempts, attempt + 1), 1000)
          WHERE state IN ('retryable', 'completed', 'discarded', 'cancelled')
            AND (unique_key IS NULL OR finalized_at IS NULL
@@ -751,7 +827,7 @@ pub async fn job_run_now_matching<'e>(
     filter: &JobFilter,
 ) -> Result<u64, sqlx::Error> {
     let mut qb = QueryBuilder::new(
-        "UPDATE jobs SET state = 'available', scheduled_at = now()
+        "UPDATE jobs SET state = 'available', scheduled_at = statement_timestamp()
          WHERE state IN ('scheduled', 'retryable', 'available') AND id = ANY(",
     );
     qb.push_bind(ids_param(ids)).push(")");

@@ -1,8 +1,10 @@
 //! All of the engine's SQL, one module per table. Callers (client, services, HTTP) call these
 //! functions and never hold SQL themselves. Functions are named table first, then verb.
 
+pub mod errors;
 pub mod jobs;
 pub mod leader;
 pub mod nodes;
+pub mod periodic;
 pub mod queues;
 pub mod stats;

@@ -33,6 +33,17 @@ pub async fn queue_list<'e>(db: impl PgExecutor<'e>) -> Result<Vec<QueueRow>, sq
         .await
 }
 
+/// The rows of these queues (queues without a row have none).
+pub async fn queue_list_named<'e>(
+    db: impl PgExecutor<'e>,
+    names: &[String],
+) -> Result<Vec<QueueRow>, sqlx::Error> {
+    sqlx::query_as("SELECT * FROM queues WHERE name = ANY($1) ORDER BY name")
+        .bind(names)
+        .fetch_all(db)
+        .await
+}
+
 pub async fn queue_get<'e>(
     db: impl PgExecutor<'e>,
     name: &str,

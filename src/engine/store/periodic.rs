@@ -1,0 +1,40 @@
+//! SQL of the `periodic_runs` table: the latest run inserted for each periodic job.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+
+/// Records `at` as the latest run of `name`, if it is later than the one recorded and still in
+/// the future by the database clock. Returns whether it was recorded: only then may the caller
+/// insert the run, in the same transaction.
+///
+/// Two leaders recording the same run at once: the second waits on the first's row lock, then
+/// finds the run recorded and gets false. A leader that stalled past `at` gets false as well.
+pub async fn periodic_run_record<'e>(
+    db: impl PgExecutor<'e>,
+    name: &str,
+    at: DateTime<Utc>,
+) -> Result<bool, sqlx::Error> {
+    let recorded: Option<bool> = sqlx::query_scalar(
+        "INSERT INTO periodic_runs (name, last_at)
+         SELECT $1, $2 WHERE $2 > statement_timestamp()
+         ON CONFLICT (name) DO UPDATE SET last_at = excluded.last_at
+             WHERE periodic_runs.last_at < excluded.last_at
+         RETURNING true",
+    )
+    .bind(name)
+    .bind(at)
+    .fetch_optional(db)
+    .await?;
+    Ok(recorded.unwrap_or(false))
+}
+
+/// The latest run recorded for `name`.
+pub async fn periodic_run_last<'e>(
+    db: impl PgExecutor<'e>,
+    name: &str,
+) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+    sqlx::query_scalar("SELECT last_at FROM periodic_runs WHERE name = $1")
+        .bind(name)
+        .fetch_optional(db)
+        .await
+}

@@ -1,0 +1,909 @@
+//! The engine's rare paths, provoked on purpose instead of hoped for under load: slots that free one
+//! at a time, a claim lost in a crash (the row rewound), transient errors raised once by a trigger,
+//! a notification lost while the listener reconnects (a proxy holds the reconnect), handlers that
+//! hold every pooled connection or lock a job row, a leader that stalls or changes.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::json;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+use tokio::sync::{mpsc, Notify};
+
+use common::proxy::{Arrival, Proxy};
+use common::{state_of, test_db, wait_for, TestDb};
+use kickoff::engine::maintenance::periodic::{PeriodicEnqueuer, PeriodicJob};
+use kickoff::engine::maintenance::rescuer::{JobRescuer, RescuerConfig};
+use kickoff::engine::store::jobs as job_store;
+use kickoff::engine::{
+    BoxFuture, Client, Engine, EngineConfig, JobContext, JobId, JobState, NewJob, WorkError,
+    Worker, Workers,
+};
+
+// ---- the worker these tests drive -------------------------------------------------------------
+
+/// Lets held attempts finish when the test says so.
+#[derive(Default)]
+struct Gates {
+    open: Mutex<HashSet<JobId>>,
+    all: AtomicBool,
+    changed: Notify,
+}
+
+impl Gates {
+    fn release(&self, id: JobId) {
+        self.open.lock().unwrap().insert(id);
+        self.changed.notify_waiters();
+    }
+
+    fn release_all(&self) {
+        self.all.store(true, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
+    async fn wait(&self, id: JobId) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.all.load(Ordering::SeqCst) || self.open.lock().unwrap().contains(&id) {
+                return;
+            }
+            changed.await;
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Event {
+    Started {
+        id: JobId,
+        attempt: i32,
+    },
+    /// What the handler returned (after `complete_with` for the modes that use it).
+    Finished {
+        id: JobId,
+        attempt: i32,
+        result: Result<(), WorkError>,
+    },
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Args {
+    /// quick | hold | hold_tx | hold_effect | fail | snooze_then_fail
+    mode: String,
+    /// snooze_then_fail: how many snoozes before the failure.
+    times: usize,
+}
+
+struct Gated {
+    gates: Arc<Gates>,
+    events: mpsc::UnboundedSender<Event>,
+    /// Attempts seen by snooze_then_fail.
+    runs: Arc<AtomicUsize>,
+}
+
+impl Worker for Gated {
+    fn kind(&self) -> &'static str {
+        "gated"
+    }
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(120)
+    }
+    fn backoff(&self, _attempt: i32) -> Duration {
+        Duration::from_millis(50)
+    }
+    fn work(&self, ctx: JobContext) -> BoxFuture<'_, Result<(), WorkError>> {
+        let (id, attempt) = (ctx.job.id, ctx.job.attempt);
+        let _ = self.events.send(Event::Started { id, attempt });
+        Box::pin(async move {
+            let args: Args = ctx.args()?;
+            let result = match args.mode.as_str() {
+                "hold" => {
+                    tokio::select! {
+                        _ = self.gates.wait(id) => Ok(()),
+                        _ = ctx.cancelled().cancelled() => Err(WorkError::Retryable("stopped".into())),
+                    }
+                }
+                // Holds a pooled connection (an open transaction) for as long as it runs.
+                "hold_tx" => {
+                    let mut tx = ctx.begin().await?;
+                    sqlx::query("INSERT INTO effects (job_id) VALUES ($1)")
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                    self.gates.wait(id).await;
+                    ctx.complete_with(tx).await
+                }
+                // Waits, then commits an effect with the completion.
+                "hold_effect" => {
+                    tokio::select! {
+                        _ = self.gates.wait(id) => {
+                            let mut tx = ctx.begin().await?;
+                            sqlx::query("INSERT INTO effects (job_id) VALUES ($1)")
+                                .bind(id)
+                                .execute(&mut *tx)
+                                .await?;
+                            ctx.complete_with(tx).await
+                        }
+                        _ = ctx.cancelled().cancelled() => Err(WorkError::Retryable("stopped".into())),
+                    }
+                }
+                "fail" => Err(WorkError::Retryable("failed on purpose".into())),
+                "snooze_then_fail" => {
+                    let run = self.runs.fetch_add(1, Ordering::SeqCst);
+                    if run < args.times {
+                        Err(WorkError::Snooze(Duration::ZERO))
+                    } else if run == args.times {
+                        Err(WorkError::Retryable("the first real failure".into()))
+                    } else {
+                        Ok(())
+                    }
+                }
+                _ => Ok(()),
+            };
+            let _ = self.events.send(Event::Finished {
+                id,
+                attempt,
+                result: result.clone(),
+            });
+            result
+        })
+    }
+}
+
+struct Harness {
+    gates: Arc<Gates>,
+    events: mpsc::UnboundedReceiver<Event>,
+    runs: Arc<AtomicUsize>,
+}
+
+fn gated_workers() -> (Workers, Harness) {
+    let gates = Arc::new(Gates::default());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut w = Workers::new();
+    w.register(Gated {
+        gates: gates.clone(),
+        events: tx,
+        runs: runs.clone(),
+    });
+    (
+        w,
+        Harness {
+            gates,
+            events: rx,
+            runs,
+        },
+    )
+}
+
+impl Harness {
+    /// The next event, within 15 s.
+    async fn next(&mut self) -> Event {
+        tokio::time::timeout(Duration::from_secs(15), self.events.recv())
+            .await
+            .expect("an event within 15 s")
+            .expect("channel open")
+    }
+
+    /// Waits for the start of `id` (other events are dropped), within `timeout`.
+    async fn started(&mut self, id: JobId, timeout: Duration) -> Option<i32> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            match tokio::time::timeout_at(deadline, self.events.recv()).await {
+                Ok(Some(Event::Started { id: i, attempt })) if i == id => return Some(attempt),
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => return None,
+            }
+        }
+    }
+
+    /// Waits until every id in `ids` started once.
+    async fn all_started(&mut self, ids: &[JobId]) {
+        let mut waiting: HashSet<JobId> = ids.iter().copied().collect();
+        while !waiting.is_empty() {
+            if let Event::Started { id, .. } = self.next().await {
+                waiting.remove(&id);
+            }
+        }
+    }
+
+    /// Waits for `id`'s handler to return.
+    async fn finished(&mut self, id: JobId) -> (i32, Result<(), WorkError>) {
+        loop {
+            if let Event::Finished {
+                id: i,
+                attempt,
+                result,
+            } = self.next().await
+            {
+                if i == id {
+                    return (attempt, result);
+                }
+            }
+        }
+    }
+}
+
+fn gated(mode: &str) -> NewJob {
+    NewJob::new("gated", json!({ "mode": mode }))
+}
+
+fn config(concurrency: usize) -> EngineConfig {
+    EngineConfig {
+        queues: vec![("default".into(), concurrency)],
+        lease: Duration::from_secs(2),
+        heartbeat: Duration::from_millis(300),
+        shutdown_grace: Duration::from_secs(2),
+        ..EngineConfig::default()
+    }
+}
+
+async fn effects_table(pool: &PgPool) {
+    sqlx::query("CREATE TABLE effects (job_id bigint NOT NULL)")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+async fn effects_of(pool: &PgPool, id: JobId) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM effects WHERE job_id = $1")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// A pool of `size` connections to the test database, as an engine of its own would have.
+async fn pool_of(db: &TestDb, size: u32) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(size)
+        .connect(&db.url)
+        .await
+        .unwrap()
+}
+
+/// Puts a claimed job back as it was before its claim, as if the claim's commit (made with
+/// `synchronous_commit = off`) had been lost in a database crash while its handler already ran.
+async fn rewind_claim(conn: &mut sqlx::PgConnection, id: JobId) {
+    let n = sqlx::query(
+        "UPDATE jobs SET state = 'available', attempt = attempt - 1, attempted_at = NULL,
+                attempted_by = NULL, lease_expires_at = NULL
+         WHERE id = $1 AND state = 'executing'",
+    )
+    .bind(id)
+    .execute(conn)
+    .await
+    .unwrap()
+    .rows_affected();
+    assert_eq!(n, 1, "the job was executing");
+}
+
+// ---- 4. free slots take due jobs ---------------------------------------------------------------
+
+#[tokio::test]
+async fn a_slot_freed_while_long_jobs_run_takes_the_next_due_job() {
+    let db = test_db().await;
+    let (workers, mut h) = gated_workers();
+    let engine = Engine::start(db.pool.clone(), workers, config(4))
+        .await
+        .unwrap();
+    let client = engine.client();
+    // Four jobs due at the same instant fill the four slots: three long ones and a quick one.
+    let at = Utc::now() + chrono::Duration::milliseconds(300);
+    let mut batch: Vec<NewJob> = (0..3).map(|_| gated("hold").at(at)).collect();
+    batch.push(gated("quick").at(at));
+    client.insert_many(&batch).await.unwrap();
+    let mut quick_done = false;
+    let mut started = 0;
+    while started < 4 || !quick_done {
+        match h.next().await {
+            Event::Started { .. } => started += 1,
+            Event::Finished { .. } => quick_done = true,
+        }
+    }
+    // One slot is free now, the other three stay busy: a new job must take the free one.
+    let next = client.insert(&gated("quick")).await.unwrap().job;
+    let attempt = h.started(next.id, Duration::from_secs(5)).await;
+    h.gates.release_all();
+    assert_eq!(
+        attempt,
+        Some(1),
+        "a due job waited while a slot was free and long jobs ran"
+    );
+    engine.stop().await;
+}
+
+#[tokio::test]
+async fn the_claim_batch_cap_does_not_strand_due_jobs_behind_long_ones() {
+    let db = test_db().await;
+    let (workers, mut h) = gated_workers();
+    let engine = Engine::start(
+        db.pool.clone(),
+        workers,
+        EngineConfig {
+            claim_batch: 200,
+            ..config(500)
+        },
+    )
+    .await
+    .unwrap();
+    let client = engine.client();
+    let batch: Vec<NewJob> = (0..201).map(|_| gated("hold")).collect();
+    client.insert_many(&batch).await.unwrap();
+    let mut started = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while started < 201 {
+        match tokio::time::timeout_at(deadline, h.events.recv()).await {
+            Ok(Some(Event::Started { .. })) => started += 1,
+            Ok(Some(_)) => {}
+            _ => break,
+        }
+    }
+    h.gates.release_all();
+    assert_eq!(
+        started, 201,
+        "201 due jobs and 500 slots: every job starts, not just the first claim batch"
+    );
+    engine.stop().await;
+}
+
+// ---- 5. queue settings without their notification ----------------------------------------------
+
+#[tokio::test]
+async fn queue_settings_reach_a_node_that_missed_their_notification() {
+    let db = test_db().await;
+    let (workers, mut h) = gated_workers();
+    let engine = Engine::start(db.pool.clone(), workers, config(4))
+        .await
+        .unwrap();
+    let client = engine.client();
+    // Paused with no notification (one lost while the listener reconnected, or plain SQL).
+    sqlx::query("UPDATE queues SET paused = true WHERE name = 'default'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // The backstop poll (1 s) must have picked it up after a few of its periods.
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    let held = client.insert(&gated("quick")).await.unwrap().job;
+    assert_eq!(
+        h.started(held.id, Duration::from_millis(2500)).await,
+        None,
+        "the node never learnt that the queue was paused"
+    );
+    assert_eq!(state_of(&db.pool, held.id).await, JobState::Available);
+    sqlx::query("UPDATE queues SET paused = false WHERE name = 'default'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(h.started(held.id, Duration::from_secs(5)).await, Some(1));
+    engine.stop().await;
+}
+
+// ---- 6. the attempt fence survives a lost claim ------------------------------------------------
+
+#[tokio::test]
+async fn a_claim_lost_in_a_crash_leaves_the_first_attempt_fenced_off() {
+    let db = test_db().await;
+    effects_table(&db.pool).await;
+    let (workers, mut h) = gated_workers();
+    // A slow heartbeat: the first attempt finishes before its node renews (or misses) a lease.
+    let engine = Engine::start(
+        db.pool.clone(),
+        workers,
+        EngineConfig {
+            lease: Duration::from_secs(20),
+            heartbeat: Duration::from_secs(5),
+            ..config(1)
+        },
+    )
+    .await
+    .unwrap();
+    let job = engine
+        .client()
+        .insert(&gated("hold_effect"))
+        .await
+        .unwrap()
+        .job;
+    assert_eq!(h.started(job.id, Duration::from_secs(5)).await, Some(1));
+    // The claim is lost while its handler runs on, and another node claims the job again at
+    // once: the same attempt number, 1, is issued a second time.
+    let mut tx = db.pool.begin().await.unwrap();
+    rewind_claim(&mut tx, job.id).await;
+    let second = job_store::job_claim(&mut *tx, "default", 1, "node-b", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .remove(0);
+    tx.commit().await.unwrap();
+    assert_eq!((second.id, second.attempt), (job.id, 1));
+    // The first attempt finishes: it must neither complete the second one's claim nor commit its
+    // effect.
+    h.gates.release(job.id);
+    let (_, first) = h.finished(job.id).await;
+    assert_ne!(
+        first,
+        Ok(()),
+        "the first attempt completed the job the second one holds"
+    );
+    let row = engine.client().get(job.id).await.unwrap();
+    assert_eq!(row.state, JobState::Executing);
+    assert_eq!(row.attempted_by.as_deref(), Some("node-b"));
+    assert_eq!(effects_of(&db.pool, job.id).await, 0);
+    engine.stop().await;
+    // Its node stopped without touching the second claim either.
+    let row = engine_free_client(&db.pool).get(job.id).await.unwrap();
+    assert_eq!(row.state, JobState::Executing);
+    assert_eq!(row.attempted_by.as_deref(), Some("node-b"));
+}
+
+#[tokio::test]
+async fn a_reclaimed_job_on_the_same_node_stays_registered_and_cancellable() {
+    let db = test_db().await;
+    let (workers, mut h) = gated_workers();
+    let engine = Engine::start(
+        db.pool.clone(),
+        workers,
+        EngineConfig {
+            lease: Duration::from_secs(20),
+            heartbeat: Duration::from_secs(5),
+            ..config(2)
+        },
+    )
+    .await
+    .unwrap();
+    let client = engine.client();
+    let job = client.insert(&gated("hold")).await.unwrap().job;
+    assert_eq!(h.started(job.id, Duration::from_secs(5)).await, Some(1));
+    let mut conn = db.pool.acquire().await.unwrap();
+    rewind_claim(&mut conn, job.id).await;
+    // The same node claims it again (it has a free slot); the older attempt is stopped.
+    assert_eq!(h.started(job.id, Duration::from_secs(5)).await, Some(1));
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(
+        state_of(&db.pool, job.id).await,
+        JobState::Executing,
+        "the older attempt's failure was written over the newer attempt's claim"
+    );
+    while h.events.try_recv().is_ok() {}
+    // The newer attempt is still registered: a cancel stops it.
+    client.cancel(job.id).await.unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(5), h.finished(job.id)).await;
+    h.gates.release_all();
+    assert!(
+        stopped.is_ok(),
+        "the cancel did not stop the newer attempt: its registration was removed"
+    );
+    assert_eq!(state_of(&db.pool, job.id).await, JobState::Cancelled);
+    engine.stop().await;
+}
+
+// ---- 7. transient errors on outcomes -----------------------------------------------------------
+
+/// Makes every update of a job into `state` fail with each of `codes` once, in order (a sequence
+/// counts the calls: it is not rolled back with the failed statement).
+async fn fail_updates_once(pool: &PgPool, state: &str, codes: &[&str]) {
+    sqlx::query("CREATE SEQUENCE fail_calls")
+        .execute(pool)
+        .await
+        .unwrap();
+    let cases: String = codes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            format!(
+                "WHEN {} THEN RAISE EXCEPTION 'injected {c}' USING ERRCODE = '{c}';",
+                i + 1
+            )
+        })
+        .collect();
+    sqlx::query(&format!(
+        "CREATE FUNCTION fail_once() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.state = '{state}' AND OLD.state = 'executing' THEN
+                 CASE nextval('fail_calls') {cases} ELSE NULL; END CASE;
+             END IF;
+             RETURN NEW;
+         END $$"
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "CREATE TRIGGER fail_once BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION fail_once()",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+const TRANSIENT: [&str; 5] = ["40001", "40P01", "57P01", "25006", "57014"];
+
+#[tokio::test]
+async fn a_completion_refused_by_transient_errors_is_retried_not_lost() {
+    let db = test_db().await;
+    fail_updates_once(&db.pool, "completed", &TRANSIENT).await;
+    let (workers, mut h) = gated_workers();
+    let engine = Engine::start(db.pool.clone(), workers, config(2))
+        .await
+        .unwrap();
+    // Its last attempt: if the success were dropped, the rescuer would discard it.
+    let job = engine
+        .client()
+        .insert(&gated("quick").with_max_attempts(1))
+        .await
+        .unwrap()
+        .job;
+    h.started(job.id, Duration::from_secs(5)).await;
+    wait_for("the job to be final", Duration::from_secs(20), || async {
+        state_of(&db.pool, job.id).await.is_final()
+    })
+    .await;
+    assert_eq!(state_of(&db.pool, job.id).await, JobState::Completed);
+    let row = engine.client().get(job.id).await.unwrap();
+    assert_eq!(row.attempt, 1, "it ran once");
+    assert!(row.errors.is_empty(), "no rescue: {:?}", row.errors);
+    engine.stop().await;
+}
+
+#[tokio::test]
+async fn a_failure_refused_by_a_transient_error_is_recorded_as_the_handler_said() {
+    let db = test_db().await;
+    fail_updates_once(&db.pool, "retryable", &["40P01", "57P01"]).await;
+    let (workers, mut h) = gated_workers();
+    let engine = Engine::start(db.pool.clone(), workers, config(2))
+        .await
+        .unwrap();
+    let job = engine
+        .client()
+        .insert(&gated("fail").with_max_attempts(5))
+        .await
+        .unwrap()
+        .job;
+    h.started(job.id, Duration::from_secs(5)).await;
+    wait_for(
+        "the first error to be recorded",
+        Duration::from_secs(20),
+        || async { !engine.client().get(job.id).await.unwrap().errors.is_empty() },
+    )
+    .await;
+    let row = engine.client().get(job.id).await.unwrap();
+    assert_eq!(row.errors[0].message, "failed on purpose", "not a rescue");
+    engine.stop().await;
+}
+
+// ---- 8. periodic jobs across leaders -----------------------------------------------------------
+
+fn periodic(name: &str, every: Duration, kind: &str) -> PeriodicJob {
+    PeriodicJob {
+        name: name.into(),
+        every,
+        job: NewJob::new(kind, json!({ "mode": "quick" })),
+    }
+}
+
+/// The run instants (ms) of a periodic entry's jobs, from their unique keys, each with its count.
+async fn periodic_runs(pool: &PgPool, name: &str) -> Vec<(i64, i64)> {
+    sqlx::query_as(
+        "SELECT split_part(unique_key, ':', 3)::bigint AS at, count(*) FROM jobs
+         WHERE unique_key LIKE 'periodic:' || $1 || ':%' GROUP BY 1 ORDER BY 1",
+    )
+    .bind(name)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// A client that runs nothing.
+fn engine_free_client(pool: &PgPool) -> Client {
+    Client::new(pool.clone(), Arc::new(Workers::new()))
+}
+
+fn client_of(pool: &PgPool) -> Client {
+    let (workers, _h) = gated_workers();
+    Client::new(pool.clone(), Arc::new(workers))
+}
+
+#[tokio::test]
+async fn a_stalled_leader_does_not_insert_a_run_that_already_happened() {
+    let db = test_db().await;
+    let entry = periodic("tick", Duration::from_secs(1), "gated");
+    let leader_b = PeriodicEnqueuer::new(client_of(&db.pool), vec![entry.clone()]);
+    let stalled_a = PeriodicEnqueuer::new(client_of(&db.pool), vec![entry.clone()]);
+    // Leader A read the clock just before run T, then stalled. Meanwhile B inserted T, and T ran.
+    let a_read_clock_at = job_store::db_now(&db.pool).await.unwrap();
+    let t = entry.next_run(a_read_clock_at);
+    leader_b.run_once(Some(a_read_clock_at)).await.unwrap();
+    let key = format!("periodic:tick:{}", t.timestamp_millis());
+    wait_for("run T to be due", Duration::from_secs(3), || async {
+        job_store::db_now(&db.pool).await.unwrap() > t
+    })
+    .await;
+    sqlx::query("UPDATE jobs SET state = 'completed', finalized_at = now() WHERE unique_key = $1")
+        .bind(&key)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // A wakes up and inserts what it computed before the stall.
+    let _ = stalled_a.run_once(Some(a_read_clock_at)).await;
+    let runs_of_t: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE unique_key = $1")
+        .bind(&key)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        runs_of_t, 1,
+        "run T was inserted a second time after it completed"
+    );
+}
+
+#[tokio::test]
+async fn runs_of_a_short_interval_survive_a_leader_change() {
+    let db = test_db().await;
+    let entry = periodic("often", Duration::from_secs(1), "gated");
+    let start = job_store::db_now(&db.pool).await.unwrap();
+    PeriodicEnqueuer::new(client_of(&db.pool), vec![entry.clone()])
+        .run_once(None)
+        .await
+        .unwrap();
+    // The leader dies; another node takes over when the leader lease (5 s) has expired.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    PeriodicEnqueuer::new(client_of(&db.pool), vec![entry.clone()])
+        .run_once(None)
+        .await
+        .unwrap();
+    let now = job_store::db_now(&db.pool).await.unwrap();
+    let runs = periodic_runs(&db.pool, "often").await;
+    let want: Vec<i64> = (1..)
+        .map(|k| entry.next_run(start).timestamp_millis() + (k - 1) * 1000)
+        .take_while(|ms| *ms <= now.timestamp_millis() + 1000)
+        .collect();
+    let have: Vec<i64> = runs.iter().map(|(at, _)| *at).collect();
+    for at in &want {
+        assert!(
+            have.contains(at),
+            "the run at {at} was lost in the leader change (runs: {have:?})"
+        );
+    }
+    assert!(runs.iter().all(|(_, n)| *n == 1), "a run twice: {runs:?}");
+}
+
+#[tokio::test]
+async fn one_periodic_entry_that_fails_to_insert_does_not_stop_the_others() {
+    let db = test_db().await;
+    let broken = periodic("broken", Duration::from_secs(60), "no-such-kind");
+    let fine = periodic("fine", Duration::from_secs(60), "gated");
+    let _ = PeriodicEnqueuer::new(client_of(&db.pool), vec![broken, fine])
+        .run_once(None)
+        .await;
+    assert_eq!(
+        periodic_runs(&db.pool, "fine").await.len(),
+        1,
+        "the entry after a broken one was not inserted"
+    );
+}
+
+// ---- 9. the engine's own connections and leases ------------------------------------------------
+
+#[tokio::test]
+async fn handlers_holding_every_pooled_connection_keep_their_leases() {
+    let db = test_db().await;
+    effects_table(&db.pool).await;
+    let engine_pool = pool_of(&db, 4).await;
+    let (workers, mut h) = gated_workers();
+    let engine = Engine::start(
+        engine_pool,
+        workers,
+        EngineConfig {
+            lease: Duration::from_secs(1),
+            heartbeat: Duration::from_millis(200),
+            ..config(4)
+        },
+    )
+    .await
+    .unwrap();
+    let client = engine_free_client(&db.pool);
+    let batch: Vec<NewJob> = (0..4).map(|_| gated("hold_tx")).collect();
+    job_store::job_insert_many(&db.pool, &batch).await.unwrap();
+    let ids: Vec<JobId> = client
+        .list(&Default::default(), None, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| j.id)
+        .collect();
+    h.all_started(&ids).await;
+    // Every connection of the pool is inside a handler's transaction for three leases.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rescued = JobRescuer::new(db.pool.clone(), RescuerConfig::default())
+        .run_once(None)
+        .await
+        .unwrap();
+    h.gates.release_all();
+    assert!(
+        rescued.retryable.is_empty() && rescued.discarded.is_empty(),
+        "busy handlers lost their leases: {rescued:?}"
+    );
+    for id in &ids {
+        wait_for("completion", Duration::from_secs(10), || async {
+            state_of(&db.pool, *id).await == JobState::Completed
+        })
+        .await;
+        assert_eq!(effects_of(&db.pool, *id).await, 1);
+    }
+    engine.stop().await;
+}
+
+#[tokio::test]
+async fn one_locked_job_row_does_not_stall_the_other_leases() {
+    let db = test_db().await;
+    let (workers, mut h) = gated_workers();
+    let engine = Engine::start(
+        db.pool.clone(),
+        workers,
+        EngineConfig {
+            lease: Duration::from_secs(1),
+            heartbeat: Duration::from_millis(200),
+            ..config(2)
+        },
+    )
+    .await
+    .unwrap();
+    let client = engine.client();
+    let locked = client.insert(&gated("hold")).await.unwrap().job;
+    let other = client.insert(&gated("hold")).await.unwrap().job;
+    h.all_started(&[locked.id, other.id]).await;
+    // Someone holds the first job's row (an operator's open transaction, a handler's own).
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE")
+        .bind(locked.id)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let lease: DateTime<Utc> =
+        sqlx::query_scalar("SELECT lease_expires_at FROM jobs WHERE id = $1")
+            .bind(other.id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let now = job_store::db_now(&db.pool).await.unwrap();
+    tx.rollback().await.unwrap();
+    h.gates.release_all();
+    assert!(
+        lease > now,
+        "the other job's lease was not renewed while one row was locked ({lease} <= {now})"
+    );
+    engine.stop().await;
+}
+
+// ---- 10. smaller ones --------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_delay_counts_from_the_insert_not_from_its_transactions_start() {
+    let db = test_db().await;
+    let client = client_of(&db.pool);
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_sleep(1)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let before_insert: DateTime<Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    let job = client
+        .insert_with(&mut *tx, &gated("quick").after(Duration::from_millis(500)))
+        .await
+        .unwrap()
+        .job;
+    tx.commit().await.unwrap();
+    assert!(
+        job.scheduled_at >= before_insert + chrono::Duration::milliseconds(500),
+        "due at {} although inserted at {before_insert} with a 500 ms delay",
+        job.scheduled_at
+    );
+}
+
+#[tokio::test]
+async fn snoozes_never_use_up_a_jobs_attempts() {
+    let db = test_db().await;
+    let (workers, mut h) = gated_workers();
+    let engine = Engine::start(db.pool.clone(), workers, config(2))
+        .await
+        .unwrap();
+    // A thousand snoozes, then one failure of three allowed attempts: it must be retried.
+    let job = engine
+        .client()
+        .insert(
+            &NewJob::new(
+                "gated",
+                json!({ "mode": "snooze_then_fail", "times": 1000 }),
+            )
+            .with_max_attempts(3),
+        )
+        .await
+        .unwrap()
+        .job;
+    wait_for(
+        "the first real failure",
+        Duration::from_secs(60),
+        || async { h.runs.load(Ordering::SeqCst) > 1000 },
+    )
+    .await;
+    wait_for("the job to finish", Duration::from_secs(20), || async {
+        state_of(&db.pool, job.id).await.is_final()
+    })
+    .await;
+    while h.events.try_recv().is_ok() {}
+    let row = engine.client().get(job.id).await.unwrap();
+    assert_eq!(
+        row.state,
+        JobState::Completed,
+        "one failure discarded a job that had two attempts left: {:?}",
+        row.errors
+    );
+    assert_eq!(row.errors.len(), 1);
+    engine.stop().await;
+}
+
+#[tokio::test]
+async fn a_notification_sent_while_the_listener_reconnects_is_not_lost() {
+    let db = test_db().await;
+    let direct: PgConnectOptions = db.url.parse().unwrap();
+    let upstream = format!("{}:{}", direct.get_host(), direct.get_port())
+        .parse()
+        .unwrap();
+    let proxy = Proxy::start(upstream).await;
+    // One connection, which the listener holds: its reconnect has to open a new one.
+    let engine_pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(direct.clone().host("127.0.0.1").port(proxy.port))
+        .await
+        .unwrap();
+    let (workers, mut h) = gated_workers();
+    // No backstop poll within the test: only a notification, or the reconnect's own look at the
+    // table, can start the job.
+    let engine = Engine::start(
+        engine_pool,
+        workers,
+        EngineConfig {
+            backstop_poll: Duration::from_secs(60),
+            ..config(2)
+        },
+    )
+    .await
+    .unwrap();
+    // The listener's connection drops; its first reconnect fails, the second hangs.
+    proxy.script(&[Arrival::Close], Arrival::Hold);
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+         WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(n, 1, "one listener connection");
+    proxy.wait_for(1, 1, Duration::from_secs(10)).await;
+    // Inserted while nothing listens; then the reconnect goes through.
+    let job = client_of(&db.pool)
+        .insert(&gated("quick"))
+        .await
+        .unwrap()
+        .job;
+    proxy.release();
+    assert_eq!(
+        h.started(job.id, Duration::from_secs(10)).await,
+        Some(1),
+        "the job waited for the backstop poll: the nodes were woken before LISTEN was re-issued"
+    );
+    engine.stop().await;
+}
