@@ -3,10 +3,11 @@
 //!
 //! Invariants:
 //! - Each run is inserted at most once, whatever the leaders do: the run is recorded in
-//!   `periodic_runs` (only if it is later than the last one recorded and still in the future by
-//!   the database clock) in the same transaction that inserts its job. A leader that stalled
-//!   between reading the clock and inserting, or two leaders overlapping, insert nothing twice;
-//!   the unique key `periodic:<name>:<instant>` alone would not do, since it only covers live jobs.
+//!   `periodic_runs` (only if it is later than the last one recorded and not already past by the
+//!   database clock, give or take [`RUN_GRACE`]) in the same transaction that inserts its job. A
+//!   leader that stalled between reading the clock and inserting, or two leaders overlapping,
+//!   insert nothing twice; the unique key `periodic:<name>:<instant>` alone would not do, since it
+//!   only covers live jobs.
 //! - No run is lost to a leader change: every run due within the *horizon* (by default twice the
 //!   time a failover takes) is inserted ahead, so the runs of a short interval are already in the
 //!   table when the leader dies. Runs that fall in a time with no leader at all (every node down
@@ -29,6 +30,10 @@ pub const PERIODIC_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// Default horizon: runs due this soon are inserted ahead (the engine sets twice its failover
 /// time).
 pub const DEFAULT_HORIZON: Duration = Duration::from_secs(12);
+/// A run that came due at most this long ago is still inserted (it came due while its leader
+/// was computing it); an older one is left out: its leader stalled, and the run belongs to the
+/// leader that was there at the time.
+const RUN_GRACE: Duration = PERIODIC_CHECK_INTERVAL;
 /// The most runs of one entry inserted by one check.
 const MAX_RUNS_PER_CHECK: usize = 100;
 
@@ -135,7 +140,7 @@ impl PeriodicEnqueuer {
             }
             ahead = true;
             let mut tx = pool.begin().await?;
-            if periodic_store::periodic_run_record(&mut *tx, &p.name, at).await? {
+            if periodic_store::periodic_run_record(&mut *tx, &p.name, at, RUN_GRACE).await? {
                 let new = p.job.clone().at(at).with_unique_key(
                     format!("periodic:{}:{}", p.name, at.timestamp_millis()),
                     OnConflict::Keep,

@@ -1,28 +1,33 @@
 //! SQL of the `periodic_runs` table: the latest run inserted for each periodic job.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
-/// Records `at` as the latest run of `name`, if it is later than the one recorded and still in
-/// the future by the database clock. Returns whether it was recorded: only then may the caller
+/// Records `at` as the latest run of `name`, if it is later than the one recorded and not older
+/// than `grace` by the database clock. Returns whether it was recorded: only then may the caller
 /// insert the run, in the same transaction.
 ///
 /// Two leaders recording the same run at once: the second waits on the first's row lock, then
-/// finds the run recorded and gets false. A leader that stalled past `at` gets false as well.
+/// finds the run recorded and gets false. A leader that stalled past `at` (by more than `grace`,
+/// the time a run may take to come due while its leader computes it) gets false as well.
 pub async fn periodic_run_record<'e>(
     db: impl PgExecutor<'e>,
     name: &str,
     at: DateTime<Utc>,
+    grace: Duration,
 ) -> Result<bool, sqlx::Error> {
     let recorded: Option<bool> = sqlx::query_scalar(
         "INSERT INTO periodic_runs (name, last_at)
-         SELECT $1, $2 WHERE $2 > statement_timestamp()
+         SELECT $1, $2 WHERE $2 > statement_timestamp() - make_interval(secs => $3)
          ON CONFLICT (name) DO UPDATE SET last_at = excluded.last_at
              WHERE periodic_runs.last_at < excluded.last_at
          RETURNING true",
     )
     .bind(name)
     .bind(at)
+    .bind(grace.as_secs_f64())
     .fetch_optional(db)
     .await?;
     Ok(recorded.unwrap_or(false))
