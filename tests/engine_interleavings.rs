@@ -902,15 +902,14 @@ async fn a_notification_sent_while_the_listener_reconnects_is_not_lost() {
         .parse()
         .unwrap();
     let proxy = Proxy::start(upstream).await;
-    // One connection, which the listener holds: its reconnect has to open a new one.
     let engine_pool = PgPoolOptions::new()
-        .max_connections(1)
+        .max_connections(4)
         .connect_with(direct.clone().host("127.0.0.1").port(proxy.port))
         .await
         .unwrap();
     let (workers, mut h) = gated_workers();
-    // No backstop poll within the test: only a notification, or the reconnect's own look at the
-    // table, can start the job.
+    // No backstop poll within the test: only a notification, or the look at the table that
+    // follows a reconnect, can start the job.
     let engine = Engine::start(
         engine_pool,
         workers,
@@ -921,8 +920,9 @@ async fn a_notification_sent_while_the_listener_reconnects_is_not_lost() {
     )
     .await
     .unwrap();
-    // The listener's connection drops; its first reconnect fails, the second hangs.
-    proxy.script(&[Arrival::Close], Arrival::Hold);
+    // The listener's connection drops. Its first reconnect is cut off on its way (the LISTEN is
+    // lost with its connection); the second one's LISTEN is held on its way to the server.
+    proxy.script_listens(&[Arrival::Close, Arrival::Hold]);
     let n: i64 = sqlx::query_scalar(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
          WHERE datname = current_database() AND query LIKE 'LISTEN%'",
@@ -932,7 +932,7 @@ async fn a_notification_sent_while_the_listener_reconnects_is_not_lost() {
     .unwrap();
     assert_eq!(n, 1, "one listener connection");
     proxy.wait_for(1, 1, Duration::from_secs(10)).await;
-    // Inserted while nothing listens; then the reconnect goes through.
+    // Inserted while nothing listens; then the LISTEN goes through.
     let job = client_of(&db.pool)
         .insert(&gated("quick"))
         .await
@@ -942,7 +942,7 @@ async fn a_notification_sent_while_the_listener_reconnects_is_not_lost() {
     assert_eq!(
         h.started(job.id, Duration::from_secs(10)).await,
         Some(1),
-        "the job waited for the backstop poll: the nodes were woken before LISTEN was re-issued"
+        "the job waited for the backstop poll: the nodes were woken before LISTEN was in force"
     );
     engine.stop().await;
 }
