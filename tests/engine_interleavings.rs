@@ -685,6 +685,71 @@ async fn a_stalled_leader_does_not_insert_a_run_that_already_happened() {
 }
 
 #[tokio::test]
+async fn a_leader_that_stalled_inserts_no_run_already_past() {
+    let db = test_db().await;
+    let entry = periodic("late", Duration::from_secs(1), "gated");
+    // It read the clock five seconds ago, and nobody recorded a run since.
+    let now = job_store::db_now(&db.pool).await.unwrap();
+    let read_at = now - chrono::Duration::seconds(5);
+    PeriodicEnqueuer::new(client_of(&db.pool), vec![entry])
+        .run_once(Some(read_at))
+        .await
+        .unwrap();
+    let runs = periodic_runs(&db.pool, "late").await;
+    assert!(!runs.is_empty(), "the coming runs are inserted");
+    let past: Vec<i64> = runs
+        .iter()
+        .map(|(at, _)| *at)
+        .filter(|at| *at < (now - chrono::Duration::seconds(2)).timestamp_millis())
+        .collect();
+    assert!(past.is_empty(), "runs already past were inserted: {past:?}");
+}
+
+#[tokio::test]
+async fn a_changed_or_removed_periodic_entry_drops_the_runs_it_inserted_ahead() {
+    let db = test_db().await;
+    let hourly = periodic("report", Duration::from_secs(3600), "gated");
+    let other = periodic("other", Duration::from_secs(3600), "gated");
+    PeriodicEnqueuer::new(client_of(&db.pool), vec![hourly.clone(), other.clone()])
+        .run_once(None)
+        .await
+        .unwrap();
+    assert_eq!(periodic_runs(&db.pool, "report").await.len(), 1);
+    assert_eq!(periodic_runs(&db.pool, "other").await.len(), 1);
+    // The next leader runs "report" every second, and no longer has "other".
+    let every_second = PeriodicJob {
+        every: Duration::from_secs(1),
+        ..hourly
+    };
+    PeriodicEnqueuer::new(client_of(&db.pool), vec![every_second])
+        .run_once(None)
+        .await
+        .unwrap();
+    let scheduled = |prefix: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT split_part(unique_key, ':', 3)::bigint FROM jobs
+                 WHERE state = 'scheduled' AND unique_key LIKE $1 ORDER BY 1",
+            )
+            .bind(prefix)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let report = scheduled("periodic:report:%").await;
+    assert!(
+        report.len() > 1 && report.windows(2).all(|w| w[1] - w[0] == 1000),
+        "the hourly run was not replaced by runs every second: {report:?}"
+    );
+    assert!(
+        scheduled("periodic:other:%").await.is_empty(),
+        "a removed entry's run still waits to run"
+    );
+}
+
+#[tokio::test]
 async fn runs_of_a_short_interval_survive_a_leader_change() {
     let db = test_db().await;
     let entry = periodic("often", Duration::from_secs(1), "gated");
@@ -742,8 +807,8 @@ async fn handlers_holding_every_pooled_connection_keep_their_leases() {
         engine_pool,
         workers,
         EngineConfig {
-            lease: Duration::from_secs(1),
-            heartbeat: Duration::from_millis(200),
+            lease: Duration::from_secs(2),
+            heartbeat: Duration::from_millis(300),
             ..config(4)
         },
     )
@@ -760,8 +825,8 @@ async fn handlers_holding_every_pooled_connection_keep_their_leases() {
         .map(|j| j.id)
         .collect();
     h.all_started(&ids).await;
-    // Every connection of the pool is inside a handler's transaction for three leases.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Every connection of the pool is inside a handler's transaction for over two leases.
+    tokio::time::sleep(Duration::from_secs(5)).await;
     let rescued = JobRescuer::new(db.pool.clone(), RescuerConfig::default())
         .run_once(None)
         .await
@@ -789,8 +854,8 @@ async fn one_locked_job_row_does_not_stall_the_other_leases() {
         db.pool.clone(),
         workers,
         EngineConfig {
-            lease: Duration::from_secs(1),
-            heartbeat: Duration::from_millis(200),
+            lease: Duration::from_secs(2),
+            heartbeat: Duration::from_millis(300),
             ..config(2)
         },
     )
@@ -807,7 +872,8 @@ async fn one_locked_job_row_does_not_stall_the_other_leases() {
         .execute(&mut *tx)
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Held for over two leases.
+    tokio::time::sleep(Duration::from_secs(5)).await;
     let (state, lease): (JobState, Option<DateTime<Utc>>) =
         sqlx::query_as("SELECT state, lease_expires_at FROM jobs WHERE id = $1")
             .bind(other.id)
@@ -816,11 +882,26 @@ async fn one_locked_job_row_does_not_stall_the_other_leases() {
             .unwrap();
     let now = job_store::db_now(&db.pool).await.unwrap();
     tx.rollback().await.unwrap();
-    h.gates.release_all();
     assert!(
         state == JobState::Executing && lease.is_some_and(|l| l > now),
         "the other job's lease was not renewed while one row was locked: {state:?}, lease {lease:?}, now {now}"
     );
+    // And the locked one, once its lock is gone, is renewed rather than rescued: both complete
+    // after their single attempt.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    h.gates.release_all();
+    for id in [locked.id, other.id] {
+        wait_for("completion", Duration::from_secs(10), || async {
+            state_of(&db.pool, id).await == JobState::Completed
+        })
+        .await;
+        let row = client.get(id).await.unwrap();
+        assert!(
+            row.errors.is_empty() && row.attempt == 1,
+            "{:?}",
+            row.errors
+        );
+    }
     engine.stop().await;
 }
 

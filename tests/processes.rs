@@ -340,15 +340,21 @@ async fn migrate_stops_the_embedded_database_before_it_exits() {
     );
 }
 
-/// Debian's libfaketime (installed by scripts/bootstrap.sh): a process's wall clock, moved.
-const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+/// Debian's libfaketime (installed by scripts/bootstrap.sh), which moves a process's wall clock.
+fn faketime_lib() -> String {
+    std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|arch| arch.path().join("faketime/libfaketime.so.1"))
+        .find(|p| p.exists())
+        .map(|p| p.to_string_lossy().to_string())
+        .expect("libfaketime.so.1 not found under /usr/lib/*/faketime: run scripts/bootstrap.sh")
+}
 
 #[tokio::test]
 async fn a_node_whose_clock_runs_ahead_prunes_by_the_database_clock() {
-    assert!(
-        Path::new(FAKETIME_LIB).exists(),
-        "{FAKETIME_LIB} is missing: run scripts/bootstrap.sh (it installs libfaketime)"
-    );
+    let faketime = faketime_lib();
     let db = test_db().await;
     // Finished an hour ago (kept for a day) and three days ago (due for pruning), by the
     // database's clock.
@@ -366,7 +372,7 @@ async fn a_node_whose_clock_runs_ahead_prunes_by_the_database_clock() {
     let _server = Server::start(&[
         ("DATABASE_URL", db.url.clone()),
         ("KICKOFF_RETENTION_HOURS", "24".into()),
-        ("LD_PRELOAD", FAKETIME_LIB.into()),
+        ("LD_PRELOAD", faketime),
         ("FAKETIME", "+2d".into()),
         ("FAKETIME_DONT_FAKE_MONOTONIC", "1".into()),
     ]);

@@ -360,10 +360,12 @@ async fn run_on(
     Ok(report)
 }
 
-/// Terminates every database connection of one node (it must reconnect on its own).
+/// Terminates every database connection of one node (it must reconnect on its own): its pool's,
+/// and the engine's own (named `<app_name>-<role>`: bookkeeping, claims, listener).
 async fn cut_connections(pool: &PgPool, app_name: &str) {
     let _ = sqlx::query(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE application_name = $1 OR application_name LIKE $1 || '-%'",
     )
     .bind(app_name)
     .execute(pool)

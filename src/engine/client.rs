@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sqlx::{PgConnection, PgPool};
 
-use super::job::{Inserted, Job, JobId, JobState, NewJob, Schedule};
+use super::job::{Claim, Inserted, Job, JobId, JobState, NewJob, Schedule};
 use super::leadership::LEADER_NAME;
 use super::maintenance::count_folder::STATS_RETENTION;
 use super::store::jobs::{self as job_store, JobFilter};
@@ -302,9 +302,21 @@ impl Client {
     /// Cancels every listed job that has not finished. Returns how many were cancelled.
     pub async fn cancel_many(&self, ids: &[JobId]) -> Result<usize, ClientError> {
         let mut tx = self.pool.begin().await?;
-        let cancelled = job_store::job_cancel_many(&mut *tx, ids).await?;
-        notify_cancelled(&mut tx, &cancelled).await?;
+        let n = self.cancel_with(&mut tx, ids).await?;
         tx.commit().await?;
+        Ok(n)
+    }
+
+    /// Cancels the listed jobs that have not finished on the caller's connection or inside the
+    /// caller's transaction (`&mut *tx`); the nodes running their attempts are told at commit.
+    /// Returns how many were cancelled.
+    pub async fn cancel_with(
+        &self,
+        conn: &mut PgConnection,
+        ids: &[JobId],
+    ) -> Result<usize, ClientError> {
+        let cancelled = job_store::job_cancel_many(&mut *conn, ids).await?;
+        notify_cancelled(conn, &cancelled).await?;
         Ok(cancelled.len())
     }
 
@@ -611,18 +623,17 @@ impl Client {
 }
 
 /// Tells the nodes running the cancelled jobs that were executing to stop them; sent at commit,
-/// with the cancellation.
+/// with the cancellation. Each attempt is named by its claim, so that a node which already runs
+/// a newer attempt of the job (retried and claimed again at once) stops only the cancelled one.
 async fn notify_cancelled(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    cancelled: &[(JobId, JobState)],
+    conn: &mut PgConnection,
+    cancelled: &[job_store::CancelledJob],
 ) -> Result<(), sqlx::Error> {
-    let executing: Vec<JobId> = cancelled
-        .iter()
-        .filter(|(_, before)| *before == JobState::Executing)
-        .map(|(id, _)| *id)
-        .collect();
-    for chunk in executing.chunks(500) {
-        job_store::control_notify(&mut **tx, &json!({ "cancel": chunk })).await?;
+    let claims: Vec<Claim> = cancelled.iter().filter_map(|c| c.claim()).collect();
+    for chunk in claims.chunks(500) {
+        let ids: Vec<JobId> = chunk.iter().map(|c| c.id).collect();
+        let tokens: Vec<(JobId, i64)> = chunk.iter().map(|c| (c.id, c.token.0)).collect();
+        job_store::control_notify(&mut *conn, &json!({ "cancel": ids, "claims": tokens })).await?;
     }
     Ok(())
 }

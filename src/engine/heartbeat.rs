@@ -75,7 +75,7 @@ impl Heartbeat {
             .unwrap_or_default();
         // Finished attempts keep their lease until the completer has written their outcome.
         if let Ok(pending) = shared.pending_outcomes.lock() {
-            held.extend(pending.values().copied());
+            held.extend(pending.iter().copied());
         }
         if held.is_empty() {
             return Ok(());
@@ -88,7 +88,7 @@ impl Heartbeat {
         if !renewal.locked.is_empty() {
             tracing::debug!(jobs = ?renewal.locked, "leases of locked rows renewed next time");
         }
-        let lost: Vec<Claim> = held.into_iter().filter(|c| !renewal.holds(c.id)).collect();
+        let lost: Vec<Claim> = held.into_iter().filter(|c| !renewal.holds(c)).collect();
         if !lost.is_empty() {
             // Claimed or finished between the snapshot and the update are not lost: only attempts
             // still running for the claim we tried to renew are stopped. A completed attempt whose

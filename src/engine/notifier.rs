@@ -24,7 +24,7 @@ use sqlx::postgres::{PgListener, PgPoolOptions};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::job::JobId;
+use super::job::{Claim, ClaimToken, JobId};
 use super::queue_settings::QueueSettingsSync;
 use super::runtime::Shared;
 use super::store::queues as queue_store;
@@ -42,8 +42,13 @@ struct Due {
 
 #[derive(Deserialize)]
 struct Control {
+    /// Jobs cancelled while executing.
     #[serde(default)]
     cancel: Vec<JobId>,
+    /// Their claims, `(id, token)`: only those attempts are stopped. A message without them (an
+    /// operator's own SQL) stops whatever attempt of the jobs runs here.
+    #[serde(default)]
+    claims: Vec<(JobId, i64)>,
     #[serde(default)]
     queue: Option<String>,
 }
@@ -61,9 +66,7 @@ pub(crate) struct Notifier {
 
 impl Notifier {
     pub async fn connect(shared: Arc<Shared>) -> Result<Self, sqlx::Error> {
-        let options = (*shared.pool.connect_options())
-            .clone()
-            .application_name("kickoff-listener");
+        let options = super::runtime::named_options(&shared.pool, "listener");
         let pool = PgPoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(10))
@@ -109,7 +112,8 @@ impl Notifier {
             }
         }
         self.listener = None;
-        self.pool.close().await;
+        // A stalled connection must not hold up the node's stop.
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.pool.close()).await;
     }
 
     /// Makes a new listener, trying until it listens (true) or the node stops (false).
@@ -160,7 +164,17 @@ impl Notifier {
                 let Ok(control) = serde_json::from_str::<Control>(payload) else {
                     return;
                 };
-                if !control.cancel.is_empty() {
+                if !control.claims.is_empty() {
+                    let claims: Vec<Claim> = control
+                        .claims
+                        .iter()
+                        .map(|(id, token)| Claim {
+                            id: *id,
+                            token: ClaimToken(*token),
+                        })
+                        .collect();
+                    shared.stop_claims(&claims);
+                } else if !control.cancel.is_empty() {
                     shared.stop_attempts(&control.cancel);
                 }
                 if let Some(name) = control.queue {

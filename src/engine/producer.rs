@@ -17,9 +17,10 @@
 //! the free slot, or the release sees the flag and wakes it).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -40,6 +41,9 @@ pub(crate) struct QueueState {
     /// The last claim took every slot it asked for: jobs may be waiting.
     pub saturated: AtomicBool,
     pub wake: Notify,
+    /// `updated_at` of the settings row applied last: a slower read of an older row (the backstop
+    /// poll racing a notification's read) must not undo a newer one.
+    applied: Mutex<Option<DateTime<Utc>>>,
 }
 
 impl QueueState {
@@ -52,11 +56,20 @@ impl QueueState {
             in_flight: AtomicUsize::new(0),
             saturated: AtomicBool::new(true),
             wake: Notify::new(),
+            applied: Mutex::new(None),
         }
     }
 
-    /// Applies the shared settings of the `queues` table. Returns whether anything changed.
+    /// Applies the shared settings of the `queues` table, unless a newer row was applied already.
+    /// Returns whether anything changed.
     pub fn apply(&self, row: &QueueRow) -> bool {
+        {
+            let mut applied = self.applied.lock().expect("queue settings lock poisoned");
+            if applied.is_some_and(|at| at > row.updated_at) {
+                return false;
+            }
+            *applied = Some(row.updated_at);
+        }
         let was_paused = self.paused.swap(row.paused, Ordering::SeqCst);
         let limit = row
             .concurrency

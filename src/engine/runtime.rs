@@ -17,7 +17,7 @@
 //! interrupted and handed back to `available` (they run again on any node, and the interruption
 //! does not count as an attempt); outcomes are flushed; the leader resigns; the node row goes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -43,6 +43,7 @@ use super::metrics::Metrics;
 use super::notifier::Notifier;
 use super::producer::{Producer, QueueState};
 use super::queue_settings::QueueSettingsSync;
+use super::store::errors::is_transient;
 use super::store::{jobs as job_store, nodes as node_store, queues as queue_store};
 use super::timer::Timer;
 use super::worker::Workers;
@@ -175,7 +176,7 @@ pub(crate) struct Shared {
     /// Attempts interrupted at shutdown, to hand back.
     pub interrupted: Mutex<Vec<Claim>>,
     /// Attempts that finished but whose outcome the completer has not written yet.
-    pub pending_outcomes: Mutex<HashMap<JobId, Claim>>,
+    pub pending_outcomes: Mutex<HashSet<Claim>>,
     pub completions: mpsc::UnboundedSender<Completion>,
     pub events: broadcast::Sender<String>,
     pub timer_wake: Notify,
@@ -260,7 +261,7 @@ impl Running {
 fn claim_pool(pool: &PgPool, queues: usize) -> PgPool {
     // (Each producer and the timer use one connection at a time; two more for the warm-up's
     // parallel checkouts and a producer retrying.)
-    let options = (*pool.connect_options()).clone().options([
+    let options = named_options(pool, "claims").options([
         ("synchronous_commit", "off"),
         ("enable_bitmapscan", "off"),
         ("enable_seqscan", "off"),
@@ -272,15 +273,30 @@ fn claim_pool(pool: &PgPool, queues: usize) -> PgPool {
         .connect_lazy_with(options)
 }
 
-/// The bookkeeping pool: the heartbeat, the completer, the rescuer, the leader elector and the
-/// queue settings sync each use one connection at a time, so they never wait on each other here,
-/// and handlers cannot take these. Commits stay durable (outcomes must not be lost).
-const BOOKKEEPING_CONNECTIONS: u32 = 5;
+/// The bookkeeping pool: the heartbeat, the completer, the rescuer, the leader elector, the queue
+/// settings sync, the notifier's settings reads and its catch-up after a reconnect each use one
+/// connection at a time, so they never wait on each other here, and handlers cannot take these.
+/// Commits stay durable (outcomes must not be lost).
+const BOOKKEEPING_CONNECTIONS: u32 = 7;
+/// How long a bookkeeping statement waits for a row lock another transaction holds before it
+/// gives up (and is tried again later): an operator's open transaction on one job must not stall
+/// the node's outcomes or leases.
+const BOOKKEEPING_LOCK_TIMEOUT: &str = "2s";
+
+/// The pool's connect options with `application_name` extended by `role` (`<name>-<role>`, or
+/// `kickoff-<role>`), so that `pg_stat_activity` tells a node's connections and their use apart.
+pub(crate) fn named_options(pool: &PgPool, role: &str) -> sqlx::postgres::PgConnectOptions {
+    let options = (*pool.connect_options()).clone();
+    let name = match options.get_application_name() {
+        Some(base) => format!("{base}-{role}"),
+        None => format!("kickoff-{role}"),
+    };
+    options.application_name(&name)
+}
 
 fn bookkeeping_pool(pool: &PgPool) -> PgPool {
-    let options = (*pool.connect_options())
-        .clone()
-        .application_name("kickoff-bookkeeping");
+    let options =
+        named_options(pool, "bookkeeping").options([("lock_timeout", BOOKKEEPING_LOCK_TIMEOUT)]);
     sqlx::postgres::PgPoolOptions::new()
         .max_connections(BOOKKEEPING_CONNECTIONS)
         .min_connections(2)
@@ -368,7 +384,7 @@ impl Engine {
             queues,
             running: Mutex::new(HashMap::new()),
             interrupted: Mutex::new(Vec::new()),
-            pending_outcomes: Mutex::new(HashMap::new()),
+            pending_outcomes: Mutex::new(HashSet::new()),
             completions,
             events,
             timer_wake: Notify::new(),
@@ -492,12 +508,28 @@ impl Engine {
         let mut interrupted = std::mem::take(&mut *shared.interrupted.lock().expect("poisoned"));
         interrupted.sort_unstable();
         if !interrupted.is_empty() {
-            match job_store::job_hand_back(&shared.bookkeeping_pool, &interrupted, &shared.node_id)
+            // A few tries through a transient error: a job that is not handed back is rescued
+            // when its lease lapses, which costs it an attempt.
+            for try_number in 1.. {
+                match job_store::job_hand_back(
+                    &shared.bookkeeping_pool,
+                    &interrupted,
+                    &shared.node_id,
+                )
                 .await
-            {
-                Ok(n) => tracing::info!(handed_back = n, "interrupted attempts handed back"),
-                Err(e) => {
-                    tracing::error!(error = %e, "hand back failed: the rescuer will take these jobs back when their leases expire")
+                {
+                    Ok(n) => {
+                        tracing::info!(handed_back = n, "interrupted attempts handed back");
+                        break;
+                    }
+                    Err(e) if try_number < 5 && is_transient(&e) => {
+                        tracing::warn!(error = %e, "hand back failed; retrying");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "hand back failed: the rescuer will take these jobs back when their leases expire");
+                        break;
+                    }
                 }
             }
         }

@@ -8,7 +8,7 @@ use sqlx::PgPool;
 
 use super::store::{self, ChoiceCount, Prediction, Question, QuestionStatus};
 use crate::engine::store::jobs as job_store;
-use crate::engine::{Client, ClientError, Job, JobState, NewJob, OnConflict};
+use crate::engine::{Client, ClientError, Job, NewJob, OnConflict};
 use crate::workers::{lock_question, settle_question};
 
 /// The queue of the question jobs.
@@ -182,13 +182,7 @@ impl QuestionService {
             .await?
             .ok_or(QuestionError::NotFound(id))?;
         if let Some(job) = q.lock_job_id {
-            let cancelled = job_store::job_cancel_many(&mut *tx, &[job]).await?;
-            if cancelled
-                .iter()
-                .any(|(_, before)| *before == JobState::Executing)
-            {
-                job_store::control_notify(&mut *tx, &json!({ "cancel": [job] })).await?;
-            }
+            self.client.cancel_with(&mut tx, &[job]).await?;
         }
         store::question_delete(&mut *tx, id).await?;
         tx.commit().await?;

@@ -14,6 +14,10 @@
 //!   for longer than the horizon) are skipped, not run late in a burst.
 //! - One entry that fails to insert (a bad job, a database refusal) is reported and the others go
 //!   on.
+//! - The configuration is the leader's: an entry whose interval or job changed has the runs it
+//!   inserted ahead under the old configuration cancelled and starts again; the runs of entries no
+//!   longer configured (renamed or removed) are cancelled when a leader starts. Runs already due,
+//!   running or done are left alone.
 
 use std::time::Duration;
 
@@ -23,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use super::{run_every, Report};
 use crate::engine::client::{Client, ClientError};
 use crate::engine::job::{NewJob, OnConflict};
-use crate::engine::store::periodic as periodic_store;
+use crate::engine::store::{jobs as job_store, periodic as periodic_store};
 
 /// How often the leader makes sure the coming runs of every periodic job exist.
 pub const PERIODIC_CHECK_INTERVAL: Duration = Duration::from_secs(1);
@@ -58,6 +62,24 @@ impl PeriodicJob {
         Ok(())
     }
 
+    /// What identifies the entry's configuration: its interval and the job it inserts.
+    pub fn fingerprint(&self) -> String {
+        use sha2::Digest;
+        let j = &self.job;
+        let config = serde_json::json!({
+            "every_ms": self.every.as_millis() as u64,
+            "kind": j.kind, "args": j.args, "queue": j.queue, "priority": j.priority,
+            "max_attempts": j.max_attempts, "tags": j.tags, "meta": j.meta,
+        });
+        let digest = sha2::Sha256::digest(config.to_string().as_bytes());
+        digest.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The prefix of the unique keys of its runs.
+    fn key_prefix(&self) -> String {
+        key_prefix(&self.name)
+    }
+
     /// The first run strictly after `now`.
     pub fn next_run(&self, now: DateTime<Utc>) -> DateTime<Utc> {
         let every = self.every.as_millis() as i64;
@@ -70,20 +92,29 @@ impl PeriodicJob {
 #[derive(Debug, Default, PartialEq)]
 pub struct PeriodicReport {
     pub inserted: usize,
+    /// Runs cancelled because their entry is no longer configured.
+    pub cancelled: u64,
     /// Entries that failed, with why.
     pub failed: Vec<(String, String)>,
 }
 
 impl Report for PeriodicReport {
     fn did_something(&self) -> bool {
-        self.inserted > 0 || !self.failed.is_empty()
+        self.inserted > 0 || self.cancelled > 0 || !self.failed.is_empty()
     }
+}
+
+/// The prefix of the unique keys of a periodic job's runs.
+fn key_prefix(name: &str) -> String {
+    format!("periodic:{name}:")
 }
 
 pub struct PeriodicEnqueuer {
     client: Client,
     jobs: Vec<PeriodicJob>,
     horizon: Duration,
+    /// Whether the runs of entries no longer configured were cancelled (once per leadership).
+    swept: std::sync::atomic::AtomicBool,
 }
 
 impl PeriodicEnqueuer {
@@ -92,6 +123,7 @@ impl PeriodicEnqueuer {
             client,
             jobs,
             horizon: DEFAULT_HORIZON,
+            swept: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -113,6 +145,17 @@ impl PeriodicEnqueuer {
             None => crate::engine::store::jobs::db_now(self.client.pool()).await?,
         };
         let mut report = PeriodicReport::default();
+        if !self.swept.load(std::sync::atomic::Ordering::Relaxed) {
+            match self.sweep_unconfigured().await {
+                Ok(n) => {
+                    report.cancelled += n;
+                    self.swept.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cancelling runs of periodic jobs no longer configured failed")
+                }
+            }
+        }
         for p in &self.jobs {
             match self.insert_runs(p, now).await {
                 Ok(n) => report.inserted += n,
@@ -125,10 +168,43 @@ impl PeriodicEnqueuer {
         Ok(report)
     }
 
+    /// Cancels the runs inserted ahead by entries this leader does not have, and forgets them.
+    async fn sweep_unconfigured(&self) -> Result<u64, sqlx::Error> {
+        let prefixes: Vec<String> = self.jobs.iter().map(|p| p.key_prefix()).collect();
+        let names: Vec<String> = self.jobs.iter().map(|p| p.name.clone()).collect();
+        let mut tx = self.client.pool().begin().await?;
+        let n =
+            job_store::job_cancel_scheduled_by_key_prefix(&mut *tx, "periodic:", &prefixes, true)
+                .await?;
+        periodic_store::periodic_run_delete_except(&mut *tx, &names).await?;
+        tx.commit().await?;
+        Ok(n)
+    }
+
     /// Inserts the runs of `p` in (now, now + horizon], at least the next one. Returns how many.
     async fn insert_runs(&self, p: &PeriodicJob, now: DateTime<Utc>) -> Result<usize, ClientError> {
         let pool = self.client.pool();
-        let last = periodic_store::periodic_run_last(pool, &p.name).await?;
+        let fingerprint = p.fingerprint();
+        let last = match periodic_store::periodic_run_last(pool, &p.name).await? {
+            Some((last, f)) if f == fingerprint => Some(last),
+            Some(_) => {
+                // Its interval or job changed: the runs inserted ahead under the old configuration
+                // go, and the schedule starts again from now.
+                let mut tx = pool.begin().await?;
+                let n = job_store::job_cancel_scheduled_by_key_prefix(
+                    &mut *tx,
+                    &p.key_prefix(),
+                    &[p.key_prefix()],
+                    false,
+                )
+                .await?;
+                periodic_store::periodic_run_restart(&mut *tx, &p.name, &fingerprint).await?;
+                tx.commit().await?;
+                tracing::info!(periodic = %p.name, cancelled = n, "periodic job changed: its schedule starts again");
+                None
+            }
+            None => None,
+        };
         let until = now + chrono::Duration::from_std(self.horizon).unwrap_or_default();
         let mut at = p.next_run(last.map_or(now, |l| l.max(now)));
         // The next run is always inserted, however far ahead; later ones within the horizon.
@@ -140,7 +216,9 @@ impl PeriodicEnqueuer {
             }
             ahead = true;
             let mut tx = pool.begin().await?;
-            if periodic_store::periodic_run_record(&mut *tx, &p.name, at, RUN_GRACE).await? {
+            if periodic_store::periodic_run_record(&mut *tx, &p.name, at, RUN_GRACE, &fingerprint)
+                .await?
+            {
                 let new = p.job.clone().at(at).with_unique_key(
                     format!("periodic:{}:{}", p.name, at.timestamp_millis()),
                     OnConflict::Keep,

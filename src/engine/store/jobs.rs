@@ -248,23 +248,115 @@ pub async fn job_claim<'e>(
     .await
 }
 
-/// Completes the attempts of these claims that still hold their jobs. Returns the ids that were
+/// The claims, of those given, that still hold their jobs (read without a lock).
+async fn claims_still_held(
+    conn: &mut sqlx::PgConnection,
+    claims: &[Claim],
+) -> Result<Vec<Claim>, sqlx::Error> {
+    let (ids, tokens) = split_claims(claims);
+    let rows: Vec<(JobId, ClaimToken)> = sqlx::query_as(
+        "SELECT jobs.id, jobs.claim_token FROM jobs
+         JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token)
+           ON jobs.id = h.id AND jobs.claim_token = h.token
+         WHERE jobs.state = 'executing'",
+    )
+    .bind(&ids)
+    .bind(&tokens)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, token)| Claim { id, token })
+        .collect())
+}
+
+/// What a write to many claims did. A claim in neither list was fenced off: its job was
+/// cancelled, rescued or claimed again, and its attempt should change nothing more.
+#[derive(Debug, Default, PartialEq)]
+pub struct ClaimWrite {
+    /// Claims whose rows were written.
+    pub written: Vec<Claim>,
+    /// Claims that still hold their jobs, but whose rows another transaction has locked (an
+    /// operator's, a handler's own): try again later.
+    pub locked: Vec<Claim>,
+}
+
+impl ClaimWrite {
+    /// Whether `claim` still holds its job (written, or locked).
+    pub fn holds(&self, claim: &Claim) -> bool {
+        self.written.contains(claim) || self.locked.contains(claim)
+    }
+}
+
+/// Completes the attempts of these claims that still hold their jobs, waiting for rows that other
+/// transactions hold (a handler completing inside its own transaction). Returns the ids that were
 /// completed; a missing id was fenced off (rescued, cancelled, or claimed again since).
 pub async fn job_complete_many<'e>(
     db: impl PgExecutor<'e>,
     claims: &[Claim],
 ) -> Result<Vec<JobId>, sqlx::Error> {
     let (ids, tokens) = split_claims(claims);
+    // The CTE locks the rows in id order: two multi-row writes then never deadlock (an UPDATE
+    // joined to unnest locks in whatever order its plan reads).
     sqlx::query_scalar(
-        "UPDATE jobs SET state = 'completed', finalized_at = now(), lease_expires_at = NULL
-         FROM unnest($1::bigint[], $2::bigint[]) AS done(id, token)
-         WHERE jobs.id = done.id AND jobs.claim_token = done.token AND jobs.state = 'executing'
+        "WITH done AS (
+             SELECT jobs.id FROM jobs
+             JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token)
+               ON jobs.id = h.id AND jobs.claim_token = h.token
+             WHERE jobs.state = 'executing'
+             ORDER BY jobs.id
+             FOR NO KEY UPDATE OF jobs)
+         UPDATE jobs SET state = 'completed', finalized_at = now(), lease_expires_at = NULL,
+                claim_token = NULL
+         FROM done WHERE jobs.id = done.id
          RETURNING jobs.id",
     )
     .bind(&ids)
     .bind(&tokens)
     .fetch_all(db)
     .await
+}
+
+/// Completes the attempts of these claims that still hold their jobs, skipping rows another
+/// transaction has locked (they are reported in [`ClaimWrite::locked`], to be tried again): the
+/// completer must not stall every outcome of the node behind one row an operator holds.
+pub async fn job_complete_unless_locked(
+    conn: &mut sqlx::PgConnection,
+    claims: &[Claim],
+) -> Result<ClaimWrite, sqlx::Error> {
+    let (ids, tokens) = split_claims(claims);
+    let written: Vec<(JobId, ClaimToken)> = sqlx::query_as(
+        "WITH done AS (
+             SELECT jobs.id, h.token FROM jobs
+             JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token)
+               ON jobs.id = h.id AND jobs.claim_token = h.token
+             WHERE jobs.state = 'executing'
+             ORDER BY jobs.id
+             FOR NO KEY UPDATE OF jobs SKIP LOCKED)
+         UPDATE jobs SET state = 'completed', finalized_at = now(), lease_expires_at = NULL,
+                claim_token = NULL
+         FROM done WHERE jobs.id = done.id
+         RETURNING jobs.id, done.token",
+    )
+    .bind(&ids)
+    .bind(&tokens)
+    .fetch_all(&mut *conn)
+    .await?;
+    let written: Vec<Claim> = written
+        .into_iter()
+        .map(|(id, token)| Claim { id, token })
+        .collect();
+    let rest: Vec<Claim> = claims
+        .iter()
+        .filter(|c| !written.contains(c))
+        .copied()
+        .collect();
+    let locked = if rest.is_empty() {
+        Vec::new()
+    } else {
+        claims_still_held(conn, &rest).await?
+    };
+    Ok(ClaimWrite { written, locked })
 }
 
 /// How a failed attempt ends.
@@ -303,7 +395,7 @@ pub async fn job_fail<'e>(
                 scheduled_at = CASE WHEN next.state = 'retryable'
                                     THEN now() + make_interval(secs => $6) ELSE scheduled_at END,
                 finalized_at = CASE WHEN next.state = 'retryable' THEN NULL ELSE now() END,
-                lease_expires_at = NULL,
+                lease_expires_at = NULL, claim_token = NULL,
                 errors = errors || jsonb_build_array(jsonb_build_object(
                     'attempt', attempt, 'started_at', attempted_at, 'at', now(), 'node', $3::text,
                     'message', $4::text))
@@ -334,7 +426,7 @@ pub async fn job_snooze<'e>(
     let r = sqlx::query(
         "UPDATE jobs SET state = 'scheduled',
                 scheduled_at = statement_timestamp() + make_interval(secs => $3),
-                lease_expires_at = NULL, attempt = attempt - 1,
+                lease_expires_at = NULL, claim_token = NULL, attempt = attempt - 1,
                 meta = jsonb_set(meta, '{snoozes}', to_jsonb(
                     CASE WHEN jsonb_typeof(meta->'snoozes') = 'number'
                          THEN (meta->>'snoozes')::numeric + 1 ELSE 1 END))
@@ -357,10 +449,16 @@ pub async fn job_hand_back<'e>(
 ) -> Result<u64, sqlx::Error> {
     let (ids, tokens) = split_claims(claims);
     let r = sqlx::query(
-        "UPDATE jobs SET state = 'available', lease_expires_at = NULL, attempt = attempt - 1
-         FROM unnest($1::bigint[], $2::bigint[]) AS held(id, token)
-         WHERE jobs.id = held.id AND jobs.claim_token = held.token AND jobs.state = 'executing'
-           AND jobs.attempted_by = $3",
+        "WITH held AS (
+             SELECT jobs.id FROM jobs
+             JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token)
+               ON jobs.id = h.id AND jobs.claim_token = h.token
+             WHERE jobs.state = 'executing' AND jobs.attempted_by = $3
+             ORDER BY jobs.id
+             FOR NO KEY UPDATE OF jobs)
+         UPDATE jobs SET state = 'available', lease_expires_at = NULL, claim_token = NULL,
+                attempt = attempt - 1
+         FROM held WHERE jobs.id = held.id",
     )
     .bind(&ids)
     .bind(&tokens)
@@ -370,73 +468,92 @@ pub async fn job_hand_back<'e>(
     Ok(r.rows_affected())
 }
 
-/// What a lease renewal found.
-#[derive(Debug, Default, PartialEq)]
-pub struct LeaseRenewal {
-    /// Claims whose lease was extended.
-    pub renewed: Vec<JobId>,
-    /// Claims that still hold their jobs but whose rows another transaction has locked (an
-    /// operator's, a handler's own): renewed next time.
-    pub locked: Vec<JobId>,
-}
-
-impl LeaseRenewal {
-    /// Whether the claim of `id` still holds its job.
-    pub fn holds(&self, id: JobId) -> bool {
-        self.renewed.contains(&id) || self.locked.contains(&id)
-    }
-}
-
 /// Extends the leases of these claims. A claim in neither list of the result has lost its job
 /// (cancelled, rescued, claimed again) and its attempt should stop.
 ///
-/// Locked rows are skipped, not waited for: one row held by a long transaction must not stall the
-/// renewal of every other lease of the node. Skipped claims are then looked up without a lock, to
-/// tell "still ours, but busy" from "lost".
+/// Locked rows are skipped at first, not waited for: one row held by a long transaction must not
+/// stall the renewal of every other lease of the node. The skipped claims are then looked up
+/// without a lock, to tell "still ours, but busy" from "lost"; those whose lease would lapse
+/// before the next renewal (under half of it is left) are renewed one by one, waiting for their
+/// lock as long as the connection's `lock_timeout` allows: a row locked for longer than the lease
+/// must not become rescuable the moment its lock goes.
 pub async fn job_renew_leases(
     conn: &mut sqlx::PgConnection,
     claims: &[Claim],
     lease: Duration,
-) -> Result<LeaseRenewal, sqlx::Error> {
+) -> Result<ClaimWrite, sqlx::Error> {
     let (ids, tokens) = split_claims(claims);
-    let renewed: Vec<JobId> = sqlx::query_scalar(
+    let written: Vec<(JobId, ClaimToken)> = sqlx::query_as(
         "WITH held AS (
-             SELECT jobs.id FROM jobs
+             SELECT jobs.id, h.token FROM jobs
              JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token)
                ON jobs.id = h.id AND jobs.claim_token = h.token
              WHERE jobs.state = 'executing'
              ORDER BY jobs.id
-             FOR UPDATE OF jobs SKIP LOCKED)
+             FOR NO KEY UPDATE OF jobs SKIP LOCKED)
          UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $3)
          FROM held WHERE jobs.id = held.id
-         RETURNING jobs.id",
+         RETURNING jobs.id, held.token",
     )
     .bind(&ids)
     .bind(&tokens)
     .bind(secs(lease))
     .fetch_all(&mut *conn)
     .await?;
-    let mut renewal = LeaseRenewal {
-        renewed,
+    let mut renewal = ClaimWrite {
+        written: written
+            .into_iter()
+            .map(|(id, token)| Claim { id, token })
+            .collect(),
         locked: Vec::new(),
     };
-    if renewal.renewed.len() < claims.len() {
-        let rest: Vec<Claim> = claims
-            .iter()
-            .filter(|c| !renewal.renewed.contains(&c.id))
-            .copied()
-            .collect();
-        let (ids, tokens) = split_claims(&rest);
-        renewal.locked = sqlx::query_scalar(
-            "SELECT jobs.id FROM jobs
-             JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token)
-               ON jobs.id = h.id AND jobs.claim_token = h.token
-             WHERE jobs.state = 'executing'",
-        )
-        .bind(&ids)
-        .bind(&tokens)
-        .fetch_all(&mut *conn)
-        .await?;
+    let rest: Vec<Claim> = claims
+        .iter()
+        .filter(|c| !renewal.written.contains(c))
+        .copied()
+        .collect();
+    if rest.is_empty() {
+        return Ok(renewal);
+    }
+    let (ids, tokens) = split_claims(&rest);
+    let busy: Vec<(JobId, ClaimToken, bool)> = sqlx::query_as(
+        "SELECT jobs.id, jobs.claim_token,
+                jobs.lease_expires_at < now() + make_interval(secs => $3 / 2) AS lapsing
+         FROM jobs
+         JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token)
+           ON jobs.id = h.id AND jobs.claim_token = h.token
+         WHERE jobs.state = 'executing'",
+    )
+    .bind(&ids)
+    .bind(&tokens)
+    .bind(secs(lease))
+    .fetch_all(&mut *conn)
+    .await?;
+    for (id, token, lapsing) in busy {
+        let claim = Claim { id, token };
+        if lapsing {
+            let renewed = sqlx::query(
+                "UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $3)
+                 WHERE id = $1 AND claim_token = $2 AND state = 'executing'",
+            )
+            .bind(id)
+            .bind(token)
+            .bind(secs(lease))
+            .execute(&mut *conn)
+            .await;
+            match renewed {
+                Ok(r) if r.rows_affected() == 1 => {
+                    renewal.written.push(claim);
+                    continue;
+                }
+                // Lost while we waited for the lock.
+                Ok(_) => continue,
+                // Still locked after `lock_timeout`: still ours, tried again next time.
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => {}
+                Err(e) => return Err(e),
+            }
+        }
+        renewal.locked.push(claim);
     }
     Ok(renewal)
 }
@@ -460,7 +577,7 @@ pub async fn job_rescue_expired<'e>(
                              ELSE 'retryable'::job_state END,
                 finalized_at = CASE WHEN attempt >= max_attempts THEN now() END,
                 scheduled_at = CASE WHEN attempt >= max_attempts THEN scheduled_at ELSE now() END,
-                lease_expires_at = NULL,
+                lease_expires_at = NULL, claim_token = NULL,
                 errors = errors || jsonb_build_array(jsonb_build_object(
                     'attempt', attempt, 'started_at', attempted_at, 'at', now(), 'node', attempted_by,
                     'message', 'rescued: the lease of node ' || attempted_by
@@ -505,25 +622,65 @@ pub async fn job_get<'e>(db: impl PgExecutor<'e>, id: JobId) -> Result<Option<Jo
         .await
 }
 
-/// Cancels jobs that are not final. Returns `(id, state before)` for each cancelled job.
+/// A job a cancellation moved: its state before, and the claim of its attempt if it was
+/// executing (that attempt is to be stopped on its node, and only that one).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct CancelledJob {
+    pub id: JobId,
+    pub before: JobState,
+    pub claim_token: Option<ClaimToken>,
+}
+
+impl CancelledJob {
+    /// The claim of the attempt that was running when the job was cancelled.
+    pub fn claim(&self) -> Option<Claim> {
+        self.claim_token.map(|token| Claim { id: self.id, token })
+    }
+}
+
+/// Cancels jobs that are not final.
 pub async fn job_cancel_many<'e>(
     db: impl PgExecutor<'e>,
     ids: &[JobId],
-) -> Result<Vec<(JobId, JobState)>, sqlx::Error> {
+) -> Result<Vec<CancelledJob>, sqlx::Error> {
     let ids: Vec<i64> = ids.iter().map(|id| id.0).collect();
     sqlx::query_as(
         "WITH target AS (
-             SELECT id, state AS before FROM jobs
+             SELECT id, state AS before, claim_token FROM jobs
              WHERE id = ANY($1) AND finalized_at IS NULL
              ORDER BY id
              FOR UPDATE)
-         UPDATE jobs SET state = 'cancelled', finalized_at = now(), lease_expires_at = NULL
+         UPDATE jobs SET state = 'cancelled', finalized_at = now(), lease_expires_at = NULL,
+                claim_token = NULL
          FROM target WHERE jobs.id = target.id
-         RETURNING jobs.id, target.before",
+         RETURNING jobs.id, target.before, target.claim_token",
     )
     .bind(&ids)
     .fetch_all(db)
     .await
+}
+
+/// Cancels the scheduled jobs whose unique key starts with one of `prefixes` (`keep` false), or
+/// with none of them (`keep` true): the runs a periodic job inserted ahead under a configuration
+/// that changed. Returns how many. Jobs already due, running or finished are left alone.
+pub async fn job_cancel_scheduled_by_key_prefix<'e>(
+    db: impl PgExecutor<'e>,
+    family: &str,
+    prefixes: &[String],
+    keep: bool,
+) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query(
+        "UPDATE jobs SET state = 'cancelled', finalized_at = now()
+         WHERE state = 'scheduled' AND starts_with(unique_key, $1)
+           AND EXISTS (SELECT 1 FROM unnest($2::text[]) AS p(prefix)
+                       WHERE starts_with(jobs.unique_key, p.prefix)) <> $3",
+    )
+    .bind(family)
+    .bind(prefixes)
+    .bind(keep)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected())
 }
 
 /// Runs a final or retryable job again, now (retry / rerun). It gets at least one more attempt.
@@ -758,16 +915,16 @@ pub async fn job_list_waiting<'e>(
 // the row it changes, so a job that moved meanwhile (staged, claimed, finished) is only touched if
 // it still matches; the state guard is the one of the single-job operation.
 
-/// Cancels the listed jobs that still match and are not final. Returns `(id, state before)`.
+/// Cancels the listed jobs that still match and are not final.
 pub async fn job_cancel_matching<'e>(
     db: impl PgExecutor<'e>,
     ids: &[JobId],
     filter: &JobFilter,
-) -> Result<Vec<(JobId, JobState)>, sqlx::Error> {
+) -> Result<Vec<CancelledJob>, sqlx::Error> {
     // Rows are locked in id order, as job_cancel_many does, so two cancellations never deadlock.
     let mut qb = QueryBuilder::new(
         "WITH target AS (
-             SELECT id, state AS before FROM jobs
+             SELECT id, state AS before, claim_token FROM jobs
              WHERE finalized_at IS NULL AND id = ANY(",
     );
     qb.push_bind(ids_param(ids)).push(")");
@@ -775,9 +932,10 @@ pub async fn job_cancel_matching<'e>(
     qb.push(
         " ORDER BY id
              FOR UPDATE)
-         UPDATE jobs SET state = 'cancelled', finalized_at = now(), lease_expires_at = NULL
+         UPDATE jobs SET state = 'cancelled', finalized_at = now(), lease_expires_at = NULL,
+                claim_token = NULL
          FROM target WHERE jobs.id = target.id
-         RETURNING jobs.id, target.before",
+         RETURNING jobs.id, target.before, target.claim_token",
     );
     qb.build_query_as().persistent(false).fetch_all(db).await
 }
