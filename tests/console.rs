@@ -113,7 +113,7 @@ async fn job_actions_refuse_bad_input_with_a_4xx_and_change_nothing() {
         ),
         (
             "reschedule_job",
-            format!("id={id}&at=2026-01-01T00:00&tz=99999"),
+            format!("id={id}&at=2030-01-01T00:00&zone=Mars%2FOlympus"),
             StatusCode::UNPROCESSABLE_ENTITY,
         ),
         ("clone_job", "id=987654".to_string(), StatusCode::NOT_FOUND),
@@ -237,7 +237,7 @@ async fn a_bulk_action_on_a_filter_stops_at_the_confirmed_snapshot() {
             StatusCode::UNPROCESSABLE_ENTITY,
         ),
         (
-            "action=cancel&ids=1,x&query[tz]=0".to_string(),
+            "action=cancel&ids=1,x".to_string(),
             StatusCode::UNPROCESSABLE_ENTITY,
         ),
     ];
@@ -475,12 +475,12 @@ async fn a_viewer_reads_everything_and_acts_on_nothing() {
         !body.contains("Cancel job"),
         "a viewer is offered no actions"
     );
-    let (status, _) = d.server_fn("jobs", "query[tz]=0").await;
+    let (status, _) = d.server_fn("jobs", "").await;
     assert_eq!(status, StatusCode::OK);
     for (function, form) in [
         ("job_action", format!("id={id}&action=cancel")),
         ("clone_job", format!("id={id}")),
-        ("bulk", format!("action=cancel&ids={id}&query[tz]=0")),
+        ("bulk", format!("action=cancel&ids={id}")),
         ("queue_action", "name=default&action=pause".to_string()),
         (
             "create_job",
@@ -757,4 +757,247 @@ async fn an_oversize_dashboard_request_is_refused_and_stores_nothing() {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
     assert!(text.contains("bytes"), "{text}");
     assert_eq!(d.job_count().await, 0);
+}
+
+/// What the hydrated dashboard posts for a server function's arguments: leptos's `PostUrl`
+/// encoding, which is `serde_qs`.
+fn as_the_browser_posts(args: &impl serde::Serialize) -> String {
+    serde_qs::to_string(args).unwrap()
+}
+
+#[tokio::test]
+async fn unfiltered_lists_answer_what_the_hydrated_browser_posts() {
+    use kickoff_app::console::{AuditQuery, BulkJobs, BulkPreview, JobQuery, ListAudit, ListJobs};
+    let d = dashboard().await;
+    let id = d
+        .new_job(json!({"kind": "noop", "schedule_in_ms": 600_000, "args": {"first": "look"}}))
+        .await;
+    let post = |function: &str, body: String| {
+        Request::post(format!("/_console/{function}"))
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(header::ACCEPT, "application/json")
+            .body(Body::from(body))
+            .unwrap()
+    };
+
+    // An empty filter is encoded as nothing at all: no `query` for the server to find.
+    let unfiltered = as_the_browser_posts(&ListJobs {
+        query: JobQuery::default(),
+    });
+    assert_eq!(unfiltered, "");
+    let (status, _, text) = d.send(post("jobs", unfiltered)).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let page: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(page["rows"][0]["id"], id, "{text}");
+    assert_eq!(page["rows"][0]["args_preview"], r#"{"first":"look"}"#);
+
+    let (status, _, text) = d
+        .send(post(
+            "audit",
+            as_the_browser_posts(&ListAudit {
+                query: AuditQuery::default(),
+            }),
+        ))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let audit: Value = serde_json::from_str(&text).unwrap();
+    let actions: Vec<&str> = audit["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    assert!(actions.contains(&"session.sign_in"), "{text}");
+
+    let (status, _, text) = d
+        .send(post(
+            "bulk_preview",
+            as_the_browser_posts(&BulkPreview {
+                query: JobQuery::default(),
+            }),
+        ))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["count"], 1);
+
+    // The selected jobs of an unfiltered list: the ids, and an empty filter beside them.
+    let (status, _, text) = d
+        .send(post(
+            "bulk",
+            as_the_browser_posts(&BulkJobs {
+                csrf: Some(d.csrf.clone()),
+                action: "cancel".into(),
+                ids: Some(id.to_string()),
+                query: JobQuery::default(),
+            }),
+        ))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["changed"], 1);
+    assert_eq!(d.state_of(id).await, "cancelled");
+}
+
+/// An instant as the REST API stores it (`field` of `path`), in UTC.
+async fn stored(d: &common::dashboard::Dashboard, path: &str, field: &str) -> String {
+    let body = d.api(Method::GET, path, json!(null)).await;
+    chrono::DateTime::parse_from_rfc3339(body[field].as_str().unwrap())
+        .unwrap()
+        .to_utc()
+        .to_rfc3339()
+}
+
+async fn game_time_of(d: &common::dashboard::Dashboard, id: i64) -> String {
+    stored(d, &format!("/questions/{id}"), "game_time").await
+}
+
+async fn scheduled_at_of(d: &common::dashboard::Dashboard, id: i64) -> String {
+    stored(d, &format!("/jobs/{id}"), "scheduled_at").await
+}
+
+#[tokio::test]
+async fn times_typed_in_a_zone_get_the_offset_of_their_own_date() {
+    let d = dashboard().await;
+    let ny = "zone=America%2FNew_York";
+    // Typed in December (UTC-05:00 in New York) for an April game (UTC-04:00 by then).
+    let (status, text) = d
+        .server_fn(
+            "create_question",
+            &format!("game=G&prompt=P&choices=A%0AB&game_time=2027-04-10T19:00&{ny}"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let question: i64 = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        game_time_of(&d, question).await,
+        "2027-04-10T23:00:00+00:00"
+    );
+    let (status, text) = d
+        .server_fn(
+            "move_question",
+            &format!("id={question}&game_time=2028-01-10T19:00&{ny}"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(
+        game_time_of(&d, question).await,
+        "2028-01-11T00:00:00+00:00"
+    );
+
+    let job = d
+        .new_job(json!({"kind": "noop", "schedule_in_ms": 600_000}))
+        .await;
+    let (status, text) = d
+        .server_fn(
+            "reschedule_job",
+            &format!("id={job}&at=2027-07-10T19:00&zone=Europe%2FLondon"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(scheduled_at_of(&d, job).await, "2027-07-10T18:00:00+00:00");
+
+    let (status, text) = d
+        .server_fn(
+            "create_job",
+            "input[kind]=noop&input[args]=%7B%7D&input[queue]=default&input[when]=at\
+             &input[at]=2027-07-10T19:00&input[zone]=Asia%2FKolkata",
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let created: i64 = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        scheduled_at_of(&d, created).await,
+        "2027-07-10T13:30:00+00:00"
+    );
+
+    // The due-time filter: each bound in the offset of its own date.
+    let (status, text) = d
+        .server_fn(
+            "jobs",
+            "query[from]=2027-07-10T13:30&query[to]=2027-07-10T14:30\
+             &query[zone]=America%2FNew_York",
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let rows: Value = serde_json::from_str(&text).unwrap();
+    let ids: Vec<i64> = rows["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [job],
+        "18:00 UTC is 14:00 in New York in July, within 13:30-14:30"
+    );
+
+    // Without JavaScript the forms send no zone: UTC, as the page says.
+    let (status, _) = d
+        .server_fn("reschedule_job", &format!("id={job}&at=2027-07-10T19:00"))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(scheduled_at_of(&d, job).await, "2027-07-10T19:00:00+00:00");
+}
+
+#[tokio::test]
+async fn a_skipped_time_is_refused_and_a_repeated_one_waits_for_which() {
+    let d = dashboard().await;
+    let job = d
+        .new_job(json!({"kind": "noop", "schedule_in_ms": 600_000}))
+        .await;
+    let before = scheduled_at_of(&d, job).await;
+    let ny = "zone=America%2FNew_York";
+
+    let (status, text) = d
+        .server_fn(
+            "reschedule_job",
+            &format!("id={job}&at=2027-03-14T02:30&{ny}"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
+    assert!(
+        text.contains(
+            "2027-03-14 02:30 does not exist in America/New_York: the clocks go forward from \
+             02:00 to 03:00 that night (UTC-05:00 to UTC-04:00)."
+        ),
+        "{text}"
+    );
+    let (status, text) = d
+        .server_fn(
+            "create_question",
+            "game=G&prompt=P&choices=A%0AB&game_time=2027-03-28T01:15&zone=Europe%2FLondon",
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
+    assert!(text.contains("from 01:00 to 02:00"), "{text}");
+
+    let (status, text) = d
+        .server_fn(
+            "reschedule_job",
+            &format!("id={job}&at=2027-11-07T01:30&{ny}"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
+    assert!(
+        text.contains(
+            "2027-11-07 01:30 happens twice in America/New_York (the clocks go back): first at \
+             UTC-04:00 (05:30 UTC), then at UTC-05:00 (06:30 UTC). Say which one is meant."
+        ),
+        "{text}"
+    );
+    assert_eq!(scheduled_at_of(&d, job).await, before, "nothing moved");
+
+    for (which, expected) in [
+        ("later", "2027-11-07T06:30:00+00:00"),
+        ("earlier", "2027-11-07T05:30:00+00:00"),
+    ] {
+        let (status, text) = d
+            .server_fn(
+                "reschedule_job",
+                &format!("id={job}&at=2027-11-07T01:30&{ny}&which={which}"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        assert_eq!(scheduled_at_of(&d, job).await, expected);
+    }
 }

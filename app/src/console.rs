@@ -8,6 +8,9 @@
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "ssr")]
+use crate::local_time::instant_ms;
+
 /// Every job state, in the order of a job's life.
 pub const STATES: [&str; 7] = [
     "scheduled",
@@ -79,11 +82,15 @@ pub struct JobQuery {
     pub kind: Option<String>,
     /// `key=value` pairs separated by commas, or a JSON object: jobs whose args contain it.
     pub args: Option<String>,
-    /// `scheduled_at` from / to, as `datetime-local` values in the time zone `tz`.
+    /// `scheduled_at` from / to, as `datetime-local` values in the time zone `zone`.
     pub from: Option<String>,
     pub to: Option<String>,
-    /// The browser's offset from UTC in minutes (east positive); absent: UTC.
-    pub tz: Option<i32>,
+    /// The IANA name of the zone `from` and `to` are in; absent: UTC.
+    pub zone: Option<String>,
+    /// Which of the two instants `from` / `to` means when it happens twice in `zone`
+    /// (`earlier` or `later`, see [`crate::local_time`]).
+    pub from_which: Option<String>,
+    pub to_which: Option<String>,
     /// Keyset cursor: jobs with a smaller id.
     pub before: Option<i64>,
     /// Jobs with an id at most this: the list as the operator is reading it.
@@ -91,9 +98,13 @@ pub struct JobQuery {
 }
 
 impl JobQuery {
-    /// The filter part as `key=value` pairs (no cursor), for links and hidden form fields.
+    /// The filter part as `key=value` pairs (no cursor), for links and hidden form fields. The
+    /// zone goes with the times it is the zone of, and only with them.
     pub fn filter_pairs(&self) -> Vec<(&'static str, String)> {
         let mut pairs = Vec::new();
+        let times = [&self.from, &self.to]
+            .iter()
+            .any(|t| t.as_ref().is_some_and(|t| !t.is_empty()));
         let fields = [
             ("state", &self.state),
             ("queue", &self.queue),
@@ -102,19 +113,24 @@ impl JobQuery {
             ("from", &self.from),
             ("to", &self.to),
         ];
-        for (k, v) in fields {
+        let zone_fields = [
+            ("zone", &self.zone),
+            ("from_which", &self.from_which),
+            ("to_which", &self.to_which),
+        ];
+        for (k, v) in fields
+            .into_iter()
+            .chain(zone_fields.into_iter().filter(|_| times))
+        {
             if let Some(v) = v.as_ref().filter(|v| !v.is_empty()) {
                 pairs.push((k, v.clone()));
             }
-        }
-        if let Some(tz) = self.tz {
-            pairs.push(("tz", tz.to_string()));
         }
         pairs
     }
 
     pub fn has_filter(&self) -> bool {
-        self.filter_pairs().iter().any(|(k, _)| *k != "tz")
+        !self.filter_pairs().is_empty()
     }
 }
 
@@ -248,11 +264,14 @@ pub struct NewJobInput {
     pub kind: String,
     pub args: String,
     pub queue: String,
-    /// `now`, `in` (minutes) or `at` (a `datetime-local` value in the time zone `tz`).
+    /// `now`, `in` (minutes) or `at` (a `datetime-local` value in the time zone `zone`).
     pub when: String,
     pub in_minutes: Option<String>,
     pub at: Option<String>,
-    pub tz: Option<i32>,
+    /// The IANA name of the zone `at` is in; absent: UTC.
+    pub zone: Option<String>,
+    /// Which of the two instants `at` means when it happens twice in `zone`.
+    pub which: Option<String>,
     pub priority: Option<String>,
     pub max_attempts: Option<String>,
     pub unique_key: Option<String>,
@@ -397,24 +416,6 @@ pub struct NewToken {
 pub struct LoginInfo {
     /// False on a fresh install: the page explains how to create the first admin.
     pub has_users: bool,
-}
-
-/// Parses a `datetime-local` value (`2026-11-30T18:00`, seconds optional) in the time zone `tz`
-/// (minutes east of UTC) to milliseconds since the epoch.
-pub fn parse_local_time(value: &str, tz: Option<i32>) -> Result<i64, String> {
-    use chrono::{FixedOffset, NaiveDateTime, TimeZone};
-    let value = value.trim();
-    let naive = NaiveDateTime::parse_from_str(value, "%Y-%m-%dT%H:%M")
-        .or_else(|_| NaiveDateTime::parse_from_str(value, "%Y-%m-%dT%H:%M:%S"))
-        .or_else(|_| NaiveDateTime::parse_from_str(value, "%Y-%m-%dT%H:%M:%S%.f"))
-        .map_err(|_| format!("`{value}` is not a date and time (YYYY-MM-DDTHH:MM)"))?;
-    let offset = FixedOffset::east_opt(tz.unwrap_or(0) * 60)
-        .ok_or_else(|| "the time zone offset is out of range".to_string())?;
-    offset
-        .from_local_datetime(&naive)
-        .single()
-        .map(|t| t.timestamp_millis())
-        .ok_or_else(|| format!("`{value}` is not a valid time"))
 }
 
 /// Why the server refused a dashboard request: the HTTP status of the server function's response
@@ -581,8 +582,12 @@ pub async fn get_overview() -> Result<Overview, ServerFnError> {
     console()?.overview().await.map_err(fail)
 }
 
+// A struct argument whose fields are all absent (an unfiltered list) is encoded as nothing at all:
+// `#[server(default)]` lets the server read that as the default instead of refusing it as a missing
+// field. Every such argument below carries it.
+
 #[server(prefix = "/_console", endpoint = "jobs")]
-pub async fn list_jobs(query: JobQuery) -> Result<JobPage, ServerFnError> {
+pub async fn list_jobs(#[server(default)] query: JobQuery) -> Result<JobPage, ServerFnError> {
     console()?.jobs(query).await.map_err(fail)
 }
 
@@ -609,12 +614,13 @@ pub async fn reschedule_job(
     csrf: Option<String>,
     id: i64,
     at: String,
-    tz: Option<i32>,
+    zone: Option<String>,
+    which: Option<String>,
 ) -> Result<(), ServerFnError> {
     // Checked by the server's session guard before this runs; carried here so the form's
     // field survives the browser's encoding of the arguments.
     let _ = csrf;
-    let at_ms = parse_local_time(&at, tz).map_err(fail)?;
+    let at_ms = instant_ms(&at, zone.as_deref(), which.as_deref()).map_err(fail)?;
     console()?.reschedule_job(id, at_ms).await.map_err(fail)
 }
 
@@ -632,7 +638,10 @@ pub async fn get_job_choices() -> Result<JobChoices, ServerFnError> {
 }
 
 #[server(prefix = "/_console", endpoint = "create_job")]
-pub async fn create_job(csrf: Option<String>, input: NewJobInput) -> Result<i64, ServerFnError> {
+pub async fn create_job(
+    csrf: Option<String>,
+    #[server(default)] input: NewJobInput,
+) -> Result<i64, ServerFnError> {
     // Checked by the server's session guard before this runs; carried here so the form's
     // field survives the browser's encoding of the arguments.
     let _ = csrf;
@@ -640,7 +649,7 @@ pub async fn create_job(csrf: Option<String>, input: NewJobInput) -> Result<i64,
 }
 
 #[server(prefix = "/_console", endpoint = "bulk_preview")]
-pub async fn bulk_preview(query: JobQuery) -> Result<BulkCount, ServerFnError> {
+pub async fn bulk_preview(#[server(default)] query: JobQuery) -> Result<BulkCount, ServerFnError> {
     console()?.bulk_preview(query).await.map_err(fail)
 }
 
@@ -651,7 +660,7 @@ pub async fn bulk_jobs(
     csrf: Option<String>,
     action: String,
     ids: Option<String>,
-    query: JobQuery,
+    #[server(default)] query: JobQuery,
 ) -> Result<BulkDone, ServerFnError> {
     // Checked by the server's session guard before this runs; carried here so the form's
     // field survives the browser's encoding of the arguments.
@@ -716,12 +725,13 @@ pub async fn create_question(
     prompt: String,
     choices: String,
     game_time: String,
-    tz: Option<i32>,
+    zone: Option<String>,
+    which: Option<String>,
 ) -> Result<i64, ServerFnError> {
     // Checked by the server's session guard before this runs; carried here so the form's
     // field survives the browser's encoding of the arguments.
     let _ = csrf;
-    let game_ms = parse_local_time(&game_time, tz).map_err(fail)?;
+    let game_ms = instant_ms(&game_time, zone.as_deref(), which.as_deref()).map_err(fail)?;
     let choices = choices
         .lines()
         .map(str::trim)
@@ -739,12 +749,13 @@ pub async fn move_question(
     csrf: Option<String>,
     id: i64,
     game_time: String,
-    tz: Option<i32>,
+    zone: Option<String>,
+    which: Option<String>,
 ) -> Result<(), ServerFnError> {
     // Checked by the server's session guard before this runs; carried here so the form's
     // field survives the browser's encoding of the arguments.
     let _ = csrf;
-    let game_ms = parse_local_time(&game_time, tz).map_err(fail)?;
+    let game_ms = instant_ms(&game_time, zone.as_deref(), which.as_deref()).map_err(fail)?;
     console()?.move_question(id, game_ms).await.map_err(fail)
 }
 
@@ -811,7 +822,7 @@ pub fn current_me() -> Option<Me> {
 }
 
 #[server(prefix = "/_console", endpoint = "audit")]
-pub async fn list_audit(query: AuditQuery) -> Result<AuditPage, ServerFnError> {
+pub async fn list_audit(#[server(default)] query: AuditQuery) -> Result<AuditPage, ServerFnError> {
     console()?.audit(query).await.map_err(fail)
 }
 

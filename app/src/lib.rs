@@ -4,6 +4,7 @@
 
 pub mod components;
 pub mod console;
+pub mod local_time;
 pub mod pages;
 
 use leptos::prelude::*;
@@ -13,6 +14,7 @@ use leptos_router::{path, SsrMode};
 
 use crate::components::live::LiveBadge;
 use crate::components::session::UserMenu;
+use crate::components::time::ZoneNote;
 
 /// The Content-Security-Policy of every response; `{nonce}` is a page's script nonce.
 ///
@@ -91,7 +93,7 @@ pub fn App() -> impl IntoView {
                     {is_admin.then(|| view! { <A href="/users">"Users"</A> })}
                     <A href="/jobs/new">"New job"</A>
                 </nav>
-                {signed_in.then(|| view! { <LiveBadge/> <UserMenu/> })}
+                {signed_in.then(|| view! { <ZoneNote/> <LiveBadge/> <UserMenu/> })}
             </header>
             <main id="main">
                 <Routes fallback=|| view! { <p>"Page not found."</p> }>

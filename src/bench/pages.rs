@@ -150,7 +150,7 @@ pub async fn pages(pool: &PgPool, rows: i64, samples: usize) -> Result<Value, St
         ("/jobs?kind=lock_question".into(), false),
         ("/jobs?args=game_id%3D42".into(), false),
         (
-            format!("/jobs?from={window_from}&to={window_to}&tz=0"),
+            format!("/jobs?from={window_from}&to={window_to}&zone=UTC"),
             false,
         ),
         (format!("/jobs?before={some_id}"), false),

@@ -12,6 +12,7 @@ use kickoff_app::console::{
     MinutePoint, NewJobInput, NodeInfo, Overview, QuestionDetail, QuestionRow, QuestionsPage,
     QueueInfo, Refusal, TimersPage, BULK_COUNT_CAP,
 };
+use kickoff_app::local_time::instant_ms;
 use leptos::prelude::use_context;
 use serde_json::Value;
 
@@ -340,11 +341,14 @@ fn job_filter(q: &JobQuery) -> Result<JobFilter, String> {
             .map(|p| p.trim().parse::<JobState>())
             .collect::<Result<Vec<_>, _>>()?,
     };
-    let time = |field: &str, v: &Option<String>| -> Result<Option<DateTime<Utc>>, String> {
+    let time = |field: &str,
+                v: &Option<String>,
+                which: &Option<String>|
+     -> Result<Option<DateTime<Utc>>, String> {
         match v.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
             None => Ok(None),
             Some(s) => {
-                let ms = kickoff_app::console::parse_local_time(s, q.tz)
+                let ms = instant_ms(s, q.zone.as_deref(), which.as_deref())
                     .map_err(|e| format!("{field}: {e}"))?;
                 from_ms(field, ms).map(Some)
             }
@@ -361,8 +365,8 @@ fn job_filter(q: &JobQuery) -> Result<JobFilter, String> {
         queue: text(&q.queue),
         kind: text(&q.kind),
         args: text(&q.args).map(|a| parse_args_filter(&a)).transpose()?,
-        scheduled_from: time("from", &q.from)?,
-        scheduled_to: time("to", &q.to)?,
+        scheduled_from: time("from", &q.from, &q.from_which)?,
+        scheduled_to: time("to", &q.to, &q.to_which)?,
         max_id: q.max_id.map(JobId),
     })
 }
@@ -397,7 +401,7 @@ fn new_job(input: NewJobInput) -> Result<NewJob, String> {
                 .as_deref()
                 .filter(|s| !s.trim().is_empty())
                 .ok_or("at: give a date and time")?;
-            let ms = kickoff_app::console::parse_local_time(at, input.tz)
+            let ms = instant_ms(at, input.zone.as_deref(), input.which.as_deref())
                 .map_err(|e| format!("at: {e}"))?;
             Schedule::At(from_ms("at", ms)?)
         }
@@ -1308,15 +1312,41 @@ mod tests {
         assert!(job_filter(&q("retryable,discarded", "")).is_ok());
         assert!(job_filter(&q("exploded", "")).is_err());
         assert!(job_filter(&q("", "yesterday")).is_err());
+        // Each bound gets its zone's offset on its own date, across a daylight-saving switch.
         let f = job_filter(&JobQuery {
-            from: Some("2026-11-30T18:00".into()),
-            tz: Some(60),
+            from: Some("2027-01-10T19:00".into()),
+            to: Some("2027-07-10T19:00".into()),
+            zone: Some("America/New_York".into()),
             ..JobQuery::default()
         })
         .unwrap();
         assert_eq!(
             f.scheduled_from.unwrap().to_rfc3339(),
-            "2026-11-30T17:00:00+00:00"
+            "2027-01-11T00:00:00+00:00"
+        );
+        assert_eq!(
+            f.scheduled_to.unwrap().to_rfc3339(),
+            "2027-07-10T23:00:00+00:00"
+        );
+        // A repeated hour needs its bound's own answer.
+        let repeated = |to_which: Option<&str>| {
+            job_filter(&JobQuery {
+                to: Some("2026-11-01T01:30".into()),
+                zone: Some("America/New_York".into()),
+                to_which: to_which.map(String::from),
+                ..JobQuery::default()
+            })
+        };
+        assert!(repeated(None)
+            .unwrap_err()
+            .starts_with("to: 2026-11-01 01:30 happens twice"));
+        assert_eq!(
+            repeated(Some("later"))
+                .unwrap()
+                .scheduled_to
+                .unwrap()
+                .to_rfc3339(),
+            "2026-11-01T06:30:00+00:00"
         );
     }
 

@@ -5,4 +5,5 @@ pub mod state_counts;
 pub mod table;
 pub mod throughput;
 pub mod time;
+pub mod time_field;
 pub mod tokens;

@@ -5,8 +5,16 @@
 //! data. Once hydrated, the clock switches to the browser's zone and ticks every second, corrected
 //! by the skew between the browser's clock and the database's (`Clock::sync`). Rendering on the
 //! client starts from the same values as the server so hydration matches.
+//!
+//! Each instant is shown with the browser zone's offset *at that instant* (a July time in New York
+//! is UTC-04:00 even when read in December), and the page says which zone that is
+//! ([`ZoneNote`]).
 
 use leptos::prelude::*;
+
+#[cfg(feature = "hydrate")]
+use crate::local_time::browser_zone;
+use crate::local_time::{browser_offset_min, offset_label, UTC};
 
 /// The app's clock, provided once.
 #[derive(Clone, Copy)]
@@ -15,8 +23,9 @@ pub struct Clock {
     pub ticking: RwSignal<bool>,
     /// The estimated database time, ticking each second once hydrated.
     pub now_ms: RwSignal<i64>,
-    /// The browser's offset from UTC in minutes (east positive).
-    pub tz_min: RwSignal<i32>,
+    /// The zone times are shown and typed in: UTC on the server (and without JavaScript), the
+    /// browser's (an IANA name) once hydrated.
+    pub zone: RwSignal<String>,
     /// Database time minus browser time.
     #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
     skew_ms: StoredValue<i64>,
@@ -26,16 +35,14 @@ pub fn provide_clock() -> Clock {
     let clock = Clock {
         ticking: RwSignal::new(false),
         now_ms: RwSignal::new(0),
-        tz_min: RwSignal::new(0),
+        zone: RwSignal::new(UTC.to_string()),
         skew_ms: StoredValue::new(0),
     };
     provide_context(clock);
     #[cfg(feature = "hydrate")]
     Effect::new(move |prev: Option<()>| {
         if prev.is_none() {
-            clock
-                .tz_min
-                .set(-(js_sys::Date::new_0().get_timezone_offset() as i32));
+            clock.zone.set(browser_zone());
             clock.tick();
             clock.ticking.set(true);
             let handle = set_interval_with_handle(
@@ -85,34 +92,47 @@ impl Clock {
     }
 }
 
-/// `2026-11-30 18:00:05` in the given zone (with ` UTC` when the zone is UTC).
-pub fn format_time(ms: i64, tz_min: i32, utc_label: bool) -> String {
-    use chrono::{DateTime, FixedOffset};
-    let Some(t) = DateTime::from_timestamp_millis(ms) else {
-        return "—".into();
-    };
-    let zone = FixedOffset::east_opt(tz_min * 60).unwrap_or(FixedOffset::east_opt(0).unwrap());
-    let s = t
-        .with_timezone(&zone)
-        .format("%Y-%m-%d %H:%M:%S")
-        .to_string();
-    if utc_label {
-        format!("{s} UTC")
+/// `2026-11-30 18:00:05` in the browser's zone (`in_browser_zone`, with the zone's offset at that
+/// instant), else in UTC with ` UTC` after it.
+pub fn format_time(ms: i64, in_browser_zone: bool) -> String {
+    if in_browser_zone {
+        browser_format(ms, "%Y-%m-%d %H:%M:%S")
     } else {
-        s
+        format!("{} UTC", utc_format(ms, "%Y-%m-%d %H:%M:%S"))
     }
 }
 
-/// A `datetime-local` value for `ms` in the zone.
-pub fn datetime_local_value(ms: i64, tz_min: i32) -> String {
+/// A `datetime-local` value for `ms`: in the browser's zone (`in_browser_zone`) or in UTC.
+pub fn datetime_local_value(ms: i64, in_browser_zone: bool) -> String {
+    if in_browser_zone {
+        browser_format(ms, "%Y-%m-%dT%H:%M:%S")
+    } else {
+        utc_format(ms, "%Y-%m-%dT%H:%M:%S")
+    }
+}
+
+/// The offset an instant is shown with: the browser zone's at that instant, or UTC.
+pub fn shown_offset(ms: i64, in_browser_zone: bool) -> String {
+    offset_label(if in_browser_zone {
+        browser_offset_min(ms)
+    } else {
+        0
+    })
+}
+
+fn browser_format(ms: i64, format: &str) -> String {
     use chrono::{DateTime, FixedOffset};
-    let Some(t) = DateTime::from_timestamp_millis(ms) else {
-        return String::new();
-    };
-    let zone = FixedOffset::east_opt(tz_min * 60).unwrap_or(FixedOffset::east_opt(0).unwrap());
-    t.with_timezone(&zone)
-        .format("%Y-%m-%dT%H:%M:%S")
-        .to_string()
+    let zone = FixedOffset::east_opt(browser_offset_min(ms) * 60)
+        .unwrap_or(FixedOffset::east_opt(0).unwrap());
+    DateTime::from_timestamp_millis(ms)
+        .map(|t| t.with_timezone(&zone).format(format).to_string())
+        .unwrap_or_else(|| "—".into())
+}
+
+fn utc_format(ms: i64, format: &str) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format(format).to_string())
+        .unwrap_or_else(|| "—".into())
 }
 
 /// A duration in words: `850 ms`, `12 s`, `3 min`, `2 h 5 min`, `4 d`.
@@ -166,11 +186,14 @@ pub fn When(
     let iso = chrono::DateTime::from_timestamp_millis(at_ms)
         .map(|t| t.to_rfc3339())
         .unwrap_or_default();
-    let absolute = move || {
-        if clock.ticking.get() {
-            format_time(at_ms, clock.tz_min.get(), false)
+    let absolute = move || format_time(at_ms, clock.ticking.get());
+    // The zone and its offset at this instant, for whoever wonders which 19:00 this is.
+    let title = move || {
+        let (zone, offset) = (clock.zone.get(), shown_offset(at_ms, clock.ticking.get()));
+        if zone == offset {
+            zone
         } else {
-            format_time(at_ms, 0, true)
+            format!("{zone} ({offset})")
         }
     };
     let now = move || {
@@ -181,7 +204,7 @@ pub fn When(
         }
     };
     view! {
-        <time datetime=iso class="when">
+        <time datetime=iso class="when" title=title>
             <span class="abs">{absolute}</span>
             " "
             <span class="rel">{move || relative(at_ms, now())}</span>
@@ -214,5 +237,15 @@ pub fn Countdown(at_ms: i64, base_ms: i64) -> impl IntoView {
                 }
             }}
         </span>
+    }
+}
+
+/// Says which zone the page's times are in: UTC until the page has hydrated (and without
+/// JavaScript), then the browser's.
+#[component]
+pub fn ZoneNote() -> impl IntoView {
+    let clock = use_clock();
+    view! {
+        <span class="zone-note">"Times in " <span class="zone">{move || clock.zone.get()}</span></span>
     }
 }

@@ -8,7 +8,8 @@ use leptos_router::hooks::{use_navigate, use_params_map};
 
 use crate::components::live::use_live;
 use crate::components::loaded::{failure, ActionError, Loaded};
-use crate::components::time::{datetime_local_value, span, use_clock, Countdown, When};
+use crate::components::time::{span, use_clock, Countdown, When};
+use crate::components::time_field::TimeField;
 use crate::console::{get_job, CloneJob, JobAction, JobDetail, RescheduleJob};
 use crate::pages::jobs::JobButtons;
 
@@ -85,7 +86,6 @@ fn Detail(
     /// What the operator typed as the new time: kept when live updates render the page again.
     draft: RwSignal<Option<String>>,
 ) -> impl IntoView {
-    let clock = use_clock();
     let j = d.job.clone();
     let id = j.id;
     let now = d.now_ms;
@@ -125,24 +125,16 @@ fn Detail(
                     <ActionForm action=reschedule attr:class="inline-form">
                         <Csrf/>
                         <input type="hidden" name="id" value=id/>
-                        <input type="hidden" name="tz" prop:value=move || clock.tz_min.get().to_string()/>
-                        <label>
-                            "Reschedule to "
-                            <input
-                                type="datetime-local"
-                                step="1"
-                                name="at"
-                                required
-                                prop:value=move || {
-                                    draft
-                                        .get()
-                                        .unwrap_or_else(|| datetime_local_value(scheduled_ms, clock.tz_min.get()))
-                                }
-                                on:input=move |ev| draft.set(Some(event_target_value(&ev)))
-                            />
-                        </label>
+                        <TimeField
+                            label="Reschedule to "
+                            name="at"
+                            which_name="which"
+                            zone_name="zone"
+                            required=true
+                            draft
+                            at_ms=scheduled_ms
+                        />
                         <button type="submit">"Reschedule"</button>
-                        <span class="muted">{move || if clock.ticking.get() { "your time zone" } else { "UTC" }}</span>
                     </ActionForm>
                 })}
                 <ActionForm action=clone attr:class="inline-form">

@@ -18,6 +18,7 @@ use leptos_router::params::ParamsMap;
 use crate::components::live::use_live;
 use crate::components::loaded::{error_text, failure, ActionError, Loaded};
 use crate::components::time::{use_clock, Countdown, When};
+use crate::components::time_field::{TimeField, ZoneInput};
 use crate::console::{
     bulk_preview, list_jobs, nonempty, query_string, BulkJobs, JobAction, JobPage, JobQuery,
     JobRow, FAILED_STATES, STATES,
@@ -40,7 +41,9 @@ fn job_query(q: &ParamsMap, default_state: Option<&str>) -> JobQuery {
         args: nonempty(q.get("args")),
         from: nonempty(q.get("from")),
         to: nonempty(q.get("to")),
-        tz: q.get("tz").and_then(|t| t.parse().ok()),
+        zone: nonempty(q.get("zone")),
+        from_which: nonempty(q.get("from_which")),
+        to_which: nonempty(q.get("to_which")),
         before: q.get("before").and_then(|b| b.parse().ok()),
         max_id: None,
     }
@@ -217,6 +220,26 @@ fn scroll_to_top() {
 fn Filters(path: &'static str, query: Memo<JobQuery>) -> impl IntoView {
     let clock = use_clock();
     let q = move || query.get();
+    // The times in the address are in the zone the address names; new ones in the clock's.
+    let zone = Signal::derive(move || {
+        query
+            .get()
+            .filter_pairs()
+            .into_iter()
+            .find(|(k, _)| *k == "zone")
+            .map(|(_, z)| z)
+            .unwrap_or_else(|| clock.zone.get())
+    });
+    let from = Signal::derive(move || q().from.unwrap_or_default());
+    let to = Signal::derive(move || q().to.unwrap_or_default());
+    // A new address starts from what it says.
+    let from_draft = RwSignal::new(None);
+    let to_draft = RwSignal::new(None);
+    Effect::new(move |_| {
+        query.track();
+        from_draft.set(None);
+        to_draft.set(None);
+    });
     view! {
         <form class="filters" method="get" action=path role="search" aria-label="Filter jobs">
             <label>
@@ -255,15 +278,9 @@ fn Filters(path: &'static str, query: Memo<JobQuery>) -> impl IntoView {
                     prop:value=move || q().args.unwrap_or_default()
                 />
             </label>
-            <label>
-                "Due from"
-                <input type="datetime-local" step="1" name="from" prop:value=move || q().from.unwrap_or_default()/>
-            </label>
-            <label>
-                "to"
-                <input type="datetime-local" step="1" name="to" prop:value=move || q().to.unwrap_or_default()/>
-            </label>
-            <input type="hidden" name="tz" prop:value=move || clock.tz_min.get().to_string()/>
+            <TimeField label="Due from" name="from" which_name="from_which" draft=from_draft initial=from zone/>
+            <TimeField label="to" name="to" which_name="to_which" draft=to_draft initial=to zone/>
+            <ZoneInput name="zone" zone/>
             <button type="submit">"Filter"</button>
             {move || query.get().has_filter().then(|| view! { <a href=path>"Clear"</a> })}
         </form>
@@ -490,7 +507,6 @@ fn BulkConfirm(
         let pairs: Vec<String> = query
             .filter_pairs()
             .into_iter()
-            .filter(|(k, _)| *k != "tz")
             .map(|(k, v)| format!("{k} = {v}"))
             .collect();
         if pairs.is_empty() {
@@ -550,12 +566,10 @@ fn BulkConfirm(
                             Ok(None) => (format!("{verb} the {n_selected} selected jobs?"), None, false),
                             Err(e) => return view! { <p class="error" role="alert">{error_text(&e)}</p> }.into_any(),
                         };
-                        // `query[tz]` always goes, so the form names `query` even with no filter.
-                        let tz = query.tz.unwrap_or(0);
+                        // No filter at all sends no `query` field: the server reads the default.
                         let hidden = query
                             .filter_pairs()
                             .into_iter()
-                            .filter(|(k, _)| *k != "tz")
                             .map(|(k, v)| view! { <input type="hidden" name=format!("query[{k}]") value=v/> })
                             .collect_view();
                         view! {
@@ -570,7 +584,6 @@ fn BulkConfirm(
                                     <input type="hidden" name="action" value=value/>
                                     {(!by_filter).then(|| view! { <input type="hidden" name="ids" value=ids_text.clone()/> })}
                                     {hidden}
-                                    <input type="hidden" name="query[tz]" value=tz/>
                                     {max_id.map(|m| view! { <input type="hidden" name="query[max_id]" value=m/> })}
                                     <button type="submit" class="danger">{format!("Yes, {}", verb.to_lowercase())}</button>
                                     " "

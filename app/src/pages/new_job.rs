@@ -8,7 +8,7 @@ use crate::components::session::Csrf;
 use leptos_router::hooks::use_navigate;
 
 use crate::components::loaded::{failure, ActionError, Loaded};
-use crate::components::time::use_clock;
+use crate::components::time_field::TimeField;
 use crate::console::{get_job_choices, CreateJob, JobChoices};
 
 /// Why `text` is not acceptable as a job's args, if it is not.
@@ -44,7 +44,6 @@ pub fn NewJobPage() -> impl IntoView {
 
 #[component]
 fn NewJobForm(c: JobChoices, create: ServerAction<CreateJob>) -> impl IntoView {
-    let clock = use_clock();
     let args = RwSignal::new("{}".to_string());
     let problem = Memo::new(move |_| args.with(|a| args_problem(a)));
     let first_kind = c.kinds.first().cloned().unwrap_or_default();
@@ -93,13 +92,18 @@ fn NewJobForm(c: JobChoices, create: ServerAction<CreateJob>) -> impl IntoView {
                         aria-label="Minutes from now"/>
                     " minutes"
                 </label>
-                <label class="inline">
-                    <input type="radio" name="input[when]" value="at"/>
-                    " at "
-                    <input type="datetime-local" step="1" name="input[at]" aria-label="Date and time"/>
-                    <span class="muted">{move || if clock.ticking.get() { " (your time zone)" } else { " (UTC)" }}</span>
-                </label>
-                <input type="hidden" name="input[tz]" prop:value=move || clock.tz_min.get().to_string()/>
+                <span class="at-time">
+                    <label class="inline">
+                        <input type="radio" name="input[when]" value="at"/>
+                        " at "
+                    </label>
+                    <TimeField
+                        aria_label="Date and time"
+                        name="input[at]"
+                        which_name="input[which]"
+                        zone_name="input[zone]"
+                    />
+                </span>
             </fieldset>
             <div class="row">
                 <label>

@@ -9,7 +9,8 @@ use leptos_router::hooks::use_params_map;
 use crate::components::live::use_live;
 use crate::components::loaded::{failure, ActionError, Loaded};
 use crate::components::table::{Column, DataTable};
-use crate::components::time::{datetime_local_value, use_clock, Countdown, When};
+use crate::components::time::{use_clock, Countdown, When};
+use crate::components::time_field::TimeField;
 use crate::console::{get_question, MoveQuestion, QuestionDetail};
 
 const CHOICE_COLUMNS: &[Column] = &[("Choice", false), ("Predictions", false), ("Share", false)];
@@ -59,7 +60,6 @@ fn Detail(
     /// What the operator typed as the new time: kept when live updates render the page again.
     draft: RwSignal<Option<String>>,
 ) -> impl IntoView {
-    let clock = use_clock();
     let q = d.question.clone();
     let now = d.now_ms;
     let open = q.status == "open";
@@ -93,24 +93,16 @@ fn Detail(
             <ActionForm action=move_time attr:class="inline-form">
                 <Csrf/>
                 <input type="hidden" name="id" value=id/>
-                <input type="hidden" name="tz" prop:value=move || clock.tz_min.get().to_string()/>
-                <label>
-                    "Move game time to "
-                    <input
-                        type="datetime-local"
-                        step="1"
-                        name="game_time"
-                        required
-                        prop:value=move || {
-                            draft
-                                .get()
-                                .unwrap_or_else(|| datetime_local_value(game_ms, clock.tz_min.get()))
-                        }
-                        on:input=move |ev| draft.set(Some(event_target_value(&ev)))
-                    />
-                </label>
+                <TimeField
+                    label="Move game time to "
+                    name="game_time"
+                    which_name="which"
+                    zone_name="zone"
+                    required=true
+                    draft
+                    at_ms=game_ms
+                />
                 <button type="submit">"Move"</button>
-                <span class="muted">{move || if clock.ticking.get() { "your time zone" } else { "UTC" }}</span>
             </ActionForm>
         })}
         <h2>"Predictions per choice"</h2>

@@ -6,12 +6,11 @@ use crate::components::session::Csrf;
 use leptos_router::hooks::use_navigate;
 
 use crate::components::loaded::{failure, ActionError};
-use crate::components::time::use_clock;
+use crate::components::time_field::TimeField;
 use crate::console::CreateQuestion;
 
 #[component]
 pub fn NewQuestionPage() -> impl IntoView {
-    let clock = use_clock();
     let create = ServerAction::<CreateQuestion>::new();
     let navigate = use_navigate();
     Effect::new(move |_| {
@@ -34,12 +33,7 @@ pub fn NewQuestionPage() -> impl IntoView {
                     "Choices, one per line"
                     <textarea name="choices" rows="4" required>"Lions\nTigers"</textarea>
                 </label>
-                <label>
-                    "Game time "
-                    <span class="muted">{move || if clock.ticking.get() { "(your time zone)" } else { "(UTC)" }}</span>
-                    <input type="datetime-local" step="1" name="game_time" required/>
-                </label>
-                <input type="hidden" name="tz" prop:value=move || clock.tz_min.get().to_string()/>
+                <TimeField label="Game time" name="game_time" which_name="which" zone_name="zone" required=true/>
                 <p class="field-note">"Predictions close exactly at game time: the lock job fires then, and later predictions are refused."</p>
                 <button type="submit" class="primary">"Create question"</button>
             </ActionForm>
