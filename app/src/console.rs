@@ -754,11 +754,43 @@ pub async fn get_login_info() -> Result<LoginInfo, ServerFnError> {
 }
 
 /// Where to go after signing in: a path of this site, else the overview.
+///
+/// Only a path written without control characters (browsers drop tabs and newlines from a URL, so
+/// `/\t/x` would be `//x`, another site), backslashes (`/\x` is `//x` to them) or a `//` start,
+/// which parses by the URL standard browsers follow to a path of this site and stays a one-slash
+/// path once its dot segments are resolved (`/.//x` is `//x`). What comes back is that parsed path,
+/// query and fragment, percent-encoded: printable ASCII that a `Location` header can hold.
 pub fn safe_next(next: Option<&str>) -> String {
-    match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_string(),
-        _ => "/".to_string(),
+    next.and_then(same_site_path)
+        .unwrap_or_else(|| "/".to_string())
+}
+
+fn same_site_path(next: &str) -> Option<String> {
+    let plain = next.starts_with('/')
+        && !next.starts_with("//")
+        && !next.chars().any(|c| c.is_control() || c == '\\');
+    if !plain {
+        return None;
     }
+    // Any base does: only whether the result leaves it matters.
+    let base = url::Url::parse("http://kickoff.invalid/").ok()?;
+    let parsed = base.join(next).ok()?;
+    if parsed.origin() != base.origin() {
+        return None;
+    }
+    let mut path = parsed.path().to_string();
+    if path.starts_with("//") || path.contains('\\') {
+        return None;
+    }
+    if let Some(query) = parsed.query() {
+        path.push('?');
+        path.push_str(query);
+    }
+    if let Some(fragment) = parsed.fragment() {
+        path.push('#');
+        path.push_str(fragment);
+    }
+    Some(path)
 }
 
 /// Signs in and goes on to `next` (a redirect, also without JavaScript).

@@ -48,7 +48,9 @@ pub fn LoginPage() -> impl IntoView {
                 })
             }/>
             <ActionForm action=login attr:class="form-card" attr:aria-label="Sign in">
-                <input type="hidden" name="next" prop:value=next/>
+                // An attribute, not a property: the server renders it, so a plain form post (no
+                // JavaScript) carries it too.
+                <input type="hidden" name="next" value=next/>
                 <label>"Name" <input name="name" required autocomplete="username" autofocus/></label>
                 <label>
                     "Password"
