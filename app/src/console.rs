@@ -395,7 +395,7 @@ pub struct NewToken {
 /// What the login page says.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoginInfo {
-    /// False on a fresh install: the page explains how to create the first admin.
+    /// False on a fresh install: the page points to the setup link in the server's output.
     pub has_users: bool,
 }
 
@@ -540,6 +540,12 @@ pub trait Console: Send + Sync + 'static {
     async fn login_info(&self) -> Result<LoginInfo, Refusal>;
     /// Signs in (a new session id) or says why not.
     async fn login(&self, name: String, password: String) -> Result<(), Refusal>;
+    /// Ok if `code` is the server's live setup link; 404 otherwise (a wrong code counts like a
+    /// failed sign-in).
+    async fn setup_check(&self, code: String) -> Result<(), Refusal>;
+    /// Creates the first admin through the setup link and signs them in; 404 as above, and once
+    /// any user exists.
+    async fn setup(&self, code: String, name: String, password: String) -> Result<(), Refusal>;
     async fn logout(&self) -> Result<(), Refusal>;
 }
 
@@ -814,6 +820,29 @@ pub async fn logout(csrf: Option<String>) -> Result<(), ServerFnError> {
     console()?.logout().await.map_err(fail)?;
     leptos_axum::redirect("/login");
     Ok(())
+}
+
+/// 404 unless `code` is the server's live setup link (the setup page asks first).
+#[server(prefix = "/_console", endpoint = "setup_check")]
+pub async fn check_setup_code(code: String) -> Result<(), ServerFnError> {
+    console()?.setup_check(code).await.map_err(fail)
+}
+
+/// Creates the first admin through the setup link, signs them in and goes on to the overview (a
+/// redirect, also without JavaScript).
+#[server(prefix = "/_console", endpoint = "setup")]
+pub async fn set_up(
+    code: String,
+    name: String,
+    password: String,
+    confirm: String,
+) -> Result<String, ServerFnError> {
+    if password != confirm {
+        return Err(fail(Refusal::invalid("the two passwords differ")));
+    }
+    console()?.setup(code, name, password).await.map_err(fail)?;
+    leptos_axum::redirect("/");
+    Ok("/".to_string())
 }
 
 /// The signed-in operator of this request (server) or page (browser).
