@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing Kickoff needs, skipping whatever is already there.
-# Usage: scripts/bootstrap.sh [--e2e]   (--e2e: also Chromium and playwright-core)
+# Usage: scripts/bootstrap.sh [--e2e]   (--e2e, for scripts/test: also cargo-nextest, Chromium and
+# playwright-core)
 #
 # The WebAssembly client needs a wasm32 std. Where `rustup target add wasm32-unknown-unknown`
 # works (and the toolchain is new enough for cargo-leptos), the rustup toolchain is used. Where it
@@ -13,6 +14,7 @@ cd "$(dirname "$0")/.."
 WITH_E2E=0
 [ "${1:-}" = "--e2e" ] && WITH_E2E=1
 CARGO_LEPTOS_VERSION=0.3.11
+NEXTEST_VERSION=0.9.143
 BINARYEN_VERSION=132.0.0
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'bootstrap: %s\n' "$*" >&2; exit 1; }
@@ -80,8 +82,14 @@ if [ "${WITH_WASM_OPT:-0}" = 1 ] && ! command -v wasm-opt >/dev/null; then
   npm install --prefix "$KICKOFF_CACHE/tools" --no-audit --no-fund --silent "binaryen@$BINARYEN_VERSION"
 fi
 
-# ---- 4. end-to-end: Debian's Chromium and playwright-core
+# ---- 4. tests: cargo-nextest (the Rust test runner scripts/test uses), Debian's Chromium and
+# playwright-core
 if [ $WITH_E2E = 1 ]; then
+  # Any version will do; a missing one is installed at the version these scripts were tried with.
+  if ! cargo nextest --version >/dev/null 2>&1; then
+    log "cargo install cargo-nextest $NEXTEST_VERSION (about 10 min on 2 cores)"
+    cargo install cargo-nextest --version "$NEXTEST_VERSION" --locked
+  fi
   apt_install chromium
   if [ ! -d end2end/node_modules/playwright-core ]; then
     log "npm ci in end2end/"

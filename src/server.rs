@@ -8,6 +8,7 @@ use std::time::Duration;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
+use crate::accounts::SetupLink;
 use crate::config::Config;
 use crate::engine::maintenance::pruner::PrunerConfig;
 use crate::engine::{Engine, EngineConfig, MIGRATOR};
@@ -177,21 +178,21 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         .build();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let accounts = crate::accounts::Accounts::new(db.pool.clone());
-    match accounts
+    // With no operator account (and no KICKOFF_ADMIN_PASSWORD), a one-time link to create the
+    // first admin in the browser, printed below once the port is known.
+    let setup_link = match accounts
         .ensure_first_admin(config.admin_password.as_deref())
         .await
     {
-        Ok(Some(admin)) => println!("Created the first operator account: {}", admin.name),
-        Ok(None) => {
-            if accounts.count().await.is_ok_and(|n| n == 0) {
-                println!(
-                    "No operator account yet: stop the server and run `kickoff user add NAME --role admin`, \
-                     or start it with KICKOFF_ADMIN_PASSWORD set (creates `admin`)."
-                );
-            }
+        Ok(Some(admin)) => {
+            println!("Created the first operator account: {}", admin.name);
+            SetupLink::none()
         }
+        Ok(None) if accounts.count().await.is_ok_and(|n| n == 0) => SetupLink::generate(),
+        Ok(None) => SetupLink::none(),
         Err(e) => return Err(StartError::Config(format!("KICKOFF_ADMIN_PASSWORD: {e}"))),
-    }
+    };
+    let accounts = accounts.with_setup_link(setup_link.clone());
     tokio::spawn(http::session::sweep_expired(
         db.pool.clone(),
         shutdown.clone(),
@@ -213,7 +214,14 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     };
     let app = http::router(state);
     let listener = tokio::net::TcpListener::bind(config.site_addr).await?;
-    println!("Kickoff listening on http://{}", listener.local_addr()?);
+    let local_addr = listener.local_addr()?;
+    println!("Kickoff listening on http://{local_addr}");
+    // Only here, on this process's own output: the code is kept nowhere else.
+    if let Some(url) = setup_link.url(local_addr) {
+        println!(
+            "No operator account yet: open {url} to create the first admin (the link works once)."
+        );
+    }
     tokio::spawn({
         let shutdown = shutdown.clone();
         async move {

@@ -13,8 +13,8 @@ use sqlx::PgPool;
 use common::test_db;
 use kickoff::accounts::store::{self, LoginScope};
 use kickoff::accounts::{
-    AccountError, Accounts, LoginError, Role, User, FAILURE_WINDOW, LOCK_AFTER_FAILURES,
-    LOCK_DURATION, SLOWDOWN, SLOW_AFTER_FAILURES,
+    AccountError, Accounts, LoginError, Role, SetupError, SetupLink, User, FAILURE_WINDOW,
+    LOCK_AFTER_FAILURES, LOCK_DURATION, SLOWDOWN, SLOW_AFTER_FAILURES,
 };
 
 const PASSWORD: &str = "correct horse battery";
@@ -534,4 +534,91 @@ async fn role_disabled_flag_and_password_can_be_changed() {
             other => panic!("expected NotFound, got {other:?}"),
         }
     }
+}
+
+/// Runs `decide` while the user `bob` is being inserted on another connection (`kickoff user
+/// add`, or another node's first admin, not committed yet: a check for an empty table does not see
+/// it), commits that insert once `decide` waits for it, and returns what `decide` answered. Fails
+/// if `decide` answers without waiting.
+async fn decided_beside_a_user_being_added<T>(
+    pool: &PgPool,
+    decide: impl std::future::Future<Output = T> + Send + 'static,
+) -> T
+where
+    T: std::fmt::Debug + Send + 'static,
+{
+    let mut adding = pool.begin().await.unwrap();
+    store::user_insert(&mut *adding, "bob", Role::Viewer, password_hash_of_nobody())
+        .await
+        .unwrap();
+    let mut decided = tokio::spawn(decide);
+    let waits = common::wait_for(
+        "a statement waiting for a lock on users",
+        Duration::from_secs(10),
+        || async {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM pg_locks WHERE relation = 'users'::regclass AND NOT granted",
+            )
+            .fetch_one(pool)
+            .await
+            .unwrap()
+                > 0
+        },
+    );
+    tokio::select! {
+        answer = &mut decided => panic!("decided beside a user being added: {answer:?}"),
+        () = waits => {}
+    }
+    adding.commit().await.unwrap();
+    decided.await.unwrap()
+}
+
+async fn names(accounts: &Accounts) -> Vec<String> {
+    accounts
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|u| u.name)
+        .collect()
+}
+
+#[tokio::test]
+async fn the_first_admin_is_not_made_beside_a_user_being_added() {
+    let db = test_db().await;
+    let accounts = Accounts::new(db.pool.clone());
+    let first = decided_beside_a_user_being_added(&db.pool, {
+        let accounts = accounts.clone();
+        async move { accounts.ensure_first_admin(Some(PASSWORD)).await }
+    })
+    .await;
+    assert_eq!(first.unwrap(), None);
+    assert_eq!(names(&accounts).await, ["bob"]);
+}
+
+#[tokio::test]
+async fn the_setup_link_makes_no_admin_beside_a_user_being_added() {
+    let db = test_db().await;
+    let accounts = Accounts::new(db.pool.clone()).with_setup_link(SetupLink::with_code("the-code"));
+    let pass = accounts
+        .check_setup_code("the-code", ip(1))
+        .await
+        .expect("the live code");
+    let refused = decided_beside_a_user_being_added(&db.pool, {
+        let accounts = accounts.clone();
+        async move { accounts.set_up_first_admin(pass, "alice", PASSWORD).await }
+    })
+    .await;
+    assert!(matches!(refused, Err(SetupError::NotFound)), "{refused:?}");
+    assert_eq!(names(&accounts).await, ["bob"]);
+    // The link is spent.
+    assert!(matches!(
+        accounts.check_setup_code("the-code", ip(1)).await,
+        Err(SetupError::NotFound)
+    ));
+}
+
+/// A PHC string no password matches (the test's user never signs in).
+fn password_hash_of_nobody() -> &'static str {
+    "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHRzYWx0$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 }

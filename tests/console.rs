@@ -1001,3 +1001,121 @@ async fn a_skipped_time_is_refused_and_a_repeated_one_waits_for_which() {
         assert_eq!(scheduled_at_of(&d, job).await, expected);
     }
 }
+
+/// Where a `next` must not lead (another site, or something a browser turns into another site) and
+/// where it may: the table of `safe_next`.
+#[test]
+fn safe_next_keeps_only_paths_of_this_site() {
+    use kickoff_app::console::safe_next;
+    for (next, expected) in [
+        ("/", "/"),
+        ("/jobs?state=scheduled", "/jobs?state=scheduled"),
+        ("/jobs/42", "/jobs/42"),
+        (
+            "/audit?action=job.&result=ok",
+            "/audit?action=job.&result=ok",
+        ),
+        ("/jobs?args=game_id%3D42", "/jobs?args=game_id%3D42"),
+        // A percent sign is only text here: no browser decodes it into a tab before parsing.
+        ("/%09/evil.example", "/%09/evil.example"),
+        ("/jobs#top", "/jobs#top"),
+    ] {
+        assert_eq!(safe_next(Some(next)), expected, "{next:?}");
+    }
+    for next in [
+        "",
+        "jobs",
+        " /jobs",
+        "//evil.example",
+        "///evil.example",
+        "https://evil.example/",
+        "http:evil.example",
+        "javascript:alert(1)",
+        "\\evil.example",
+        "/\\evil.example",
+        "/\\/evil.example",
+        // Browsers drop tabs and newlines from URLs: these are `//evil.example` to them.
+        "/\t/evil.example",
+        "/\n/evil.example",
+        "/\r\n/evil.example",
+        "\t//evil.example",
+        "/\u{0}/evil.example",
+        "/\u{1b}x",
+        "/\u{7f}x",
+        "/\u{85}x",
+        // Paths that normalise (dot segments) to a `//` start.
+        "/.//evil.example",
+        "/x/..//evil.example",
+        "/%2e%2e//evil.example",
+        "/%2e//evil.example",
+    ] {
+        assert_eq!(safe_next(Some(next)), "/", "{next:?}");
+    }
+    assert_eq!(safe_next(None), "/");
+    // Whatever comes in, what goes out is a path of this site that a Location header can hold.
+    for c in (0u32..0x3000).chain([0xfeff, 0xff0f, 0x2215, 0x10ffff]) {
+        let Some(c) = char::from_u32(c) else { continue };
+        for next in [
+            format!("/a{c}b"),
+            format!("/{c}/evil.example"),
+            format!("/{c}"),
+        ] {
+            let out = safe_next(Some(&next));
+            assert!(
+                out.starts_with('/') && !out.starts_with("//") && !out.contains('\\'),
+                "{next:?} -> {out:?}"
+            );
+            assert!(
+                axum::http::HeaderValue::from_str(&out).is_ok() && out.is_ascii(),
+                "{next:?} -> {out:?} is no header value"
+            );
+        }
+    }
+}
+
+/// A sign-in from `/login?next=...` whose `next` leaves the site, or holds a newline, goes to the
+/// overview: as the hydrated page posts it and as a plain form does (a redirect), never a panic.
+#[tokio::test]
+async fn a_sign_in_whose_next_leaves_the_site_goes_to_the_overview() {
+    let d = dashboard().await;
+    for next in [
+        "%2F%09%2Fevil.example",
+        "%2F%0A%2Fevil.example",
+        "%2F%0D%0A%2Fevil.example",
+        "%2F%2Fevil.example",
+        "%2F%5Cevil.example",
+    ] {
+        let body = format!(
+            "name=ops&password={}&next={next}",
+            PASSWORD.replace(' ', "+")
+        );
+        let post = |accept: &str| {
+            Request::post("/_console/login")
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .header(header::ACCEPT, accept)
+                .body(Body::from(body.clone()))
+                .unwrap()
+        };
+        // The hydrated page: the answer names the target, which the page then loads.
+        let (status, location, answer) = send(&d.app, post("*/*")).await;
+        assert_eq!(status, StatusCode::OK, "{next}: {answer}");
+        assert_eq!(answer, "\"/\"", "{next}");
+        assert_eq!(location.as_deref(), Some("/"), "{next}");
+        // A plain form post (no JavaScript): the browser follows the redirect.
+        let (status, location, _) = send(&d.app, post("text/html")).await;
+        assert_eq!(status, StatusCode::FOUND, "{next}");
+        assert_eq!(location.as_deref(), Some("/"), "{next}");
+    }
+    // A path of this site is kept.
+    let req = Request::post("/_console/login")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::ACCEPT, "text/html")
+        .body(Body::from(format!(
+            "name=ops&password={}&next=%2Fjobs%3Fstate%3Dscheduled",
+            PASSWORD.replace(' ', "+")
+        )))
+        .unwrap();
+    let (status, location, _) = send(&d.app, req).await;
+    assert_eq!(status, StatusCode::FOUND);
+    assert_eq!(location.as_deref(), Some("/jobs?state=scheduled"));
+}

@@ -414,7 +414,7 @@ pub struct NewToken {
 /// What the login page says.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoginInfo {
-    /// False on a fresh install: the page explains how to create the first admin.
+    /// False on a fresh install: the page points to the setup link in the server's output.
     pub has_users: bool,
 }
 
@@ -541,6 +541,12 @@ pub trait Console: Send + Sync + 'static {
     async fn login_info(&self) -> Result<LoginInfo, Refusal>;
     /// Signs in (a new session id) or says why not.
     async fn login(&self, name: String, password: String) -> Result<(), Refusal>;
+    /// Ok if `code` is the server's live setup link; 404 otherwise (a wrong code counts like a
+    /// failed sign-in).
+    async fn setup_check(&self, code: String) -> Result<(), Refusal>;
+    /// Creates the first admin through the setup link and signs them in; 404 as above, and once
+    /// any user exists.
+    async fn setup(&self, code: String, name: String, password: String) -> Result<(), Refusal>;
     async fn logout(&self) -> Result<(), Refusal>;
 }
 
@@ -765,11 +771,43 @@ pub async fn get_login_info() -> Result<LoginInfo, ServerFnError> {
 }
 
 /// Where to go after signing in: a path of this site, else the overview.
+///
+/// Only a path written without control characters (browsers drop tabs and newlines from a URL, so
+/// `/\t/x` would be `//x`, another site), backslashes (`/\x` is `//x` to them) or a `//` start,
+/// which parses by the URL standard browsers follow to a path of this site and stays a one-slash
+/// path once its dot segments are resolved (`/.//x` is `//x`). What comes back is that parsed path,
+/// query and fragment, percent-encoded: printable ASCII that a `Location` header can hold.
 pub fn safe_next(next: Option<&str>) -> String {
-    match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_string(),
-        _ => "/".to_string(),
+    next.and_then(same_site_path)
+        .unwrap_or_else(|| "/".to_string())
+}
+
+fn same_site_path(next: &str) -> Option<String> {
+    let plain = next.starts_with('/')
+        && !next.starts_with("//")
+        && !next.chars().any(|c| c.is_control() || c == '\\');
+    if !plain {
+        return None;
     }
+    // Any base does: only whether the result leaves it matters.
+    let base = url::Url::parse("http://kickoff.invalid/").ok()?;
+    let parsed = base.join(next).ok()?;
+    if parsed.origin() != base.origin() {
+        return None;
+    }
+    let mut path = parsed.path().to_string();
+    if path.starts_with("//") || path.contains('\\') {
+        return None;
+    }
+    if let Some(query) = parsed.query() {
+        path.push('?');
+        path.push_str(query);
+    }
+    if let Some(fragment) = parsed.fragment() {
+        path.push('#');
+        path.push_str(fragment);
+    }
+    Some(path)
 }
 
 /// Signs in and goes on to `next` (a redirect, also without JavaScript).
@@ -793,6 +831,29 @@ pub async fn logout(csrf: Option<String>) -> Result<(), ServerFnError> {
     console()?.logout().await.map_err(fail)?;
     leptos_axum::redirect("/login");
     Ok(())
+}
+
+/// 404 unless `code` is the server's live setup link (the setup page asks first).
+#[server(prefix = "/_console", endpoint = "setup_check")]
+pub async fn check_setup_code(code: String) -> Result<(), ServerFnError> {
+    console()?.setup_check(code).await.map_err(fail)
+}
+
+/// Creates the first admin through the setup link, signs them in and goes on to the overview (a
+/// redirect, also without JavaScript).
+#[server(prefix = "/_console", endpoint = "setup")]
+pub async fn set_up(
+    code: String,
+    name: String,
+    password: String,
+    confirm: String,
+) -> Result<String, ServerFnError> {
+    if password != confirm {
+        return Err(fail(Refusal::invalid("the two passwords differ")));
+    }
+    console()?.setup(code, name, password).await.map_err(fail)?;
+    leptos_axum::redirect("/");
+    Ok("/".to_string())
 }
 
 /// The signed-in operator of this request (server) or page (browser).

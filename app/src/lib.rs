@@ -98,6 +98,7 @@ pub fn App() -> impl IntoView {
             <main id="main">
                 <Routes fallback=|| view! { <p>"Page not found."</p> }>
                     <Route path=path!("/login") view=pages::login::LoginPage ssr=SsrMode::Async/>
+                    <Route path=path!("/setup") view=pages::setup::SetupPage ssr=SsrMode::Async/>
                     <Route path=path!("/") view=pages::overview::OverviewPage ssr=SsrMode::Async/>
                     <Route path=path!("/jobs") view=pages::jobs::JobsPage ssr=SsrMode::Async/>
                     <Route path=path!("/jobs/new") view=pages::new_job::NewJobPage ssr=SsrMode::Async/>

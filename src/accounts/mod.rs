@@ -11,7 +11,9 @@
 //!   server process sharing the database enforces the same limits (see `login_throttle` for the
 //!   rules and their constants).
 //! - The first administrator: [`Accounts::ensure_first_admin`] creates `admin` on a database with
-//!   no user at all, once, even when several nodes start together.
+//!   no user at all (`KICKOFF_ADMIN_PASSWORD`); without it, the server prints a one-time setup link
+//!   and [`Accounts::set_up_first_admin`] creates the admin it is opened for (see `setup_link`).
+//!   Either way once, even when several nodes start together: the insert locks the table.
 //!
 //! - API tokens ([`Accounts::create_token`]): per user, scoped read or write, stored as SHA-256
 //!   of their text (see `api_token`); revoked or a disabled owner's tokens stop at the next request.
@@ -27,6 +29,7 @@ pub mod password_prompt;
 mod role;
 pub mod secret;
 mod service;
+pub mod setup_link;
 pub mod store;
 mod text_column;
 pub mod token_store;
@@ -39,5 +42,6 @@ pub use name::{normalize_name, MAX_NAME_CHARS};
 pub use password::{validate_password, MAX_PASSWORD_CHARS, MIN_PASSWORD_CHARS};
 pub use role::Role;
 pub use service::{AccountError, Accounts, LoginError, FIRST_ADMIN_NAME};
+pub use setup_link::{SetupError, SetupLink, SetupPass};
 pub use store::User;
 pub use token_store::{ApiToken, TokenOwner};

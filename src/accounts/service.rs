@@ -1,4 +1,5 @@
-//! The accounts service: creating and changing users, first start, and checking logins.
+//! The accounts service: creating and changing users, the first admin (at first start or by the
+//! setup link), and checking logins.
 
 use std::net::IpAddr;
 
@@ -6,6 +7,7 @@ use sqlx::PgPool;
 
 use super::api_token::{self, MAX_TOKEN_NAME_CHARS};
 use super::login_throttle::LoginThrottle;
+use super::setup_link::{SetupError, SetupLink, SetupPass};
 use super::store::{self, User};
 use super::token_store::{self, ApiToken, TokenOwner};
 use super::{normalize_name, password, validate_password, Role, TokenScope};
@@ -55,14 +57,23 @@ pub enum LoginError {
 pub struct Accounts {
     pool: PgPool,
     throttle: LoginThrottle,
+    setup_link: SetupLink,
 }
 
 impl Accounts {
+    /// The accounts, with no setup link (see [`Self::with_setup_link`]).
     pub fn new(pool: PgPool) -> Self {
         Accounts {
             throttle: LoginThrottle::new(pool.clone()),
             pool,
+            setup_link: SetupLink::none(),
         }
+    }
+
+    /// The accounts with this process's setup link live (a server started on an empty
+    /// database): [`Self::check_setup_code`] accepts its code.
+    pub fn with_setup_link(self, setup_link: SetupLink) -> Self {
+        Accounts { setup_link, ..self }
     }
 
     /// Creates a user. `name`: 1 to 64 of `a-z 0-9 _ . -` (upper case is lowered); `password`: 12 to
@@ -147,9 +158,72 @@ impl Accounts {
         if store::user_count(&self.pool).await? > 0 {
             return Ok(None);
         }
+        self.create_first_admin(FIRST_ADMIN_NAME, password).await
+    }
+
+    /// Creates `name` as an admin if the database has no user at all, and returns it; `Ok(None)`
+    /// when it has one, or when a concurrent first admin (or any new user) got there first.
+    async fn create_first_admin(
+        &self,
+        name: &str,
+        password: &str,
+    ) -> Result<Option<User>, AccountError> {
+        let name = normalize_name(name)?;
         validate_password(password)?;
+        // Hashed before the transaction: the table lock is held for the insert only.
         let hash = password::hash(password).await;
-        Ok(store::user_insert_if_none(&self.pool, FIRST_ADMIN_NAME, Role::Admin, &hash).await?)
+        let mut tx = self.pool.begin().await?;
+        let user = store::user_insert_first(&mut tx, &name, Role::Admin, &hash).await?;
+        tx.commit().await?;
+        Ok(user)
+    }
+
+    /// Checks a setup link's code presented from `address` (see `setup_link`): a pass for
+    /// [`Self::set_up_first_admin`] if it is this process's live code and the database has no
+    /// user; [`SetupError::NotFound`] for anything else. A wrong code counts as a failed sign-in
+    /// of the address, and a locked address is refused even the right one.
+    pub async fn check_setup_code(
+        &self,
+        presented: &str,
+        address: IpAddr,
+    ) -> Result<SetupPass, SetupError> {
+        if presented.is_empty() || !self.setup_link.is_live() {
+            return Err(SetupError::NotFound);
+        }
+        if store::user_count(&self.pool)
+            .await
+            .map_err(AccountError::from)?
+            > 0
+        {
+            // Someone made a user meanwhile (another node's link, `kickoff user add`).
+            self.setup_link.spend();
+            return Err(SetupError::NotFound);
+        }
+        let admission = self
+            .throttle
+            .admit(None, address)
+            .await
+            .map_err(setup_refused)?;
+        if self.setup_link.matches(presented) {
+            admission.succeeded().await.map_err(AccountError::from)?;
+            Ok(SetupPass { _private: () })
+        } else {
+            Err(setup_refused(admission.failed().await))
+        }
+    }
+
+    /// Creates the first admin, `name`, through the setup link, and spends the link. Refused
+    /// ([`SetupError::NotFound`]) when any user exists by the time of the insert, whoever made it;
+    /// a name or password that breaks the rules leaves the link live.
+    pub async fn set_up_first_admin(
+        &self,
+        _pass: SetupPass,
+        name: &str,
+        password: &str,
+    ) -> Result<User, SetupError> {
+        let made = self.create_first_admin(name, password).await?;
+        self.setup_link.spend();
+        made.ok_or(SetupError::NotFound)
     }
 
     /// Checks a login from `address`, within the limits of `login_throttle` (slowed after 5
@@ -302,6 +376,15 @@ async fn keeps_an_admin(
         )));
     }
     Ok(())
+}
+
+/// A refused setup code's answer: the lock, or the one answer for everything else.
+fn setup_refused(e: LoginError) -> SetupError {
+    match e {
+        LoginError::Locked { retry_after_secs } => SetupError::Locked { retry_after_secs },
+        LoginError::Database(e) => SetupError::Account(AccountError::Database(e)),
+        LoginError::BadCredentials | LoginError::Invalid(_) => SetupError::NotFound,
+    }
 }
 
 fn found(id: i64, user: Option<User>) -> Result<User, AccountError> {

@@ -48,28 +48,34 @@ pub async fn user_insert<'e>(
     .await
 }
 
-/// Inserts an admin only when the table holds no user at all; `None` when it holds one, or when a
-/// concurrent transaction inserted the same name first.
+/// Inserts the first user (an admin) if the table holds no user at all, neither committed nor
+/// being inserted; `None` otherwise. Runs in the caller's transaction, which it locks the table
+/// for.
 ///
-/// Two nodes starting together both see an empty table (neither sees the other's uncommitted row),
-/// so the emptiness check alone would let both insert; the second insert then waits on the unique
-/// name and, once the first commits, `ON CONFLICT DO NOTHING` turns it into no row.
-pub async fn user_insert_if_none<'e>(
-    db: impl PgExecutor<'e>,
+/// A check for an empty table alone would let two transactions each see it empty and both insert
+/// (two nodes starting together, two setup links, `kickoff user add` beside either: with
+/// different names, no unique index stops the second). `SHARE ROW EXCLUSIVE` conflicts with
+/// itself and with the lock every insert, update and delete takes, but not with reads: an insert
+/// in flight elsewhere commits first and is then seen by the check, and any later one waits
+/// until this transaction ends. The check and the insert are one step.
+pub async fn user_insert_first(
+    tx: &mut sqlx::PgConnection,
     name: &str,
     role: Role,
     password_hash: &str,
 ) -> Result<Option<User>, sqlx::Error> {
+    sqlx::query("LOCK TABLE users IN SHARE ROW EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await?;
     sqlx::query_as(&format!(
         "INSERT INTO users (name, role, password_hash)
          SELECT $1, $2, $3 WHERE NOT EXISTS (SELECT 1 FROM users)
-         ON CONFLICT (name) DO NOTHING
          RETURNING {USER_COLUMNS}"
     ))
     .bind(name)
     .bind(role)
     .bind(password_hash)
-    .fetch_optional(db)
+    .fetch_optional(&mut *tx)
     .await
 }
 

@@ -99,22 +99,5 @@ pub async fn require_token(
     Ok(res)
 }
 
-/// Compares without an early exit, so the time taken does not tell how much of a guess was right.
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::constant_time_eq;
-
-    #[test]
-    fn compares_tokens_exactly() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"abcd"));
-    }
-}
+// The comparison lives with the secrets (the setup link uses it too).
+pub(crate) use crate::accounts::secret::constant_time_eq;

@@ -16,7 +16,7 @@ use kickoff_app::local_time::instant_ms;
 use leptos::prelude::use_context;
 use serde_json::Value;
 
-use crate::accounts::{AccountError, Accounts, ApiToken, LoginError, Role, TokenScope};
+use crate::accounts::{AccountError, Accounts, ApiToken, LoginError, Role, SetupError, TokenScope};
 use crate::audit::{AuditEntry, AuditFilter, Auditor};
 use crate::engine::store::jobs::{db_now, JobFilter};
 use crate::engine::{
@@ -145,12 +145,55 @@ impl ServerConsole {
             .await;
     }
 
+    /// Signs `user` in on `session` (a new session id) and records it.
+    async fn start_session(
+        &self,
+        session: &tower_sessions::Session,
+        user: &crate::accounts::User,
+        address: std::net::IpAddr,
+    ) -> Result<(), Refusal> {
+        session::sign_in(session, user).await.map_err(unavailable)?;
+        tracing::info!(user = %user.name, %address, "signed in");
+        self.auditor
+            .record(AuditEntry {
+                actor: user.name.clone(),
+                role: user.role.as_str().to_string(),
+                action: "session.sign_in".into(),
+                target: None,
+                filter: None,
+                count: None,
+                address: Some(address),
+                result: Ok(()),
+            })
+            .await;
+        Ok(())
+    }
+
     async fn now_ms(&self) -> Result<i64, Refusal> {
         db_now(self.client.pool())
             .await
             .map(|t| t.timestamp_millis())
             .map_err(unavailable)
     }
+}
+
+/// The session and client address of a request that starts a session (signing in, the setup
+/// link). It carries no session token yet, so it must come from this site: 403 with `refused`
+/// otherwise.
+fn session_starter(refused: &str) -> Result<(tower_sessions::Session, std::net::IpAddr), Refusal> {
+    let parts = request().ok_or_else(Refusal::unavailable)?;
+    if !session::same_origin(&parts) {
+        return Err(Refusal {
+            status: 403,
+            message: refused.into(),
+        });
+    }
+    let session = parts
+        .extensions
+        .get::<tower_sessions::Session>()
+        .cloned()
+        .ok_or_else(Refusal::unavailable)?;
+    Ok((session, session::client_address(&parts.extensions)))
 }
 
 /// Logs the cause and gives the browser a message without internals.
@@ -208,6 +251,18 @@ fn account_refused(e: AccountError) -> Refusal {
         AccountError::NotFound(_) => Refusal::not_found(e.to_string()),
         AccountError::NameTaken(_) | AccountError::Conflict(_) => Refusal::conflict(e.to_string()),
         AccountError::Invalid { .. } => Refusal::invalid(e.to_string()),
+    }
+}
+
+/// A refused setup link: one 404 for a missing, wrong or spent code and a database with users
+/// (worded like any unknown page), the sign-in lock, or the name and password rules.
+fn setup_refused(e: SetupError) -> Refusal {
+    match e {
+        SetupError::NotFound => Refusal::not_found("Page not found."),
+        SetupError::Locked { retry_after_secs } => {
+            login_refused(LoginError::Locked { retry_after_secs })
+        }
+        SetupError::Account(e) => account_refused(e),
     }
 }
 
@@ -1150,20 +1205,7 @@ impl Console for ServerConsole {
     }
 
     async fn login(&self, name: String, password: String) -> Result<(), Refusal> {
-        let parts = request().ok_or_else(Refusal::unavailable)?;
-        // No session token exists before signing in: the request must come from this site.
-        if !session::same_origin(&parts) {
-            return Err(Refusal {
-                status: 403,
-                message: "sign in from the dashboard's own page".into(),
-            });
-        }
-        let session = parts
-            .extensions
-            .get::<tower_sessions::Session>()
-            .cloned()
-            .ok_or_else(Refusal::unavailable)?;
-        let address = session::client_address(&parts.extensions);
+        let (session, address) = session_starter("sign in from the dashboard's own page")?;
         let refusal = match self.accounts.authenticate(&name, &password, address).await {
             Ok(user) => Ok(user),
             Err(LoginError::Database(e)) => return Err(unavailable(e)),
@@ -1189,23 +1231,61 @@ impl Console for ServerConsole {
                 return Err(refusal);
             }
         };
-        session::sign_in(&session, &user)
+        self.start_session(&session, &user, address).await
+    }
+
+    async fn setup_check(&self, code: String) -> Result<(), Refusal> {
+        let parts = request().ok_or_else(Refusal::unavailable)?;
+        let address = session::client_address(&parts.extensions);
+        self.accounts
+            .check_setup_code(&code, address)
             .await
-            .map_err(unavailable)?;
-        tracing::info!(user = %user.name, %address, "signed in");
+            .map(drop)
+            .map_err(setup_refused)
+    }
+
+    async fn setup(&self, code: String, name: String, password: String) -> Result<(), Refusal> {
+        let (session, address) = session_starter("set up from the dashboard's own page")?;
+        let typed: String = name.trim().chars().take(64).collect();
+        let entry = |actor: String, role: &str, result: Result<(), String>| AuditEntry {
+            actor,
+            role: role.to_string(),
+            action: "user.create".into(),
+            target: Some(format!("first admin {typed}, by the setup link")),
+            filter: None,
+            count: None,
+            address: Some(address),
+            result,
+        };
+        let made = match self.accounts.check_setup_code(&code, address).await {
+            Ok(pass) => {
+                self.accounts
+                    .set_up_first_admin(pass, &name, &password)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        let user = match made {
+            Ok(user) => user,
+            Err(SetupError::Account(AccountError::Database(e))) => return Err(unavailable(e)),
+            Err(e) => {
+                let refusal = setup_refused(e);
+                let actor = if typed.is_empty() {
+                    "?".into()
+                } else {
+                    typed.clone()
+                };
+                self.auditor
+                    .record(entry(actor, "none", Err(refusal.message.clone())))
+                    .await;
+                return Err(refusal);
+            }
+        };
+        tracing::info!(user = %user.name, %address, "the first admin was made by the setup link");
         self.auditor
-            .record(AuditEntry {
-                actor: user.name.clone(),
-                role: user.role.as_str().to_string(),
-                action: "session.sign_in".into(),
-                target: None,
-                filter: None,
-                count: None,
-                address: Some(address),
-                result: Ok(()),
-            })
+            .record(entry(user.name.clone(), user.role.as_str(), Ok(())))
             .await;
-        Ok(())
+        self.start_session(&session, &user, address).await
     }
 
     async fn logout(&self) -> Result<(), Refusal> {

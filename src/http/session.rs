@@ -2,8 +2,8 @@
 //! restarts and every node sees them), and the guard every dashboard request passes.
 //!
 //! The guard, in order:
-//! 1. Open paths (the login page and its server function, static files, probes, the REST API with
-//!    its own bearer tokens) pass as they are.
+//! 1. Open paths (the login and setup pages and their server functions, static files, probes, the
+//!    REST API with its own bearer tokens) pass as they are.
 //! 2. A request without a signed-in user is sent to `/login` (pages) or answered 401 (server
 //!    functions, the live stream).
 //! 3. A session past its absolute lifetime, or idle too long, or whose user was disabled or
@@ -144,6 +144,10 @@ fn is_open(path: &str) -> bool {
     path == "/login"
         || path == "/_console/login"
         || path == "/_console/login_info"
+        // The first admin's setup link: a 404 without the server's live code.
+        || path == "/setup"
+        || path == "/_console/setup"
+        || path == "/_console/setup_check"
         || path.starts_with("/pkg/")
         || path.starts_with("/api/")
         || path == "/healthz"

@@ -136,17 +136,28 @@ pub async fn get_as(app: &Router, cookie: &str, path: &str) -> (StatusCode, Stri
 }
 
 pub async fn send(app: &Router, req: Request<Body>) -> (StatusCode, Option<String>, String) {
+    let (status, location, body, _) = send_for_session(app, req).await;
+    (status, location, body)
+}
+
+/// [`send`], with the session cookie the response sets, if it sets one.
+pub async fn send_for_session(
+    app: &Router,
+    req: Request<Body>,
+) -> (StatusCode, Option<String>, String, Option<String>) {
     let res = app.clone().oneshot(req).await.unwrap();
     let status = res.status();
     let location = res
         .headers()
         .get(header::LOCATION)
         .map(|l| l.to_str().unwrap().to_string());
+    let cookie = session_cookie(&res);
     let bytes = res.into_body().collect().await.unwrap().to_bytes();
     (
         status,
         location,
         String::from_utf8_lossy(&bytes).into_owned(),
+        cookie,
     )
 }
 

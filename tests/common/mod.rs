@@ -140,6 +140,32 @@ pub fn app_with_metrics(
     token: &str,
     metrics: std::sync::Arc<kickoff::engine::metrics::Metrics>,
 ) -> axum::Router {
+    app_from(
+        pool,
+        token,
+        metrics,
+        kickoff::accounts::Accounts::new(pool.clone()),
+    )
+}
+
+/// [`app`] of a server that started on a database with no user: its setup link's code is `code`.
+pub fn app_with_setup_link(pool: &PgPool, token: &str, code: &str) -> axum::Router {
+    let accounts = kickoff::accounts::Accounts::new(pool.clone())
+        .with_setup_link(kickoff::accounts::SetupLink::with_code(code));
+    app_from(
+        pool,
+        token,
+        std::sync::Arc::new(kickoff::engine::metrics::Metrics::new()),
+        accounts,
+    )
+}
+
+fn app_from(
+    pool: &PgPool,
+    token: &str,
+    metrics: std::sync::Arc<kickoff::engine::metrics::Metrics>,
+    accounts: kickoff::accounts::Accounts,
+) -> axum::Router {
     use std::sync::Arc;
     let workers = kickoff::workers::builtin(vec!["127.0.0.1:9".into(), "hooks.example.com".into()]);
     let (events, _) = tokio::sync::broadcast::channel(16);
@@ -147,7 +173,7 @@ pub fn app_with_metrics(
     let state = kickoff::http::state::AppState {
         questions: kickoff::questions::QuestionService::new(client.clone()),
         client,
-        accounts: kickoff::accounts::Accounts::new(pool.clone()),
+        accounts,
         auditor: kickoff::audit::Auditor::new(pool.clone()),
         secure_cookies: false,
         pool: pool.clone(),

@@ -28,6 +28,19 @@ pub fn Csrf() -> impl IntoView {
     view! { <input type="hidden" name="csrf" value=token/> }
 }
 
+/// Loads the page a sign-in (or the setup link) answered with, once it succeeds: a full load, so
+/// that the new session's token reaches the page.
+pub fn load_when_signed_in(answer: MappedSignal<Option<Result<String, ServerFnError>>>) {
+    Effect::new(move |_| {
+        if let Some(Ok(_target)) = answer.with(|a| a.clone()) {
+            #[cfg(feature = "hydrate")]
+            if let Some(w) = web_sys::window() {
+                let _ = w.location().assign(&_target);
+            }
+        }
+    });
+}
+
 /// Who is signed in, and the sign-out button.
 #[component]
 pub fn UserMenu() -> impl IntoView {

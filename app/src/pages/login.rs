@@ -1,10 +1,11 @@
 //! Sign in (`/login`). Works without JavaScript (the server answers a plain post with a redirect to
-//! where the operator was going). On a fresh install it says how to create the first admin.
+//! where the operator was going). On a fresh install it points to the setup link the server printed.
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
 use crate::components::loaded::{error_text, Loaded};
+use crate::components::session::load_when_signed_in;
 use crate::console::{get_login_info, safe_next, Login, LoginInfo};
 
 #[component]
@@ -13,15 +14,7 @@ pub fn LoginPage() -> impl IntoView {
     let next = move || safe_next(query.read().get("next").as_deref());
     let login = ServerAction::<Login>::new();
     let info = Resource::new(|| (), |_| get_login_info());
-    Effect::new(move |_| {
-        if let Some(Ok(_target)) = login.value().get() {
-            // A full load: the new session's token must reach the page.
-            #[cfg(feature = "hydrate")]
-            if let Some(w) = web_sys::window() {
-                let _ = w.location().assign(&_target);
-            }
-        }
-    });
+    load_when_signed_in(login.value());
     view! {
         <section class="page login">
             <h1>"Sign in"</h1>
@@ -38,9 +31,11 @@ pub fn LoginPage() -> impl IntoView {
                     <div class="confirm" role="note">
                         <p class="question">"No operator account exists yet."</p>
                         <p>
-                            "Create the first admin on the server with "
+                            "Open the setup link the server printed when it started ("
+                            <code>"http://…/setup?code=…"</code>
+                            "): it creates the first admin here, in the browser, once. Or create one on the server with "
                             <code>"kickoff user add NAME --role admin"</code>
-                            " (it asks for the password; with the embedded database, stop the server first), or start the server once with "
+                            " (with the embedded database, while the server is stopped), or start the server with "
                             <code>"KICKOFF_ADMIN_PASSWORD"</code>
                             " set: it then creates the user "<code>"admin"</code>"."
                         </p>
@@ -48,7 +43,9 @@ pub fn LoginPage() -> impl IntoView {
                 })
             }/>
             <ActionForm action=login attr:class="form-card" attr:aria-label="Sign in">
-                <input type="hidden" name="next" prop:value=next/>
+                // An attribute, not a property: the server renders it, so a plain form post (no
+                // JavaScript) carries it too.
+                <input type="hidden" name="next" value=next/>
                 <label>"Name" <input name="name" required autocomplete="username" autofocus/></label>
                 <label>
                     "Password"

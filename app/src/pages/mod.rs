@@ -9,5 +9,6 @@ pub mod question_detail;
 pub mod question_new;
 pub mod questions;
 pub mod queues;
+pub mod setup;
 pub mod timers;
 pub mod users;
