@@ -81,6 +81,28 @@ for (const [zone, [july, january]] of Object.entries(EXPECTED)) {
   });
 }
 
+// The browser's own clock on each side of a switch: what the browser's offset is today must not
+// matter, only the offset of the date typed (the old forms sent today's offset). The games are in the
+// year after, ahead of both of the browser's days.
+for (const [today, label] of [[`${Y}-06-15T16:00:00Z`, 'a summer'], [`${Y}-12-15T17:00:00Z`, 'a winter']]) {
+  test(`from ${label} day in New York, games in July and January get the offsets of their own dates`, async () => {
+    const games = [
+      [`${Y + 1}-01-10T19:00`, `${Y + 1}-01-11T00:00:00.000Z`],
+      [`${Y + 1}-07-10T19:00`, `${Y + 1}-07-10T23:00:00.000Z`],
+    ];
+    await withBrowser('America/New_York', async (page) => {
+      await page.clock.setFixedTime(new Date(today));
+      for (const [typed, stored] of games) {
+        await newQuestion(page, `From ${label} day, ${typed} ${Date.now()}`, typed);
+        assert.equal(await page.evaluate(() => new Date().toISOString()), new Date(today).toISOString());
+        await page.waitForURL(/\/questions\/\d+$/);
+        const id = Number(page.url().split('/').pop());
+        assert.equal(iso((await api('GET', `/questions/${id}`)).body.game_time), stored);
+      }
+    });
+  });
+}
+
 test('a job rescheduled and a job made for a time in New York get the offset of that date', async () => {
   const [july, january] = EXPECTED['America/New_York'];
   await withBrowser('America/New_York', async (page) => {
