@@ -958,7 +958,7 @@ async fn nodes_lists_the_live_nodes_and_the_leader() {
         .unwrap();
     assert!(leader_store::leader_attempt_elect(
         pool,
-        kickoff::engine::leadership::LEADER_NAME,
+        kickoff::engine::store::leader::LEADER_NAME,
         "node-b",
         Duration::from_secs(5)
     )

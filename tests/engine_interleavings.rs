@@ -1,7 +1,8 @@
 //! The engine's rare paths, provoked on purpose instead of hoped for under load: slots that free one
 //! at a time, a claim lost in a crash (the row rewound), transient errors raised once by a trigger,
 //! a notification lost while the listener reconnects (a proxy holds the reconnect), handlers that
-//! hold every pooled connection or lock a job row, a leader that stalls or changes.
+//! hold every pooled connection or lock a job row, a leader that stalls or changes; and the node's
+//! services driven one step at a time, without an engine.
 
 mod common;
 
@@ -19,9 +20,15 @@ use tokio::sync::{mpsc, Notify};
 
 use common::proxy::{Arrival, Proxy};
 use common::{state_of, test_db, wait_for, TestDb};
+use kickoff::engine::executor::{Executor, ExecutorParts};
 use kickoff::engine::maintenance::periodic::{PeriodicEnqueuer, PeriodicJob};
 use kickoff::engine::maintenance::rescuer::{JobRescuer, RescuerConfig};
+use kickoff::engine::metrics::Metrics;
+use kickoff::engine::node::{Attempts, DbClock, Pools, TimerSignal};
+use kickoff::engine::producer::{ClaimSettings, Producer};
+use kickoff::engine::queue_state::Queues;
 use kickoff::engine::store::jobs as job_store;
+use kickoff::engine::timer::{Tick, Timer};
 use kickoff::engine::{
     BoxFuture, Client, Engine, EngineConfig, JobContext, JobId, JobState, NewJob, WorkError,
     Worker, Workers,
@@ -522,6 +529,43 @@ async fn a_reclaimed_job_on_the_same_node_stays_registered_and_cancellable() {
     h.gates.release_all();
     assert!(stopped, "the cancel did not stop the newer attempt");
     assert_eq!(state_of(&db.pool, job.id).await, JobState::Cancelled);
+    engine.stop().await;
+}
+
+#[tokio::test]
+async fn cancelling_hundreds_of_executing_jobs_at_once_stops_every_attempt() {
+    // A notification's payload holds at most 8000 bytes; the cancel tells the nodes which claims
+    // to stop, and a single message naming 500 of them did not fit: the whole cancel failed.
+    let db = test_db().await;
+    let (workers, mut h) = gated_workers();
+    let engine = Engine::start(db.pool.clone(), workers, config(400))
+        .await
+        .unwrap();
+    let client = engine.client();
+    let batch: Vec<NewJob> = (0..400).map(|_| gated("hold")).collect();
+    assert_eq!(client.insert_many(&batch).await.unwrap(), 400);
+    let ids: Vec<JobId> = sqlx::query_scalar("SELECT id FROM jobs ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    h.all_started(&ids).await;
+    let cancelled = client.cancel_many(&ids).await;
+    assert_eq!(
+        cancelled.as_ref().ok(),
+        Some(&400),
+        "the cancel of 400 executing jobs failed: {cancelled:?}"
+    );
+    wait_for(
+        "every cancelled attempt to stop",
+        Duration::from_secs(10),
+        || async { engine.running_count() == 0 },
+    )
+    .await;
+    let cancelled: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state = 'cancelled'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(cancelled, 400);
     engine.stop().await;
 }
 
@@ -1026,4 +1070,159 @@ async fn a_notification_sent_while_the_listener_reconnects_is_not_lost() {
         "the job waited for the backstop poll: the nodes were woken before LISTEN was in force"
     );
     engine.stop().await;
+}
+
+// ---- the node's services, each driven on its own ------------------------------------------------
+
+/// The parts a timer or a producer of queue `default` (with `concurrency` slots) uses.
+struct Parts {
+    pools: Pools,
+    queues: Arc<Queues>,
+    signal: Arc<TimerSignal>,
+    clock: Arc<DbClock>,
+}
+
+fn parts(pool: &PgPool, concurrency: usize) -> Parts {
+    Parts {
+        pools: Pools::new(pool, 1),
+        queues: Arc::new(Queues::new(&[("default".to_string(), concurrency)])),
+        signal: Arc::new(TimerSignal::default()),
+        clock: Arc::new(DbClock::default()),
+    }
+}
+
+#[tokio::test]
+async fn the_timer_stages_a_job_whose_due_time_moved_earlier_at_its_new_time() {
+    let db = test_db().await;
+    let (workers, _h) = gated_workers();
+    let client = Client::new(db.pool.clone(), Arc::new(workers));
+    let p = parts(&db.pool, 1);
+    let mut timer = Timer::new(
+        p.pools.claims.clone(),
+        p.signal.clone(),
+        p.clock.clone(),
+        p.queues.clone(),
+        Duration::from_secs(1),
+    );
+    let at = Utc::now() + chrono::Duration::seconds(60);
+    let job = client.insert(&gated("quick").at(at)).await.unwrap().job;
+    assert_eq!(
+        timer.run_once().await.unwrap(),
+        Tick::Wait(Some(job.scheduled_at))
+    );
+
+    // Moved 300 ms ahead; the notifier passes the new time on as a hint.
+    let earlier = Utc::now() + chrono::Duration::milliseconds(300);
+    let moved = client.reschedule(job.id, earlier).await.unwrap();
+    p.signal.hint(moved.scheduled_at.timestamp_millis());
+    let Tick::Wait(Some(next)) = timer.run_once().await.unwrap() else {
+        panic!("the timer staged a job before it was due");
+    };
+    assert!(
+        next <= moved.scheduled_at,
+        "the timer still waits for the old due time"
+    );
+    assert_eq!(state_of(&db.pool, job.id).await, JobState::Scheduled);
+
+    // At the new time (by the database clock), one pass stages it and wakes its producer.
+    let wait = (moved.scheduled_at - p.clock.now())
+        .to_std()
+        .unwrap_or_default();
+    tokio::time::sleep(wait + Duration::from_millis(5)).await;
+    let mut tick = timer.run_once().await.unwrap();
+    while let Tick::Pause(pause) = tick {
+        // A hair early by the database clock.
+        tokio::time::sleep(pause).await;
+        tick = timer.run_once().await.unwrap();
+    }
+    assert_eq!(tick, Tick::Staged(vec!["default".to_string()]));
+    assert_eq!(state_of(&db.pool, job.id).await, JobState::Available);
+    p.pools.close().await;
+}
+
+#[tokio::test]
+async fn the_producer_claims_into_free_slots_and_no_more() {
+    let db = test_db().await;
+    let (workers, mut h) = gated_workers();
+    let workers = Arc::new(workers);
+    let client = Client::new(db.pool.clone(), workers.clone());
+    let p = parts(&db.pool, 3);
+    let (completions, mut outcomes) = mpsc::unbounded_channel();
+    let attempts = Arc::new(Attempts::default());
+    let metrics = Arc::new(Metrics::new());
+    let executor = Executor::new(ExecutorParts {
+        workers,
+        pool: db.pool.clone(),
+        attempts: attempts.clone(),
+        clock: p.clock.clone(),
+        metrics: metrics.clone(),
+        completions,
+        node_id: "solo".into(),
+    });
+    let queue = p.queues.get("default").unwrap().clone();
+    let producer = Producer::new(
+        queue.clone(),
+        p.pools.claims.clone(),
+        ClaimSettings {
+            node_id: "solo".into(),
+            lease: Duration::from_secs(30),
+            batch: 200,
+            backstop_poll: Duration::from_secs(1),
+        },
+        executor.clone(),
+        metrics,
+    );
+    let batch: Vec<NewJob> = (0..5).map(|_| gated("hold")).collect();
+    client.insert_many(&batch).await.unwrap();
+    let states = || async {
+        sqlx::query_as::<_, (String, i64)>(
+            "SELECT state::text, count(*) FROM jobs GROUP BY state ORDER BY state",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+    };
+
+    // Three slots: three claimed and started, two left waiting; nothing more to claim at once.
+    assert!(!producer.run_once().await.unwrap());
+    assert_eq!(
+        states().await,
+        [("available".into(), 2), ("executing".into(), 3)]
+    );
+    let mut started = Vec::new();
+    while started.len() < 3 {
+        if let Event::Started { id, .. } = h.next().await {
+            started.push(id);
+        }
+    }
+    assert_eq!(attempts.running_count(), 3);
+    assert!(
+        !producer.run_once().await.unwrap(),
+        "claimed with no slot free"
+    );
+    assert_eq!(
+        states().await,
+        [("available".into(), 2), ("executing".into(), 3)]
+    );
+
+    // One handler returns: its slot frees, and the next claim takes exactly one job.
+    h.gates.release(started[0]);
+    let outcome = tokio::time::timeout(Duration::from_secs(5), outcomes.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcome.claim.id, started[0]);
+    wait_for("the slot to free", Duration::from_secs(5), || async {
+        queue.free_slots() == 1
+    })
+    .await;
+    producer.run_once().await.unwrap();
+    // (The finished job stays executing: no completer runs here.)
+    assert_eq!(
+        states().await,
+        [("available".into(), 1), ("executing".into(), 4)]
+    );
+    h.gates.release_all();
+    assert!(executor.drain(Duration::from_secs(5)).await);
+    p.pools.close().await;
 }

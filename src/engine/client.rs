@@ -6,17 +6,15 @@ use std::time::Duration;
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use sqlx::{PgConnection, PgPool};
 
-use super::job::{Claim, Inserted, Job, JobId, JobState, NewJob, Schedule};
-use super::leadership::LEADER_NAME;
-use super::maintenance::count_folder::STATS_RETENTION;
+use super::control::Control;
+use super::job::{is_valid_queue_name, Claim, Inserted, Job, JobId, JobState, NewJob, Schedule};
 use super::store::jobs::{self as job_store, JobFilter};
-use super::store::leader::{self as leader_store, LeaderRow};
+use super::store::leader::{self as leader_store, LeaderRow, LEADER_NAME};
 use super::store::nodes::{self as node_store, NodeRow};
 use super::store::queues::{self as queue_store, QueueRow};
-use super::store::stats::{self as stats_store, ThroughputMinute};
+use super::store::stats::{self as stats_store, ThroughputMinute, STATS_RETENTION};
 use super::worker::Workers;
 
 /// Limits on what a job may carry.
@@ -116,15 +114,6 @@ fn invalid(field: &'static str, message: impl Into<String>) -> ClientError {
         field,
         message: message.into(),
     }
-}
-
-/// Whether a name fits a queue (`[a-z0-9_-]{1,64}`).
-pub fn is_valid_queue_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
 }
 
 /// Inserts jobs and acts on them. Cheap to clone.
@@ -394,7 +383,9 @@ impl Client {
         }
         let mut tx = self.pool.begin().await?;
         let row = queue_store::queue_set_paused(&mut *tx, name, paused).await?;
-        job_store::control_notify(&mut *tx, &json!({ "queue": name })).await?;
+        Control::QueueChanged(name.to_string())
+            .send(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(row)
     }
@@ -415,7 +406,9 @@ impl Client {
         }
         let mut tx = self.pool.begin().await?;
         let row = queue_store::queue_set_concurrency(&mut *tx, name, concurrency).await?;
-        job_store::control_notify(&mut *tx, &json!({ "queue": name })).await?;
+        Control::QueueChanged(name.to_string())
+            .send(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(row)
     }
@@ -630,10 +623,8 @@ async fn notify_cancelled(
     cancelled: &[job_store::CancelledJob],
 ) -> Result<(), sqlx::Error> {
     let claims: Vec<Claim> = cancelled.iter().filter_map(|c| c.claim()).collect();
-    for chunk in claims.chunks(500) {
-        let ids: Vec<JobId> = chunk.iter().map(|c| c.id).collect();
-        let tokens: Vec<(JobId, i64)> = chunk.iter().map(|c| (c.id, c.token.0)).collect();
-        job_store::control_notify(&mut *conn, &json!({ "cancel": ids, "claims": tokens })).await?;
+    for message in Control::stop_claims(&claims) {
+        message.send(&mut *conn).await?;
     }
     Ok(())
 }

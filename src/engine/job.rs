@@ -288,6 +288,15 @@ pub struct Inserted {
     pub existing: bool,
 }
 
+/// Whether a name fits a queue (`[a-z0-9_-]{1,64}`).
+pub fn is_valid_queue_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
 #[cfg(test)]
 mod tests {
     use super::JobState;

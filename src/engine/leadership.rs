@@ -22,23 +22,42 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::client::Client;
 use super::maintenance::{
-    count_folder::CountFolder, periodic::PeriodicEnqueuer, pruner::JobPruner,
+    count_folder::{CountFolder, CountFolderConfig},
+    periodic::{PeriodicEnqueuer, PeriodicJob},
+    pruner::{JobPruner, PrunerConfig},
 };
-use super::runtime::Shared;
-use super::store::leader as leader_store;
+use super::node::LeaderFlag;
+use super::store::leader::{self as leader_store, LEADER_NAME};
+use super::worker::Workers;
 
-/// The name of the engine's leader lease.
-pub const LEADER_NAME: &str = "maintenance";
 /// How often the lease is attempted or renewed.
 pub const RENEW_INTERVAL: Duration = Duration::from_secs(1);
 
-pub(crate) struct LeaderElector {
-    shared: Arc<Shared>,
+/// The services the leader runs, and what they use.
+#[derive(Clone)]
+pub struct Maintenance {
+    /// The pool the services work on (the handlers' pool: their statements are long and few).
+    pub pool: PgPool,
+    /// For the periodic jobs' inserts (their kinds must be known).
+    pub workers: Arc<Workers>,
+    pub pruner: PrunerConfig,
+    pub count_folder: CountFolderConfig,
+    pub periodic: Vec<PeriodicJob>,
+}
+
+pub struct LeaderElector {
+    /// The bookkeeping pool.
+    pool: PgPool,
+    node_id: String,
+    ttl: Duration,
+    leader: Arc<LeaderFlag>,
+    maintenance: Maintenance,
 }
 
 struct Services {
@@ -47,12 +66,25 @@ struct Services {
 }
 
 impl LeaderElector {
-    pub fn new(shared: Arc<Shared>) -> Self {
-        LeaderElector { shared }
+    /// Elects node `node_id` on `pool` (the bookkeeping pool) for leases of `ttl`, showing the
+    /// outcome in `leader`, and runs `maintenance` while it leads.
+    pub fn new(
+        pool: PgPool,
+        node_id: String,
+        ttl: Duration,
+        leader: Arc<LeaderFlag>,
+        maintenance: Maintenance,
+    ) -> Self {
+        LeaderElector {
+            pool,
+            node_id,
+            ttl,
+            leader,
+            maintenance,
+        }
     }
 
     pub async fn run(self, shutdown: CancellationToken) {
-        let shared = &self.shared;
         let mut services: Option<Services> = None;
         let mut tick = tokio::time::interval(RENEW_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -61,14 +93,7 @@ impl LeaderElector {
                 _ = shutdown.cancelled() => break,
                 _ = tick.tick() => {}
             }
-            let elected = match leader_store::leader_attempt_elect(
-                &shared.bookkeeping_pool,
-                LEADER_NAME,
-                &shared.node_id,
-                shared.config.leader_ttl,
-            )
-            .await
-            {
+            let elected = match self.run_once().await {
                 Ok(e) => e,
                 Err(e) => {
                     tracing::warn!(error = %e, "leader election failed; acting as follower");
@@ -77,13 +102,13 @@ impl LeaderElector {
             };
             match (elected, services.is_some()) {
                 (true, false) => {
-                    tracing::info!(node = %shared.node_id, "became leader: starting maintenance");
-                    shared.set_leader(true);
+                    tracing::info!(node = %self.node_id, "became leader: starting maintenance");
+                    self.leader.set(true);
                     services = Some(self.start_services());
                 }
                 (false, true) => {
-                    tracing::warn!(node = %shared.node_id, "lost leadership: stopping maintenance");
-                    shared.set_leader(false);
+                    tracing::warn!(node = %self.node_id, "lost leadership: stopping maintenance");
+                    self.leader.set(false);
                     if let Some(s) = services.take() {
                         stop_services(s).await;
                     }
@@ -93,32 +118,33 @@ impl LeaderElector {
         }
         if let Some(s) = services.take() {
             stop_services(s).await;
-            shared.set_leader(false);
+            self.leader.set(false);
             if let Err(e) =
-                leader_store::leader_resign(&shared.bookkeeping_pool, LEADER_NAME, &shared.node_id)
-                    .await
+                leader_store::leader_resign(&self.pool, LEADER_NAME, &self.node_id).await
             {
                 tracing::warn!(error = %e, "resigning leadership failed; the lease will expire");
             }
         }
     }
 
+    /// Takes or renews the lease once; returns whether this node holds it.
+    pub async fn run_once(&self) -> Result<bool, sqlx::Error> {
+        leader_store::leader_attempt_elect(&self.pool, LEADER_NAME, &self.node_id, self.ttl).await
+    }
+
     fn start_services(&self) -> Services {
-        let shared = &self.shared;
+        let m = &self.maintenance;
         let stop = CancellationToken::new();
         let tasks = TaskTracker::new();
-        let pool = shared.pool.clone();
-        tasks.spawn(JobPruner::new(pool.clone(), shared.config.pruner.clone()).run(stop.clone()));
-        tasks.spawn(
-            CountFolder::new(pool.clone(), shared.config.count_folder.clone()).run(stop.clone()),
-        );
-        if !shared.config.periodic.is_empty() {
-            let client = Client::new(pool, shared.workers.clone());
+        tasks.spawn(JobPruner::new(m.pool.clone(), m.pruner.clone()).run(stop.clone()));
+        tasks.spawn(CountFolder::new(m.pool.clone(), m.count_folder.clone()).run(stop.clone()));
+        if !m.periodic.is_empty() {
+            let client = Client::new(m.pool.clone(), m.workers.clone());
             // Runs are inserted this far ahead, so that a failover (the lease's time-to-live, and
             // a renewal) loses none of them.
-            let horizon = (shared.config.leader_ttl + RENEW_INTERVAL) * 2;
+            let horizon = (self.ttl + RENEW_INTERVAL) * 2;
             tasks.spawn(
-                PeriodicEnqueuer::new(client, shared.config.periodic.clone())
+                PeriodicEnqueuer::new(client, m.periodic.clone())
                     .with_horizon(horizon)
                     .run(stop.clone()),
             );

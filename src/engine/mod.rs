@@ -4,23 +4,29 @@
 //! the [`Client`] (also inside your own transaction, with [`Client::insert_with`]).
 
 pub mod client;
+pub mod completer;
+pub mod config;
+pub mod control;
 pub mod executor;
 pub mod heartbeat;
 pub mod job;
 pub mod leadership;
 pub mod maintenance;
 pub mod metrics;
+pub mod node;
 pub mod notifier;
 pub mod producer;
 pub mod queue_settings;
+pub mod queue_state;
 pub mod runtime;
 pub mod store;
 pub mod timer;
 pub mod worker;
 
 pub use client::{BulkAction, BulkReport, Client, ClientError};
+pub use config::EngineConfig;
 pub use job::{Claim, ClaimToken, Inserted, Job, JobId, JobState, NewJob, OnConflict, Schedule};
-pub use runtime::{Engine, EngineConfig, EngineError};
+pub use runtime::{Engine, EngineError};
 pub use store::stats::ThroughputMinute;
 pub use worker::{BoxFuture, JobContext, WorkError, Worker, Workers};
 

@@ -15,23 +15,22 @@
 //! The listener has a connection of its own (its own one-connection pool), so that handlers
 //! holding every pooled connection cannot keep it from reconnecting.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 use sqlx::postgres::{PgListener, PgPoolOptions};
 use sqlx::PgPool;
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use super::job::{Claim, ClaimToken, JobId};
+use super::control::{self, Control};
+use super::node::{named_options, Attempts, TimerSignal};
 use super::queue_settings::QueueSettingsSync;
-use super::runtime::Shared;
-use super::store::queues as queue_store;
+use super::queue_state::Queues;
 
 pub const CHANNEL_DUE: &str = "kickoff_due";
 pub const CHANNEL_EVENTS: &str = "kickoff_events";
-pub const CHANNEL_CONTROL: &str = "kickoff_control";
 
 #[derive(Deserialize)]
 struct Due {
@@ -40,40 +39,39 @@ struct Due {
     at_ms: i64,
 }
 
-#[derive(Deserialize)]
-struct Control {
-    /// Jobs cancelled while executing.
-    #[serde(default)]
-    cancel: Vec<JobId>,
-    /// Their claims, `(id, token)`: only those attempts are stopped. A message without them (an
-    /// operator's own SQL) stops whatever attempt of the jobs runs here.
-    #[serde(default)]
-    claims: Vec<(JobId, i64)>,
-    #[serde(default)]
-    queue: Option<String>,
-}
-
-const CHANNELS: [&str; 3] = [CHANNEL_DUE, CHANNEL_EVENTS, CHANNEL_CONTROL];
+const CHANNELS: [&str; 3] = [CHANNEL_DUE, CHANNEL_EVENTS, control::CHANNEL];
 /// The wait between reconnect attempts.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 
-pub(crate) struct Notifier {
-    shared: Arc<Shared>,
+/// Whom the notifier tells what it hears.
+pub struct Listeners {
+    pub queues: Arc<Queues>,
+    pub timer: Arc<TimerSignal>,
+    pub attempts: Arc<Attempts>,
+    /// Reads queue settings when a notification says they changed (and after a reconnect).
+    pub settings: QueueSettingsSync,
+    /// Where `kickoff_events` go (the live dashboard's subscribers).
+    pub events: broadcast::Sender<String>,
+}
+
+pub struct Notifier {
+    to: Listeners,
     pool: PgPool,
     /// `None` while reconnecting.
     listener: Option<PgListener>,
 }
 
 impl Notifier {
-    pub async fn connect(shared: Arc<Shared>) -> Result<Self, sqlx::Error> {
-        let options = super::runtime::named_options(&shared.pool, "listener");
+    /// Listens on a connection of its own, opened with the options of `pool`.
+    pub async fn connect(pool: &PgPool, to: Listeners) -> Result<Self, sqlx::Error> {
+        let options = named_options(pool, "listener");
         let pool = PgPoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(10))
             .connect_lazy_with(options);
         let listener = listen(&pool).await?;
         Ok(Notifier {
-            shared,
+            to,
             pool,
             listener: Some(listener),
         })
@@ -136,59 +134,35 @@ impl Notifier {
     /// What may have been missed while the listener was down: the queue settings, and any due job
     /// (every producer and the timer look at the table).
     async fn catch_up(&self) {
-        if let Err(e) = QueueSettingsSync::new(self.shared.clone()).run_once().await {
+        if let Err(e) = self.to.settings.run_once().await {
             tracing::warn!(error = %e, "reloading queue settings failed; the backstop poll retries");
         }
-        self.shared.wake_all_queues();
-        self.shared.timer_wake.notify_one();
+        self.to.queues.wake_all();
+        self.to.timer.refresh();
     }
 
     async fn dispatch(&self, channel: &str, payload: &str) {
-        let shared = &self.shared;
+        let to = &self.to;
         match channel {
             CHANNEL_DUE => {
                 let Ok(due) = serde_json::from_str::<Due>(payload) else {
                     return;
                 };
                 if due.state == "available" {
-                    shared.wake_queue(&due.queue);
+                    to.queues.wake(&due.queue);
                 } else {
-                    shared.timer_hint_ms.fetch_min(due.at_ms, Ordering::AcqRel);
-                    shared.timer_wake.notify_one();
+                    to.timer.hint(due.at_ms);
                 }
             }
             CHANNEL_EVENTS => {
-                let _ = shared.events.send(payload.to_string());
+                let _ = to.events.send(payload.to_string());
             }
-            CHANNEL_CONTROL => {
-                let Ok(control) = serde_json::from_str::<Control>(payload) else {
-                    return;
-                };
-                if !control.claims.is_empty() {
-                    let claims: Vec<Claim> = control
-                        .claims
-                        .iter()
-                        .map(|(id, token)| Claim {
-                            id: *id,
-                            token: ClaimToken(*token),
-                        })
-                        .collect();
-                    shared.stop_claims(&claims);
-                } else if !control.cancel.is_empty() {
-                    shared.stop_attempts(&control.cancel);
-                }
-                if let Some(name) = control.queue {
-                    if let Some(q) = shared.queues.get(&name) {
-                        match queue_store::queue_get(&shared.bookkeeping_pool, &name).await {
-                            Ok(Some(row)) => {
-                                q.apply(&row);
-                            }
-                            Ok(None) => {}
-                            Err(e) => {
-                                tracing::warn!(queue = %name, error = %e, "reloading queue settings failed; the backstop poll retries")
-                            }
-                        }
-                        q.wake.notify_one();
+            control::CHANNEL => {
+                for message in Control::parse(payload) {
+                    match message {
+                        Control::StopClaims(claims) => to.attempts.stop_claims(&claims),
+                        Control::StopJobs(ids) => to.attempts.stop_jobs(&ids),
+                        Control::QueueChanged(name) => to.settings.reload(&name).await,
                     }
                 }
             }

@@ -8,11 +8,13 @@
 //! a node never stays paused (or running) against the table for longer than one poll.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::maintenance::{run_every, Report};
-use super::runtime::Shared;
+use super::queue_state::Queues;
 use super::store::queues as queue_store;
 
 #[derive(Debug, Default, PartialEq)]
@@ -27,23 +29,31 @@ impl Report for SettingsReport {
     }
 }
 
-pub(crate) struct QueueSettingsSync {
-    shared: Arc<Shared>,
+/// Applies the `queues` rows to this node's queues. Cheap to clone.
+#[derive(Clone)]
+pub struct QueueSettingsSync {
+    /// The bookkeeping pool.
+    pool: PgPool,
+    queues: Arc<Queues>,
+    interval: Duration,
 }
 
 impl QueueSettingsSync {
-    pub fn new(shared: Arc<Shared>) -> Self {
-        QueueSettingsSync { shared }
+    /// Reads on `pool` the settings of `queues`, every `interval` (the backstop poll).
+    pub fn new(pool: PgPool, queues: Arc<Queues>, interval: Duration) -> Self {
+        QueueSettingsSync {
+            pool,
+            queues,
+            interval,
+        }
     }
 
     /// Reads this node's queues' rows and applies them; wakes the producers of queues that changed.
     pub async fn run_once(&self) -> Result<SettingsReport, sqlx::Error> {
-        let shared = &self.shared;
-        let names: Vec<String> = shared.queues.keys().cloned().collect();
-        let rows = queue_store::queue_list_named(&shared.bookkeeping_pool, &names).await?;
+        let rows = queue_store::queue_list_named(&self.pool, &self.queues.names()).await?;
         let mut report = SettingsReport::default();
         for row in rows {
-            if let Some(q) = shared.queues.get(&row.name) {
+            if let Some(q) = self.queues.get(&row.name) {
                 if q.apply(&row) {
                     q.wake.notify_one();
                     report.changed.push(row.name);
@@ -53,8 +63,26 @@ impl QueueSettingsSync {
         Ok(report)
     }
 
+    /// Reads and applies the row of one queue (a notification said it changed), and wakes its
+    /// producer.
+    pub async fn reload(&self, name: &str) {
+        let Some(q) = self.queues.get(name) else {
+            return;
+        };
+        match queue_store::queue_get(&self.pool, name).await {
+            Ok(Some(row)) => {
+                q.apply(&row);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(queue = %name, error = %e, "reloading queue settings failed; the backstop poll retries")
+            }
+        }
+        q.wake.notify_one();
+    }
+
     pub async fn run(self, shutdown: CancellationToken) {
-        let interval = self.shared.config.backstop_poll;
+        let interval = self.interval;
         run_every("queue_settings", interval, shutdown, || self.run_once()).await;
     }
 }

@@ -12,128 +12,161 @@
 //! - Every node's timer may stage at once; `SKIP LOCKED` splits the rows between them, and the
 //!   staging statement's trigger notifies every node's producers.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::runtime::Shared;
+use super::node::{DbClock, TimerSignal};
+use super::queue_state::Queues;
 use super::store::jobs as job_store;
 
 /// The most jobs staged by one statement.
 const STAGE_BATCH: i64 = 5000;
 
-pub(crate) struct Timer {
-    shared: Arc<Shared>,
+/// What one pass of the timer did, and what it waits for next.
+#[derive(Debug, PartialEq)]
+pub enum Tick {
+    /// Staged due jobs of these queues (their producers were woken); look again at once.
+    Staged(Vec<String>),
+    /// A job is due but nothing could be staged (the clock is a hair behind, or its row is locked
+    /// elsewhere); look again after this pause.
+    Pause(Duration),
+    /// Nothing is due: sleep until this due time (or the backstop poll, or a signal).
+    Wait(Option<DateTime<Utc>>),
+}
+
+pub struct Timer {
+    /// The claim pool.
+    pool: PgPool,
+    signal: Arc<TimerSignal>,
+    clock: Arc<DbClock>,
+    queues: Arc<Queues>,
+    backstop: Duration,
+    next_due: Option<DateTime<Utc>>,
+    /// Whether the next pass reads the next due time from the table.
+    refresh: bool,
+    /// Stages in a row that found a due job but could stage nothing (its row is locked by
+    /// another transaction, e.g. another node staging it): back off instead of spinning.
+    empty_stages: u32,
 }
 
 impl Timer {
-    pub fn new(shared: Arc<Shared>) -> Self {
-        Timer { shared }
+    /// A timer staging on `pool` (the claim pool), woken by `signal`, measuring `clock`, waking
+    /// the producers of `queues`, and looking at the table at least every `backstop`.
+    pub fn new(
+        pool: PgPool,
+        signal: Arc<TimerSignal>,
+        clock: Arc<DbClock>,
+        queues: Arc<Queues>,
+        backstop: Duration,
+    ) -> Self {
+        Timer {
+            pool,
+            signal,
+            clock,
+            queues,
+            backstop,
+            next_due: None,
+            refresh: true,
+            empty_stages: 0,
+        }
     }
 
-    pub async fn run(self, shutdown: CancellationToken) {
-        let shared = &self.shared;
-        let backstop = shared.config.backstop_poll;
-        let mut next_due: Option<DateTime<Utc>> = None;
-        let mut refresh = true;
-        // Stages in a row that found a due job but could stage nothing (its row is locked by
-        // another transaction, e.g. another node staging it): back off instead of spinning.
-        let mut empty_stages: u32 = 0;
+    pub async fn run(mut self, shutdown: CancellationToken) {
         loop {
             if shutdown.is_cancelled() {
                 return;
             }
-            if refresh {
-                match self.refresh().await {
-                    Ok(due) => next_due = due,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "reading the next due time failed; retrying");
-                        tokio::select! {
-                            _ = shutdown.cancelled() => return,
-                            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            let pause = match self.run_once().await {
+                Ok(Tick::Staged(_)) => continue,
+                Ok(Tick::Pause(pause)) => pause,
+                Ok(Tick::Wait(next_due)) => {
+                    let now = self.clock.now();
+                    let wait = next_due
+                        .and_then(|d| (d - now).to_std().ok())
+                        .unwrap_or(self.backstop)
+                        .min(self.backstop);
+                    let deadline = tokio::time::Instant::now() + wait;
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep_until(deadline) => {
+                            // Woken by the backstop rather than a due time: look at the table
+                            // again.
+                            self.refresh = next_due.is_none_or(|d| d > self.clock.now());
                         }
-                        continue;
-                    }
-                }
-            }
-            let hint = shared.timer_hint_ms.swap(i64::MAX, Ordering::AcqRel);
-            if hint != i64::MAX {
-                if let Some(h) = DateTime::from_timestamp_millis(hint) {
-                    next_due = Some(next_due.map_or(h, |d| d.min(h)));
-                }
-            }
-            let now = shared.db_now();
-            if let Some(due) = next_due.filter(|d| *d <= now) {
-                match job_store::job_stage_due(&shared.claim_pool, None, STAGE_BATCH).await {
-                    Ok(queues) => {
-                        empty_stages = if queues.is_empty() {
-                            empty_stages + 1
-                        } else {
-                            0
-                        };
-                        let mut woken: Vec<&String> = Vec::new();
-                        for q in &queues {
-                            if !woken.contains(&q) {
-                                shared.wake_queue(q);
-                                woken.push(q);
-                            }
-                        }
-                        if queues.is_empty() {
-                            let pause = if shared.db_now() - due < chrono::Duration::milliseconds(5)
-                            {
-                                // Woke a hair before the database clock reached the due time.
-                                Duration::from_micros(500)
-                            } else {
-                                // Due but locked elsewhere: 2, 4, 8 ... ms, up to the backstop.
-                                Duration::from_millis(1 << empty_stages.min(10)).min(backstop)
-                            };
-                            tokio::select! {
-                                _ = shutdown.cancelled() => return,
-                                _ = tokio::time::sleep(pause) => {}
-                            }
+                        _ = self.signal.notified() => {
+                            // A hint arrived (merged by the next pass), or the listener
+                            // reconnected: refresh only in the latter case, which leaves no hint.
+                            self.refresh = !self.signal.has_hint();
                         }
                     }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "staging due jobs failed; retrying");
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                    }
+                    continue;
                 }
-                refresh = true;
-                continue;
-            }
-            let wait = next_due
-                .and_then(|d| (d - now).to_std().ok())
-                .unwrap_or(backstop)
-                .min(backstop);
-            let deadline = tokio::time::Instant::now() + wait;
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the next due time failed; retrying");
+                    Duration::from_millis(500)
+                }
+            };
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep_until(deadline) => {
-                    // Woken by the backstop rather than a due time: look at the table again.
-                    refresh = next_due.is_none_or(|d| d > shared.db_now());
-                }
-                _ = shared.timer_wake.notified() => {
-                    // A hint arrived (merged above), or the listener reconnected: refresh only in
-                    // the latter case, which leaves no hint behind.
-                    refresh = shared.timer_hint_ms.load(Ordering::Acquire) == i64::MAX;
-                }
+                _ = tokio::time::sleep(pause) => {}
             }
         }
     }
 
-    /// Reads the next due time and measures the clock offset.
-    async fn refresh(&self) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
-        let before = Utc::now();
-        let (due, db_clock) = job_store::job_next_due(&self.shared.claim_pool).await?;
-        let after = Utc::now();
-        // The midpoint of the round trip is off by at most half of it.
-        let midpoint = before + (after - before) / 2;
-        if let Some(offset) = (db_clock - midpoint).num_microseconds() {
-            self.shared.clock_offset_us.store(offset, Ordering::Relaxed);
+    /// One pass: reads the next due time if needed (and measures the clock offset), takes the
+    /// notifier's hints, and stages the due jobs if one is due by the database clock. A failed
+    /// read is an error; a failed stage is logged and paused after.
+    pub async fn run_once(&mut self) -> Result<Tick, sqlx::Error> {
+        if self.refresh {
+            self.next_due = self.read_next_due().await?;
+            self.refresh = false;
         }
+        if let Some(hint) = self.signal.take_hint() {
+            self.next_due = Some(self.next_due.map_or(hint, |d| d.min(hint)));
+        }
+        let now = self.clock.now();
+        let Some(due) = self.next_due.filter(|d| *d <= now) else {
+            return Ok(Tick::Wait(self.next_due));
+        };
+        self.refresh = true;
+        let queues = match job_store::job_stage_due(&self.pool, None, STAGE_BATCH).await {
+            Ok(queues) => queues,
+            Err(e) => {
+                tracing::warn!(error = %e, "staging due jobs failed; retrying");
+                return Ok(Tick::Pause(Duration::from_millis(200)));
+            }
+        };
+        if queues.is_empty() {
+            self.empty_stages += 1;
+            let pause = if self.clock.now() - due < chrono::Duration::milliseconds(5) {
+                // Woke a hair before the database clock reached the due time.
+                Duration::from_micros(500)
+            } else {
+                // Due but locked elsewhere: 2, 4, 8 ... ms, up to the backstop.
+                Duration::from_millis(1 << self.empty_stages.min(10)).min(self.backstop)
+            };
+            return Ok(Tick::Pause(pause));
+        }
+        self.empty_stages = 0;
+        let mut woken: Vec<String> = Vec::new();
+        for q in queues {
+            if !woken.contains(&q) {
+                self.queues.wake(&q);
+                woken.push(q);
+            }
+        }
+        Ok(Tick::Staged(woken))
+    }
+
+    /// Reads the next due time and measures the clock offset.
+    async fn read_next_due(&self) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+        let before = Utc::now();
+        let (due, db_clock) = job_store::job_next_due(&self.pool).await?;
+        self.clock.measured(before, db_clock, Utc::now());
         Ok(due)
     }
 }

@@ -20,12 +20,10 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::{run_every, Report};
-use crate::engine::store::stats as stats_store;
+use crate::engine::store::stats::{self as stats_store, STATS_RETENTION};
 
 /// Default interval between folds.
 pub const DEFAULT_FOLD_INTERVAL: Duration = Duration::from_secs(1);
-/// How long completed and failed counts per minute are kept (the longest throughput chart).
-pub const STATS_RETENTION: Duration = Duration::from_secs(2 * 3600);
 
 #[derive(Debug, Clone)]
 pub struct CountFolderConfig {

@@ -1022,13 +1022,15 @@ pub async fn job_count_by_queue_state<'e>(
         .await
 }
 
-/// Sends a control message to every node (cancel running attempts, reload queue settings).
-pub async fn control_notify<'e>(
+/// Sends a notification on `channel` (delivered at the commit of `db`'s transaction).
+pub async fn notify<'e>(
     db: impl PgExecutor<'e>,
-    payload: &Value,
+    channel: &str,
+    payload: &str,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT pg_notify('kickoff_control', $1)")
-        .bind(payload.to_string())
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(channel)
+        .bind(payload)
         .execute(db)
         .await?;
     Ok(())

@@ -6,6 +6,9 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgExecutor;
 
+/// The name of the engine's leader lease.
+pub const LEADER_NAME: &str = "maintenance";
+
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct LeaderRow {
     pub name: String,

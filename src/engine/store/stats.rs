@@ -15,6 +15,9 @@ use sqlx::PgExecutor;
 
 use crate::engine::job::{JobId, JobState};
 
+/// How long completed and failed counts per minute are kept (the longest throughput chart).
+pub const STATS_RETENTION: Duration = Duration::from_secs(2 * 3600);
+
 /// Job counts per queue and state (states with no job left out), exact, without reading `jobs`.
 pub async fn job_counts_list<'e>(
     db: impl PgExecutor<'e>,

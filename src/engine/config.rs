@@ -1,0 +1,111 @@
+//! A node's engine settings: [`EngineConfig`], its defaults, and the checks made before a node
+//! starts.
+
+use std::time::Duration;
+
+use super::job::is_valid_queue_name;
+use super::maintenance::{
+    count_folder::CountFolderConfig, periodic::PeriodicJob, pruner::PrunerConfig,
+    rescuer::RescuerConfig,
+};
+
+/// Default per-node concurrency of a queue.
+pub const DEFAULT_CONCURRENCY: usize = 10;
+/// Default lease of an executing attempt. A node that stops renewing (crash, hang, lost database)
+/// has its jobs rescued this long after its last renewal.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(5);
+/// Default interval of the heartbeat (node row and lease renewal).
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
+/// Default backstop poll: covers notifications lost while the listener reconnects.
+pub const DEFAULT_BACKSTOP_POLL: Duration = Duration::from_secs(1);
+/// Default largest claim in one statement.
+pub const DEFAULT_CLAIM_BATCH: usize = 200;
+/// Default time running attempts get to finish at shutdown.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// A node's engine settings.
+#[derive(Clone)]
+pub struct EngineConfig {
+    /// This node's id, unique among live nodes. Default: `<hostname>-<pid>-<random>`.
+    pub node_id: String,
+    /// The queues this node runs and their per-node concurrency. Default: `default` with 10.
+    pub queues: Vec<(String, usize)>,
+    /// Lease of an executing attempt. Default: [`DEFAULT_LEASE`] (5 s).
+    pub lease: Duration,
+    /// Heartbeat interval, which must be well under the lease. Default: [`DEFAULT_HEARTBEAT`] (1 s).
+    pub heartbeat: Duration,
+    /// Backstop poll interval. Default: [`DEFAULT_BACKSTOP_POLL`] (1 s).
+    pub backstop_poll: Duration,
+    /// Largest claim in one statement. Default: [`DEFAULT_CLAIM_BATCH`] (200).
+    pub claim_batch: usize,
+    /// Time running attempts get at shutdown. Default: [`DEFAULT_SHUTDOWN_GRACE`] (10 s).
+    pub shutdown_grace: Duration,
+    /// Leader lease time-to-live. Default: 5 s, renewed every second.
+    pub leader_ttl: Duration,
+    pub rescuer: RescuerConfig,
+    pub pruner: PrunerConfig,
+    pub count_folder: CountFolderConfig,
+    /// Jobs the leader inserts on a fixed interval. Default: none.
+    pub periodic: Vec<PeriodicJob>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            node_id: default_node_id(),
+            queues: vec![("default".to_string(), DEFAULT_CONCURRENCY)],
+            lease: DEFAULT_LEASE,
+            heartbeat: DEFAULT_HEARTBEAT,
+            backstop_poll: DEFAULT_BACKSTOP_POLL,
+            claim_batch: DEFAULT_CLAIM_BATCH,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            leader_ttl: Duration::from_secs(5),
+            rescuer: RescuerConfig::default(),
+            pruner: PrunerConfig::default(),
+            count_folder: CountFolderConfig::default(),
+            periodic: Vec::new(),
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Fails at startup on settings that cannot work.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.node_id.is_empty() || self.node_id.len() > 200 {
+            return Err("node id must be 1 to 200 characters".into());
+        }
+        for (q, c) in &self.queues {
+            if !is_valid_queue_name(q) {
+                return Err(format!(
+                    "queue name `{q}`: use 1 to 64 of a-z, 0-9, `_`, `-`"
+                ));
+            }
+            if *c == 0 || *c > 10_000 {
+                return Err(format!("queue `{q}`: concurrency must be 1 to 10000"));
+            }
+        }
+        if self.heartbeat * 2 >= self.lease {
+            return Err("the heartbeat must be under half the lease".into());
+        }
+        if self.claim_batch == 0 {
+            return Err("claim batch must be at least 1".into());
+        }
+        if self.leader_ttl < Duration::from_secs(2) {
+            return Err("leader ttl must be at least 2 s".into());
+        }
+        self.rescuer.validate()?;
+        self.pruner.validate()?;
+        self.count_folder.validate()?;
+        for p in &self.periodic {
+            p.validate()?;
+        }
+        Ok(())
+    }
+}
+
+fn default_node_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "node".into());
+    format!("{host}-{}-{:04x}", std::process::id(), fastrand::u16(..))
+}

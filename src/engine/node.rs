@@ -1,0 +1,386 @@
+//! The node's context, in owned parts that each service takes explicitly: the connection pools,
+//! the registry of running attempts, the timer's signal, the database clock and the leader flag.
+//!
+//! No service takes the whole node: the executor, heartbeat and notifier share the attempts
+//! registry; the notifier and the timer share the timer signal; the timer measures the database
+//! clock that the executor reads. So each service can be built and driven on its own (see their
+//! `run_once` entries), and what a service uses is in its constructor.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::job::{Claim, JobId};
+use super::metrics::Metrics;
+use super::store::jobs as job_store;
+
+/// The node's connection pools.
+#[derive(Clone)]
+pub struct Pools {
+    /// The handlers' pool (the one the node was started with; the application's too).
+    pub handlers: PgPool,
+    /// Claiming and staging only; see [`Pools::new`].
+    pub claims: PgPool,
+    /// The engine's bookkeeping only (heartbeat, completer, rescuer, elector, settings sync).
+    pub bookkeeping: PgPool,
+}
+
+/// The bookkeeping pool: the heartbeat, the completer, the rescuer, the leader elector, the queue
+/// settings sync, the notifier's settings reads and its catch-up after a reconnect each use one
+/// connection at a time, so they never wait on each other here, and handlers cannot take these.
+/// Commits stay durable (outcomes must not be lost).
+const BOOKKEEPING_CONNECTIONS: u32 = 7;
+/// How long a bookkeeping statement waits for a row lock another transaction holds before it
+/// gives up (and is tried again later): an operator's open transaction on one job must not stall
+/// the node's outcomes or leases.
+const BOOKKEEPING_LOCK_TIMEOUT: &str = "2s";
+
+impl Pools {
+    /// The engine's own pools beside the handlers' `pool`, for a node running `queues` queues.
+    ///
+    /// The claim pool is tuned for the claim and stage statements:
+    ///
+    /// - `synchronous_commit = off`: a claim's commit does not wait for the disk. This is safe: a
+    ///   claim lost in a database crash puts the job back to `available` with its old attempt
+    ///   number, and its next claim issues that number again; but every claim draws a fresh claim
+    ///   token, and every write of an attempt is guarded by its token, so the attempt that started
+    ///   meanwhile is fenced off (its completion, failure and lease renewals find no row) and the
+    ///   job simply runs again. Since the WAL is written in order, the durable commit of an
+    ///   outcome also makes the claim before it durable.
+    /// - no bitmap or sequential scans: a queue table's statistics are nearly always stale (a bulk
+    ///   insert into a small table), and the planner then sorts every available row to take ten.
+    ///   The claim and stage indexes already return rows in the order wanted.
+    pub fn new(pool: &PgPool, queues: usize) -> Self {
+        // (Each producer and the timer use one connection at a time; two more for the warm-up's
+        // parallel checkouts and a producer retrying.)
+        let claims = named_options(pool, "claims").options([
+            ("synchronous_commit", "off"),
+            ("enable_bitmapscan", "off"),
+            ("enable_seqscan", "off"),
+        ]);
+        let bookkeeping = named_options(pool, "bookkeeping")
+            .options([("lock_timeout", BOOKKEEPING_LOCK_TIMEOUT)]);
+        Pools {
+            handlers: pool.clone(),
+            claims: PgPoolOptions::new()
+                .max_connections(queues as u32 + 2)
+                .min_connections(queues as u32 + 2)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_lazy_with(claims),
+            bookkeeping: PgPoolOptions::new()
+                .max_connections(BOOKKEEPING_CONNECTIONS)
+                .min_connections(2)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_lazy_with(bookkeeping),
+        }
+    }
+
+    /// Opens every connection of the claim pool now, and runs the claim, stage and next-due
+    /// statements once on each (matching nothing, rolled back). A first claim that has to log in
+    /// (SCRAM costs milliseconds), load the table's and its triggers' catalog entries into a fresh
+    /// backend, and plan its statement fired the first due jobs about 20 ms late.
+    pub async fn warm_up(&self, lease: Duration) -> Result<(), sqlx::Error> {
+        let n = self.claims.options().get_max_connections() as usize;
+        let mut held = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut conn = self.claims.acquire().await?;
+            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            // Queue names are never empty, and nothing is due before the epoch.
+            job_store::job_claim(&mut *tx, "", 1, "warm-up", lease).await?;
+            job_store::job_stage_due(&mut *tx, Some(DateTime::<Utc>::UNIX_EPOCH), 1).await?;
+            job_store::job_next_due(&mut *tx).await?;
+            tx.rollback().await?;
+            held.push(conn);
+        }
+        Ok(())
+    }
+
+    /// Closes the engine's own pools (not the handlers').
+    pub async fn close(&self) {
+        self.bookkeeping.close().await;
+        self.claims.close().await;
+    }
+}
+
+/// The pool's connect options with `application_name` extended by `role` (`<name>-<role>`, or
+/// `kickoff-<role>`), so that `pg_stat_activity` tells a node's connections and their use apart.
+pub fn named_options(pool: &PgPool, role: &str) -> PgConnectOptions {
+    let options = (*pool.connect_options()).clone();
+    let name = match options.get_application_name() {
+        Some(base) => format!("{base}-{role}"),
+        None => format!("kickoff-{role}"),
+    };
+    options.application_name(&name)
+}
+
+/// An attempt running on this node.
+struct Running {
+    attempt: i32,
+    /// The claim it runs for; a newer claim of the same job has another token.
+    claim: Claim,
+    cancel: CancellationToken,
+    abort: Option<tokio::task::AbortHandle>,
+    /// Set when the attempt was stopped because its job is gone (cancelled, rescued).
+    stopped: bool,
+}
+
+impl Running {
+    fn stop(&mut self) {
+        self.stopped = true;
+        self.cancel.cancel();
+        if let Some(abort) = &self.abort {
+            abort.abort();
+        }
+    }
+}
+
+/// The attempts of this node: those running, those interrupted at shutdown (to hand back), and
+/// those finished whose outcome is not written yet (their leases are still renewed).
+#[derive(Default)]
+pub struct Attempts {
+    running: Mutex<HashMap<JobId, Running>>,
+    interrupted: Mutex<Vec<Claim>>,
+    pending_outcomes: Mutex<HashSet<Claim>>,
+}
+
+/// An older attempt of the same job that [`Attempts::register`] replaced.
+pub struct Replaced {
+    pub attempt: i32,
+}
+
+impl Attempts {
+    fn running(&self) -> MutexGuard<'_, HashMap<JobId, Running>> {
+        self.running.lock().expect("running attempts lock poisoned")
+    }
+
+    /// Registers a starting attempt (before its task starts, so that a cancel arriving at once
+    /// finds it). An older attempt of the same job still registered here is stopped and returned.
+    pub fn register(
+        &self,
+        claim: Claim,
+        attempt: i32,
+        cancel: CancellationToken,
+    ) -> Option<Replaced> {
+        let older = self.running().insert(
+            claim.id,
+            Running {
+                attempt,
+                claim,
+                cancel,
+                abort: None,
+                stopped: false,
+            },
+        )?;
+        older.cancel.cancel();
+        if let Some(abort) = older.abort {
+            abort.abort();
+        }
+        Some(Replaced {
+            attempt: older.attempt,
+        })
+    }
+
+    /// Gives the registered attempt of `claim` its task's abort handle (aborting it at once if it
+    /// was stopped meanwhile).
+    pub fn set_abort(&self, claim: Claim, abort: tokio::task::AbortHandle) {
+        let mut running = self.running();
+        if let Some(r) = running.get_mut(&claim.id).filter(|r| r.claim == claim) {
+            if r.stopped {
+                abort.abort();
+            }
+            r.abort = Some(abort);
+        }
+    }
+
+    /// Removes the attempt of `claim` (a newer claim of the same job is left alone); records it
+    /// for hand-back when it ended `unfinished` and was not stopped because its job is gone.
+    pub fn remove(&self, claim: Claim, unfinished: bool) {
+        let entry = self.running.lock().ok().and_then(|mut r| {
+            if r.get(&claim.id).is_some_and(|e| e.claim == claim) {
+                r.remove(&claim.id)
+            } else {
+                None
+            }
+        });
+        let stopped = entry.map(|e| e.stopped).unwrap_or(true);
+        if unfinished && !stopped {
+            if let Ok(mut v) = self.interrupted.lock() {
+                v.push(claim);
+            }
+        }
+    }
+
+    /// Stops the attempts of these jobs (cancelled by an operator).
+    pub fn stop_jobs(&self, ids: &[JobId]) {
+        let mut running = self.running();
+        for id in ids {
+            if let Some(r) = running.get_mut(id) {
+                r.stop();
+            }
+        }
+    }
+
+    /// Stops the attempts of these claims, if they still run here (their claims lost their jobs).
+    pub fn stop_claims(&self, claims: &[Claim]) {
+        let mut running = self.running();
+        for c in claims {
+            if let Some(r) = running.get_mut(&c.id).filter(|r| r.claim == *c) {
+                r.stop();
+            }
+        }
+    }
+
+    /// Aborts every running attempt's task (the shutdown grace is over).
+    pub fn abort_all(&self) {
+        let aborts: Vec<_> = self
+            .running
+            .lock()
+            .map(|r| r.values().filter_map(|x| x.abort.clone()).collect())
+            .unwrap_or_default();
+        for a in aborts {
+            a.abort();
+        }
+    }
+
+    /// How many attempts run here now.
+    pub fn running_count(&self) -> usize {
+        self.running.lock().map(|r| r.len()).unwrap_or(0)
+    }
+
+    /// The claims whose leases this node holds: attempts still running (and not stopped), and
+    /// finished ones whose outcome the completer has not written yet. Sorted, without repeats.
+    pub fn held(&self) -> Vec<Claim> {
+        let mut held: Vec<Claim> = self
+            .running
+            .lock()
+            .map(|r| r.values().filter(|x| !x.stopped).map(|x| x.claim).collect())
+            .unwrap_or_default();
+        if let Ok(pending) = self.pending_outcomes.lock() {
+            held.extend(pending.iter().copied());
+        }
+        held.sort_unstable();
+        held.dedup();
+        held
+    }
+
+    /// An attempt finished: its lease is renewed until [`Attempts::outcome_written`].
+    pub fn outcome_pending(&self, claim: Claim) {
+        if let Ok(mut pending) = self.pending_outcomes.lock() {
+            pending.insert(claim);
+        }
+    }
+
+    /// The completer is done with these outcomes.
+    pub fn outcome_written(&self, claims: impl IntoIterator<Item = Claim>) {
+        if let Ok(mut pending) = self.pending_outcomes.lock() {
+            for c in claims {
+                pending.remove(&c);
+            }
+        }
+    }
+
+    /// The attempts interrupted at shutdown, sorted; taken once.
+    pub fn take_interrupted(&self) -> Vec<Claim> {
+        let mut v = std::mem::take(&mut *self.interrupted.lock().expect("poisoned"));
+        v.sort_unstable();
+        v
+    }
+}
+
+/// How the notifier tells the timer of an earlier due time, or to look at the table again.
+pub struct TimerSignal {
+    wake: Notify,
+    /// An earlier due time learnt from a notification (ms since epoch, `i64::MAX` if none).
+    hint_ms: AtomicI64,
+}
+
+impl Default for TimerSignal {
+    fn default() -> Self {
+        TimerSignal {
+            wake: Notify::new(),
+            hint_ms: AtomicI64::new(i64::MAX),
+        }
+    }
+}
+
+impl TimerSignal {
+    /// A job may be due at `at_ms` (earlier than the timer knows).
+    pub fn hint(&self, at_ms: i64) {
+        self.hint_ms.fetch_min(at_ms, Ordering::AcqRel);
+        self.wake.notify_one();
+    }
+
+    /// Something may have been missed: the timer reads the next due time again.
+    pub fn refresh(&self) {
+        self.wake.notify_one();
+    }
+
+    /// The earliest hint since the last take.
+    pub fn take_hint(&self) -> Option<DateTime<Utc>> {
+        match self.hint_ms.swap(i64::MAX, Ordering::AcqRel) {
+            i64::MAX => None,
+            ms => DateTime::from_timestamp_millis(ms),
+        }
+    }
+
+    pub fn has_hint(&self) -> bool {
+        self.hint_ms.load(Ordering::Acquire) != i64::MAX
+    }
+
+    pub async fn notified(&self) {
+        self.wake.notified().await
+    }
+}
+
+/// The database clock, estimated from the local clock and the offset the timer measures.
+#[derive(Default)]
+pub struct DbClock {
+    /// Database clock minus local clock, in microseconds.
+    offset_us: AtomicI64,
+}
+
+impl DbClock {
+    pub fn now(&self) -> DateTime<Utc> {
+        Utc::now() + chrono::Duration::microseconds(self.offset_us.load(Ordering::Relaxed))
+    }
+
+    /// Records the database's clock `db` read in a round trip from `before` to `after` (local):
+    /// the midpoint of the round trip is off by at most half of it.
+    pub fn measured(&self, before: DateTime<Utc>, db: DateTime<Utc>, after: DateTime<Utc>) {
+        let midpoint = before + (after - before) / 2;
+        if let Some(offset) = (db - midpoint).num_microseconds() {
+            self.offset_us.store(offset, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Whether this node holds the leader lease (also shown in its metrics).
+pub struct LeaderFlag {
+    leader: AtomicBool,
+    metrics: Arc<Metrics>,
+}
+
+impl LeaderFlag {
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        LeaderFlag {
+            leader: AtomicBool::new(false),
+            metrics,
+        }
+    }
+
+    pub fn set(&self, leader: bool) {
+        self.leader.store(leader, Ordering::Relaxed);
+        self.metrics.set_leader(leader);
+    }
+
+    pub fn get(&self) -> bool {
+        self.leader.load(Ordering::Relaxed)
+    }
+}
