@@ -55,6 +55,16 @@ if [ -z "$toolchain" ]; then
   echo "$toolchain" > "$KICKOFF_CACHE/toolchain"
 fi
 export RUSTUP_TOOLCHAIN="$toolchain"
+# The formatter and the linter the test command runs, of the same toolchain (so that the lints
+# reuse the build's dependencies).
+if [ "$toolchain" = debian-web ]; then
+  apt_install rustfmt-web rust-web-clippy
+else
+  for c in rustfmt clippy; do
+    rustup component list --toolchain "$toolchain" --installed 2>/dev/null | grep -q "^$c" \
+      || timeout 120 rustup component add --toolchain "$toolchain" "$c" >/dev/null
+  done
+fi
 
 # ---- 2. PostgreSQL server binaries (the embedded cluster and the tests run them)
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null; then

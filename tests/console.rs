@@ -667,7 +667,8 @@ async fn the_audit_log_records_each_action_and_refuses_changes() {
         .await;
     assert_eq!(status, StatusCode::OK);
 
-    let rows: Vec<(
+    // actor, role, action, target, count, ok, result, filter
+    type Entry = (
         String,
         String,
         String,
@@ -676,7 +677,8 @@ async fn the_audit_log_records_each_action_and_refuses_changes() {
         bool,
         String,
         Option<Value>,
-    )> = sqlx::query_as(
+    );
+    let rows: Vec<Entry> = sqlx::query_as(
         // The jobs made through the API above are recorded too (as `api-token`): not looked at here.
         "SELECT actor, role, action, target, count, ok, result, filter FROM audit_log
          WHERE action NOT LIKE 'api.%' ORDER BY id",

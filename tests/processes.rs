@@ -136,10 +136,13 @@ async fn a_server_killed_with_sigkill_loses_no_job_after_restart() {
     server.terminate();
 }
 
-/// Receives webhook calls and records, per job, each delivery's start and end.
+/// One delivery's start and end.
+type Delivery = (std::time::Instant, std::time::Instant);
+
+/// Receives webhook calls and records, per job, each delivery.
 #[derive(Clone, Default)]
 struct Receiver {
-    calls: Arc<Mutex<HashMap<i64, Vec<(std::time::Instant, std::time::Instant)>>>>,
+    calls: Arc<Mutex<HashMap<i64, Vec<Delivery>>>>,
 }
 
 async fn receive(State(r): State<Receiver>, headers: HeaderMap) -> &'static str {
