@@ -3,16 +3,13 @@
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use serde::Serialize;
-use serde_json::json;
 use sqlx::PgPool;
 
+use super::jobs::{lock_job, lock_key, settle_job};
 use super::store::{self, ChoiceCount, Prediction, Question, QuestionStatus};
 use crate::engine::store::jobs as job_store;
-use crate::engine::{Client, ClientError, Job, NewJob, OnConflict};
-use crate::workers::{lock_question, settle_question};
+use crate::engine::{Client, ClientError, Job, OnConflict};
 
-/// The queue of the question jobs.
-pub const QUEUE: &str = "questions";
 /// How far ahead a game may be scheduled.
 pub const MAX_GAME_AHEAD_DAYS: i64 = 730;
 pub const MAX_CHOICES: usize = 20;
@@ -238,24 +235,10 @@ impl QuestionService {
             )));
         }
         store::question_set_answer(&mut *tx, id, correct_choice).await?;
-        let settle = NewJob::new(settle_question::KIND, json!({ "question_id": id }))
-            .with_queue(QUEUE)
-            .with_unique_key(format!("settle_question:{id}"), OnConflict::Keep);
-        self.client.insert_with(&mut tx, &settle).await?;
+        self.client.insert_with(&mut tx, &settle_job(id)).await?;
         tx.commit().await?;
         self.get(id).await
     }
-}
-
-fn lock_key(id: i64) -> String {
-    format!("lock_question:{id}")
-}
-
-fn lock_job(id: i64, game_time: DateTime<Utc>) -> NewJob {
-    NewJob::new(lock_question::KIND, json!({ "question_id": id }))
-        .with_queue(QUEUE)
-        .at(game_time)
-        .with_unique_key(lock_key(id), OnConflict::Keep)
 }
 
 fn check_text(field: &'static str, value: &str, max: usize) -> Result<(), QuestionError> {

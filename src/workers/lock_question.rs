@@ -4,35 +4,21 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
 use serde_json::Value;
 
 use crate::engine::{BoxFuture, JobContext, WorkError, Worker};
+use crate::questions::jobs::{self, QuestionArgs};
 use crate::questions::{store, QuestionStatus};
-
-pub const KIND: &str = "lock_question";
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct QuestionArgs {
-    pub question_id: i64,
-}
-
-pub(crate) fn validate_question_args(args: &Value) -> Result<(), String> {
-    serde_json::from_value::<QuestionArgs>(args.clone())
-        .map(|_| ())
-        .map_err(|e| e.to_string())
-}
 
 pub struct LockQuestionWorker;
 
 impl Worker for LockQuestionWorker {
     fn kind(&self) -> &'static str {
-        KIND
+        jobs::LOCK_KIND
     }
 
     fn validate(&self, args: &Value) -> Result<(), String> {
-        validate_question_args(args)
+        jobs::validate_args(args)
     }
 
     fn timeout(&self) -> Duration {

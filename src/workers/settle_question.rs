@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::lock_question::{validate_question_args, QuestionArgs};
 use crate::engine::{BoxFuture, JobContext, WorkError, Worker};
+use crate::questions::jobs::{self, QuestionArgs};
 use crate::questions::store;
 
-pub const KIND: &str = "settle_question";
 /// Predictions scored per statement.
 pub const BATCH: i64 = 1000;
 
@@ -19,11 +18,11 @@ pub struct SettleQuestionWorker;
 
 impl Worker for SettleQuestionWorker {
     fn kind(&self) -> &'static str {
-        KIND
+        jobs::SETTLE_KIND
     }
 
     fn validate(&self, args: &Value) -> Result<(), String> {
-        validate_question_args(args)
+        jobs::validate_args(args)
     }
 
     fn timeout(&self) -> Duration {
