@@ -1,0 +1,428 @@
+//! SQL of an attempt's life in the `jobs` table: staging due jobs, claiming them (with a fresh claim
+//! token), renewing leases, writing outcomes (complete, fail, snooze, hand back) guarded by the
+//! claim token, and rescuing attempts whose lease lapsed.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+
+use super::{secs, split_claims};
+use crate::engine::job::{Claim, ClaimToken, Job, JobId, JobState};
+
+/// Moves due `scheduled` and `retryable` jobs to `available`. Returns the queues of the moved jobs
+/// (one entry per job). `now` pins the clock in tests.
+pub async fn job_stage_due<'e>(
+    db: impl PgExecutor<'e>,
+    now: Option<DateTime<Utc>>,
+    limit: i64,
+) -> Result<Vec<String>, sqlx::Error> {
+    // SKIP LOCKED: every node's timer may stage at the same instant; each takes different rows.
+    sqlx::query_scalar(
+        "WITH due AS (
+             SELECT id FROM jobs
+             WHERE state IN ('scheduled', 'retryable') AND scheduled_at <= coalesce($1, now())
+             ORDER BY scheduled_at
+             LIMIT $2
+             FOR UPDATE SKIP LOCKED)
+         UPDATE jobs SET state = 'available' FROM due WHERE jobs.id = due.id
+         RETURNING jobs.queue",
+    )
+    .bind(now)
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
+/// The earliest `scheduled_at` of the jobs waiting in `scheduled` or `retryable`, and the database's
+/// clock at the moment of the query.
+pub async fn job_next_due<'e>(
+    db: impl PgExecutor<'e>,
+) -> Result<(Option<DateTime<Utc>>, DateTime<Utc>), sqlx::Error> {
+    sqlx::query_as(
+        "SELECT (SELECT min(scheduled_at) FROM jobs WHERE state IN ('scheduled', 'retryable')),
+                clock_timestamp()",
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// Claims up to `limit` available jobs of `queue` for `node`, in priority order, under a lease.
+/// Each claimed row carries a fresh claim token ([`Job::claim`]) that fences the attempt's writes.
+pub async fn job_claim<'e>(
+    db: impl PgExecutor<'e>,
+    queue: &str,
+    limit: i64,
+    node: &str,
+    lease: Duration,
+) -> Result<Vec<Job>, sqlx::Error> {
+    // The CTE picks and locks the rows first: an UPDATE cannot take LIMIT or SKIP LOCKED itself, and
+    // SKIP LOCKED lets every node claim at once without waiting on each other's rows. One token
+    // per statement is enough: the job id tells its rows apart, and a job's next claim draws anew.
+    sqlx::query_as(
+        "WITH picked AS (
+             SELECT id FROM jobs
+             WHERE state = 'available' AND queue = $1
+             ORDER BY priority, scheduled_at, id
+             LIMIT $2
+             FOR UPDATE SKIP LOCKED)
+         UPDATE jobs SET state = 'executing',
+                attempt = jobs.attempt + 1,
+                attempted_at = now(),
+                attempted_by = $3,
+                lease_expires_at = now() + make_interval(secs => $4),
+                claim_token = $5
+         FROM picked WHERE jobs.id = picked.id
+         RETURNING jobs.*",
+    )
+    .bind(queue)
+    .bind(limit)
+    .bind(node)
+    .bind(secs(lease))
+    .bind(ClaimToken::random())
+    .fetch_all(db)
+    .await
+}
+
+/// The claims, of those given, that still hold their jobs (read without a lock).
+async fn claims_still_held(
+    conn: &mut sqlx::PgConnection,
+    claims: &[Claim],
+) -> Result<Vec<Claim>, sqlx::Error> {
+    let (ids, tokens) = split_claims(claims);
+    let rows: Vec<(JobId, ClaimToken)> = sqlx::query_as(
+        "SELECT jobs.id, jobs.claim_token FROM jobs
+         JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token)
+           ON jobs.id = h.id AND jobs.claim_token = h.token
+         WHERE jobs.state = 'executing'",
+    )
+    .bind(&ids)
+    .bind(&tokens)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, token)| Claim { id, token })
+        .collect())
+}
+
+/// What a write to many claims did. A claim in neither list was fenced off: its job was
+/// cancelled, rescued or claimed again, and its attempt should change nothing more.
+#[derive(Debug, Default, PartialEq)]
+pub struct ClaimWrite {
+    /// Claims whose rows were written.
+    pub written: Vec<Claim>,
+    /// Claims that still hold their jobs, but whose rows another transaction has locked (an
+    /// operator's, a handler's own): try again later.
+    pub locked: Vec<Claim>,
+}
+
+impl ClaimWrite {
+    /// Whether `claim` still holds its job (written, or locked).
+    pub fn holds(&self, claim: &Claim) -> bool {
+        self.written.contains(claim) || self.locked.contains(claim)
+    }
+}
+
+/// Completes the attempts of these claims that still hold their jobs, waiting for rows that other
+/// transactions hold (a handler completing inside its own transaction). Returns the ids that were
+/// completed; a missing id was fenced off (rescued, cancelled, or claimed again since).
+pub async fn job_complete_many<'e>(
+    db: impl PgExecutor<'e>,
+    claims: &[Claim],
+) -> Result<Vec<JobId>, sqlx::Error> {
+    let (ids, tokens) = split_claims(claims);
+    // The CTE locks the rows in id order: two multi-row writes then never deadlock (an UPDATE
+    // joined to unnest locks in whatever order its plan reads).
+    sqlx::query_scalar(
+        "WITH done AS (
+             SELECT jobs.id FROM jobs
+             JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token)
+               ON jobs.id = h.id AND jobs.claim_token = h.token
+             WHERE jobs.state = 'executing'
+             ORDER BY jobs.id
+             FOR NO KEY UPDATE OF jobs)
+         UPDATE jobs SET state = 'completed', finalized_at = now(), lease_expires_at = NULL,
+                claim_token = NULL
+         FROM done WHERE jobs.id = done.id
+         RETURNING jobs.id",
+    )
+    .bind(&ids)
+    .bind(&tokens)
+    .fetch_all(db)
+    .await
+}
+
+/// Completes the attempts of these claims that still hold their jobs, skipping rows another
+/// transaction has locked (they are reported in [`ClaimWrite::locked`], to be tried again): the
+/// completer must not stall every outcome of the node behind one row an operator holds.
+pub async fn job_complete_unless_locked(
+    conn: &mut sqlx::PgConnection,
+    claims: &[Claim],
+) -> Result<ClaimWrite, sqlx::Error> {
+    let (ids, tokens) = split_claims(claims);
+    let written: Vec<(JobId, ClaimToken)> = sqlx::query_as(
+        "WITH done AS (
+             SELECT jobs.id, h.token FROM jobs
+             JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token)
+               ON jobs.id = h.id AND jobs.claim_token = h.token
+             WHERE jobs.state = 'executing'
+             ORDER BY jobs.id
+             FOR NO KEY UPDATE OF jobs SKIP LOCKED)
+         UPDATE jobs SET state = 'completed', finalized_at = now(), lease_expires_at = NULL,
+                claim_token = NULL
+         FROM done WHERE jobs.id = done.id
+         RETURNING jobs.id, done.token",
+    )
+    .bind(&ids)
+    .bind(&tokens)
+    .fetch_all(&mut *conn)
+    .await?;
+    let written: Vec<Claim> = written
+        .into_iter()
+        .map(|(id, token)| Claim { id, token })
+        .collect();
+    let rest: Vec<Claim> = claims
+        .iter()
+        .filter(|c| !written.contains(c))
+        .copied()
+        .collect();
+    let locked = if rest.is_empty() {
+        Vec::new()
+    } else {
+        claims_still_held(conn, &rest).await?
+    };
+    Ok(ClaimWrite { written, locked })
+}
+
+/// How a failed attempt ends.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FailAs {
+    /// Retry after `backoff`, unless the job is out of attempts (then discard).
+    Retry { backoff: Duration },
+    /// Discard now.
+    Discard,
+    /// Cancel now (the handler decided the job should not run again).
+    Cancel,
+}
+
+/// Records a failed attempt and moves the job on as `fail_as` says. Returns the new state, or `None`
+/// when the attempt was fenced off.
+pub async fn job_fail<'e>(
+    db: impl PgExecutor<'e>,
+    claim: Claim,
+    node: &str,
+    message: &str,
+    fail_as: FailAs,
+) -> Result<Option<JobState>, sqlx::Error> {
+    let (mode, backoff) = match fail_as {
+        FailAs::Retry { backoff } => ("retry", secs(backoff)),
+        FailAs::Discard => ("discard", 0.0),
+        FailAs::Cancel => ("cancel", 0.0),
+    };
+    // In SET, column names read the row as it was before this UPDATE.
+    sqlx::query_scalar(
+        "WITH next AS (
+             SELECT CASE WHEN $5 = 'cancel' THEN 'cancelled'::job_state
+                         WHEN $5 = 'discard' OR attempt >= max_attempts THEN 'discarded'::job_state
+                         ELSE 'retryable'::job_state END AS state
+             FROM jobs WHERE id = $1)
+         UPDATE jobs SET state = next.state,
+                scheduled_at = CASE WHEN next.state = 'retryable'
+                                    THEN now() + make_interval(secs => $6) ELSE scheduled_at END,
+                finalized_at = CASE WHEN next.state = 'retryable' THEN NULL ELSE now() END,
+                lease_expires_at = NULL, claim_token = NULL,
+                errors = errors || jsonb_build_array(jsonb_build_object(
+                    'attempt', attempt, 'started_at', attempted_at, 'at', now(), 'node', $3::text,
+                    'message', $4::text))
+         FROM next
+         WHERE jobs.id = $1 AND jobs.claim_token = $2 AND jobs.state = 'executing'
+         RETURNING jobs.state",
+    )
+    .bind(claim.id)
+    .bind(claim.token)
+    .bind(node)
+    .bind(message)
+    .bind(mode)
+    .bind(backoff)
+    .fetch_optional(db)
+    .await
+}
+
+/// Puts an executing attempt back to `scheduled` for `delay`, without spending an attempt: the
+/// attempt number goes back, so the next run has the number this one had and a job snoozed any
+/// number of times keeps every attempt it had (raising `max_attempts` instead, as before, hit its
+/// cap of 1000 and then let one failure discard a job that never failed). `meta.snoozes` counts
+/// the snoozes, for handlers that limit them. Returns false when fenced off.
+pub async fn job_snooze<'e>(
+    db: impl PgExecutor<'e>,
+    claim: Claim,
+    delay: Duration,
+) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query(
+        "UPDATE jobs SET state = 'scheduled',
+                scheduled_at = statement_timestamp() + make_interval(secs => $3),
+                lease_expires_at = NULL, claim_token = NULL, attempt = attempt - 1,
+                meta = jsonb_set(meta, '{snoozes}', to_jsonb(
+                    CASE WHEN jsonb_typeof(meta->'snoozes') = 'number'
+                         THEN (meta->>'snoozes')::numeric + 1 ELSE 1 END))
+         WHERE id = $1 AND claim_token = $2 AND state = 'executing'",
+    )
+    .bind(claim.id)
+    .bind(claim.token)
+    .bind(secs(delay))
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Hands executing attempts of `node` back to `available` (graceful shutdown): they run again on any
+/// node, and the interrupted attempt is not counted against the job (its number goes back).
+pub async fn job_hand_back<'e>(
+    db: impl PgExecutor<'e>,
+    claims: &[Claim],
+    node: &str,
+) -> Result<u64, sqlx::Error> {
+    let (ids, tokens) = split_claims(claims);
+    let r = sqlx::query(
+        "WITH held AS (
+             SELECT jobs.id FROM jobs
+             JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token)
+               ON jobs.id = h.id AND jobs.claim_token = h.token
+             WHERE jobs.state = 'executing' AND jobs.attempted_by = $3
+             ORDER BY jobs.id
+             FOR NO KEY UPDATE OF jobs)
+         UPDATE jobs SET state = 'available', lease_expires_at = NULL, claim_token = NULL,
+                attempt = attempt - 1
+         FROM held WHERE jobs.id = held.id",
+    )
+    .bind(&ids)
+    .bind(&tokens)
+    .bind(node)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+/// Extends the leases of these claims. A claim in neither list of the result has lost its job
+/// (cancelled, rescued, claimed again) and its attempt should stop.
+///
+/// Locked rows are skipped at first, not waited for: one row held by a long transaction must not
+/// stall the renewal of every other lease of the node. The skipped claims are then looked up
+/// without a lock, to tell "still ours, but busy" from "lost"; those whose lease would lapse
+/// before the next renewal (under half of it is left) are renewed one by one, waiting for their
+/// lock as long as the connection's `lock_timeout` allows: a row locked for longer than the lease
+/// must not become rescuable the moment its lock goes.
+pub async fn job_renew_leases(
+    conn: &mut sqlx::PgConnection,
+    claims: &[Claim],
+    lease: Duration,
+) -> Result<ClaimWrite, sqlx::Error> {
+    let (ids, tokens) = split_claims(claims);
+    let written: Vec<(JobId, ClaimToken)> = sqlx::query_as(
+        "WITH held AS (
+             SELECT jobs.id, h.token FROM jobs
+             JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token)
+               ON jobs.id = h.id AND jobs.claim_token = h.token
+             WHERE jobs.state = 'executing'
+             ORDER BY jobs.id
+             FOR NO KEY UPDATE OF jobs SKIP LOCKED)
+         UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $3)
+         FROM held WHERE jobs.id = held.id
+         RETURNING jobs.id, held.token",
+    )
+    .bind(&ids)
+    .bind(&tokens)
+    .bind(secs(lease))
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut renewal = ClaimWrite {
+        written: written
+            .into_iter()
+            .map(|(id, token)| Claim { id, token })
+            .collect(),
+        locked: Vec::new(),
+    };
+    let rest: Vec<Claim> = claims
+        .iter()
+        .filter(|c| !renewal.written.contains(c))
+        .copied()
+        .collect();
+    if rest.is_empty() {
+        return Ok(renewal);
+    }
+    let (ids, tokens) = split_claims(&rest);
+    let busy: Vec<(JobId, ClaimToken, bool)> = sqlx::query_as(
+        "SELECT jobs.id, jobs.claim_token,
+                jobs.lease_expires_at < now() + make_interval(secs => $3 / 2) AS lapsing
+         FROM jobs
+         JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token)
+           ON jobs.id = h.id AND jobs.claim_token = h.token
+         WHERE jobs.state = 'executing'",
+    )
+    .bind(&ids)
+    .bind(&tokens)
+    .bind(secs(lease))
+    .fetch_all(&mut *conn)
+    .await?;
+    for (id, token, lapsing) in busy {
+        let claim = Claim { id, token };
+        if lapsing {
+            let renewed = sqlx::query(
+                "UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $3)
+                 WHERE id = $1 AND claim_token = $2 AND state = 'executing'",
+            )
+            .bind(id)
+            .bind(token)
+            .bind(secs(lease))
+            .execute(&mut *conn)
+            .await;
+            match renewed {
+                Ok(r) if r.rows_affected() == 1 => {
+                    renewal.written.push(claim);
+                    continue;
+                }
+                // Lost while we waited for the lock.
+                Ok(_) => continue,
+                // Still locked after `lock_timeout`: still ours, tried again next time.
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => {}
+                Err(e) => return Err(e),
+            }
+        }
+        renewal.locked.push(claim);
+    }
+    Ok(renewal)
+}
+
+/// Takes back executing jobs whose lease expired before `now` (their node died or was cut off):
+/// retryable at once, or discarded when out of attempts. Returns `(id, new state)` pairs.
+pub async fn job_rescue_expired<'e>(
+    db: impl PgExecutor<'e>,
+    now: Option<DateTime<Utc>>,
+    limit: i64,
+) -> Result<Vec<(JobId, JobState)>, sqlx::Error> {
+    sqlx::query_as(
+        "WITH expired AS (
+             SELECT id FROM jobs
+             WHERE state = 'executing' AND lease_expires_at < coalesce($1, now())
+             ORDER BY lease_expires_at
+             LIMIT $2
+             FOR UPDATE SKIP LOCKED)
+         UPDATE jobs SET
+                state = CASE WHEN attempt >= max_attempts THEN 'discarded'::job_state
+                             ELSE 'retryable'::job_state END,
+                finalized_at = CASE WHEN attempt >= max_attempts THEN now() END,
+                scheduled_at = CASE WHEN attempt >= max_attempts THEN scheduled_at ELSE now() END,
+                lease_expires_at = NULL, claim_token = NULL,
+                errors = errors || jsonb_build_array(jsonb_build_object(
+                    'attempt', attempt, 'started_at', attempted_at, 'at', now(), 'node', attempted_by,
+                    'message', 'rescued: the lease of node ' || attempted_by
+                               || ' expired (the node crashed, hung or lost its database connection)'))
+         FROM expired WHERE jobs.id = expired.id
+         RETURNING jobs.id, jobs.state",
+    )
+    .bind(now)
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}

@@ -1,0 +1,368 @@
+//! SQL of the `jobs` table: inserts, reads and one job's actions here; an attempt's life (staging,
+//! claiming, leases, outcomes, rescue) in `attempts`; filtered lists and bulk actions in `filters`.
+//! Every state transition is guarded by the state (and, for an attempt's
+//! writes, by the claim token of that attempt) it expects, so that a late or zombie writer changes
+//! nothing.
+//!
+//! Times that schedule a job count from `statement_timestamp()`, not `now()`: inside a caller's
+//! long transaction `now()` is the transaction's start, and "in 5 minutes" would be early.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::PgExecutor;
+
+mod attempts;
+mod filters;
+
+pub use attempts::*;
+pub use filters::*;
+
+use crate::engine::job::{
+    Claim, ClaimToken, Inserted, Job, JobId, JobState, NewJob, OnConflict, Schedule,
+};
+
+/// Claims as the two arrays `unnest($1::bigint[], $2::bigint[])` takes.
+pub(super) fn split_claims(claims: &[Claim]) -> (Vec<i64>, Vec<i64>) {
+    claims.iter().map(|c| (c.id.0, c.token.0)).unzip()
+}
+
+pub(super) fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// The instant a schedule names, as SQL parameters: an absolute time, or seconds after the
+/// statement's start.
+fn schedule_params(schedule: Schedule) -> (Option<DateTime<Utc>>, f64) {
+    match schedule {
+        Schedule::Now => (None, 0.0),
+        Schedule::At(at) => (Some(at), 0.0),
+        Schedule::In(d) => (None, secs(d)),
+    }
+}
+
+/// Inserts one job, or finds the live job holding its unique key.
+pub async fn job_insert(
+    conn: &mut sqlx::PgConnection,
+    new: &NewJob,
+) -> Result<Inserted, sqlx::Error> {
+    let (at, in_secs) = schedule_params(new.schedule);
+    // A unique key's holder may finish between the conflicting insert and the look-up: try again.
+    for _ in 0..5 {
+        let inserted: Option<Job> = sqlx::query_as(
+            "WITH p AS (SELECT coalesce($7::timestamptz,
+                                       statement_timestamp() + make_interval(secs => $8)) AS at)
+             INSERT INTO jobs (queue, kind, args, state, priority, max_attempts, scheduled_at,
+                               unique_key, tags, meta)
+             SELECT $1, $2, $3,
+                    CASE WHEN p.at <= statement_timestamp() THEN 'available'::job_state
+                         ELSE 'scheduled'::job_state END,
+                    $4, $5, p.at, $6, $9, $10
+             FROM p
+             ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND finalized_at IS NULL DO NOTHING
+             RETURNING *",
+        )
+        .bind(&new.queue)
+        .bind(&new.kind)
+        .bind(&new.args)
+        .bind(new.priority)
+        .bind(new.max_attempts)
+        .bind(&new.unique_key)
+        .bind(at)
+        .bind(in_secs)
+        .bind(&new.tags)
+        .bind(&new.meta)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if let Some(job) = inserted {
+            return Ok(Inserted {
+                job,
+                existing: false,
+            });
+        }
+        let Some(key) = &new.unique_key else {
+            // Only a unique-key conflict can swallow the insert.
+            return Err(sqlx::Error::RowNotFound);
+        };
+        if new.on_conflict == OnConflict::Reschedule {
+            let moved: Option<Job> = sqlx::query_as(
+                "WITH p AS (SELECT coalesce($2::timestamptz,
+                                           statement_timestamp() + make_interval(secs => $3)) AS at)
+                 UPDATE jobs SET scheduled_at = p.at,
+                        state = CASE WHEN p.at <= statement_timestamp() THEN 'available'::job_state
+                                     ELSE 'scheduled'::job_state END
+                 FROM p
+                 WHERE unique_key = $1 AND finalized_at IS NULL
+                   AND state IN ('scheduled', 'available', 'retryable')
+                 RETURNING jobs.*",
+            )
+            .bind(key)
+            .bind(at)
+            .bind(in_secs)
+            .fetch_optional(&mut *conn)
+            .await?;
+            if let Some(job) = moved {
+                return Ok(Inserted {
+                    job,
+                    existing: true,
+                });
+            }
+        }
+        let existing: Option<Job> =
+            sqlx::query_as("SELECT * FROM jobs WHERE unique_key = $1 AND finalized_at IS NULL")
+                .bind(key)
+                .fetch_optional(&mut *conn)
+                .await?;
+        if let Some(job) = existing {
+            return Ok(Inserted {
+                job,
+                existing: true,
+            });
+        }
+    }
+    Err(sqlx::Error::Protocol(
+        "unique key kept changing hands during insert".into(),
+    ))
+}
+
+/// Inserts many jobs in one statement (no unique keys: use [`job_insert`] for those). Returns the
+/// number of rows inserted.
+pub async fn job_insert_many<'e>(
+    db: impl PgExecutor<'e>,
+    jobs: &[NewJob],
+) -> Result<u64, sqlx::Error> {
+    if jobs.is_empty() {
+        return Ok(0);
+    }
+    let mut queue = Vec::with_capacity(jobs.len());
+    let mut kind = Vec::with_capacity(jobs.len());
+    let mut args = Vec::with_capacity(jobs.len());
+    let mut priority = Vec::with_capacity(jobs.len());
+    let mut max_attempts = Vec::with_capacity(jobs.len());
+    let mut at = Vec::with_capacity(jobs.len());
+    let mut in_secs = Vec::with_capacity(jobs.len());
+    let mut tags = Vec::with_capacity(jobs.len());
+    let mut meta = Vec::with_capacity(jobs.len());
+    for new in jobs {
+        let (a, s) = schedule_params(new.schedule);
+        queue.push(new.queue.as_str());
+        kind.push(new.kind.as_str());
+        args.push(&new.args);
+        priority.push(new.priority);
+        max_attempts.push(new.max_attempts);
+        at.push(a);
+        in_secs.push(s);
+        // Arrays of arrays must be rectangular in Postgres: tags travel as JSON.
+        tags.push(Value::from(new.tags.clone()));
+        meta.push(&new.meta);
+    }
+    let r = sqlx::query(
+        "INSERT INTO jobs (queue, kind, args, state, priority, max_attempts, scheduled_at, tags, meta)
+         SELECT q, k, a, CASE WHEN t <= statement_timestamp() THEN 'available'::job_state
+                              ELSE 'scheduled'::job_state END,
+                p, m, t, ARRAY(SELECT jsonb_array_elements_text(tg)), me
+         FROM (SELECT q, k, a, p, m,
+                      coalesce(at, statement_timestamp() + make_interval(secs => s)) AS t, tg, me
+               FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::int[],
+                           $6::timestamptz[], $7::float8[], $8::jsonb[], $9::jsonb[])
+                    AS u(q, k, a, p, m, at, s, tg, me)) rows",
+    )
+    .bind(&queue)
+    .bind(&kind)
+    .bind(&args)
+    .bind(&priority)
+    .bind(&max_attempts)
+    .bind(&at)
+    .bind(&in_secs)
+    .bind(&tags)
+    .bind(&meta)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+/// Deletes up to `limit` final jobs finalized more than `retention` before `now` (the database
+/// clock when `None`). Returns how many were deleted.
+pub async fn job_prune_finalized<'e>(
+    db: impl PgExecutor<'e>,
+    now: Option<DateTime<Utc>>,
+    retention: Duration,
+    limit: i64,
+) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query(
+        // The outer condition is checked again on the row as it is when deleted: a job rerun
+        // meanwhile is no longer final and stays.
+        "WITH cutoff AS (SELECT coalesce($1, now()) - make_interval(secs => $2) AS at)
+         DELETE FROM jobs USING cutoff WHERE finalized_at < cutoff.at AND id IN (
+             SELECT id FROM jobs, cutoff WHERE finalized_at < cutoff.at
+             ORDER BY finalized_at LIMIT $3)",
+    )
+    .bind(now)
+    .bind(secs(retention))
+    .bind(limit)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+pub async fn job_get<'e>(db: impl PgExecutor<'e>, id: JobId) -> Result<Option<Job>, sqlx::Error> {
+    sqlx::query_as("SELECT * FROM jobs WHERE id = $1")
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+/// A job a cancellation moved: its state before, and the claim of its attempt if it was
+/// executing (that attempt is to be stopped on its node, and only that one).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct CancelledJob {
+    pub id: JobId,
+    pub before: JobState,
+    pub claim_token: Option<ClaimToken>,
+}
+
+impl CancelledJob {
+    /// The claim of the attempt that was running when the job was cancelled.
+    pub fn claim(&self) -> Option<Claim> {
+        self.claim_token.map(|token| Claim { id: self.id, token })
+    }
+}
+
+/// Cancels jobs that are not final.
+pub async fn job_cancel_many<'e>(
+    db: impl PgExecutor<'e>,
+    ids: &[JobId],
+) -> Result<Vec<CancelledJob>, sqlx::Error> {
+    let ids: Vec<i64> = ids.iter().map(|id| id.0).collect();
+    sqlx::query_as(
+        "WITH target AS (
+             SELECT id, state AS before, claim_token FROM jobs
+             WHERE id = ANY($1) AND finalized_at IS NULL
+             ORDER BY id
+             FOR UPDATE)
+         UPDATE jobs SET state = 'cancelled', finalized_at = now(), lease_expires_at = NULL,
+                claim_token = NULL
+         FROM target WHERE jobs.id = target.id
+         RETURNING jobs.id, target.before, target.claim_token",
+    )
+    .bind(&ids)
+    .fetch_all(db)
+    .await
+}
+
+/// Cancels the scheduled jobs whose unique key starts with one of `prefixes` (`keep` false), or
+/// with none of them (`keep` true): the runs a periodic job inserted ahead under a configuration
+/// that changed. Returns how many. Jobs already due, running or finished are left alone.
+pub async fn job_cancel_scheduled_by_key_prefix<'e>(
+    db: impl PgExecutor<'e>,
+    family: &str,
+    prefixes: &[String],
+    keep: bool,
+) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query(
+        "UPDATE jobs SET state = 'cancelled', finalized_at = now()
+         WHERE state = 'scheduled' AND starts_with(unique_key, $1)
+           AND EXISTS (SELECT 1 FROM unnest($2::text[]) AS p(prefix)
+                       WHERE starts_with(jobs.unique_key, p.prefix)) <> $3",
+    )
+    .bind(family)
+    .bind(prefixes)
+    .bind(keep)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+/// Runs a final or retryable job again, now (retry / rerun). It gets at least one more attempt.
+pub async fn job_retry<'e>(db: impl PgExecutor<'e>, id: JobId) -> Result<Option<Job>, sqlx::Error> {
+    sqlx::query_as(
+        "UPDATE jobs SET state = 'available', scheduled_at = statement_timestamp(),
+                finalized_at = NULL,
+                max_attempts = least(greatest(max_attempts, attempt + 1), 1000)
+         WHERE id = $1 AND state IN ('retryable', 'completed', 'discarded', 'cancelled')
+         RETURNING *",
+    )
+    .bind(id)
+    .fetch_optional(db)
+    .await
+}
+
+/// Makes a waiting job due now.
+pub async fn job_run_now<'e>(
+    db: impl PgExecutor<'e>,
+    id: JobId,
+) -> Result<Option<Job>, sqlx::Error> {
+    sqlx::query_as(
+        "UPDATE jobs SET state = 'available', scheduled_at = statement_timestamp()
+         WHERE id = $1 AND state IN ('scheduled', 'retryable', 'available')
+         RETURNING *",
+    )
+    .bind(id)
+    .fetch_optional(db)
+    .await
+}
+
+/// Moves a waiting job to a new time.
+pub async fn job_reschedule<'e>(
+    db: impl PgExecutor<'e>,
+    id: JobId,
+    at: DateTime<Utc>,
+) -> Result<Option<Job>, sqlx::Error> {
+    sqlx::query_as(
+        "UPDATE jobs SET scheduled_at = $2,
+                state = CASE WHEN $2 <= statement_timestamp() THEN 'available'::job_state
+                             ELSE 'scheduled'::job_state END
+         WHERE id = $1 AND state IN ('scheduled', 'retryable', 'available')
+         RETURNING *",
+    )
+    .bind(id)
+    .bind(at)
+    .fetch_optional(db)
+    .await
+}
+
+/// Deletes a job that is not executing. Returns whether a row was deleted.
+pub async fn job_delete<'e>(db: impl PgExecutor<'e>, id: JobId) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query("DELETE FROM jobs WHERE id = $1 AND state <> 'executing'")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+pub(super) fn ids_param(ids: &[JobId]) -> Vec<i64> {
+    ids.iter().map(|id| id.0).collect()
+}
+
+/// Job counts per queue and state, counted over the whole table: exact, but a scan of every row.
+/// Tools and tests use it; the dashboard reads the maintained counts
+/// ([`super::stats::job_counts_list`]).
+pub async fn job_count_by_queue_state<'e>(
+    db: impl PgExecutor<'e>,
+) -> Result<Vec<(String, JobState, i64)>, sqlx::Error> {
+    sqlx::query_as("SELECT queue, state, count(*) FROM jobs GROUP BY queue, state ORDER BY queue")
+        .fetch_all(db)
+        .await
+}
+
+/// Sends a notification on `channel` (delivered at the commit of `db`'s transaction).
+pub async fn notify<'e>(
+    db: impl PgExecutor<'e>,
+    channel: &str,
+    payload: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(channel)
+        .bind(payload)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// The database clock.
+pub async fn db_now<'e>(db: impl PgExecutor<'e>) -> Result<DateTime<Utc>, sqlx::Error> {
+    sqlx::query_scalar("SELECT clock_timestamp()")
+        .fetch_one(db)
+        .await
+}
