@@ -12,7 +12,10 @@ use crate::accounts::SetupLink;
 use crate::config::Config;
 use crate::engine::maintenance::pruner::PrunerConfig;
 use crate::engine::{Engine, EngineConfig, MIGRATOR};
-use crate::http::{self, state::AppState};
+use crate::http::{
+    self,
+    state::{AppState, StateParts},
+};
 use crate::postgres::{Durability, EmbeddedPostgres, DATABASE};
 use crate::workers;
 
@@ -197,21 +200,18 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         db.pool.clone(),
         shutdown.clone(),
     ));
-    let state = AppState {
+    let state = AppState::new(StateParts {
         shutdown: shutdown.clone(),
         client: engine.client(),
-        questions: crate::questions::QuestionService::new(engine.client()),
         accounts,
-        auditor: crate::audit::Auditor::new(db.pool.clone()),
         secure_cookies: config.secure_cookies,
         pool: db.pool.clone(),
         events: engine.events(),
         api_token: Arc::from(token),
         node_id: Arc::from(engine.node_id()),
         metrics: engine.metrics(),
-        sse_clients: Arc::default(),
         leptos_options,
-    };
+    });
     let app = http::router(state);
     let listener = tokio::net::TcpListener::bind(config.site_addr).await?;
     let local_addr = listener.local_addr()?;

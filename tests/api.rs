@@ -4,9 +4,8 @@
 mod common;
 
 use axum::body::Body;
-use axum::http::{header, Method, Request, StatusCode};
+use axum::http::{Method, Request, StatusCode};
 use axum::Router;
-use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
@@ -41,24 +40,9 @@ impl Api {
         token: Option<&str>,
         content_type: &str,
     ) -> (StatusCode, Value) {
-        let mut req = Request::builder().method(method).uri(path);
-        if let Some(t) = token {
-            req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
-        }
-        if body.is_some() {
-            req = req.header(header::CONTENT_TYPE, content_type);
-        }
-        let req = req
-            .body(
-                body.map(|b| Body::from(b.to_string()))
-                    .unwrap_or_else(Body::empty),
-            )
-            .unwrap();
-        let res = self.app.clone().oneshot(req).await.unwrap();
-        let status = res.status();
-        let bytes = res.into_body().collect().await.unwrap().to_bytes();
-        let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        (status, value)
+        let body = body.map(|b| (b.as_bytes().to_vec(), content_type));
+        let (status, text) = common::rest::send(&self.app, method, path, token, body).await;
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
     async fn job_count(&self) -> i64 {

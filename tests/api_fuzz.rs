@@ -10,11 +10,8 @@
 
 mod common;
 
-use axum::body::Body;
-use axum::http::{header, Method, Request, StatusCode};
-use http_body_util::BodyExt;
+use axum::http::{Method, StatusCode};
 use serde_json::{json, Map, Value};
-use tower::ServiceExt;
 
 use common::test_db;
 
@@ -34,26 +31,7 @@ impl Fuzzer {
         uri: &str,
         body: Option<(Vec<u8>, &str)>,
     ) -> (StatusCode, String) {
-        let mut req = Request::builder()
-            .method(method)
-            .uri(uri)
-            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"));
-        let body = match body {
-            Some((bytes, content_type)) => {
-                req = req.header(header::CONTENT_TYPE, content_type);
-                Body::from(bytes)
-            }
-            None => Body::empty(),
-        };
-        let res = self
-            .app
-            .clone()
-            .oneshot(req.body(body).unwrap())
-            .await
-            .unwrap();
-        let status = res.status();
-        let bytes = res.into_body().collect().await.unwrap().to_bytes();
-        (status, String::from_utf8_lossy(&bytes).into_owned())
+        common::rest::send(&self.app, method, uri, Some(TOKEN), body).await
     }
 
     /// Everything the API can change, as one hash.

@@ -14,7 +14,10 @@ use sqlx::PgPool;
 
 use crate::engine::store::jobs as job_store;
 use crate::engine::{Engine, EngineConfig};
-use crate::http::{self, state::AppState};
+use crate::http::{
+    self,
+    state::{AppState, StateParts},
+};
 
 /// Rows per fixture statement.
 const SEED_CHUNK: i64 = 100_000;
@@ -100,24 +103,21 @@ pub async fn pages(pool: &PgPool, rows: i64, samples: usize) -> Result<Value, St
     .map_err(|e| e.to_string())?;
     let token = "bench-token";
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let state = AppState {
+    let state = AppState::new(StateParts {
         shutdown: shutdown.clone(),
         client: engine.client(),
-        questions: crate::questions::QuestionService::new(engine.client()),
         accounts: crate::accounts::Accounts::new(pool.clone()),
-        auditor: crate::audit::Auditor::new(pool.clone()),
         secure_cookies: false,
         pool: pool.clone(),
         events: engine.events(),
         api_token: std::sync::Arc::from(token),
         node_id: std::sync::Arc::from(engine.node_id()),
         metrics: engine.metrics(),
-        sse_clients: std::sync::Arc::default(),
         leptos_options: leptos::config::LeptosOptions::builder()
             .output_name("kickoff")
             .site_root("target/site")
             .build(),
-    };
+    });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| e.to_string())?;

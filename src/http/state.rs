@@ -37,6 +37,42 @@ pub struct AppState {
     pub shutdown: tokio_util::sync::CancellationToken,
 }
 
+/// What a server's [`AppState`] is made of; [`AppState::new`] derives the rest (the questions
+/// service, the auditor, the stream count). The server, the page bench and the tests all build
+/// their state this way.
+pub struct StateParts {
+    pub pool: PgPool,
+    pub client: Client,
+    pub accounts: Accounts,
+    pub events: broadcast::Sender<String>,
+    pub metrics: Arc<Metrics>,
+    pub api_token: Arc<str>,
+    pub node_id: Arc<str>,
+    pub secure_cookies: bool,
+    pub leptos_options: leptos::config::LeptosOptions,
+    pub shutdown: tokio_util::sync::CancellationToken,
+}
+
+impl AppState {
+    pub fn new(parts: StateParts) -> Self {
+        AppState {
+            questions: QuestionService::new(parts.client.clone()),
+            auditor: Auditor::new(parts.pool.clone()),
+            sse_clients: Arc::default(),
+            client: parts.client,
+            accounts: parts.accounts,
+            secure_cookies: parts.secure_cookies,
+            pool: parts.pool,
+            events: parts.events,
+            api_token: parts.api_token,
+            node_id: parts.node_id,
+            metrics: parts.metrics,
+            leptos_options: parts.leptos_options,
+            shutdown: parts.shutdown,
+        }
+    }
+}
+
 impl axum::extract::FromRef<AppState> for leptos::config::LeptosOptions {
     fn from_ref(state: &AppState) -> Self {
         state.leptos_options.clone()

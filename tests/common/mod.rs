@@ -10,6 +10,7 @@ use sqlx::{ConnectOptions, Connection, PgPool};
 
 pub mod dashboard;
 pub mod proxy;
+pub mod rest;
 
 use kickoff::engine::MIGRATOR;
 
@@ -166,26 +167,23 @@ fn app_from(
     metrics: std::sync::Arc<kickoff::engine::metrics::Metrics>,
     accounts: kickoff::accounts::Accounts,
 ) -> axum::Router {
+    use kickoff::http::state::{AppState, StateParts};
     use std::sync::Arc;
     let workers = kickoff::workers::builtin(vec!["127.0.0.1:9".into(), "hooks.example.com".into()]);
     let (events, _) = tokio::sync::broadcast::channel(16);
-    let client = kickoff::engine::Client::new(pool.clone(), Arc::new(workers));
-    let state = kickoff::http::state::AppState {
-        questions: kickoff::questions::QuestionService::new(client.clone()),
-        client,
+    let state = AppState::new(StateParts {
+        client: kickoff::engine::Client::new(pool.clone(), Arc::new(workers)),
         accounts,
-        auditor: kickoff::audit::Auditor::new(pool.clone()),
         secure_cookies: false,
         pool: pool.clone(),
         events,
         api_token: Arc::from(token),
         node_id: Arc::from("test"),
         metrics,
-        sse_clients: Arc::default(),
         leptos_options: leptos::config::LeptosOptions::builder()
             .output_name("kickoff")
             .build(),
         shutdown: tokio_util::sync::CancellationToken::new(),
-    };
+    });
     kickoff::http::router(state)
 }
