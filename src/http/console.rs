@@ -4,14 +4,20 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use kickoff_app::console::{
-    AccountPage, AuditPage, AuditQuery, AuditRow, LoginInfo, NewToken, TokenRow, UserRow, UsersPage,
+use kickoff_app::console::accounts::{
+    AccountPage, AccountsConsole, LoginInfo, NewToken, TokenRow, UserRow, UsersPage,
 };
-use kickoff_app::console::{
-    AttemptRow, BulkCount, BulkDone, Console, JobChoices, JobDetail, JobPage, JobQuery, JobRow,
-    MinutePoint, NewJobInput, NodeInfo, Overview, QuestionDetail, QuestionRow, QuestionsPage,
-    QueueInfo, Refusal, TimersPage, BULK_COUNT_CAP,
+use kickoff_app::console::audit::{AuditConsole, AuditPage, AuditQuery, AuditRow};
+use kickoff_app::console::jobs::{
+    AttemptRow, BulkCount, BulkDone, JobChoices, JobDetail, JobPage, JobQuery, JobRow, JobsConsole,
+    NewJobInput, TimersPage, BULK_COUNT_CAP,
 };
+use kickoff_app::console::overview::{MinutePoint, NodeInfo, Overview, OverviewConsole};
+use kickoff_app::console::questions::{
+    QuestionDetail, QuestionRow, QuestionsConsole, QuestionsPage,
+};
+use kickoff_app::console::queues::{QueueInfo, QueuesConsole};
+use kickoff_app::console::Refusal;
 use kickoff_app::local_time::instant_ms;
 use leptos::prelude::use_context;
 use serde_json::Value;
@@ -499,7 +505,7 @@ fn question_row(q: &crate::questions::store::Question) -> QuestionRow {
 }
 
 #[async_trait::async_trait]
-impl Console for ServerConsole {
+impl OverviewConsole for ServerConsole {
     async fn overview(&self) -> Result<Overview, Refusal> {
         operator(Role::Viewer)?;
         let now_ms = self.now_ms().await?;
@@ -545,7 +551,10 @@ impl Console for ServerConsole {
                 .collect(),
         })
     }
+}
 
+#[async_trait::async_trait]
+impl JobsConsole for ServerConsole {
     async fn jobs(&self, query: JobQuery) -> Result<JobPage, Refusal> {
         operator(Role::Viewer)?;
         let filter = job_filter(&query)?;
@@ -779,7 +788,10 @@ impl Console for ServerConsole {
             rows: jobs.iter().map(job_row).collect(),
         })
     }
+}
 
+#[async_trait::async_trait]
+impl QueuesConsole for ServerConsole {
     async fn queues(&self) -> Result<Vec<QueueInfo>, Refusal> {
         operator(Role::Viewer)?;
         let counts = self.client.counts().await.map_err(refused)?;
@@ -827,7 +839,10 @@ impl Console for ServerConsole {
         })
         .await
     }
+}
 
+#[async_trait::async_trait]
+impl QuestionsConsole for ServerConsole {
     async fn questions(&self) -> Result<QuestionsPage, Refusal> {
         operator(Role::Viewer)?;
         let now_ms = self.now_ms().await?;
@@ -909,7 +924,10 @@ impl Console for ServerConsole {
         })
         .await
     }
+}
 
+#[async_trait::async_trait]
+impl AuditConsole for ServerConsole {
     async fn audit(&self, query: AuditQuery) -> Result<AuditPage, Refusal> {
         operator(Role::Viewer)?;
         let now_ms = self.now_ms().await?;
@@ -957,7 +975,10 @@ impl Console for ServerConsole {
                 .collect(),
         })
     }
+}
 
+#[async_trait::async_trait]
+impl AccountsConsole for ServerConsole {
     async fn users(&self) -> Result<UsersPage, Refusal> {
         let op = operator(Role::Admin)?;
         let now_ms = self.now_ms().await?;
