@@ -49,43 +49,37 @@ fn encode(s: &str) -> String {
 }
 
 /// Why the server refused a dashboard request: the HTTP status of the server function's response
-/// and a message for the operator. A client's mistake is never a 500.
+/// and a message for the operator. A client's mistake is never a 500. The server makes one from
+/// each of its errors by the table its REST API answers with, so the two agree.
 #[cfg(feature = "ssr")]
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refusal {
     pub status: u16,
     pub message: String,
+    /// When the client may try again, in seconds (a `Retry-After` header): a sign-in lock.
+    pub retry_after_secs: Option<u64>,
 }
 
 #[cfg(feature = "ssr")]
 impl Refusal {
+    pub fn new(status: u16, message: impl Into<String>) -> Self {
+        Refusal {
+            status,
+            message: message.into(),
+            retry_after_secs: None,
+        }
+    }
     /// 422: the input is wrong.
     pub fn invalid(message: impl Into<String>) -> Self {
-        Refusal {
-            status: 422,
-            message: message.into(),
-        }
+        Refusal::new(422, message)
     }
     /// 404: no such job, question or queue.
     pub fn not_found(message: impl Into<String>) -> Self {
-        Refusal {
-            status: 404,
-            message: message.into(),
-        }
+        Refusal::new(404, message)
     }
     /// 409: the thing's state does not allow it.
     pub fn conflict(message: impl Into<String>) -> Self {
-        Refusal {
-            status: 409,
-            message: message.into(),
-        }
-    }
-    /// 503: the database is unreachable (the cause is logged, not shown).
-    pub fn unavailable() -> Self {
-        Refusal {
-            status: 503,
-            message: "the database is unreachable; try again".into(),
-        }
+        Refusal::new(409, message)
     }
 }
 
@@ -126,14 +120,19 @@ fn console() -> Result<std::sync::Arc<dyn Console>, ServerFnError> {
         .ok_or_else(|| ServerFnError::new("the console is not available"))
 }
 
-/// Turns a refusal into the server function's error, with its HTTP status on the response (also
-/// on a server-rendered page whose data was refused: a missing job's page is a 404).
+/// Turns a refusal into the server function's error, with its HTTP status (and `Retry-After`) on
+/// the response (also on a server-rendered page whose data was refused: a missing job's page is a
+/// 404).
 ///
 /// A plain form post (no JavaScript: the browser accepts HTML) keeps the redirect back to the page
 /// it came from, which then shows the job or queue as it is.
 #[cfg(feature = "ssr")]
 fn fail(refusal: impl Into<Refusal>) -> ServerFnError {
     let refusal = refusal.into();
+    let response = use_context::<leptos_axum::ResponseOptions>();
+    if let (Some(response), Some(secs)) = (&response, refusal.retry_after_secs) {
+        response.insert_header(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
+    }
     let form_post = use_context::<http::request::Parts>().is_some_and(|parts| {
         parts.method == http::Method::POST
             && parts
@@ -145,7 +144,7 @@ fn fail(refusal: impl Into<Refusal>) -> ServerFnError {
     if form_post {
         return ServerFnError::new(refusal.message);
     }
-    if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+    if let Some(response) = response {
         if let Ok(status) = http::StatusCode::from_u16(refusal.status) {
             response.set_status(status);
         }

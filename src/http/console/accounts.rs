@@ -8,12 +8,10 @@ use kickoff_app::console::accounts::{
 };
 use kickoff_app::console::Refusal;
 
-use super::{
-    account_refused, login_refused, ms, operator, request, setup_refused, unavailable, Act,
-    ServerConsole,
-};
+use super::{ms, operator, refused, request, unavailable, Act, ServerConsole};
 use crate::accounts::{AccountError, ApiToken, LoginError, Role, SetupError, TokenScope};
 use crate::audit::AuditEntry;
+use crate::http::error::AppError;
 use crate::http::session;
 
 fn token_row(t: &ApiToken) -> TokenRow {
@@ -59,18 +57,15 @@ impl ServerConsole {
 /// link). It carries no session token yet, so it must come from this site: 403 with `refused`
 /// otherwise.
 fn session_starter(refused: &str) -> Result<(tower_sessions::Session, std::net::IpAddr), Refusal> {
-    let parts = request().ok_or_else(Refusal::unavailable)?;
+    let parts = request().ok_or(AppError::Unavailable)?;
     if !session::same_origin(&parts) {
-        return Err(Refusal {
-            status: 403,
-            message: refused.into(),
-        });
+        return Err(AppError::Forbidden(refused.into()).into());
     }
     let session = parts
         .extensions
         .get::<tower_sessions::Session>()
         .cloned()
-        .ok_or_else(Refusal::unavailable)?;
+        .ok_or(AppError::Unavailable)?;
     Ok((session, session::client_address(&parts.extensions)))
 }
 
@@ -79,8 +74,8 @@ impl AccountsConsole for ServerConsole {
     async fn users(&self) -> Result<UsersPage, Refusal> {
         let op = operator(Role::Admin)?;
         let now_ms = self.now_ms().await?;
-        let users = self.accounts.list().await.map_err(account_refused)?;
-        let tokens = self.accounts.tokens(None).await.map_err(account_refused)?;
+        let users = self.accounts.list().await.map_err(refused)?;
+        let tokens = self.accounts.tokens(None).await.map_err(refused)?;
         Ok(UsersPage {
             now_ms,
             users: users
@@ -118,7 +113,7 @@ impl AccountsConsole for ServerConsole {
                 .create(&name, &password, role)
                 .await
                 .map(|u| u.id)
-                .map_err(account_refused)
+                .map_err(refused)
         })
         .await
     }
@@ -131,7 +126,7 @@ impl AccountsConsole for ServerConsole {
         password: Option<String>,
     ) -> Result<(), Refusal> {
         let me = operator(Role::Admin)?;
-        let target = match self.accounts.get(id).await.map_err(account_refused)? {
+        let target = match self.accounts.get(id).await.map_err(refused)? {
             Some(u) => format!("user {}", u.name),
             None => format!("user {id}"),
         };
@@ -182,7 +177,7 @@ impl AccountsConsole for ServerConsole {
                         .await
                 }
             };
-            changed.map(drop).map_err(account_refused)
+            changed.map(drop).map_err(refused)
         })
         .await
     }
@@ -194,7 +189,7 @@ impl AccountsConsole for ServerConsole {
             .accounts
             .tokens(Some(op.user.id))
             .await
-            .map_err(account_refused)?;
+            .map_err(refused)?;
         Ok(AccountPage {
             now_ms,
             name: op.user.name.clone(),
@@ -240,13 +235,13 @@ impl AccountsConsole for ServerConsole {
                 .await
                 .map_err(|e| match e {
                     LoginError::BadCredentials => Refusal::invalid("your password is wrong"),
-                    other => login_refused(other),
+                    other => refused(other),
                 })?;
             let (token, text) = self
                 .accounts
                 .create_token(&op.user, &name, scope)
                 .await
-                .map_err(account_refused)?;
+                .map_err(refused)?;
             Ok(NewToken {
                 id: token.id,
                 token: text,
@@ -257,7 +252,7 @@ impl AccountsConsole for ServerConsole {
 
     async fn revoke_token(&self, id: i64) -> Result<(), Refusal> {
         let op = operator(Role::Viewer)?;
-        let token = self.accounts.token(id).await.map_err(account_refused)?;
+        let token = self.accounts.token(id).await.map_err(refused)?;
         let act = Act {
             action: "token.revoke".into(),
             // The token's prefix and owner only for those who may see them (the audit log is
@@ -273,16 +268,16 @@ impl AccountsConsole for ServerConsole {
         self.act_as(Role::Viewer, act, |_| None, async {
             let token = token.ok_or_else(|| Refusal::not_found(format!("token {id} not found")))?;
             if token.user_id != op.user.id && !op.may(Role::Admin) {
-                return Err(Refusal {
-                    status: 403,
-                    message: "only its owner or an admin may revoke a token".into(),
-                });
+                return Err(AppError::Forbidden(
+                    "only its owner or an admin may revoke a token".into(),
+                )
+                .into());
             }
             self.accounts
                 .revoke_token(id)
                 .await
                 .map(drop)
-                .map_err(account_refused)
+                .map_err(refused)
         })
         .await
     }
@@ -303,10 +298,10 @@ impl AccountsConsole for ServerConsole {
                     // Signed in already: a wrong current password is the form's mistake, not a
                     // missing sign-in.
                     LoginError::BadCredentials => Refusal::invalid("the current password is wrong"),
-                    other => login_refused(other),
+                    other => refused(other),
                 })?;
             // This session carries on with the new password; the others end.
-            let parts = request().ok_or_else(Refusal::unavailable)?;
+            let parts = request().ok_or(AppError::Unavailable)?;
             if let Some(session) = parts.extensions.get::<tower_sessions::Session>() {
                 session::renew_epoch(session, &user)
                     .await
@@ -318,7 +313,7 @@ impl AccountsConsole for ServerConsole {
     }
 
     async fn login_info(&self) -> Result<LoginInfo, Refusal> {
-        let has_users = self.accounts.count().await.map_err(unavailable)? > 0;
+        let has_users = self.accounts.count().await.map_err(refused)? > 0;
         Ok(LoginInfo { has_users })
     }
 
@@ -326,8 +321,8 @@ impl AccountsConsole for ServerConsole {
         let (session, address) = session_starter("sign in from the dashboard's own page")?;
         let refusal = match self.accounts.authenticate(&name, &password, address).await {
             Ok(user) => Ok(user),
-            Err(LoginError::Database(e)) => return Err(unavailable(e)),
-            Err(e) => Err(login_refused(e)),
+            Err(e @ LoginError::Database(_)) => return Err(refused(e)),
+            Err(e) => Err(refused(e)),
         };
         let user = match refusal {
             Ok(user) => user,
@@ -353,13 +348,13 @@ impl AccountsConsole for ServerConsole {
     }
 
     async fn setup_check(&self, code: String) -> Result<(), Refusal> {
-        let parts = request().ok_or_else(Refusal::unavailable)?;
+        let parts = request().ok_or(AppError::Unavailable)?;
         let address = session::client_address(&parts.extensions);
         self.accounts
             .check_setup_code(&code, address)
             .await
             .map(drop)
-            .map_err(setup_refused)
+            .map_err(refused)
     }
 
     async fn setup(&self, code: String, name: String, password: String) -> Result<(), Refusal> {
@@ -385,9 +380,9 @@ impl AccountsConsole for ServerConsole {
         };
         let user = match made {
             Ok(user) => user,
-            Err(SetupError::Account(AccountError::Database(e))) => return Err(unavailable(e)),
+            Err(e @ SetupError::Account(AccountError::Database(_))) => return Err(refused(e)),
             Err(e) => {
-                let refusal = setup_refused(e);
+                let refusal = refused(e);
                 let actor = if typed.is_empty() {
                     "?".into()
                 } else {
@@ -418,7 +413,7 @@ impl AccountsConsole for ServerConsole {
             )
             .await;
         }
-        let parts = request().ok_or_else(Refusal::unavailable)?;
+        let parts = request().ok_or(AppError::Unavailable)?;
         if let Some(session) = parts.extensions.get::<tower_sessions::Session>() {
             session::sign_out(session).await.map_err(unavailable)?;
         }

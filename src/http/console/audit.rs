@@ -3,7 +3,7 @@
 use kickoff_app::console::audit::{AuditConsole, AuditPage, AuditQuery, AuditRow};
 use kickoff_app::console::Refusal;
 
-use super::{ms, operator, unavailable, ServerConsole, LIST_ROWS};
+use super::{ms, operator, refused, ServerConsole, LIST_ROWS};
 use crate::accounts::Role;
 use crate::audit::AuditFilter;
 
@@ -31,7 +31,7 @@ impl AuditConsole for ServerConsole {
             .auditor
             .list(&filter, query.before, LIST_ROWS)
             .await
-            .map_err(unavailable)?;
+            .map_err(refused)?;
         let next_before = (rows.len() as i64 == LIST_ROWS)
             .then(|| rows.last().map(|r| r.id))
             .flatten();

@@ -2,8 +2,10 @@
 //! and the questions' answers into the UI's DTOs, and the operator's input into engine calls.
 //!
 //! One module an area, each implementing that area's trait for [`ServerConsole`]; this one holds
-//! what they share: the context, the role check, the audit wrapper every action runs in, and the
-//! mapping of the services' errors to refusals.
+//! what they share: the context, the role check and the audit wrapper every action runs in.
+//!
+//! An error of the engine, the questions or the accounts is refused through [`AppError`], by the
+//! table the REST API answers with: the two agree on statuses and messages by construction.
 
 mod accounts;
 mod audit;
@@ -17,12 +19,13 @@ use kickoff_app::console::Refusal;
 use leptos::prelude::use_context;
 use serde_json::Value;
 
-use crate::accounts::{AccountError, Accounts, LoginError, Role, SetupError};
+use crate::accounts::{Accounts, Role};
 use crate::audit::{AuditEntry, Auditor};
 use crate::engine::store::jobs::db_now;
-use crate::engine::{Client, ClientError};
+use crate::engine::Client;
+use crate::http::error::AppError;
 use crate::http::session::Operator;
-use crate::questions::{QuestionError, QuestionService};
+use crate::questions::QuestionService;
 
 /// How many rows a dashboard list shows.
 const LIST_ROWS: i64 = 100;
@@ -54,19 +57,15 @@ fn request() -> Option<axum::http::request::Parts> {
 fn operator(need: Role) -> Result<Operator, Refusal> {
     let op = request()
         .and_then(|p| p.extensions.get::<Operator>().cloned())
-        .ok_or_else(|| Refusal {
-            status: 401,
-            message: "sign in first".into(),
-        })?;
+        // Not the REST API's 401, which asks for a bearer token.
+        .ok_or_else(|| Refusal::new(401, "sign in first"))?;
     if !op.may(need) {
-        return Err(Refusal {
-            status: 403,
-            message: format!(
-                "signed in as a {}: only an {} or admin may do this",
-                op.user.role.as_str(),
-                need.as_str()
-            ),
-        });
+        return Err(AppError::Forbidden(format!(
+            "signed in as a {}: only an {} or admin may do this",
+            op.user.role.as_str(),
+            need.as_str()
+        ))
+        .into());
     }
     Ok(op)
 }
@@ -142,92 +141,20 @@ impl ServerConsole {
         db_now(self.client.pool())
             .await
             .map(|t| t.timestamp_millis())
-            .map_err(unavailable)
+            .map_err(refused)
     }
 }
 
-/// Logs the cause and gives the browser a message without internals.
+/// An error of a service the console calls, as the dashboard's refusal: through [`AppError`], so
+/// with the status and message the REST API gives it.
+fn refused(e: impl Into<AppError>) -> Refusal {
+    e.into().into()
+}
+
+/// A failure of the session store: logged, and answered like an unreachable database.
 fn unavailable(e: impl std::fmt::Display) -> Refusal {
     tracing::error!(error = %e, "dashboard query failed");
-    Refusal::unavailable()
-}
-
-/// An operator's request refused: say why (a conflict, a missing job, bad input are the operator's
-/// to know) with the matching status; a database failure is logged and summarised.
-fn refused(e: ClientError) -> Refusal {
-    match e {
-        ClientError::Database(e) => unavailable(e),
-        ClientError::NotFound(_) => Refusal::not_found(e.to_string()),
-        ClientError::Conflict(_) => Refusal::conflict(e.to_string()),
-        ClientError::Invalid { .. } | ClientError::UnknownKind(_) => {
-            Refusal::invalid(e.to_string())
-        }
-    }
-}
-
-/// A refused sign-in (or password check): 401 for wrong credentials, 429 with `Retry-After` for a
-/// lock.
-fn login_refused(e: LoginError) -> Refusal {
-    match e {
-        LoginError::BadCredentials => Refusal {
-            status: 401,
-            message: "wrong name or password".into(),
-        },
-        LoginError::Locked { retry_after_secs } => {
-            if let Some(res) = use_context::<leptos_axum::ResponseOptions>() {
-                res.insert_header(
-                    axum::http::header::RETRY_AFTER,
-                    axum::http::HeaderValue::from(retry_after_secs),
-                );
-            }
-            Refusal {
-                status: 429,
-                message: format!(
-                    "too many failed sign-ins: try again in {} min",
-                    retry_after_secs.div_ceil(60).max(1)
-                ),
-            }
-        }
-        LoginError::Invalid(message) => Refusal::invalid(message),
-        LoginError::Database(e) => unavailable(e),
-    }
-}
-
-/// An account change refused: the rule broken (422), a name taken or the last admin (409), a
-/// missing user or token (404).
-fn account_refused(e: AccountError) -> Refusal {
-    match e {
-        AccountError::Database(e) => unavailable(e),
-        AccountError::NotFound(_) => Refusal::not_found(e.to_string()),
-        AccountError::NameTaken(_) | AccountError::Conflict(_) => Refusal::conflict(e.to_string()),
-        AccountError::Invalid { .. } => Refusal::invalid(e.to_string()),
-    }
-}
-
-/// A refused setup link: one 404 for a missing, wrong or spent code and a database with users
-/// (worded like any unknown page), the sign-in lock, or the name and password rules.
-fn setup_refused(e: SetupError) -> Refusal {
-    match e {
-        SetupError::NotFound => Refusal::not_found("Page not found."),
-        SetupError::Locked { retry_after_secs } => {
-            login_refused(LoginError::Locked { retry_after_secs })
-        }
-        SetupError::Account(e) => account_refused(e),
-    }
-}
-
-fn question_refused(e: QuestionError) -> Refusal {
-    match e {
-        QuestionError::Database(e) => unavailable(e),
-        QuestionError::Client(e) => refused(e),
-        QuestionError::NotFound(_) => Refusal::not_found(e.to_string()),
-        QuestionError::Conflict(_) | QuestionError::PredictionsClosed => {
-            Refusal::conflict(e.to_string())
-        }
-        QuestionError::Invalid { .. } | QuestionError::UnknownChoice(_) => {
-            Refusal::invalid(e.to_string())
-        }
-    }
+    AppError::Unavailable.into()
 }
 
 fn ms(t: DateTime<Utc>) -> i64 {

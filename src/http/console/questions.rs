@@ -9,7 +9,7 @@ use kickoff_app::console::questions::{
 use kickoff_app::console::Refusal;
 
 use super::jobs::job_row;
-use super::{from_ms, ms, operator, question_refused, Act, ServerConsole, LIST_ROWS};
+use super::{from_ms, ms, operator, refused, Act, ServerConsole, LIST_ROWS};
 use crate::accounts::Role;
 
 fn question_row(q: &crate::questions::store::Question) -> QuestionRow {
@@ -32,7 +32,7 @@ impl QuestionsConsole for ServerConsole {
             .questions
             .list(None, LIST_ROWS)
             .await
-            .map_err(question_refused)?;
+            .map_err(refused)?;
         Ok(QuestionsPage {
             now_ms,
             rows: rows.iter().map(question_row).collect(),
@@ -42,7 +42,7 @@ impl QuestionsConsole for ServerConsole {
     async fn question(&self, id: i64) -> Result<QuestionDetail, Refusal> {
         operator(Role::Viewer)?;
         let now_ms = self.now_ms().await?;
-        let d = self.questions.get(id).await.map_err(question_refused)?;
+        let d = self.questions.get(id).await.map_err(refused)?;
         let counts: BTreeMap<&str, (i64, i64)> = d
             .counts
             .iter()
@@ -85,7 +85,7 @@ impl QuestionsConsole for ServerConsole {
                 .create(&game, &prompt, &choices, at)
                 .await
                 .map(|d| d.question.id)
-                .map_err(question_refused)
+                .map_err(refused)
         })
         .await
     }
@@ -102,7 +102,7 @@ impl QuestionsConsole for ServerConsole {
                 .update(id, None, None, Some(at))
                 .await
                 .map(drop)
-                .map_err(question_refused)
+                .map_err(refused)
         })
         .await
     }
