@@ -769,7 +769,8 @@ fn as_the_browser_posts(args: &impl serde::Serialize) -> String {
 
 #[tokio::test]
 async fn unfiltered_lists_answer_what_the_hydrated_browser_posts() {
-    use kickoff_app::console::{AuditQuery, BulkJobs, BulkPreview, JobQuery, ListAudit, ListJobs};
+    use kickoff_app::console::audit::{AuditQuery, ListAudit};
+    use kickoff_app::console::jobs::{BulkJobs, BulkPreview, JobQuery, ListJobs};
     let d = dashboard().await;
     let id = d
         .new_job(json!({"kind": "noop", "schedule_in_ms": 600_000, "args": {"first": "look"}}))
@@ -1008,7 +1009,7 @@ async fn a_skipped_time_is_refused_and_a_repeated_one_waits_for_which() {
 /// where it may: the table of `safe_next`.
 #[test]
 fn safe_next_keeps_only_paths_of_this_site() {
-    use kickoff_app::console::safe_next;
+    use kickoff_app::console::accounts::safe_next;
     for (next, expected) in [
         ("/", "/"),
         ("/jobs?state=scheduled", "/jobs?state=scheduled"),

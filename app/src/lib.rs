@@ -53,7 +53,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta name="color-scheme" content="light dark"/>
                 <link rel="icon" href="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E%3Ccircle cx='8' cy='8' r='7' fill='%232156d9'/%3E%3C/svg%3E"/>
                 <HydrationScripts options/>
-                {console::current_me().map(|m| view! {
+                {console::accounts::current_me().map(|m| view! {
                     <meta name="kickoff-user" content=m.name/>
                     <meta name="kickoff-role" content=m.role/>
                     <meta name="csrf-token" content=m.csrf/>

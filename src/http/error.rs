@@ -1,13 +1,19 @@
 //! The one HTTP error type: a status, a stable code and a message, as
 //! `{"error": {"code": ..., "message": ...}}`. Internal errors are logged and answered with a short
 //! message that leaks nothing.
+//!
+//! The dashboard's refusals come out of the same table (`From<AppError> for Refusal`): the REST
+//! API and the dashboard answer an error of the engine, the questions or the accounts with the
+//! same status and message.
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use kickoff_app::console::Refusal;
 use serde_json::json;
 
+use crate::accounts::{AccountError, LoginError, SetupError};
 use crate::engine::ClientError;
 
 #[derive(Debug, thiserror::Error)]
@@ -16,6 +22,10 @@ pub enum AppError {
     BadRequest { code: &'static str, message: String },
     #[error("a valid bearer token is required")]
     Unauthorized,
+    /// A dashboard sign-in with an unknown name, a wrong password or a disabled account:
+    /// deliberately one answer.
+    #[error("wrong name or password")]
+    BadCredentials,
     /// Authenticated, but the token's scope or its owner's role does not allow this.
     #[error("{0}")]
     Forbidden(String),
@@ -29,6 +39,12 @@ pub enum AppError {
     UnsupportedMediaType,
     #[error("{message}")]
     Unprocessable { code: &'static str, message: String },
+    /// Too many failed attempts: try again after `retry_after_secs` (also a `Retry-After` header).
+    #[error("{message}")]
+    TooManyRequests {
+        message: String,
+        retry_after_secs: u64,
+    },
     #[error("the server is busy or its database is unreachable; try again")]
     Unavailable,
     #[error("internal error")]
@@ -39,13 +55,14 @@ impl AppError {
     pub fn status_code(&self) -> StatusCode {
         match self {
             AppError::BadRequest { .. } => StatusCode::BAD_REQUEST,
-            AppError::Unauthorized => StatusCode::UNAUTHORIZED,
+            AppError::Unauthorized | AppError::BadCredentials => StatusCode::UNAUTHORIZED,
             AppError::Forbidden(_) => StatusCode::FORBIDDEN,
             AppError::NotFound(_) => StatusCode::NOT_FOUND,
             AppError::Conflict { .. } => StatusCode::CONFLICT,
             AppError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             AppError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             AppError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            AppError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             AppError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -57,12 +74,31 @@ impl AppError {
             | AppError::Unprocessable { code, .. }
             | AppError::Conflict { code, .. } => code,
             AppError::Unauthorized => "unauthorized",
+            AppError::BadCredentials => "bad_credentials",
             AppError::Forbidden(_) => "forbidden",
             AppError::NotFound(_) => "not_found",
             AppError::PayloadTooLarge => "payload_too_large",
             AppError::UnsupportedMediaType => "unsupported_media_type",
+            AppError::TooManyRequests { .. } => "too_many_requests",
             AppError::Unavailable => "unavailable",
             AppError::Internal(_) => "internal",
+        }
+    }
+
+    /// When the client may try again, in seconds (the `Retry-After` header).
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            AppError::TooManyRequests {
+                retry_after_secs, ..
+            } => Some(*retry_after_secs),
+            _ => None,
+        }
+    }
+
+    /// Logs what the answer leaves out: an internal error's detail.
+    fn log(&self) {
+        if let AppError::Internal(detail) = self {
+            tracing::error!(%detail, "internal error");
         }
     }
 
@@ -83,9 +119,7 @@ impl AppError {
 
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
-        if let AppError::Internal(detail) = &self {
-            tracing::error!(%detail, "internal error");
-        }
+        self.log();
         let body = json!({ "error": { "code": self.code(), "message": self.to_string() } });
         let mut res = (self.status_code(), Json(body)).into_response();
         if matches!(self, AppError::Unauthorized) {
@@ -94,7 +128,26 @@ impl IntoResponse for AppError {
                 axum::http::HeaderValue::from_static("Bearer"),
             );
         }
+        if let Some(secs) = self.retry_after_secs() {
+            res.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(secs),
+            );
+        }
         res
+    }
+}
+
+/// The dashboard's answer to the same error: the status, message and `Retry-After` the REST API
+/// would give it.
+impl From<AppError> for Refusal {
+    fn from(e: AppError) -> Self {
+        e.log();
+        Refusal {
+            status: e.status_code().as_u16(),
+            message: e.to_string(),
+            retry_after_secs: e.retry_after_secs(),
+        }
     }
 }
 
@@ -109,6 +162,53 @@ impl From<ClientError> for AppError {
             ClientError::NotFound(what) => AppError::NotFound(format!("{what} not found")),
             ClientError::Conflict(m) => AppError::conflict(m),
             ClientError::Database(e) => e.into(),
+        }
+    }
+}
+
+/// A change to the accounts refused: the rule broken (422), a name taken or the last admin (409), a
+/// missing user or token (404).
+impl From<AccountError> for AppError {
+    fn from(e: AccountError) -> Self {
+        match e {
+            AccountError::Invalid { .. } => AppError::invalid(e.to_string()),
+            AccountError::NameTaken(_) | AccountError::Conflict(_) => {
+                AppError::conflict(e.to_string())
+            }
+            AccountError::NotFound(_) => AppError::NotFound(e.to_string()),
+            AccountError::Database(e) => e.into(),
+        }
+    }
+}
+
+/// A refused sign-in (or password check): 401 for wrong credentials, 429 for a lock.
+impl From<LoginError> for AppError {
+    fn from(e: LoginError) -> Self {
+        match e {
+            LoginError::BadCredentials => AppError::BadCredentials,
+            LoginError::Locked { retry_after_secs } => AppError::TooManyRequests {
+                message: format!(
+                    "too many failed sign-ins: try again in {} min",
+                    retry_after_secs.div_ceil(60).max(1)
+                ),
+                retry_after_secs,
+            },
+            LoginError::Invalid(message) => AppError::invalid(message),
+            LoginError::Database(e) => e.into(),
+        }
+    }
+}
+
+/// A refused setup link: one 404 for a missing, wrong or spent code and a database with users
+/// (worded like any unknown page), the sign-in lock, or the name and password rules.
+impl From<SetupError> for AppError {
+    fn from(e: SetupError) -> Self {
+        match e {
+            SetupError::NotFound => AppError::NotFound("Page not found.".into()),
+            SetupError::Locked { retry_after_secs } => {
+                LoginError::Locked { retry_after_secs }.into()
+            }
+            SetupError::Account(e) => e.into(),
         }
     }
 }

@@ -298,7 +298,7 @@ pub async fn require_operator(
         body
     };
     let address = client_address(&parts.extensions);
-    parts.extensions.insert(kickoff_app::console::Me {
+    parts.extensions.insert(kickoff_app::console::accounts::Me {
         name: user.name.clone(),
         role: user.role.as_str().to_string(),
         csrf: signed_in.csrf.clone(),

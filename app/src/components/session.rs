@@ -3,7 +3,7 @@
 
 use leptos::prelude::*;
 
-use crate::console::{current_me, Logout, Me};
+use crate::console::accounts::{current_me, Logout, Me};
 
 /// Provides the signed-in operator (if any) to the app.
 pub fn provide_me() -> Option<Me> {

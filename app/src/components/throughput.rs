@@ -3,7 +3,7 @@
 
 use leptos::prelude::*;
 
-use crate::console::MinutePoint;
+use crate::console::overview::MinutePoint;
 
 const WIDTH: f64 = 720.0;
 const HEIGHT: f64 = 140.0;

@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use crate::components::session::Csrf;
 use crate::components::table::{Column, DataTable};
 use crate::components::time::When;
-use crate::console::{NewToken, RevokeToken, TokenRow};
+use crate::console::accounts::{NewToken, RevokeToken, TokenRow};
 
 const TOKEN_COLUMNS: &[Column] = &[
     ("Token", false),

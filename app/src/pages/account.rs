@@ -7,7 +7,9 @@ use crate::components::loaded::{failure, ActionError, Loaded};
 use crate::components::session::{use_me, Csrf};
 use crate::components::time::use_clock;
 use crate::components::tokens::{NewTokenBox, TokenTable};
-use crate::console::{get_account, AccountPage, ChangePassword, CreateToken, RevokeToken};
+use crate::console::accounts::{
+    get_account, AccountPage, ChangePassword, CreateToken, RevokeToken,
+};
 
 #[component]
 pub fn AccountPage() -> impl IntoView {

@@ -8,7 +8,8 @@ use crate::components::live::use_live;
 use crate::components::loaded::Loaded;
 use crate::components::table::{Column, DataTable};
 use crate::components::time::{use_clock, When};
-use crate::console::{list_audit, nonempty, query_string, AuditPage, AuditQuery};
+use crate::console::audit::{list_audit, AuditPage, AuditQuery};
+use crate::console::{nonempty, query_string};
 
 const AUDIT_COLUMNS: &[Column] = &[
     ("When", false),

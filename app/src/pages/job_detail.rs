@@ -10,7 +10,7 @@ use crate::components::live::use_live;
 use crate::components::loaded::{failure, ActionError, Loaded};
 use crate::components::time::{span, use_clock, Countdown, When};
 use crate::components::time_field::TimeField;
-use crate::console::{get_job, CloneJob, JobAction, JobDetail, RescheduleJob};
+use crate::console::jobs::{get_job, CloneJob, JobAction, JobDetail, RescheduleJob};
 use crate::pages::jobs::JobButtons;
 
 #[component]

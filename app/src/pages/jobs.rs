@@ -19,10 +19,10 @@ use crate::components::live::use_live;
 use crate::components::loaded::{error_text, failure, ActionError, Loaded};
 use crate::components::time::{use_clock, Countdown, When};
 use crate::components::time_field::{TimeField, ZoneInput};
-use crate::console::{
-    bulk_preview, list_jobs, nonempty, query_string, BulkJobs, JobAction, JobPage, JobQuery,
-    JobRow, FAILED_STATES, STATES,
+use crate::console::jobs::{
+    bulk_preview, list_jobs, BulkJobs, JobAction, JobPage, JobQuery, JobRow, FAILED_STATES, STATES,
 };
+use crate::console::{nonempty, query_string};
 
 /// The bulk actions, as (value, verb, label).
 pub const BULK_ACTIONS: [(&str, &str, &str); 4] = [

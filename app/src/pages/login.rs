@@ -6,7 +6,7 @@ use leptos_router::hooks::use_query_map;
 
 use crate::components::loaded::{error_text, Loaded};
 use crate::components::session::load_when_signed_in;
-use crate::console::{get_login_info, safe_next, Login, LoginInfo};
+use crate::console::accounts::{get_login_info, safe_next, Login, LoginInfo};
 
 #[component]
 pub fn LoginPage() -> impl IntoView {

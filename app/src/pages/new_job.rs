@@ -9,7 +9,7 @@ use leptos_router::hooks::use_navigate;
 
 use crate::components::loaded::{failure, ActionError, Loaded};
 use crate::components::time_field::TimeField;
-use crate::console::{get_job_choices, CreateJob, JobChoices};
+use crate::console::jobs::{get_job_choices, CreateJob, JobChoices};
 
 /// Why `text` is not acceptable as a job's args, if it is not.
 pub fn args_problem(text: &str) -> Option<String> {

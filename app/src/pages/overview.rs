@@ -9,7 +9,7 @@ use crate::components::state_counts::StateCounts;
 use crate::components::table::{Column, DataTable};
 use crate::components::throughput::ThroughputChart;
 use crate::components::time::{use_clock, When};
-use crate::console::{get_overview, Overview};
+use crate::console::overview::{get_overview, Overview};
 use crate::pages::queues::QueueTable;
 
 const NODE_COLUMNS: &[Column] = &[

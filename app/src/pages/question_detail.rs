@@ -11,7 +11,7 @@ use crate::components::loaded::{failure, ActionError, Loaded};
 use crate::components::table::{Column, DataTable};
 use crate::components::time::{use_clock, Countdown, When};
 use crate::components::time_field::TimeField;
-use crate::console::{get_question, MoveQuestion, QuestionDetail};
+use crate::console::questions::{get_question, MoveQuestion, QuestionDetail};
 
 const CHOICE_COLUMNS: &[Column] = &[("Choice", false), ("Predictions", false), ("Share", false)];
 

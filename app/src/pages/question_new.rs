@@ -7,7 +7,7 @@ use leptos_router::hooks::use_navigate;
 
 use crate::components::loaded::{failure, ActionError};
 use crate::components::time_field::TimeField;
-use crate::console::CreateQuestion;
+use crate::console::questions::CreateQuestion;
 
 #[component]
 pub fn NewQuestionPage() -> impl IntoView {

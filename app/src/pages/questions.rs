@@ -6,7 +6,7 @@ use crate::components::live::use_live;
 use crate::components::loaded::Loaded;
 use crate::components::table::{Column, DataTable};
 use crate::components::time::{use_clock, Countdown, When};
-use crate::console::{list_questions, QuestionsPage as Page};
+use crate::console::questions::{list_questions, QuestionsPage as Page};
 
 const QUESTION_COLUMNS: &[Column] = &[
     ("Game", false),

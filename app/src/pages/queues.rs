@@ -9,7 +9,7 @@ use crate::components::session::{may_act, Csrf};
 
 use crate::components::live::use_live;
 use crate::components::loaded::{failure, ActionError, Loaded};
-use crate::console::{list_queues, QueueAction, QueueInfo};
+use crate::console::queues::{list_queues, QueueAction, QueueInfo};
 
 #[component]
 pub fn QueuesPage() -> impl IntoView {

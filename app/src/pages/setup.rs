@@ -8,7 +8,7 @@ use leptos_router::hooks::use_query_map;
 
 use crate::components::loaded::{failure, ActionError, Loaded};
 use crate::components::session::load_when_signed_in;
-use crate::console::{check_setup_code, SetUp};
+use crate::console::accounts::{check_setup_code, SetUp};
 
 #[component]
 pub fn SetupPage() -> impl IntoView {

@@ -7,7 +7,7 @@ use crate::components::live::use_live;
 use crate::components::loaded::{failure, ActionError, Loaded};
 use crate::components::table::{Column, DataTable};
 use crate::components::time::{use_clock, Countdown, When};
-use crate::console::{list_timers, JobAction, TimersPage as Timers};
+use crate::console::jobs::{list_timers, JobAction, TimersPage as Timers};
 use crate::pages::jobs::JobButtons;
 
 const TIMER_COLUMNS: &[Column] = &[

@@ -11,7 +11,9 @@ use crate::components::session::Csrf;
 use crate::components::table::{Column, DataTable};
 use crate::components::time::{use_clock, When};
 use crate::components::tokens::TokenTable;
-use crate::console::{get_users, CreateUser, RevokeToken, UpdateUser, UserRow, UsersPage};
+use crate::console::accounts::{
+    get_users, CreateUser, RevokeToken, UpdateUser, UserRow, UsersPage,
+};
 
 const ROLES: [&str; 3] = ["viewer", "operator", "admin"];
 

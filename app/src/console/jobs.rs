@@ -1,0 +1,328 @@
+//! Jobs: the listings (`/jobs`, `/failures`), one job's page and its actions, the new-job form,
+//! bulk actions and the timers page.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+#[cfg(feature = "ssr")]
+use super::{console, fail, Refusal};
+#[cfg(feature = "ssr")]
+use crate::local_time::instant_ms;
+
+/// Every job state, in the order of a job's life.
+pub const STATES: [&str; 7] = [
+    "scheduled",
+    "available",
+    "executing",
+    "retryable",
+    "completed",
+    "discarded",
+    "cancelled",
+];
+
+/// The states that count as failures on the failures page.
+pub const FAILED_STATES: &str = "retryable,discarded";
+
+/// The largest number of jobs a bulk confirmation counts exactly.
+pub const BULK_COUNT_CAP: i64 = 100_000;
+
+/// A job listing's filter, as the address bar holds it (`/jobs?state=retryable&queue=webhooks`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobQuery {
+    /// One state or several separated by commas.
+    pub state: Option<String>,
+    pub queue: Option<String>,
+    pub kind: Option<String>,
+    /// `key=value` pairs separated by commas, or a JSON object: jobs whose args contain it.
+    pub args: Option<String>,
+    /// `scheduled_at` from / to, as `datetime-local` values in the time zone `zone`.
+    pub from: Option<String>,
+    pub to: Option<String>,
+    /// The IANA name of the zone `from` and `to` are in; absent: UTC.
+    pub zone: Option<String>,
+    /// Which of the two instants `from` / `to` means when it happens twice in `zone`
+    /// (`earlier` or `later`, see [`crate::local_time`]).
+    pub from_which: Option<String>,
+    pub to_which: Option<String>,
+    /// Keyset cursor: jobs with a smaller id.
+    pub before: Option<i64>,
+    /// Jobs with an id at most this: the list as the operator is reading it.
+    pub max_id: Option<i64>,
+}
+
+impl JobQuery {
+    /// The filter part as `key=value` pairs (no cursor), for links and hidden form fields. The
+    /// zone goes with the times it is the zone of, and only with them.
+    pub fn filter_pairs(&self) -> Vec<(&'static str, String)> {
+        let mut pairs = Vec::new();
+        let times = [&self.from, &self.to]
+            .iter()
+            .any(|t| t.as_ref().is_some_and(|t| !t.is_empty()));
+        let fields = [
+            ("state", &self.state),
+            ("queue", &self.queue),
+            ("kind", &self.kind),
+            ("args", &self.args),
+            ("from", &self.from),
+            ("to", &self.to),
+        ];
+        let zone_fields = [
+            ("zone", &self.zone),
+            ("from_which", &self.from_which),
+            ("to_which", &self.to_which),
+        ];
+        for (k, v) in fields
+            .into_iter()
+            .chain(zone_fields.into_iter().filter(|_| times))
+        {
+            if let Some(v) = v.as_ref().filter(|v| !v.is_empty()) {
+                pairs.push((k, v.clone()));
+            }
+        }
+        pairs
+    }
+
+    pub fn has_filter(&self) -> bool {
+        !self.filter_pairs().is_empty()
+    }
+}
+
+/// One page of a job listing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobPage {
+    pub now_ms: i64,
+    pub rows: Vec<JobRow>,
+    /// Cursor of the next (older) page; absent on the last page.
+    pub next_before: Option<i64>,
+    /// Matching jobs newer than the list's `max_id` (at most 100 are counted).
+    pub newer: i64,
+}
+
+/// One job in a list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRow {
+    pub id: i64,
+    pub kind: String,
+    pub queue: String,
+    pub state: String,
+    pub priority: i16,
+    pub attempt: i32,
+    pub max_attempts: i32,
+    pub scheduled_ms: i64,
+    pub finalized_ms: Option<i64>,
+    pub last_error: Option<String>,
+    /// The args as compact JSON, cut to a readable length.
+    pub args_preview: String,
+}
+
+impl JobRow {
+    pub fn is_final(&self) -> bool {
+        matches!(self.state.as_str(), "completed" | "discarded" | "cancelled")
+    }
+    pub fn can_retry(&self) -> bool {
+        self.is_final() || self.state == "retryable"
+    }
+    pub fn is_waiting(&self) -> bool {
+        matches!(self.state.as_str(), "scheduled" | "available" | "retryable")
+    }
+}
+
+/// The job detail page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobDetail {
+    pub now_ms: i64,
+    pub job: JobRow,
+    pub args_json: String,
+    pub meta_json: String,
+    pub tags: Vec<String>,
+    pub unique_key: Option<String>,
+    pub inserted_ms: i64,
+    pub lease_ms: Option<i64>,
+    pub attempts: Vec<AttemptRow>,
+}
+
+/// One attempt of a job, for the timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptRow {
+    pub attempt: i32,
+    pub started_ms: Option<i64>,
+    pub ended_ms: Option<i64>,
+    pub node: Option<String>,
+    /// `failed`, `completed`, `cancelled`, `running`, or `interrupted` (handed back or rescued).
+    pub outcome: String,
+    pub error: Option<String>,
+}
+
+/// Jobs waiting for their time, soonest (or latest overdue) first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimersPage {
+    pub now_ms: i64,
+    pub rows: Vec<JobRow>,
+}
+
+/// What a bulk action would touch, shown before it runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BulkCount {
+    pub count: i64,
+    /// The count stopped at [`BULK_COUNT_CAP`].
+    pub capped: bool,
+    /// The newest job the action may touch: jobs inserted after the confirmation are left alone.
+    pub max_id: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BulkDone {
+    pub action: String,
+    pub changed: u64,
+    pub skipped: u64,
+}
+
+/// What the new-job form offers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobChoices {
+    pub kinds: Vec<String>,
+    pub queues: Vec<String>,
+}
+
+/// A new job as the form submits it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NewJobInput {
+    pub kind: String,
+    pub args: String,
+    pub queue: String,
+    /// `now`, `in` (minutes) or `at` (a `datetime-local` value in the time zone `zone`).
+    pub when: String,
+    pub in_minutes: Option<String>,
+    pub at: Option<String>,
+    /// The IANA name of the zone `at` is in; absent: UTC.
+    pub zone: Option<String>,
+    /// Which of the two instants `at` means when it happens twice in `zone`.
+    pub which: Option<String>,
+    pub priority: Option<String>,
+    pub max_attempts: Option<String>,
+    pub unique_key: Option<String>,
+}
+
+/// What the server provides to the job pages.
+#[cfg(feature = "ssr")]
+#[async_trait::async_trait]
+pub trait JobsConsole: Send + Sync + 'static {
+    async fn jobs(&self, query: JobQuery) -> Result<JobPage, Refusal>;
+    async fn job(&self, id: i64) -> Result<JobDetail, Refusal>;
+    /// `cancel`, `retry`, `run_now` or `delete` one job.
+    async fn job_action(&self, id: i64, action: String) -> Result<(), Refusal>;
+    async fn reschedule_job(&self, id: i64, at_ms: i64) -> Result<(), Refusal>;
+    /// Inserts a copy of a job, due now. Returns the new job's id.
+    async fn clone_job(&self, id: i64) -> Result<i64, Refusal>;
+    async fn job_choices(&self) -> Result<JobChoices, Refusal>;
+    async fn create_job(&self, input: NewJobInput) -> Result<i64, Refusal>;
+    async fn bulk_preview(&self, query: JobQuery) -> Result<BulkCount, Refusal>;
+    /// Applies `action` to the listed ids, or (when `ids` is empty) to every job matching `query`.
+    async fn bulk(
+        &self,
+        action: String,
+        ids: Vec<i64>,
+        query: JobQuery,
+    ) -> Result<BulkDone, Refusal>;
+    async fn timers(&self) -> Result<TimersPage, Refusal>;
+}
+
+#[server(prefix = "/_console", endpoint = "jobs")]
+pub async fn list_jobs(#[server(default)] query: JobQuery) -> Result<JobPage, ServerFnError> {
+    console()?.jobs(query).await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "job")]
+pub async fn get_job(id: i64) -> Result<JobDetail, ServerFnError> {
+    console()?.job(id).await.map_err(fail)
+}
+
+/// One job's action; the form's pressed button names it (`action=cancel`).
+#[server(prefix = "/_console", endpoint = "job_action")]
+pub async fn job_action(
+    csrf: Option<String>,
+    id: i64,
+    action: String,
+) -> Result<(), ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
+    console()?.job_action(id, action).await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "reschedule_job")]
+pub async fn reschedule_job(
+    csrf: Option<String>,
+    id: i64,
+    at: String,
+    zone: Option<String>,
+    which: Option<String>,
+) -> Result<(), ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
+    let at_ms = instant_ms(&at, zone.as_deref(), which.as_deref()).map_err(fail)?;
+    console()?.reschedule_job(id, at_ms).await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "clone_job")]
+pub async fn clone_job(csrf: Option<String>, id: i64) -> Result<i64, ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
+    console()?.clone_job(id).await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "job_choices")]
+pub async fn get_job_choices() -> Result<JobChoices, ServerFnError> {
+    console()?.job_choices().await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "create_job")]
+pub async fn create_job(
+    csrf: Option<String>,
+    #[server(default)] input: NewJobInput,
+) -> Result<i64, ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
+    console()?.create_job(input).await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "bulk_preview")]
+pub async fn bulk_preview(#[server(default)] query: JobQuery) -> Result<BulkCount, ServerFnError> {
+    console()?.bulk_preview(query).await.map_err(fail)
+}
+
+/// A confirmed bulk action: on `ids` (comma-separated) when given, else on everything matching
+/// `query` up to `query.max_id`.
+#[server(prefix = "/_console", endpoint = "bulk")]
+pub async fn bulk_jobs(
+    csrf: Option<String>,
+    action: String,
+    ids: Option<String>,
+    #[server(default)] query: JobQuery,
+) -> Result<BulkDone, ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
+    let ids = parse_ids(ids.as_deref().unwrap_or("")).map_err(fail)?;
+    console()?.bulk(action, ids, query).await.map_err(fail)
+}
+
+/// Parses `1,2,3` (spaces allowed, empty: none).
+pub fn parse_ids(s: &str) -> Result<Vec<i64>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            p.parse::<i64>()
+                .map_err(|_| format!("`{p}` is not a job id"))
+        })
+        .collect()
+}
+
+#[server(prefix = "/_console", endpoint = "timers")]
+pub async fn list_timers() -> Result<TimersPage, ServerFnError> {
+    console()?.timers().await.map_err(fail)
+}

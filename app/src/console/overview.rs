@@ -1,0 +1,51 @@
+//! The overview page's data: jobs by state, the queues, the throughput of the last hour and the
+//! nodes. It reads across the areas (jobs, queues, the cluster), so it has a module of its own.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+#[cfg(feature = "ssr")]
+use super::{console, fail, Refusal};
+
+use super::queues::QueueInfo;
+
+/// The overview page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Overview {
+    pub now_ms: i64,
+    /// Counts per state, in [`STATES`](super::jobs::STATES) order.
+    pub states: Vec<(String, i64)>,
+    pub queues: Vec<QueueInfo>,
+    /// Completed and failed attempts per minute, oldest first.
+    pub throughput: Vec<MinutePoint>,
+    pub nodes: Vec<NodeInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MinutePoint {
+    pub minute_ms: i64,
+    pub completed: i64,
+    pub failed: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    pub id: String,
+    pub hostname: String,
+    pub pid: i32,
+    pub started_ms: i64,
+    pub heartbeat_ms: i64,
+    pub leader: bool,
+}
+
+/// What the server provides to the overview page.
+#[cfg(feature = "ssr")]
+#[async_trait::async_trait]
+pub trait OverviewConsole: Send + Sync + 'static {
+    async fn overview(&self) -> Result<Overview, Refusal>;
+}
+
+#[server(prefix = "/_console", endpoint = "overview")]
+pub async fn get_overview() -> Result<Overview, ServerFnError> {
+    console()?.overview().await.map_err(fail)
+}

@@ -1,0 +1,110 @@
+//! Game questions: the list, one question with its predictions and lock job, creating one and
+//! moving its game time.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+#[cfg(feature = "ssr")]
+use super::{console, fail, Refusal};
+#[cfg(feature = "ssr")]
+use crate::local_time::instant_ms;
+
+use super::jobs::JobRow;
+
+/// One game question in a list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuestionRow {
+    pub id: i64,
+    pub game: String,
+    pub prompt: String,
+    pub status: String,
+    pub game_ms: i64,
+    pub lock_job_id: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuestionsPage {
+    pub now_ms: i64,
+    pub rows: Vec<QuestionRow>,
+}
+
+/// A question with its predictions per choice and its lock job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuestionDetail {
+    pub now_ms: i64,
+    pub question: QuestionRow,
+    pub correct_choice: Option<String>,
+    pub locked_ms: Option<i64>,
+    /// `(choice, predictions, correct)` for every choice.
+    pub choices: Vec<(String, i64, i64)>,
+    pub predictions: i64,
+    pub lock_job: Option<JobRow>,
+}
+
+/// What the server provides to the question pages.
+#[cfg(feature = "ssr")]
+#[async_trait::async_trait]
+pub trait QuestionsConsole: Send + Sync + 'static {
+    async fn questions(&self) -> Result<QuestionsPage, Refusal>;
+    async fn question(&self, id: i64) -> Result<QuestionDetail, Refusal>;
+    async fn create_question(
+        &self,
+        game: String,
+        prompt: String,
+        choices: Vec<String>,
+        game_ms: i64,
+    ) -> Result<i64, Refusal>;
+    async fn move_question(&self, id: i64, game_ms: i64) -> Result<(), Refusal>;
+}
+
+#[server(prefix = "/_console", endpoint = "questions")]
+pub async fn list_questions() -> Result<QuestionsPage, ServerFnError> {
+    console()?.questions().await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "question")]
+pub async fn get_question(id: i64) -> Result<QuestionDetail, ServerFnError> {
+    console()?.question(id).await.map_err(fail)
+}
+
+/// Creates a question; `choices` one per line.
+#[server(prefix = "/_console", endpoint = "create_question")]
+pub async fn create_question(
+    csrf: Option<String>,
+    game: String,
+    prompt: String,
+    choices: String,
+    game_time: String,
+    zone: Option<String>,
+    which: Option<String>,
+) -> Result<i64, ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
+    let game_ms = instant_ms(&game_time, zone.as_deref(), which.as_deref()).map_err(fail)?;
+    let choices = choices
+        .lines()
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(String::from)
+        .collect();
+    console()?
+        .create_question(game, prompt, choices, game_ms)
+        .await
+        .map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "move_question")]
+pub async fn move_question(
+    csrf: Option<String>,
+    id: i64,
+    game_time: String,
+    zone: Option<String>,
+    which: Option<String>,
+) -> Result<(), ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
+    let game_ms = instant_ms(&game_time, zone.as_deref(), which.as_deref()).map_err(fail)?;
+    console()?.move_question(id, game_ms).await.map_err(fail)
+}

@@ -1,0 +1,422 @@
+//! Accounts: signing in and out, the first admin's setup link, the users page (admins), and one's
+//! own account page with its API tokens and password.
+//!
+//! Signing in and the setup link start a session; everything else acts within one.
+
+use kickoff_app::console::accounts::{
+    AccountPage, AccountsConsole, LoginInfo, NewToken, TokenRow, UserRow, UsersPage,
+};
+use kickoff_app::console::Refusal;
+
+use super::{ms, operator, refused, request, unavailable, Act, ServerConsole};
+use crate::accounts::{AccountError, ApiToken, LoginError, Role, SetupError, TokenScope};
+use crate::audit::AuditEntry;
+use crate::http::error::AppError;
+use crate::http::session;
+
+fn token_row(t: &ApiToken) -> TokenRow {
+    TokenRow {
+        id: t.id,
+        owner: t.user_name.clone(),
+        name: t.name.clone(),
+        scope: t.scope.as_str().to_string(),
+        prefix: t.prefix.clone(),
+        created_ms: ms(t.created_at),
+        last_used_ms: t.last_used_at.map(ms),
+        revoked_ms: t.revoked_at.map(ms),
+    }
+}
+
+impl ServerConsole {
+    /// Signs `user` in on `session` (a new session id) and records it.
+    async fn start_session(
+        &self,
+        session: &tower_sessions::Session,
+        user: &crate::accounts::User,
+        address: std::net::IpAddr,
+    ) -> Result<(), Refusal> {
+        session::sign_in(session, user).await.map_err(unavailable)?;
+        tracing::info!(user = %user.name, %address, "signed in");
+        self.auditor
+            .record(AuditEntry {
+                actor: user.name.clone(),
+                role: user.role.as_str().to_string(),
+                action: "session.sign_in".into(),
+                target: None,
+                filter: None,
+                count: None,
+                address: Some(address),
+                result: Ok(()),
+            })
+            .await;
+        Ok(())
+    }
+}
+
+/// The session and client address of a request that starts a session (signing in, the setup
+/// link). It carries no session token yet, so it must come from this site: 403 with `refused`
+/// otherwise.
+fn session_starter(refused: &str) -> Result<(tower_sessions::Session, std::net::IpAddr), Refusal> {
+    let parts = request().ok_or(AppError::Unavailable)?;
+    if !session::same_origin(&parts) {
+        return Err(AppError::Forbidden(refused.into()).into());
+    }
+    let session = parts
+        .extensions
+        .get::<tower_sessions::Session>()
+        .cloned()
+        .ok_or(AppError::Unavailable)?;
+    Ok((session, session::client_address(&parts.extensions)))
+}
+
+#[async_trait::async_trait]
+impl AccountsConsole for ServerConsole {
+    async fn users(&self) -> Result<UsersPage, Refusal> {
+        let op = operator(Role::Admin)?;
+        let now_ms = self.now_ms().await?;
+        let users = self.accounts.list().await.map_err(refused)?;
+        let tokens = self.accounts.tokens(None).await.map_err(refused)?;
+        Ok(UsersPage {
+            now_ms,
+            users: users
+                .into_iter()
+                .map(|u| UserRow {
+                    is_me: u.id == op.user.id,
+                    id: u.id,
+                    name: u.name,
+                    role: u.role.as_str().to_string(),
+                    disabled: u.disabled,
+                    created_ms: ms(u.created_at),
+                })
+                .collect(),
+            tokens: tokens.iter().map(token_row).collect(),
+        })
+    }
+
+    async fn create_user(
+        &self,
+        name: String,
+        role: String,
+        password: String,
+    ) -> Result<i64, Refusal> {
+        let act = Act {
+            action: "user.create".into(),
+            target: Some(format!(
+                "user {}",
+                name.trim().chars().take(64).collect::<String>()
+            )),
+            filter: None,
+        };
+        self.act_as(Role::Admin, act, |_| None, async {
+            let role: Role = role.parse().map_err(Refusal::invalid)?;
+            self.accounts
+                .create(&name, &password, role)
+                .await
+                .map(|u| u.id)
+                .map_err(refused)
+        })
+        .await
+    }
+
+    async fn update_user(
+        &self,
+        id: i64,
+        action: String,
+        role: Option<String>,
+        password: Option<String>,
+    ) -> Result<(), Refusal> {
+        let me = operator(Role::Admin)?;
+        let target = match self.accounts.get(id).await.map_err(refused)? {
+            Some(u) => format!("user {}", u.name),
+            None => format!("user {id}"),
+        };
+        let audit_action = match action.as_str() {
+            "role" | "disable" | "enable" => format!("user.{action}"),
+            "password" => "user.password_reset".to_string(),
+            other => {
+                return Err(Refusal::invalid(format!(
+                    "`{other}` is not a user action: use role, disable, enable or password"
+                )))
+            }
+        };
+        let act = Act {
+            action: audit_action,
+            target: Some(target),
+            filter: None,
+        };
+        self.act_as(Role::Admin, act, |_| None, async {
+            let changed = match action.as_str() {
+                "role" => {
+                    let role: Role = role
+                        .as_deref()
+                        .unwrap_or("")
+                        .parse()
+                        .map_err(Refusal::invalid)?;
+                    if id == me.user.id && role < Role::Admin {
+                        return Err(Refusal::conflict(
+                            "you cannot take the admin role from yourself: ask another admin",
+                        ));
+                    }
+                    self.accounts.set_role(id, role).await
+                }
+                "disable" => {
+                    if id == me.user.id {
+                        return Err(Refusal::conflict(
+                            "you cannot disable yourself: ask another admin",
+                        ));
+                    }
+                    self.accounts.set_disabled(id, true).await
+                }
+                "enable" => self.accounts.set_disabled(id, false).await,
+                _ if id == me.user.id => return Err(Refusal::conflict(
+                    "change your own password on your account page: it asks for the current one",
+                )),
+                _ => {
+                    self.accounts
+                        .set_password(id, password.as_deref().unwrap_or(""))
+                        .await
+                }
+            };
+            changed.map(drop).map_err(refused)
+        })
+        .await
+    }
+
+    async fn account(&self) -> Result<AccountPage, Refusal> {
+        let op = operator(Role::Viewer)?;
+        let now_ms = self.now_ms().await?;
+        let tokens = self
+            .accounts
+            .tokens(Some(op.user.id))
+            .await
+            .map_err(refused)?;
+        Ok(AccountPage {
+            now_ms,
+            name: op.user.name.clone(),
+            role: op.user.role.as_str().to_string(),
+            tokens: tokens.iter().map(token_row).collect(),
+        })
+    }
+
+    async fn create_token(
+        &self,
+        name: String,
+        scope: String,
+        password: String,
+    ) -> Result<NewToken, Refusal> {
+        let op = operator(Role::Viewer)?;
+        // What the audit entry shows of the input: checked values only, cut and printable.
+        let shown_scope = if matches!(scope.as_str(), "read" | "write") {
+            scope.as_str()
+        } else {
+            "?"
+        };
+        let shown_name: String = name
+            .trim()
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(100)
+            .collect();
+        let act = Act {
+            action: "token.create".into(),
+            target: Some(format!(
+                "{shown_scope} token `{shown_name}` of {}",
+                op.user.name
+            )),
+            filter: None,
+        };
+        self.act_as(Role::Viewer, act, |_| None, async {
+            let scope: TokenScope = scope.parse().map_err(Refusal::invalid)?;
+            // A token outlives the session it was made in (and a later password change): making
+            // one takes the password again, so a stolen session cannot mint a lasting credential.
+            // A wrong one counts toward the sign-in lock.
+            self.accounts
+                .authenticate(&op.user.name, &password, op.address)
+                .await
+                .map_err(|e| match e {
+                    LoginError::BadCredentials => Refusal::invalid("your password is wrong"),
+                    other => refused(other),
+                })?;
+            let (token, text) = self
+                .accounts
+                .create_token(&op.user, &name, scope)
+                .await
+                .map_err(refused)?;
+            Ok(NewToken {
+                id: token.id,
+                token: text,
+            })
+        })
+        .await
+    }
+
+    async fn revoke_token(&self, id: i64) -> Result<(), Refusal> {
+        let op = operator(Role::Viewer)?;
+        let token = self.accounts.token(id).await.map_err(refused)?;
+        let act = Act {
+            action: "token.revoke".into(),
+            // The token's prefix and owner only for those who may see them (the audit log is
+            // readable by every role).
+            target: Some(match &token {
+                Some(t) if t.user_id == op.user.id || op.may(Role::Admin) => {
+                    format!("token {id} ({}) of {}", t.prefix, t.user_name)
+                }
+                _ => format!("token {id}"),
+            }),
+            filter: None,
+        };
+        self.act_as(Role::Viewer, act, |_| None, async {
+            let token = token.ok_or_else(|| Refusal::not_found(format!("token {id} not found")))?;
+            if token.user_id != op.user.id && !op.may(Role::Admin) {
+                return Err(AppError::Forbidden(
+                    "only its owner or an admin may revoke a token".into(),
+                )
+                .into());
+            }
+            self.accounts
+                .revoke_token(id)
+                .await
+                .map(drop)
+                .map_err(refused)
+        })
+        .await
+    }
+
+    async fn change_password(&self, current: String, new: String) -> Result<(), Refusal> {
+        let op = operator(Role::Viewer)?;
+        let act = Act {
+            action: "account.password".into(),
+            target: Some(format!("user {}", op.user.name)),
+            filter: None,
+        };
+        self.act_as(Role::Viewer, act, |_| None, async {
+            let user = self
+                .accounts
+                .change_own_password(&op.user, &current, &new, op.address)
+                .await
+                .map_err(|e| match e {
+                    // Signed in already: a wrong current password is the form's mistake, not a
+                    // missing sign-in.
+                    LoginError::BadCredentials => Refusal::invalid("the current password is wrong"),
+                    other => refused(other),
+                })?;
+            // This session carries on with the new password; the others end.
+            let parts = request().ok_or(AppError::Unavailable)?;
+            if let Some(session) = parts.extensions.get::<tower_sessions::Session>() {
+                session::renew_epoch(session, &user)
+                    .await
+                    .map_err(unavailable)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn login_info(&self) -> Result<LoginInfo, Refusal> {
+        let has_users = self.accounts.count().await.map_err(refused)? > 0;
+        Ok(LoginInfo { has_users })
+    }
+
+    async fn login(&self, name: String, password: String) -> Result<(), Refusal> {
+        let (session, address) = session_starter("sign in from the dashboard's own page")?;
+        let refusal = match self.accounts.authenticate(&name, &password, address).await {
+            Ok(user) => Ok(user),
+            Err(e @ LoginError::Database(_)) => return Err(refused(e)),
+            Err(e) => Err(refused(e)),
+        };
+        let user = match refusal {
+            Ok(user) => user,
+            Err(refusal) => {
+                // The name as typed (cut): who tried, even if no such user exists.
+                let typed: String = name.trim().chars().take(100).collect();
+                self.auditor
+                    .record(AuditEntry {
+                        actor: if typed.is_empty() { "?".into() } else { typed },
+                        role: "none".into(),
+                        action: "session.sign_in".into(),
+                        target: None,
+                        filter: None,
+                        count: None,
+                        address: Some(address),
+                        result: Err(refusal.message.clone()),
+                    })
+                    .await;
+                return Err(refusal);
+            }
+        };
+        self.start_session(&session, &user, address).await
+    }
+
+    async fn setup_check(&self, code: String) -> Result<(), Refusal> {
+        let parts = request().ok_or(AppError::Unavailable)?;
+        let address = session::client_address(&parts.extensions);
+        self.accounts
+            .check_setup_code(&code, address)
+            .await
+            .map(drop)
+            .map_err(refused)
+    }
+
+    async fn setup(&self, code: String, name: String, password: String) -> Result<(), Refusal> {
+        let (session, address) = session_starter("set up from the dashboard's own page")?;
+        let typed: String = name.trim().chars().take(64).collect();
+        let entry = |actor: String, role: &str, result: Result<(), String>| AuditEntry {
+            actor,
+            role: role.to_string(),
+            action: "user.create".into(),
+            target: Some(format!("first admin {typed}, by the setup link")),
+            filter: None,
+            count: None,
+            address: Some(address),
+            result,
+        };
+        let made = match self.accounts.check_setup_code(&code, address).await {
+            Ok(pass) => {
+                self.accounts
+                    .set_up_first_admin(pass, &name, &password)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        let user = match made {
+            Ok(user) => user,
+            Err(e @ SetupError::Account(AccountError::Database(_))) => return Err(refused(e)),
+            Err(e) => {
+                let refusal = refused(e);
+                let actor = if typed.is_empty() {
+                    "?".into()
+                } else {
+                    typed.clone()
+                };
+                self.auditor
+                    .record(entry(actor, "none", Err(refusal.message.clone())))
+                    .await;
+                return Err(refusal);
+            }
+        };
+        tracing::info!(user = %user.name, %address, "the first admin was made by the setup link");
+        self.auditor
+            .record(entry(user.name.clone(), user.role.as_str(), Ok(())))
+            .await;
+        self.start_session(&session, &user, address).await
+    }
+
+    async fn logout(&self) -> Result<(), Refusal> {
+        if let Ok(op) = operator(Role::Viewer) {
+            self.record(
+                &op,
+                "session.sign_out",
+                None,
+                None,
+                None,
+                &Ok::<(), Refusal>(()),
+            )
+            .await;
+        }
+        let parts = request().ok_or(AppError::Unavailable)?;
+        if let Some(session) = parts.extensions.get::<tower_sessions::Session>() {
+            session::sign_out(session).await.map_err(unavailable)?;
+        }
+        Ok(())
+    }
+}

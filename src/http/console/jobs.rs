@@ -1,0 +1,542 @@
+//! Jobs: listings and their filters, one job and its actions, the new-job form, bulk actions and
+//! the timers page.
+
+use chrono::{DateTime, Utc};
+use kickoff_app::console::jobs::{
+    AttemptRow, BulkCount, BulkDone, JobChoices, JobDetail, JobPage, JobQuery, JobRow, JobsConsole,
+    NewJobInput, TimersPage, BULK_COUNT_CAP,
+};
+use kickoff_app::console::Refusal;
+use kickoff_app::local_time::instant_ms;
+use serde_json::Value;
+
+use super::{from_ms, ms, operator, refused, Act, ServerConsole, LIST_ROWS};
+use crate::accounts::Role;
+use crate::engine::store::jobs::JobFilter;
+use crate::engine::{BulkAction, Job, JobId, JobState, NewJob, OnConflict, Schedule};
+
+/// How many upcoming timers the timers page shows.
+const TIMER_ROWS: i64 = 200;
+/// How many new jobs the "N new" note counts.
+const NEWER_CAP: i64 = 100;
+/// How long an args preview in a list is.
+const ARGS_PREVIEW_CHARS: usize = 80;
+
+pub(super) fn job_row(j: &Job) -> JobRow {
+    let mut preview = j.args.to_string();
+    if preview.chars().count() > ARGS_PREVIEW_CHARS {
+        preview = preview.chars().take(ARGS_PREVIEW_CHARS).collect::<String>() + "…";
+    }
+    JobRow {
+        id: j.id.0,
+        kind: j.kind.clone(),
+        queue: j.queue.clone(),
+        state: j.state.as_str().to_string(),
+        priority: j.priority,
+        attempt: j.attempt,
+        max_attempts: j.max_attempts,
+        scheduled_ms: ms(j.scheduled_at),
+        finalized_ms: j.finalized_at.map(ms),
+        last_error: j.errors.last().map(|e| e.message.clone()),
+        args_preview: preview,
+    }
+}
+
+/// The timeline of a job's attempts: every recorded failure, then the latest attempt's outcome.
+fn attempts(j: &Job) -> Vec<AttemptRow> {
+    let mut rows: Vec<AttemptRow> = j
+        .errors
+        .iter()
+        .map(|e| AttemptRow {
+            attempt: e.attempt,
+            started_ms: e.started_at.map(ms),
+            ended_ms: Some(ms(e.at)),
+            node: e.node.clone(),
+            outcome: "failed".into(),
+            error: Some(e.message.clone()),
+        })
+        .collect();
+    let latest_recorded = j.errors.iter().any(|e| e.attempt == j.attempt);
+    if j.attempt > 0 && !latest_recorded {
+        let outcome = match j.state {
+            JobState::Executing => "running",
+            JobState::Completed => "completed",
+            JobState::Cancelled => "cancelled",
+            JobState::Discarded => "discarded",
+            // Handed back at a graceful stop, or snoozed by its handler: it runs again.
+            _ => "interrupted",
+        };
+        let ended = match j.state {
+            JobState::Executing => None,
+            _ => j.finalized_at.map(ms),
+        };
+        rows.push(AttemptRow {
+            attempt: j.attempt,
+            started_ms: j.attempted_at.map(ms),
+            ended_ms: ended,
+            node: j.attempted_by.clone(),
+            outcome: outcome.into(),
+            error: None,
+        });
+    }
+    rows.sort_by_key(|r| (r.attempt, r.ended_ms));
+    rows
+}
+
+/// `key=value, key2=value2` (values read as JSON when they parse, as text otherwise) or a JSON
+/// object: the object the listed jobs' args must contain.
+fn parse_args_filter(text: &str) -> Result<Value, String> {
+    let text = text.trim();
+    if text.starts_with('{') {
+        return match serde_json::from_str::<Value>(text) {
+            Ok(v @ Value::Object(_)) => Ok(v),
+            _ => Err("args: not a JSON object".into()),
+        };
+    }
+    let mut object = serde_json::Map::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("args: `{pair}` is not key=value (or give a JSON object)"))?;
+        let (k, v) = (k.trim(), v.trim());
+        if k.is_empty() {
+            return Err(format!("args: `{pair}` has no key"));
+        }
+        let value = serde_json::from_str::<Value>(v).unwrap_or_else(|_| Value::from(v));
+        object.insert(k.to_string(), value);
+    }
+    Ok(Value::Object(object))
+}
+
+/// The engine's filter for a listing's query; bad input is the operator's to fix.
+fn job_filter(q: &JobQuery) -> Result<JobFilter, String> {
+    let states = match q.state.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        None => Vec::new(),
+        Some(s) => s
+            .split(',')
+            .map(|p| p.trim().parse::<JobState>())
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    let time = |field: &str,
+                v: &Option<String>,
+                which: &Option<String>|
+     -> Result<Option<DateTime<Utc>>, String> {
+        match v.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+            None => Ok(None),
+            Some(s) => {
+                let ms = instant_ms(s, q.zone.as_deref(), which.as_deref())
+                    .map_err(|e| format!("{field}: {e}"))?;
+                from_ms(field, ms).map(Some)
+            }
+        }
+    };
+    let text = |v: &Option<String>| {
+        v.as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+    };
+    Ok(JobFilter {
+        states,
+        queue: text(&q.queue),
+        kind: text(&q.kind),
+        args: text(&q.args).map(|a| parse_args_filter(&a)).transpose()?,
+        scheduled_from: time("from", &q.from, &q.from_which)?,
+        scheduled_to: time("to", &q.to, &q.to_which)?,
+        max_id: q.max_id.map(JobId),
+    })
+}
+
+fn new_job(input: NewJobInput) -> Result<NewJob, String> {
+    let number = |field: &str, v: &Option<String>| -> Result<Option<f64>, String> {
+        match v.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+            None => Ok(None),
+            Some(s) => s
+                .parse::<f64>()
+                .ok()
+                .filter(|n| n.is_finite())
+                .map(Some)
+                .ok_or_else(|| format!("{field}: `{s}` is not a number")),
+        }
+    };
+    let args: Value = serde_json::from_str(input.args.trim())
+        .map_err(|e| format!("args: not valid JSON ({e})"))?;
+    let schedule = match input.when.as_str() {
+        "" | "now" => Schedule::Now,
+        "in" => {
+            let minutes = number("in_minutes", &input.in_minutes)?
+                .ok_or("in_minutes: say in how many minutes")?;
+            if !(0.0..=5_256_000.0).contains(&minutes) {
+                return Err("in_minutes: must be between 0 and 5,256,000 (ten years)".into());
+            }
+            Schedule::In(std::time::Duration::from_secs_f64(minutes * 60.0))
+        }
+        "at" => {
+            let at = input
+                .at
+                .as_deref()
+                .filter(|s| !s.trim().is_empty())
+                .ok_or("at: give a date and time")?;
+            let ms = instant_ms(at, input.zone.as_deref(), input.which.as_deref())
+                .map_err(|e| format!("at: {e}"))?;
+            Schedule::At(from_ms("at", ms)?)
+        }
+        other => return Err(format!("when: `{other}` is not now, in or at")),
+    };
+    let mut job = NewJob::new(input.kind.trim(), args).with_queue(input.queue.trim());
+    job.schedule = schedule;
+    if let Some(p) = number("priority", &input.priority)? {
+        if p.fract() != 0.0 || !(0.0..=9.0).contains(&p) {
+            return Err("priority: must be a whole number from 0 to 9".into());
+        }
+        job = job.with_priority(p as i16);
+    }
+    if let Some(m) = number("max_attempts", &input.max_attempts)? {
+        if m.fract() != 0.0 || !(1.0..=1000.0).contains(&m) {
+            return Err("max_attempts: must be a whole number from 1 to 1000".into());
+        }
+        job = job.with_max_attempts(m as i32);
+    }
+    if let Some(key) = input
+        .unique_key
+        .as_deref()
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+    {
+        job = job.with_unique_key(key, OnConflict::Keep);
+    }
+    Ok(job)
+}
+
+#[async_trait::async_trait]
+impl JobsConsole for ServerConsole {
+    async fn jobs(&self, query: JobQuery) -> Result<JobPage, Refusal> {
+        operator(Role::Viewer)?;
+        let filter = job_filter(&query)?;
+        let now_ms = self.now_ms().await?;
+        let rows = self
+            .client
+            .list(&filter, query.before.map(JobId), LIST_ROWS)
+            .await
+            .map_err(refused)?;
+        let newer = match (query.max_id, query.before) {
+            (Some(max_id), None) => {
+                let head = JobFilter {
+                    max_id: None,
+                    ..filter.clone()
+                };
+                self.client
+                    .list(&head, None, NEWER_CAP)
+                    .await
+                    .map_err(refused)?
+                    .iter()
+                    .filter(|j| j.id.0 > max_id)
+                    .count() as i64
+            }
+            _ => 0,
+        };
+        let next_before = (rows.len() as i64 == LIST_ROWS)
+            .then(|| rows.last().map(|j| j.id.0))
+            .flatten();
+        Ok(JobPage {
+            now_ms,
+            rows: rows.iter().map(job_row).collect(),
+            next_before,
+            newer,
+        })
+    }
+
+    async fn job(&self, id: i64) -> Result<JobDetail, Refusal> {
+        operator(Role::Viewer)?;
+        let now_ms = self.now_ms().await?;
+        let j = self.client.get(JobId(id)).await.map_err(refused)?;
+        let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
+        Ok(JobDetail {
+            now_ms,
+            job: job_row(&j),
+            args_json: pretty(&j.args),
+            meta_json: pretty(&j.meta),
+            tags: j.tags.clone(),
+            unique_key: j.unique_key.clone(),
+            inserted_ms: ms(j.inserted_at),
+            lease_ms: j.lease_expires_at.map(ms),
+            attempts: attempts(&j),
+        })
+    }
+
+    async fn job_action(&self, id: i64, action: String) -> Result<(), Refusal> {
+        let act = Act {
+            action: format!("job.{action}"),
+            target: Some(format!("job {id}")),
+            filter: None,
+        };
+        self.act(act, |_| None, async {
+            let id = JobId(id);
+            let done = match action.as_str() {
+                "cancel" => self.client.cancel(id).await.map(drop),
+                "retry" => self.client.retry(id).await.map(drop),
+                "run_now" => self.client.run_now(id).await.map(drop),
+                "delete" => self.client.delete(id).await,
+                other => return Err(Refusal::invalid(format!("`{other}` is not a job action"))),
+            };
+            done.map_err(refused)
+        })
+        .await
+    }
+
+    async fn reschedule_job(&self, id: i64, at_ms: i64) -> Result<(), Refusal> {
+        let act = Act {
+            action: "job.reschedule".to_string(),
+            target: Some(format!(
+                "job {id} to {}",
+                DateTime::from_timestamp_millis(at_ms)
+                    .map(|t| t.to_rfc3339())
+                    .unwrap_or_default()
+            )),
+            filter: None,
+        };
+        self.act(act, |_| None, async {
+            let at = from_ms("at", at_ms)?;
+            self.client
+                .reschedule(JobId(id), at)
+                .await
+                .map(drop)
+                .map_err(refused)
+        })
+        .await
+    }
+
+    async fn clone_job(&self, id: i64) -> Result<i64, Refusal> {
+        let act = Act {
+            action: "job.clone".to_string(),
+            target: Some(format!("job {id}")),
+            filter: None,
+        };
+        self.act(act, |_| None, async {
+            self.client
+                .clone_job(JobId(id))
+                .await
+                .map(|j| j.id.0)
+                .map_err(refused)
+        })
+        .await
+    }
+
+    async fn job_choices(&self) -> Result<JobChoices, Refusal> {
+        operator(Role::Viewer)?;
+        let mut kinds: Vec<String> = self
+            .client
+            .workers()
+            .kinds()
+            .into_iter()
+            .map(String::from)
+            .collect();
+        kinds.sort();
+        let queues = self
+            .client
+            .queues()
+            .await
+            .map_err(refused)?
+            .into_iter()
+            .map(|q| q.name)
+            .collect();
+        Ok(JobChoices { kinds, queues })
+    }
+
+    async fn create_job(&self, input: NewJobInput) -> Result<i64, Refusal> {
+        let act = Act {
+            action: "job.create".to_string(),
+            target: Some(format!("{} in {}", input.kind.trim(), input.queue.trim())),
+            filter: None,
+        };
+        self.act(act, |_| None, async {
+            let job = new_job(input)?;
+            self.client
+                .insert(&job)
+                .await
+                .map(|i| i.job.id.0)
+                .map_err(refused)
+        })
+        .await
+    }
+
+    async fn bulk_preview(&self, query: JobQuery) -> Result<BulkCount, Refusal> {
+        operator(Role::Viewer)?;
+        let mut filter = job_filter(&query)?;
+        // The newest job now is the snapshot: jobs inserted after the confirmation are not touched.
+        let newest = self
+            .client
+            .list(
+                &JobFilter {
+                    max_id: None,
+                    ..filter.clone()
+                },
+                None,
+                1,
+            )
+            .await
+            .map_err(refused)?;
+        let max_id = newest.first().map(|j| j.id.0);
+        filter.max_id = max_id.map(JobId);
+        let count = match max_id {
+            None => 0,
+            Some(_) => self
+                .client
+                .count_matching(&filter, BULK_COUNT_CAP + 1)
+                .await
+                .map_err(refused)?,
+        };
+        Ok(BulkCount {
+            count: count.min(BULK_COUNT_CAP),
+            capped: count > BULK_COUNT_CAP,
+            max_id,
+        })
+    }
+
+    async fn bulk(
+        &self,
+        action: String,
+        ids: Vec<i64>,
+        query: JobQuery,
+    ) -> Result<BulkDone, Refusal> {
+        let act = Act {
+            action: format!("jobs.bulk_{action}"),
+            target: (!ids.is_empty()).then(|| {
+                format!(
+                    "jobs {}",
+                    ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+                )
+            }),
+            filter: ids
+                .is_empty()
+                .then(|| serde_json::to_value(&query).unwrap_or_default()),
+        };
+        self.act(act, |d: &BulkDone| Some(d.changed as i64), async {
+            let bulk_action: BulkAction = action.parse().map_err(Refusal::invalid)?;
+            let report = if ids.is_empty() {
+                let filter = job_filter(&query)?;
+                if filter.max_id.is_none() {
+                    return Err(Refusal::invalid(
+                        "confirm the count first: the action needs its snapshot",
+                    ));
+                }
+                self.client.bulk_filter(bulk_action, &filter).await
+            } else {
+                let ids: Vec<JobId> = ids.into_iter().map(JobId).collect();
+                self.client.bulk_ids(bulk_action, &ids).await
+            }
+            .map_err(refused)?;
+            Ok(BulkDone {
+                action,
+                changed: report.changed,
+                skipped: report.skipped,
+            })
+        })
+        .await
+    }
+
+    async fn timers(&self) -> Result<TimersPage, Refusal> {
+        operator(Role::Viewer)?;
+        let (jobs, now) = self.client.timers(TIMER_ROWS).await.map_err(refused)?;
+        Ok(TimersPage {
+            now_ms: ms(now),
+            rows: jobs.iter().map(job_row).collect(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn args_filter_reads_pairs_and_json() {
+        assert_eq!(
+            parse_args_filter("game_id=42, team=lions").unwrap(),
+            json!({"game_id": 42, "team": "lions"})
+        );
+        assert_eq!(
+            parse_args_filter(r#"{"a": {"b": true}}"#).unwrap(),
+            json!({"a": {"b": true}})
+        );
+        assert!(parse_args_filter("no pair here").is_err());
+        assert!(parse_args_filter("[1, 2]").is_err());
+        assert!(parse_args_filter("=3").is_err());
+    }
+
+    #[test]
+    fn job_filter_refuses_unknown_states_and_bad_times() {
+        let q = |state: &str, from: &str| JobQuery {
+            state: Some(state.into()),
+            from: Some(from.into()),
+            ..JobQuery::default()
+        };
+        assert!(job_filter(&q("retryable,discarded", "")).is_ok());
+        assert!(job_filter(&q("exploded", "")).is_err());
+        assert!(job_filter(&q("", "yesterday")).is_err());
+        // Each bound gets its zone's offset on its own date, across a daylight-saving switch.
+        let f = job_filter(&JobQuery {
+            from: Some("2027-01-10T19:00".into()),
+            to: Some("2027-07-10T19:00".into()),
+            zone: Some("America/New_York".into()),
+            ..JobQuery::default()
+        })
+        .unwrap();
+        assert_eq!(
+            f.scheduled_from.unwrap().to_rfc3339(),
+            "2027-01-11T00:00:00+00:00"
+        );
+        assert_eq!(
+            f.scheduled_to.unwrap().to_rfc3339(),
+            "2027-07-10T23:00:00+00:00"
+        );
+        // A repeated hour needs its bound's own answer.
+        let repeated = |to_which: Option<&str>| {
+            job_filter(&JobQuery {
+                to: Some("2026-11-01T01:30".into()),
+                zone: Some("America/New_York".into()),
+                to_which: to_which.map(String::from),
+                ..JobQuery::default()
+            })
+        };
+        assert!(repeated(None)
+            .unwrap_err()
+            .starts_with("to: 2026-11-01 01:30 happens twice"));
+        assert_eq!(
+            repeated(Some("later"))
+                .unwrap()
+                .scheduled_to
+                .unwrap()
+                .to_rfc3339(),
+            "2026-11-01T06:30:00+00:00"
+        );
+    }
+
+    #[test]
+    fn new_job_input_is_checked() {
+        let input = |when: &str| NewJobInput {
+            kind: "noop".into(),
+            args: "{}".into(),
+            queue: "default".into(),
+            when: when.into(),
+            in_minutes: Some("1.5".into()),
+            ..NewJobInput::default()
+        };
+        assert_eq!(
+            new_job(input("in")).unwrap().schedule,
+            Schedule::In(std::time::Duration::from_secs(90))
+        );
+        assert!(new_job(input("later")).is_err());
+        assert!(new_job(NewJobInput {
+            args: "{oops".into(),
+            ..input("now")
+        })
+        .is_err());
+        assert!(new_job(NewJobInput {
+            priority: Some("12".into()),
+            ..input("now")
+        })
+        .is_err());
+    }
+}
