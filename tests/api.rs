@@ -576,3 +576,35 @@ async fn api_actions_are_recorded_in_the_audit_log_and_reads_are_not() {
     assert!(rows[1].3 && !rows[2].3);
     assert_eq!(rows[2].4, "HTTP 409");
 }
+
+#[tokio::test]
+async fn a_write_the_database_refuses_for_an_outage_answers_503_and_writes_nothing() {
+    // A standby after a failover (read-only), a server shutting down, a lost connection: the
+    // client's request was fine and may be sent again, so the answer is 503, not 500.
+    let api = api().await;
+    for code in ["25006", "57P01", "08006", "53300"] {
+        sqlx::query(&format!(
+            "CREATE OR REPLACE FUNCTION refuse_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN RAISE EXCEPTION 'injected {code}' USING ERRCODE = '{code}'; END $$"
+        ))
+        .execute(&api.pool)
+        .await
+        .unwrap();
+        sqlx::query(
+            "CREATE OR REPLACE TRIGGER refuse_insert BEFORE INSERT ON jobs
+             FOR EACH ROW EXECUTE FUNCTION refuse_insert()",
+        )
+        .execute(&api.pool)
+        .await
+        .unwrap();
+        let (s, b) = api
+            .call(Method::POST, "/api/v1/jobs", Some(r#"{"kind":"noop"}"#))
+            .await;
+        assert_eq!(
+            (s, b["error"]["code"].as_str()),
+            (StatusCode::SERVICE_UNAVAILABLE, Some("unavailable")),
+            "SQLSTATE {code}: {b}"
+        );
+        assert_eq!(api.job_count().await, 0);
+    }
+}

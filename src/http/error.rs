@@ -14,6 +14,7 @@ use kickoff_app::console::Refusal;
 use serde_json::json;
 
 use crate::accounts::{AccountError, LoginError, SetupError};
+use crate::engine::store::errors::is_transient;
 use crate::engine::ClientError;
 
 #[derive(Debug, thiserror::Error)]
@@ -223,11 +224,17 @@ impl From<sqlx::Error> for AppError {
                 | Some("22008") | Some("22021") | Some("22P05") | Some("22001") => {
                     AppError::invalid(format!("rejected by the database: {}", db.message()))
                 }
-                // Deadlock or serialization failure: nothing was written; the client may retry.
-                Some("40P01") | Some("40001") => AppError::Unavailable,
+                // A lost race (deadlock, serialization failure) or an outage (a read-only standby
+                // after a failover, a server shutting down, a lost connection, too many
+                // connections): nothing was written; the client may send it again.
+                _ if is_transient(&e) => {
+                    tracing::warn!(error = %e, "database unavailable");
+                    AppError::Unavailable
+                }
                 _ => AppError::Internal(e.to_string()),
             },
-            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
+            sqlx::Error::PoolClosed => AppError::Unavailable,
+            _ if is_transient(&e) => {
                 tracing::warn!(error = %e, "database unavailable");
                 AppError::Unavailable
             }
