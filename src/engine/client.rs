@@ -262,9 +262,19 @@ impl Client {
     }
 
     pub async fn get(&self, id: JobId) -> Result<Job, ClientError> {
-        job_store::job_get(&self.pool, id)
+        self.find(id)
             .await?
             .ok_or_else(|| ClientError::NotFound(format!("job {id}")))
+    }
+
+    /// The job, if it exists.
+    pub async fn find(&self, id: JobId) -> Result<Option<Job>, ClientError> {
+        Ok(job_store::job_get(&self.pool, id).await?)
+    }
+
+    /// The database's clock now (the one clock every node and every due time goes by).
+    pub async fn db_now(&self) -> Result<DateTime<Utc>, ClientError> {
+        Ok(job_store::db_now(&self.pool).await?)
     }
 
     pub async fn list(

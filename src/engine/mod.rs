@@ -19,6 +19,9 @@ pub mod producer;
 pub mod queue_settings;
 pub mod queue_state;
 pub mod runtime;
+/// The engine's SQL. Application code goes through [`Client`] and the types re-exported here;
+/// the store is public only for the integration tests of its guarded statements.
+#[doc(hidden)]
 pub mod store;
 pub mod timer;
 pub mod worker;
@@ -27,6 +30,11 @@ pub use client::{BulkAction, BulkReport, Client, ClientError};
 pub use config::EngineConfig;
 pub use job::{Claim, ClaimToken, Inserted, Job, JobId, JobState, NewJob, OnConflict, Schedule};
 pub use runtime::{Engine, EngineError};
+pub use store::errors::is_transient;
+pub use store::jobs::JobFilter;
+pub use store::leader::LeaderRow;
+pub use store::nodes::NodeRow;
+pub use store::queues::QueueRow;
 pub use store::stats::ThroughputMinute;
 pub use worker::{BoxFuture, JobContext, WorkError, Worker, Workers};
 

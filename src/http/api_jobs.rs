@@ -12,7 +12,7 @@ use super::error::AppError;
 use super::extract::{ApiJson, ApiQuery, JobIdPath};
 use super::state::AppState;
 use crate::engine::job::{DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE};
-use crate::engine::store::jobs::JobFilter;
+use crate::engine::JobFilter;
 use crate::engine::{BulkAction, BulkReport, Job, JobId, JobState, NewJob, OnConflict, Schedule};
 
 /// The body of `POST /api/v1/jobs`.

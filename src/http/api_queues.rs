@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use super::error::AppError;
 use super::extract::ApiJson;
 use super::state::AppState;
-use crate::engine::store::queues::QueueRow;
 use crate::engine::JobState;
+use crate::engine::QueueRow;
 
 #[derive(schemars::JsonSchema, Serialize)]
 pub struct QueueView {

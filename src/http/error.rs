@@ -14,8 +14,7 @@ use kickoff_app::console::Refusal;
 use serde_json::json;
 
 use crate::accounts::{AccountError, LoginError, SetupError};
-use crate::engine::store::errors::is_transient;
-use crate::engine::ClientError;
+use crate::engine::{is_transient, ClientError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {

@@ -177,7 +177,7 @@ async fn console_input_errors(
 
 /// Ready when the database answers.
 async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<serde_json::Value>) {
-    match crate::engine::store::jobs::db_now(&state.pool).await {
+    match state.client.db_now().await {
         Ok(_) => (
             StatusCode::OK,
             Json(json!({ "ready": true, "node": &*state.node_id })),

@@ -138,7 +138,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             summary: "Set a queue's per-node concurrency (null: each node's configured limit)",
             body: Some(schema::<api_queues::QueuePatch>),
             query: None,
-            ok: (200, Some(schema::<crate::engine::store::queues::QueueRow>)),
+            ok: (200, Some(schema::<crate::engine::QueueRow>)),
             route: || patch(api_queues::update),
         },
         Endpoint {
@@ -147,7 +147,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             summary: "Pause a queue on every node",
             body: None,
             query: None,
-            ok: (200, Some(schema::<crate::engine::store::queues::QueueRow>)),
+            ok: (200, Some(schema::<crate::engine::QueueRow>)),
             route: || post(api_queues::pause),
         },
         Endpoint {
@@ -156,7 +156,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             summary: "Resume a paused queue",
             body: None,
             query: None,
-            ok: (200, Some(schema::<crate::engine::store::queues::QueueRow>)),
+            ok: (200, Some(schema::<crate::engine::QueueRow>)),
             route: || post(api_queues::resume),
         },
         Endpoint {

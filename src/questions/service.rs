@@ -7,7 +7,6 @@ use sqlx::PgPool;
 
 use super::jobs::{lock_job, lock_key, settle_job};
 use super::store::{self, ChoiceCount, Prediction, Question, QuestionStatus};
-use crate::engine::store::jobs as job_store;
 use crate::engine::{Client, ClientError, Job, OnConflict};
 
 /// How far ahead a game may be scheduled.
@@ -100,7 +99,7 @@ impl QuestionService {
         let counts = store::prediction_counts(&self.pool, id).await?;
         let predictions = counts.iter().map(|c| c.predictions).sum();
         let lock_job = match question.lock_job_id {
-            Some(job) => job_store::job_get(&self.pool, job).await?,
+            Some(job) => self.client.find(job).await?,
             None => None,
         };
         Ok(QuestionDetail {

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::{from_ms, ms, operator, refused, Act, ServerConsole, LIST_ROWS};
 use crate::accounts::Role;
-use crate::engine::store::jobs::JobFilter;
+use crate::engine::JobFilter;
 use crate::engine::{BulkAction, Job, JobId, JobState, NewJob, OnConflict, Schedule};
 
 /// How many upcoming timers the timers page shows.

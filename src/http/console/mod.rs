@@ -21,7 +21,6 @@ use serde_json::Value;
 
 use crate::accounts::{Accounts, Role};
 use crate::audit::{AuditEntry, Auditor};
-use crate::engine::store::jobs::db_now;
 use crate::engine::Client;
 use crate::http::error::AppError;
 use crate::http::session::Operator;
@@ -138,7 +137,8 @@ impl ServerConsole {
     }
 
     async fn now_ms(&self) -> Result<i64, Refusal> {
-        db_now(self.client.pool())
+        self.client
+            .db_now()
             .await
             .map(|t| t.timestamp_millis())
             .map_err(refused)

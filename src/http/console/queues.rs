@@ -67,7 +67,7 @@ impl ServerConsole {
     pub(super) async fn queue_infos(
         &self,
         counts: &[(String, JobState, i64)],
-        nodes: &[crate::engine::store::nodes::NodeRow],
+        nodes: &[crate::engine::NodeRow],
     ) -> Result<Vec<QueueInfo>, Refusal> {
         let settings = self.client.queues().await.map_err(refused)?;
         let mut infos: BTreeMap<String, QueueInfo> = BTreeMap::new();
