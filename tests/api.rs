@@ -608,3 +608,55 @@ async fn a_write_the_database_refuses_for_an_outage_answers_503_and_writes_nothi
         assert_eq!(api.job_count().await, 0);
     }
 }
+
+#[tokio::test]
+async fn the_readiness_probe_tells_only_whether_the_node_is_ready() {
+    // Unauthenticated: it must not name the node, nor pass on a database error's text.
+    let api = api().await;
+    let (s, b) = api.call_with(Method::GET, "/readyz", None, None, "").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(b, serde_json::json!({ "ready": true }));
+    api.pool.close().await;
+    let (s, b) = api.call_with(Method::GET, "/readyz", None, None, "").await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(b, serde_json::json!({ "ready": false }));
+}
+
+#[tokio::test]
+async fn a_webhook_may_not_set_the_host_or_hop_by_hop_headers() {
+    // `Host` would reach a virtual host that is not allowlisted on an allowed address; the
+    // hop-by-hop headers and the length would let the caller frame the request itself.
+    let api = api().await;
+    for name in [
+        "Host",
+        "host",
+        "Connection",
+        "Transfer-Encoding",
+        "Content-Length",
+        "Keep-Alive",
+        "Proxy-Connection",
+        "TE",
+        "Trailer",
+        "Upgrade",
+    ] {
+        let body = serde_json::json!({
+            "kind": "webhook",
+            "args": { "url": "http://hooks.example.com/in", "headers": { name: "x" } }
+        });
+        let (s, b) = api
+            .call(Method::POST, "/api/v1/jobs", Some(&body.to_string()))
+            .await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{name}: {b}");
+        let message = b["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(name), "{name}: {message}");
+    }
+    assert_eq!(api.job_count().await, 0);
+    let ok = serde_json::json!({
+        "kind": "webhook",
+        "args": { "url": "http://hooks.example.com/in", "headers": { "Authorization": "Bearer x" } }
+    });
+    let (s, b) = api
+        .call(Method::POST, "/api/v1/jobs", Some(&ok.to_string()))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+}

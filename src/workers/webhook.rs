@@ -59,6 +59,20 @@ const ERROR_BODY_CHARS: usize = 500;
 const ERROR_BODY_BYTES: usize = ERROR_BODY_CHARS * 4;
 /// The allowlist prefix that lets a host name resolve to non-public addresses.
 const PRIVATE_MARK: &str = "private:";
+/// Headers a job may not set: `Host` would reach a virtual host the allowlist does not name (on an
+/// allowed address), and the hop-by-hop headers and the length would let it frame the request.
+const RESERVED_HEADERS: [&str; 10] = [
+    "host",
+    "connection",
+    "transfer-encoding",
+    "content-length",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authorization",
+];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -173,6 +187,11 @@ impl WebhookWorker {
         for (k, v) in &args.headers {
             reqwest::header::HeaderName::from_bytes(k.as_bytes())
                 .map_err(|_| format!("headers: `{k}` is not a valid header name"))?;
+            if RESERVED_HEADERS.iter().any(|r| k.eq_ignore_ascii_case(r)) {
+                return Err(format!(
+                    "headers: `{k}` cannot be set: the call sets the host and frames the request itself"
+                ));
+            }
             reqwest::header::HeaderValue::from_str(v)
                 .map_err(|_| format!("headers: the value of `{k}` is not valid"))?;
         }
