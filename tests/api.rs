@@ -660,3 +660,40 @@ async fn a_webhook_may_not_set_the_host_or_hop_by_hop_headers() {
         .await;
     assert_eq!(s, StatusCode::CREATED, "{b}");
 }
+
+#[tokio::test]
+async fn an_allowlist_entry_without_a_port_allows_only_the_schemes_default_port() {
+    // `hooks.example.com` is listed without a port: its Redis or Docker port is not a webhook.
+    let api = api().await;
+    let webhook =
+        |url: &str| serde_json::json!({ "kind": "webhook", "args": { "url": url } }).to_string();
+    for url in [
+        "http://hooks.example.com:6379/",
+        "http://hooks.example.com:2375/v1/containers",
+        "https://hooks.example.com:80/",
+        "http://hooks.example.com:443/",
+    ] {
+        let (s, b) = api
+            .call(Method::POST, "/api/v1/jobs", Some(&webhook(url)))
+            .await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{url}: {b}");
+        assert!(
+            b["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("is not in KICKOFF_WEBHOOK_ALLOWED_HOSTS")),
+            "{url}: {b}"
+        );
+    }
+    assert_eq!(api.job_count().await, 0);
+    for url in [
+        "http://hooks.example.com/in",
+        "http://hooks.example.com:80/in",
+        "https://hooks.example.com/in",
+        "https://hooks.example.com:443/in",
+    ] {
+        let (s, b) = api
+            .call(Method::POST, "/api/v1/jobs", Some(&webhook(url)))
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{url}: {b}");
+    }
+}

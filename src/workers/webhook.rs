@@ -1,5 +1,6 @@
 //! `webhook`: an HTTP call at a set time. A non-2xx answer or a timeout fails the attempt (retried
-//! with backoff). Only hosts in `KICKOFF_WEBHOOK_ALLOWED_HOSTS` may be called: the check runs at
+//! with backoff). Only hosts in `KICKOFF_WEBHOOK_ALLOWED_HOSTS` may be called (an entry without a
+//! port: on the scheme's default port only): the check runs at
 //! insert time (a clear error) and again before each call (the list may have changed).
 //!
 //! Args: `url` (http or https), `method` (default POST), `headers` (object of strings), `body`
@@ -154,10 +155,13 @@ impl WebhookWorker {
         let host = url.host_str().ok_or("url: no host")?.to_ascii_lowercase();
         let port = url.port_or_known_default().unwrap_or(0);
         let host_port = format!("{host}:{port}");
+        // An entry without a port allows the scheme's default port only (`Url::port` is `None`
+        // for it): not every service listening on an allowed host.
+        let default_port = url.port().is_none();
         let mut matching = self
             .allowed_hosts
             .iter()
-            .filter(|a| a.host == host || a.host == host_port)
+            .filter(|a| a.host == host_port || (default_port && a.host == host))
             .peekable();
         if matching.peek().is_none() {
             return Err(format!(
@@ -417,7 +421,11 @@ mod tests {
 
     #[test]
     fn only_a_marked_matching_entry_lets_a_host_resolve_privately() {
-        let w = worker(&["localhost", "private:internal.test:8443", "127.0.0.1:9"]);
+        let w = worker(&[
+            "localhost:8080",
+            "private:internal.test:8443",
+            "127.0.0.1:9",
+        ]);
         assert!(!check(&w, "http://localhost:8080/").unwrap().private_ok);
         assert!(check(&w, "https://internal.test:8443/").unwrap().private_ok);
         // The mark is for that port only.
@@ -442,7 +450,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_host_name_resolving_to_loopback_is_refused_unless_marked() {
-        let w = worker(&["localhost", "private:localhost:8080"]);
+        let w = worker(&["localhost:9", "private:localhost:8080"]);
         let unmarked = check(&w, "http://localhost:9/").unwrap();
         match resolve_checked(&unmarked).await {
             Err(WorkError::Fatal(m)) => {
