@@ -431,8 +431,10 @@ fn grant_traversal(dir: &Path) -> Result<(), EmbeddedError> {
     Ok(())
 }
 
+/// `len` hex digits from the operating system's generator (a password must not be predictable
+/// from the clock, as `fastrand`'s seed is).
 fn random_hex(len: usize) -> String {
-    (0..len)
-        .map(|_| char::from_digit(fastrand::u32(0..16), 16).unwrap_or('0'))
-        .collect()
+    let mut hex = crate::accounts::secret::random_hex(len.div_ceil(2));
+    hex.truncate(len);
+    hex
 }
