@@ -570,6 +570,52 @@ async fn every_response_carries_the_security_headers() {
     }
 }
 
+#[tokio::test]
+async fn pages_and_answers_are_not_stored_by_caches_and_https_servers_send_hsts() {
+    // A page or an answer may carry a token, a CSRF token or a job's secrets: no cache (a shared
+    // proxy, the browser's disk) keeps it. Static files may be cached.
+    let d = dashboard().await;
+    for path in [
+        "/",
+        "/jobs",
+        "/account",
+        "/login",
+        "/api/v1/stats",
+        "/healthz",
+    ] {
+        let res = d.get(path).await;
+        assert_eq!(
+            res.headers()
+                .get(header::CACHE_CONTROL)
+                .map(|v| v.to_str().unwrap()),
+            Some("no-store"),
+            "{path}"
+        );
+        assert!(
+            res.headers()
+                .get(header::STRICT_TRANSPORT_SECURITY)
+                .is_none(),
+            "{path}: HSTS over plain HTTP"
+        );
+    }
+    let res = d.get("/pkg/kickoff.css").await;
+    assert_ne!(
+        res.headers()
+            .get(header::CACHE_CONTROL)
+            .map(|v| v.to_str().unwrap()),
+        Some("no-store")
+    );
+    let https = common::app_over_https(&d.pool, "t");
+    let res =
+        tower::ServiceExt::oneshot(https, Request::get("/login").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+    assert_eq!(
+        res.headers()[header::STRICT_TRANSPORT_SECURITY],
+        "max-age=31536000"
+    );
+}
+
 /// The `script-src` directive of a policy.
 fn script_src(csp: &str) -> &str {
     csp.split(';')

@@ -99,7 +99,10 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .merge(dashboard)
-        .layer(middleware::from_fn(session::security_headers))
+        .layer(middleware::from_fn_with_state(
+            state.secure_cookies,
+            session::security_headers,
+        ))
         .with_state(state)
 }
 

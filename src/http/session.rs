@@ -318,10 +318,23 @@ fn form_field(body: &[u8], name: &str) -> Option<String> {
         .map(|(_, v)| v.into_owned())
 }
 
-/// Security headers on every response.
-pub async fn security_headers(req: Request, next: Next) -> Response {
+/// Security headers on every response. `Cache-Control: no-store` on everything but the static
+/// files (a page or an answer may carry a token, a CSRF token or a job's secrets, which no shared
+/// proxy or browser disk should keep); HSTS when the server is reached over HTTPS (secure cookies
+/// on).
+pub async fn security_headers(State(https): State<bool>, req: Request, next: Next) -> Response {
+    let is_static = req.uri().path().starts_with("/pkg/");
     let mut res = next.run(req).await;
     let headers = res.headers_mut();
+    if !is_static {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    if https {
+        headers.insert(
+            header::STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static("max-age=31536000"),
+        );
+    }
     // A rendered page set its own policy, with its scripts' nonce; everything else gets the
     // policy without one (no inline script at all).
     if !headers.contains_key(header::CONTENT_SECURITY_POLICY) {

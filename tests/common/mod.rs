@@ -161,17 +161,38 @@ pub fn app_with_setup_link(pool: &PgPool, token: &str, code: &str) -> axum::Rout
     )
 }
 
+/// [`app`] of a server behind HTTPS (`KICKOFF_SECURE_COOKIES` on).
+pub fn app_over_https(pool: &PgPool, token: &str) -> axum::Router {
+    let mut state = app_state(
+        pool,
+        token,
+        std::sync::Arc::new(kickoff::engine::metrics::Metrics::new()),
+        kickoff::accounts::Accounts::new(pool.clone()),
+    );
+    state.secure_cookies = true;
+    kickoff::http::router(state)
+}
+
 fn app_from(
     pool: &PgPool,
     token: &str,
     metrics: std::sync::Arc<kickoff::engine::metrics::Metrics>,
     accounts: kickoff::accounts::Accounts,
 ) -> axum::Router {
+    kickoff::http::router(app_state(pool, token, metrics, accounts))
+}
+
+fn app_state(
+    pool: &PgPool,
+    token: &str,
+    metrics: std::sync::Arc<kickoff::engine::metrics::Metrics>,
+    accounts: kickoff::accounts::Accounts,
+) -> kickoff::http::state::AppState {
     use kickoff::http::state::{AppState, StateParts};
     use std::sync::Arc;
     let workers = kickoff::workers::builtin(vec!["127.0.0.1:9".into(), "hooks.example.com".into()]);
     let (events, _) = tokio::sync::broadcast::channel(16);
-    let state = AppState::new(StateParts {
+    AppState::new(StateParts {
         client: kickoff::engine::Client::new(pool.clone(), Arc::new(workers)),
         accounts,
         secure_cookies: false,
@@ -184,6 +205,5 @@ fn app_from(
             .output_name("kickoff")
             .build(),
         shutdown: tokio_util::sync::CancellationToken::new(),
-    });
-    kickoff::http::router(state)
+    })
 }
