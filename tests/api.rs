@@ -697,3 +697,51 @@ async fn an_allowlist_entry_without_a_port_allows_only_the_schemes_default_port(
         assert_eq!(s, StatusCode::CREATED, "{url}: {b}");
     }
 }
+
+#[tokio::test]
+async fn no_spelling_of_a_path_escapes_the_audit_log() {
+    // An id written with a sign and 90 zeros still names job 42; a queue may be called
+    // `predictions`. Each change is recorded under its route, whatever the path's spelling.
+    let api = api().await;
+    let (s, created) = api
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(r#"{"kind":"noop","schedule_in_ms":60000}"#),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    let id = created["job"]["id"].as_i64().unwrap();
+    let padded = format!("/api/v1/jobs/+{}{id}", "0".repeat(90));
+    let (s, _) = api
+        .call(Method::POST, &format!("{padded}/cancel"), None)
+        .await;
+    assert_eq!(s, StatusCode::OK, "the padded id names the job");
+    let (s, _) = api.call(Method::DELETE, &padded, None).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    sqlx::query("INSERT INTO queues (name) VALUES ('predictions') ON CONFLICT DO NOTHING")
+        .execute(&api.pool)
+        .await
+        .unwrap();
+    let (s, b) = api
+        .call(
+            Method::PATCH,
+            "/api/v1/queues/predictions",
+            Some(r#"{"concurrency":3}"#),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let actions: Vec<String> = sqlx::query_scalar("SELECT action FROM audit_log ORDER BY id")
+        .fetch_all(&api.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        actions,
+        [
+            "api.POST /jobs",
+            "api.POST /jobs/{id}/cancel",
+            "api.DELETE /jobs/{id}",
+            "api.PATCH /queues/{name}",
+        ]
+    );
+}

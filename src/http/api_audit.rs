@@ -3,7 +3,7 @@
 //! players' predictions (the game's traffic, not an operator's actions), nor calls without a valid
 //! token (no one to name).
 
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
@@ -13,25 +13,40 @@ use super::session::client_address;
 use super::state::AppState;
 use crate::audit::AuditEntry;
 
-/// The route of a path, ids replaced (`/jobs/42/cancel` → `/jobs/{id}/cancel`), so entries of one
-/// kind share an action name.
-fn route_of(path: &str) -> String {
-    path.split('/')
-        .map(|segment| {
-            if !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit()) {
-                "{id}"
-            } else {
-                segment
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("/")
+/// The route players post predictions to: not recorded.
+const PREDICTIONS_ROUTE: &str = "/questions/{id}/predictions";
+/// The most of a request's path kept in an entry's target (the column holds 2000 characters; a
+/// path can be longer, and an entry that cannot be written is a change that leaves no trace).
+const TARGET_PATH_CHARS: usize = 500;
+
+/// The route a request matched, as the API table spells it (`/jobs/{id}/cancel`), so that every
+/// spelling of a path (`/jobs/+00042`) is recorded under its route, with a bounded name.
+fn route_of(req: &Request) -> Option<String> {
+    let matched = req.extensions().get::<MatchedPath>()?.as_str();
+    Some(
+        matched
+            .strip_prefix("/api/v1")
+            .unwrap_or(matched)
+            .to_string(),
+    )
+}
+
+/// `path`, cut to [`TARGET_PATH_CHARS`] characters.
+fn bounded(path: &str) -> String {
+    match path.char_indices().nth(TARGET_PATH_CHARS) {
+        Some((cut, _)) => format!("{}…", &path[..cut]),
+        None => path.to_string(),
+    }
 }
 
 pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    if method == Method::GET || method == Method::HEAD || path.ends_with("/predictions") {
+    let route = route_of(&req);
+    if method == Method::GET
+        || method == Method::HEAD
+        || route.as_deref() == Some(PREDICTIONS_ROUTE)
+    {
         return next.run(req).await;
     }
     let address = client_address(req.extensions());
@@ -40,16 +55,18 @@ pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> 
         return res;
     };
     let status = res.status();
+    let path = bounded(&path);
     let target = match caller.token_id {
         Some(id) => format!("/api/v1{path} (token {id})"),
         None => format!("/api/v1{path}"),
     };
+    let route = route.unwrap_or_else(|| "(no route)".into());
     state
         .auditor
         .record(AuditEntry {
             actor: caller.actor,
             role: caller.role.as_str().to_string(),
-            action: format!("api.{method} {}", route_of(&path)),
+            action: format!("api.{method} {route}"),
             target: Some(target),
             filter: None,
             count: None,
@@ -66,12 +83,12 @@ pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> 
 
 #[cfg(test)]
 mod tests {
-    use super::route_of;
+    use super::bounded;
 
     #[test]
-    fn ids_become_placeholders() {
-        assert_eq!(route_of("/jobs/42/cancel"), "/jobs/{id}/cancel");
-        assert_eq!(route_of("/queues/default/pause"), "/queues/default/pause");
-        assert_eq!(route_of("/jobs"), "/jobs");
+    fn a_long_path_is_cut_to_fit_its_column() {
+        assert_eq!(bounded("/jobs/42"), "/jobs/42");
+        let long = format!("/jobs/+{}42", "0".repeat(3000));
+        assert_eq!(bounded(&long).chars().count(), super::TARGET_PATH_CHARS + 1);
     }
 }
