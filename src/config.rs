@@ -25,14 +25,25 @@ pub struct Config {
     #[arg(long, env = "LEPTOS_SITE_ROOT")]
     pub site_root: Option<PathBuf>,
 
-    /// Bearer token of the REST API. Default: generated once and kept in `<data dir>/api-token`.
-    #[arg(long, env = "KICKOFF_API_TOKEN", hide_env_values = true)]
+    /// Bearer token of the REST API, from `KICKOFF_API_TOKEN` (never a flag: a flag's value is
+    /// visible to every user of the machine in `ps`). Default: generated once and kept in
+    /// `<data dir>/api-token`.
+    #[arg(skip = std::env::var("KICKOFF_API_TOKEN").ok())]
     pub api_token: Option<String>,
 
+    /// A file holding the API token (its first line), instead of `KICKOFF_API_TOKEN`.
+    #[arg(long, env = "KICKOFF_API_TOKEN_FILE", value_name = "FILE")]
+    pub api_token_file: Option<PathBuf>,
+
     /// On the first start of a database without operator accounts, create the admin `admin` with
-    /// this password. Default: unset (create one with `kickoff user add NAME --role admin`).
-    #[arg(long, env = "KICKOFF_ADMIN_PASSWORD", hide_env_values = true)]
+    /// this password, from `KICKOFF_ADMIN_PASSWORD` (never a flag). Default: unset (the server
+    /// prints a one-time setup link, or create one with `kickoff user add NAME --role admin`).
+    #[arg(skip = std::env::var("KICKOFF_ADMIN_PASSWORD").ok())]
     pub admin_password: Option<String>,
+
+    /// A file holding that password (its first line), instead of `KICKOFF_ADMIN_PASSWORD`.
+    #[arg(long, env = "KICKOFF_ADMIN_PASSWORD_FILE", value_name = "FILE")]
+    pub admin_password_file: Option<PathBuf>,
 
     /// Send the session cookie over HTTPS only (set it when the dashboard is served over HTTPS,
     /// e.g. behind a TLS proxy). Default: false.
@@ -87,6 +98,37 @@ pub struct Config {
 }
 
 impl Config {
+    /// Reads the secrets given as files (`--api-token-file`, `--admin-password-file`); a secret
+    /// given both ways is refused.
+    pub fn read_secret_files(&mut self) -> Result<(), String> {
+        fn read(
+            value: &mut Option<String>,
+            file: &Option<PathBuf>,
+            variable: &str,
+        ) -> Result<(), String> {
+            let Some(path) = file else { return Ok(()) };
+            if value.is_some() {
+                return Err(format!(
+                    "{variable} and {variable}_FILE are both set: use one"
+                ));
+            }
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("{variable}_FILE {}: {e}", path.display()))?;
+            *value = Some(text.lines().next().unwrap_or("").to_string());
+            Ok(())
+        }
+        read(
+            &mut self.api_token,
+            &self.api_token_file,
+            "KICKOFF_API_TOKEN",
+        )?;
+        read(
+            &mut self.admin_password,
+            &self.admin_password_file,
+            "KICKOFF_ADMIN_PASSWORD",
+        )
+    }
+
     /// Parses `KICKOFF_QUEUES` entries.
     pub fn queue_list(&self) -> Result<Vec<(String, usize)>, String> {
         self.queues
@@ -135,5 +177,34 @@ mod tests {
         );
         let w = Wrap::parse_from(["x", "--queues", "default:many"]);
         assert!(w.config.queue_list().is_err());
+    }
+
+    #[test]
+    fn secrets_are_never_flags_but_may_come_from_files() {
+        // A flag's value is visible to every user of the machine in `ps`.
+        for flag in ["--api-token", "--admin-password"] {
+            assert!(
+                Wrap::try_parse_from(["x", flag, "s3cret"]).is_err(),
+                "{flag} was taken on the command line"
+            );
+        }
+        let dir = std::env::temp_dir().join(format!("kickoff-secrets-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("token"), "tok-from-file\n").unwrap();
+        std::fs::write(dir.join("password"), "pw from file\n").unwrap();
+        let mut w = Wrap::parse_from([
+            "x",
+            "--api-token-file",
+            dir.join("token").to_str().unwrap(),
+            "--admin-password-file",
+            dir.join("password").to_str().unwrap(),
+        ]);
+        w.config.read_secret_files().unwrap();
+        assert_eq!(w.config.api_token.as_deref(), Some("tok-from-file"));
+        assert_eq!(w.config.admin_password.as_deref(), Some("pw from file"));
+        let mut missing = Wrap::parse_from(["x", "--api-token-file", "/nonexistent/kickoff"]);
+        let e = missing.config.read_secret_files().unwrap_err();
+        assert!(e.contains("/nonexistent/kickoff"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -5,8 +5,12 @@ use kickoff::{bench, chaos, server};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     kickoff::logging::init(&cli.config.log_format);
+    if let Err(e) = cli.config.read_secret_files() {
+        eprintln!("error: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
     let result = match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => server::serve(cli.config).await.map_err(|e| e.to_string()),
         Command::Migrate => match server::Database::open(&cli.config).await {
