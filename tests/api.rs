@@ -1,5 +1,8 @@
 //! The REST API in-process (tower `oneshot`) against real PostgreSQL: the happy paths, and bad
 //! input on every endpoint answered with a clear 4xx and nothing stored.
+//!
+//! Longer than 700 lines on purpose: one self-contained scenario per test, with the helpers they
+//! share at the top; split it by area when a new area's tests arrive.
 
 mod common;
 

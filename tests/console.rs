@@ -1,6 +1,9 @@
 //! The dashboard's server side in-process (tower `oneshot`) against real PostgreSQL: every page
 //! renders its data on the server, and the server functions behind its forms answer bad input
 //! with a 4xx and leave everything as it was.
+//!
+//! Longer than 700 lines on purpose: one self-contained scenario per test, with the helpers they
+//! share at the top; split it by area when a new area's tests arrive.
 
 mod common;
 

@@ -2,6 +2,9 @@
 //! through every kind of write (before and after folding), throughput per minute, the timers list,
 //! filtered listings, bulk actions on ids and on filters (snapshots, batches, unique keys), and
 //! cloning.
+//!
+//! Longer than 700 lines on purpose: one self-contained scenario per test, with the helpers they
+//! share at the top; split it by area when a new area's tests arrive.
 
 mod common;
 

@@ -1,5 +1,8 @@
 //! The engine against real PostgreSQL: timing, retries, cancellation, unique keys, rescue and
 //! fencing, exactly-once database effects, graceful shutdown, leadership.
+//!
+//! Longer than 700 lines on purpose: one self-contained scenario per test, with the helpers they
+//! share at the top; split it by area when a new area's tests arrive.
 
 mod common;
 

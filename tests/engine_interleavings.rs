@@ -3,6 +3,9 @@
 //! a notification lost while the listener reconnects (a proxy holds the reconnect), handlers that
 //! hold every pooled connection or lock a job row, a leader that stalls or changes; and the node's
 //! services driven one step at a time, without an engine.
+//!
+//! Longer than 700 lines on purpose: one self-contained scenario per test, with the helpers they
+//! share at the top; split it by area when a new area's tests arrive.
 
 mod common;
 

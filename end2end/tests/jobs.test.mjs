@@ -131,7 +131,12 @@ test('selected jobs are retried in bulk', async () => {
   const confirm = page.getByRole('region', { name: 'Confirm bulk action' });
   await confirm.getByText('Retry the 2 selected jobs?').waitFor();
   await confirm.getByRole('button', { name: 'Yes, retry' }).click();
-  await confirm.getByText('2 retried jobs.').waitFor();
+  // (Seen once to time out in a full run, not since: say what the panel showed instead.)
+  await confirm.getByText('2 retried jobs.').waitFor().catch(async (e) => {
+    const shown = await confirm.innerText({ timeout: 1000 }).catch(() => '(no panel)');
+    const states = await Promise.all(ids.map(stateOf));
+    throw new Error(`${e.message}\nthe panel showed: ${shown}\nat ${page.url()}; the jobs are ${states}`);
+  });
   for (const id of ids) await untilState(id, 'completed');
   await page.close();
 });
