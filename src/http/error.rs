@@ -215,25 +215,25 @@ impl From<SetupError> for AppError {
 
 impl From<sqlx::Error> for AppError {
     fn from(e: sqlx::Error) -> Self {
-        match &e {
-            sqlx::Error::Database(db) => match db.code().as_deref() {
-                Some("23505") => AppError::conflict("a record with the same key already exists"),
-                // check_violation, not_null, foreign key, invalid text: input the checks let through.
-                Some("23514") | Some("23502") | Some("23503") | Some("22P02") | Some("22007")
-                | Some("22008") | Some("22021") | Some("22P05") | Some("22001") => {
-                    AppError::invalid(format!("rejected by the database: {}", db.message()))
-                }
-                // A lost race (deadlock, serialization failure) or an outage (a read-only standby
-                // after a failover, a server shutting down, a lost connection, too many
-                // connections): nothing was written; the client may send it again.
-                _ if is_transient(&e) => {
-                    tracing::warn!(error = %e, "database unavailable");
-                    AppError::Unavailable
-                }
-                _ => AppError::Internal(e.to_string()),
-            },
-            sqlx::Error::PoolClosed => AppError::Unavailable,
-            _ if is_transient(&e) => {
+        let code = match &e {
+            sqlx::Error::Database(db) => db.code(),
+            _ => None,
+        };
+        match code.as_deref() {
+            Some("23505") => AppError::conflict("a record with the same key already exists"),
+            // check_violation, not_null, foreign key, invalid text: input the checks let through.
+            Some("23514") | Some("23502") | Some("23503") | Some("22P02") | Some("22007")
+            | Some("22008") | Some("22021") | Some("22P05") | Some("22001") => {
+                let message = e
+                    .as_database_error()
+                    .map(|db| db.message())
+                    .unwrap_or_default();
+                AppError::invalid(format!("rejected by the database: {message}"))
+            }
+            // A lost race (deadlock, serialization failure) or an outage (a read-only standby
+            // after a failover, a server shutting down, a lost connection, too many connections,
+            // the pool closing): nothing was written; the client may send it again.
+            _ if is_transient(&e) || matches!(e, sqlx::Error::PoolClosed) => {
                 tracing::warn!(error = %e, "database unavailable");
                 AppError::Unavailable
             }

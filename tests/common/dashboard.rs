@@ -209,15 +209,15 @@ impl Dashboard {
         path: &str,
         body: Value,
     ) -> (StatusCode, String) {
-        let req = Request::builder()
-            .method(method)
-            .uri(format!("/api/v1{path}"))
-            .header(header::AUTHORIZATION, format!("Bearer {token}"))
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Body::from(body.to_string()))
-            .unwrap();
-        let (status, _, body) = send(&self.app, req).await;
-        (status, body)
+        let body = Some((body.to_string().into_bytes(), "application/json"));
+        super::rest::send(
+            &self.app,
+            method,
+            &format!("/api/v1{path}"),
+            Some(token),
+            body,
+        )
+        .await
     }
 
     pub async fn new_job(&self, body: Value) -> i64 {
