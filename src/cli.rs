@@ -88,6 +88,44 @@ pub enum Command {
         #[command(subcommand)]
         action: UserAction,
     },
+    /// Manage the bootstrap API token kept in the data directory.
+    Token {
+        #[command(subcommand)]
+        action: TokenAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenAction {
+    /// Replace the token in `<data dir>/api-token` with a new one and print it (this once). A
+    /// running server stops accepting the old one within a second.
+    Rotate,
+}
+
+impl TokenAction {
+    pub fn run(self, config: &Config) -> Result<(), String> {
+        match self {
+            TokenAction::Rotate => {
+                let (token, path) = crate::accounts::bootstrap_token::rotate(&config.data_dir)
+                    .map_err(|e| e.to_string())?;
+                println!("{token}");
+                eprintln!(
+                    "The new bootstrap API token (shown this once) is kept in {}; the old one stops working within a second.",
+                    path.display()
+                );
+                if config
+                    .api_token
+                    .as_deref()
+                    .is_some_and(|t| !t.trim().is_empty())
+                {
+                    eprintln!(
+                        "Note: KICKOFF_API_TOKEN is set here; a server started with it uses that value, not the file."
+                    );
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -11,6 +11,7 @@ pub mod bench;
 pub mod chaos;
 pub mod cli;
 pub mod config;
+pub mod data_dir;
 pub mod demo;
 pub mod engine;
 pub mod http;

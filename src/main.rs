@@ -62,6 +62,7 @@ async fn main() -> std::process::ExitCode {
             .unwrap_or_else(|e| Err(e.to_string()))
         }
         Command::User { action } => action.run(&cli.config).await,
+        Command::Token { action } => action.run(&cli.config),
         Command::Chaos {
             nodes,
             kills,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
+use crate::accounts::bootstrap_token::{BootstrapToken, Opened};
 use crate::accounts::SetupLink;
 use crate::config::Config;
 use crate::engine::maintenance::pruner::PrunerConfig;
@@ -124,22 +125,23 @@ pub fn engine_config(config: &Config) -> Result<EngineConfig, StartError> {
     Ok(ec)
 }
 
-/// The API token: configured, or generated once and kept in the data directory.
-fn api_token(config: &Config) -> Result<String, StartError> {
-    if let Some(t) = config.api_token.as_deref().filter(|t| !t.is_empty()) {
-        return Ok(t.to_string());
+/// The bootstrap API token, and a line about it for the operator (the token itself only when it
+/// was made now).
+fn api_token(config: &Config) -> Result<BootstrapToken, StartError> {
+    let (token, opened) = BootstrapToken::open(config.api_token.as_deref(), &config.data_dir)
+        .map_err(|e| StartError::Config(e.to_string()))?;
+    match opened {
+        Opened::Off => println!("The bootstrap API token is off (KICKOFF_API_TOKEN=off)."),
+        Opened::Configured => {}
+        Opened::Created { token, path } => println!(
+            "API token (shown this once; kept in {}, `kickoff token rotate` replaces it): {token}",
+            path.display()
+        ),
+        Opened::Kept { path } => println!(
+            "API token: kept in {} (shown when it was made; `kickoff token rotate` replaces it)",
+            path.display()
+        ),
     }
-    let path = config.data_dir.join("api-token");
-    if let Ok(t) = std::fs::read_to_string(&path) {
-        if !t.trim().is_empty() {
-            return Ok(t.trim().to_string());
-        }
-    }
-    std::fs::create_dir_all(&config.data_dir)?;
-    let token = crate::accounts::secret::random_hex(24);
-    std::fs::write(&path, &token)?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
     Ok(token)
 }
 
@@ -161,13 +163,7 @@ fn site_root(config: &Config) -> PathBuf {
 /// Runs the server until Ctrl-C or SIGTERM.
 pub async fn serve(config: Config) -> Result<(), StartError> {
     let db = Database::open(&config).await?;
-    let token = api_token(&config)?;
-    if config.api_token.is_none() {
-        println!(
-            "API token (kept in {}): {token}",
-            config.data_dir.join("api-token").display()
-        );
-    }
+    let token = Arc::new(api_token(&config)?);
     let engine_config = engine_config(&config)?;
     let workers = workers::builtin(config.allowed_hosts());
     let engine = Engine::start(db.pool.clone(), workers, engine_config).await?;
@@ -196,6 +192,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         Err(e) => return Err(StartError::Config(format!("KICKOFF_ADMIN_PASSWORD: {e}"))),
     };
     let accounts = accounts.with_setup_link(setup_link.clone());
+    tokio::spawn(token.clone().watch(shutdown.clone()));
     tokio::spawn(http::session::sweep_expired(
         db.pool.clone(),
         shutdown.clone(),
@@ -207,7 +204,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         secure_cookies: config.secure_cookies,
         pool: db.pool.clone(),
         events: engine.events(),
-        api_token: Arc::from(token),
+        api_token: token.clone(),
         node_id: Arc::from(engine.node_id()),
         metrics: engine.metrics(),
         leptos_options,

@@ -248,15 +248,26 @@ async fn a_bulk_action_on_a_filter_stops_at_the_confirmed_snapshot() {
         let (status, text) = d.server_fn("bulk", &form).await;
         assert_eq!(status, expected, "{form}: {text}");
     }
-    let (status, text) = d
-        .server_fn(
-            "bulk",
-            &format!("action=cancel&query[args]=batch%3Db7&query[max_id]={max_id}"),
+    // As a browser without JavaScript posts it: done, it goes back to the list with the result,
+    // not to the confirmation (whose button would act again).
+    let (status, location, text) = d
+        .send(
+            Request::post("/_console/bulk")
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .header(header::ACCEPT, "text/html,application/xhtml+xml")
+                .header(header::REFERER, "http://localhost/jobs?bulk=cancel&scope=filter")
+                .body(Body::from(format!(
+                    "csrf={}&action=cancel&query[args]=batch%3Db7&query[max_id]={max_id}&back=%2Fjobs%3Fargs%3Dbatch%253Db7",
+                    d.csrf
+                )))
+                .unwrap(),
         )
         .await;
-    assert_eq!(status, StatusCode::OK, "{text}");
-    let done: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(done["changed"], 3);
+    assert_eq!(status, StatusCode::FOUND, "{text}");
+    assert_eq!(
+        location.as_deref(),
+        Some("/jobs?args=batch%3Db7&done=cancel&changed=3&skipped=0")
+    );
     for id in ids {
         assert_eq!(d.state_of(id).await, "cancelled");
     }
@@ -873,7 +884,7 @@ async fn unfiltered_lists_answer_what_the_hydrated_browser_posts() {
     assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["count"], 1);
 
     // The selected jobs of an unfiltered list: the ids, and an empty filter beside them.
-    let (status, _, text) = d
+    let (status, location, text) = d
         .send(post(
             "bulk",
             as_the_browser_posts(&BulkJobs {
@@ -881,12 +892,18 @@ async fn unfiltered_lists_answer_what_the_hydrated_browser_posts() {
                 action: "cancel".into(),
                 ids: Some(id.to_string()),
                 query: JobQuery::default(),
+                // Off-site: the result goes to the overview instead.
+                back: Some("//elsewhere.example/jobs".into()),
             }),
         ))
         .await;
     assert_eq!(status, StatusCode::OK, "{text}");
     assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["changed"], 1);
     assert_eq!(d.state_of(id).await, "cancelled");
+    assert_eq!(
+        location.as_deref(),
+        Some("/?done=cancel&changed=1&skipped=0")
+    );
 }
 
 /// An instant as the REST API stores it (`field` of `path`), in UTC.

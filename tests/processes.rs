@@ -24,6 +24,8 @@ const TOKEN: &str = "process-test-token";
 struct Server {
     child: Child,
     addr: String,
+    /// Every line it printed on its standard output so far.
+    output: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -44,17 +46,42 @@ impl Server {
         let mut child = cmd.spawn().expect("start kickoff");
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(addr) = line.strip_prefix("Kickoff listening on http://") {
-                    let _ = tx.send(addr.to_string());
+        let output = Arc::new(Mutex::new(Vec::new()));
+        std::thread::spawn({
+            let output = output.clone();
+            move || {
+                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    if let Some(addr) = line.strip_prefix("Kickoff listening on http://") {
+                        let _ = tx.send(addr.to_string());
+                    }
+                    output.lock().unwrap().push(line);
                 }
             }
         });
         let addr = rx
             .recv_timeout(Duration::from_secs(120))
             .expect("the server should print its address");
-        Server { child, addr }
+        Server {
+            child,
+            addr,
+            output,
+        }
+    }
+
+    /// What it printed before it listened, and since.
+    fn printed(&self) -> String {
+        self.output.lock().unwrap().join("\n")
+    }
+
+    /// The status of `GET /api/v1/jobs` with `token`.
+    async fn status_with(&self, token: &str) -> reqwest::StatusCode {
+        reqwest::Client::new()
+            .get(format!("http://{}/api/v1/jobs?limit=1", self.addr))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .status()
     }
 
     fn kill9(mut self) {
@@ -214,6 +241,87 @@ async fn three_servers_on_one_database_deliver_each_webhook_once() {
     for s in servers {
         s.terminate();
     }
+}
+
+#[tokio::test]
+async fn the_bootstrap_token_is_shown_once_kept_private_rotated_live_and_can_be_off() {
+    use reqwest::StatusCode;
+    use std::os::unix::fs::PermissionsExt;
+    let db = test_db().await;
+    let dir = temp_data_dir();
+    // An empty KICKOFF_API_TOKEN means the data directory's token.
+    let envs = [
+        ("DATABASE_URL", db.url.clone()),
+        ("KICKOFF_DATA_DIR", dir.to_string_lossy().to_string()),
+        ("KICKOFF_API_TOKEN", String::new()),
+    ];
+    let server = Server::start(&envs);
+    let printed = server.printed();
+    let first = printed
+        .lines()
+        .find(|l| l.starts_with("API token (shown this once"))
+        .and_then(|l| l.rsplit(": ").next())
+        .unwrap_or_else(|| panic!("a new token is shown: {printed}"))
+        .to_string();
+    let file = dir.join("api-token");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), first);
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the token's file is private");
+    assert_eq!(server.status_with(&first).await, StatusCode::OK);
+    server.terminate();
+
+    let server = Server::start(&envs);
+    let printed = server.printed();
+    assert!(!printed.contains(&first), "shown once only: {printed}");
+    assert!(printed.contains("API token: kept in"), "{printed}");
+    assert_eq!(server.status_with(&first).await, StatusCode::OK);
+    let rotated = Command::new(env!("CARGO_BIN_EXE_kickoff"))
+        .args(["token", "rotate"])
+        .env("KICKOFF_DATA_DIR", &dir)
+        .env_remove("KICKOFF_API_TOKEN")
+        .output()
+        .unwrap();
+    assert!(
+        rotated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rotated.stderr)
+    );
+    let second = String::from_utf8(rotated.stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    assert_eq!(second.len(), 48, "{second}");
+    wait_for(
+        "the running server to take the new token",
+        Duration::from_secs(5),
+        || {
+            let (server, second) = (&server, &second);
+            async move { server.status_with(second).await == StatusCode::OK }
+        },
+    )
+    .await;
+    assert_eq!(
+        server.status_with(&first).await,
+        StatusCode::UNAUTHORIZED,
+        "the old token is dead"
+    );
+    server.terminate();
+
+    let off = [
+        envs[0].clone(),
+        envs[1].clone(),
+        ("KICKOFF_API_TOKEN", "off".to_string()),
+    ];
+    let server = Server::start(&off);
+    assert!(
+        server.printed().contains("The bootstrap API token is off"),
+        "{}",
+        server.printed()
+    );
+    assert_eq!(server.status_with(&second).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(server.status_with("off").await, StatusCode::UNAUTHORIZED);
+    server.terminate();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn temp_data_dir() -> PathBuf {

@@ -139,6 +139,8 @@ test('the due-time filter reads each bound in the offset of its own date', async
   await withBrowser('America/New_York', async (page) => {
     await page.goto(baseUrl + '/jobs');
     await hydrated(page);
+    // Gone if filtering loads a new document (the router's form filters in the page).
+    await page.evaluate(() => { window.samePage = true; });
     const ids = async () => page.getByRole('table', { name: 'Jobs' }).locator('tbody tr')
       .evaluateAll((rows) => rows.map((r) => Number(r.dataset.job)));
     for (const [day, expected] of [[JULY, summer], [JANUARY, winter]]) {
@@ -152,6 +154,7 @@ test('the due-time filter reads each bound in the offset of its own date', async
       await eventually(`only the job due at 19:00 on ${day.slice(0, 10)}`, ids, (shownIds) => shownIds.length === 1 && shownIds[0] === expected);
       assert.equal(await page.getByRole('alert').count(), 0);
     }
+    assert.equal(await page.evaluate(() => window.samePage), true, 'filtering loaded a new page');
   });
 });
 

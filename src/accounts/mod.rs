@@ -22,6 +22,7 @@
 //! user is.
 
 pub mod api_token;
+pub mod bootstrap_token;
 mod login_throttle;
 mod name;
 mod password;

@@ -110,7 +110,9 @@ pub async fn pages(pool: &PgPool, rows: i64, samples: usize) -> Result<Value, St
         secure_cookies: false,
         pool: pool.clone(),
         events: engine.events(),
-        api_token: std::sync::Arc::from(token),
+        api_token: std::sync::Arc::new(crate::accounts::bootstrap_token::BootstrapToken::fixed(
+            token,
+        )),
         node_id: std::sync::Arc::from(engine.node_id()),
         metrics: engine.metrics(),
         leptos_options: leptos::config::LeptosOptions::builder()

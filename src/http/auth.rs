@@ -47,7 +47,7 @@ pub async fn require_token(
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
         .ok_or(AppError::Unauthorized)?;
-    let caller = if constant_time_eq(presented.as_bytes(), state.api_token.as_bytes()) {
+    let caller = if state.api_token.matches(presented) {
         ApiCaller {
             actor: BOOTSTRAP_ACTOR.into(),
             role: Role::Admin,

@@ -26,7 +26,7 @@ pub struct AppState {
     /// State changes of jobs on every node (see `engine::notifier`).
     pub events: broadcast::Sender<String>,
     /// The bearer token of the REST API.
-    pub api_token: Arc<str>,
+    pub api_token: Arc<crate::accounts::bootstrap_token::BootstrapToken>,
     pub node_id: Arc<str>,
     /// What the engine of this node measures (`/metrics`).
     pub metrics: Arc<Metrics>,
@@ -46,7 +46,7 @@ pub struct StateParts {
     pub accounts: Accounts,
     pub events: broadcast::Sender<String>,
     pub metrics: Arc<Metrics>,
-    pub api_token: Arc<str>,
+    pub api_token: Arc<crate::accounts::bootstrap_token::BootstrapToken>,
     pub node_id: Arc<str>,
     pub secure_cookies: bool,
     pub leptos_options: leptos::config::LeptosOptions,

@@ -8,13 +8,17 @@
 //!   `postmaster.pid`); a stale `postmaster.pid` whose process is gone is cleaned up by PostgreSQL
 //!   itself at start.
 //! - PostgreSQL refuses to run as root: when Kickoff runs as root, the cluster runs as the unprivileged
-//!   `postgres` system user, which must own the cluster directory and be able to reach it.
+//!   `postgres` system user, which must own the cluster directory and be able to reach it. Kickoff
+//!   adds the search bit to the data directory itself, never to a directory above it: one that
+//!   the `postgres` user cannot pass is an error that says what to do.
+//! - The data directory is checked before use (see [`crate::data_dir`]); root never follows a
+//!   symbolic link in the cluster directory (which the `postgres` user owns) when it writes there.
 //! - The cluster listens on a free loopback port only (no unix socket, whose path length is limited),
 //!   with password authentication; the generated password is kept in the data directory.
 
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -37,6 +41,19 @@ pub enum EmbeddedError {
         "running as root needs the unprivileged `postgres` system user to run PostgreSQL: {0}"
     )]
     NoPostgresUser(String),
+    #[error(
+        "running as root, the cluster runs as the `postgres` user, who cannot reach {data_dir}: \
+         {blocked} (mode {mode:04o}) lacks the search bit for others. Kickoff changes no mode \
+         outside its data directory: place the data directory where that user can reach it (e.g. \
+         KICKOFF_DATA_DIR=/var/lib/kickoff), or run `chmod o+x {blocked}` yourself"
+    )]
+    Unreachable {
+        data_dir: PathBuf,
+        blocked: PathBuf,
+        mode: u32,
+    },
+    #[error(transparent)]
+    DataDir(#[from] crate::data_dir::DataDirError),
     #[error("{step} failed: {detail}")]
     Command { step: String, detail: String },
     #[error("I/O error on {path}: {source}")]
@@ -84,14 +101,15 @@ impl EmbeddedPostgres {
     /// Starts (or adopts) the cluster under `data_dir/pg`, creating it on first use.
     pub fn start(data_dir: &Path, durability: Durability) -> Result<Self, EmbeddedError> {
         let bin_dir = find_bin_dir().ok_or(EmbeddedError::NoBinaries)?;
-        fs::create_dir_all(data_dir).map_err(io_err(data_dir))?;
-        let data_dir = data_dir.canonicalize().map_err(io_err(data_dir))?;
+        let data_dir = crate::data_dir::prepare(data_dir)?;
 
         let lock_path = data_dir.join("kickoff.lock");
         let lock = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&lock_path)
             .map_err(io_err(&lock_path))?;
         if lock.try_lock().is_err() {
@@ -124,8 +142,13 @@ impl EmbeddedPostgres {
             cluster.init(&data_dir, durability)?;
         }
         let pw_path = data_dir.join("pg-password");
-        cluster.password = fs::read_to_string(&pw_path)
-            .map_err(io_err(&pw_path))?
+        cluster.password = crate::data_dir::read_private(&pw_path)?
+            .ok_or_else(|| {
+                io_err(&pw_path)(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "the cluster's password file is missing",
+                ))
+            })?
             .trim()
             .to_string();
 
@@ -228,11 +251,7 @@ impl EmbeddedPostgres {
             conf.push_str("fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n");
         }
         let conf_path = self.pg_dir.join("postgresql.conf");
-        fs::OpenOptions::new()
-            .append(true)
-            .open(&conf_path)
-            .and_then(|mut f| f.write_all(conf.as_bytes()))
-            .map_err(io_err(&conf_path))?;
+        self.append_to_cluster_file(&conf_path, &conf)?;
 
         // Left running: `start` finds and adopts it.
         self.password = password;
@@ -244,7 +263,28 @@ impl EmbeddedPostgres {
             &["-h", "127.0.0.1", "-p", &port, "-U", SUPERUSER, DATABASE],
         )?;
         let marker = self.pg_dir.join(INIT_MARKER);
-        fs::write(&marker, "").map_err(io_err(&marker))
+        Ok(crate::data_dir::create_private(&marker, "")?)
+    }
+
+    /// Appends to a file initdb made: never through a symbolic link, and only to a regular file of
+    /// the cluster's user (root writes here in a directory another user owns).
+    fn append_to_cluster_file(&self, path: &Path, text: &str) -> Result<(), EmbeddedError> {
+        let mut file = fs::OpenOptions::new()
+            .append(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            .map_err(io_err(path))?;
+        let meta = file.metadata().map_err(io_err(path))?;
+        let owner = self
+            .run_as
+            .map_or_else(crate::data_dir::effective_uid, |(uid, _)| uid);
+        if !meta.is_file() || meta.uid() != owner {
+            return Err(crate::data_dir::DataDirError::Unsafe {
+                path: path.to_path_buf(),
+            }
+            .into());
+        }
+        file.write_all(text.as_bytes()).map_err(io_err(path))
     }
 
     /// Starts the cluster on a free loopback port; another process may take the port between the
@@ -318,7 +358,8 @@ impl EmbeddedPostgres {
 
     fn chown_to_postgres(&self, path: &Path) -> Result<(), EmbeddedError> {
         if let Some((uid, gid)) = self.run_as {
-            std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(io_err(path))?;
+            // Of the link itself, were it one: never of what it points to.
+            std::os::unix::fs::lchown(path, Some(uid), Some(gid)).map_err(io_err(path))?;
         }
         Ok(())
     }
@@ -366,17 +407,11 @@ fn running_postmaster(pg_dir: &Path) -> Option<u16> {
     (cmdline.contains("postgres") && cmdline.contains(&*pg_dir.to_string_lossy())).then_some(port)
 }
 
-/// Writes a file only its owner can read, from its creation on.
+/// Writes a file only its owner can read, from its creation on, in place of any file (or link)
+/// there.
 fn write_private(path: &Path, content: &str) -> Result<(), EmbeddedError> {
-    use std::os::unix::fs::OpenOptionsExt;
     let _ = fs::remove_file(path);
-    fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .and_then(|mut f| f.write_all(content.as_bytes()))
-        .map_err(io_err(path))
+    Ok(crate::data_dir::create_private(path, content)?)
 }
 
 fn free_port() -> std::io::Result<u16> {
@@ -386,15 +421,7 @@ fn free_port() -> std::io::Result<u16> {
 }
 
 fn is_root() -> bool {
-    // The effective uid of this process, from procfs (no libc needed).
-    fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
-        })
-        .unwrap_or(false)
+    crate::data_dir::effective_uid() == 0
 }
 
 fn postgres_user() -> Result<(u32, u32), EmbeddedError> {
@@ -417,16 +444,26 @@ fn postgres_user() -> Result<(u32, u32), EmbeddedError> {
 }
 
 /// Lets the `postgres` user reach the cluster directory inside `dir`: adds only the search (x) bit
-/// for others on `dir` and its ancestors where it lacks (never read or write).
+/// for others on `dir` itself where it lacks (never read or write), and checks, without changing
+/// them, that every directory above it has that bit.
 fn grant_traversal(dir: &Path) -> Result<(), EmbeddedError> {
-    for ancestor in dir.ancestors() {
-        let meta = fs::metadata(ancestor).map_err(io_err(ancestor))?;
-        let mode = meta.permissions().mode();
+    for ancestor in dir.ancestors().skip(1) {
+        let mode = fs::metadata(ancestor)
+            .map_err(io_err(ancestor))?
+            .permissions()
+            .mode();
         if mode & 0o001 == 0 {
-            tracing::info!(path = %ancestor.display(), "adding o+x so the postgres user can reach the data directory");
-            fs::set_permissions(ancestor, fs::Permissions::from_mode(mode | 0o001))
-                .map_err(io_err(ancestor))?;
+            return Err(EmbeddedError::Unreachable {
+                data_dir: dir.to_path_buf(),
+                blocked: ancestor.to_path_buf(),
+                mode: mode & 0o7777,
+            });
         }
+    }
+    let mode = fs::metadata(dir).map_err(io_err(dir))?.permissions().mode();
+    if mode & 0o001 == 0 {
+        tracing::info!(path = %dir.display(), "adding o+x so the postgres user can reach the cluster directory");
+        fs::set_permissions(dir, fs::Permissions::from_mode(mode | 0o001)).map_err(io_err(dir))?;
     }
     Ok(())
 }
@@ -437,4 +474,37 @@ fn random_hex(len: usize) -> String {
     let mut hex = crate::accounts::secret::random_hex(len.div_ceil(2));
     hex.truncate(len);
     hex
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_above_the_data_directory_is_never_widened() {
+        let parent = std::env::temp_dir().join(format!("kickoff-traversal-{}", random_hex(8)));
+        let data_dir = parent.join("data");
+        fs::create_dir_all(&data_dir).unwrap();
+        fs::set_permissions(&parent, fs::Permissions::from_mode(0o700)).unwrap();
+        fs::set_permissions(&data_dir, fs::Permissions::from_mode(0o700)).unwrap();
+        let err = grant_traversal(&data_dir).unwrap_err();
+        assert!(
+            matches!(&err, EmbeddedError::Unreachable { blocked, mode: 0o700, .. } if *blocked == parent),
+            "{err}"
+        );
+        assert!(err.to_string().contains("KICKOFF_DATA_DIR"), "{err}");
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            mode(&parent),
+            0o700,
+            "the directory above is left as it was"
+        );
+
+        // Reachable from above: only the data directory itself gets the search bit.
+        fs::set_permissions(&parent, fs::Permissions::from_mode(0o711)).unwrap();
+        grant_traversal(&data_dir).unwrap();
+        assert_eq!(mode(&data_dir), 0o701);
+        assert_eq!(mode(&parent), 0o711);
+        fs::remove_dir_all(&parent).unwrap();
+    }
 }

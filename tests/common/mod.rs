@@ -198,7 +198,9 @@ fn app_state(
         secure_cookies: false,
         pool: pool.clone(),
         events,
-        api_token: Arc::from(token),
+        api_token: Arc::new(kickoff::accounts::bootstrap_token::BootstrapToken::fixed(
+            token,
+        )),
         node_id: Arc::from("test"),
         metrics,
         leptos_options: leptos::config::LeptosOptions::builder()

@@ -170,11 +170,55 @@ pub struct BulkCount {
     pub max_id: Option<i64>,
 }
 
+/// The bulk actions, as (value, verb, label).
+pub const BULK_ACTIONS: [(&str, &str, &str); 4] = [
+    ("cancel", "Cancel", "cancelled"),
+    ("retry", "Retry", "retried"),
+    ("run_now", "Run now", "made due now"),
+    ("delete", "Delete", "deleted"),
+];
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BulkDone {
     pub action: String,
     pub changed: u64,
     pub skipped: u64,
+}
+
+impl BulkDone {
+    /// The result as the list's address carries it (`done=retry&changed=2&skipped=0`).
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("done", self.action.clone()),
+            ("changed", self.changed.to_string()),
+            ("skipped", self.skipped.to_string()),
+        ]
+    }
+
+    /// The result from the list's address; none unless it names a known action and two counts.
+    pub fn from_params(params: &leptos_router::params::ParamsMap) -> Option<Self> {
+        let action = params.get("done")?;
+        BULK_ACTIONS.iter().find(|(v, ..)| *v == action)?;
+        Some(BulkDone {
+            action,
+            changed: params.get("changed")?.parse().ok()?,
+            skipped: params.get("skipped")?.parse().ok()?,
+        })
+    }
+
+    /// "2 retried jobs." and what was skipped.
+    pub fn summary(&self) -> String {
+        let label = BULK_ACTIONS
+            .iter()
+            .find(|(v, ..)| *v == self.action)
+            .map_or("changed", |(.., label)| *label);
+        let skipped = if self.skipped > 0 {
+            format!("; {} skipped (their state did not allow it)", self.skipped)
+        } else {
+            String::new()
+        };
+        format!("{} {label} jobs{skipped}.", self.changed)
+    }
 }
 
 /// What the new-job form offers.
@@ -297,17 +341,36 @@ pub async fn bulk_preview(#[server(default)] query: JobQuery) -> Result<BulkCoun
 /// A confirmed bulk action: on `ids` (comma-separated) when given, else on everything matching
 /// `query` up to `query.max_id`.
 #[server(prefix = "/_console", endpoint = "bulk")]
+///
+/// Done, it sends the browser to `back` (the list, a same-site path) with the result in the
+/// address, with or without JavaScript: the question is not asked again by a reload or a second
+/// press.
 pub async fn bulk_jobs(
     csrf: Option<String>,
     action: String,
     ids: Option<String>,
     #[server(default)] query: JobQuery,
+    back: Option<String>,
 ) -> Result<BulkDone, ServerFnError> {
     // Checked by the server's session guard before this runs; carried here so the form's
     // field survives the browser's encoding of the arguments.
     let _ = csrf;
     let ids = parse_ids(ids.as_deref().unwrap_or("")).map_err(fail)?;
-    console()?.bulk(action, ids, query).await.map_err(fail)
+    let done = console()?.bulk(action, ids, query).await.map_err(fail)?;
+    if let Some(back) = back {
+        leptos_axum::redirect(&with_pairs(
+            &super::accounts::safe_next(Some(&back)),
+            &done.pairs(),
+        ));
+    }
+    Ok(done)
+}
+
+/// `path` with `pairs` added to its query.
+#[cfg(feature = "ssr")]
+fn with_pairs(path: &str, pairs: &[(&str, String)]) -> String {
+    let sep = if path.contains('?') { '&' } else { '?' };
+    format!("{path}{sep}{}", super::query_string(pairs))
 }
 
 /// Parses `1,2,3` (spaces allowed, empty: none).

@@ -2,6 +2,7 @@
 //! filtered by person, action and result, refreshed live.
 
 use leptos::prelude::*;
+use leptos_router::components::Form;
 use leptos_router::hooks::use_query_map;
 
 use crate::components::live::use_live;
@@ -46,7 +47,7 @@ pub fn AuditLogPage() -> impl IntoView {
             <div class="page-head">
                 <h1>"Audit log"</h1>
             </div>
-            <form class="filters" method="get" action="/audit" role="search" aria-label="Filter the audit log">
+            <Form method="get" action="/audit" attr:class="filters" attr:role="search" attr:aria-label="Filter the audit log">
                 <label>"Who" <input name="actor" size="12" prop:value=move || q().actor.unwrap_or_default()/></label>
                 <label>
                     "Action starts with"
@@ -61,7 +62,7 @@ pub fn AuditLogPage() -> impl IntoView {
                     </select>
                 </label>
                 <button type="submit">"Filter"</button>
-            </form>
+            </Form>
             <Loaded resource=page render=move |p: AuditPage| {
                 if p.rows.is_empty() {
                     return view! { <p class="empty">"No recorded action matches."</p> }.into_any();

@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use leptos::prelude::*;
 
 use crate::components::session::{may_act, Csrf};
+use leptos_router::components::Form;
 use leptos_router::hooks::use_query_map;
 use leptos_router::params::ParamsMap;
 
@@ -20,17 +21,10 @@ use crate::components::loaded::{error_text, failure, ActionError, Loaded};
 use crate::components::time::{use_clock, Countdown, When};
 use crate::components::time_field::{TimeField, ZoneInput};
 use crate::console::jobs::{
-    bulk_preview, list_jobs, BulkJobs, JobAction, JobPage, JobQuery, JobRow, FAILED_STATES, STATES,
+    bulk_preview, list_jobs, BulkDone, BulkJobs, JobAction, JobPage, JobQuery, JobRow,
+    BULK_ACTIONS, FAILED_STATES, STATES,
 };
 use crate::console::{nonempty, query_string};
-
-/// The bulk actions, as (value, verb, label).
-pub const BULK_ACTIONS: [(&str, &str, &str); 4] = [
-    ("cancel", "Cancel", "cancelled"),
-    ("retry", "Retry", "retried"),
-    ("run_now", "Run now", "made due now"),
-    ("delete", "Delete", "deleted"),
-];
 
 /// The listing's query from the address bar; `default_state` applies when it names none.
 fn job_query(q: &ParamsMap, default_state: Option<&str>) -> JobQuery {
@@ -123,6 +117,14 @@ fn JobList(
         follow.update(|f| *f += 1);
     };
     let bulk_param = move || params.read().get("bulk");
+    // A finished bulk action ends on the list, with its result in the address.
+    let bulk_result = move || BulkDone::from_params(&params.read()).map(|d| d.summary());
+    // What was acted on is no longer selected.
+    Effect::new(move |_| {
+        if bulk.version().get() > 0 {
+            selected.set(BTreeSet::new());
+        }
+    });
 
     view! {
         <section class="page">
@@ -138,6 +140,7 @@ fn JobList(
                 <a class="button primary" href="/jobs/new">"New job"</a>
             </div>
             <Filters path query/>
+            {move || bulk_result().map(|text| view! { <p role="status" class="ok">{text}</p> })}
             {move || {
                 bulk_param()
                     .map(|b| {
@@ -214,8 +217,8 @@ fn scroll_to_top() {
     }
 }
 
-/// The filter form: a plain GET form, so the filter lives in the address and works without
-/// JavaScript.
+/// The filter form: a GET form, so the filter lives in the address and works without JavaScript;
+/// once hydrated, the router's form filters without loading a new page.
 #[component]
 fn Filters(path: &'static str, query: Memo<JobQuery>) -> impl IntoView {
     let clock = use_clock();
@@ -241,7 +244,7 @@ fn Filters(path: &'static str, query: Memo<JobQuery>) -> impl IntoView {
         to_draft.set(None);
     });
     view! {
-        <form class="filters" method="get" action=path role="search" aria-label="Filter jobs">
+        <Form method="get" action=path attr:class="filters" attr:role="search" attr:aria-label="Filter jobs">
             <label>
                 "State"
                 <select name="state">
@@ -283,7 +286,7 @@ fn Filters(path: &'static str, query: Memo<JobQuery>) -> impl IntoView {
             <ZoneInput name="zone" zone/>
             <button type="submit">"Filter"</button>
             {move || query.get().has_filter().then(|| view! { <a href=path>"Clear"</a> })}
-        </form>
+        </Form>
         <nav class="chips" aria-label="Filter by state">
             {STATES
                 .iter()
@@ -343,7 +346,15 @@ fn JobTable(
             .collect_view()
     };
     view! {
-        <form id="bulk" class="bulk-bar" method="get" action=path aria-label="Bulk actions" hidden=!may_act()>
+        // The router's form: once hydrated, the confirmation opens without loading a new page.
+        <Form
+            method="get"
+            action=path
+            attr:id="bulk"
+            attr:class="bulk-bar"
+            attr:aria-label="Bulk actions"
+            attr:hidden=!may_act()
+        >
             {hidden_filter}
             <label>
                 "With "
@@ -361,7 +372,7 @@ fn JobTable(
             </label>
             <button type="submit" name="scope" value="selected">"Apply to selected…"</button>
             <button type="submit" name="scope" value="filter">"Apply to all matching…"</button>
-        </form>
+        </Form>
         <div class="table-wrap">
             <table class="grid" aria-label="Jobs">
                 <thead>
@@ -477,7 +488,7 @@ fn BulkConfirm(
     bulk: ServerAction<BulkJobs>,
 ) -> impl IntoView {
     let params = use_query_map();
-    let Some((value, verb, done)) = BULK_ACTIONS
+    let Some((value, verb, _)) = BULK_ACTIONS
         .iter()
         .find(|(v, ..)| *v == action_name)
         .copied()
@@ -533,18 +544,13 @@ fn BulkConfirm(
     let n_selected = ids.len();
     view! {
         <div class="confirm" role="region" aria-label="Confirm bulk action">
+            // Done, the server sends the browser back to the list with the result; only a refusal
+            // shows here.
             {move || {
                 bulk.value()
                     .get()
-                    .map(|r| match r {
-                        Ok(d) => view! {
-                            <p role="status" class="ok">
-                                {format!("{} {} jobs{}.", d.changed, done,
-                                    if d.skipped > 0 { format!("; {} skipped (their state did not allow it)", d.skipped) } else { String::new() })}
-                            </p>
-                        }.into_any(),
-                        Err(e) => view! { <p class="error" role="alert">{error_text(&e)}</p> }.into_any(),
-                    })
+                    .and_then(Result::err)
+                    .map(|e| view! { <p class="error" role="alert">{error_text(&e)}</p> })
             }}
             <Suspense fallback=|| view! { <p class="muted">"Counting…"</p> }>
                 {move || {
@@ -573,8 +579,6 @@ fn BulkConfirm(
                             .map(|(k, v)| view! { <input type="hidden" name=format!("query[{k}]") value=v/> })
                             .collect_view();
                         view! {
-                            // Once done, the question and its button go: the panel reports instead.
-                            <div hidden=move || bulk.value().with(|v| matches!(v, Some(Ok(_))))>
                             <p class="question">{question}</p>
                             {(!nothing).then({
                                 let back = back.clone();
@@ -582,6 +586,7 @@ fn BulkConfirm(
                                 <ActionForm action=bulk>
                                     <Csrf/>
                                     <input type="hidden" name="action" value=value/>
+                                    <input type="hidden" name="back" value=back.clone()/>
                                     {(!by_filter).then(|| view! { <input type="hidden" name="ids" value=ids_text.clone()/> })}
                                     {hidden}
                                     {max_id.map(|m| view! { <input type="hidden" name="query[max_id]" value=m/> })}
@@ -591,10 +596,6 @@ fn BulkConfirm(
                                 </ActionForm>
                             }})}
                             {nothing.then(|| view! { <a href=back.clone()>"Back"</a> })}
-                            </div>
-                            <a href=back.clone() hidden=move || bulk.value().with(|v| !matches!(v, Some(Ok(_))))>
-                                "Back to the list"
-                            </a>
                         }
                         .into_any()
                     })
