@@ -48,7 +48,9 @@ fn assert_bad_credentials(r: Result<User, LoginError>) {
 /// The lock's remaining seconds; panics unless `r` is `Locked`.
 fn locked_for(r: Result<User, LoginError>) -> u64 {
     match r {
-        Err(LoginError::Locked { retry_after_secs }) => {
+        Err(LoginError::Locked {
+            retry_after_secs, ..
+        }) => {
             assert!(
                 retry_after_secs > 0 && retry_after_secs <= LOCK_DURATION.as_secs(),
                 "retry after {retry_after_secs} s"

@@ -581,6 +581,52 @@ async fn api_actions_are_recorded_in_the_audit_log_and_reads_are_not() {
 }
 
 #[tokio::test]
+async fn an_api_bulk_call_is_recorded_with_its_filter_or_ids_and_its_count() {
+    let api = api().await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let (_, made) = api
+            .call(
+                Method::POST,
+                "/api/v1/jobs",
+                Some(&format!(
+                    r#"{{"kind":"noop","schedule_in_ms":60000,"args":{{"b":"x","i":{i}}}}}"#
+                )),
+            )
+            .await;
+        ids.push(made["job"]["id"].as_i64().unwrap());
+    }
+    let (status, _) = api
+        .call(
+            Method::POST,
+            "/api/v1/jobs/bulk",
+            Some(&format!(r#"{{"action":"cancel","ids":[{}]}}"#, ids[0])),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = api
+        .call(
+            Method::POST,
+            "/api/v1/jobs/bulk",
+            Some(r#"{"action":"cancel","filter":{"args":{"b":"x"},"states":["scheduled"]}}"#),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let rows: Vec<(Option<Value>, Option<i64>)> = sqlx::query_as(
+        "SELECT filter, count FROM audit_log WHERE action = 'api.POST /jobs/bulk' ORDER BY id",
+    )
+    .fetch_all(&api.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0], (Some(json!({"ids": [ids[0]]})), Some(1)));
+    let filter = rows[1].0.clone().unwrap();
+    assert_eq!(filter["args"], json!({"b": "x"}), "{filter}");
+    assert_eq!(filter["states"], json!(["scheduled"]), "{filter}");
+    assert_eq!(rows[1].1, Some(2));
+}
+
+#[tokio::test]
 async fn a_write_the_database_refuses_for_an_outage_answers_503_and_writes_nothing() {
     // A standby after a failover (read-only), a server shutting down, a lost connection: the
     // client's request was fine and may be sent again, so the answer is 503, not 500.

@@ -506,6 +506,31 @@ async fn a_viewer_reads_everything_and_acts_on_nothing() {
     }
     assert_eq!(d.state_of(id).await, "scheduled");
     assert_eq!(d.job_count().await, 1);
+    // Each refusal is in the audit log, under the action tried.
+    let refused: Vec<(String, String)> = sqlx::query_as(
+        "SELECT action, result FROM audit_log WHERE role = 'viewer' AND NOT ok ORDER BY id",
+    )
+    .fetch_all(&d.pool)
+    .await
+    .unwrap();
+    let actions: Vec<&str> = refused.iter().map(|(a, _)| a.as_str()).collect();
+    assert_eq!(
+        actions,
+        [
+            "job.cancel",
+            "job.clone",
+            "jobs.bulk_cancel",
+            "queue.pause",
+            "job.create"
+        ],
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .iter()
+            .all(|(_, r)| r.contains("only an operator or admin")),
+        "{refused:?}"
+    );
 }
 
 #[tokio::test]
@@ -1187,4 +1212,66 @@ async fn a_sign_in_whose_next_leaves_the_site_goes_to_the_overview() {
     let (status, location, _) = send(&d.app, req).await;
     assert_eq!(status, StatusCode::FOUND);
     assert_eq!(location.as_deref(), Some("/jobs?state=scheduled"));
+}
+
+#[tokio::test]
+async fn sign_ins_refused_while_locked_make_one_audit_entry_with_their_count() {
+    use kickoff::accounts::LOCK_AFTER_FAILURES;
+    let d = dashboard().await;
+    let login = |name: String| {
+        Request::post("/_console/login")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(header::ACCEPT, "application/json")
+            .body(Body::from(format!(
+                "name={name}&password=wrong-wrong-wrong"
+            )))
+            .unwrap()
+    };
+    // Checked and failed, the last one setting the lock: each is an entry.
+    for i in 0..LOCK_AFTER_FAILURES {
+        let (status, _, text) = send(&d.app, login("ops".into())).await;
+        let expected = if i + 1 == LOCK_AFTER_FAILURES {
+            StatusCode::TOO_MANY_REQUESTS
+        } else {
+            StatusCode::UNAUTHORIZED
+        };
+        assert_eq!(status, expected, "attempt {}: {text}", i + 1);
+    }
+    // Refused unchecked, under names of the sender's choosing: counted, not written one by one.
+    for i in 0..25 {
+        let (status, _, text) = send(&d.app, login(format!("spam-{i}-%3Cscript%3E"))).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{text}");
+    }
+    let entries = || async {
+        sqlx::query_as::<_, (String, Option<String>, Option<i64>, String)>(
+            "SELECT actor, target, count, result FROM audit_log
+             WHERE action = 'session.sign_in' AND NOT ok ORDER BY id",
+        )
+        .fetch_all(&d.pool)
+        .await
+        .unwrap()
+    };
+    let rows = entries().await;
+    assert_eq!(rows.len(), LOCK_AFTER_FAILURES as usize, "{rows:?}");
+    assert!(rows.iter().all(|r| r.0 == "ops"), "{rows:?}");
+
+    // While locked, nothing more; once the lock is over, the sweep writes one entry with the count.
+    let store = kickoff::accounts::store::login_lock_refusals_flush;
+    assert_eq!(
+        store(&d.pool, None).await.unwrap(),
+        0,
+        "the lock is not over yet"
+    );
+    let after_the_lock = chrono::Utc::now() + chrono::Duration::hours(1);
+    assert_eq!(store(&d.pool, Some(after_the_lock)).await.unwrap(), 1);
+    let rows = entries().await;
+    let (actor, target, count, result) = rows.last().unwrap().clone();
+    assert_eq!((actor.as_str(), count), ("?", Some(25)), "{rows:?}");
+    assert!(target.unwrap().starts_with("address "), "{rows:?}");
+    assert_eq!(result, "refused unchecked while locked: 25 attempts");
+    assert_eq!(
+        store(&d.pool, Some(after_the_lock)).await.unwrap(),
+        0,
+        "written once"
+    );
 }

@@ -76,7 +76,9 @@ impl LoginThrottle {
         )
         .await?;
         if by_address.locked() {
-            return Err(locked(&[&by_address]));
+            return Err(self
+                .refused_unchecked(LoginScope::Address, &address, &by_address)
+                .await);
         }
         let by_name = match name {
             None => None,
@@ -98,7 +100,9 @@ impl LoginThrottle {
                         by_address.window_started_at,
                     )
                     .await?;
-                    return Err(locked(&[&counter]));
+                    return Err(self
+                        .refused_unchecked(LoginScope::Name, name, &counter)
+                        .await);
                 }
                 Some((name.to_string(), counter))
             }
@@ -117,6 +121,21 @@ impl LoginThrottle {
             return Err(admission.failed().await);
         }
         Ok(admission)
+    }
+
+    /// An attempt refused unchecked by `counter`'s lock: counted with that lock's other refusals.
+    async fn refused_unchecked(
+        &self,
+        scope: LoginScope,
+        key: &str,
+        counter: &LoginCounter,
+    ) -> LoginError {
+        if let Some(until) = counter.locked_until {
+            if let Err(e) = store::login_lock_refused(&self.pool, scope, key, until).await {
+                return LoginError::Database(e);
+            }
+        }
+        locked(&[counter], true)
     }
 }
 
@@ -171,7 +190,7 @@ impl Admission {
             }
         }
         if !now_locked.is_empty() {
-            return locked(&now_locked.iter().collect::<Vec<_>>());
+            return locked(&now_locked.iter().collect::<Vec<_>>(), false);
         }
         // The count includes this attempt: past the threshold means that many failures before it.
         if self.counters().any(|c| c.failures > SLOW_AFTER_FAILURES) {
@@ -181,8 +200,9 @@ impl Admission {
     }
 }
 
-fn locked(counters: &[&LoginCounter]) -> LoginError {
+fn locked(counters: &[&LoginCounter], unchecked: bool) -> LoginError {
     LoginError::Locked {
+        unchecked,
         retry_after_secs: counters
             .iter()
             .map(|c| c.lock_remaining_secs())

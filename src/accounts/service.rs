@@ -43,8 +43,13 @@ pub enum LoginError {
     BadCredentials,
     /// Too many failed logins for this name or from this address; no password is checked until
     /// the lock ends.
+    /// `unchecked`: this attempt was refused without a look at its password (the lock was set
+    /// before it), so it is counted with the lock's other refusals, not audited on its own.
     #[error("too many failed logins: try again in {retry_after_secs} s")]
-    Locked { retry_after_secs: u64 },
+    Locked {
+        retry_after_secs: u64,
+        unchecked: bool,
+    },
     /// A new password that breaks the rules (changing one's own password).
     #[error("{0}")]
     Invalid(String),
@@ -262,6 +267,12 @@ impl Accounts {
     pub async fn prune_login_failures(&self) -> Result<u64, AccountError> {
         Ok(store::login_failure_prune(&self.pool, super::FAILURE_WINDOW, None).await?)
     }
+
+    /// Writes the audit entry of each sign-in lock that is over, with the attempts it refused
+    /// unchecked (see the `login_lock_refusals` migration).
+    pub async fn flush_lock_refusals(&self) -> Result<u64, AccountError> {
+        Ok(store::login_lock_refusals_flush(&self.pool, None).await?)
+    }
 }
 
 impl Accounts {
@@ -381,7 +392,13 @@ async fn keeps_an_admin(
 /// A refused setup code's answer: the lock, or the one answer for everything else.
 fn setup_refused(e: LoginError) -> SetupError {
     match e {
-        LoginError::Locked { retry_after_secs } => SetupError::Locked { retry_after_secs },
+        LoginError::Locked {
+            retry_after_secs,
+            unchecked,
+        } => SetupError::Locked {
+            retry_after_secs,
+            unchecked,
+        },
         LoginError::Database(e) => SetupError::Account(AccountError::Database(e)),
         LoginError::BadCredentials | LoginError::Invalid(_) => SetupError::NotFound,
     }

@@ -112,7 +112,10 @@ pub enum SetupError {
     NotFound,
     /// Too many failed sign-ins or wrong codes from this address.
     #[error("too many failed attempts: try again in {retry_after_secs} s")]
-    Locked { retry_after_secs: u64 },
+    Locked {
+        retry_after_secs: u64,
+        unchecked: bool,
+    },
     /// The right code, but a name or password that breaks the rules (the link stays live).
     #[error(transparent)]
     Account(#[from] AccountError),

@@ -287,6 +287,57 @@ pub async fn login_failure_confirm<'e>(
     .await
 }
 
+/// Counts an attempt refused unchecked because `key` is locked until `locked_until`.
+pub async fn login_lock_refused<'e>(
+    db: impl PgExecutor<'e>,
+    scope: LoginScope,
+    key: &str,
+    locked_until: DateTime<Utc>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO login_lock_refusals AS r (scope, key, locked_until, refused)
+         VALUES ($1, $2, $3, 1)
+         ON CONFLICT (scope, key, locked_until) DO UPDATE SET refused = r.refused + 1",
+    )
+    .bind(scope.as_str())
+    .bind(key)
+    .bind(locked_until)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Writes one audit entry for each lock that is over (at `now`, the database clock unless given)
+/// with how many attempts it refused unchecked, and forgets those counts, in one statement.
+/// Returns the entries written.
+pub async fn login_lock_refusals_flush<'e>(
+    db: impl PgExecutor<'e>,
+    now: Option<DateTime<Utc>>,
+) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query(
+        "WITH over AS (
+             DELETE FROM login_lock_refusals WHERE locked_until <= coalesce($1, now())
+             RETURNING scope, key, locked_until, refused, first_at)
+         INSERT INTO audit_log (at, actor, role, action, target, count, address, ok, result)
+         SELECT locked_until,
+                CASE WHEN scope = 'name' THEN left(key, 100) ELSE '?' END,
+                'none', 'session.sign_in',
+                left(scope || ' ' || key || ' locked from before '
+                     || to_char(first_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')
+                     || ' to ' || to_char(locked_until AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')
+                     || ' UTC', 2000),
+                refused,
+                CASE WHEN scope = 'address' THEN key::inet END,
+                false,
+                'refused unchecked while locked: ' || refused || ' attempts'
+         FROM over",
+    )
+    .bind(now)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected())
+}
+
 /// The attempt succeeded or was not checked: gives its place back, if the window it was counted
 /// in (`window_started_at`, from the reservation) is still the current one.
 pub async fn login_failure_release<'e>(

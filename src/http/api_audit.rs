@@ -13,6 +13,14 @@ use super::session::client_address;
 use super::state::AppState;
 use crate::audit::AuditEntry;
 
+/// What a handler adds to its call's entry (as a response extension): a bulk action's filter (or
+/// ids) and how many jobs it changed.
+#[derive(Debug, Clone, Default)]
+pub struct AuditDetail {
+    pub filter: Option<serde_json::Value>,
+    pub count: Option<i64>,
+}
+
 /// The route players post predictions to: not recorded.
 const PREDICTIONS_ROUTE: &str = "/questions/{id}/predictions";
 /// The most of a request's path kept in an entry's target (the column holds 2000 characters; a
@@ -55,6 +63,11 @@ pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> 
         return res;
     };
     let status = res.status();
+    let detail = res
+        .extensions()
+        .get::<AuditDetail>()
+        .cloned()
+        .unwrap_or_default();
     let path = bounded(&path);
     let target = match caller.token_id {
         Some(id) => format!("/api/v1{path} (token {id})"),
@@ -68,8 +81,8 @@ pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> 
             role: caller.role.as_str().to_string(),
             action: format!("api.{method} {route}"),
             target: Some(target),
-            filter: None,
-            count: None,
+            filter: detail.filter,
+            count: detail.count,
             address: Some(address),
             result: if status.is_success() {
                 Ok(())

@@ -3,11 +3,12 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::Json;
+use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use super::api_audit::AuditDetail;
 use super::error::AppError;
 use super::extract::{ApiJson, ApiQuery, JobIdPath};
 use super::state::AppState;
@@ -186,7 +187,7 @@ pub async fn delete(
 }
 
 /// The filter of a bulk action: every field optional; `{}` matches every job.
-#[derive(schemars::JsonSchema, Debug, Default, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BulkFilter {
     /// Any of these states; absent or empty: every state.
@@ -231,19 +232,30 @@ pub struct BulkBody {
 
 /// Applies an action to listed jobs or to every job matching a filter. Answers how many changed
 /// and how many were left alone because their state does not allow the action.
+///
+/// The audit entry keeps what it was applied to (the ids or the filter) and how many changed.
 pub async fn bulk(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<BulkBody>,
-) -> Result<Json<BulkReport>, AppError> {
-    let report = match (body.ids, body.filter) {
-        (Some(ids), None) => state.client.bulk_ids(body.action, &ids).await?,
+) -> Result<(Extension<AuditDetail>, Json<BulkReport>), AppError> {
+    let (report, applied_to) = match (body.ids, body.filter) {
+        (Some(ids), None) => {
+            let report = state.client.bulk_ids(body.action, &ids).await?;
+            (report, json!({ "ids": ids }))
+        }
         (None, Some(filter)) => {
-            state
+            let applied_to = serde_json::to_value(&filter).unwrap_or_default();
+            let report = state
                 .client
                 .bulk_filter(body.action, &filter.into())
-                .await?
+                .await?;
+            (report, applied_to)
         }
         _ => return Err(AppError::invalid("give either ids or filter (not both)")),
     };
-    Ok(Json(report))
+    let detail = AuditDetail {
+        filter: Some(applied_to),
+        count: Some(i64::try_from(report.changed).unwrap_or(i64::MAX)),
+    };
+    Ok((Extension(detail), Json(report)))
 }

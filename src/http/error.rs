@@ -186,7 +186,9 @@ impl From<LoginError> for AppError {
     fn from(e: LoginError) -> Self {
         match e {
             LoginError::BadCredentials => AppError::BadCredentials,
-            LoginError::Locked { retry_after_secs } => AppError::TooManyRequests {
+            LoginError::Locked {
+                retry_after_secs, ..
+            } => AppError::TooManyRequests {
                 message: format!(
                     "too many failed sign-ins: try again in {} min",
                     retry_after_secs.div_ceil(60).max(1)
@@ -205,9 +207,14 @@ impl From<SetupError> for AppError {
     fn from(e: SetupError) -> Self {
         match e {
             SetupError::NotFound => AppError::NotFound("Page not found.".into()),
-            SetupError::Locked { retry_after_secs } => {
-                LoginError::Locked { retry_after_secs }.into()
+            SetupError::Locked {
+                retry_after_secs,
+                unchecked,
+            } => LoginError::Locked {
+                retry_after_secs,
+                unchecked,
             }
+            .into(),
             SetupError::Account(e) => e.into(),
         }
     }

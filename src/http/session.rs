@@ -125,6 +125,9 @@ pub async fn sweep_expired(pool: sqlx::PgPool, shutdown: CancellationToken) {
         if let Err(e) = store.delete_expired().await {
             tracing::warn!(error = %e, "could not delete expired sessions");
         }
+        if let Err(e) = accounts.flush_lock_refusals().await {
+            tracing::warn!(error = %e, "could not record the refusals of sign-in locks that are over");
+        }
         if let Err(e) = accounts.prune_login_failures().await {
             tracing::warn!(error = %e, "could not delete old sign-in failure counters");
         }

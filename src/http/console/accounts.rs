@@ -72,7 +72,7 @@ fn session_starter(refused: &str) -> Result<(tower_sessions::Session, std::net::
 #[async_trait::async_trait]
 impl AccountsConsole for ServerConsole {
     async fn users(&self) -> Result<UsersPage, Refusal> {
-        let op = operator(Role::Admin)?;
+        let op = self.operator_for(Role::Admin, "users.read", None).await?;
         let now_ms = self.now_ms().await?;
         let users = self.accounts.list().await.map_err(refused)?;
         let tokens = self.accounts.tokens(None).await.map_err(refused)?;
@@ -125,7 +125,14 @@ impl AccountsConsole for ServerConsole {
         role: Option<String>,
         password: Option<String>,
     ) -> Result<(), Refusal> {
-        let me = operator(Role::Admin)?;
+        let tried = match action.as_str() {
+            "role" | "disable" | "enable" => format!("user.{action}"),
+            "password" => "user.password_reset".to_string(),
+            _ => "user.update".to_string(),
+        };
+        let me = self
+            .operator_for(Role::Admin, &tried, Some(&format!("user {id}")))
+            .await?;
         let target = match self.accounts.get(id).await.map_err(refused)? {
             Some(u) => format!("user {}", u.name),
             None => format!("user {id}"),
@@ -322,6 +329,12 @@ impl AccountsConsole for ServerConsole {
         let refusal = match self.accounts.authenticate(&name, &password, address).await {
             Ok(user) => Ok(user),
             Err(e @ LoginError::Database(_)) => return Err(refused(e)),
+            // Counted with the lock's other refusals, recorded as one entry when it is over.
+            Err(
+                e @ LoginError::Locked {
+                    unchecked: true, ..
+                },
+            ) => return Err(refused(e)),
             Err(e) => Err(refused(e)),
         };
         let user = match refusal {
@@ -381,6 +394,11 @@ impl AccountsConsole for ServerConsole {
         let user = match made {
             Ok(user) => user,
             Err(e @ SetupError::Account(AccountError::Database(_))) => return Err(refused(e)),
+            Err(
+                e @ SetupError::Locked {
+                    unchecked: true, ..
+                },
+            ) => return Err(refused(e)),
             Err(e) => {
                 let refusal = refused(e);
                 let actor = if typed.is_empty() {

@@ -104,12 +104,35 @@ impl ServerConsole {
         count: fn(&T) -> Option<i64>,
         run: impl std::future::Future<Output = Result<T, Refusal>>,
     ) -> Result<T, Refusal> {
-        let op = operator(need)?;
+        let op = self
+            .operator_for(need, &act.action, act.target.as_deref())
+            .await?;
         let result = run.await;
         let changed = result.as_ref().ok().and_then(count);
         self.record(&op, &act.action, act.target, act.filter, changed, &result)
             .await;
         result
+    }
+
+    /// [`operator`], recording a signed-in user's refusal (a role below `need`) as an attempt of
+    /// `action` on `target`.
+    async fn operator_for(
+        &self,
+        need: Role,
+        action: &str,
+        target: Option<&str>,
+    ) -> Result<Operator, Refusal> {
+        let refusal = match operator(need) {
+            Ok(op) => return Ok(op),
+            Err(refusal) => refusal,
+        };
+        let signed_in = request().and_then(|p| p.extensions.get::<Operator>().cloned());
+        if let Some(op) = signed_in {
+            let refused: Result<(), Refusal> = Err(refusal.clone());
+            self.record(&op, action, target.map(String::from), None, None, &refused)
+                .await;
+        }
+        Err(refusal)
     }
 
     /// Records what an operator did (or tried) in the audit log.
