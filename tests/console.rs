@@ -1275,3 +1275,22 @@ async fn sign_ins_refused_while_locked_make_one_audit_entry_with_their_count() {
         "written once"
     );
 }
+
+#[tokio::test]
+async fn a_signed_out_request_is_refused_before_its_body_is_read() {
+    let d = dashboard().await;
+    // A body that never arrives: a guard that read it first would wait forever.
+    for path in ["/_console/job_action", "/_console/jobs"] {
+        let req = Request::post(path)
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(Body::from_stream(futures_util::stream::pending::<
+                Result<Vec<u8>, std::io::Error>,
+            >()))
+            .unwrap();
+        let answered =
+            tokio::time::timeout(std::time::Duration::from_secs(5), send(&d.app, req)).await;
+        let (status, _, _) =
+            answered.unwrap_or_else(|_| panic!("{path}: no answer while the body was pending"));
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
+    }
+}

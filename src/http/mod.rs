@@ -134,6 +134,11 @@ async fn limit_dashboard_bodies(
     if declared.is_some_and(|n| n > MAX_DASHBOARD_BODY_BYTES as u64) {
         return too_large();
     }
+    // Past the sign-in, the session guard reads the body (bounded the same way) only once the
+    // session holds: an anonymous client cannot make the server wait on, or hold, a large body.
+    if !session::is_open(req.uri().path()) {
+        return next.run(req).await;
+    }
     let (parts, body) = req.into_parts();
     match axum::body::to_bytes(body, MAX_DASHBOARD_BODY_BYTES).await {
         Ok(bytes) => {

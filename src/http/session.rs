@@ -143,7 +143,7 @@ pub fn client_address(req_extensions: &axum::http::Extensions) -> IpAddr {
 }
 
 /// Paths that need no session.
-fn is_open(path: &str) -> bool {
+pub(super) fn is_open(path: &str) -> bool {
     path == "/login"
         || path == "/_console/login"
         || path == "/_console/login_info"
@@ -275,12 +275,12 @@ pub async fn require_operator(
         }
     }
     let (mut parts, body) = req.into_parts();
-    let body = if parts.method == Method::POST && !READ_ONLY_FUNCTIONS.contains(&path.as_str()) {
-        // The body was read and limited already (`limit_dashboard_bodies`): this only gathers it.
-        let bytes = match axum::body::to_bytes(body, MAX_FORM_BYTES).await {
-            Ok(b) => b,
-            Err(_) => return refuse(StatusCode::PAYLOAD_TOO_LARGE, "the request is too large"),
-        };
+    // Read only now that the session holds, up to the dashboard's limit (413 past it).
+    let bytes = match axum::body::to_bytes(body, MAX_FORM_BYTES).await {
+        Ok(b) => b,
+        Err(_) => return refuse(StatusCode::PAYLOAD_TOO_LARGE, "the request is too large"),
+    };
+    if parts.method == Method::POST && !READ_ONLY_FUNCTIONS.contains(&path.as_str()) {
         let presented = parts
             .headers
             .get("x-csrf-token")
@@ -296,10 +296,8 @@ pub async fn require_operator(
                 "the form is missing its security token: reload the page and try again",
             );
         }
-        Body::from(bytes)
-    } else {
-        body
-    };
+    }
+    let body = Body::from(bytes);
     let address = client_address(&parts.extensions);
     parts.extensions.insert(kickoff_app::console::accounts::Me {
         name: user.name.clone(),
