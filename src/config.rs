@@ -79,6 +79,18 @@ pub struct Config {
     #[arg(long, env = "KICKOFF_NODE_ID")]
     pub node_id: Option<String>,
 
+    /// Client connections served at once; one more is answered 503 and closed. Lowered to what
+    /// the open-file limit leaves (minus 256 for everything else). Default: 4096.
+    #[arg(long, env = "KICKOFF_MAX_CONNECTIONS", default_value_t = 4096,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
+
+    /// Live-update streams (`/events`, `/api/v1/events`) open at once on this node; one more is
+    /// answered 503. Default: 2048.
+    #[arg(long, env = "KICKOFF_MAX_STREAMS", default_value_t = 2048,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_streams: u32,
+
     /// Seconds running jobs get to finish at shutdown before they are handed back. Default: 10.
     #[arg(long, env = "KICKOFF_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     pub shutdown_grace_secs: u64,

@@ -209,6 +209,10 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         metrics: engine.metrics(),
         leptos_options,
     });
+    let state = state.with_stream_limits(http::state::StreamLimits {
+        max_open: config.max_streams as usize,
+        ..Default::default()
+    });
     let app = http::router(state);
     let listener = tokio::net::TcpListener::bind(config.site_addr).await?;
     let local_addr = listener.local_addr()?;
@@ -228,14 +232,21 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     });
     // Open event streams end with the shutdown token, so the graceful stop does not wait on them.
     // The peer address feeds the per-address sign-in throttle.
-    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await;
+    let limits = http::listener::Limits {
+        header_read_timeout: http::listener::HEADER_READ_TIMEOUT,
+        max_connections: http::listener::connection_cap(config.max_connections as usize),
+    };
+    http::listener::serve(
+        listener,
+        app,
+        limits,
+        shutdown.clone(),
+        Duration::from_secs(config.shutdown_grace_secs),
+    )
+    .await;
     tracing::info!("stopping: engine first, then the database");
     engine.stop().await;
     db.close().await;
-    served?;
     Ok(())
 }
 

@@ -1,8 +1,9 @@
 //! Password rules, hashing and verification (argon2id with the argon2 crate's default parameters).
 //!
-//! Both hashing and verifying cost tens of milliseconds of CPU by design, so the async functions
-//! here run them on tokio's blocking pool: on the runtime's threads they would stall every request
-//! and job of the process meanwhile.
+//! Both hashing and verifying cost tens of milliseconds of CPU and 19 MiB of memory by design, so
+//! the async functions here run them on tokio's blocking pool (on the runtime's threads they would
+//! stall every request and job of the process meanwhile), at most [`concurrent_hashes`] at once: a
+//! burst of sign-ins waits its turn instead of taking the machine's memory and cores.
 
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
@@ -69,7 +70,38 @@ pub(crate) async fn verify(password: &str, hash: &str) -> bool {
     .await
 }
 
+/// How many hashes run at once: one per core, at least 2.
+pub fn concurrent_hashes() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().max(2))
+}
+
+static HASHING: std::sync::LazyLock<tokio::sync::Semaphore> =
+    std::sync::LazyLock::new(|| tokio::sync::Semaphore::new(concurrent_hashes()));
+
+#[cfg(test)]
+static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+#[cfg(test)]
+static MOST_RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    // The semaphore is never closed.
+    let _turn = HASHING
+        .acquire()
+        .await
+        .expect("the hashing semaphore is open");
+    let f = move || {
+        #[cfg(test)]
+        {
+            use std::sync::atomic::Ordering;
+            let now = RUNNING.fetch_add(1, Ordering::SeqCst) + 1;
+            MOST_RUNNING.fetch_max(now, Ordering::SeqCst);
+            let value = f();
+            RUNNING.fetch_sub(1, Ordering::SeqCst);
+            value
+        }
+        #[cfg(not(test))]
+        f()
+    };
     match tokio::task::spawn_blocking(f).await {
         Ok(value) => value,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -81,6 +113,22 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_of_sign_ins_hashes_a_bounded_number_at_once() {
+        let checks: Vec<_> = (0..12)
+            .map(|_| tokio::spawn(async { verify("correct horse battery", DUMMY_HASH).await }))
+            .collect();
+        for check in checks {
+            assert!(!check.await.unwrap());
+        }
+        let most = MOST_RUNNING.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(
+            (1..=concurrent_hashes()).contains(&most),
+            "{most} hashes ran at once; the bound is {}",
+            concurrent_hashes()
+        );
+    }
 
     #[test]
     fn the_dummy_hash_costs_what_a_new_hash_costs() {

@@ -47,6 +47,9 @@ pub enum AppError {
     },
     #[error("the server is busy or its database is unreachable; try again")]
     Unavailable,
+    /// A limit of this node is reached (connections, streams): 503 with `Retry-After`.
+    #[error("{0}")]
+    Busy(String),
     #[error("internal error")]
     Internal(String),
 }
@@ -63,7 +66,7 @@ impl AppError {
             AppError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             AppError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             AppError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
-            AppError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            AppError::Unavailable | AppError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -81,6 +84,7 @@ impl AppError {
             AppError::UnsupportedMediaType => "unsupported_media_type",
             AppError::TooManyRequests { .. } => "too_many_requests",
             AppError::Unavailable => "unavailable",
+            AppError::Busy(_) => "busy",
             AppError::Internal(_) => "internal",
         }
     }
@@ -91,6 +95,7 @@ impl AppError {
             AppError::TooManyRequests {
                 retry_after_secs, ..
             } => Some(*retry_after_secs),
+            AppError::Busy(_) => Some(1),
             _ => None,
         }
     }

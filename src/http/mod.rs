@@ -8,6 +8,7 @@ pub mod auth;
 pub mod console;
 pub mod error;
 pub mod extract;
+pub mod listener;
 pub mod metrics;
 pub mod openapi;
 pub mod session;

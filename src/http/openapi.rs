@@ -234,7 +234,7 @@ pub fn endpoints() -> Vec<Endpoint> {
         Endpoint {
             method: "get",
             path: "/events",
-            summary: "Server-Sent Events: one `jobs` event per statement that changed jobs",
+            summary: "Server-Sent Events: one `jobs` event per statement that changed jobs. At most `KICKOFF_MAX_STREAMS` (default 2048) open per node, else 503 `busy` with `Retry-After`; the stream ends within 5 s of its token being revoked or its owner disabled",
             body: None,
             query: None,
             ok: (200, None),

@@ -134,6 +134,37 @@ pub async fn sweep_expired(pool: sqlx::PgPool, shutdown: CancellationToken) {
     }
 }
 
+/// Whether the session `id` is still signed in as `user_id` at `epoch`: not signed out or expired,
+/// the password unchanged since, the account enabled. An error counts as no (a live stream that
+/// asks ends, and its client reconnects through the guard).
+pub async fn still_signed_in(
+    state: &super::state::AppState,
+    id: tower_sessions::session::Id,
+    user_id: i64,
+    epoch: i32,
+) -> bool {
+    use tower_sessions::SessionStore;
+    let Ok(Some(record)) = PostgresStore::new(state.pool.clone()).load(&id).await else {
+        return false;
+    };
+    let Some(signed_in) = record
+        .data
+        .get(SIGNED_IN)
+        .and_then(|v| serde_json::from_value::<SignedIn>(v.clone()).ok())
+    else {
+        return false;
+    };
+    let absolute = chrono::Duration::from_std(ABSOLUTE_EXPIRY).unwrap_or_default();
+    if signed_in.user_id != user_id
+        || signed_in.epoch != epoch
+        || Utc::now() - signed_in.login_at > absolute
+    {
+        return false;
+    }
+    matches!(state.accounts.get(user_id).await,
+             Ok(Some(u)) if !u.disabled && u.session_epoch == epoch)
+}
+
 /// The client's address: the connection's peer (no proxy header is trusted).
 pub fn client_address(req_extensions: &axum::http::Extensions) -> IpAddr {
     req_extensions

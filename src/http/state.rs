@@ -32,6 +32,9 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Live-update streams open now (dashboard and API).
     pub sse_clients: Arc<AtomicUsize>,
+    /// The streams this node serves at once, and how often each checks that its session or
+    /// token still holds (see `sse`).
+    pub streams: StreamLimits,
     pub leptos_options: leptos::config::LeptosOptions,
     /// Cancelled when the server stops: long-lived responses (event streams) end with it.
     pub shutdown: tokio_util::sync::CancellationToken,
@@ -59,6 +62,7 @@ impl AppState {
             questions: QuestionService::new(parts.client.clone()),
             auditor: Auditor::new(parts.pool.clone()),
             sse_clients: Arc::default(),
+            streams: StreamLimits::default(),
             client: parts.client,
             accounts: parts.accounts,
             secure_cookies: parts.secure_cookies,
@@ -70,6 +74,33 @@ impl AppState {
             leptos_options: parts.leptos_options,
             shutdown: parts.shutdown,
         }
+    }
+}
+
+/// Limits of the live-update streams.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamLimits {
+    /// Streams open at once on this node (`KICKOFF_MAX_STREAMS`); one more is answered 503.
+    pub max_open: usize,
+    /// How often an open stream checks that its session or token still holds; it ends within
+    /// this time of a sign-out, a password change, a disabled account or a revoked token.
+    pub recheck: std::time::Duration,
+}
+
+impl Default for StreamLimits {
+    fn default() -> Self {
+        StreamLimits {
+            max_open: 2048,
+            recheck: std::time::Duration::from_secs(5),
+        }
+    }
+}
+
+impl AppState {
+    /// This state with other stream limits.
+    pub fn with_stream_limits(mut self, streams: StreamLimits) -> Self {
+        self.streams = streams;
+        self
     }
 }
 

@@ -173,6 +173,21 @@ pub fn app_over_https(pool: &PgPool, token: &str) -> axum::Router {
     kickoff::http::router(state)
 }
 
+/// [`app`] with other limits on its live-update streams.
+pub fn app_with_streams(
+    pool: &PgPool,
+    token: &str,
+    limits: kickoff::http::state::StreamLimits,
+) -> axum::Router {
+    let state = app_state(
+        pool,
+        token,
+        std::sync::Arc::new(kickoff::engine::metrics::Metrics::new()),
+        kickoff::accounts::Accounts::new(pool.clone()),
+    );
+    kickoff::http::router(state.with_stream_limits(limits))
+}
+
 fn app_from(
     pool: &PgPool,
     token: &str,
