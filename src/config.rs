@@ -50,6 +50,16 @@ pub struct Config {
     #[arg(long, env = "KICKOFF_SECURE_COOKIES", default_value_t = false)]
     pub secure_cookies: bool,
 
+    /// Proxies (addresses or CIDR blocks, comma-separated) whose `X-Forwarded-For` names the client
+    /// for the audit log and the sign-in throttle. Default: none (the peer is the client).
+    #[arg(
+        long,
+        env = "KICKOFF_TRUSTED_PROXIES",
+        value_delimiter = ',',
+        default_value = ""
+    )]
+    pub trusted_proxies: Vec<String>,
+
     /// Hosts (`host` or `host:port`, comma-separated) that webhook jobs may call. A host name must
     /// resolve to public addresses only, unless written `private:host[:port]`; an IP literal must
     /// be listed exactly. Default: none.

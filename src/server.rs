@@ -162,6 +162,9 @@ fn site_root(config: &Config) -> PathBuf {
 
 /// Runs the server until Ctrl-C or SIGTERM.
 pub async fn serve(config: Config) -> Result<(), StartError> {
+    // Settings checked before anything starts.
+    let proxies = http::client_address::TrustedProxies::parse(&config.trusted_proxies)
+        .map_err(StartError::Config)?;
     let db = Database::open(&config).await?;
     let token = Arc::new(api_token(&config)?);
     let engine_config = engine_config(&config)?;
@@ -209,10 +212,12 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         metrics: engine.metrics(),
         leptos_options,
     });
-    let state = state.with_stream_limits(http::state::StreamLimits {
-        max_open: config.max_streams as usize,
-        ..Default::default()
-    });
+    let state = state
+        .with_trusted_proxies(proxies)
+        .with_stream_limits(http::state::StreamLimits {
+            max_open: config.max_streams as usize,
+            ..Default::default()
+        });
     let app = http::router(state);
     let listener = tokio::net::TcpListener::bind(config.site_addr).await?;
     let local_addr = listener.local_addr()?;

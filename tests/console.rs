@@ -1294,3 +1294,75 @@ async fn a_signed_out_request_is_refused_before_its_body_is_read() {
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
     }
 }
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_each_client_has_its_own_sign_in_lock_and_audit_address() {
+    use axum::extract::ConnectInfo;
+    use kickoff::accounts::{Accounts, LOCK_AFTER_FAILURES};
+    use std::net::SocketAddr;
+    let db = common::test_db().await;
+    let app = common::app_behind_proxies(&db.pool, "proxy-test-token", &["10.0.0.0/8"]);
+    Accounts::new(db.pool.clone())
+        .create("ops", PASSWORD, Role::Operator)
+        .await
+        .unwrap();
+    // Every request arrives from the proxy at 10.0.0.2, for the client it names.
+    let login = |client: &str, name: &str, password: &str| {
+        Request::post("/_console/login")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(header::ACCEPT, "application/json")
+            .header("x-forwarded-for", client)
+            .extension(ConnectInfo("10.0.0.2:40000".parse::<SocketAddr>().unwrap()))
+            .body(Body::from(format!("name={name}&password={password}")))
+            .unwrap()
+    };
+    // One client guesses under many names until its address is locked.
+    for i in 0..LOCK_AFTER_FAILURES {
+        let _ = send(
+            &app,
+            login("203.0.113.7", &format!("guess{i}"), "wrong-wrong-wrong"),
+        )
+        .await;
+    }
+    let (status, _, _) = send(
+        &app,
+        login("203.0.113.7", "ops", "correct+horse+battery+staple"),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the guesser is locked"
+    );
+    // Another client behind the same proxy is not.
+    let (status, _, text) = send(
+        &app,
+        login("198.51.100.20", "ops", "correct+horse+battery+staple"),
+    )
+    .await;
+    assert!(status.is_success(), "{status}: {text}");
+    let addresses: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT host(address) FROM audit_log WHERE action = 'session.sign_in' ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(addresses, ["198.51.100.20", "203.0.113.7"]);
+
+    // A client that is not the proxy cannot choose its address with the header.
+    let spoof = Request::post("/_console/login")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header("x-forwarded-for", "198.51.100.20")
+        .extension(ConnectInfo(
+            "192.0.2.66:40000".parse::<SocketAddr>().unwrap(),
+        ))
+        .body(Body::from("name=ops&password=wrong-wrong-wrong"))
+        .unwrap();
+    let _ = send(&app, spoof).await;
+    let last: String =
+        sqlx::query_scalar("SELECT host(address) FROM audit_log ORDER BY id DESC LIMIT 1")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(last, "192.0.2.66");
+}

@@ -5,6 +5,7 @@ pub mod api_jobs;
 pub mod api_questions;
 pub mod api_queues;
 pub mod auth;
+pub mod client_address;
 pub mod console;
 pub mod error;
 pub mod extract;
@@ -103,6 +104,11 @@ pub fn router(state: AppState) -> Router {
         .layer(middleware::from_fn_with_state(
             state.secure_cookies,
             session::security_headers,
+        ))
+        // Outermost: every layer inside sees the client's address.
+        .layer(middleware::from_fn_with_state(
+            state.trusted_proxies.clone(),
+            client_address::resolve,
         ))
         .with_state(state)
 }

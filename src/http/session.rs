@@ -165,8 +165,12 @@ pub async fn still_signed_in(
              Ok(Some(u)) if !u.disabled && u.session_epoch == epoch)
 }
 
-/// The client's address: the connection's peer (no proxy header is trusted).
+/// The client's address: the connection's peer, or whom a trusted proxy says it serves (see
+/// [`super::client_address`]).
 pub fn client_address(req_extensions: &axum::http::Extensions) -> IpAddr {
+    if let Some(client) = req_extensions.get::<super::client_address::ClientAddress>() {
+        return client.0;
+    }
     req_extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip())

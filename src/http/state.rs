@@ -35,6 +35,8 @@ pub struct AppState {
     /// The streams this node serves at once, and how often each checks that its session or
     /// token still holds (see `sse`).
     pub streams: StreamLimits,
+    /// Proxies whose `X-Forwarded-For` names the client (`KICKOFF_TRUSTED_PROXIES`).
+    pub trusted_proxies: Arc<super::client_address::TrustedProxies>,
     pub leptos_options: leptos::config::LeptosOptions,
     /// Cancelled when the server stops: long-lived responses (event streams) end with it.
     pub shutdown: tokio_util::sync::CancellationToken,
@@ -63,6 +65,7 @@ impl AppState {
             auditor: Auditor::new(parts.pool.clone()),
             sse_clients: Arc::default(),
             streams: StreamLimits::default(),
+            trusted_proxies: Arc::default(),
             client: parts.client,
             accounts: parts.accounts,
             secure_cookies: parts.secure_cookies,
@@ -97,6 +100,12 @@ impl Default for StreamLimits {
 }
 
 impl AppState {
+    /// This state behind `proxies`.
+    pub fn with_trusted_proxies(mut self, proxies: super::client_address::TrustedProxies) -> Self {
+        self.trusted_proxies = Arc::new(proxies);
+        self
+    }
+
     /// This state with other stream limits.
     pub fn with_stream_limits(mut self, streams: StreamLimits) -> Self {
         self.streams = streams;

@@ -173,6 +173,19 @@ pub fn app_over_https(pool: &PgPool, token: &str) -> axum::Router {
     kickoff::http::router(state)
 }
 
+/// [`app`] behind the proxies `trusted` (`KICKOFF_TRUSTED_PROXIES`).
+pub fn app_behind_proxies(pool: &PgPool, token: &str, trusted: &[&str]) -> axum::Router {
+    let state = app_state(
+        pool,
+        token,
+        std::sync::Arc::new(kickoff::engine::metrics::Metrics::new()),
+        kickoff::accounts::Accounts::new(pool.clone()),
+    );
+    let trusted: Vec<String> = trusted.iter().map(|t| t.to_string()).collect();
+    let proxies = kickoff::http::client_address::TrustedProxies::parse(&trusted).unwrap();
+    kickoff::http::router(state.with_trusted_proxies(proxies))
+}
+
 /// [`app`] with other limits on its live-update streams.
 pub fn app_with_streams(
     pool: &PgPool,
