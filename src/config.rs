@@ -50,6 +50,17 @@ pub struct Config {
     #[arg(long, env = "KICKOFF_SECURE_COOKIES", default_value_t = false)]
     pub secure_cookies: bool,
 
+    /// Names (`host` or `host:port`, comma-separated) clients reach this server by; a request
+    /// naming another `Host` gets 421. Default: on loopback, `localhost`, `127.0.0.1` and `[::1]`
+    /// on the listen port; on another address, any name.
+    #[arg(
+        long,
+        env = "KICKOFF_ALLOWED_HOSTS",
+        value_delimiter = ',',
+        default_value = ""
+    )]
+    pub host_names: Vec<String>,
+
     /// Proxies (addresses or CIDR blocks, comma-separated) whose `X-Forwarded-For` names the client
     /// for the audit log and the sign-in throttle. Default: none (the peer is the client).
     #[arg(

@@ -165,6 +165,9 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     // Settings checked before anything starts.
     let proxies = http::client_address::TrustedProxies::parse(&config.trusted_proxies)
         .map_err(StartError::Config)?;
+    // Checked now; made from the bound address (its port may be chosen by the system) below.
+    http::host_check::AllowedHosts::new(config.site_addr, &config.host_names)
+        .map_err(StartError::Config)?;
     let db = Database::open(&config).await?;
     let token = Arc::new(api_token(&config)?);
     let engine_config = engine_config(&config)?;
@@ -212,15 +215,19 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         metrics: engine.metrics(),
         leptos_options,
     });
+    let listener = tokio::net::TcpListener::bind(config.site_addr).await?;
+    let local_addr = listener.local_addr()?;
+    let hosts = http::host_check::AllowedHosts::new(local_addr, &config.host_names)
+        .map_err(StartError::Config)?;
+    tracing::info!(hosts = %hosts.describe(), "answering for");
     let state = state
         .with_trusted_proxies(proxies)
+        .with_allowed_hosts(hosts)
         .with_stream_limits(http::state::StreamLimits {
             max_open: config.max_streams as usize,
             ..Default::default()
         });
     let app = http::router(state);
-    let listener = tokio::net::TcpListener::bind(config.site_addr).await?;
-    let local_addr = listener.local_addr()?;
     println!("Kickoff listening on http://{local_addr}");
     // Only here, on this process's own output: the code is kept nowhere else.
     if let Some(url) = setup_link.url(local_addr) {

@@ -1366,3 +1366,35 @@ async fn behind_a_trusted_proxy_each_client_has_its_own_sign_in_lock_and_audit_a
             .unwrap();
     assert_eq!(last, "192.0.2.66");
 }
+
+#[tokio::test]
+async fn a_request_naming_another_host_is_refused_as_a_rebinding_page_would_send_it() {
+    use kickoff::http::host_check::AllowedHosts;
+    let db = common::test_db().await;
+    let listen = "127.0.0.1:3000".parse().unwrap();
+    let app = common::app_changed(&db.pool, "host-test-token", |s| {
+        s.with_allowed_hosts(AllowedHosts::new(listen, &[]).unwrap())
+    });
+    let get = |path: &str, host: &str| {
+        Request::get(path)
+            .header(header::HOST, host)
+            .header(header::AUTHORIZATION, "Bearer host-test-token")
+            .body(Body::empty())
+            .unwrap()
+    };
+    // A page on evil.example whose name now points at 127.0.0.1.
+    for path in ["/login", "/api/v1/jobs", "/_console/login_info"] {
+        let (status, _, body) = send(&app, get(path, "evil.example:3000")).await;
+        assert_eq!(status, StatusCode::MISDIRECTED_REQUEST, "{path}: {body}");
+        assert!(body.contains("KICKOFF_ALLOWED_HOSTS"), "{body}");
+    }
+    for host in ["localhost:3000", "127.0.0.1:3000"] {
+        let (status, _, _) = send(&app, get("/login", host)).await;
+        assert_eq!(status, StatusCode::OK, "{host}");
+    }
+    let (status, _, _) = send(&app, get("/api/v1/jobs", "localhost:3000")).await;
+    assert_eq!(status, StatusCode::OK);
+    // The probes answer whatever name a load balancer uses.
+    let (status, _, _) = send(&app, get("/healthz", "10.1.2.3:3000")).await;
+    assert_eq!(status, StatusCode::OK);
+}

@@ -9,6 +9,7 @@ pub mod client_address;
 pub mod console;
 pub mod error;
 pub mod extract;
+pub mod host_check;
 pub mod listener;
 pub mod metrics;
 pub mod openapi;
@@ -109,6 +110,10 @@ pub fn router(state: AppState) -> Router {
         .layer(middleware::from_fn_with_state(
             state.trusted_proxies.clone(),
             client_address::resolve,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.allowed_hosts.clone(),
+            host_check::check,
         ))
         .with_state(state)
 }

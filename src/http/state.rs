@@ -37,6 +37,8 @@ pub struct AppState {
     pub streams: StreamLimits,
     /// Proxies whose `X-Forwarded-For` names the client (`KICKOFF_TRUSTED_PROXIES`).
     pub trusted_proxies: Arc<super::client_address::TrustedProxies>,
+    /// The `Host` names answered (`KICKOFF_ALLOWED_HOSTS`).
+    pub allowed_hosts: Arc<super::host_check::AllowedHosts>,
     pub leptos_options: leptos::config::LeptosOptions,
     /// Cancelled when the server stops: long-lived responses (event streams) end with it.
     pub shutdown: tokio_util::sync::CancellationToken,
@@ -66,6 +68,7 @@ impl AppState {
             sse_clients: Arc::default(),
             streams: StreamLimits::default(),
             trusted_proxies: Arc::default(),
+            allowed_hosts: Arc::default(),
             client: parts.client,
             accounts: parts.accounts,
             secure_cookies: parts.secure_cookies,
@@ -103,6 +106,12 @@ impl AppState {
     /// This state behind `proxies`.
     pub fn with_trusted_proxies(mut self, proxies: super::client_address::TrustedProxies) -> Self {
         self.trusted_proxies = Arc::new(proxies);
+        self
+    }
+
+    /// This state answering only for `hosts`.
+    pub fn with_allowed_hosts(mut self, hosts: super::host_check::AllowedHosts) -> Self {
+        self.allowed_hosts = Arc::new(hosts);
         self
     }
 

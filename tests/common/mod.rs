@@ -173,6 +173,23 @@ pub fn app_over_https(pool: &PgPool, token: &str) -> axum::Router {
     kickoff::http::router(state)
 }
 
+/// [`app`] with its state changed by `change` first (the `with_…` settings of [`AppState`]).
+///
+/// [`AppState`]: kickoff::http::state::AppState
+pub fn app_changed(
+    pool: &PgPool,
+    token: &str,
+    change: impl FnOnce(kickoff::http::state::AppState) -> kickoff::http::state::AppState,
+) -> axum::Router {
+    let state = app_state(
+        pool,
+        token,
+        std::sync::Arc::new(kickoff::engine::metrics::Metrics::new()),
+        kickoff::accounts::Accounts::new(pool.clone()),
+    );
+    kickoff::http::router(change(state))
+}
+
 /// [`app`] behind the proxies `trusted` (`KICKOFF_TRUSTED_PROXIES`).
 pub fn app_behind_proxies(pool: &PgPool, token: &str, trusted: &[&str]) -> axum::Router {
     let state = app_state(
