@@ -121,9 +121,23 @@ pub struct Config {
     #[arg(long, env = "KICKOFF_LEASE_MS", default_value_t = 5000)]
     pub lease_ms: u64,
 
-    /// Largest database pool. Default: 20.
+    /// Largest database pool (job handlers, the leader's maintenance). Default: 20.
     #[arg(long, env = "KICKOFF_DB_POOL", default_value_t = 20)]
     pub db_pool: u32,
+
+    /// Connections of the dashboard and the REST API, a pool of their own: slow pages cannot take
+    /// the connections of job handlers. A request that finds none free within 2 s gets 503.
+    /// Default: 10.
+    #[arg(long, env = "KICKOFF_WEB_POOL", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub web_pool: u32,
+
+    /// The longest a dashboard or API statement may run, in milliseconds (PostgreSQL's
+    /// `statement_timeout` on the web pool); a longer one is cancelled and answered 503.
+    /// Default: 5000.
+    #[arg(long, env = "KICKOFF_WEB_STATEMENT_TIMEOUT_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub web_statement_timeout_ms: u64,
 
     /// Log format: `text` or `json`. Default: `text`.
     #[arg(long, env = "KICKOFF_LOG_FORMAT", default_value = "text")]

@@ -78,6 +78,20 @@ impl Database {
     }
 }
 
+/// The dashboard's and the API's own pool, on the same database as `pool`: `max` connections,
+/// each statement cut at `statement_timeout_ms`, a free connection waited for 2 s at most (then
+/// 503). Named `<application_name>-web` in `pg_stat_activity`.
+pub fn web_pool(pool: &PgPool, max: u32, statement_timeout_ms: u64) -> PgPool {
+    let options = crate::engine::node::named_options(pool, "web")
+        .options([("statement_timeout", statement_timeout_ms.to_string())]);
+    PgPoolOptions::new()
+        .max_connections(max)
+        .min_connections(1)
+        .test_before_acquire(false)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect_lazy_with(options)
+}
+
 /// Opens a pool, waiting up to 30 s for the server to accept connections.
 pub async fn connect(url: &str, max: u32) -> Result<PgPool, StartError> {
     let mut last = None;
@@ -182,7 +196,9 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         .site_addr(config.site_addr)
         .build();
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let accounts = crate::accounts::Accounts::new(db.pool.clone());
+    // The web side's own connections: the engine's pools are not reachable from a request.
+    let web = web_pool(&db.pool, config.web_pool, config.web_statement_timeout_ms);
+    let accounts = crate::accounts::Accounts::new(web.clone());
     // With no operator account (and no KICKOFF_ADMIN_PASSWORD), a one-time link to create the
     // first admin in the browser, printed below once the port is known.
     let setup_link = match accounts
@@ -199,16 +215,13 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     };
     let accounts = accounts.with_setup_link(setup_link.clone());
     tokio::spawn(token.clone().watch(shutdown.clone()));
-    tokio::spawn(http::session::sweep_expired(
-        db.pool.clone(),
-        shutdown.clone(),
-    ));
+    tokio::spawn(http::session::sweep_expired(web.clone(), shutdown.clone()));
     let state = AppState::new(StateParts {
         shutdown: shutdown.clone(),
-        client: engine.client(),
+        client: engine.client().with_pool(web.clone()),
         accounts,
         secure_cookies: config.secure_cookies,
-        pool: db.pool.clone(),
+        pool: web.clone(),
         events: engine.events(),
         api_token: token.clone(),
         node_id: Arc::from(engine.node_id()),
@@ -258,6 +271,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     .await;
     tracing::info!("stopping: engine first, then the database");
     engine.stop().await;
+    web.close().await;
     db.close().await;
     Ok(())
 }

@@ -324,6 +324,76 @@ async fn the_bootstrap_token_is_shown_once_kept_private_rotated_live_and_can_be_
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[tokio::test]
+async fn slow_web_requests_get_503_and_leave_the_job_handlers_their_connections() {
+    use kickoff::accounts::{Accounts, Role, TokenScope};
+    let db = test_db().await;
+    let accounts = Accounts::new(db.pool.clone());
+    let user = accounts
+        .create("ops", "correct horse battery", Role::Operator)
+        .await
+        .unwrap();
+    let (_, token) = accounts
+        .create_token(&user, "slow", TokenScope::Read)
+        .await
+        .unwrap();
+    // A handler pool of 3 and a web pool of 2: without a pool of its own, eight stuck requests
+    // would hold every connection the handlers have.
+    let envs = [
+        ("DATABASE_URL", db.url.clone()),
+        ("KICKOFF_DB_POOL", "3".to_string()),
+        ("KICKOFF_WEB_POOL", "2".to_string()),
+        ("KICKOFF_WEB_STATEMENT_TIMEOUT_MS", "500".to_string()),
+    ];
+    let server = Server::start(&envs);
+    // Every user-token check reads api_tokens: held locked, each request's statement waits.
+    let mut lock = db.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE api_tokens IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let calls: Vec<_> = (0..8)
+        .map(|_| {
+            let url = format!("http://{}/api/v1/jobs?limit=1", server.addr);
+            let token = token.clone();
+            tokio::spawn(async move {
+                reqwest::Client::new()
+                    .get(url)
+                    .bearer_auth(token)
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+            })
+        })
+        .collect();
+    // Meanwhile a job due now runs at once on the handlers' own connections.
+    job_store::job_insert_many(&db.pool, &[NewJob::new("noop", json!({}))])
+        .await
+        .unwrap();
+    wait_for(
+        "the job to complete while the web side is stuck",
+        Duration::from_secs(3),
+        || async { count_in(&db.pool, JobState::Completed).await == 1 },
+    )
+    .await;
+    for call in calls {
+        let status = tokio::time::timeout(Duration::from_secs(6), call)
+            .await
+            .expect("a request stuck on the lock was never answered")
+            .unwrap();
+        assert_eq!(status, reqwest::StatusCode::SERVICE_UNAVAILABLE);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "the stuck requests were answered after {:?}",
+        started.elapsed()
+    );
+    lock.rollback().await.unwrap();
+    server.terminate();
+}
+
 fn temp_data_dir() -> PathBuf {
     // Under /tmp: the postgres system user must be able to reach it when tests run as root.
     let dir = Path::new("/tmp").join(format!("kickoff-embedded-test-{:016x}", fastrand::u64(..)));

@@ -132,6 +132,14 @@ impl Client {
         &self.pool
     }
 
+    /// This client's workers over another pool (the web side's, say).
+    pub fn with_pool(&self, pool: PgPool) -> Client {
+        Client {
+            pool,
+            workers: self.workers.clone(),
+        }
+    }
+
     pub fn workers(&self) -> &Workers {
         &self.workers
     }
