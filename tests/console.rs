@@ -1398,3 +1398,59 @@ async fn a_request_naming_another_host_is_refused_as_a_rebinding_page_would_send
     let (status, _, _) = send(&app, get("/healthz", "10.1.2.3:3000")).await;
     assert_eq!(status, StatusCode::OK);
 }
+
+#[tokio::test]
+async fn readers_see_webhook_headers_and_secret_fields_redacted_and_actors_see_them_whole() {
+    use kickoff::accounts::{Accounts, TokenScope};
+    let d = dashboard_as(Role::Viewer).await;
+    let made = d
+        .api(
+            Method::POST,
+            "/jobs",
+            json!({"kind": "webhook", "schedule_in_ms": 600_000, "args": {
+                "url": "https://hooks.example.com/scores",
+                "headers": {"Authorization": "Bearer s3cr3t-header"},
+                "body": {"game": 7, "partner_token": "s3cr3t-field"},
+            }}),
+        )
+        .await;
+    let id = made["job"]["id"].as_i64().unwrap();
+
+    // The viewer's dashboard: the detail page and the list.
+    let (status, page) = d.page(&format!("/jobs/{id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(!page.contains("s3cr3t"), "a secret reached a viewer's page");
+    assert!(page.contains("[redacted]"), "the page says what it hides");
+    let (status, list) = d.server_fn("jobs", "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(!list.contains("s3cr3t"), "{list}");
+    // Nor can a viewer test guesses against the hidden value with a filter.
+    let (status, text) = d
+        .server_fn(
+            "jobs",
+            "query[args]=%7B%22headers%22%3A%7B%22Authorization%22%3A%22Bearer%20s3%22%7D%7D",
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
+
+    // The API: a read token sees it redacted; a write token (who may clone it anyway) whole.
+    let accounts = Accounts::new(d.pool.clone());
+    let viewer = accounts.list().await.unwrap().remove(0);
+    let (_, read) = accounts
+        .create_token(&viewer, "read", TokenScope::Read)
+        .await
+        .unwrap();
+    for path in [format!("/jobs/{id}"), "/jobs?kind=webhook".to_string()] {
+        let (status, body) = d.api_as(&read, Method::GET, &path, json!(null)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(!body.contains("s3cr3t"), "{path}: {body}");
+    }
+    let whole = d
+        .api(Method::GET, &format!("/jobs/{id}"), json!(null))
+        .await;
+    assert_eq!(
+        whole["args"]["headers"]["Authorization"],
+        "Bearer s3cr3t-header"
+    );
+    assert_eq!(whole["args"]["body"]["partner_token"], "s3cr3t-field");
+}

@@ -9,9 +9,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::api_audit::AuditDetail;
+use super::auth::ApiCaller;
 use super::error::AppError;
 use super::extract::{ApiJson, ApiQuery, JobIdPath};
+use super::redact;
 use super::state::AppState;
+use crate::accounts::{Role, TokenScope};
 use crate::engine::job::{DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE};
 use crate::engine::JobFilter;
 use crate::engine::{BulkAction, BulkReport, Job, JobId, JobState, NewJob, OnConflict, Schedule};
@@ -109,8 +112,23 @@ pub struct JobPage {
     pub next_before: Option<JobId>,
 }
 
+/// Whether `caller` reads only (a viewer, or a read token): such callers see jobs redacted.
+fn reads_only(caller: &ApiCaller) -> bool {
+    caller.scope < TokenScope::Write || caller.role < Role::Operator
+}
+
+/// `job` as `caller` may see it.
+fn shown_to(caller: &ApiCaller, job: Job) -> Job {
+    if reads_only(caller) {
+        redact::job_for_reader(job)
+    } else {
+        job
+    }
+}
+
 pub async fn list(
     State(state): State<AppState>,
+    Extension(caller): Extension<ApiCaller>,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Json<JobPage>, AppError> {
     let job_state = params
@@ -133,14 +151,16 @@ pub async fn list(
     let next_before = (jobs.len() as i64 == limit)
         .then(|| jobs.last().map(|j| j.id))
         .flatten();
+    let jobs = jobs.into_iter().map(|j| shown_to(&caller, j)).collect();
     Ok(Json(JobPage { jobs, next_before }))
 }
 
 pub async fn get(
     State(state): State<AppState>,
+    Extension(caller): Extension<ApiCaller>,
     JobIdPath(id): JobIdPath,
 ) -> Result<Json<Job>, AppError> {
-    Ok(Json(state.client.get(id).await?))
+    Ok(Json(shown_to(&caller, state.client.get(id).await?)))
 }
 
 pub async fn cancel(

@@ -13,6 +13,7 @@ pub mod host_check;
 pub mod listener;
 pub mod metrics;
 pub mod openapi;
+pub mod redact;
 pub mod session;
 pub mod sse;
 pub mod state;

@@ -14,6 +14,7 @@ use super::{from_ms, ms, operator, refused, Act, ServerConsole, LIST_ROWS};
 use crate::accounts::Role;
 use crate::engine::JobFilter;
 use crate::engine::{BulkAction, Job, JobId, JobState, NewJob, OnConflict, Schedule};
+use crate::http::redact;
 
 /// How many upcoming timers the timers page shows.
 const TIMER_ROWS: i64 = 200;
@@ -23,7 +24,16 @@ const NEWER_CAP: i64 = 100;
 const ARGS_PREVIEW_CHARS: usize = 80;
 
 pub(super) fn job_row(j: &Job) -> JobRow {
-    let mut preview = j.args.to_string();
+    job_row_for(j, false)
+}
+
+/// [`job_row`], with the args redacted for a reader (see [`crate::http::redact`]).
+fn job_row_for(j: &Job, reader: bool) -> JobRow {
+    let mut preview = if reader {
+        redact::args_for_reader(&j.kind, &j.args).to_string()
+    } else {
+        j.args.to_string()
+    };
     if preview.chars().count() > ARGS_PREVIEW_CHARS {
         preview = preview.chars().take(ARGS_PREVIEW_CHARS).collect::<String>() + "…";
     }
@@ -211,8 +221,15 @@ fn new_job(input: NewJobInput) -> Result<NewJob, String> {
 #[async_trait::async_trait]
 impl JobsConsole for ServerConsole {
     async fn jobs(&self, query: JobQuery) -> Result<JobPage, Refusal> {
-        operator(Role::Viewer)?;
+        let op = operator(Role::Viewer)?;
+        let reader = !op.may(Role::Operator);
         let filter = job_filter(&query)?;
+        if reader && filter.args.as_ref().is_some_and(redact::names_a_secret) {
+            // Matching on a hidden value would tell a reader whether a guess is right.
+            return Err(Refusal::invalid(
+                "args: a viewer cannot filter on header values or fields named like secrets",
+            ));
+        }
         let now_ms = self.now_ms().await?;
         let rows = self
             .client
@@ -240,16 +257,18 @@ impl JobsConsole for ServerConsole {
             .flatten();
         Ok(JobPage {
             now_ms,
-            rows: rows.iter().map(job_row).collect(),
+            rows: rows.iter().map(|j| job_row_for(j, reader)).collect(),
             next_before,
             newer,
         })
     }
 
     async fn job(&self, id: i64) -> Result<JobDetail, Refusal> {
-        operator(Role::Viewer)?;
+        let op = operator(Role::Viewer)?;
+        let reader = !op.may(Role::Operator);
         let now_ms = self.now_ms().await?;
         let j = self.client.get(JobId(id)).await.map_err(refused)?;
+        let j = if reader { redact::job_for_reader(j) } else { j };
         let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
         Ok(JobDetail {
             now_ms,

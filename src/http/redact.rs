@@ -1,0 +1,110 @@
+//! What readers (viewers, and read-scope API tokens) see of a job's args: webhook header values
+//! (an `Authorization` often) and every field named like a secret are replaced by
+//! [`REDACTED`]. Those who may act on jobs (operators and admins, write tokens) see them whole:
+//! they could clone or edit the job anyway.
+
+use serde_json::Value;
+
+use crate::engine::Job;
+
+/// What a hidden value is shown as.
+pub const REDACTED: &str = "[redacted]";
+
+/// Parts of a field name that mark it as a secret (compared case-insensitively, `-` and `_`
+/// ignored).
+const SECRET_NAMES: [&str; 9] = [
+    "secret",
+    "password",
+    "passwd",
+    "token",
+    "authorization",
+    "apikey",
+    "credential",
+    "privatekey",
+    "cookie",
+];
+
+fn is_secret_name(name: &str) -> bool {
+    let plain: String = name
+        .chars()
+        .filter(|c| !matches!(c, '-' | '_'))
+        .flat_map(char::to_lowercase)
+        .collect();
+    SECRET_NAMES.iter().any(|s| plain.contains(s))
+}
+
+/// `args` of a job of `kind` as a reader sees them.
+pub fn args_for_reader(kind: &str, args: &Value) -> Value {
+    let mut args = args.clone();
+    if kind == crate::workers::webhook::KIND {
+        if let Some(Value::Object(headers)) = args.get_mut("headers") {
+            for value in headers.values_mut() {
+                *value = Value::String(REDACTED.into());
+            }
+        }
+    }
+    hide_secret_fields(&mut args);
+    args
+}
+
+fn hide_secret_fields(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                if is_secret_name(key) {
+                    *v = Value::String(REDACTED.into());
+                } else {
+                    hide_secret_fields(v);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(hide_secret_fields),
+        _ => {}
+    }
+}
+
+/// Whether an args filter looks into what readers do not see (a webhook's `headers`, a field
+/// named like a secret), at any depth.
+pub fn names_a_secret(filter: &Value) -> bool {
+    match filter {
+        Value::Object(map) => map
+            .iter()
+            .any(|(k, v)| k == "headers" || is_secret_name(k) || names_a_secret(v)),
+        Value::Array(items) => items.iter().any(names_a_secret),
+        _ => false,
+    }
+}
+
+/// `job` as a reader sees it (its args and meta).
+pub fn job_for_reader(mut job: Job) -> Job {
+    job.args = args_for_reader(&job.kind, &job.args);
+    hide_secret_fields(&mut job.meta);
+    job
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn header_values_and_secret_named_fields_are_hidden() {
+        let args = json!({
+            "url": "https://hooks.example.com/x",
+            "headers": {"Authorization": "Bearer abc", "X-Team": "lions"},
+            "body": {"game": 7, "api_key": "k", "nested": [{"Client-Secret": "s"}]},
+        });
+        let shown = args_for_reader("webhook", &args);
+        assert_eq!(
+            shown["headers"],
+            json!({"Authorization": REDACTED, "X-Team": REDACTED})
+        );
+        assert_eq!(shown["body"]["api_key"], REDACTED);
+        assert_eq!(shown["body"]["nested"][0]["Client-Secret"], REDACTED);
+        assert_eq!(shown["body"]["game"], 7);
+        assert_eq!(shown["url"], "https://hooks.example.com/x");
+        // Another kind's `headers` is just a field (its secret-named ones hidden all the same).
+        let other = args_for_reader("noop", &json!({"headers": {"a": 1}, "password": "p"}));
+        assert_eq!(other, json!({"headers": {"a": 1}, "password": REDACTED}));
+    }
+}
