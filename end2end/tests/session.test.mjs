@@ -23,7 +23,12 @@ test('a signed-out visitor signs in, lands where they were going, and signs out'
 
   await page.getByLabel('Password').fill(adminPassword);
   await page.getByRole('button', { name: 'Sign in' }).click();
-  await page.waitForURL((url) => url.pathname === '/jobs' && url.searchParams.get('state') === 'scheduled');
+  // On a time-out (seen once in a full run), say where the page was and what it said.
+  await page.waitForURL((url) => url.pathname === '/jobs' && url.searchParams.get('state') === 'scheduled')
+    .catch(async (e) => {
+      const said = await page.locator('main').innerText({ timeout: 1000 }).catch(() => '(no main)');
+      throw new Error(`${e.message}\nat ${page.url()} the page said: ${said}`);
+    });
   await hydrated(page);
   await page.getByText('admin · admin').waitFor();
 

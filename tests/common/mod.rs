@@ -192,15 +192,9 @@ pub fn app_changed(
 
 /// [`app`] behind the proxies `trusted` (`KICKOFF_TRUSTED_PROXIES`).
 pub fn app_behind_proxies(pool: &PgPool, token: &str, trusted: &[&str]) -> axum::Router {
-    let state = app_state(
-        pool,
-        token,
-        std::sync::Arc::new(kickoff::engine::metrics::Metrics::new()),
-        kickoff::accounts::Accounts::new(pool.clone()),
-    );
     let trusted: Vec<String> = trusted.iter().map(|t| t.to_string()).collect();
     let proxies = kickoff::http::client_address::TrustedProxies::parse(&trusted).unwrap();
-    kickoff::http::router(state.with_trusted_proxies(proxies))
+    app_changed(pool, token, |s| s.with_trusted_proxies(proxies))
 }
 
 /// [`app`] with other limits on its live-update streams.
@@ -209,13 +203,7 @@ pub fn app_with_streams(
     token: &str,
     limits: kickoff::http::state::StreamLimits,
 ) -> axum::Router {
-    let state = app_state(
-        pool,
-        token,
-        std::sync::Arc::new(kickoff::engine::metrics::Metrics::new()),
-        kickoff::accounts::Accounts::new(pool.clone()),
-    );
-    kickoff::http::router(state.with_stream_limits(limits))
+    app_changed(pool, token, |s| s.with_stream_limits(limits))
 }
 
 fn app_from(
