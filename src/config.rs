@@ -52,7 +52,7 @@ pub struct Config {
 
     /// Names (`host` or `host:port`, comma-separated) clients reach this server by; a request
     /// naming another `Host` gets 421. Default: on loopback, `localhost`, `127.0.0.1` and `[::1]`
-    /// on the listen port; on another address, any name.
+    /// on any port; on another address, any name.
     #[arg(
         long,
         env = "KICKOFF_ALLOWED_HOSTS",

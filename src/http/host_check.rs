@@ -6,8 +6,10 @@
 //! Invariants:
 //! - With `KICKOFF_ALLOWED_HOSTS` set, only those names (and the listen address itself) are
 //!   answered; an entry without a port matches any port.
-//! - Unset, a server listening on loopback answers only `localhost`, `127.0.0.1` and `[::1]` on its
-//!   port; one listening on another address answers any name (say which in the logs).
+//! - Unset, a server listening on loopback answers only `localhost`, `127.0.0.1` and `[::1]`, on
+//!   any port (a forwarded port, `ssh -L 8080:localhost:3000`, names another one; a page of
+//!   another site cannot name these); one listening on another address answers any name (the
+//!   start-up log says which).
 //! - Others get 421 Misdirected Request. The probes (`/healthz`, `/readyz`) answer every name.
 
 use std::net::SocketAddr;
@@ -51,7 +53,7 @@ impl AllowedHosts {
                 return Ok(AllowedHosts::default());
             }
             for name in ["localhost", "127.0.0.1", "[::1]"] {
-                names.push((name.to_string(), port));
+                names.push((name.to_string(), None));
             }
         }
         let own = match listen.ip() {
@@ -153,13 +155,16 @@ mod tests {
             "127.0.0.1:3000",
             "[::1]:3000",
             "LOCALHOST:3000",
+            // A forwarded port, or no port at all: still a loopback name.
+            "localhost:8080",
+            "localhost",
         ] {
             assert!(hosts.allows(Some(ok)), "{ok}");
         }
         for refused in [
             "evil.example:3000",
-            "localhost:3001",
-            "localhost",
+            "evil.example",
+            "127.0.0.2:3000",
             "",
             "a b:3000",
         ] {
