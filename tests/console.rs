@@ -1453,4 +1453,30 @@ async fn readers_see_webhook_headers_and_secret_fields_redacted_and_actors_see_t
         "Bearer s3cr3t-header"
     );
     assert_eq!(whole["args"]["body"]["partner_token"], "s3cr3t-field");
+
+    // The timers page lists the job (it is due later): redacted too.
+    let (status, timers) = d.server_fn("timers", "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(timers.contains(&format!("\"id\":{id}")), "{timers}");
+    assert!(!timers.contains("s3cr3t"), "{timers}");
+    // Nor can the bulk count answer a guess.
+    let (status, text) = d
+        .server_fn(
+            "bulk_preview",
+            "query[args]=%7B%22headers%22%3A%7B%22Authorization%22%3A%22Bearer%20s3%22%7D%7D",
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
+    // An operator's bulk action on a filter naming the secret: the audit log keeps it, and a
+    // viewer reading the log sees the filter's args hidden.
+    d.api(
+        Method::POST,
+        "/jobs/bulk",
+        json!({"action": "cancel", "filter": {"args": {"headers": {"Authorization": "Bearer s3cr3t-header"}}}}),
+    )
+    .await;
+    let (status, audit) = d.server_fn("audit", "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(audit.contains("jobs/bulk"), "{audit}");
+    assert!(!audit.contains("s3cr3t"), "{audit}");
 }

@@ -78,7 +78,11 @@ impl BootstrapToken {
             Some(_) => Opened::Kept { path: path.clone() },
             None => {
                 let token = random_hex(24);
-                data_dir::create_private(&path, &token)?;
+                // An empty file (a write cut short, a `touch`) is replaced; a missing one made.
+                match data_dir::read_private(&path)? {
+                    Some(_) => data_dir::replace_private(&path, &token)?,
+                    None => data_dir::create_private(&path, &token)?,
+                }
                 Opened::Created {
                     token,
                     path: path.clone(),
@@ -108,6 +112,11 @@ impl BootstrapToken {
         };
         let next = match read(path) {
             Ok(t) => t.map(Arc::from),
+            // A passing I/O error (out of file descriptors, say) keeps the token it had.
+            Err(e @ DataDirError::Io { .. }) => {
+                tracing::warn!(error = %e, "could not read the bootstrap API token again; keeping it");
+                return;
+            }
             Err(e) => {
                 tracing::error!(error = %e, "the bootstrap API token is off until its file is safe again");
                 None
@@ -187,6 +196,19 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         token.reload();
         assert!(!token.matches(&second));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_empty_token_file_is_replaced_by_a_new_token() {
+        let dir = temp_dir();
+        std::fs::create_dir(&dir).unwrap();
+        data_dir::create_private(&dir.join(FILE_NAME), "").unwrap();
+        let (token, opened) = BootstrapToken::open(None, &dir).unwrap();
+        let Opened::Created { token: made, .. } = opened else {
+            panic!("an empty file gets a token, got {opened:?}");
+        };
+        assert!(token.matches(&made));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -75,6 +75,18 @@ pub fn names_a_secret(filter: &Value) -> bool {
     }
 }
 
+/// A bulk action's recorded filter as a reader sees it: its `args` (an object from the API, text
+/// from the dashboard, either may name a secret's value) hidden whole.
+pub fn audit_filter_for_reader(mut filter: Value) -> Value {
+    if let Some(args) = filter.get_mut("args") {
+        if !args.is_null() {
+            *args = Value::String(REDACTED.into());
+        }
+    }
+    hide_secret_fields(&mut filter);
+    filter
+}
+
 /// `job` as a reader sees it (its args and meta).
 pub fn job_for_reader(mut job: Job) -> Job {
     job.args = args_for_reader(&job.kind, &job.args);

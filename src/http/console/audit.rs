@@ -10,7 +10,8 @@ use crate::audit::AuditFilter;
 #[async_trait::async_trait]
 impl AuditConsole for ServerConsole {
     async fn audit(&self, query: AuditQuery) -> Result<AuditPage, Refusal> {
-        operator(Role::Viewer)?;
+        let op = operator(Role::Viewer)?;
+        let reader = !op.may(Role::Operator);
         let now_ms = self.now_ms().await?;
         let ok = match query.result.as_deref() {
             None | Some("") => None,
@@ -47,7 +48,13 @@ impl AuditConsole for ServerConsole {
                     role: r.role,
                     action: r.action,
                     target: r.target,
-                    filter: r.filter.map(|f| f.to_string()),
+                    filter: r.filter.map(|f| {
+                        if reader {
+                            crate::http::redact::audit_filter_for_reader(f).to_string()
+                        } else {
+                            f.to_string()
+                        }
+                    }),
                     count: r.count,
                     address: r.address,
                     ok: r.ok,

@@ -23,6 +23,20 @@ const NEWER_CAP: i64 = 100;
 /// How long an args preview in a list is.
 const ARGS_PREVIEW_CHARS: usize = 80;
 
+/// A reader may not filter on what readers do not see: matching on a hidden value would tell
+/// whether a guess is right.
+fn refuse_secret_filter(
+    op: &crate::http::session::Operator,
+    filter: &JobFilter,
+) -> Result<(), Refusal> {
+    if !op.may(Role::Operator) && filter.args.as_ref().is_some_and(redact::names_a_secret) {
+        return Err(Refusal::invalid(
+            "args: a viewer cannot filter on header values or fields named like secrets",
+        ));
+    }
+    Ok(())
+}
+
 pub(super) fn job_row(j: &Job) -> JobRow {
     job_row_for(j, false)
 }
@@ -224,12 +238,7 @@ impl JobsConsole for ServerConsole {
         let op = operator(Role::Viewer)?;
         let reader = !op.may(Role::Operator);
         let filter = job_filter(&query)?;
-        if reader && filter.args.as_ref().is_some_and(redact::names_a_secret) {
-            // Matching on a hidden value would tell a reader whether a guess is right.
-            return Err(Refusal::invalid(
-                "args: a viewer cannot filter on header values or fields named like secrets",
-            ));
-        }
+        refuse_secret_filter(&op, &filter)?;
         let now_ms = self.now_ms().await?;
         let rows = self
             .client
@@ -380,8 +389,9 @@ impl JobsConsole for ServerConsole {
     }
 
     async fn bulk_preview(&self, query: JobQuery) -> Result<BulkCount, Refusal> {
-        operator(Role::Viewer)?;
+        let op = operator(Role::Viewer)?;
         let mut filter = job_filter(&query)?;
+        refuse_secret_filter(&op, &filter)?;
         // The newest job now is the snapshot: jobs inserted after the confirmation are not touched.
         let newest = self
             .client
@@ -455,11 +465,12 @@ impl JobsConsole for ServerConsole {
     }
 
     async fn timers(&self) -> Result<TimersPage, Refusal> {
-        operator(Role::Viewer)?;
+        let op = operator(Role::Viewer)?;
+        let reader = !op.may(Role::Operator);
         let (jobs, now) = self.client.timers(TIMER_ROWS).await.map_err(refused)?;
         Ok(TimersPage {
             now_ms: ms(now),
-            rows: jobs.iter().map(job_row).collect(),
+            rows: jobs.iter().map(|j| job_row_for(j, reader)).collect(),
         })
     }
 }
