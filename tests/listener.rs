@@ -10,7 +10,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use common::dashboard::TOKEN;
-use common::{app, test_db};
+use common::{app, test_db, wait_for};
 use kickoff::http::listener::{serve, Limits};
 
 /// A listening server with `limits`; its address, and the token that stops it.
@@ -28,6 +28,17 @@ async fn server(limits: Limits) -> (std::net::SocketAddr, CancellationToken) {
         Duration::from_secs(1),
     ));
     (addr, stop)
+}
+
+const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+
+/// A new connection that has sent one whole request; the first bytes of its answer.
+async fn ask(addr: std::net::SocketAddr) -> (TcpStream, Vec<u8>) {
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    c.write_all(HEALTHZ).await.unwrap();
+    let mut buf = [0u8; 1024];
+    let n = c.read(&mut buf).await.unwrap_or(0);
+    (c, buf[..n].to_vec())
 }
 
 /// Reads until the server closes the connection (or `within` passes); what it sent.
@@ -67,9 +78,7 @@ async fn a_client_slow_with_its_headers_or_idle_is_disconnected() {
     );
     // A whole request is answered; the connection kept alive after it is closed once idle.
     let mut kept = TcpStream::connect(addr).await.unwrap();
-    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
+    kept.write_all(HEALTHZ).await.unwrap();
     let answer = read_until_closed(&mut kept, Duration::from_secs(3))
         .await
         .expect("an idle kept-alive connection stayed open");
@@ -86,19 +95,12 @@ async fn connections_over_the_cap_get_a_503_and_a_close() {
     .await;
     let mut held = Vec::new();
     for _ in 0..2 {
-        let mut c = TcpStream::connect(addr).await.unwrap();
-        c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let mut buf = [0u8; 1024];
-        let n = c.read(&mut buf).await.unwrap();
-        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        let (c, answer) = ask(addr).await;
+        assert!(answer.starts_with(b"HTTP/1.1 200"));
         held.push(c);
     }
     let mut over = TcpStream::connect(addr).await.unwrap();
-    over.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
+    over.write_all(HEALTHZ).await.unwrap();
     let answer = read_until_closed(&mut over, Duration::from_secs(3))
         .await
         .expect("the connection over the cap was not closed");
@@ -107,24 +109,11 @@ async fn connections_over_the_cap_get_a_503_and_a_close() {
     assert!(answer.contains(r#""code":"unavailable""#), "{answer}");
     // One held connection closed: its place is free again.
     drop(held.pop());
-    let answered = tokio::time::timeout(Duration::from_secs(3), async {
-        loop {
-            let mut c = TcpStream::connect(addr).await.unwrap();
-            c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-                .await
-                .unwrap();
-            let mut buf = [0u8; 1024];
-            let n = c.read(&mut buf).await.unwrap_or(0);
-            if buf[..n].starts_with(b"HTTP/1.1 200") {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
+    wait_for(
+        "the freed place to go to a new connection",
+        Duration::from_secs(3),
+        || async { ask(addr).await.1.starts_with(b"HTTP/1.1 200") },
+    )
     .await;
-    assert!(
-        answered.is_ok(),
-        "the freed place was not given to a new connection"
-    );
     stop.cancel();
 }

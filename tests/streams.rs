@@ -22,6 +22,15 @@ const LIMITS: StreamLimits = StreamLimits {
     recheck: Duration::from_millis(100),
 };
 
+/// An app with room for every stream a test opens, checking them often.
+fn roomy(pool: &sqlx::PgPool) -> Router {
+    let limits = StreamLimits {
+        max_open: 10,
+        ..LIMITS
+    };
+    app_with_streams(pool, TOKEN, limits)
+}
+
 /// Opens a stream with `auth` (a `Cookie` or an `Authorization` header); the response as it came.
 async fn open(
     app: &Router,
@@ -75,14 +84,7 @@ async fn a_node_serves_a_bounded_number_of_streams() {
 #[tokio::test]
 async fn a_dashboard_stream_ends_with_its_session() {
     let db = test_db().await;
-    let app = app_with_streams(
-        &db.pool,
-        TOKEN,
-        StreamLimits {
-            max_open: 10,
-            ..LIMITS
-        },
-    );
+    let app = roomy(&db.pool);
     let accounts = Accounts::new(db.pool.clone());
     let user = accounts
         .create("ops", PASSWORD, Role::Operator)
@@ -137,14 +139,7 @@ async fn a_dashboard_stream_ends_with_its_session() {
 #[tokio::test]
 async fn an_api_stream_ends_when_its_token_is_revoked() {
     let db = test_db().await;
-    let app = app_with_streams(
-        &db.pool,
-        TOKEN,
-        StreamLimits {
-            max_open: 10,
-            ..LIMITS
-        },
-    );
+    let app = roomy(&db.pool);
     let accounts = Accounts::new(db.pool.clone());
     let user = accounts
         .create("reader", PASSWORD, Role::Viewer)

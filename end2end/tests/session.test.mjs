@@ -44,6 +44,18 @@ test('a signed-out visitor signs in, lands where they were going, and signs out'
   assert.match(await entry.textContent(), /ok/);
   await page.screenshot({ path: path.join(screenshots, 'audit.png'), fullPage: true });
 
+  // The audit filter filters in the page once hydrated (the router's form), into the address.
+  await hydrated(page);
+  await page.evaluate(() => { window.samePage = true; });
+  const filters = page.getByRole('search', { name: 'Filter the audit log' });
+  await filters.getByLabel('Action starts with').fill('session.');
+  await filters.getByRole('button', { name: 'Filter' }).click();
+  await page.waitForURL((url) => url.searchParams.get('action') === 'session.');
+  const log = page.getByRole('table', { name: 'Audit log' });
+  await log.getByRole('row', { name: /session\.sign_in/ }).first().waitFor();
+  assert.equal(await log.getByRole('row', { name: /job\.cancel/ }).count(), 0);
+  assert.equal(await page.evaluate(() => window.samePage), true, 'filtering loaded a new page');
+
   await page.getByRole('button', { name: 'Sign out' }).click();
   await page.waitForURL((url) => url.pathname === '/login');
   // The session is over: the dashboard sends this browser to the login page again. (The new tab

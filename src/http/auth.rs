@@ -32,6 +32,15 @@ pub struct ApiCaller {
 /// The actor name of the bootstrap token.
 pub const BOOTSTRAP_ACTOR: &str = "api-token";
 
+/// The token of an `Authorization: Bearer <token>` header.
+pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+}
+
 /// Lets the request through when it carries `Authorization: Bearer <token>` with a token allowed
 /// to make it: 401 for no token or an unknown, revoked or disabled one; 403 for a read token
 /// asked to change something, or an owner whose role may not act.
@@ -40,13 +49,7 @@ pub async fn require_token(
     mut req: Request,
     next: Next,
 ) -> Result<Response, AppError> {
-    let presented = req
-        .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .ok_or(AppError::Unauthorized)?;
+    let presented = bearer(req.headers()).ok_or(AppError::Unauthorized)?;
     let caller = if state.api_token.matches(presented) {
         ApiCaller {
             actor: BOOTSTRAP_ACTOR.into(),

@@ -104,13 +104,7 @@ impl FromRequestParts<AppState> for Holder {
             });
         }
         if parts.extensions.get::<ApiCaller>().is_some() {
-            let token = parts
-                .headers
-                .get(axum::http::header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .map(str::trim)
-                .ok_or(AppError::Unauthorized)?;
+            let token = super::auth::bearer(&parts.headers).ok_or(AppError::Unauthorized)?;
             return Ok(Holder::Token(token.to_string()));
         }
         Err(AppError::Unauthorized)
