@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use super::api_token::{self, MAX_TOKEN_NAME_CHARS};
 use super::login_throttle::LoginThrottle;
@@ -57,6 +57,12 @@ pub enum LoginError {
     Database(#[from] sqlx::Error),
 }
 
+/// A new password, checked against the rules and hashed: ready to write. Hashing takes a while
+/// (and its memory): make it before taking a connection.
+pub struct NewPassword {
+    hash: String,
+}
+
 /// The accounts of the dashboard, in the database behind `pool`.
 #[derive(Clone)]
 pub struct Accounts {
@@ -89,10 +95,30 @@ impl Accounts {
         password: &str,
         role: Role,
     ) -> Result<User, AccountError> {
-        let name = normalize_name(name)?;
+        normalize_name(name)?;
+        let password = self.new_password(password).await?;
+        self.create_with(&mut *self.pool.acquire().await?, name, &password, role)
+            .await
+    }
+
+    /// Checks and hashes a new password.
+    pub async fn new_password(&self, password: &str) -> Result<NewPassword, AccountError> {
         validate_password(password)?;
-        let hash = password::hash(password).await;
-        store::user_insert(&self.pool, &name, role, &hash)
+        Ok(NewPassword {
+            hash: password::hash(password).await,
+        })
+    }
+
+    /// [`Self::create`] on the caller's connection or inside the caller's transaction.
+    pub async fn create_with(
+        &self,
+        conn: &mut PgConnection,
+        name: &str,
+        password: &NewPassword,
+        role: Role,
+    ) -> Result<User, AccountError> {
+        let name = normalize_name(name)?;
+        store::user_insert(conn, &name, role, &password.hash)
             .await
             .map_err(|e| match e {
                 sqlx::Error::Database(db) if db.is_unique_violation() => {
@@ -118,12 +144,22 @@ impl Accounts {
     /// Changes a user's role. Refused (conflict) when it would leave no enabled admin.
     pub async fn set_role(&self, id: i64, role: Role) -> Result<User, AccountError> {
         let mut tx = self.pool.begin().await?;
-        if role != Role::Admin {
-            keeps_an_admin(&mut tx, id, "take the admin role from").await?;
-        }
-        let user = found(id, store::user_set_role(&mut *tx, id, role).await?)?;
+        let user = self.set_role_with(&mut tx, id, role).await?;
         tx.commit().await?;
         Ok(user)
+    }
+
+    /// [`Self::set_role`] inside the caller's transaction.
+    pub async fn set_role_with(
+        &self,
+        tx: &mut PgConnection,
+        id: i64,
+        role: Role,
+    ) -> Result<User, AccountError> {
+        if role != Role::Admin {
+            keeps_an_admin(&mut *tx, id, "take the admin role from").await?;
+        }
+        found(id, store::user_set_role(tx, id, role).await?)
     }
 
     /// Disables or enables a user. A disabled user cannot sign in and their tokens stop working;
@@ -131,22 +167,42 @@ impl Accounts {
     /// each). Refused (conflict) when it would leave no enabled admin.
     pub async fn set_disabled(&self, id: i64, disabled: bool) -> Result<User, AccountError> {
         let mut tx = self.pool.begin().await?;
-        if disabled {
-            keeps_an_admin(&mut tx, id, "disable").await?;
-        }
-        let user = found(id, store::user_set_disabled(&mut *tx, id, disabled).await?)?;
+        let user = self.set_disabled_with(&mut tx, id, disabled).await?;
         tx.commit().await?;
         Ok(user)
+    }
+
+    /// [`Self::set_disabled`] inside the caller's transaction.
+    pub async fn set_disabled_with(
+        &self,
+        tx: &mut PgConnection,
+        id: i64,
+        disabled: bool,
+    ) -> Result<User, AccountError> {
+        if disabled {
+            keeps_an_admin(&mut *tx, id, "disable").await?;
+        }
+        found(id, store::user_set_disabled(tx, id, disabled).await?)
     }
 
     /// Sets a user's password (an admin's reset, or the user's own change once checked). Their
     /// sessions signed in before now end at their next request.
     pub async fn set_password(&self, id: i64, password: &str) -> Result<User, AccountError> {
-        validate_password(password)?;
-        let hash = password::hash(password).await;
+        let password = self.new_password(password).await?;
+        self.set_password_with(&mut *self.pool.acquire().await?, id, &password)
+            .await
+    }
+
+    /// [`Self::set_password`] on the caller's connection or inside the caller's transaction.
+    pub async fn set_password_with(
+        &self,
+        conn: &mut PgConnection,
+        id: i64,
+        password: &NewPassword,
+    ) -> Result<User, AccountError> {
         found(
             id,
-            store::user_set_password_hash(&self.pool, id, &hash).await?,
+            store::user_set_password_hash(conn, id, &password.hash).await?,
         )
     }
 
@@ -284,6 +340,18 @@ impl Accounts {
         name: &str,
         scope: TokenScope,
     ) -> Result<(ApiToken, String), AccountError> {
+        self.create_token_with(&mut *self.pool.acquire().await?, user, name, scope)
+            .await
+    }
+
+    /// [`Self::create_token`] on the caller's connection or inside the caller's transaction.
+    pub async fn create_token_with(
+        &self,
+        conn: &mut PgConnection,
+        user: &User,
+        name: &str,
+        scope: TokenScope,
+    ) -> Result<(ApiToken, String), AccountError> {
         let name = name.trim();
         if name.is_empty() || name.chars().count() > MAX_TOKEN_NAME_CHARS {
             return Err(AccountError::Invalid {
@@ -308,7 +376,7 @@ impl Accounts {
         }
         let token = api_token::generate();
         let stored = token_store::api_token_insert(
-            &self.pool,
+            conn,
             user.id,
             name,
             scope,
@@ -330,9 +398,19 @@ impl Accounts {
 
     /// Revokes a token: the next request that presents it is refused.
     pub async fn revoke_token(&self, id: i64) -> Result<ApiToken, AccountError> {
-        match token_store::api_token_revoke(&self.pool, id).await? {
+        self.revoke_token_with(&mut *self.pool.acquire().await?, id)
+            .await
+    }
+
+    /// [`Self::revoke_token`] on the caller's connection or inside the caller's transaction.
+    pub async fn revoke_token_with(
+        &self,
+        conn: &mut PgConnection,
+        id: i64,
+    ) -> Result<ApiToken, AccountError> {
+        match token_store::api_token_revoke(&mut *conn, id).await? {
             Some(t) => Ok(t),
-            None => match self.token(id).await? {
+            None => match token_store::api_token_get(conn, id).await? {
                 Some(_) => Err(AccountError::Conflict(format!(
                     "token {id} is revoked already"
                 ))),
@@ -352,23 +430,23 @@ impl Accounts {
         Ok(token_store::api_token_authenticate(&self.pool, &api_token::hash(presented)).await?)
     }
 
-    /// A user changes their own password: `current` is checked like a sign-in (a wrong one counts
-    /// toward the same lock), then the new one is set and their other sessions end.
-    pub async fn change_own_password(
+    /// A user changing their own password: checks the new one's rules, then `current` like a
+    /// sign-in (a wrong one counts toward the same lock), and answers the new one hashed, for
+    /// [`Self::set_password_with`] (which ends their sessions signed in before it).
+    pub async fn check_own_password(
         &self,
         user: &User,
         current: &str,
         new: &str,
         address: IpAddr,
-    ) -> Result<User, LoginError> {
+    ) -> Result<NewPassword, LoginError> {
         // Checked before the current password, so that a bad new one does not cost an attempt.
         if let Err(e) = validate_password(new) {
             return Err(LoginError::Invalid(e.to_string()));
         }
         self.authenticate(&user.name, current, address).await?;
-        self.set_password(user.id, new).await.map_err(|e| match e {
-            AccountError::Database(e) => LoginError::Database(e),
-            other => LoginError::Invalid(other.to_string()),
+        Ok(NewPassword {
+            hash: password::hash(new).await,
         })
     }
 }

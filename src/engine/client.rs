@@ -280,6 +280,12 @@ impl Client {
         Ok(job_store::job_get(&self.pool, id).await?)
     }
 
+    /// The job, if it exists, read on `conn` (inside the caller's transaction, its changes
+    /// included).
+    pub async fn find_with(conn: &mut PgConnection, id: JobId) -> Result<Option<Job>, ClientError> {
+        Ok(job_store::job_get(conn, id).await?)
+    }
+
     /// The database's clock now (the one clock every node and every due time goes by).
     pub async fn db_now(&self) -> Result<DateTime<Utc>, ClientError> {
         Ok(job_store::db_now(&self.pool).await?)
@@ -299,19 +305,24 @@ impl Client {
     /// Cancels a job that has not finished; an executing attempt is stopped on whichever node runs it.
     #[tracing::instrument(level = "debug", skip(self))]
     pub async fn cancel(&self, id: JobId) -> Result<Job, ClientError> {
-        let cancelled = self.cancel_many(&[id]).await?;
-        if cancelled == 0 {
-            return Err(self.why_not(id, "cancel", "it is already finished").await);
+        in_transaction!(self, |tx| self.cancel_one_with(tx, id))
+    }
+
+    /// [`Self::cancel`] on the caller's connection or inside the caller's transaction.
+    pub async fn cancel_one_with(
+        &self,
+        conn: &mut PgConnection,
+        id: JobId,
+    ) -> Result<Job, ClientError> {
+        if self.cancel_with(&mut *conn, &[id]).await? == 0 {
+            return Err(why_not(conn, id, "cancel", "it is already finished").await);
         }
-        self.get(id).await
+        get_with(conn, id).await
     }
 
     /// Cancels every listed job that has not finished. Returns how many were cancelled.
     pub async fn cancel_many(&self, ids: &[JobId]) -> Result<usize, ClientError> {
-        let mut tx = self.pool.begin().await?;
-        let n = self.cancel_with(&mut tx, ids).await?;
-        tx.commit().await?;
-        Ok(n)
+        in_transaction!(self, |tx| self.cancel_with(tx, ids))
     }
 
     /// Cancels the listed jobs that have not finished on the caller's connection or inside the
@@ -331,15 +342,20 @@ impl Client {
     /// rerun with at least one more attempt.
     #[tracing::instrument(level = "debug", skip(self))]
     pub async fn retry(&self, id: JobId) -> Result<Job, ClientError> {
-        match job_store::job_retry(&self.pool, id).await {
+        in_transaction!(self, |tx| self.retry_with(tx, id))
+    }
+
+    /// [`Self::retry`] on the caller's connection or inside the caller's transaction.
+    pub async fn retry_with(&self, conn: &mut PgConnection, id: JobId) -> Result<Job, ClientError> {
+        match job_store::job_retry(&mut *conn, id).await {
             Ok(Some(job)) => Ok(job),
-            Ok(None) => Err(self
-                .why_not(
-                    id,
-                    "retry",
-                    "only retryable or finished jobs can be retried",
-                )
-                .await),
+            Ok(None) => Err(why_not(
+                conn,
+                id,
+                "retry",
+                "only retryable or finished jobs can be retried",
+            )
+            .await),
             Err(e) if is_unique_violation(&e) => Err(ClientError::Conflict(format!(
                 "job {id} cannot run again: another live job holds its unique key"
             ))),
@@ -350,39 +366,65 @@ impl Client {
     /// Makes a waiting job (scheduled or retryable) due now.
     #[tracing::instrument(level = "debug", skip(self))]
     pub async fn run_now(&self, id: JobId) -> Result<Job, ClientError> {
-        match job_store::job_run_now(&self.pool, id).await? {
+        in_transaction!(self, |tx| self.run_now_with(tx, id))
+    }
+
+    /// [`Self::run_now`] on the caller's connection or inside the caller's transaction.
+    pub async fn run_now_with(
+        &self,
+        conn: &mut PgConnection,
+        id: JobId,
+    ) -> Result<Job, ClientError> {
+        match job_store::job_run_now(&mut *conn, id).await? {
             Some(job) => Ok(job),
-            None => Err(self
-                .why_not(
-                    id,
-                    "run now",
-                    "only scheduled, retryable or available jobs can",
-                )
-                .await),
+            None => Err(why_not(
+                conn,
+                id,
+                "run now",
+                "only scheduled, retryable or available jobs can",
+            )
+            .await),
         }
     }
 
     /// Moves a waiting job to `at`.
     #[tracing::instrument(level = "debug", skip(self))]
     pub async fn reschedule(&self, id: JobId, at: DateTime<Utc>) -> Result<Job, ClientError> {
+        in_transaction!(self, |tx| self.reschedule_with(tx, id, at))
+    }
+
+    /// [`Self::reschedule`] on the caller's connection or inside the caller's transaction.
+    pub async fn reschedule_with(
+        &self,
+        conn: &mut PgConnection,
+        id: JobId,
+        at: DateTime<Utc>,
+    ) -> Result<Job, ClientError> {
         check_instant("scheduled_at", at)?;
-        match job_store::job_reschedule(&self.pool, id, at).await? {
+        match job_store::job_reschedule(&mut *conn, id, at).await? {
             Some(job) => Ok(job),
-            None => Err(self
-                .why_not(id, "reschedule", "only jobs that have not started can be")
-                .await),
+            None => Err(why_not(
+                conn,
+                id,
+                "reschedule",
+                "only jobs that have not started can be",
+            )
+            .await),
         }
     }
 
     /// Deletes a job that is not executing (cancel an executing job first).
     #[tracing::instrument(level = "debug", skip(self))]
     pub async fn delete(&self, id: JobId) -> Result<(), ClientError> {
-        if job_store::job_delete(&self.pool, id).await? {
+        in_transaction!(self, |tx| self.delete_with(tx, id))
+    }
+
+    /// [`Self::delete`] on the caller's connection or inside the caller's transaction.
+    pub async fn delete_with(&self, conn: &mut PgConnection, id: JobId) -> Result<(), ClientError> {
+        if job_store::job_delete(&mut *conn, id).await? {
             Ok(())
         } else {
-            Err(self
-                .why_not(id, "delete", "it is executing: cancel it first")
-                .await)
+            Err(why_not(conn, id, "delete", "it is executing: cancel it first").await)
         }
     }
 
@@ -396,21 +438,44 @@ impl Client {
         name: &str,
         paused: bool,
     ) -> Result<QueueRow, ClientError> {
+        in_transaction!(self, |tx| self.set_queue_paused_with(tx, name, paused))
+    }
+
+    /// [`Self::set_queue_paused`] inside the caller's transaction (the nodes are told at commit).
+    pub async fn set_queue_paused_with(
+        &self,
+        conn: &mut PgConnection,
+        name: &str,
+        paused: bool,
+    ) -> Result<QueueRow, ClientError> {
         if !is_valid_queue_name(name) {
             return Err(ClientError::NotFound(format!("queue `{name}`")));
         }
-        let mut tx = self.pool.begin().await?;
-        let row = queue_store::queue_set_paused(&mut *tx, name, paused).await?;
+        let row = queue_store::queue_set_paused(&mut *conn, name, paused).await?;
         Control::QueueChanged(name.to_string())
-            .send(&mut *tx)
+            .send(&mut *conn)
             .await?;
-        tx.commit().await?;
         Ok(row)
     }
 
     /// Sets a queue's per-node concurrency on every node (`None`: each node's configured limit).
     pub async fn set_queue_concurrency(
         &self,
+        name: &str,
+        concurrency: Option<i32>,
+    ) -> Result<QueueRow, ClientError> {
+        in_transaction!(self, |tx| self.set_queue_concurrency_with(
+            tx,
+            name,
+            concurrency
+        ))
+    }
+
+    /// [`Self::set_queue_concurrency`] inside the caller's transaction (the nodes are told at
+    /// commit).
+    pub async fn set_queue_concurrency_with(
+        &self,
+        conn: &mut PgConnection,
         name: &str,
         concurrency: Option<i32>,
     ) -> Result<QueueRow, ClientError> {
@@ -422,12 +487,10 @@ impl Client {
                 return Err(invalid("concurrency", "must be between 1 and 10000"));
             }
         }
-        let mut tx = self.pool.begin().await?;
-        let row = queue_store::queue_set_concurrency(&mut *tx, name, concurrency).await?;
+        let row = queue_store::queue_set_concurrency(&mut *conn, name, concurrency).await?;
         Control::QueueChanged(name.to_string())
-            .send(&mut *tx)
+            .send(&mut *conn)
             .await?;
-        tx.commit().await?;
         Ok(row)
     }
 
@@ -497,10 +560,21 @@ impl Client {
         Ok(n)
     }
 
-    /// Applies `action` to the listed jobs (at most [`MAX_BULK_IDS`]; duplicates count once).
+    /// Applies `action` to the listed jobs (at most [`MAX_BULK_IDS`]; duplicates count once), in
+    /// one transaction.
     #[tracing::instrument(level = "debug", skip_all, fields(action = ?action, jobs = ids.len()))]
     pub async fn bulk_ids(
         &self,
+        action: BulkAction,
+        ids: &[JobId],
+    ) -> Result<BulkReport, ClientError> {
+        in_transaction!(self, |tx| self.bulk_ids_with(tx, action, ids))
+    }
+
+    /// [`Self::bulk_ids`] on the caller's connection or inside the caller's transaction.
+    pub async fn bulk_ids_with(
+        &self,
+        conn: &mut PgConnection,
         action: BulkAction,
         ids: &[JobId],
     ) -> Result<BulkReport, ClientError> {
@@ -513,7 +587,7 @@ impl Client {
         let mut ids = ids.to_vec();
         ids.sort_unstable();
         ids.dedup();
-        let changed = self.bulk_batch(action, &ids, &JobFilter::default()).await?;
+        let changed = bulk_batch(conn, action, &ids, &JobFilter::default()).await?;
         Ok(BulkReport {
             changed,
             skipped: ids.len() as u64 - changed,
@@ -527,83 +601,57 @@ impl Client {
     /// inserted during the action are not touched.
     ///
     /// Not atomic: an error stops the walk with the batches before it applied.
-    #[tracing::instrument(level = "debug", skip_all, fields(action = ?action))]
     pub async fn bulk_filter(
         &self,
         action: BulkAction,
         filter: &JobFilter,
     ) -> Result<BulkReport, ClientError> {
+        let mut walk = self.bulk_walk(action, filter).await?;
+        while let Some(batch) = walk.next().await? {
+            walk.commit(batch).await?;
+        }
+        Ok(walk.report)
+    }
+
+    /// [`Self::bulk_filter`] one batch at a time, so that the caller can add to each batch's
+    /// transaction (an audit entry, say) before it commits.
+    pub async fn bulk_walk(
+        &self,
+        action: BulkAction,
+        filter: &JobFilter,
+    ) -> Result<BulkWalk, ClientError> {
         check_filter(filter)?;
         let mut filter = filter.clone();
+        let mut done = false;
         if filter.max_id.is_none() {
             match job_store::job_max_id(&self.pool).await? {
                 Some(newest) => filter.max_id = Some(newest),
-                None => return Ok(BulkReport::default()),
+                None => done = true,
             }
         }
-        let mut report = BulkReport::default();
-        let mut before = None;
-        loop {
-            let ids = job_store::job_list_ids(&self.pool, &filter, before, BULK_BATCH).await?;
-            let Some(&oldest) = ids.last() else { break };
-            let changed = self.bulk_batch(action, &ids, &filter).await?;
-            report.changed += changed;
-            report.skipped += ids.len() as u64 - changed;
-            if (ids.len() as i64) < BULK_BATCH {
-                break;
-            }
-            before = Some(oldest);
-        }
-        Ok(report)
-    }
-
-    /// One batch of a bulk action: the listed jobs that still match `filter`. Returns how many
-    /// changed.
-    async fn bulk_batch(
-        &self,
-        action: BulkAction,
-        ids: &[JobId],
-        filter: &JobFilter,
-    ) -> Result<u64, ClientError> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let changed = match action {
-            BulkAction::Cancel => {
-                let mut tx = self.pool.begin().await?;
-                let cancelled = job_store::job_cancel_matching(&mut *tx, ids, filter).await?;
-                notify_cancelled(&mut tx, &cancelled).await?;
-                tx.commit().await?;
-                cancelled.len() as u64
-            }
-            BulkAction::Retry => match job_store::job_retry_matching(&self.pool, ids, filter).await
-            {
-                Ok(n) => n,
-                // A job took one of the batch's unique keys after the statement's snapshot: the
-                // statement failed as a whole, so go one job at a time, skipping the conflicts.
-                Err(e) if is_unique_violation(&e) => {
-                    let mut n = 0;
-                    for id in ids {
-                        match job_store::job_retry_matching(&self.pool, &[*id], filter).await {
-                            Ok(k) => n += k,
-                            Err(e) if is_unique_violation(&e) => {}
-                            Err(e) => return Err(e.into()),
-                        }
-                    }
-                    n
-                }
-                Err(e) => return Err(e.into()),
-            },
-            BulkAction::RunNow => job_store::job_run_now_matching(&self.pool, ids, filter).await?,
-            BulkAction::Delete => job_store::job_delete_matching(&self.pool, ids, filter).await?,
-        };
-        Ok(changed)
+        Ok(BulkWalk {
+            pool: self.pool.clone(),
+            action,
+            filter,
+            before: None,
+            done,
+            report: BulkReport::default(),
+        })
     }
 
     /// Inserts a copy of a job (queue, kind, args, priority, max attempts, tags, meta; no unique
     /// key), due now. The copy is checked like any new job: a kind no longer registered is refused.
     pub async fn clone_job(&self, id: JobId) -> Result<Job, ClientError> {
-        let job = self.get(id).await?;
+        in_transaction!(self, |tx| self.clone_job_with(tx, id))
+    }
+
+    /// [`Self::clone_job`] on the caller's connection or inside the caller's transaction.
+    pub async fn clone_job_with(
+        &self,
+        conn: &mut PgConnection,
+        id: JobId,
+    ) -> Result<Job, ClientError> {
+        let job = get_with(&mut *conn, id).await?;
         let new = NewJob {
             kind: job.kind,
             args: job.args,
@@ -616,20 +664,153 @@ impl Client {
             tags: job.tags,
             meta: job.meta,
         };
-        Ok(self.insert(&new).await?.job)
+        Ok(self.insert_with(conn, &new).await?.job)
+    }
+}
+
+/// A bulk action on a filter, walked one batch at a time (see [`Client::bulk_walk`]).
+pub struct BulkWalk {
+    pool: PgPool,
+    action: BulkAction,
+    filter: JobFilter,
+    /// Where the next batch starts (the last batch's oldest id).
+    before: Option<JobId>,
+    done: bool,
+    /// What the committed batches did.
+    pub report: BulkReport,
+}
+
+/// One batch of a [`BulkWalk`]: its change made in its own transaction, not committed yet.
+pub struct BulkBatch {
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    changed: u64,
+    listed: u64,
+}
+
+impl BulkBatch {
+    /// The batch's transaction, to add to before it commits.
+    pub fn conn(&mut self) -> &mut PgConnection {
+        &mut self.tx
     }
 
-    /// The error for an operation whose guarded update matched no row: the job is missing, or its
-    /// state does not allow the operation.
-    async fn why_not(&self, id: JobId, op: &str, rule: &str) -> ClientError {
-        match job_store::job_get(&self.pool, id).await {
-            Ok(Some(job)) => ClientError::Conflict(format!(
-                "cannot {op} job {id} while it is {}: {rule}",
-                job.state.as_str()
-            )),
-            Ok(None) => ClientError::NotFound(format!("job {id}")),
-            Err(e) => ClientError::Database(e),
+    /// How many jobs the batch changed.
+    pub fn changed(&self) -> u64 {
+        self.changed
+    }
+}
+
+impl BulkWalk {
+    /// The next batch, applied and not committed; `None` once every matching job was walked.
+    pub async fn next(&mut self) -> Result<Option<BulkBatch>, ClientError> {
+        if self.done {
+            return Ok(None);
         }
+        let ids =
+            job_store::job_list_ids(&self.pool, &self.filter, self.before, BULK_BATCH).await?;
+        let Some(&oldest) = ids.last() else {
+            self.done = true;
+            return Ok(None);
+        };
+        self.before = Some(oldest);
+        self.done = (ids.len() as i64) < BULK_BATCH;
+        let mut tx = self.pool.begin().await?;
+        let changed = bulk_batch(&mut tx, self.action, &ids, &self.filter).await?;
+        Ok(Some(BulkBatch {
+            tx,
+            changed,
+            listed: ids.len() as u64,
+        }))
+    }
+
+    /// Whether the batch [`Self::next`] gave last was the walk's last (a short one). A walk that
+    /// ends on a full batch learns it only from the next `None`.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Commits a batch and counts it in [`Self::report`].
+    pub async fn commit(&mut self, batch: BulkBatch) -> Result<(), ClientError> {
+        batch.tx.commit().await?;
+        self.report.changed += batch.changed;
+        self.report.skipped += batch.listed - batch.changed;
+        Ok(())
+    }
+}
+
+/// The job, read on `conn` (so inside the caller's transaction, its own changes included).
+async fn get_with(conn: &mut PgConnection, id: JobId) -> Result<Job, ClientError> {
+    job_store::job_get(conn, id)
+        .await?
+        .ok_or_else(|| ClientError::NotFound(format!("job {id}")))
+}
+
+/// The error for an operation whose guarded update matched no row: the job is missing, or its
+/// state does not allow the operation.
+async fn why_not(conn: &mut PgConnection, id: JobId, op: &str, rule: &str) -> ClientError {
+    match job_store::job_get(conn, id).await {
+        Ok(Some(job)) => ClientError::Conflict(format!(
+            "cannot {op} job {id} while it is {}: {rule}",
+            job.state.as_str()
+        )),
+        Ok(None) => ClientError::NotFound(format!("job {id}")),
+        Err(e) => ClientError::Database(e),
+    }
+}
+
+/// One batch of a bulk action on `conn`: the listed jobs that still match `filter`. Returns how
+/// many changed.
+async fn bulk_batch(
+    conn: &mut PgConnection,
+    action: BulkAction,
+    ids: &[JobId],
+    filter: &JobFilter,
+) -> Result<u64, ClientError> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let changed = match action {
+        BulkAction::Cancel => {
+            let cancelled = job_store::job_cancel_matching(&mut *conn, ids, filter).await?;
+            notify_cancelled(conn, &cancelled).await?;
+            cancelled.len() as u64
+        }
+        BulkAction::Retry => match retry_matching(conn, ids, filter).await? {
+            Some(n) => n,
+            // A job took one of the batch's unique keys after the statement's snapshot: the
+            // statement failed as a whole (and was undone to its savepoint), so go one job at a
+            // time, skipping the conflicts.
+            None => {
+                let mut n = 0;
+                for id in ids {
+                    n += retry_matching(conn, &[*id], filter).await?.unwrap_or(0);
+                }
+                n
+            }
+        },
+        BulkAction::RunNow => job_store::job_run_now_matching(&mut *conn, ids, filter).await?,
+        BulkAction::Delete => job_store::job_delete_matching(&mut *conn, ids, filter).await?,
+    };
+    Ok(changed)
+}
+
+/// Retries the listed jobs that match `filter` under a savepoint; `None` when a unique key
+/// conflict undid them (the caller's transaction carries on).
+async fn retry_matching(
+    conn: &mut PgConnection,
+    ids: &[JobId],
+    filter: &JobFilter,
+) -> Result<Option<u64>, ClientError> {
+    let mut savepoint = sqlx::Connection::begin(&mut *conn).await?;
+    match job_store::job_retry_matching(&mut *savepoint, ids, filter).await {
+        Ok(n) => {
+            savepoint.commit().await?;
+            Ok(Some(n))
+        }
+        Err(e) if is_unique_violation(&e) => {
+            savepoint.rollback().await?;
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -3,6 +3,22 @@
 //! Use [`Engine::start`] with a pool, a set of [`Workers`] and an [`EngineConfig`]; insert jobs with
 //! the [`Client`] (also inside your own transaction, with [`Client::insert_with`]).
 
+/// Runs `$call` (an action taking a transaction as `$tx`) in a transaction of `$owner.pool`,
+/// committed when it succeeds: how a `*_with(conn, …)` method becomes the method that needs no
+/// connection of the caller's.
+macro_rules! in_transaction {
+    ($owner:expr, |$tx:ident| $call:expr) => {{
+        let mut tx = $owner.pool.begin().await?;
+        let done = {
+            let $tx: &mut sqlx::PgConnection = &mut tx;
+            $call.await?
+        };
+        tx.commit().await?;
+        Ok(done)
+    }};
+}
+pub(crate) use in_transaction;
+
 pub mod client;
 pub mod completer;
 pub mod config;
@@ -26,7 +42,7 @@ pub mod store;
 pub mod timer;
 pub mod worker;
 
-pub use client::{BulkAction, BulkReport, Client, ClientError};
+pub use client::{BulkAction, BulkBatch, BulkReport, BulkWalk, Client, ClientError};
 pub use config::EngineConfig;
 pub use job::{Claim, ClaimToken, Inserted, Job, JobId, JobState, NewJob, OnConflict, Schedule};
 pub use runtime::{Engine, EngineError};

@@ -2,23 +2,137 @@
 //! token's owner (the bootstrap token as `api-token`, an admin). Reads are not recorded, nor are
 //! players' predictions (the game's traffic, not an operator's actions), nor calls without a valid
 //! token (no one to name).
+//!
+//! A handler that changes the database takes an [`Audit`] and does its change in
+//! [`Audit::run`]: the entry commits with the change, or the change is undone and the call is
+//! answered 503 (`not_recorded`). The layer ([`record`]) records the calls that did not (their
+//! refusals, mostly) after the answer.
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{FromRequestParts, MatchedPath, Request, State};
+use axum::http::request::Parts;
 use axum::http::Method;
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
 
 use super::auth::ApiCaller;
+use super::error::AppError;
 use super::session::client_address;
 use super::state::AppState;
-use crate::audit::AuditEntry;
+use crate::audit::{AuditEntry, Auditor, Work};
+use crate::engine::{BulkAction, BulkReport, JobFilter};
 
-/// What a handler adds to its call's entry (as a response extension): a bulk action's filter (or
-/// ids) and how many jobs it changed.
-#[derive(Debug, Clone, Default)]
-pub struct AuditDetail {
-    pub filter: Option<serde_json::Value>,
-    pub count: Option<i64>,
+/// What the layer knows of a call before its handler runs, for the handler's entry.
+#[derive(Debug, Clone)]
+struct Draft {
+    method: Method,
+    route: String,
+    path: String,
+    address: std::net::IpAddr,
+}
+
+impl Draft {
+    fn entry(&self, caller: &ApiCaller, result: Result<(), String>) -> AuditEntry {
+        let target = match caller.token_id {
+            Some(id) => format!("/api/v1{} (token {id})", self.path),
+            None => format!("/api/v1{}", self.path),
+        };
+        AuditEntry {
+            actor: caller.actor.clone(),
+            role: caller.role.as_str().to_string(),
+            action: format!("api.{} {}", self.method, self.route),
+            target: Some(target),
+            filter: None,
+            count: None,
+            address: Some(self.address),
+            result,
+        }
+    }
+}
+
+/// Marks an answer whose entry is written already.
+#[derive(Debug, Clone, Copy)]
+struct Recorded;
+
+/// An answer whose audit entry committed with its change.
+pub struct Audited<T>(pub T);
+
+impl<T: IntoResponse> IntoResponse for Audited<T> {
+    fn into_response(self) -> Response {
+        let mut res = self.0.into_response();
+        res.extensions_mut().insert(Recorded);
+        res
+    }
+}
+
+/// The count of an action's entry when it changes one thing: none.
+pub fn uncounted<T>(_: &T) -> Option<i64> {
+    None
+}
+
+/// A state-changing call's audit entry, to write with its change.
+pub struct Audit {
+    auditor: Auditor,
+    entry: AuditEntry,
+}
+
+impl FromRequestParts<AppState> for Audit {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
+        let draft = parts.extensions.get::<Draft>();
+        let caller = parts.extensions.get::<ApiCaller>();
+        let (Some(draft), Some(caller)) = (draft, caller) else {
+            return Err(AppError::Internal(
+                "an audited route outside the audit and token layers".into(),
+            ));
+        };
+        Ok(Audit {
+            auditor: state.auditor.clone(),
+            entry: draft.entry(caller, Ok(())),
+        })
+    }
+}
+
+impl Audit {
+    /// The entry keeps what a bulk action was applied to (its ids or its filter).
+    pub fn applied_to(mut self, what: Value) -> Self {
+        self.entry.filter = Some(what);
+        self
+    }
+
+    /// Runs `action` and commits its change with the entry (see [`Auditor::run`]); `count`: how
+    /// many jobs it changed, if it says.
+    pub async fn run<T>(
+        self,
+        count: impl FnOnce(&T) -> Option<i64>,
+        action: impl AsyncFnOnce(&mut Work) -> Result<T, AppError>,
+    ) -> Result<Audited<T>, AppError> {
+        self.auditor
+            .run(self.entry, count, action)
+            .await
+            .map(Audited)
+    }
+
+    /// A bulk action on a filter, in batches (see [`Auditor::bulk_filter`]). Its entries are
+    /// written here, a refusal's included.
+    pub async fn bulk_filter(
+        self,
+        client: &crate::engine::Client,
+        action: BulkAction,
+        filter: &JobFilter,
+    ) -> Response {
+        let done: Result<BulkReport, AppError> = self
+            .auditor
+            .bulk_filter(client, self.entry, action, filter, |e: &AppError| {
+                e.to_string()
+            })
+            .await;
+        match done {
+            Ok(report) => Audited(axum::Json(report)).into_response(),
+            Err(e) => Audited(e).into_response(),
+        }
+    }
 }
 
 /// The route players post predictions to: not recorded.
@@ -57,40 +171,30 @@ pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> 
     {
         return next.run(req).await;
     }
-    let address = client_address(req.extensions());
+    let draft = Draft {
+        method,
+        route: route.unwrap_or_else(|| "(no route)".into()),
+        path: bounded(&path),
+        address: client_address(req.extensions()),
+    };
+    let mut req = req;
+    req.extensions_mut().insert(draft.clone());
     let res = next.run(req).await;
-    let Some(caller) = res.extensions().get::<ApiCaller>().cloned() else {
+    if res.extensions().get::<Recorded>().is_some() {
+        return res;
+    }
+    let Some(caller) = res.extensions().get::<ApiCaller>() else {
         return res;
     };
     let status = res.status();
-    let detail = res
-        .extensions()
-        .get::<AuditDetail>()
-        .cloned()
-        .unwrap_or_default();
-    let path = bounded(&path);
-    let target = match caller.token_id {
-        Some(id) => format!("/api/v1{path} (token {id})"),
-        None => format!("/api/v1{path}"),
+    let result = if status.is_success() {
+        // A change made outside `Audit::run` (none should be): recorded after the fact.
+        tracing::warn!(action = %draft.route, "an API change was not audited with its transaction");
+        Ok(())
+    } else {
+        Err(format!("HTTP {}", status.as_u16()))
     };
-    let route = route.unwrap_or_else(|| "(no route)".into());
-    state
-        .auditor
-        .record(AuditEntry {
-            actor: caller.actor,
-            role: caller.role.as_str().to_string(),
-            action: format!("api.{method} {route}"),
-            target: Some(target),
-            filter: detail.filter,
-            count: detail.count,
-            address: Some(address),
-            result: if status.is_success() {
-                Ok(())
-            } else {
-                Err(format!("HTTP {}", status.as_u16()))
-            },
-        })
-        .await;
+    state.auditor.record(draft.entry(caller, result)).await;
     res
 }
 

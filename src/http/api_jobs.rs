@@ -2,13 +2,13 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::api_audit::AuditDetail;
+use super::api_audit::{uncounted, Audit, Audited};
 use super::auth::ApiCaller;
 use super::error::AppError;
 use super::extract::{ApiJson, ApiQuery, JobIdPath};
@@ -76,22 +76,27 @@ pub struct InsertedBody {
 
 pub async fn create(
     State(state): State<AppState>,
+    audit: Audit,
     ApiJson(body): ApiJson<CreateJob>,
 ) -> Result<impl IntoResponse, AppError> {
     let new = body.into_new_job()?;
-    let inserted = state.client.insert(&new).await?;
-    let status = if inserted.existing {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
-    };
-    Ok((
-        status,
-        Json(InsertedBody {
-            job: inserted.job,
-            existing: inserted.existing,
-        }),
-    ))
+    audit
+        .run(uncounted, async |work| {
+            let inserted = state.client.insert_with(work.conn().await?, &new).await?;
+            let status = if inserted.existing {
+                StatusCode::OK
+            } else {
+                StatusCode::CREATED
+            };
+            Ok((
+                status,
+                Json(InsertedBody {
+                    job: inserted.job,
+                    existing: inserted.existing,
+                }),
+            ))
+        })
+        .await
 }
 
 #[derive(schemars::JsonSchema, Debug, Deserialize)]
@@ -165,23 +170,42 @@ pub async fn get(
 
 pub async fn cancel(
     State(state): State<AppState>,
+    audit: Audit,
     JobIdPath(id): JobIdPath,
-) -> Result<Json<Job>, AppError> {
-    Ok(Json(state.client.cancel(id).await?))
+) -> Result<Audited<Json<Job>>, AppError> {
+    audit
+        .run(uncounted, async |work| {
+            Ok(Json(
+                state.client.cancel_one_with(work.conn().await?, id).await?,
+            ))
+        })
+        .await
 }
 
 pub async fn retry(
     State(state): State<AppState>,
+    audit: Audit,
     JobIdPath(id): JobIdPath,
-) -> Result<Json<Job>, AppError> {
-    Ok(Json(state.client.retry(id).await?))
+) -> Result<Audited<Json<Job>>, AppError> {
+    audit
+        .run(uncounted, async |work| {
+            Ok(Json(state.client.retry_with(work.conn().await?, id).await?))
+        })
+        .await
 }
 
 pub async fn run_now(
     State(state): State<AppState>,
+    audit: Audit,
     JobIdPath(id): JobIdPath,
-) -> Result<Json<Job>, AppError> {
-    Ok(Json(state.client.run_now(id).await?))
+) -> Result<Audited<Json<Job>>, AppError> {
+    audit
+        .run(uncounted, async |work| {
+            Ok(Json(
+                state.client.run_now_with(work.conn().await?, id).await?,
+            ))
+        })
+        .await
 }
 
 #[derive(schemars::JsonSchema, Debug, Deserialize)]
@@ -192,18 +216,34 @@ pub struct RescheduleBody {
 
 pub async fn reschedule(
     State(state): State<AppState>,
+    audit: Audit,
     JobIdPath(id): JobIdPath,
     ApiJson(body): ApiJson<RescheduleBody>,
-) -> Result<Json<Job>, AppError> {
-    Ok(Json(state.client.reschedule(id, body.scheduled_at).await?))
+) -> Result<Audited<Json<Job>>, AppError> {
+    audit
+        .run(uncounted, async |work| {
+            let conn = work.conn().await?;
+            Ok(Json(
+                state
+                    .client
+                    .reschedule_with(conn, id, body.scheduled_at)
+                    .await?,
+            ))
+        })
+        .await
 }
 
 pub async fn delete(
     State(state): State<AppState>,
+    audit: Audit,
     JobIdPath(id): JobIdPath,
-) -> Result<StatusCode, AppError> {
-    state.client.delete(id).await?;
-    Ok(StatusCode::NO_CONTENT)
+) -> Result<Audited<StatusCode>, AppError> {
+    audit
+        .run(uncounted, async |work| {
+            state.client.delete_with(work.conn().await?, id).await?;
+            Ok(StatusCode::NO_CONTENT)
+        })
+        .await
 }
 
 /// The filter of a bulk action: every field optional; `{}` matches every job.
@@ -254,28 +294,32 @@ pub struct BulkBody {
 /// and how many were left alone because their state does not allow the action.
 ///
 /// The audit entry keeps what it was applied to (the ids or the filter) and how many changed.
+/// Listed ids change in one transaction with the entry; a filter's batches each commit on their
+/// own, the first with an entry reading `started` (see [`crate::audit::Auditor::bulk_filter`]).
 pub async fn bulk(
     State(state): State<AppState>,
+    audit: Audit,
     ApiJson(body): ApiJson<BulkBody>,
-) -> Result<(Extension<AuditDetail>, Json<BulkReport>), AppError> {
-    let (report, applied_to) = match (body.ids, body.filter) {
+) -> Result<Response, AppError> {
+    match (body.ids, body.filter) {
         (Some(ids), None) => {
-            let report = state.client.bulk_ids(body.action, &ids).await?;
-            (report, json!({ "ids": ids }))
+            let audit = audit.applied_to(json!({ "ids": ids }));
+            let changed = |r: &Json<BulkReport>| Some(i64::try_from(r.changed).unwrap_or(i64::MAX));
+            let (client, action) = (state.client.clone(), body.action);
+            let done = audit
+                .run(changed, async move |work| {
+                    let conn = work.conn().await?;
+                    Ok(Json(client.bulk_ids_with(conn, action, &ids).await?))
+                })
+                .await?;
+            Ok(done.into_response())
         }
         (None, Some(filter)) => {
-            let applied_to = serde_json::to_value(&filter).unwrap_or_default();
-            let report = state
-                .client
-                .bulk_filter(body.action, &filter.into())
-                .await?;
-            (report, applied_to)
+            let audit = audit.applied_to(serde_json::to_value(&filter).unwrap_or_default());
+            Ok(audit
+                .bulk_filter(&state.client, body.action, &filter.into())
+                .await)
         }
-        _ => return Err(AppError::invalid("give either ids or filter (not both)")),
-    };
-    let detail = AuditDetail {
-        filter: Some(applied_to),
-        count: Some(i64::try_from(report.changed).unwrap_or(i64::MAX)),
-    };
-    Ok((Extension(detail), Json(report)))
+        _ => Err(AppError::invalid("give either ids or filter (not both)")),
+    }
 }

@@ -7,6 +7,7 @@ use axum::Json;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
+use super::api_audit::{uncounted, Audit, Audited};
 use super::error::AppError;
 use super::extract::{ApiJson, ApiQuery, IdPath};
 use super::state::AppState;
@@ -45,13 +46,24 @@ pub struct CreateQuestion {
 
 pub async fn create(
     State(state): State<AppState>,
+    audit: Audit,
     ApiJson(body): ApiJson<CreateQuestion>,
 ) -> Result<impl IntoResponse, AppError> {
-    let q = state
-        .questions
-        .create(&body.game, &body.prompt, &body.choices, body.game_time)
-        .await?;
-    Ok((StatusCode::CREATED, Json(q)))
+    audit
+        .run(uncounted, async |work| {
+            let q = state
+                .questions
+                .create_with(
+                    work.conn().await?,
+                    &body.game,
+                    &body.prompt,
+                    &body.choices,
+                    body.game_time,
+                )
+                .await?;
+            Ok((StatusCode::CREATED, Json(q)))
+        })
+        .await
 }
 
 #[derive(schemars::JsonSchema, Debug, Deserialize)]
@@ -96,28 +108,39 @@ pub struct UpdateQuestion {
 
 pub async fn update(
     State(state): State<AppState>,
+    audit: Audit,
     IdPath(id): IdPath,
     ApiJson(body): ApiJson<UpdateQuestion>,
-) -> Result<Json<QuestionDetail>, AppError> {
-    Ok(Json(
-        state
-            .questions
-            .update(
-                id,
-                body.prompt.as_deref(),
-                body.choices.as_deref(),
-                body.game_time,
-            )
-            .await?,
-    ))
+) -> Result<Audited<Json<QuestionDetail>>, AppError> {
+    audit
+        .run(uncounted, async |work| {
+            Ok(Json(
+                state
+                    .questions
+                    .update_with(
+                        work.conn().await?,
+                        id,
+                        body.prompt.as_deref(),
+                        body.choices.as_deref(),
+                        body.game_time,
+                    )
+                    .await?,
+            ))
+        })
+        .await
 }
 
 pub async fn delete(
     State(state): State<AppState>,
+    audit: Audit,
     IdPath(id): IdPath,
-) -> Result<StatusCode, AppError> {
-    state.questions.delete(id).await?;
-    Ok(StatusCode::NO_CONTENT)
+) -> Result<Audited<StatusCode>, AppError> {
+    audit
+        .run(uncounted, async |work| {
+            state.questions.delete_with(work.conn().await?, id).await?;
+            Ok(StatusCode::NO_CONTENT)
+        })
+        .await
 }
 
 #[derive(schemars::JsonSchema, Debug, Deserialize)]
@@ -147,10 +170,19 @@ pub struct SettleBody {
 
 pub async fn settle(
     State(state): State<AppState>,
+    audit: Audit,
     IdPath(id): IdPath,
     ApiJson(body): ApiJson<SettleBody>,
-) -> Result<Json<QuestionDetail>, AppError> {
-    Ok(Json(
-        state.questions.settle(id, &body.correct_choice).await?,
-    ))
+) -> Result<Audited<Json<QuestionDetail>>, AppError> {
+    audit
+        .run(uncounted, async |work| {
+            let conn = work.conn().await?;
+            Ok(Json(
+                state
+                    .questions
+                    .settle_with(conn, id, &body.correct_choice)
+                    .await?,
+            ))
+        })
+        .await
 }

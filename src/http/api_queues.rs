@@ -6,6 +6,7 @@ use axum::extract::{Path, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
+use super::api_audit::{uncounted, Audit, Audited};
 use super::error::AppError;
 use super::extract::ApiJson;
 use super::state::AppState;
@@ -43,16 +44,37 @@ fn zero_counts() -> BTreeMap<&'static str, i64> {
 
 pub async fn pause(
     State(state): State<AppState>,
+    audit: Audit,
     Path(name): Path<String>,
-) -> Result<Json<QueueRow>, AppError> {
-    Ok(Json(state.client.set_queue_paused(&name, true).await?))
+) -> Result<Audited<Json<QueueRow>>, AppError> {
+    set_paused(&state, audit, &name, true).await
 }
 
 pub async fn resume(
     State(state): State<AppState>,
+    audit: Audit,
     Path(name): Path<String>,
-) -> Result<Json<QueueRow>, AppError> {
-    Ok(Json(state.client.set_queue_paused(&name, false).await?))
+) -> Result<Audited<Json<QueueRow>>, AppError> {
+    set_paused(&state, audit, &name, false).await
+}
+
+async fn set_paused(
+    state: &AppState,
+    audit: Audit,
+    name: &str,
+    paused: bool,
+) -> Result<Audited<Json<QueueRow>>, AppError> {
+    audit
+        .run(uncounted, async |work| {
+            let conn = work.conn().await?;
+            Ok(Json(
+                state
+                    .client
+                    .set_queue_paused_with(conn, name, paused)
+                    .await?,
+            ))
+        })
+        .await
 }
 
 #[derive(schemars::JsonSchema, Debug, Deserialize)]
@@ -64,15 +86,21 @@ pub struct QueuePatch {
 
 pub async fn update(
     State(state): State<AppState>,
+    audit: Audit,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<QueuePatch>,
-) -> Result<Json<QueueRow>, AppError> {
-    Ok(Json(
-        state
-            .client
-            .set_queue_concurrency(&name, body.concurrency)
-            .await?,
-    ))
+) -> Result<Audited<Json<QueueRow>>, AppError> {
+    audit
+        .run(uncounted, async |work| {
+            let conn = work.conn().await?;
+            Ok(Json(
+                state
+                    .client
+                    .set_queue_concurrency_with(conn, &name, body.concurrency)
+                    .await?,
+            ))
+        })
+        .await
 }
 
 #[derive(schemars::JsonSchema, Serialize)]

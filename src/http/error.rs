@@ -47,6 +47,9 @@ pub enum AppError {
     },
     #[error("the server is busy or its database is unreachable; try again")]
     Unavailable,
+    /// An action undone because its audit entry could not be written.
+    #[error(transparent)]
+    NotRecorded(#[from] crate::audit::NotRecorded),
     /// A limit of this node is reached (connections, streams): 503 with `Retry-After`.
     #[error("{0}")]
     Busy(String),
@@ -66,7 +69,9 @@ impl AppError {
             AppError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             AppError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             AppError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
-            AppError::Unavailable | AppError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            AppError::Unavailable | AppError::Busy(_) | AppError::NotRecorded(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -85,6 +90,7 @@ impl AppError {
             AppError::TooManyRequests { .. } => "too_many_requests",
             AppError::Unavailable => "unavailable",
             AppError::Busy(_) => "busy",
+            AppError::NotRecorded(_) => "not_recorded",
             AppError::Internal(_) => "internal",
         }
     }
@@ -153,6 +159,12 @@ impl From<AppError> for Refusal {
             message: e.to_string(),
             retry_after_secs: e.retry_after_secs(),
         }
+    }
+}
+
+impl From<crate::audit::NotRecorded> for Refusal {
+    fn from(e: crate::audit::NotRecorded) -> Self {
+        AppError::from(e).into()
     }
 }
 

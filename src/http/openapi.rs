@@ -386,6 +386,12 @@ fn responses(generator: &mut SchemaGenerator, e: &Endpoint) -> Value {
     });
     if e.method != "get" {
         r["403"] = error("the token may only read, or its owner's role may not act");
+        if !e.path.ends_with("/predictions") {
+            r["503"] = error(
+                "the database is unreachable (`unavailable`), or the audit log could not record \
+                 the change, so it was undone (`not_recorded`)",
+            );
+        }
     }
     if !path_params(e.path).is_empty() {
         r["404"] = error("no such job, queue or question");

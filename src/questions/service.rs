@@ -3,11 +3,11 @@
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use serde::Serialize;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use super::jobs::{lock_job, lock_key, settle_job};
 use super::store::{self, ChoiceCount, Prediction, Question, QuestionStatus};
-use crate::engine::{Client, ClientError, Job, OnConflict};
+use crate::engine::{in_transaction, Client, ClientError, Job, OnConflict};
 
 /// How far ahead a game may be scheduled.
 pub const MAX_GAME_AHEAD_DAYS: i64 = 730;
@@ -75,39 +75,36 @@ impl QuestionService {
         choices: &[String],
         game_time: DateTime<Utc>,
     ) -> Result<QuestionDetail, QuestionError> {
+        in_transaction!(self, |tx| self
+            .create_with(tx, game, prompt, choices, game_time))
+    }
+
+    /// [`Self::create`] inside the caller's transaction.
+    pub async fn create_with(
+        &self,
+        conn: &mut PgConnection,
+        game: &str,
+        prompt: &str,
+        choices: &[String],
+        game_time: DateTime<Utc>,
+    ) -> Result<QuestionDetail, QuestionError> {
         check_text("game", game, 200)?;
         check_text("prompt", prompt, 500)?;
         check_choices(choices)?;
         check_game_time(game_time)?;
-        let mut tx = self.pool.begin().await?;
-        let q = store::question_insert(&mut *tx, game.trim(), prompt.trim(), choices, game_time)
+        let q = store::question_insert(&mut *conn, game.trim(), prompt.trim(), choices, game_time)
             .await?;
         let job = self
             .client
-            .insert_with(&mut tx, &lock_job(q.id, game_time))
+            .insert_with(&mut *conn, &lock_job(q.id, game_time))
             .await?
             .job;
-        store::question_set_lock_job(&mut *tx, q.id, job.id).await?;
-        tx.commit().await?;
-        self.get(q.id).await
+        store::question_set_lock_job(&mut *conn, q.id, job.id).await?;
+        get_with(conn, q.id).await
     }
 
     pub async fn get(&self, id: i64) -> Result<QuestionDetail, QuestionError> {
-        let question = store::question_get(&self.pool, id)
-            .await?
-            .ok_or(QuestionError::NotFound(id))?;
-        let counts = store::prediction_counts(&self.pool, id).await?;
-        let predictions = counts.iter().map(|c| c.predictions).sum();
-        let lock_job = match question.lock_job_id {
-            Some(job) => self.client.find(job).await?,
-            None => None,
-        };
-        Ok(QuestionDetail {
-            question,
-            counts,
-            predictions,
-            lock_job,
-        })
+        get_with(&mut *self.pool.acquire().await?, id).await
     }
 
     pub async fn list(
@@ -130,6 +127,19 @@ impl QuestionService {
         choices: Option<&[String]>,
         game_time: Option<DateTime<Utc>>,
     ) -> Result<QuestionDetail, QuestionError> {
+        in_transaction!(self, |tx| self
+            .update_with(tx, id, prompt, choices, game_time))
+    }
+
+    /// [`Self::update`] inside the caller's transaction.
+    pub async fn update_with(
+        &self,
+        tx: &mut PgConnection,
+        id: i64,
+        prompt: Option<&str>,
+        choices: Option<&[String]>,
+        game_time: Option<DateTime<Utc>>,
+    ) -> Result<QuestionDetail, QuestionError> {
         if let Some(p) = prompt {
             check_text("prompt", p, 500)?;
         }
@@ -139,7 +149,6 @@ impl QuestionService {
         if let Some(t) = game_time {
             check_game_time(t)?;
         }
-        let mut tx = self.pool.begin().await?;
         let q = store::question_get_for_update(&mut *tx, id)
             .await?
             .ok_or(QuestionError::NotFound(id))?;
@@ -160,28 +169,30 @@ impl QuestionService {
             let job = self
                 .client
                 .insert_with(
-                    &mut tx,
+                    &mut *tx,
                     &lock_job(id, t).with_unique_key(lock_key(id), OnConflict::Reschedule),
                 )
                 .await?
                 .job;
             store::question_set_lock_job(&mut *tx, id, job.id).await?;
         }
-        tx.commit().await?;
-        self.get(id).await
+        get_with(tx, id).await
     }
 
     /// Deletes a question, its predictions, and cancels its pending jobs.
     pub async fn delete(&self, id: i64) -> Result<(), QuestionError> {
-        let mut tx = self.pool.begin().await?;
+        in_transaction!(self, |tx| self.delete_with(tx, id))
+    }
+
+    /// [`Self::delete`] inside the caller's transaction.
+    pub async fn delete_with(&self, tx: &mut PgConnection, id: i64) -> Result<(), QuestionError> {
         let q = store::question_get_for_update(&mut *tx, id)
             .await?
             .ok_or(QuestionError::NotFound(id))?;
         if let Some(job) = q.lock_job_id {
-            self.client.cancel_with(&mut tx, &[job]).await?;
+            self.client.cancel_with(&mut *tx, &[job]).await?;
         }
         store::question_delete(&mut *tx, id).await?;
-        tx.commit().await?;
         Ok(())
     }
 
@@ -216,7 +227,16 @@ impl QuestionService {
         id: i64,
         correct_choice: &str,
     ) -> Result<QuestionDetail, QuestionError> {
-        let mut tx = self.pool.begin().await?;
+        in_transaction!(self, |tx| self.settle_with(tx, id, correct_choice))
+    }
+
+    /// [`Self::settle`] inside the caller's transaction.
+    pub async fn settle_with(
+        &self,
+        tx: &mut PgConnection,
+        id: i64,
+        correct_choice: &str,
+    ) -> Result<QuestionDetail, QuestionError> {
         let q = store::question_get_for_update(&mut *tx, id)
             .await?
             .ok_or(QuestionError::NotFound(id))?;
@@ -234,10 +254,28 @@ impl QuestionService {
             )));
         }
         store::question_set_answer(&mut *tx, id, correct_choice).await?;
-        self.client.insert_with(&mut tx, &settle_job(id)).await?;
-        tx.commit().await?;
-        self.get(id).await
+        self.client.insert_with(&mut *tx, &settle_job(id)).await?;
+        get_with(tx, id).await
     }
+}
+
+/// A question's detail, read on `conn` (inside the caller's transaction, its changes included).
+async fn get_with(conn: &mut PgConnection, id: i64) -> Result<QuestionDetail, QuestionError> {
+    let question = store::question_get(&mut *conn, id)
+        .await?
+        .ok_or(QuestionError::NotFound(id))?;
+    let counts = store::prediction_counts(&mut *conn, id).await?;
+    let predictions = counts.iter().map(|c| c.predictions).sum();
+    let lock_job = match question.lock_job_id {
+        Some(job) => Client::find_with(&mut *conn, job).await?,
+        None => None,
+    };
+    Ok(QuestionDetail {
+        question,
+        counts,
+        predictions,
+        lock_job,
+    })
 }
 
 fn check_text(field: &'static str, value: &str, max: usize) -> Result<(), QuestionError> {

@@ -8,7 +8,7 @@ use kickoff_app::console::accounts::{
 };
 use kickoff_app::console::Refusal;
 
-use super::{ms, operator, refused, request, unavailable, Act, ServerConsole};
+use super::{conn, ms, operator, refused, request, unavailable, Act, ServerConsole};
 use crate::accounts::{AccountError, ApiToken, LoginError, Role, SetupError, TokenScope};
 use crate::audit::AuditEntry;
 use crate::http::error::AppError;
@@ -35,10 +35,9 @@ impl ServerConsole {
         user: &crate::accounts::User,
         address: std::net::IpAddr,
     ) -> Result<(), Refusal> {
-        session::sign_in(session, user).await.map_err(unavailable)?;
-        tracing::info!(user = %user.name, %address, "signed in");
+        // Recorded first: a session the log cannot name is not started.
         self.auditor
-            .record(AuditEntry {
+            .record_first(&AuditEntry {
                 actor: user.name.clone(),
                 role: user.role.as_str().to_string(),
                 action: "session.sign_in".into(),
@@ -48,7 +47,9 @@ impl ServerConsole {
                 address: Some(address),
                 result: Ok(()),
             })
-            .await;
+            .await?;
+        session::sign_in(session, user).await.map_err(unavailable)?;
+        tracing::info!(user = %user.name, %address, "signed in");
         Ok(())
     }
 }
@@ -107,14 +108,25 @@ impl AccountsConsole for ServerConsole {
             )),
             filter: None,
         };
-        self.act_as(Role::Admin, act, |_| None, async {
-            let role: Role = role.parse().map_err(Refusal::invalid)?;
-            self.accounts
-                .create(&name, &password, role)
-                .await
-                .map(|u| u.id)
-                .map_err(refused)
-        })
+        self.act_as(
+            Role::Admin,
+            act,
+            |_| None,
+            async |work| {
+                let role: Role = role.parse().map_err(Refusal::invalid)?;
+                crate::accounts::normalize_name(&name).map_err(refused)?;
+                let password = self
+                    .accounts
+                    .new_password(&password)
+                    .await
+                    .map_err(refused)?;
+                self.accounts
+                    .create_with(conn(work).await?, &name, &password, role)
+                    .await
+                    .map(|u| u.id)
+                    .map_err(refused)
+            },
+        )
         .await
     }
 
@@ -151,8 +163,13 @@ impl AccountsConsole for ServerConsole {
             target: Some(target),
             filter: None,
         };
-        self.act_as(Role::Admin, act, |_| None, async {
-            let changed = match action.as_str() {
+        self.act_as(
+            Role::Admin,
+            act,
+            |_| None,
+            async |work| {
+                let accounts = &self.accounts;
+                let changed = match action.as_str() {
                 "role" => {
                     let role: Role = role
                         .as_deref()
@@ -164,7 +181,7 @@ impl AccountsConsole for ServerConsole {
                             "you cannot take the admin role from yourself: ask another admin",
                         ));
                     }
-                    self.accounts.set_role(id, role).await
+                    accounts.set_role_with(conn(work).await?, id, role).await
                 }
                 "disable" => {
                     if id == me.user.id {
@@ -172,20 +189,31 @@ impl AccountsConsole for ServerConsole {
                             "you cannot disable yourself: ask another admin",
                         ));
                     }
-                    self.accounts.set_disabled(id, true).await
+                    accounts
+                        .set_disabled_with(conn(work).await?, id, true)
+                        .await
                 }
-                "enable" => self.accounts.set_disabled(id, false).await,
+                "enable" => {
+                    accounts
+                        .set_disabled_with(conn(work).await?, id, false)
+                        .await
+                }
                 _ if id == me.user.id => return Err(Refusal::conflict(
                     "change your own password on your account page: it asks for the current one",
                 )),
                 _ => {
-                    self.accounts
-                        .set_password(id, password.as_deref().unwrap_or(""))
+                    let password = accounts
+                        .new_password(password.as_deref().unwrap_or(""))
+                        .await
+                        .map_err(refused)?;
+                    accounts
+                        .set_password_with(conn(work).await?, id, &password)
                         .await
                 }
             };
-            changed.map(drop).map_err(refused)
-        })
+                changed.map(drop).map_err(refused)
+            },
+        )
         .await
     }
 
@@ -232,28 +260,33 @@ impl AccountsConsole for ServerConsole {
             )),
             filter: None,
         };
-        self.act_as(Role::Viewer, act, |_| None, async {
-            let scope: TokenScope = scope.parse().map_err(Refusal::invalid)?;
-            // A token outlives the session it was made in (and a later password change): making
-            // one takes the password again, so a stolen session cannot mint a lasting credential.
-            // A wrong one counts toward the sign-in lock.
-            self.accounts
-                .authenticate(&op.user.name, &password, op.address)
-                .await
-                .map_err(|e| match e {
-                    LoginError::BadCredentials => Refusal::invalid("your password is wrong"),
-                    other => refused(other),
-                })?;
-            let (token, text) = self
-                .accounts
-                .create_token(&op.user, &name, scope)
-                .await
-                .map_err(refused)?;
-            Ok(NewToken {
-                id: token.id,
-                token: text,
-            })
-        })
+        self.act_as(
+            Role::Viewer,
+            act,
+            |_| None,
+            async |work| {
+                let scope: TokenScope = scope.parse().map_err(Refusal::invalid)?;
+                // A token outlives the session it was made in (and a later password change): making
+                // one takes the password again, so a stolen session cannot mint a lasting credential.
+                // A wrong one counts toward the sign-in lock.
+                self.accounts
+                    .authenticate(&op.user.name, &password, op.address)
+                    .await
+                    .map_err(|e| match e {
+                        LoginError::BadCredentials => Refusal::invalid("your password is wrong"),
+                        other => refused(other),
+                    })?;
+                let (token, text) = self
+                    .accounts
+                    .create_token_with(conn(work).await?, &op.user, &name, scope)
+                    .await
+                    .map_err(refused)?;
+                Ok(NewToken {
+                    id: token.id,
+                    token: text,
+                })
+            },
+        )
         .await
     }
 
@@ -272,20 +305,26 @@ impl AccountsConsole for ServerConsole {
             }),
             filter: None,
         };
-        self.act_as(Role::Viewer, act, |_| None, async {
-            let token = token.ok_or_else(|| Refusal::not_found(format!("token {id} not found")))?;
-            if token.user_id != op.user.id && !op.may(Role::Admin) {
-                return Err(AppError::Forbidden(
-                    "only its owner or an admin may revoke a token".into(),
-                )
-                .into());
-            }
-            self.accounts
-                .revoke_token(id)
-                .await
-                .map(drop)
-                .map_err(refused)
-        })
+        self.act_as(
+            Role::Viewer,
+            act,
+            |_| None,
+            async |work| {
+                let token =
+                    token.ok_or_else(|| Refusal::not_found(format!("token {id} not found")))?;
+                if token.user_id != op.user.id && !op.may(Role::Admin) {
+                    return Err(AppError::Forbidden(
+                        "only its owner or an admin may revoke a token".into(),
+                    )
+                    .into());
+                }
+                self.accounts
+                    .revoke_token_with(conn(work).await?, id)
+                    .await
+                    .map(drop)
+                    .map_err(refused)
+            },
+        )
         .await
     }
 
@@ -296,26 +335,38 @@ impl AccountsConsole for ServerConsole {
             target: Some(format!("user {}", op.user.name)),
             filter: None,
         };
-        self.act_as(Role::Viewer, act, |_| None, async {
-            let user = self
-                .accounts
-                .change_own_password(&op.user, &current, &new, op.address)
-                .await
-                .map_err(|e| match e {
-                    // Signed in already: a wrong current password is the form's mistake, not a
-                    // missing sign-in.
-                    LoginError::BadCredentials => Refusal::invalid("the current password is wrong"),
-                    other => refused(other),
-                })?;
-            // This session carries on with the new password; the others end.
-            let parts = request().ok_or(AppError::Unavailable)?;
-            if let Some(session) = parts.extensions.get::<tower_sessions::Session>() {
-                session::renew_epoch(session, &user)
+        self.act_as(
+            Role::Viewer,
+            act,
+            |_| None,
+            async |work| {
+                let new = self
+                    .accounts
+                    .check_own_password(&op.user, &current, &new, op.address)
                     .await
-                    .map_err(unavailable)?;
-            }
-            Ok(())
-        })
+                    .map_err(|e| match e {
+                        // Signed in already: a wrong current password is the form's mistake, not a
+                        // missing sign-in.
+                        LoginError::BadCredentials => {
+                            Refusal::invalid("the current password is wrong")
+                        }
+                        other => refused(other),
+                    })?;
+                let user = self
+                    .accounts
+                    .set_password_with(conn(work).await?, op.user.id, &new)
+                    .await
+                    .map_err(refused)?;
+                // This session carries on with the new password; the others end.
+                let parts = request().ok_or(AppError::Unavailable)?;
+                if let Some(session) = parts.extensions.get::<tower_sessions::Session>() {
+                    session::renew_epoch(session, &user)
+                        .await
+                        .map_err(unavailable)?;
+                }
+                Ok(())
+            },
+        )
         .await
     }
 

@@ -10,10 +10,11 @@ use kickoff_app::console::Refusal;
 use kickoff_app::local_time::instant_ms;
 use serde_json::Value;
 
-use super::{from_ms, ms, operator, refused, Act, ServerConsole, LIST_ROWS};
+use super::{conn, entry, from_ms, ms, operator, refused, Act, ServerConsole, LIST_ROWS};
 use crate::accounts::Role;
 use crate::engine::JobFilter;
 use crate::engine::{BulkAction, Job, JobId, JobState, NewJob, OnConflict, Schedule};
+use crate::http::error::AppError;
 use crate::http::redact;
 
 /// How many upcoming timers the timers page shows.
@@ -298,17 +299,27 @@ impl JobsConsole for ServerConsole {
             target: Some(format!("job {id}")),
             filter: None,
         };
-        self.act(act, |_| None, async {
-            let id = JobId(id);
-            let done = match action.as_str() {
-                "cancel" => self.client.cancel(id).await.map(drop),
-                "retry" => self.client.retry(id).await.map(drop),
-                "run_now" => self.client.run_now(id).await.map(drop),
-                "delete" => self.client.delete(id).await,
-                other => return Err(Refusal::invalid(format!("`{other}` is not a job action"))),
-            };
-            done.map_err(refused)
-        })
+        self.act(
+            act,
+            |_| None,
+            async |work| {
+                let id = JobId(id);
+                let client = &self.client;
+                let done = match action.as_str() {
+                    "cancel" => client
+                        .cancel_one_with(conn(work).await?, id)
+                        .await
+                        .map(drop),
+                    "retry" => client.retry_with(conn(work).await?, id).await.map(drop),
+                    "run_now" => client.run_now_with(conn(work).await?, id).await.map(drop),
+                    "delete" => client.delete_with(conn(work).await?, id).await,
+                    other => {
+                        return Err(Refusal::invalid(format!("`{other}` is not a job action")))
+                    }
+                };
+                done.map_err(refused)
+            },
+        )
         .await
     }
 
@@ -323,14 +334,18 @@ impl JobsConsole for ServerConsole {
             )),
             filter: None,
         };
-        self.act(act, |_| None, async {
-            let at = from_ms("at", at_ms)?;
-            self.client
-                .reschedule(JobId(id), at)
-                .await
-                .map(drop)
-                .map_err(refused)
-        })
+        self.act(
+            act,
+            |_| None,
+            async |work| {
+                let at = from_ms("at", at_ms)?;
+                self.client
+                    .reschedule_with(conn(work).await?, JobId(id), at)
+                    .await
+                    .map(drop)
+                    .map_err(refused)
+            },
+        )
         .await
     }
 
@@ -340,13 +355,17 @@ impl JobsConsole for ServerConsole {
             target: Some(format!("job {id}")),
             filter: None,
         };
-        self.act(act, |_| None, async {
-            self.client
-                .clone_job(JobId(id))
-                .await
-                .map(|j| j.id.0)
-                .map_err(refused)
-        })
+        self.act(
+            act,
+            |_| None,
+            async |work| {
+                self.client
+                    .clone_job_with(conn(work).await?, JobId(id))
+                    .await
+                    .map(|j| j.id.0)
+                    .map_err(refused)
+            },
+        )
         .await
     }
 
@@ -377,14 +396,18 @@ impl JobsConsole for ServerConsole {
             target: Some(format!("{} in {}", input.kind.trim(), input.queue.trim())),
             filter: None,
         };
-        self.act(act, |_| None, async {
-            let job = new_job(input)?;
-            self.client
-                .insert(&job)
-                .await
-                .map(|i| i.job.id.0)
-                .map_err(refused)
-        })
+        self.act(
+            act,
+            |_| None,
+            async |work| {
+                let job = new_job(input)?;
+                self.client
+                    .insert_with(conn(work).await?, &job)
+                    .await
+                    .map(|i| i.job.id.0)
+                    .map_err(refused)
+            },
+        )
         .await
     }
 
@@ -440,27 +463,56 @@ impl JobsConsole for ServerConsole {
                 .is_empty()
                 .then(|| serde_json::to_value(&query).unwrap_or_default()),
         };
-        self.act(act, |d: &BulkDone| Some(d.changed as i64), async {
-            let bulk_action: BulkAction = action.parse().map_err(Refusal::invalid)?;
-            let report = if ids.is_empty() {
-                let filter = job_filter(&query)?;
-                if filter.max_id.is_none() {
+        let bulk_action: Result<BulkAction, _> = action.parse();
+        let by_filter = match (&bulk_action, ids.is_empty()) {
+            (Ok(a), true) => Some((*a, job_filter(&query))),
+            _ => None,
+        };
+        if let Some((bulk_action, Ok(filter))) = by_filter {
+            if filter.max_id.is_some() {
+                // In batches: the auditor records each outcome (see `Auditor::bulk_filter`).
+                let op = self
+                    .operator_for(Role::Operator, &act.action, act.target.as_deref())
+                    .await?;
+                let entry = entry(&op, &act.action, act.target, act.filter);
+                let report = self
+                    .auditor
+                    .bulk_filter(&self.client, entry, bulk_action, &filter, |e: &AppError| {
+                        e.to_string()
+                    })
+                    .await
+                    .map_err(refused)?;
+                return Ok(BulkDone {
+                    action,
+                    changed: report.changed,
+                    skipped: report.skipped,
+                });
+            }
+        }
+        self.act(
+            act,
+            |d: &BulkDone| Some(d.changed as i64),
+            async |work| {
+                let bulk_action = bulk_action.map_err(Refusal::invalid)?;
+                if ids.is_empty() {
+                    job_filter(&query)?;
                     return Err(Refusal::invalid(
                         "confirm the count first: the action needs its snapshot",
                     ));
                 }
-                self.client.bulk_filter(bulk_action, &filter).await
-            } else {
                 let ids: Vec<JobId> = ids.into_iter().map(JobId).collect();
-                self.client.bulk_ids(bulk_action, &ids).await
-            }
-            .map_err(refused)?;
-            Ok(BulkDone {
-                action,
-                changed: report.changed,
-                skipped: report.skipped,
-            })
-        })
+                let report = self
+                    .client
+                    .bulk_ids_with(conn(work).await?, bulk_action, &ids)
+                    .await
+                    .map_err(refused)?;
+                Ok(BulkDone {
+                    action,
+                    changed: report.changed,
+                    skipped: report.skipped,
+                })
+            },
+        )
         .await
     }
 

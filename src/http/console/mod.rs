@@ -20,7 +20,7 @@ use leptos::prelude::use_context;
 use serde_json::Value;
 
 use crate::accounts::{Accounts, Role};
-use crate::audit::{AuditEntry, Auditor};
+use crate::audit::{AuditEntry, Auditor, Work};
 use crate::engine::Client;
 use crate::http::error::AppError;
 use crate::http::session::Operator;
@@ -85,12 +85,14 @@ impl ServerConsole {
     }
 
     /// Runs an operator's action (after checking the role) and records it, with its result and
-    /// (for bulk actions) how many jobs it changed, in the audit log.
+    /// (for bulk actions) how many jobs it changed, in the audit log. The action's database
+    /// change is made in its [`Work`] and commits with its entry, or not at all (see
+    /// [`Auditor::run`]).
     async fn act<T>(
         &self,
         act: Act,
         count: fn(&T) -> Option<i64>,
-        run: impl std::future::Future<Output = Result<T, Refusal>>,
+        run: impl AsyncFnOnce(&mut Work) -> Result<T, Refusal>,
     ) -> Result<T, Refusal> {
         self.act_as(Role::Operator, act, count, run).await
     }
@@ -102,15 +104,17 @@ impl ServerConsole {
         need: Role,
         act: Act,
         count: fn(&T) -> Option<i64>,
-        run: impl std::future::Future<Output = Result<T, Refusal>>,
+        run: impl AsyncFnOnce(&mut Work) -> Result<T, Refusal>,
     ) -> Result<T, Refusal> {
         let op = self
             .operator_for(need, &act.action, act.target.as_deref())
             .await?;
-        let result = run.await;
-        let changed = result.as_ref().ok().and_then(count);
-        self.record(&op, &act.action, act.target, act.filter, changed, &result)
-            .await;
+        let entry = entry(&op, &act.action, act.target.clone(), act.filter.clone());
+        let result = self.auditor.run(entry, count, run).await;
+        if result.is_err() {
+            self.record(&op, &act.action, act.target, act.filter, None, &result)
+                .await;
+        }
         result
     }
 
@@ -147,14 +151,9 @@ impl ServerConsole {
     ) {
         self.auditor
             .record(AuditEntry {
-                actor: op.user.name.clone(),
-                role: op.user.role.as_str().to_string(),
-                action: action.to_string(),
-                target,
-                filter,
                 count,
-                address: Some(op.address),
                 result: result.as_ref().map(|_| ()).map_err(|r| r.message.clone()),
+                ..entry(op, action, target, filter)
             })
             .await;
     }
@@ -166,6 +165,25 @@ impl ServerConsole {
             .map(|t| t.timestamp_millis())
             .map_err(refused)
     }
+}
+
+/// The entry of `op`'s `action` (a success; its count and result are filled in after).
+fn entry(op: &Operator, action: &str, target: Option<String>, filter: Option<Value>) -> AuditEntry {
+    AuditEntry {
+        actor: op.user.name.clone(),
+        role: op.user.role.as_str().to_string(),
+        action: action.to_string(),
+        target,
+        filter,
+        count: None,
+        address: Some(op.address),
+        result: Ok(()),
+    }
+}
+
+/// The connection of an action's work, or the refusal of a database that cannot give one.
+async fn conn(work: &mut Work) -> Result<&mut sqlx::PgConnection, Refusal> {
+    work.conn().await.map_err(refused)
 }
 
 /// An error of a service the console calls, as the dashboard's refusal: through [`AppError`], so

@@ -9,7 +9,7 @@ use kickoff_app::console::questions::{
 use kickoff_app::console::Refusal;
 
 use super::jobs::job_row;
-use super::{from_ms, ms, operator, refused, Act, ServerConsole, LIST_ROWS};
+use super::{conn, from_ms, ms, operator, refused, Act, ServerConsole, LIST_ROWS};
 use crate::accounts::Role;
 
 fn question_row(q: &crate::questions::store::Question) -> QuestionRow {
@@ -79,14 +79,18 @@ impl QuestionsConsole for ServerConsole {
             target: Some(format!("{} / {}", game.trim(), prompt.trim())),
             filter: None,
         };
-        self.act(act, |_| None, async {
-            let at = from_ms("game_time", game_ms)?;
-            self.questions
-                .create(&game, &prompt, &choices, at)
-                .await
-                .map(|d| d.question.id)
-                .map_err(refused)
-        })
+        self.act(
+            act,
+            |_| None,
+            async |work| {
+                let at = from_ms("game_time", game_ms)?;
+                self.questions
+                    .create_with(conn(work).await?, &game, &prompt, &choices, at)
+                    .await
+                    .map(|d| d.question.id)
+                    .map_err(refused)
+            },
+        )
         .await
     }
 
@@ -96,14 +100,18 @@ impl QuestionsConsole for ServerConsole {
             target: Some(format!("question {id}")),
             filter: None,
         };
-        self.act(act, |_| None, async {
-            let at = from_ms("game_time", game_ms)?;
-            self.questions
-                .update(id, None, None, Some(at))
-                .await
-                .map(drop)
-                .map_err(refused)
-        })
+        self.act(
+            act,
+            |_| None,
+            async |work| {
+                let at = from_ms("game_time", game_ms)?;
+                self.questions
+                    .update_with(conn(work).await?, id, None, None, Some(at))
+                    .await
+                    .map(drop)
+                    .map_err(refused)
+            },
+        )
         .await
     }
 }

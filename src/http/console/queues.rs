@@ -7,7 +7,7 @@ use kickoff_app::console::queues::{QueueInfo, QueuesConsole};
 use kickoff_app::console::Refusal;
 use serde_json::Value;
 
-use super::{operator, refused, Act, ServerConsole};
+use super::{conn, operator, refused, Act, ServerConsole};
 use crate::accounts::Role;
 use crate::engine::JobState;
 
@@ -41,23 +41,42 @@ impl QueuesConsole for ServerConsole {
             }),
             filter: None,
         };
-        self.act(act, |_| None, async {
-            let done = match action.as_str() {
-                "pause" => self.client.set_queue_paused(&name, true).await,
-                "resume" => self.client.set_queue_paused(&name, false).await,
-                "concurrency" => {
-                    let limit = match concurrency.as_deref().map(str::trim) {
-                        None | Some("") => None,
-                        Some(s) => Some(s.parse::<i32>().map_err(|_| {
-                            Refusal::invalid(format!("concurrency: `{s}` is not a whole number"))
-                        })?),
-                    };
-                    self.client.set_queue_concurrency(&name, limit).await
-                }
-                other => return Err(Refusal::invalid(format!("`{other}` is not a queue action"))),
-            };
-            done.map(drop).map_err(refused)
-        })
+        self.act(
+            act,
+            |_| None,
+            async |work| {
+                let client = &self.client;
+                let done = match action.as_str() {
+                    "pause" => {
+                        client
+                            .set_queue_paused_with(conn(work).await?, &name, true)
+                            .await
+                    }
+                    "resume" => {
+                        client
+                            .set_queue_paused_with(conn(work).await?, &name, false)
+                            .await
+                    }
+                    "concurrency" => {
+                        let limit = match concurrency.as_deref().map(str::trim) {
+                            None | Some("") => None,
+                            Some(s) => Some(s.parse::<i32>().map_err(|_| {
+                                Refusal::invalid(format!(
+                                    "concurrency: `{s}` is not a whole number"
+                                ))
+                            })?),
+                        };
+                        client
+                            .set_queue_concurrency_with(conn(work).await?, &name, limit)
+                            .await
+                    }
+                    other => {
+                        return Err(Refusal::invalid(format!("`{other}` is not a queue action")))
+                    }
+                };
+                done.map(drop).map_err(refused)
+            },
+        )
         .await
     }
 }
