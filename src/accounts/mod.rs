@@ -39,7 +39,7 @@ pub use api_token::TokenScope;
 pub use login_throttle::{
     FAILURE_WINDOW, LOCK_AFTER_FAILURES, LOCK_DURATION, SLOWDOWN, SLOW_AFTER_FAILURES,
 };
-pub use name::{normalize_name, MAX_NAME_CHARS};
+pub use name::{normalize_name, BOOTSTRAP_ACTOR, MAX_NAME_CHARS};
 pub use password::{validate_password, MAX_PASSWORD_CHARS, MIN_PASSWORD_CHARS};
 pub use role::Role;
 pub use service::{AccountError, Accounts, LoginError, FIRST_ADMIN_NAME};

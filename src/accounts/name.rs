@@ -2,6 +2,9 @@
 
 use super::AccountError;
 
+/// The name the audit log and the jobs' creators give the bootstrap token: no user may take it.
+pub const BOOTSTRAP_ACTOR: &str = "api-token";
+
 /// The longest name, in characters.
 pub const MAX_NAME_CHARS: usize = 64;
 

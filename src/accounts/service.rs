@@ -118,6 +118,12 @@ impl Accounts {
         role: Role,
     ) -> Result<User, AccountError> {
         let name = normalize_name(name)?;
+        if name == super::BOOTSTRAP_ACTOR {
+            return Err(AccountError::Invalid {
+                field: "name",
+                message: format!("`{name}` is the bootstrap token's name in the audit log"),
+            });
+        }
         store::user_insert(conn, &name, role, &password.hash)
             .await
             .map_err(|e| match e {

@@ -11,8 +11,6 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 
 pub use store::{AuditFilter, AuditRow};
 
-use crate::engine::{BulkAction, BulkReport, Client, ClientError, JobFilter};
-
 /// One action to record.
 #[derive(Debug, Clone)]
 pub struct AuditEntry {
@@ -104,6 +102,16 @@ impl Auditor {
         }
     }
 
+    /// Writes `entry` on `conn`, inside the caller's transaction, so that it commits with the
+    /// caller's change or not at all.
+    pub async fn record_with(
+        &self,
+        conn: &mut PgConnection,
+        entry: &AuditEntry,
+    ) -> Result<(), NotRecorded> {
+        insert(conn, entry).await.map_err(NotRecorded)
+    }
+
     /// Writes the entry of an action done in several transactions (a bulk action on a filter)
     /// on `conn`, inside its first transaction, so that its first change commits with it or not
     /// at all. Its result reads `started`; the action's end adds an entry with its count.
@@ -113,66 +121,6 @@ impl Auditor {
         entry: &AuditEntry,
     ) -> Result<(), NotRecorded> {
         insert_as(conn, entry, STARTED).await.map_err(NotRecorded)
-    }
-
-    /// A bulk action on every job matching `filter`, in the engine's batches (see
-    /// [`Client::bulk_filter`]). The last batch commits with `entry` and the count changed, so an
-    /// action of one batch has one entry, written with its change. Before it, the first batch
-    /// commits with `entry` reading `started`. When an entry cannot be written, its batch is
-    /// undone and the answer is [`NotRecorded`]. After an error (or a walk that ends on a full
-    /// batch), the end is recorded on its own: the count so far and the error worded by `why`.
-    /// Every outcome is recorded here, a refusal's included.
-    pub async fn bulk_filter<E: From<ClientError> + From<NotRecorded>>(
-        &self,
-        client: &Client,
-        entry: AuditEntry,
-        action: BulkAction,
-        filter: &JobFilter,
-        why: impl Fn(&E) -> String,
-    ) -> Result<BulkReport, E> {
-        let mut started = false;
-        let mut finished = false;
-        let mut report = BulkReport::default();
-        let walked: Result<(), E> = async {
-            let mut walk = client.bulk_walk(action, filter).await?;
-            while let Some(mut batch) = walk.next().await? {
-                if walk.is_done() {
-                    let changed = walk.report.changed + batch.changed();
-                    let end = AuditEntry {
-                        count: Some(i64::try_from(changed).unwrap_or(i64::MAX)),
-                        ..entry.clone()
-                    };
-                    insert(batch.conn(), &end).await.map_err(NotRecorded)?;
-                    walk.commit(batch).await?;
-                    finished = true;
-                } else {
-                    if !started {
-                        self.record_started_with(batch.conn(), &entry).await?;
-                    }
-                    walk.commit(batch).await?;
-                }
-                started = true;
-                report = walk.report;
-            }
-            Ok(())
-        }
-        .await;
-        if finished {
-            return walked.map(|()| report);
-        }
-        let changed = i64::try_from(report.changed).unwrap_or(i64::MAX);
-        self.record(AuditEntry {
-            count: (started || walked.is_ok()).then_some(changed),
-            result: match &walked {
-                Ok(()) => Ok(()),
-                // Nothing changed: a refusal.
-                Err(e) if !started => Err(why(e)),
-                Err(e) => Err(format!("stopped after {changed} changed: {}", why(e))),
-            },
-            ..entry
-        })
-        .await;
-        walked.map(|()| report)
     }
 
     /// Writes an entry on its own, before an action that is not a database change of ours (a

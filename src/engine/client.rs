@@ -182,6 +182,13 @@ impl Client {
                 format!("larger than {MAX_META_BYTES} bytes"),
             ));
         }
+        if new
+            .created_by
+            .as_ref()
+            .is_some_and(|c| c.is_empty() || c.chars().count() > 200 || c.contains('\0'))
+        {
+            return Err(invalid("created_by", "must be 1 to 200 characters"));
+        }
         if !is_valid_queue_name(&new.queue) {
             return Err(invalid(
                 "queue",
@@ -663,6 +670,8 @@ impl Client {
             on_conflict: Default::default(),
             tags: job.tags,
             meta: job.meta,
+            // The copy's args are its original's author's, secrets included.
+            created_by: job.created_by,
         };
         Ok(self.insert_with(conn, &new).await?.job)
     }

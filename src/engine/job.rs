@@ -171,6 +171,11 @@ pub struct Job {
     pub tags: Vec<String>,
     pub meta: Value,
     pub inserted_at: DateTime<Utc>,
+    /// Who inserted it through the dashboard or the REST API (a user's name; `api-token` for the
+    /// bootstrap token); absent for jobs the engine or a library caller inserted. A clone keeps
+    /// its original's.
+    #[sqlx(default)]
+    pub created_by: Option<String>,
     /// The token of the job's latest claim (engine-internal: not shown by the API).
     #[serde(skip)]
     #[schemars(skip)]
@@ -223,6 +228,8 @@ pub struct NewJob {
     pub on_conflict: OnConflict,
     pub tags: Vec<String>,
     pub meta: Value,
+    /// Who inserts it (see [`Job::created_by`]).
+    pub created_by: Option<String>,
 }
 
 /// The defaults of a new job.
@@ -243,7 +250,14 @@ impl NewJob {
             on_conflict: OnConflict::Keep,
             tags: Vec::new(),
             meta: Value::Object(Default::default()),
+            created_by: None,
         }
+    }
+
+    /// Names who inserts the job (see [`Job::created_by`]).
+    pub fn created_by(mut self, who: impl Into<String>) -> Self {
+        self.created_by = Some(who.into());
+        self
     }
     pub fn with_queue(mut self, queue: impl Into<String>) -> Self {
         self.queue = queue.into();

@@ -20,7 +20,7 @@ use super::error::AppError;
 use super::session::client_address;
 use super::state::AppState;
 use crate::audit::{AuditEntry, Auditor, Work};
-use crate::engine::{BulkAction, BulkReport, JobFilter};
+use crate::engine::{BulkAction, JobFilter};
 
 /// What the layer knows of a call before its handler runs, for the handler's entry.
 #[derive(Debug, Clone)]
@@ -114,7 +114,7 @@ impl Audit {
             .map(Audited)
     }
 
-    /// A bulk action on a filter, in batches (see [`Auditor::bulk_filter`]). Its entries are
+    /// A bulk action on a filter, in batches (see [`super::audited::bulk_filter`]). Its entries are
     /// written here, a refusal's included.
     pub async fn bulk_filter(
         self,
@@ -122,12 +122,10 @@ impl Audit {
         action: BulkAction,
         filter: &JobFilter,
     ) -> Response {
-        let done: Result<BulkReport, AppError> = self
-            .auditor
-            .bulk_filter(client, self.entry, action, filter, |e: &AppError| {
-                e.to_string()
-            })
-            .await;
+        let why = |e: &AppError| e.to_string();
+        let done =
+            super::audited::bulk_filter(&self.auditor, client, self.entry, action, filter, why)
+                .await;
         match done {
             Ok(report) => Audited(axum::Json(report)).into_response(),
             Err(e) => Audited(e).into_response(),

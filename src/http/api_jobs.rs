@@ -64,6 +64,7 @@ impl CreateJob {
             on_conflict: self.on_conflict.unwrap_or_default(),
             tags: self.tags.unwrap_or_default(),
             meta: self.meta.unwrap_or_else(|| json!({})),
+            created_by: None,
         })
     }
 }
@@ -76,10 +77,11 @@ pub struct InsertedBody {
 
 pub async fn create(
     State(state): State<AppState>,
+    Extension(caller): Extension<ApiCaller>,
     audit: Audit,
     ApiJson(body): ApiJson<CreateJob>,
 ) -> Result<impl IntoResponse, AppError> {
-    let new = body.into_new_job()?;
+    let new = body.into_new_job()?.created_by(caller.actor);
     audit
         .run(uncounted, async |work| {
             let inserted = state.client.insert_with(work.conn().await?, &new).await?;
@@ -117,17 +119,12 @@ pub struct JobPage {
     pub next_before: Option<JobId>,
 }
 
-/// Whether `caller` reads only (a viewer, or a read token): such callers see jobs redacted.
-fn reads_only(caller: &ApiCaller) -> bool {
-    caller.scope < TokenScope::Write || caller.role < Role::Operator
-}
-
-/// `job` as `caller` may see it.
-fn shown_to(caller: &ApiCaller, job: Job) -> Job {
-    if reads_only(caller) {
-        redact::job_for_reader(job)
-    } else {
-        job
+/// What of the jobs' secrets `caller` sees (see [`redact`]).
+fn sight(caller: &ApiCaller) -> redact::Sight<'_> {
+    redact::Sight {
+        name: &caller.actor,
+        admin: caller.role == Role::Admin,
+        reader: caller.scope < TokenScope::Write || caller.role < Role::Operator,
     }
 }
 
@@ -156,7 +153,8 @@ pub async fn list(
     let next_before = (jobs.len() as i64 == limit)
         .then(|| jobs.last().map(|j| j.id))
         .flatten();
-    let jobs = jobs.into_iter().map(|j| shown_to(&caller, j)).collect();
+    let sight = sight(&caller);
+    let jobs = jobs.into_iter().map(|j| sight.job(j)).collect();
     Ok(Json(JobPage { jobs, next_before }))
 }
 
@@ -165,7 +163,7 @@ pub async fn get(
     Extension(caller): Extension<ApiCaller>,
     JobIdPath(id): JobIdPath,
 ) -> Result<Json<Job>, AppError> {
-    Ok(Json(shown_to(&caller, state.client.get(id).await?)))
+    Ok(Json(sight(&caller).job(state.client.get(id).await?)))
 }
 
 pub async fn cancel(
@@ -295,12 +293,21 @@ pub struct BulkBody {
 ///
 /// The audit entry keeps what it was applied to (the ids or the filter) and how many changed.
 /// Listed ids change in one transaction with the entry; a filter's batches each commit on their
-/// own, the first with an entry reading `started` (see [`crate::audit::Auditor::bulk_filter`]).
+/// own, the first with an entry reading `started` (see [`super::audited::bulk_filter`]).
 pub async fn bulk(
     State(state): State<AppState>,
+    Extension(caller): Extension<ApiCaller>,
     audit: Audit,
     ApiJson(body): ApiJson<BulkBody>,
 ) -> Result<Response, AppError> {
+    let filter_args = body.filter.as_ref().and_then(|f| f.args.as_ref());
+    if filter_args.is_some_and(redact::names_a_secret) && !sight(&caller).may_search_secrets() {
+        // A bulk action's count would tell whether a guessed secret is right.
+        return Err(AppError::Forbidden(
+            "only an admin's token can match jobs by header values or fields named like secrets"
+                .into(),
+        ));
+    }
     match (body.ids, body.filter) {
         (Some(ids), None) => {
             let audit = audit.applied_to(json!({ "ids": ids }));

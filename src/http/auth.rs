@@ -29,8 +29,7 @@ pub struct ApiCaller {
     pub token_id: Option<i64>,
 }
 
-/// The actor name of the bootstrap token.
-pub const BOOTSTRAP_ACTOR: &str = "api-token";
+pub use crate::accounts::BOOTSTRAP_ACTOR;
 
 /// The token of an `Authorization: Bearer <token>` header.
 pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {

@@ -1,11 +1,62 @@
-//! What readers (viewers, and read-scope API tokens) see of a job's args: webhook header values
-//! (an `Authorization` often) and every field named like a secret are replaced by
-//! [`REDACTED`]. Those who may act on jobs (operators and admins, write tokens) see them whole:
-//! they could clone or edit the job anyway.
+//! What each caller sees of a job's args and meta: webhook header values (an `Authorization`
+//! often) and every field named like a secret are replaced by [`REDACTED`], except for admins
+//! and the job's creator (see [`Sight`]); read-only callers (viewers, read-scope tokens) never
+//! see them. A clone keeps its original's creator, so copying a job reveals nothing.
 
 use serde_json::Value;
 
 use crate::engine::Job;
+
+/// Who is looking, as far as secrets go.
+#[derive(Debug, Clone, Copy)]
+pub struct Sight<'a> {
+    /// The caller's name, as jobs record their creator (a user's; `api-token`).
+    pub name: &'a str,
+    pub admin: bool,
+    /// Reads only: a viewer, or a read-scope token (whoever owns it).
+    pub reader: bool,
+}
+
+impl Sight<'_> {
+    /// Whether the caller sees `job`'s secrets whole: an admin, or its creator, acting with a
+    /// credential that may change things.
+    pub fn sees_secrets_of(&self, job: &Job) -> bool {
+        !self.reader && (self.admin || job.created_by.as_deref() == Some(self.name))
+    }
+
+    /// Whether the caller may look for jobs by their secrets (an args filter naming a header or
+    /// a secret-named field matches every job's, whoever created it): admins only.
+    pub fn may_search_secrets(&self) -> bool {
+        !self.reader && self.admin
+    }
+
+    /// `job` as the caller sees it.
+    pub fn job(&self, job: Job) -> Job {
+        if self.sees_secrets_of(&job) {
+            job
+        } else {
+            job_for_reader(job)
+        }
+    }
+
+    /// `job`'s args as the caller sees them.
+    pub fn args(&self, job: &Job) -> Value {
+        if self.sees_secrets_of(job) {
+            job.args.clone()
+        } else {
+            args_for_reader(&job.kind, &job.args)
+        }
+    }
+
+    /// A bulk action's recorded filter as the caller sees it (it may name anyone's secrets).
+    pub fn audit_filter(&self, filter: Value) -> Value {
+        if self.may_search_secrets() {
+            filter
+        } else {
+            audit_filter_for_reader(filter)
+        }
+    }
+}
 
 /// What a hidden value is shown as.
 pub const REDACTED: &str = "[redacted]";
@@ -33,8 +84,8 @@ fn is_secret_name(name: &str) -> bool {
     SECRET_NAMES.iter().any(|s| plain.contains(s))
 }
 
-/// `args` of a job of `kind` as a reader sees them.
-pub fn args_for_reader(kind: &str, args: &Value) -> Value {
+/// `args` of a job of `kind` with its secrets hidden.
+fn args_for_reader(kind: &str, args: &Value) -> Value {
     let mut args = args.clone();
     if kind == crate::workers::webhook::KIND {
         if let Some(Value::Object(headers)) = args.get_mut("headers") {
@@ -75,9 +126,9 @@ pub fn names_a_secret(filter: &Value) -> bool {
     }
 }
 
-/// A bulk action's recorded filter as a reader sees it: its `args` (an object from the API, text
-/// from the dashboard, either may name a secret's value) hidden whole.
-pub fn audit_filter_for_reader(mut filter: Value) -> Value {
+/// A bulk action's recorded filter with its `args` (an object from the API, text from the
+/// dashboard, either may name a secret's value) hidden whole.
+fn audit_filter_for_reader(mut filter: Value) -> Value {
     if let Some(args) = filter.get_mut("args") {
         if !args.is_null() {
             *args = Value::String(REDACTED.into());
@@ -87,8 +138,8 @@ pub fn audit_filter_for_reader(mut filter: Value) -> Value {
     filter
 }
 
-/// `job` as a reader sees it (its args and meta).
-pub fn job_for_reader(mut job: Job) -> Job {
+/// `job` with the secrets of its args and meta hidden.
+fn job_for_reader(mut job: Job) -> Job {
     job.args = args_for_reader(&job.kind, &job.args);
     hide_secret_fields(&mut job.meta);
     job

@@ -96,6 +96,15 @@ impl Operator {
     pub fn may(&self, role: Role) -> bool {
         self.user.role >= role
     }
+
+    /// What of the jobs' secrets this user sees (see [`super::redact`]).
+    pub fn sight(&self) -> super::redact::Sight<'_> {
+        super::redact::Sight {
+            name: &self.user.name,
+            admin: self.may(Role::Admin),
+            reader: !self.may(Role::Operator),
+        }
+    }
 }
 
 /// The session layer. `secure`: the cookie is sent over HTTPS only (set it behind HTTPS).

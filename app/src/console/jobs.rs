@@ -136,6 +136,8 @@ pub struct JobDetail {
     pub meta_json: String,
     pub tags: Vec<String>,
     pub unique_key: Option<String>,
+    /// Who inserted it from the dashboard or the API (they and admins see its secrets).
+    pub created_by: Option<String>,
     pub inserted_ms: i64,
     pub lease_ms: Option<i64>,
     pub attempts: Vec<AttemptRow>,

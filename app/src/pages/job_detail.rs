@@ -112,7 +112,10 @@ fn Detail(
                     {waiting.then(|| view! { " · " <Countdown at_ms=scheduled_ms base_ms=now/> })}
                 </dd>
                 <dt>"Inserted"</dt>
-                <dd><When at_ms=d.inserted_ms base_ms=now/></dd>
+                <dd>
+                    <When at_ms=d.inserted_ms base_ms=now/>
+                    {d.created_by.clone().map(|c| view! { " by " <span data-created-by="">{c}</span> })}
+                </dd>
                 {j.finalized_ms.map(|f| view! { <dt>"Finished"</dt><dd><When at_ms=f base_ms=now/></dd> })}
                 {d.lease_ms.map(|l| view! { <dt>"Lease until"</dt><dd><When at_ms=l base_ms=now/></dd> })}
                 {d.unique_key.clone().map(|k| view! { <dt>"Unique key"</dt><dd><code>{k}</code></dd> })}

@@ -11,7 +11,7 @@ use crate::audit::AuditFilter;
 impl AuditConsole for ServerConsole {
     async fn audit(&self, query: AuditQuery) -> Result<AuditPage, Refusal> {
         let op = operator(Role::Viewer)?;
-        let reader = !op.may(Role::Operator);
+        let sight = op.sight();
         let now_ms = self.now_ms().await?;
         let ok = match query.result.as_deref() {
             None | Some("") => None,
@@ -48,13 +48,7 @@ impl AuditConsole for ServerConsole {
                     role: r.role,
                     action: r.action,
                     target: r.target,
-                    filter: r.filter.map(|f| {
-                        if reader {
-                            crate::http::redact::audit_filter_for_reader(f).to_string()
-                        } else {
-                            f.to_string()
-                        }
-                    }),
+                    filter: r.filter.map(|f| sight.audit_filter(f).to_string()),
                     count: r.count,
                     address: r.address,
                     ok: r.ok,

@@ -24,31 +24,24 @@ const NEWER_CAP: i64 = 100;
 /// How long an args preview in a list is.
 const ARGS_PREVIEW_CHARS: usize = 80;
 
-/// A reader may not filter on what readers do not see: matching on a hidden value would tell
-/// whether a guess is right.
+/// Only admins may filter on secrets: matching on a value hidden from the caller (in anyone's
+/// job) would tell whether a guess is right.
 fn refuse_secret_filter(
     op: &crate::http::session::Operator,
     filter: &JobFilter,
 ) -> Result<(), Refusal> {
-    if !op.may(Role::Operator) && filter.args.as_ref().is_some_and(redact::names_a_secret) {
+    if !op.sight().may_search_secrets() && filter.args.as_ref().is_some_and(redact::names_a_secret)
+    {
         return Err(Refusal::invalid(
-            "args: a viewer cannot filter on header values or fields named like secrets",
+            "args: only an admin can filter on header values or fields named like secrets",
         ));
     }
     Ok(())
 }
 
+/// A job's row in a list, its args as given (pass them through [`redact::Sight`] first).
 pub(super) fn job_row(j: &Job) -> JobRow {
-    job_row_for(j, false)
-}
-
-/// [`job_row`], with the args redacted for a reader (see [`crate::http::redact`]).
-fn job_row_for(j: &Job, reader: bool) -> JobRow {
-    let mut preview = if reader {
-        redact::args_for_reader(&j.kind, &j.args).to_string()
-    } else {
-        j.args.to_string()
-    };
+    let mut preview = j.args.to_string();
     if preview.chars().count() > ARGS_PREVIEW_CHARS {
         preview = preview.chars().take(ARGS_PREVIEW_CHARS).collect::<String>() + "…";
     }
@@ -237,7 +230,7 @@ fn new_job(input: NewJobInput) -> Result<NewJob, String> {
 impl JobsConsole for ServerConsole {
     async fn jobs(&self, query: JobQuery) -> Result<JobPage, Refusal> {
         let op = operator(Role::Viewer)?;
-        let reader = !op.may(Role::Operator);
+        let sight = op.sight();
         let filter = job_filter(&query)?;
         refuse_secret_filter(&op, &filter)?;
         let now_ms = self.now_ms().await?;
@@ -267,7 +260,7 @@ impl JobsConsole for ServerConsole {
             .flatten();
         Ok(JobPage {
             now_ms,
-            rows: rows.iter().map(|j| job_row_for(j, reader)).collect(),
+            rows: rows.into_iter().map(|j| job_row(&sight.job(j))).collect(),
             next_before,
             newer,
         })
@@ -275,10 +268,10 @@ impl JobsConsole for ServerConsole {
 
     async fn job(&self, id: i64) -> Result<JobDetail, Refusal> {
         let op = operator(Role::Viewer)?;
-        let reader = !op.may(Role::Operator);
         let now_ms = self.now_ms().await?;
-        let j = self.client.get(JobId(id)).await.map_err(refused)?;
-        let j = if reader { redact::job_for_reader(j) } else { j };
+        let j = op
+            .sight()
+            .job(self.client.get(JobId(id)).await.map_err(refused)?);
         let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
         Ok(JobDetail {
             now_ms,
@@ -287,6 +280,7 @@ impl JobsConsole for ServerConsole {
             meta_json: pretty(&j.meta),
             tags: j.tags.clone(),
             unique_key: j.unique_key.clone(),
+            created_by: j.created_by.clone(),
             inserted_ms: ms(j.inserted_at),
             lease_ms: j.lease_expires_at.map(ms),
             attempts: attempts(&j),
@@ -400,7 +394,8 @@ impl JobsConsole for ServerConsole {
             act,
             |_| None,
             async |work| {
-                let job = new_job(input)?;
+                let mut job = new_job(input)?;
+                job.created_by = operator(Role::Operator).ok().map(|op| op.user.name);
                 self.client
                     .insert_with(conn(work).await?, &job)
                     .await
@@ -470,18 +465,22 @@ impl JobsConsole for ServerConsole {
         };
         if let Some((bulk_action, Ok(filter))) = by_filter {
             if filter.max_id.is_some() {
-                // In batches: the auditor records each outcome (see `Auditor::bulk_filter`).
+                // In batches: the auditor records each outcome (see `audited::bulk_filter`).
                 let op = self
                     .operator_for(Role::Operator, &act.action, act.target.as_deref())
                     .await?;
+                refuse_secret_filter(&op, &filter)?;
                 let entry = entry(&op, &act.action, act.target, act.filter);
-                let report = self
-                    .auditor
-                    .bulk_filter(&self.client, entry, bulk_action, &filter, |e: &AppError| {
-                        e.to_string()
-                    })
-                    .await
-                    .map_err(refused)?;
+                let report = crate::http::audited::bulk_filter(
+                    &self.auditor,
+                    &self.client,
+                    entry,
+                    bulk_action,
+                    &filter,
+                    |e: &AppError| e.to_string(),
+                )
+                .await
+                .map_err(refused)?;
                 return Ok(BulkDone {
                     action,
                     changed: report.changed,
@@ -518,11 +517,11 @@ impl JobsConsole for ServerConsole {
 
     async fn timers(&self) -> Result<TimersPage, Refusal> {
         let op = operator(Role::Viewer)?;
-        let reader = !op.may(Role::Operator);
+        let sight = op.sight();
         let (jobs, now) = self.client.timers(TIMER_ROWS).await.map_err(refused)?;
         Ok(TimersPage {
             now_ms: ms(now),
-            rows: jobs.iter().map(|j| job_row_for(j, reader)).collect(),
+            rows: jobs.into_iter().map(|j| job_row(&sight.job(j))).collect(),
         })
     }
 }

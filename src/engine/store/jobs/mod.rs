@@ -54,11 +54,11 @@ pub async fn job_insert(
             "WITH p AS (SELECT coalesce($7::timestamptz,
                                        statement_timestamp() + make_interval(secs => $8)) AS at)
              INSERT INTO jobs (queue, kind, args, state, priority, max_attempts, scheduled_at,
-                               unique_key, tags, meta)
+                               unique_key, tags, meta, created_by)
              SELECT $1, $2, $3,
                     CASE WHEN p.at <= statement_timestamp() THEN 'available'::job_state
                          ELSE 'scheduled'::job_state END,
-                    $4, $5, p.at, $6, $9, $10
+                    $4, $5, p.at, $6, $9, $10, $11
              FROM p
              ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND finalized_at IS NULL DO NOTHING
              RETURNING *",
@@ -73,6 +73,7 @@ pub async fn job_insert(
         .bind(in_secs)
         .bind(&new.tags)
         .bind(&new.meta)
+        .bind(&new.created_by)
         .fetch_optional(&mut *conn)
         .await?;
         if let Some(job) = inserted {
@@ -144,6 +145,7 @@ pub async fn job_insert_many<'e>(
     let mut in_secs = Vec::with_capacity(jobs.len());
     let mut tags = Vec::with_capacity(jobs.len());
     let mut meta = Vec::with_capacity(jobs.len());
+    let mut created_by = Vec::with_capacity(jobs.len());
     for new in jobs {
         let (a, s) = schedule_params(new.schedule);
         queue.push(new.queue.as_str());
@@ -156,17 +158,20 @@ pub async fn job_insert_many<'e>(
         // Arrays of arrays must be rectangular in Postgres: tags travel as JSON.
         tags.push(Value::from(new.tags.clone()));
         meta.push(&new.meta);
+        created_by.push(new.created_by.as_deref());
     }
     let r = sqlx::query(
-        "INSERT INTO jobs (queue, kind, args, state, priority, max_attempts, scheduled_at, tags, meta)
+        "INSERT INTO jobs (queue, kind, args, state, priority, max_attempts, scheduled_at, tags, meta,
+                           created_by)
          SELECT q, k, a, CASE WHEN t <= statement_timestamp() THEN 'available'::job_state
                               ELSE 'scheduled'::job_state END,
-                p, m, t, ARRAY(SELECT jsonb_array_elements_text(tg)), me
+                p, m, t, ARRAY(SELECT jsonb_array_elements_text(tg)), me, cb
          FROM (SELECT q, k, a, p, m,
-                      coalesce(at, statement_timestamp() + make_interval(secs => s)) AS t, tg, me
+                      coalesce(at, statement_timestamp() + make_interval(secs => s)) AS t, tg, me,
+                      cb
                FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::int[],
-                           $6::timestamptz[], $7::float8[], $8::jsonb[], $9::jsonb[])
-                    AS u(q, k, a, p, m, at, s, tg, me)) rows",
+                           $6::timestamptz[], $7::float8[], $8::jsonb[], $9::jsonb[], $10::text[])
+                    AS u(q, k, a, p, m, at, s, tg, me, cb)) rows",
     )
     .bind(&queue)
     .bind(&kind)
@@ -177,6 +182,7 @@ pub async fn job_insert_many<'e>(
     .bind(&in_secs)
     .bind(&tags)
     .bind(&meta)
+    .bind(&created_by)
     .execute(db)
     .await?;
     Ok(r.rows_affected())
