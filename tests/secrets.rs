@@ -13,24 +13,28 @@ use kickoff::accounts::{Accounts, Role, TokenScope};
 
 const HEADER: &str = "Bearer s3cr3t-header";
 
-/// A webhook job with a secret header and a secret field, inserted with `token`.
-async fn secret_job(d: &Dashboard, token: &str) -> i64 {
+/// A webhook job with a secret header and a secret field (and the unique key `key`), inserted
+/// with `token`; what the API answered.
+async fn insert_secret(d: &Dashboard, token: &str, key: &str) -> (StatusCode, Value) {
     let (status, body) = d
         .api_as(
             token,
             Method::POST,
             "/jobs",
-            json!({"kind": "webhook", "schedule_in_ms": 600_000, "args": {
+            json!({"kind": "webhook", "schedule_in_ms": 600_000, "unique_key": key, "args": {
                 "url": "https://hooks.example.com/scores",
                 "headers": {"Authorization": HEADER},
                 "body": {"game": 7, "partner_token": "s3cr3t-field"},
             }}),
         )
         .await;
+    (status, serde_json::from_str(&body).unwrap())
+}
+
+async fn secret_job(d: &Dashboard, token: &str, key: &str) -> i64 {
+    let (status, body) = insert_secret(d, token, key).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    serde_json::from_str::<Value>(&body).unwrap()["job"]["id"]
-        .as_i64()
-        .unwrap()
+    body["job"]["id"].as_i64().unwrap()
 }
 
 /// A write token of a new user `name` with `role`.
@@ -65,12 +69,16 @@ async fn a_jobs_secrets_are_shown_to_its_creator_and_admins_only() {
         .1;
     let ana_token = write_token(&d, "ana", Role::Operator).await;
     let admin_token = write_token(&d, "root", Role::Admin).await;
-    let mine = secret_job(&d, &ops_token).await;
-    let anas = secret_job(&d, &ana_token).await;
-    let bootstraps = secret_job(&d, TOKEN).await;
+    let mine = secret_job(&d, &ops_token, "mine").await;
+    let anas = secret_job(&d, &ana_token, "anas").await;
+    let bootstraps = secret_job(&d, TOKEN, "bootstraps").await;
 
     // Each job names its creator.
-    for (id, creator) in [(mine, "ops"), (anas, "ana"), (bootstraps, "api-token")] {
+    for (id, creator) in [
+        (mine, "ops"),
+        (anas, "ana"),
+        (bootstraps, "(bootstrap token)"),
+    ] {
         assert_eq!(get_job(&d, &admin_token, id).await["created_by"], creator);
     }
 
@@ -95,6 +103,29 @@ async fn a_jobs_secrets_are_shown_to_its_creator_and_admins_only() {
         );
         assert_eq!(job["args"]["body"]["partner_token"], "[redacted]");
         assert_eq!(job["args"]["body"]["game"], 7, "the rest is shown");
+    }
+    // Nor in what an action answers: inserting with the job's unique key (the live job comes
+    // back), rescheduling it, making it due now.
+    let (status, same) = insert_secret(&d, &ops_token, "anas").await;
+    assert_eq!(status, StatusCode::OK, "{same}");
+    assert_eq!(same["existing"], true);
+    assert_eq!(
+        same["job"]["args"]["headers"]["Authorization"],
+        "[redacted]"
+    );
+    let later = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    for (path, body) in [
+        (
+            format!("/jobs/{anas}/reschedule"),
+            json!({"scheduled_at": later}),
+        ),
+        (format!("/jobs/{anas}/run-now"), json!({})),
+        (format!("/jobs/{anas}/cancel"), json!({})),
+        (format!("/jobs/{anas}/retry"), json!({})),
+    ] {
+        let (status, answer) = d.api_as(&ops_token, Method::POST, &path, body).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {answer}");
+        assert!(!answer.contains("s3cr3t"), "{path}: {answer}");
     }
     let (_, page) = d.page(&format!("/jobs/{anas}")).await;
     assert!(
@@ -150,11 +181,12 @@ async fn a_jobs_secrets_are_shown_to_its_creator_and_admins_only() {
     }
     let by_secret =
         json!({"action": "cancel", "filter": {"args": {"headers": {"Authorization": HEADER}}}});
+    let state = d.state_of(anas).await;
     let (status, text) = d
         .api_as(&ops_token, Method::POST, "/jobs/bulk", by_secret.clone())
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{text}");
-    assert_eq!(d.state_of(anas).await, "scheduled");
+    assert_eq!(d.state_of(anas).await, state, "nothing changed");
     let (status, text) = d
         .api_as(&admin_token, Method::POST, "/jobs/bulk", by_secret)
         .await;

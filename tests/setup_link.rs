@@ -295,3 +295,50 @@ async fn a_setup_posted_from_another_site_is_refused() {
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert!(users(&db.pool).await.is_empty());
 }
+
+#[tokio::test]
+async fn a_setup_the_audit_log_cannot_record_makes_no_admin_and_leaves_the_link_live() {
+    let db = test_db().await;
+    let node = app_with_setup_link(&db.pool, TOKEN, CODE);
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_audit() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN RAISE EXCEPTION 'the audit log is unavailable (test)'; END $$;
+         CREATE TRIGGER refuse_audit BEFORE INSERT ON audit_log
+           FOR EACH ROW EXECUTE FUNCTION refuse_audit();",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let a = post_setup(&node, CODE, "alice", PASSWORD, "*/*").await;
+    assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE, "{}", a.body);
+    assert!(a.body.contains("audit log"), "{}", a.body);
+    assert!(
+        users(&db.pool).await.is_empty(),
+        "no admin without its entry"
+    );
+
+    sqlx::raw_sql("DROP TRIGGER refuse_audit ON audit_log; DROP FUNCTION refuse_audit();")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let a = post_setup(&node, CODE, "alice", PASSWORD, "*/*").await;
+    assert_eq!(
+        a.status,
+        StatusCode::OK,
+        "the link is still live: {}",
+        a.body
+    );
+    assert_eq!(users(&db.pool).await, ["alice admin"]);
+    let entries: Vec<(String, String, bool)> =
+        sqlx::query_as("SELECT actor, action, ok FROM audit_log ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        entries,
+        [
+            ("alice".to_string(), "user.create".to_string(), true),
+            ("alice".to_string(), "session.sign_in".to_string(), true)
+        ]
+    );
+}

@@ -95,7 +95,7 @@ impl Accounts {
         password: &str,
         role: Role,
     ) -> Result<User, AccountError> {
-        normalize_name(name)?;
+        refuse_reserved(&normalize_name(name)?)?;
         let password = self.new_password(password).await?;
         self.create_with(&mut *self.pool.acquire().await?, name, &password, role)
             .await
@@ -118,12 +118,7 @@ impl Accounts {
         role: Role,
     ) -> Result<User, AccountError> {
         let name = normalize_name(name)?;
-        if name == super::BOOTSTRAP_ACTOR {
-            return Err(AccountError::Invalid {
-                field: "name",
-                message: format!("`{name}` is the bootstrap token's name in the audit log"),
-            });
-        }
+        refuse_reserved(&name)?;
         store::user_insert(conn, &name, role, &password.hash)
             .await
             .map_err(|e| match e {
@@ -279,18 +274,50 @@ impl Accounts {
         }
     }
 
-    /// Creates the first admin, `name`, through the setup link, and spends the link. Refused
-    /// ([`SetupError::NotFound`]) when any user exists by the time of the insert, whoever made it;
-    /// a name or password that breaks the rules leaves the link live.
+    /// Creates the first admin, `name`, through the setup link, and spends the link (see
+    /// [`Self::set_up_first_admin_with`]).
     pub async fn set_up_first_admin(
         &self,
-        _pass: SetupPass,
+        pass: SetupPass,
         name: &str,
         password: &str,
     ) -> Result<User, SetupError> {
-        let made = self.create_first_admin(name, password).await?;
-        self.setup_link.spend();
+        let password = self.new_password(password).await?;
+        let mut tx = self.pool.begin().await.map_err(AccountError::from)?;
+        let user = self
+            .set_up_first_admin_with(&mut tx, pass, name, &password)
+            .await?;
+        tx.commit().await.map_err(AccountError::from)?;
+        self.spend_setup_link();
+        Ok(user)
+    }
+
+    /// Creates the first admin, `name`, through the setup link, inside the caller's transaction;
+    /// once it commits, the caller spends the link ([`Self::spend_setup_link`]). Refused
+    /// ([`SetupError::NotFound`]) when any user exists by the time of the insert, whoever made it;
+    /// a name or password that breaks the rules leaves the link live.
+    pub async fn set_up_first_admin_with(
+        &self,
+        conn: &mut PgConnection,
+        _pass: SetupPass,
+        name: &str,
+        password: &NewPassword,
+    ) -> Result<User, SetupError> {
+        let name = normalize_name(name)?;
+        refuse_reserved(&name)?;
+        let mut tx = sqlx::Connection::begin(&mut *conn)
+            .await
+            .map_err(AccountError::from)?;
+        let made = store::user_insert_first(&mut tx, &name, Role::Admin, &password.hash)
+            .await
+            .map_err(AccountError::from)?;
+        tx.commit().await.map_err(AccountError::from)?;
         made.ok_or(SetupError::NotFound)
+    }
+
+    /// Ends the setup link once the admin it was opened for is made (and committed).
+    pub fn spend_setup_link(&self) {
+        self.setup_link.spend();
     }
 
     /// Checks a login from `address`, within the limits of `login_throttle` (slowed after 5
@@ -486,6 +513,17 @@ fn setup_refused(e: LoginError) -> SetupError {
         LoginError::Database(e) => SetupError::Account(AccountError::Database(e)),
         LoginError::BadCredentials | LoginError::Invalid(_) => SetupError::NotFound,
     }
+}
+
+/// Refuses a name no user may take (the bootstrap token's in the audit log).
+pub fn refuse_reserved(name: &str) -> Result<(), AccountError> {
+    if name == super::BOOTSTRAP_ACTOR {
+        return Err(AccountError::Invalid {
+            field: "name",
+            message: format!("`{name}` is the bootstrap token's name in the audit log"),
+        });
+    }
+    Ok(())
 }
 
 fn found(id: i64, user: Option<User>) -> Result<User, AccountError> {

@@ -11,13 +11,36 @@ use crate::engine::{BulkAction, BulkReport, Client, ClientError, JobFilter};
 /// undone and the answer is [`NotRecorded`]. After an error (or a walk that ends on a full
 /// batch), the end is recorded on its own: the count so far and the error worded by `why`.
 /// Every outcome is recorded here, a refusal's included.
-pub async fn bulk_filter<E: From<ClientError> + From<NotRecorded>>(
+///
+/// The walk runs as a task of its own: a client that goes away, or a server stopping, does not cut
+/// it between a batch and its entry, nor leave it without its closing entry.
+pub async fn bulk_filter<E>(
     auditor: &Auditor,
     client: &Client,
     entry: AuditEntry,
     action: BulkAction,
     filter: &JobFilter,
-    why: impl Fn(&E) -> String,
+    why: fn(&E) -> String,
+) -> Result<BulkReport, E>
+where
+    E: From<ClientError> + From<NotRecorded> + Send + 'static,
+{
+    let (auditor, client, filter) = (auditor.clone(), client.clone(), filter.clone());
+    let walk =
+        tokio::spawn(async move { walk(&auditor, &client, entry, action, &filter, why).await });
+    match walk.await {
+        Ok(done) => done,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+async fn walk<E: From<ClientError> + From<NotRecorded>>(
+    auditor: &Auditor,
+    client: &Client,
+    entry: AuditEntry,
+    action: BulkAction,
+    filter: &JobFilter,
+    why: fn(&E) -> String,
 ) -> Result<BulkReport, E> {
     let mut started = false;
     let mut finished = false;

@@ -10,7 +10,7 @@ use kickoff_app::console::Refusal;
 
 use super::{conn, ms, operator, refused, request, unavailable, Act, ServerConsole};
 use crate::accounts::{AccountError, ApiToken, LoginError, Role, SetupError, TokenScope};
-use crate::audit::AuditEntry;
+use crate::audit::{AuditEntry, NotRecorded};
 use crate::http::error::AppError;
 use crate::http::session;
 
@@ -24,6 +24,30 @@ fn token_row(t: &ApiToken) -> TokenRow {
         created_ms: ms(t.created_at),
         last_used_ms: t.last_used_at.map(ms),
         revoked_ms: t.revoked_at.map(ms),
+    }
+}
+
+/// An action's own error, or [`NotRecorded`]: for actions whose errors are told apart after.
+enum Unrecorded<E> {
+    Failed(E),
+    NotRecorded(NotRecorded),
+}
+
+impl<E> From<NotRecorded> for Unrecorded<E> {
+    fn from(e: NotRecorded) -> Self {
+        Unrecorded::NotRecorded(e)
+    }
+}
+
+impl From<SetupError> for Unrecorded<SetupError> {
+    fn from(e: SetupError) -> Self {
+        Unrecorded::Failed(e)
+    }
+}
+
+impl From<AccountError> for Unrecorded<SetupError> {
+    fn from(e: AccountError) -> Self {
+        Unrecorded::Failed(e.into())
     }
 }
 
@@ -335,39 +359,39 @@ impl AccountsConsole for ServerConsole {
             target: Some(format!("user {}", op.user.name)),
             filter: None,
         };
-        self.act_as(
-            Role::Viewer,
-            act,
-            |_| None,
-            async |work| {
-                let new = self
-                    .accounts
-                    .check_own_password(&op.user, &current, &new, op.address)
-                    .await
-                    .map_err(|e| match e {
-                        // Signed in already: a wrong current password is the form's mistake, not a
-                        // missing sign-in.
-                        LoginError::BadCredentials => {
-                            Refusal::invalid("the current password is wrong")
-                        }
-                        other => refused(other),
-                    })?;
-                let user = self
-                    .accounts
-                    .set_password_with(conn(work).await?, op.user.id, &new)
-                    .await
-                    .map_err(refused)?;
-                // This session carries on with the new password; the others end.
-                let parts = request().ok_or(AppError::Unavailable)?;
-                if let Some(session) = parts.extensions.get::<tower_sessions::Session>() {
-                    session::renew_epoch(session, &user)
+        let user = self
+            .act_as(
+                Role::Viewer,
+                act,
+                |_| None,
+                async |work| {
+                    let new = self
+                        .accounts
+                        .check_own_password(&op.user, &current, &new, op.address)
                         .await
-                        .map_err(unavailable)?;
-                }
-                Ok(())
-            },
-        )
-        .await
+                        .map_err(|e| match e {
+                            // Signed in already: a wrong current password is the form's mistake, not a
+                            // missing sign-in.
+                            LoginError::BadCredentials => {
+                                Refusal::invalid("the current password is wrong")
+                            }
+                            other => refused(other),
+                        })?;
+                    self.accounts
+                        .set_password_with(conn(work).await?, op.user.id, &new)
+                        .await
+                        .map_err(refused)
+                },
+            )
+            .await?;
+        // Committed: this session carries on with the new password; the others end.
+        let parts = request().ok_or(AppError::Unavailable)?;
+        if let Some(session) = parts.extensions.get::<tower_sessions::Session>() {
+            session::renew_epoch(session, &user)
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(())
     }
 
     async fn login_info(&self) -> Result<LoginInfo, Refusal> {
@@ -436,21 +460,45 @@ impl AccountsConsole for ServerConsole {
         };
         let made = match self.accounts.check_setup_code(&code, address).await {
             Ok(pass) => {
-                self.accounts
-                    .set_up_first_admin(pass, &name, &password)
+                let shown = crate::accounts::normalize_name(&name).unwrap_or(typed.clone());
+                let made = entry(shown, Role::Admin.as_str(), Ok(()));
+                self.auditor
+                    .run(
+                        made,
+                        |_| None,
+                        async |work| {
+                            let password = self
+                                .accounts
+                                .new_password(&password)
+                                .await
+                                .map_err(SetupError::from)?;
+                            let conn = work.conn().await.map_err(AccountError::from)?;
+                            let user = self
+                                .accounts
+                                .set_up_first_admin_with(conn, pass, &name, &password)
+                                .await?;
+                            Ok::<_, Unrecorded<SetupError>>(user)
+                        },
+                    )
                     .await
             }
-            Err(e) => Err(e),
+            Err(e) => Err(Unrecorded::Failed(e)),
         };
         let user = match made {
-            Ok(user) => user,
-            Err(e @ SetupError::Account(AccountError::Database(_))) => return Err(refused(e)),
-            Err(
+            Ok(user) => {
+                self.accounts.spend_setup_link();
+                user
+            }
+            Err(Unrecorded::NotRecorded(e)) => return Err(e.into()),
+            Err(Unrecorded::Failed(e @ SetupError::Account(AccountError::Database(_)))) => {
+                return Err(refused(e))
+            }
+            Err(Unrecorded::Failed(
                 e @ SetupError::Locked {
                     unchecked: true, ..
                 },
-            ) => return Err(refused(e)),
-            Err(e) => {
+            )) => return Err(refused(e)),
+            Err(Unrecorded::Failed(e)) => {
                 let refusal = refused(e);
                 let actor = if typed.is_empty() {
                     "?".into()
@@ -464,9 +512,6 @@ impl AccountsConsole for ServerConsole {
             }
         };
         tracing::info!(user = %user.name, %address, "the first admin was made by the setup link");
-        self.auditor
-            .record(entry(user.name.clone(), user.role.as_str(), Ok(())))
-            .await;
         self.start_session(&session, &user, address).await
     }
 

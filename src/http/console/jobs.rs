@@ -469,7 +469,12 @@ impl JobsConsole for ServerConsole {
                 let op = self
                     .operator_for(Role::Operator, &act.action, act.target.as_deref())
                     .await?;
-                refuse_secret_filter(&op, &filter)?;
+                if let Err(refusal) = refuse_secret_filter(&op, &filter) {
+                    let refused: Result<(), Refusal> = Err(refusal.clone());
+                    self.record(&op, &act.action, act.target, act.filter, None, &refused)
+                        .await;
+                    return Err(refusal);
+                }
                 let entry = entry(&op, &act.action, act.target, act.filter);
                 let report = crate::http::audited::bulk_filter(
                     &self.auditor,
