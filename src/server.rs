@@ -259,6 +259,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     // The peer address feeds the per-address sign-in throttle.
     let limits = http::listener::Limits {
         header_read_timeout: http::listener::HEADER_READ_TIMEOUT,
+        body_read_timeout: http::listener::BODY_READ_TIMEOUT,
         max_connections: http::listener::connection_cap(config.max_connections as usize),
     };
     http::listener::serve(

@@ -62,6 +62,7 @@ async fn read_until_closed(stream: &mut TcpStream, within: Duration) -> Option<S
 async fn a_client_slow_with_its_headers_or_idle_is_disconnected() {
     let (addr, stop) = server(Limits {
         header_read_timeout: Duration::from_millis(300),
+        body_read_timeout: Duration::from_secs(10),
         max_connections: 10,
     })
     .await;
@@ -90,6 +91,7 @@ async fn a_client_slow_with_its_headers_or_idle_is_disconnected() {
 async fn connections_over_the_cap_get_a_503_and_a_close() {
     let (addr, stop) = server(Limits {
         header_read_timeout: Duration::from_secs(10),
+        body_read_timeout: Duration::from_secs(10),
         max_connections: 2,
     })
     .await;
@@ -115,5 +117,61 @@ async fn connections_over_the_cap_get_a_503_and_a_close() {
         || async { ask(addr).await.1.starts_with(b"HTTP/1.1 200") },
     )
     .await;
+    stop.cancel();
+}
+
+/// Sends `head` and then the body one byte every 100 ms (for at most `bytes` bytes), reading the
+/// answer as it comes; the answer, once the server closes or answers.
+async fn trickle(addr: std::net::SocketAddr, head: String, bytes: usize) -> String {
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    c.write_all(head.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    for _ in 0..bytes {
+        tokio::select! {
+            read = c.read(&mut buf) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => { got.extend_from_slice(&buf[..n]); break; }
+            },
+            () = tokio::time::sleep(Duration::from_millis(100)) => {
+                if c.write_all(b" ").await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[tokio::test]
+async fn a_body_that_trickles_in_is_cut_at_its_deadline_and_answered_408() {
+    let (addr, stop) = server(Limits {
+        header_read_timeout: Duration::from_secs(10),
+        body_read_timeout: Duration::from_millis(700),
+        max_connections: 10,
+    })
+    .await;
+    // A byte every 100 ms: a timeout between reads would never fire; the deadline does.
+    let api = trickle(
+        addr,
+        format!(
+            "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+             Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+        ),
+        60,
+    )
+    .await;
+    assert!(api.starts_with("HTTP/1.1 408"), "{api}");
+    assert!(api.contains(r#""code":"request_timeout""#), "{api}");
+    // The sign-in form (read before any session) and a signed-out dashboard post alike.
+    let login = trickle(
+        addr,
+        "POST /_console/login HTTP/1.1\r\nHost: x\r\n\
+         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\n"
+            .to_string(),
+        60,
+    )
+    .await;
+    assert!(login.starts_with("HTTP/1.1 408"), "{login}");
     stop.cancel();
 }

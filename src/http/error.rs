@@ -35,6 +35,9 @@ pub enum AppError {
     Conflict { code: &'static str, message: String },
     #[error("the request body is larger than the limit")]
     PayloadTooLarge,
+    /// The body did not arrive within the listener's deadline.
+    #[error("the request body arrived too slowly")]
+    RequestTimeout,
     #[error("send the body as JSON with `Content-Type: application/json`")]
     UnsupportedMediaType,
     #[error("{message}")]
@@ -66,6 +69,7 @@ impl AppError {
             AppError::NotFound(_) => StatusCode::NOT_FOUND,
             AppError::Conflict { .. } => StatusCode::CONFLICT,
             AppError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            AppError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             AppError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             AppError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             AppError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -86,6 +90,7 @@ impl AppError {
             AppError::Forbidden(_) => "forbidden",
             AppError::NotFound(_) => "not_found",
             AppError::PayloadTooLarge => "payload_too_large",
+            AppError::RequestTimeout => "request_timeout",
             AppError::UnsupportedMediaType => "unsupported_media_type",
             AppError::TooManyRequests { .. } => "too_many_requests",
             AppError::Unavailable => "unavailable",
@@ -275,6 +280,7 @@ impl From<JsonRejection> for AppError {
             },
             JsonRejection::JsonDataError(e) => AppError::invalid(e.body_text()),
             JsonRejection::MissingJsonContentType(_) => AppError::UnsupportedMediaType,
+            other if super::listener::body_timed_out(&other) => AppError::RequestTimeout,
             other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => AppError::PayloadTooLarge,
             other => AppError::BadRequest {
                 code: "bad_body",

@@ -4,17 +4,25 @@
 //! - A client has [`Limits::header_read_timeout`] to send a request's headers, on a new connection
 //!   and between the requests of a kept-alive one: a slow or idle client cannot hold a connection
 //!   (and its file descriptor) for longer.
+//! - A request's whole body must arrive within [`Limits::body_read_timeout`] of its start (not
+//!   reset as bytes trickle in); a later one is cut ([`BodyTimedOut`]) and answered 408. Nothing
+//!   is read before its handler asks.
 //! - At most [`Limits::max_connections`] connections are served at once; one more is answered
-//!   `503` with `Retry-After` and the API's error shape, then closed.
+//!   `503` with `Retry-After` and the API's error shape, then closed; at most [`MAX_REFUSING`]
+//!   such answers are under way at once (past them, a connection is closed unanswered).
 //! - Each request carries its peer address (`ConnectInfo`), as `into_make_service_with_connect_info`
 //!   would give it.
 //! - On shutdown the listener stops accepting, kept-alive connections close after their current
-//!   request, and the rest get `grace` to finish.
+//!   request, and the rest get `grace` to finish; those still open then are closed.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::extract::ConnectInfo;
 use axum::Router;
 use hyper::body::Incoming;
@@ -24,19 +32,95 @@ use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
-/// The listener's limits (`KICKOFF_MAX_CONNECTIONS`, [`HEADER_READ_TIMEOUT`]).
+/// The listener's limits (`KICKOFF_MAX_CONNECTIONS`, [`HEADER_READ_TIMEOUT`],
+/// [`BODY_READ_TIMEOUT`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
     pub max_connections: usize,
 }
+
+/// Connections over the cap being answered 503 at once.
+pub const MAX_REFUSING: usize = 64;
 
 /// How long a client has to send a request's headers (and how long a kept-alive connection may
 /// sit idle): 10 s.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a client has to send a request's whole body, from when its headers arrived: 30 s
+/// (1 MiB, the largest body read, at 35 KB/s). A body still arriving then is cut, and the request
+/// is answered 408: a client sending a byte now and then cannot hold a connection and its handler.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A request body that fails with [`BodyTimedOut`] once its deadline passes. The deadline runs
+/// from the request's start, and does not reset as bytes arrive (unlike a per-read timeout).
+/// Nothing is read before the handler asks: the dashboard still checks the session first.
+pub struct DeadlineBody<B> {
+    body: B,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<B> DeadlineBody<B> {
+    pub fn new(body: B, within: Duration) -> Self {
+        DeadlineBody {
+            body,
+            deadline: Box::pin(tokio::time::sleep(within)),
+        }
+    }
+}
+
+/// The error of a body that did not arrive in time.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within {} s", BODY_READ_TIMEOUT.as_secs())]
+pub struct BodyTimedOut;
+
+impl<B> hyper::body::Body for DeadlineBody<B>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<axum::BoxError>,
+{
+    type Data = Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        if let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        match this.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(BodyTimedOut.into()))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Whether `error` (or an error it wraps) is a body that did not arrive in time.
+pub fn body_timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if e.is::<BodyTimedOut>() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
 
 /// File descriptors kept for everything but client connections (database pools, the embedded
 /// cluster's pipes, log files, webhook calls).
@@ -66,6 +150,8 @@ pub async fn serve(
     grace: Duration,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
+    let mut connections = JoinSet::new();
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -85,20 +171,29 @@ pub async fn serve(
                 }
             },
         };
+        // Finished connections leave the set as new ones come.
+        while connections.try_join_next().is_some() {}
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tokio::spawn(refuse_busy(stream));
+            if let Ok(turn) = refusing.clone().try_acquire_owned() {
+                tokio::spawn(async move {
+                    refuse_busy(stream).await;
+                    drop(turn);
+                });
+            }
             continue;
         };
         let _ = stream.set_nodelay(true);
+        let body_read_timeout = limits.body_read_timeout;
         let service = app
             .clone()
-            .map_request(move |mut req: axum::http::Request<Incoming>| {
+            .map_request(move |req: axum::http::Request<Incoming>| {
+                let mut req = req.map(|body| DeadlineBody::new(body, body_read_timeout));
                 req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
                 req
             });
         let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
         let conn = graceful.watch(conn);
-        tokio::spawn(async move {
+        connections.spawn(async move {
             // A client that goes away or times out ends its connection: nothing to report.
             let _ = conn.await;
             drop(slot);
@@ -111,9 +206,11 @@ pub async fn serve(
     {
         tracing::warn!(
             grace_secs = grace.as_secs(),
+            open = connections.len(),
             "connections still open after the grace period; closing them"
         );
     }
+    connections.shutdown().await;
 }
 
 /// The answer to a connection over the cap: a 503 in the API's error shape, then the close.

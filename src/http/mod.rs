@@ -162,6 +162,11 @@ async fn limit_dashboard_bodies(
             ))
             .await
         }
+        Err(e) if listener::body_timed_out(&e) => (
+            StatusCode::REQUEST_TIMEOUT,
+            "the request body arrived too slowly",
+        )
+            .into_response(),
         Err(_) => too_large(),
     }
 }

@@ -399,6 +399,7 @@ fn responses(generator: &mut SchemaGenerator, e: &Endpoint) -> Value {
     if e.body.is_some() {
         r["400"] = error("the body is not JSON of the expected shape");
         r["413"] = error("the body is over 1 MiB");
+        r["408"] = error("the whole body did not arrive within 30 s of the request's start");
         r["415"] = error("the body is not sent as application/json");
         r["422"] = error("a field is invalid (the message says which and why)");
     }

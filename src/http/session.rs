@@ -250,6 +250,23 @@ fn refuse(status: StatusCode, message: &str) -> Response {
         .into_response()
 }
 
+/// A dashboard request's body, up to the dashboard's limit: 413 past it, 408 when it does not
+/// arrive in time (see `listener`).
+async fn read_body(body: Body) -> Result<axum::body::Bytes, Response> {
+    axum::body::to_bytes(body, MAX_FORM_BYTES)
+        .await
+        .map_err(|e| {
+            if super::listener::body_timed_out(&e) {
+                refuse(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "the request body arrived too slowly",
+                )
+            } else {
+                refuse(StatusCode::PAYLOAD_TOO_LARGE, "the request is too large")
+            }
+        })
+}
+
 /// Pages go to the login page (and back here after it); other requests get 401.
 fn sign_in_first(path_and_query: &str, is_page: bool) -> Response {
     if is_page {
@@ -319,10 +336,10 @@ pub async fn require_operator(
         }
     }
     let (mut parts, body) = req.into_parts();
-    // Read only now that the session holds, up to the dashboard's limit (413 past it).
-    let bytes = match axum::body::to_bytes(body, MAX_FORM_BYTES).await {
+    // Read only now that the session holds.
+    let bytes = match read_body(body).await {
         Ok(b) => b,
-        Err(_) => return refuse(StatusCode::PAYLOAD_TOO_LARGE, "the request is too large"),
+        Err(refusal) => return refusal,
     };
     if parts.method == Method::POST && !READ_ONLY_FUNCTIONS.contains(&path.as_str()) {
         let presented = parts
