@@ -162,3 +162,49 @@ async fn an_api_stream_ends_when_its_token_is_revoked() {
         "the stream outlived its token"
     );
 }
+
+#[tokio::test]
+async fn a_stream_outlives_a_recheck_the_database_cannot_answer() {
+    let db = test_db().await;
+    let app = roomy(&db.pool);
+    let accounts = Accounts::new(db.pool.clone());
+    let user = accounts
+        .create("reader", PASSWORD, Role::Viewer)
+        .await
+        .unwrap();
+    let (token, text) = accounts
+        .create_token(&user, "dash", TokenScope::Read)
+        .await
+        .unwrap();
+    let live = open(
+        &app,
+        "/api/v1/events",
+        (header::AUTHORIZATION, format!("Bearer {text}")),
+    )
+    .await;
+    assert_eq!(live.status(), StatusCode::OK);
+    // Read as a client does, all along: the stream rechecks only while it is read.
+    let reading = tokio::spawn(ends_within(live, Duration::from_secs(60)));
+    // For a few rechecks the tokens cannot be read (as in an outage): the stream carries on.
+    sqlx::query("ALTER TABLE api_tokens RENAME TO api_tokens_away")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    tokio::time::sleep(LIMITS.recheck * 4).await;
+    sqlx::query("ALTER TABLE api_tokens_away RENAME TO api_tokens")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    tokio::time::sleep(LIMITS.recheck * 3).await;
+    assert!(
+        !reading.is_finished(),
+        "an unanswered recheck ended the stream"
+    );
+    // It still ends when the token does.
+    accounts.revoke_token(token.id).await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(3), reading).await;
+    assert!(
+        matches!(ended, Ok(Ok(true))),
+        "the stream outlived its token"
+    );
+}

@@ -144,34 +144,44 @@ pub async fn sweep_expired(pool: sqlx::PgPool, shutdown: CancellationToken) {
 }
 
 /// Whether the session `id` is still signed in as `user_id` at `epoch`: not signed out or expired,
-/// the password unchanged since, the account enabled. An error counts as no (a live stream that
-/// asks ends, and its client reconnects through the guard).
+/// the password unchanged since, the account enabled; `None` when the database cannot tell (the
+/// stream that asks carries on, and asks again).
 pub async fn still_signed_in(
     state: &super::state::AppState,
     id: tower_sessions::session::Id,
     user_id: i64,
     epoch: i32,
-) -> bool {
+) -> Option<bool> {
     use tower_sessions::SessionStore;
-    let Ok(Some(record)) = PostgresStore::new(state.pool.clone()).load(&id).await else {
-        return false;
+    let record = match PostgresStore::new(state.pool.clone()).load(&id).await {
+        Ok(Some(record)) => record,
+        Ok(None) => return Some(false),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not recheck a stream's session");
+            return None;
+        }
     };
     let Some(signed_in) = record
         .data
         .get(SIGNED_IN)
         .and_then(|v| serde_json::from_value::<SignedIn>(v.clone()).ok())
     else {
-        return false;
+        return Some(false);
     };
     let absolute = chrono::Duration::from_std(ABSOLUTE_EXPIRY).unwrap_or_default();
     if signed_in.user_id != user_id
         || signed_in.epoch != epoch
         || Utc::now() - signed_in.login_at > absolute
     {
-        return false;
+        return Some(false);
     }
-    matches!(state.accounts.get(user_id).await,
-             Ok(Some(u)) if !u.disabled && u.session_epoch == epoch)
+    match state.accounts.get(user_id).await {
+        Ok(user) => Some(matches!(user, Some(u) if !u.disabled && u.session_epoch == epoch)),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not recheck a stream's user");
+            None
+        }
+    }
 }
 
 /// The client's address: the connection's peer, or whom a trusted proxy says it serves (see

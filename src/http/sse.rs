@@ -66,23 +66,41 @@ pub enum Holder {
     Token(String),
 }
 
+/// Rechecks in a row that may fail (the database unreachable) before a stream ends: while the
+/// database is away nobody can sign out or be disabled, and its events stop anyway; a client
+/// whose stream ends reconnects, and its new stream is checked from the start.
+const UNKNOWN_RECHECKS: u32 = 6;
+
 impl Holder {
-    /// Resolves once the session or token no longer holds (checked every `limits.recheck`).
+    /// Resolves once the session or token no longer holds (checked every `limits.recheck`), or
+    /// once [`UNKNOWN_RECHECKS`] checks in a row could not tell.
     async fn gone(self, state: AppState, limits: StreamLimits) {
+        let mut unknown = 0;
         loop {
             tokio::time::sleep(limits.recheck).await;
             let holds = match &self {
                 Holder::Session { id, user_id, epoch } => match id {
                     Some(id) => session::still_signed_in(&state, *id, *user_id, *epoch).await,
-                    None => false,
+                    None => Some(false),
                 },
-                Holder::Token(token) => {
-                    state.api_token.matches(token)
-                        || matches!(state.accounts.authenticate_token(token).await, Ok(Some(_)))
-                }
+                Holder::Token(token) if state.api_token.matches(token) => Some(true),
+                Holder::Token(token) => match state.accounts.authenticate_token(token).await {
+                    Ok(owner) => Some(owner.is_some()),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not recheck a stream's token");
+                        None
+                    }
+                },
             };
-            if !holds {
-                return;
+            match holds {
+                Some(true) => unknown = 0,
+                Some(false) => return,
+                None => {
+                    unknown += 1;
+                    if unknown >= UNKNOWN_RECHECKS {
+                        return;
+                    }
+                }
             }
         }
     }
