@@ -208,3 +208,49 @@ async fn a_stream_outlives_a_recheck_the_database_cannot_answer() {
         "the stream outlived its token"
     );
 }
+
+#[tokio::test]
+async fn one_account_cannot_take_every_stream_of_a_node() {
+    use kickoff::http::sse::MAX_STREAMS_PER_HOLDER;
+    let db = test_db().await;
+    let app = app_with_streams(
+        &db.pool,
+        TOKEN,
+        StreamLimits {
+            max_open: MAX_STREAMS_PER_HOLDER + 5,
+            ..LIMITS
+        },
+    );
+    let accounts = Accounts::new(db.pool.clone());
+    let user = accounts
+        .create("reader", PASSWORD, Role::Viewer)
+        .await
+        .unwrap();
+    let (_, text) = accounts
+        .create_token(&user, "dash", TokenScope::Read)
+        .await
+        .unwrap();
+    let mine = (header::AUTHORIZATION, format!("Bearer {text}"));
+    let mut held = Vec::new();
+    for _ in 0..MAX_STREAMS_PER_HOLDER {
+        let res = open(&app, "/api/v1/events", mine.clone()).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        held.push(res);
+    }
+    let over = open(&app, "/api/v1/events", mine.clone()).await;
+    assert_eq!(over.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body = axum::body::to_bytes(over.into_body(), 4096).await.unwrap();
+    assert!(String::from_utf8_lossy(&body).contains("of this account"));
+    // The node has room left for others.
+    let other = (header::AUTHORIZATION, format!("Bearer {TOKEN}"));
+    assert_eq!(
+        open(&app, "/api/v1/events", other).await.status(),
+        StatusCode::OK
+    );
+    // A stream that closes gives the account its place back.
+    drop(held.pop());
+    assert_eq!(
+        open(&app, "/api/v1/events", mine).await.status(),
+        StatusCode::OK
+    );
+}

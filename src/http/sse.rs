@@ -28,14 +28,7 @@ pub async fn events(
     holder: Holder,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, AppError> {
     // Counted while the stream lives: the guard rides in the stream and drops with it.
-    let open = OpenStream::try_new(state.sse_clients.clone(), state.streams.max_open).ok_or_else(
-        || {
-            AppError::Busy(format!(
-                "this node serves {} live streams already; try again shortly",
-                state.streams.max_open
-            ))
-        },
-    )?;
+    let open = OpenStream::try_new(&state, holder.key())?;
     let stream = BroadcastStream::new(state.events.subscribe()).map(|msg| {
         Ok(match msg {
             Ok(payload) => Event::default().event("jobs").data(payload),
@@ -63,7 +56,11 @@ pub enum Holder {
         user_id: i64,
         epoch: i32,
     },
-    Token(String),
+    Token {
+        text: String,
+        /// The user token's id; `None` for the bootstrap token.
+        id: Option<i64>,
+    },
 }
 
 /// Rechecks in a row that may fail (the database unreachable) before a stream ends: while the
@@ -72,6 +69,16 @@ pub enum Holder {
 const UNKNOWN_RECHECKS: u32 = 6;
 
 impl Holder {
+    /// Whose streams these are, for [`MAX_STREAMS_PER_HOLDER`]: a user's (all their sessions),
+    /// or a token's.
+    fn key(&self) -> String {
+        match self {
+            Holder::Session { user_id, .. } => format!("user {user_id}"),
+            Holder::Token { id: Some(id), .. } => format!("token {id}"),
+            Holder::Token { id: None, .. } => "bootstrap token".into(),
+        }
+    }
+
     /// Resolves once the session or token no longer holds (checked every `limits.recheck`), or
     /// once [`UNKNOWN_RECHECKS`] checks in a row could not tell.
     async fn gone(self, state: AppState, limits: StreamLimits) {
@@ -83,8 +90,8 @@ impl Holder {
                     Some(id) => session::still_signed_in(&state, *id, *user_id, *epoch).await,
                     None => Some(false),
                 },
-                Holder::Token(token) if state.api_token.matches(token) => Some(true),
-                Holder::Token(token) => match state.accounts.authenticate_token(token).await {
+                Holder::Token { text, .. } if state.api_token.matches(text) => Some(true),
+                Holder::Token { text, .. } => match state.accounts.authenticate_token(text).await {
                     Ok(owner) => Some(owner.is_some()),
                     Err(e) => {
                         tracing::warn!(error = %e, "could not recheck a stream's token");
@@ -121,32 +128,72 @@ impl FromRequestParts<AppState> for Holder {
                 epoch: op.user.session_epoch,
             });
         }
-        if parts.extensions.get::<ApiCaller>().is_some() {
+        if let Some(caller) = parts.extensions.get::<ApiCaller>() {
             let token = super::auth::bearer(&parts.headers).ok_or(AppError::Unauthorized)?;
-            return Ok(Holder::Token(token.to_string()));
+            return Ok(Holder::Token {
+                text: token.to_string(),
+                id: caller.token_id,
+            });
         }
         Err(AppError::Unauthorized)
     }
 }
 
-/// Counts an open stream from its creation until it is dropped (the client went away, the server
-/// stops, or what opened it ended).
-struct OpenStream(Arc<AtomicUsize>);
+/// Streams one user (all their sessions) or one token may hold open on a node at once: enough
+/// for many tabs, and far fewer than the node's cap, so that one account cannot take them all.
+pub const MAX_STREAMS_PER_HOLDER: usize = 32;
+
+/// Counts an open stream, on the node and for its holder, from its creation until it is dropped
+/// (the client went away, the server stops, or what opened it ended).
+struct OpenStream {
+    count: Arc<AtomicUsize>,
+    holders: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    key: String,
+}
 
 impl OpenStream {
-    /// A place among at most `max` open streams, if one is free.
-    fn try_new(count: Arc<AtomicUsize>, max: usize) -> Option<Self> {
-        count
+    /// A place among the node's open streams and the holder's, if both have one free: 503
+    /// otherwise.
+    fn try_new(state: &AppState, key: String) -> Result<Self, AppError> {
+        let mut holders = state
+            .stream_holders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if holders.get(&key).copied().unwrap_or(0) >= MAX_STREAMS_PER_HOLDER {
+            return Err(AppError::Busy(format!(
+                "{MAX_STREAMS_PER_HOLDER} live streams of this account are open on this node \
+                 already: close some"
+            )));
+        }
+        let max = state.streams.max_open;
+        state
+            .sse_clients
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < max).then_some(n + 1)
             })
-            .ok()?;
-        Some(OpenStream(count))
+            .map_err(|_| {
+                AppError::Busy(format!(
+                    "this node serves {max} live streams already; try again shortly"
+                ))
+            })?;
+        *holders.entry(key.clone()).or_default() += 1;
+        Ok(OpenStream {
+            count: state.sse_clients.clone(),
+            holders: state.stream_holders.clone(),
+            key,
+        })
     }
 }
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.count.fetch_sub(1, Ordering::AcqRel);
+        let mut holders = self.holders.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = holders.get_mut(&self.key) {
+            *held -= 1;
+            if *held == 0 {
+                holders.remove(&self.key);
+            }
+        }
     }
 }

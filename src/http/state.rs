@@ -32,6 +32,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Live-update streams open now (dashboard and API).
     pub sse_clients: Arc<AtomicUsize>,
+    /// Of those, how many each user or token holds (see `sse::MAX_STREAMS_PER_HOLDER`).
+    pub stream_holders: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
     /// The streams this node serves at once, and how often each checks that its session or
     /// token still holds (see `sse`).
     pub streams: StreamLimits,
@@ -66,6 +68,7 @@ impl AppState {
             questions: QuestionService::new(parts.client.clone()),
             auditor: Auditor::new(parts.pool.clone()),
             sse_clients: Arc::default(),
+            stream_holders: Arc::default(),
             streams: StreamLimits::default(),
             trusted_proxies: Arc::default(),
             allowed_hosts: Arc::default(),
