@@ -9,27 +9,8 @@ use axum::http::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use common::dashboard::{dashboard_as, sign_in, Dashboard, PASSWORD, TOKEN};
+use common::{audit_log_refuses, audit_log_works};
 use kickoff::accounts::{Accounts, Role, TokenScope};
-
-/// Makes every audit insert fail until [`log_works_again`].
-async fn log_refuses_entries(d: &Dashboard) {
-    sqlx::raw_sql(
-        "CREATE FUNCTION refuse_audit() RETURNS trigger LANGUAGE plpgsql AS
-           $$ BEGIN RAISE EXCEPTION 'the audit log is unavailable (test)'; END $$;
-         CREATE TRIGGER refuse_audit BEFORE INSERT ON audit_log
-           FOR EACH ROW EXECUTE FUNCTION refuse_audit();",
-    )
-    .execute(&d.pool)
-    .await
-    .unwrap();
-}
-
-async fn log_works_again(d: &Dashboard) {
-    sqlx::raw_sql("DROP TRIGGER refuse_audit ON audit_log; DROP FUNCTION refuse_audit();")
-        .execute(&d.pool)
-        .await
-        .unwrap();
-}
 
 async fn count(d: &Dashboard, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(&d.pool).await.unwrap()
@@ -120,7 +101,7 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
     let entries = count(&d, "SELECT count(*) FROM audit_log").await;
     let before = snapshot(&d).await;
 
-    log_refuses_entries(&d).await;
+    audit_log_refuses(&d.pool, "true").await;
     // (route, path, body): every state-changing route of the API but the players' predictions.
     let api_calls = [
         ("POST /jobs", "/jobs".to_string(), json!({"kind": "noop"})),
@@ -286,7 +267,7 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
     );
 
     // Once the log takes entries again, the same actions are done and recorded with them.
-    log_works_again(&d).await;
+    audit_log_works(&d.pool).await;
     let (status, _) = d
         .api_as(
             TOKEN,
@@ -356,16 +337,7 @@ async fn a_bulk_action_in_batches_commits_its_first_and_last_batch_with_an_entry
     // The log takes the first batch's entry but not the last's: the first batch stays done (its
     // entry says the action started), the last is undone, the caller hears it, and the end is
     // recorded with how far it got.
-    sqlx::raw_sql(
-        "CREATE FUNCTION refuse_audit() RETURNS trigger LANGUAGE plpgsql AS
-           $$ BEGIN IF NEW.result = 'ok' THEN RAISE EXCEPTION 'full (test)'; END IF;
-                    RETURN NEW; END $$;
-         CREATE TRIGGER refuse_audit BEFORE INSERT ON audit_log
-           FOR EACH ROW EXECUTE FUNCTION refuse_audit();",
-    )
-    .execute(&d.pool)
-    .await
-    .unwrap();
+    audit_log_refuses(&d.pool, "NEW.result = 'ok'").await;
     let (status, answer) = d
         .api_as(TOKEN, Method::POST, "/jobs/bulk", bulk.clone())
         .await;
@@ -385,7 +357,7 @@ async fn a_bulk_action_in_batches_commits_its_first_and_last_batch_with_an_entry
         entries(&d).await,
         [(None, "started".to_string()), stopped.clone()]
     );
-    log_works_again(&d).await;
+    audit_log_works(&d.pool).await;
 
     // Whole again: the same action walks both batches again (the first changes nothing now) and
     // cancels the rest; its first batch commits with `started`, its last with the count.

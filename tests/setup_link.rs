@@ -300,15 +300,7 @@ async fn a_setup_posted_from_another_site_is_refused() {
 async fn a_setup_the_audit_log_cannot_record_makes_no_admin_and_leaves_the_link_live() {
     let db = test_db().await;
     let node = app_with_setup_link(&db.pool, TOKEN, CODE);
-    sqlx::raw_sql(
-        "CREATE FUNCTION refuse_audit() RETURNS trigger LANGUAGE plpgsql AS
-           $$ BEGIN RAISE EXCEPTION 'the audit log is unavailable (test)'; END $$;
-         CREATE TRIGGER refuse_audit BEFORE INSERT ON audit_log
-           FOR EACH ROW EXECUTE FUNCTION refuse_audit();",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    common::audit_log_refuses(&db.pool, "true").await;
     let a = post_setup(&node, CODE, "alice", PASSWORD, "*/*").await;
     assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE, "{}", a.body);
     assert!(a.body.contains("audit log"), "{}", a.body);
@@ -317,10 +309,7 @@ async fn a_setup_the_audit_log_cannot_record_makes_no_admin_and_leaves_the_link_
         "no admin without its entry"
     );
 
-    sqlx::raw_sql("DROP TRIGGER refuse_audit ON audit_log; DROP FUNCTION refuse_audit();")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    common::audit_log_works(&db.pool).await;
     let a = post_setup(&node, CODE, "alice", PASSWORD, "*/*").await;
     assert_eq!(
         a.status,

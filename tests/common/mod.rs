@@ -242,3 +242,26 @@ fn app_state(
         shutdown: tokio_util::sync::CancellationToken::new(),
     })
 }
+
+/// Makes every insert into `audit_log` for which `condition` (SQL over `NEW`) holds fail, as a
+/// full disk or a broken constraint would, until [`audit_log_works`].
+pub async fn audit_log_refuses(pool: &PgPool, condition: &str) {
+    sqlx::raw_sql(&format!(
+        "CREATE FUNCTION refuse_audit() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN IF {condition} THEN RAISE EXCEPTION 'the audit log is unavailable (test)';
+                    END IF; RETURN NEW; END $$;
+         CREATE TRIGGER refuse_audit BEFORE INSERT ON audit_log
+           FOR EACH ROW EXECUTE FUNCTION refuse_audit();"
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// Undoes [`audit_log_refuses`].
+pub async fn audit_log_works(pool: &PgPool) {
+    sqlx::raw_sql("DROP TRIGGER refuse_audit ON audit_log; DROP FUNCTION refuse_audit();")
+        .execute(pool)
+        .await
+        .unwrap();
+}
