@@ -31,6 +31,20 @@ fn roomy(pool: &sqlx::PgPool) -> Router {
     app_with_streams(pool, TOKEN, limits)
 }
 
+/// A viewer `reader` with a read token: the accounts, the token, and its text.
+async fn reader_token(pool: &sqlx::PgPool) -> (Accounts, kickoff::accounts::ApiToken, String) {
+    let accounts = Accounts::new(pool.clone());
+    let user = accounts
+        .create("reader", PASSWORD, Role::Viewer)
+        .await
+        .unwrap();
+    let (token, text) = accounts
+        .create_token(&user, "dash", TokenScope::Read)
+        .await
+        .unwrap();
+    (accounts, token, text)
+}
+
 /// Opens a stream with `auth` (a `Cookie` or an `Authorization` header); the response as it came.
 async fn open(
     app: &Router,
@@ -140,15 +154,7 @@ async fn a_dashboard_stream_ends_with_its_session() {
 async fn an_api_stream_ends_when_its_token_is_revoked() {
     let db = test_db().await;
     let app = roomy(&db.pool);
-    let accounts = Accounts::new(db.pool.clone());
-    let user = accounts
-        .create("reader", PASSWORD, Role::Viewer)
-        .await
-        .unwrap();
-    let (token, text) = accounts
-        .create_token(&user, "dash", TokenScope::Read)
-        .await
-        .unwrap();
+    let (accounts, token, text) = reader_token(&db.pool).await;
     let live = open(
         &app,
         "/api/v1/events",
@@ -167,15 +173,7 @@ async fn an_api_stream_ends_when_its_token_is_revoked() {
 async fn a_stream_outlives_a_recheck_the_database_cannot_answer() {
     let db = test_db().await;
     let app = roomy(&db.pool);
-    let accounts = Accounts::new(db.pool.clone());
-    let user = accounts
-        .create("reader", PASSWORD, Role::Viewer)
-        .await
-        .unwrap();
-    let (token, text) = accounts
-        .create_token(&user, "dash", TokenScope::Read)
-        .await
-        .unwrap();
+    let (accounts, token, text) = reader_token(&db.pool).await;
     let live = open(
         &app,
         "/api/v1/events",
@@ -221,15 +219,7 @@ async fn one_account_cannot_take_every_stream_of_a_node() {
             ..LIMITS
         },
     );
-    let accounts = Accounts::new(db.pool.clone());
-    let user = accounts
-        .create("reader", PASSWORD, Role::Viewer)
-        .await
-        .unwrap();
-    let (_, text) = accounts
-        .create_token(&user, "dash", TokenScope::Read)
-        .await
-        .unwrap();
+    let (_, _, text) = reader_token(&db.pool).await;
     let mine = (header::AUTHORIZATION, format!("Bearer {text}"));
     let mut held = Vec::new();
     for _ in 0..MAX_STREAMS_PER_HOLDER {

@@ -33,7 +33,7 @@ function pages() {
   return [
     { path: '/', refresh: 'overview', shows: ['default'] },
     { path: '/jobs', refresh: 'jobs', shows: [marker, `${marker} failed`] },
-    { path: `/jobs/${mine.waiting}`, refresh: 'job', shows: [marker, 'Reschedule'] },
+    { path: `/jobs/${mine.waiting}`, refresh: 'job', shows: [marker, 'Reschedule', 'by (bootstrap token)'] },
     { path: '/jobs/new', refresh: null, shows: ['Create job'] },
     { path: '/failures', refresh: 'jobs', shows: [`${marker} failed`] },
     { path: '/timers', refresh: 'timers', shows: [`${mine.waiting}`] },
