@@ -20,6 +20,10 @@ pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
 pub const DEFAULT_BACKSTOP_POLL: Duration = Duration::from_secs(1);
 /// Default largest claim in one statement.
 pub const DEFAULT_CLAIM_BATCH: usize = 200;
+/// Default most jobs a queue claims ahead of its free slots (see `queue_state`).
+pub const DEFAULT_FETCH_AHEAD: usize = 100;
+/// Default time before its due time that a scheduled job may be claimed (see `timer`).
+pub const DEFAULT_CLAIM_AHEAD: Duration = Duration::from_millis(20);
 /// Default time running attempts get to finish at shutdown.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -38,6 +42,13 @@ pub struct EngineConfig {
     pub backstop_poll: Duration,
     /// Largest claim in one statement. Default: [`DEFAULT_CLAIM_BATCH`] (200).
     pub claim_batch: usize,
+    /// The most jobs a queue claims ahead of its free slots, to start the next one the moment a
+    /// slot frees (0: none). The lead in force follows the queue's pace: none for jobs longer
+    /// than a claim round trip. Default: [`DEFAULT_FETCH_AHEAD`] (100).
+    pub fetch_ahead: usize,
+    /// How long before its due time a scheduled job may be claimed into a free slot, where it
+    /// waits for its instant (zero: claimed once due). Default: [`DEFAULT_CLAIM_AHEAD`] (20 ms).
+    pub claim_ahead: Duration,
     /// Time running attempts get at shutdown. Default: [`DEFAULT_SHUTDOWN_GRACE`] (10 s).
     pub shutdown_grace: Duration,
     /// Leader lease time-to-live. Default: 5 s, renewed every second.
@@ -58,6 +69,8 @@ impl Default for EngineConfig {
             heartbeat: DEFAULT_HEARTBEAT,
             backstop_poll: DEFAULT_BACKSTOP_POLL,
             claim_batch: DEFAULT_CLAIM_BATCH,
+            fetch_ahead: DEFAULT_FETCH_AHEAD,
+            claim_ahead: DEFAULT_CLAIM_AHEAD,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             leader_ttl: Duration::from_secs(5),
             rescuer: RescuerConfig::default(),
@@ -89,6 +102,12 @@ impl EngineConfig {
         }
         if self.claim_batch == 0 {
             return Err("claim batch must be at least 1".into());
+        }
+        if self.fetch_ahead > 1000 {
+            return Err("fetch-ahead must be 0 to 1000".into());
+        }
+        if self.claim_ahead * 5 > self.lease {
+            return Err("claim-ahead must be under a fifth of the lease".into());
         }
         if self.leader_ttl < Duration::from_secs(2) {
             return Err("leader ttl must be at least 2 s".into());

@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use futures_util::FutureExt;
 use sqlx::PgPool;
 use tokio::sync::mpsc;
@@ -20,7 +21,7 @@ use super::completer::Completion;
 use super::job::{Claim, Job};
 use super::metrics::{Metrics, Outcome};
 use super::node::{Attempts, DbClock};
-use super::queue_state::QueueState;
+use super::queue_state::{Buffered, QueueState};
 use super::worker::{JobContext, WorkError, Workers};
 
 /// The wait before retrying a job whose kind no worker on this node knows.
@@ -63,23 +64,80 @@ impl Executor {
         }
     }
 
-    /// Starts an attempt of a claimed job in one of `queue`'s slots.
+    /// Starts an attempt of a claimed job in one of `queue`'s slots (taking the slot even when
+    /// none is free: the caller counted them).
     pub fn spawn(&self, queue: Arc<QueueState>, job: Job) {
+        if let Some(b) = self.register(job) {
+            queue.in_flight.fetch_add(1, Ordering::SeqCst);
+            self.start(queue, b);
+        }
+    }
+
+    /// Registers the attempt of a claimed job before it starts, so that a cancel finds it and the
+    /// heartbeat renews its lease while it waits in the queue's buffer.
+    pub fn register(&self, job: Job) -> Option<Buffered> {
         let me = &self.inner;
         let Some(claim) = job.claim() else {
             tracing::error!(job = %job.id, "a claimed job without a claim token: not run");
-            return;
+            return None;
         };
-        queue.in_flight.fetch_add(1, Ordering::SeqCst);
         let cancel = me.hard_stop.child_token();
-        let (id, attempt) = (job.id, job.attempt);
-        if let Some(older) = me.parts.attempts.register(claim, attempt, cancel.clone()) {
+        if let Some(older) = me
+            .parts
+            .attempts
+            .register(claim, job.attempt, cancel.clone())
+        {
             // An older attempt of this job still ran here (now stopped): its job was rescued (this
             // node lost the database for longer than the lease), or its claim was lost in a
             // database crash, and it was claimed again. Only the newest may run (its claim token
             // tells them apart, even when the lost claim made the attempt number repeat).
-            tracing::warn!(job = %id, attempt = older.attempt, "stopping an older attempt of a re-claimed job");
+            tracing::warn!(job = %job.id, attempt = older.attempt, "stopping an older attempt of a re-claimed job");
         }
+        Some(Buffered {
+            job,
+            claim,
+            cancel,
+            since: std::time::Instant::now(),
+            not_before: None,
+        })
+    }
+
+    /// Starts buffered jobs of `queue` in its free slots, oldest first.
+    pub fn fill(&self, queue: &Arc<QueueState>) {
+        let mut gone = Vec::new();
+        while queue.free_slots() > 0 {
+            let Some(b) = queue.pop_buffered(&mut gone) else {
+                break;
+            };
+            if !queue.try_take_slot() {
+                queue.unpop_buffered(b);
+                break;
+            }
+            self.start(queue.clone(), b);
+        }
+        // Cancelled, or their claims lost, while they waited: they never ran.
+        for b in gone {
+            self.inner.parts.attempts.remove(b.claim, false);
+        }
+    }
+
+    /// Forgets registered attempts that never ran (handed back while they waited).
+    pub fn forget(&self, jobs: &[Buffered]) {
+        for b in jobs {
+            self.inner.parts.attempts.remove(b.claim, false);
+        }
+    }
+
+    /// Runs a registered attempt in a slot of `queue` already taken for it.
+    fn start(&self, queue: Arc<QueueState>, b: Buffered) {
+        let me = &self.inner;
+        let Buffered {
+            job,
+            claim,
+            cancel,
+            not_before,
+            ..
+        } = b;
         let guard = AttemptGuard {
             attempts: me.parts.attempts.clone(),
             queue,
@@ -87,10 +145,11 @@ impl Executor {
             finished: false,
         };
         // Every log line of the attempt (the worker's own included) names its job.
-        let span = tracing::info_span!("attempt", job = %id, kind = %job.kind, attempt);
+        let span =
+            tracing::info_span!("attempt", job = %job.id, kind = %job.kind, attempt = job.attempt);
         let handle = me
             .tasks
-            .spawn(run_attempt(self.inner.clone(), job, cancel, guard).instrument(span));
+            .spawn(run_attempt(me.clone(), job, not_before, cancel, guard).instrument(span));
         me.parts.attempts.set_abort(claim, handle.abort_handle());
     }
 
@@ -114,7 +173,18 @@ impl Executor {
     }
 }
 
-async fn run_attempt(me: Arc<Inner>, job: Job, cancel: CancellationToken, mut guard: AttemptGuard) {
+async fn run_attempt(
+    me: Arc<Inner>,
+    job: Job,
+    not_before: Option<DateTime<Utc>>,
+    cancel: CancellationToken,
+    mut guard: AttemptGuard,
+) {
+    if let Some(at) = not_before {
+        // Claimed ahead of its due time: it starts at that instant of the database clock, never
+        // before (a cancel aborts the task meanwhile).
+        me.parts.clock.wait_until(at).await;
+    }
     let job = Arc::new(job);
     let late = (me.parts.clock.now() - job.scheduled_at)
         .to_std()
@@ -156,9 +226,9 @@ async fn run_attempt(me: Arc<Inner>, job: Job, cancel: CancellationToken, mut gu
         Err(WorkError::Snooze(_)) => Outcome::Snoozed,
         Err(WorkError::Fenced) => Outcome::Fenced,
     };
-    me.parts
-        .metrics
-        .finished(&job.kind, outcome, started.elapsed());
+    let took = started.elapsed();
+    me.parts.metrics.finished(&job.kind, outcome, took);
+    guard.queue.attempt_took(took);
     // Its lease is renewed until the outcome is written (see the heartbeat).
     me.parts.attempts.outcome_pending(guard.claim);
     let _ = me.parts.completions.send(Completion {
@@ -168,6 +238,10 @@ async fn run_attempt(me: Arc<Inner>, job: Job, cancel: CancellationToken, mut gu
         backoff,
     });
     guard.finished = true;
+    // The slot frees; a job waiting in the buffer takes it at once.
+    let queue = guard.queue.clone();
+    drop(guard);
+    Executor { inner: me }.fill(&queue);
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

@@ -344,7 +344,13 @@ impl TimerSignal {
 pub struct DbClock {
     /// Database clock minus local clock, in microseconds.
     offset_us: AtomicI64,
+    /// How far the offset may be off: half the round trip it was measured in, in microseconds.
+    uncertainty_us: AtomicI64,
 }
+
+/// The last stretch of [`DbClock::wait_until`] is slept on a thread of its own: the runtime's
+/// timer only fires on whole milliseconds, a thread's sleep within tens of microseconds.
+const PRECISE_WAIT: Duration = Duration::from_millis(2);
 
 impl DbClock {
     pub fn now(&self) -> DateTime<Utc> {
@@ -357,6 +363,35 @@ impl DbClock {
         let midpoint = before + (after - before) / 2;
         if let Some(offset) = (db - midpoint).num_microseconds() {
             self.offset_us.store(offset, Ordering::Relaxed);
+            let half = ((after - before) / 2).num_microseconds().unwrap_or(0);
+            self.uncertainty_us.store(half.max(0), Ordering::Relaxed);
+        }
+    }
+
+    /// The earliest the database clock can be now: [`DbClock::now`] less its uncertainty.
+    pub fn surely_past(&self) -> DateTime<Utc> {
+        self.now() - chrono::Duration::microseconds(self.uncertainty_us.load(Ordering::Relaxed))
+    }
+
+    /// Waits until the database clock has surely reached `at` (never returns before it), within
+    /// a fraction of a millisecond after.
+    pub async fn wait_until(&self, at: DateTime<Utc>) {
+        loop {
+            let Ok(left) = (at - self.surely_past()).to_std() else {
+                return;
+            };
+            if left.is_zero() {
+                return;
+            }
+            if left > PRECISE_WAIT {
+                tokio::time::sleep(left - PRECISE_WAIT / 2).await;
+            } else {
+                // Sleeps past the instant by a few tens of microseconds; the loop checks again.
+                let slept = tokio::task::spawn_blocking(move || std::thread::sleep(left)).await;
+                if slept.is_err() {
+                    tokio::time::sleep(left).await;
+                }
+            }
         }
     }
 }

@@ -12,6 +12,10 @@
 //! freed while the previous one was on its way. (Waiting for several slots to free up first would
 //! batch more, but leaves a due job waiting behind long-running ones with a slot free.)
 //!
+//! A claim may also take a few jobs ahead of the free slots, into the queue's buffer (the
+//! fetch-ahead, sized and bounded in `queue_state`); a slot that frees starts the next buffered
+//! job itself, and wakes the producer to refill the buffer when it is half empty.
+//!
 //! Slot accounting (and why it is `SeqCst`) is in `queue_state`.
 
 use std::sync::atomic::Ordering;
@@ -84,45 +88,142 @@ impl Producer {
                     continue;
                 }
             }
+            let hand_back = self.next_hand_back();
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = self.queue.wake.notified() => {}
                 _ = tokio::time::sleep(backstop) => {}
+                _ = sleep_until_some(hand_back) => {}
             }
         }
     }
 
-    /// Claims into the free slots once and starts what it claimed. Returns true when it should
-    /// claim again at once (it filled every slot it asked for, and more slots are free already).
+    /// Claims into the free slots (and the fetch-ahead buffer) once and starts what it can.
+    /// Returns true when it should claim again at once (it got every job it asked for, and more
+    /// slots are free already).
     #[tracing::instrument(level = "trace", skip_all, fields(queue = %self.queue.name))]
     pub async fn run_once(&self) -> Result<bool, sqlx::Error> {
         let q = &self.queue;
+        self.hand_back_aged().await?;
         if q.paused.load(Ordering::SeqCst) {
             return Ok(false);
         }
+        self.executor.fill(q);
         // Mark the queue saturated before looking at the slots: a release after this line wakes
         // us, and one before it shows in `free_slots`.
         q.saturated.store(true, Ordering::SeqCst);
-        let free = q.free_slots().min(self.settings.batch);
-        if free == 0 {
+        let free = q.free_slots();
+        let lead = q.lead();
+        let buffered = q.buffered();
+        // Free slots always claim; a buffer alone refills once it is down to half its lead.
+        let want = (free + lead).saturating_sub(buffered);
+        if free == 0 && (want == 0 || want < lead.div_ceil(2)) {
             return Ok(false);
         }
+        let want = want.min(self.settings.batch);
+        let asked = std::time::Instant::now();
         let jobs = job_store::job_claim(
+            &self.pool,
+            &q.name,
+            want as i64,
+            &self.settings.node_id,
+            self.settings.lease,
+        )
+        .await?;
+        q.claim_took(asked.elapsed());
+        self.metrics.claimed(jobs.len());
+        // Fewer than asked: the queue is drained, and only new due jobs (their notification, the
+        // timer, the backstop) need a claim. All of them: more may wait, so releases wake us.
+        let full = jobs.len() == want;
+        q.saturated.store(full, Ordering::SeqCst);
+        let registered: Vec<_> = jobs
+            .into_iter()
+            .filter_map(|job| self.executor.register(job))
+            .collect();
+        q.push_buffered(registered);
+        self.executor.fill(q);
+        if !full {
+            self.claim_soon().await?;
+        }
+        Ok(full && q.free_slots() > 0)
+    }
+
+    /// Claims into the free slots the jobs that come due before the horizon the timer set (see
+    /// `timer`), if it set one: each attempt waits in its slot for its due time, so that it starts
+    /// at that instant instead of a stage and a claim after it.
+    async fn claim_soon(&self) -> Result<(), sqlx::Error> {
+        let q = &self.queue;
+        let Some(horizon) = q.take_soon() else {
+            return Ok(());
+        };
+        let free = q.free_slots().min(self.settings.batch);
+        if free == 0 {
+            // Staged at their due time and claimed then, like any job.
+            return Ok(());
+        }
+        let jobs = job_store::job_claim_soon(
             &self.pool,
             &q.name,
             free as i64,
             &self.settings.node_id,
             self.settings.lease,
+            horizon,
         )
         .await?;
         self.metrics.claimed(jobs.len());
-        // Fewer than asked: the queue is drained, and only new due jobs (their notification, the
-        // timer, the backstop) need a claim. All of them: more may wait, so releases wake us.
-        let full = jobs.len() == free;
-        q.saturated.store(full, Ordering::SeqCst);
-        for job in jobs {
-            self.executor.spawn(q.clone(), job);
+        let registered: Vec<_> = jobs
+            .into_iter()
+            .filter_map(|job| {
+                let due = job.scheduled_at;
+                let mut b = self.executor.register(job)?;
+                b.not_before = Some(due);
+                Some(b)
+            })
+            .collect();
+        q.push_buffered(registered);
+        self.executor.fill(q);
+        Ok(())
+    }
+
+    /// When the next buffered job would have waited too long (see [`Producer::hand_back_aged`]).
+    pub fn next_hand_back(&self) -> Option<tokio::time::Instant> {
+        let oldest = self.queue.oldest_buffered()?;
+        Some(tokio::time::Instant::from_std(
+            oldest + self.queue.max_wait(),
+        ))
+    }
+
+    /// Hands back to `available` the buffered jobs that waited longer than the queue's
+    /// [`QueueState::max_wait`] for a slot (every slot is held by longer jobs than the lead
+    /// was sized for): other nodes' free slots may run them. Like a hand-back at shutdown, their
+    /// attempt does not count.
+    pub async fn hand_back_aged(&self) -> Result<(), sqlx::Error> {
+        let q = &self.queue;
+        let aged = q.take_buffered(Some(q.max_wait()));
+        if aged.is_empty() {
+            return Ok(());
         }
-        Ok(full && q.free_slots() > 0)
+        let claims: Vec<_> = aged.iter().map(|b| b.claim).collect();
+        q.waited_too_long(aged[0].since.elapsed());
+        let handed = job_store::job_hand_back(&self.pool, &claims, &self.settings.node_id).await;
+        match handed {
+            Ok(n) => {
+                self.executor.forget(&aged);
+                tracing::debug!(queue = %q.name, handed_back = n, "buffered jobs waited too long: handed back");
+                Ok(())
+            }
+            Err(e) => {
+                // Still ours: they wait for a slot again (and are tried again later).
+                q.unpop_all(aged);
+                Err(e)
+            }
+        }
+    }
+}
+
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

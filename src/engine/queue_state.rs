@@ -1,17 +1,46 @@
-//! A queue's live settings and slot accounting on this node, and the node's set of queues.
+//! A queue's live settings, slot accounting and fetch-ahead buffer on this node, and the node's
+//! set of queues.
 //!
 //! `saturated` and `in_flight` are read and written with `SeqCst`: a slot released while a claim
 //! decides that the queue is saturated must be seen by one side or the other (the producer sees
 //! the free slot, or the release sees the flag and wakes it).
+//!
+//! **Fetch-ahead.** A claim may take a few more jobs than there are free slots: they wait in the
+//! queue's buffer, claimed like any other (state `executing`, this node, a lease the heartbeat
+//! renews), and a slot that frees starts the next one at once, without a round trip to the
+//! database. How many ([`QueueState::lead`]) follows the queue's pace: enough to cover two claim
+//! round trips at the rate the slots finish jobs, so short jobs never leave a slot idle while a
+//! claim is on its way, and none for jobs that take longer than a round trip (whose slots a
+//! claim refills in time anyway). A buffered job that waits longer than [`QueueState::max_wait`]
+//! is handed back, so that a node never hoards jobs another node's free slots could run.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
+use super::job::{Claim, Job};
 use super::store::queues::QueueRow;
+
+/// The shortest a buffered job may wait for a slot before it is handed back.
+const MIN_MAX_WAIT: Duration = Duration::from_millis(20);
+
+/// A claimed job waiting in the buffer for a slot of this node. Its attempt is registered already
+/// (so a cancel finds it, and the heartbeat renews its lease).
+pub struct Buffered {
+    pub job: Job,
+    pub claim: Claim,
+    /// Cancelled when the job is gone (cancelled by an operator, its claim lost).
+    pub cancel: CancellationToken,
+    /// When it was claimed.
+    pub since: Instant,
+    /// Claimed ahead of its due time: its attempt starts at this instant of the database clock.
+    pub not_before: Option<DateTime<Utc>>,
+}
 
 /// A queue's live settings and slot accounting on this node.
 pub struct QueueState {
@@ -28,6 +57,16 @@ pub struct QueueState {
     /// `updated_at` of the settings row applied last: a slower read of an older row (the backstop
     /// poll racing a notification's read) must not undo a newer one.
     applied: Mutex<Option<DateTime<Utc>>>,
+    /// Claimed jobs waiting for a slot, oldest first.
+    buffer: Mutex<VecDeque<Buffered>>,
+    /// The most jobs claimed ahead of the free slots (0: no fetch-ahead).
+    fetch_ahead: usize,
+    /// Moving averages, in microseconds, of an attempt's run and of a claim's round trip.
+    job_us: AtomicU64,
+    claim_us: AtomicU64,
+    /// Jobs due up to this instant (of the database clock) may be claimed ahead of their due time
+    /// (set by the timer shortly before a due time; see `timer`).
+    soon: Mutex<Option<DateTime<Utc>>>,
 }
 
 impl QueueState {
@@ -41,7 +80,18 @@ impl QueueState {
             saturated: AtomicBool::new(true),
             wake: Notify::new(),
             applied: Mutex::new(None),
+            buffer: Mutex::new(VecDeque::new()),
+            fetch_ahead: 0,
+            job_us: AtomicU64::new(0),
+            claim_us: AtomicU64::new(0),
+            soon: Mutex::new(None),
         }
+    }
+
+    /// The same queue, claiming up to `fetch_ahead` jobs ahead of its free slots.
+    pub fn with_fetch_ahead(mut self, fetch_ahead: usize) -> Self {
+        self.fetch_ahead = fetch_ahead;
+        self
     }
 
     /// Applies the shared settings of the `queues` table, unless a newer row was applied already.
@@ -69,6 +119,16 @@ impl QueueState {
             .saturating_sub(self.in_flight.load(Ordering::SeqCst))
     }
 
+    /// Takes a free slot, if there is one.
+    pub fn try_take_slot(&self) -> bool {
+        let limit = self.limit.load(Ordering::SeqCst);
+        self.in_flight
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
     /// Called when an attempt of this queue ends.
     pub fn release_slot(&self) {
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -76,6 +136,140 @@ impl QueueState {
             self.wake.notify_one();
         }
     }
+
+    /// Jobs due by `horizon` may be claimed now, ahead of their due time: wakes the producer.
+    pub fn claim_soon(&self, horizon: DateTime<Utc>) {
+        {
+            let mut soon = self.soon.lock().expect("queue soon lock poisoned");
+            *soon = Some(soon.map_or(horizon, |h| h.max(horizon)));
+        }
+        self.wake.notify_one();
+    }
+
+    /// The horizon of [`QueueState::claim_soon`], taken once.
+    pub fn take_soon(&self) -> Option<DateTime<Utc>> {
+        self.soon.lock().expect("queue soon lock poisoned").take()
+    }
+
+    fn buffer(&self) -> MutexGuard<'_, VecDeque<Buffered>> {
+        self.buffer.lock().expect("queue buffer lock poisoned")
+    }
+
+    /// Jobs in the buffer.
+    pub fn buffered(&self) -> usize {
+        self.buffer().len()
+    }
+
+    /// Adds claimed jobs at the end of the buffer.
+    pub fn push_buffered(&self, jobs: impl IntoIterator<Item = Buffered>) {
+        self.buffer().extend(jobs);
+    }
+
+    /// The oldest buffered job (those whose job is gone are dropped and returned in `gone`).
+    /// When the buffer runs low while jobs may be waiting in the table, the producer is woken to
+    /// refill it.
+    pub fn pop_buffered(&self, gone: &mut Vec<Buffered>) -> Option<Buffered> {
+        let mut buffer = self.buffer();
+        let next = loop {
+            match buffer.pop_front() {
+                Some(b) if b.cancel.is_cancelled() => gone.push(b),
+                other => break other,
+            }
+        };
+        let low = buffer.len() <= self.lead() / 2;
+        drop(buffer);
+        if next.is_some() && low && self.saturated.load(Ordering::SeqCst) {
+            self.wake.notify_one();
+        }
+        next
+    }
+
+    /// Puts a job taken from the buffer back at its front (no slot was free after all).
+    pub fn unpop_buffered(&self, b: Buffered) {
+        self.buffer().push_front(b);
+    }
+
+    /// Puts jobs taken from the buffer back at its front, in their order.
+    pub fn unpop_all(&self, jobs: Vec<Buffered>) {
+        let mut buffer = self.buffer();
+        for b in jobs.into_iter().rev() {
+            buffer.push_front(b);
+        }
+    }
+
+    /// Takes the buffered jobs that waited longer than `max_wait` (all of them with `None`).
+    pub fn take_buffered(&self, max_wait: Option<Duration>) -> Vec<Buffered> {
+        let mut buffer = self.buffer();
+        match max_wait {
+            None => buffer.drain(..).collect(),
+            Some(max) => {
+                let now = Instant::now();
+                let aged = buffer
+                    .iter()
+                    .take_while(|b| now.duration_since(b.since) > max)
+                    .count();
+                buffer.drain(..aged).collect()
+            }
+        }
+    }
+
+    /// When the oldest buffered job was claimed.
+    pub fn oldest_buffered(&self) -> Option<Instant> {
+        self.buffer().front().map(|b| b.since)
+    }
+
+    /// Records how long an attempt ran.
+    pub fn attempt_took(&self, took: Duration) {
+        ewma(&self.job_us, took);
+    }
+
+    /// Buffered jobs waited `waited` for a slot and were handed back: the slots are busier than
+    /// the pace said. The pace is slowed at once (the lead halves at least), so a queue whose
+    /// slots are held by long jobs does not claim and hand back over and over.
+    pub fn waited_too_long(&self, waited: Duration) {
+        let waited = (waited.as_micros() as u64).max(1);
+        let old = self.job_us.load(Ordering::Relaxed);
+        self.job_us
+            .store(old.saturating_mul(2).max(waited), Ordering::Relaxed);
+    }
+
+    /// Records how long a claim took.
+    pub fn claim_took(&self, took: Duration) {
+        ewma(&self.claim_us, took);
+    }
+
+    /// How many jobs to hold ahead of the free slots now: what the slots finish in two claim
+    /// round trips (rounded down: none for jobs longer than that), at most `fetch_ahead`. None
+    /// until both paces were measured.
+    pub fn lead(&self) -> usize {
+        if self.fetch_ahead == 0 {
+            return 0;
+        }
+        let job_us = self.job_us.load(Ordering::Relaxed);
+        let claim_us = self.claim_us.load(Ordering::Relaxed);
+        if job_us == 0 || claim_us == 0 {
+            return 0;
+        }
+        let slots = self.limit.load(Ordering::SeqCst) as u64;
+        let lead = slots.saturating_mul(2 * claim_us) / job_us;
+        (lead as usize).min(self.fetch_ahead)
+    }
+
+    /// How long a buffered job may wait for a slot before it is handed back: four claim round
+    /// trips, and at least 20 ms.
+    pub fn max_wait(&self) -> Duration {
+        let claim = Duration::from_micros(self.claim_us.load(Ordering::Relaxed));
+        (claim * 4).max(MIN_MAX_WAIT)
+    }
+}
+
+/// A moving average (weight 1/8 for the newest) of durations in microseconds; the first sample
+/// sets it. Concurrent updates may lose a sample, which does not matter for a pace.
+fn ewma(avg: &AtomicU64, sample: Duration) {
+    let x = (sample.as_micros() as u64).max(1);
+    let old = avg.load(Ordering::Relaxed);
+    let new = if old == 0 { x } else { old - old / 8 + x / 8 };
+    avg.store(new.max(1), Ordering::Relaxed);
 }
 
 /// The queues this node runs, by name.
@@ -85,12 +279,21 @@ pub struct Queues {
 }
 
 impl Queues {
-    /// The queues `(name, per-node concurrency)`.
+    /// The queues `(name, per-node concurrency)`, without fetch-ahead.
     pub fn new(queues: &[(String, usize)]) -> Self {
+        Self::with_fetch_ahead(queues, 0)
+    }
+
+    /// The queues `(name, per-node concurrency)`, each claiming up to `fetch_ahead` jobs ahead
+    /// of its free slots.
+    pub fn with_fetch_ahead(queues: &[(String, usize)], fetch_ahead: usize) -> Self {
         Queues {
             by_name: queues
                 .iter()
-                .map(|(name, c)| (name.clone(), Arc::new(QueueState::new(name.clone(), *c))))
+                .map(|(name, c)| {
+                    let q = QueueState::new(name.clone(), *c).with_fetch_ahead(fetch_ahead);
+                    (name.clone(), Arc::new(q))
+                })
                 .collect(),
         }
     }

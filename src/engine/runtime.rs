@@ -56,6 +56,7 @@ pub struct Engine {
     config: EngineConfig,
     pools: Pools,
     attempts: Arc<Attempts>,
+    queues: Arc<Queues>,
     leader: Arc<LeaderFlag>,
     metrics: Arc<Metrics>,
     events: broadcast::Sender<String>,
@@ -86,7 +87,7 @@ impl Engine {
         queue_store::queue_ensure(&pool, &names).await?;
         // The settings are read after the listener is up (below): a change made in between is
         // then either in the rows read or in a notification received.
-        let queues = Arc::new(Queues::new(&config.queues));
+        let queues = Arc::new(Queues::with_fetch_ahead(&config.queues, config.fetch_ahead));
         let pools = Pools::new(&pool, queues.len());
         let node_id = config.node_id.clone();
         let attempts = Arc::new(Attempts::default());
@@ -173,6 +174,7 @@ impl Engine {
                 queues.clone(),
                 config.backstop_poll,
             )
+            .with_claim_ahead(config.claim_ahead)
             .run(stop_claiming.clone()),
         );
         let claim_settings = ClaimSettings {
@@ -211,6 +213,7 @@ impl Engine {
             config,
             pools,
             attempts,
+            queues,
             leader,
             metrics,
             events,
@@ -262,6 +265,18 @@ impl Engine {
     pub async fn stop(self) {
         self.stop_claiming.cancel();
         self.claimers.wait().await;
+        // Jobs claimed ahead that no slot took yet go back first, for other nodes to run while
+        // this one drains.
+        let buffered: Vec<_> = self
+            .queues
+            .iter()
+            .flat_map(|q| q.take_buffered(None))
+            .collect();
+        if !buffered.is_empty() {
+            self.executor.forget(&buffered);
+            let claims: Vec<_> = buffered.iter().map(|b| b.claim).collect();
+            self.hand_back(&claims).await;
+        }
         if !self.executor.drain(self.config.shutdown_grace).await {
             tracing::warn!(
                 running = self.attempts.running_count(),

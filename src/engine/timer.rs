@@ -51,6 +51,10 @@ pub struct Timer {
     /// Stages in a row that found a due job but could stage nothing (its row is locked by
     /// another transaction, e.g. another node staging it): back off instead of spinning.
     empty_stages: u32,
+    /// How long before a due time the producers may claim the jobs due then (zero: not at all).
+    claim_ahead: Duration,
+    /// The due time last announced to the producers for an early claim.
+    announced: Option<DateTime<Utc>>,
 }
 
 impl Timer {
@@ -72,7 +76,18 @@ impl Timer {
             next_due: None,
             refresh: true,
             empty_stages: 0,
+            claim_ahead: Duration::ZERO,
+            announced: None,
         }
+    }
+
+    /// Lets the producers claim jobs up to `ahead` before their due time: at a due time less
+    /// `ahead`, the timer tells every producer to claim what comes due by that due time plus
+    /// `ahead` into its free slots, where each attempt waits for its instant. What they do not
+    /// claim (no free slot) is staged at its due time as usual.
+    pub fn with_claim_ahead(mut self, ahead: Duration) -> Self {
+        self.claim_ahead = ahead;
+        self
     }
 
     pub async fn run(mut self, shutdown: CancellationToken) {
@@ -95,12 +110,12 @@ impl Timer {
                         _ = tokio::time::sleep_until(deadline) => {
                             // Woken by the backstop rather than a due time: look at the table
                             // again.
-                            self.refresh = next_due.is_none_or(|d| d > self.clock.now());
+                            self.refresh |= next_due.is_none_or(|d| d > self.clock.now());
                         }
                         _ = self.signal.notified() => {
                             // A hint arrived (merged by the next pass), or the listener
                             // reconnected: refresh only in the latter case, which leaves no hint.
-                            self.refresh = !self.signal.has_hint();
+                            self.refresh |= !self.signal.has_hint();
                         }
                     }
                     continue;
@@ -129,8 +144,27 @@ impl Timer {
             self.next_due = Some(self.next_due.map_or(hint, |d| d.min(hint)));
         }
         let now = self.clock.now();
-        let Some(due) = self.next_due.filter(|d| *d <= now) else {
-            return Ok(Tick::Wait(self.next_due));
+        if let Some(due) = self.next_due.filter(|d| *d > now) {
+            if self.claim_ahead.is_zero() {
+                return Ok(Tick::Wait(Some(due)));
+            }
+            let ahead = chrono::Duration::from_std(self.claim_ahead).unwrap_or_default();
+            if self.announced == Some(due) {
+                return Ok(Tick::Wait(Some(due)));
+            }
+            if due - now > ahead {
+                return Ok(Tick::Wait(Some(due - ahead)));
+            }
+            self.announced = Some(due);
+            for q in self.queues.iter() {
+                q.claim_soon(due + ahead);
+            }
+            // At the due time, read the table again: what the producers claimed is gone from it.
+            self.refresh = true;
+            return Ok(Tick::Wait(Some(due)));
+        }
+        let Some(due) = self.next_due else {
+            return Ok(Tick::Wait(None));
         };
         self.refresh = true;
         let queues = match job_store::job_stage_due(&self.pool, None, STAGE_BATCH).await {

@@ -84,6 +84,43 @@ pub async fn job_claim<'e>(
     .await
 }
 
+/// Claims up to `limit` jobs of `queue` that are `scheduled` or `retryable` and due by `horizon`
+/// (a little ahead of the database clock), soonest first, for `node`. Their attempt starts at
+/// their due time: `attempted_at` is set to it (or now, if later), and the lease counts from it.
+pub async fn job_claim_soon<'e>(
+    db: impl PgExecutor<'e>,
+    queue: &str,
+    limit: i64,
+    node: &str,
+    lease: Duration,
+    horizon: DateTime<Utc>,
+) -> Result<Vec<Job>, sqlx::Error> {
+    sqlx::query_as(
+        "WITH picked AS (
+             SELECT id FROM jobs
+             WHERE state IN ('scheduled', 'retryable') AND scheduled_at <= $6 AND queue = $1
+             ORDER BY scheduled_at, priority, id
+             LIMIT $2
+             FOR UPDATE SKIP LOCKED)
+         UPDATE jobs SET state = 'executing',
+                attempt = jobs.attempt + 1,
+                attempted_at = greatest(now(), jobs.scheduled_at),
+                attempted_by = $3,
+                lease_expires_at = greatest(now(), jobs.scheduled_at) + make_interval(secs => $4),
+                claim_token = $5
+         FROM picked WHERE jobs.id = picked.id
+         RETURNING jobs.*",
+    )
+    .bind(queue)
+    .bind(limit)
+    .bind(node)
+    .bind(secs(lease))
+    .bind(ClaimToken::random())
+    .bind(horizon)
+    .fetch_all(db)
+    .await
+}
+
 /// The claims, of those given, that still hold their jobs (read without a lock).
 async fn claims_still_held(
     conn: &mut sqlx::PgConnection,
@@ -104,6 +141,15 @@ async fn claims_still_held(
         .into_iter()
         .map(|(id, token)| Claim { id, token })
         .collect())
+}
+
+/// The claims of `all` that are not in `written` (in a hash set: a batch holds up to a thousand).
+fn claims_not_in(all: &[Claim], written: &[Claim]) -> Vec<Claim> {
+    let written: std::collections::HashSet<&Claim> = written.iter().collect();
+    all.iter()
+        .filter(|c| !written.contains(c))
+        .copied()
+        .collect()
 }
 
 /// What a write to many claims did. A claim in neither list was fenced off: its job was
@@ -182,11 +228,7 @@ pub async fn job_complete_unless_locked(
         .into_iter()
         .map(|(id, token)| Claim { id, token })
         .collect();
-    let rest: Vec<Claim> = claims
-        .iter()
-        .filter(|c| !written.contains(c))
-        .copied()
-        .collect();
+    let rest = claims_not_in(claims, &written);
     let locked = if rest.is_empty() {
         Vec::new()
     } else {
@@ -276,8 +318,11 @@ pub async fn job_snooze<'e>(
     Ok(r.rows_affected() == 1)
 }
 
-/// Hands executing attempts of `node` back to `available` (graceful shutdown): they run again on any
-/// node, and the interrupted attempt is not counted against the job (its number goes back).
+/// Hands executing attempts of `node` back (graceful shutdown, or jobs claimed ahead that waited
+/// too long): they run again on any node, and the interrupted attempt is not counted against the
+/// job (its number goes back). A job claimed ahead of its due time goes back to waiting for it
+/// (`scheduled`, or `retryable` if it had attempts before), never to `available`: no node may
+/// start it early.
 pub async fn job_hand_back<'e>(
     db: impl PgExecutor<'e>,
     claims: &[Claim],
@@ -292,8 +337,11 @@ pub async fn job_hand_back<'e>(
              WHERE jobs.state = 'executing' AND jobs.attempted_by = $3
              ORDER BY jobs.id
              FOR NO KEY UPDATE OF jobs)
-         UPDATE jobs SET state = 'available', lease_expires_at = NULL, claim_token = NULL,
-                attempt = attempt - 1
+         UPDATE jobs SET state = CASE
+                    WHEN jobs.scheduled_at <= now() THEN 'available'::job_state
+                    WHEN jobs.attempt > 1 THEN 'retryable'::job_state
+                    ELSE 'scheduled'::job_state END,
+                lease_expires_at = NULL, claim_token = NULL, attempt = attempt - 1
          FROM held WHERE jobs.id = held.id",
     )
     .bind(&ids)
@@ -343,11 +391,7 @@ pub async fn job_renew_leases(
             .collect(),
         locked: Vec::new(),
     };
-    let rest: Vec<Claim> = claims
-        .iter()
-        .filter(|c| !renewal.written.contains(c))
-        .copied()
-        .collect();
+    let rest = claims_not_in(claims, &renewal.written);
     if rest.is_empty() {
         return Ok(renewal);
     }
