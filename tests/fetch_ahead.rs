@@ -677,3 +677,34 @@ async fn waiting_for_the_database_clock_never_ends_before_it() {
         "waited far too long"
     );
 }
+
+#[tokio::test]
+async fn the_database_clock_keeps_its_best_reading_and_follows_a_clock_that_was_set() {
+    let clock = DbClock::default();
+    let offset_ms = |clock: &DbClock| (clock.now() - chrono::Utc::now()).num_milliseconds();
+    let read = |rtt_ms: i64, offset_ms: i64| {
+        let before = chrono::Utc::now();
+        let after = before + chrono::Duration::milliseconds(rtt_ms);
+        let midpoint = before + chrono::Duration::milliseconds(rtt_ms / 2);
+        clock.measured(
+            before,
+            midpoint + chrono::Duration::milliseconds(offset_ms),
+            after,
+        );
+    };
+    // A quick reading: 10 ms ahead, give or take 2 ms.
+    read(4, 10);
+    assert!((9..=11).contains(&offset_ms(&clock)));
+    // A slow one (a busy database) that agrees within its 20 ms: the quick one stays.
+    read(40, 28);
+    assert!(
+        (9..=11).contains(&offset_ms(&clock)),
+        "a poor reading replaced a good one"
+    );
+    // One that disagrees beyond both uncertainties: the database's clock was set back.
+    read(4, -500);
+    assert!(
+        (-501..=-499).contains(&offset_ms(&clock)),
+        "the clock was not followed"
+    );
+}

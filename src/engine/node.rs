@@ -340,13 +340,23 @@ impl TimerSignal {
 }
 
 /// The database clock, estimated from the local clock and the offset the timer measures.
+///
+/// A reading of the database clock in a round trip from `before` to `after` places it at the
+/// midpoint, give or take half the round trip. A reading made while the database is busy is
+/// poor, so the clock keeps the best one: a new reading replaces it when its uncertainty is
+/// smaller than the kept one's, grown by the drift two clocks may have had since (see
+/// [`MAX_DRIFT_PPM`]), or when the two disagree beyond both their uncertainties (a clock was set).
 #[derive(Default)]
 pub struct DbClock {
     /// Database clock minus local clock, in microseconds.
     offset_us: AtomicI64,
-    /// How far the offset may be off: half the round trip it was measured in, in microseconds.
-    uncertainty_us: AtomicI64,
+    /// When the kept reading was made, and its uncertainty then (µs).
+    kept: Mutex<Option<(std::time::Instant, i64)>>,
 }
+
+/// The most two clocks are assumed to drift apart: 100 µs per second (NTP keeps servers far
+/// closer; an unsynchronised quartz clock stays within it).
+const MAX_DRIFT_PPM: i64 = 100;
 
 /// The last stretch of [`DbClock::wait_until`] is slept on a thread of its own: the runtime's
 /// timer only fires on whole milliseconds, a thread's sleep within tens of microseconds.
@@ -361,16 +371,45 @@ impl DbClock {
     /// the midpoint of the round trip is off by at most half of it.
     pub fn measured(&self, before: DateTime<Utc>, db: DateTime<Utc>, after: DateTime<Utc>) {
         let midpoint = before + (after - before) / 2;
-        if let Some(offset) = (db - midpoint).num_microseconds() {
+        let (Some(offset), Some(half)) = (
+            (db - midpoint).num_microseconds(),
+            ((after - before) / 2).num_microseconds(),
+        ) else {
+            return;
+        };
+        let half = half.max(0);
+        let now = std::time::Instant::now();
+        let Ok(mut kept) = self.kept.lock() else {
+            return;
+        };
+        let better = match *kept {
+            None => true,
+            Some((at, uncertainty)) => {
+                let uncertainty = grown(uncertainty, now.duration_since(at));
+                let apart = (offset - self.offset_us.load(Ordering::Relaxed)).abs();
+                // A reading that disagrees with the kept one beyond both their uncertainties
+                // means a clock was set (or the database failed over to another server): the
+                // kept one is stale.
+                half <= uncertainty || apart > uncertainty + half
+            }
+        };
+        if better {
+            *kept = Some((now, half));
             self.offset_us.store(offset, Ordering::Relaxed);
-            let half = ((after - before) / 2).num_microseconds().unwrap_or(0);
-            self.uncertainty_us.store(half.max(0), Ordering::Relaxed);
+        }
+    }
+
+    /// How far [`DbClock::now`] may be off now, in microseconds.
+    fn uncertainty_us(&self) -> i64 {
+        match self.kept.lock().ok().and_then(|k| *k) {
+            Some((at, uncertainty)) => grown(uncertainty, at.elapsed()),
+            None => 0,
         }
     }
 
     /// The earliest the database clock can be now: [`DbClock::now`] less its uncertainty.
     pub fn surely_past(&self) -> DateTime<Utc> {
-        self.now() - chrono::Duration::microseconds(self.uncertainty_us.load(Ordering::Relaxed))
+        self.now() - chrono::Duration::microseconds(self.uncertainty_us())
     }
 
     /// Waits until the database clock has surely reached `at` (never returns before it), within
@@ -394,6 +433,11 @@ impl DbClock {
             }
         }
     }
+}
+
+/// An uncertainty (µs) grown by the drift the clocks may have had over `since`.
+fn grown(uncertainty: i64, since: Duration) -> i64 {
+    uncertainty.saturating_add(since.as_micros() as i64 * MAX_DRIFT_PPM / 1_000_000)
 }
 
 /// Whether this node holds the leader lease (also shown in its metrics).

@@ -153,12 +153,14 @@ impl Producer {
     /// at that instant instead of a stage and a claim after it.
     async fn claim_soon(&self) -> Result<(), sqlx::Error> {
         let q = &self.queue;
-        let Some(horizon) = q.take_soon() else {
+        let Some(horizon) = q.soon() else {
             return Ok(());
         };
         let free = q.free_slots().min(self.settings.batch);
         if free == 0 {
-            // Staged at their due time and claimed then, like any job.
+            // A slot that frees before the due time claims then (or the job is staged at its
+            // due time and claimed like any other).
+            q.saturated.store(true, Ordering::SeqCst);
             return Ok(());
         }
         let jobs = job_store::job_claim_soon(
@@ -171,6 +173,11 @@ impl Producer {
         )
         .await?;
         self.metrics.claimed(jobs.len());
+        if jobs.len() < free {
+            q.soon_done(horizon);
+        } else {
+            q.saturated.store(true, Ordering::SeqCst);
+        }
         let registered: Vec<_> = jobs
             .into_iter()
             .filter_map(|job| {

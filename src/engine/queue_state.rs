@@ -146,9 +146,17 @@ impl QueueState {
         self.wake.notify_one();
     }
 
-    /// The horizon of [`QueueState::claim_soon`], taken once.
-    pub fn take_soon(&self) -> Option<DateTime<Utc>> {
-        self.soon.lock().expect("queue soon lock poisoned").take()
+    /// The horizon of [`QueueState::claim_soon`], if one is set.
+    pub fn soon(&self) -> Option<DateTime<Utc>> {
+        *self.soon.lock().expect("queue soon lock poisoned")
+    }
+
+    /// Nothing more is due by `horizon`: clears it (unless a later one was set meanwhile).
+    pub fn soon_done(&self, horizon: DateTime<Utc>) {
+        let mut soon = self.soon.lock().expect("queue soon lock poisoned");
+        if *soon == Some(horizon) {
+            *soon = None;
+        }
     }
 
     fn buffer(&self) -> MutexGuard<'_, VecDeque<Buffered>> {
