@@ -49,6 +49,9 @@ pub struct BenchOptions {
     pub rows: i64,
     /// Timed requests per address for the pages workload.
     pub samples: usize,
+    /// The engine's fetch-ahead and claim-ahead (from the server settings).
+    pub fetch_ahead: usize,
+    pub claim_ahead: Duration,
 }
 
 pub async fn run(
@@ -90,12 +93,12 @@ pub async fn run(
     let result = async {
         MIGRATOR.run(&pool).await.map_err(|e| e.to_string())?;
         match workload {
-            BenchWorkload::Throughput => throughput(&pool, options.concurrency).await,
+            BenchWorkload::Throughput => throughput(&pool, &options).await,
             BenchWorkload::Pages => pages::pages(&pool, options.rows, options.samples).await,
-            BenchWorkload::Latency => latency(&pool).await,
-            BenchWorkload::Scheduled => scheduled(&pool).await,
-            BenchWorkload::Recovery => recovery(&pool, options.concurrency).await,
-            BenchWorkload::Nodes => nodes(&pool, options.concurrency).await,
+            BenchWorkload::Latency => latency(&pool, &options).await,
+            BenchWorkload::Scheduled => scheduled(&pool, &options).await,
+            BenchWorkload::Recovery => recovery(&pool, &options).await,
+            BenchWorkload::Nodes => nodes(&pool, &options).await,
         }
     }
     .await;
@@ -147,14 +150,19 @@ async fn until_started(rx: &mut Starts, n: usize, since: Instant) -> Result<f64,
     Ok(first.unwrap_or(0.0))
 }
 
-fn engine_config(concurrency: usize) -> EngineConfig {
+/// A node of `concurrency` slots on queue `default`, with the fetch-ahead and claim-ahead of the
+/// server settings (`KICKOFF_FETCH_AHEAD`, `KICKOFF_CLAIM_AHEAD_MS`).
+fn engine_config(concurrency: usize, o: &BenchOptions) -> EngineConfig {
     EngineConfig {
         queues: vec![("default".into(), concurrency)],
+        fetch_ahead: o.fetch_ahead,
+        claim_ahead: o.claim_ahead,
         ..EngineConfig::default()
     }
 }
 
-async fn throughput(pool: &PgPool, concurrency: usize) -> Result<Value, String> {
+async fn throughput(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
+    let concurrency = o.concurrency;
     const N: usize = 20_000;
     let t = Instant::now();
     insert_due(pool, N, None).await?;
@@ -162,7 +170,7 @@ async fn throughput(pool: &PgPool, concurrency: usize) -> Result<Value, String> 
 
     let (workers, mut rx) = workers();
     let t = Instant::now();
-    let engine = Engine::start(pool.clone(), workers, engine_config(concurrency))
+    let engine = Engine::start(pool.clone(), workers, engine_config(concurrency, o))
         .await
         .map_err(|e| e.to_string())?;
     until_started(&mut rx, N, t).await?;
@@ -174,6 +182,7 @@ async fn throughput(pool: &PgPool, concurrency: usize) -> Result<Value, String> 
         "bench": "throughput",
         "jobs": N,
         "concurrency": concurrency,
+        "fetch_ahead": o.fetch_ahead,
         "insert_jobs_per_s": (N as f64 / insert_s).round(),
         "process_jobs_per_s": (N as f64 / process_s).round(),
     }))
@@ -221,13 +230,14 @@ async fn until_all_completed(pool: &PgPool, since: Instant) -> Result<f64, Strin
 
 /// 10,000 jobs overdue when a node starts (it was down while they came due): the time from the
 /// engine's start until every one completed.
-async fn recovery(pool: &PgPool, concurrency: usize) -> Result<Value, String> {
+async fn recovery(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
+    let concurrency = o.concurrency;
     const N: usize = 10_000;
     let db_now = job_store::db_now(pool).await.map_err(|e| e.to_string())?;
     insert_due(pool, N, Some(db_now - chrono::Duration::minutes(10))).await?;
     let (workers, mut rx) = workers();
     let t = Instant::now();
-    let engine = Engine::start(pool.clone(), workers, engine_config(concurrency))
+    let engine = Engine::start(pool.clone(), workers, engine_config(concurrency, o))
         .await
         .map_err(|e| e.to_string())?;
     let first_start = until_started(&mut rx, N, t).await?;
@@ -246,7 +256,8 @@ async fn recovery(pool: &PgPool, concurrency: usize) -> Result<Value, String> {
 
 /// Throughput with 1, 2 and 3 nodes on one database (each `concurrency` slots), 20,000 jobs each
 /// time.
-async fn nodes(pool: &PgPool, concurrency: usize) -> Result<Value, String> {
+async fn nodes(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
+    let concurrency = o.concurrency;
     const N: usize = 20_000;
     let mut results = Vec::new();
     for count in 1..=3usize {
@@ -261,7 +272,7 @@ async fn nodes(pool: &PgPool, concurrency: usize) -> Result<Value, String> {
                 Engine::start(
                     pool.clone(),
                     workers_reporting_to(tx.clone()),
-                    engine_config(concurrency),
+                    engine_config(concurrency, o),
                 )
                 .await
                 .map_err(|e| e.to_string())?,
@@ -288,10 +299,10 @@ async fn nodes(pool: &PgPool, concurrency: usize) -> Result<Value, String> {
     }))
 }
 
-async fn latency(pool: &PgPool) -> Result<Value, String> {
+async fn latency(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
     const N: usize = 500;
     let (workers, mut rx) = workers();
-    let engine = Engine::start(pool.clone(), workers, engine_config(10))
+    let engine = Engine::start(pool.clone(), workers, engine_config(10, o))
         .await
         .map_err(|e| e.to_string())?;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -339,10 +350,10 @@ async fn latency(pool: &PgPool) -> Result<Value, String> {
     Ok(out)
 }
 
-async fn scheduled(pool: &PgPool) -> Result<Value, String> {
+async fn scheduled(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
     const N: usize = 1_000;
     let (workers, mut rx) = workers();
-    let engine = Engine::start(pool.clone(), workers, engine_config(10))
+    let engine = Engine::start(pool.clone(), workers, engine_config(10, o))
         .await
         .map_err(|e| e.to_string())?;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -381,7 +392,12 @@ async fn scheduled(pool: &PgPool) -> Result<Value, String> {
         .map(|(due, late)| json!([due.round(), (late * 10.0).round() / 10.0]))
         .collect();
     let mut out = with_percentiles(
-        json!({ "bench": "scheduled", "jobs": N, "started_early": early }),
+        json!({
+            "bench": "scheduled",
+            "jobs": N,
+            "claim_ahead_ms": o.claim_ahead.as_millis() as u64,
+            "started_early": early,
+        }),
         samples.into_iter().map(|(_, late)| late).collect(),
     );
     out["worst_due_ms_late_ms"] = Value::Array(worst);

@@ -35,6 +35,8 @@ async fn main() -> std::process::ExitCode {
                 concurrency,
                 rows,
                 samples,
+                fetch_ahead: cli.config.fetch_ahead as usize,
+                claim_ahead: std::time::Duration::from_millis(cli.config.claim_ahead_ms),
             };
             bench::run(workload, url, options, &cli.config).await
         }

@@ -125,6 +125,8 @@ pub fn engine_config(config: &Config) -> Result<EngineConfig, StartError> {
         queues: config.queue_list().map_err(StartError::Config)?,
         lease: Duration::from_millis(config.lease_ms),
         shutdown_grace: Duration::from_secs(config.shutdown_grace_secs),
+        fetch_ahead: config.fetch_ahead as usize,
+        claim_ahead: Duration::from_millis(config.claim_ahead_ms),
         pruner: PrunerConfig {
             retention: Duration::from_secs(config.retention_hours * 3600),
             ..PrunerConfig::default()
