@@ -8,6 +8,7 @@ use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::{PgConnection, PgPool};
 
+use super::announcer::{Announcer, Wakeup};
 use super::control::Control;
 use super::job::{is_valid_queue_name, Claim, Inserted, Job, JobId, JobState, NewJob, Schedule};
 use super::store::jobs::{self as job_store, JobFilter};
@@ -121,11 +122,16 @@ fn invalid(field: &'static str, message: impl Into<String>) -> ClientError {
 pub struct Client {
     pool: PgPool,
     workers: Arc<Workers>,
+    announcer: Announcer,
 }
 
 impl Client {
     pub fn new(pool: PgPool, workers: Arc<Workers>) -> Self {
-        Client { pool, workers }
+        Client {
+            announcer: Announcer::new(&pool),
+            pool,
+            workers,
+        }
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -137,6 +143,7 @@ impl Client {
         Client {
             pool,
             workers: self.workers.clone(),
+            announcer: self.announcer.clone(),
         }
     }
 
@@ -254,6 +261,21 @@ impl Client {
         job_store::job_insert(conn, new)
             .await
             .map_err(ClientError::from)
+    }
+
+    /// Inserts like [`Client::insert_with`], in the caller's transaction, without the notifications
+    /// the insert's triggers would send from it: the [`Wakeup`] sends them once the caller's
+    /// transaction committed (see `announcer`). Durable commits that notify run one at a time;
+    /// these do not.
+    pub async fn insert_quietly_with(
+        &self,
+        conn: &mut PgConnection,
+        new: &NewJob,
+    ) -> Result<(Inserted, Wakeup), ClientError> {
+        self.validate(new)?;
+        let inserted = job_store::job_insert_notifying(&mut *conn, new, false).await?;
+        let wakeup = self.announcer.wakeup(&inserted.job, inserted.existing);
+        Ok((inserted, wakeup))
     }
 
     /// Inserts many jobs in one statement. Jobs with unique keys are inserted one by one.

@@ -83,9 +83,14 @@ pub async fn create(
 ) -> Result<impl IntoResponse, AppError> {
     let new = body.into_new_job()?.created_by(creator(&caller));
     let sight = sight(&caller);
-    audit
+    let mut wakeup = None;
+    let answer = audit
         .run(uncounted, async |work| {
-            let inserted = state.client.insert_with(work.conn().await?, &new).await?;
+            let (inserted, woken) = state
+                .client
+                .insert_quietly_with(work.conn().await?, &new)
+                .await?;
+            wakeup = Some(woken);
             let status = if inserted.existing {
                 StatusCode::OK
             } else {
@@ -100,7 +105,12 @@ pub async fn create(
                 }),
             ))
         })
-        .await
+        .await?;
+    // Committed with its audit entry: now the nodes hear of it (see `engine::announcer`).
+    if let Some(wakeup) = wakeup {
+        wakeup.send();
+    }
+    Ok(answer)
 }
 
 #[derive(schemars::JsonSchema, Debug, Deserialize)]

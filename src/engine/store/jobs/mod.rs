@@ -47,11 +47,26 @@ pub async fn job_insert(
     conn: &mut sqlx::PgConnection,
     new: &NewJob,
 ) -> Result<Inserted, sqlx::Error> {
+    job_insert_notifying(conn, new, true).await
+}
+
+/// [`job_insert`], whose insert statement sends no notifications from its transaction when
+/// `notify` is false: it sets `kickoff.notify` to `after_commit` for that statement's triggers
+/// (the last of them clears it again; see `migrations/20261207000001_notify_after_commit.sql`),
+/// and the caller announces the job once its transaction committed (`engine::announcer`).
+pub async fn job_insert_notifying(
+    conn: &mut sqlx::PgConnection,
+    new: &NewJob,
+    notify: bool,
+) -> Result<Inserted, sqlx::Error> {
     let (at, in_secs) = schedule_params(new.schedule);
     // A unique key's holder may finish between the conflicting insert and the look-up: try again.
     for _ in 0..5 {
         let inserted: Option<Job> = sqlx::query_as(
-            "WITH p AS (SELECT coalesce($7::timestamptz,
+            "WITH quiet AS MATERIALIZED (
+                     SELECT CASE WHEN NOT $12 THEN set_config('kickoff.notify', 'after_commit', true)
+                            END AS set),
+                  p AS (SELECT coalesce($7::timestamptz,
                                        statement_timestamp() + make_interval(secs => $8)) AS at)
              INSERT INTO jobs (queue, kind, args, state, priority, max_attempts, scheduled_at,
                                unique_key, tags, meta, created_by)
@@ -59,7 +74,7 @@ pub async fn job_insert(
                     CASE WHEN p.at <= statement_timestamp() THEN 'available'::job_state
                          ELSE 'scheduled'::job_state END,
                     $4, $5, p.at, $6, $9, $10, $11
-             FROM p
+             FROM p, quiet
              ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND finalized_at IS NULL DO NOTHING
              RETURNING *",
         )
@@ -74,6 +89,7 @@ pub async fn job_insert(
         .bind(&new.tags)
         .bind(&new.meta)
         .bind(&new.created_by)
+        .bind(notify)
         .fetch_optional(&mut *conn)
         .await?;
         if let Some(job) = inserted {
@@ -88,12 +104,15 @@ pub async fn job_insert(
         };
         if new.on_conflict == OnConflict::Reschedule {
             let moved: Option<Job> = sqlx::query_as(
-                "WITH p AS (SELECT coalesce($2::timestamptz,
+                "WITH quiet AS MATERIALIZED (
+                         SELECT CASE WHEN NOT $4 THEN set_config('kickoff.notify', 'after_commit', true)
+                                END AS set),
+                      p AS (SELECT coalesce($2::timestamptz,
                                            statement_timestamp() + make_interval(secs => $3)) AS at)
                  UPDATE jobs SET scheduled_at = p.at,
                         state = CASE WHEN p.at <= statement_timestamp() THEN 'available'::job_state
                                      ELSE 'scheduled'::job_state END
-                 FROM p
+                 FROM p, quiet
                  WHERE unique_key = $1 AND finalized_at IS NULL
                    AND state IN ('scheduled', 'available', 'retryable')
                  RETURNING jobs.*",
@@ -101,6 +120,7 @@ pub async fn job_insert(
             .bind(key)
             .bind(at)
             .bind(in_secs)
+            .bind(notify)
             .fetch_optional(&mut *conn)
             .await?;
             if let Some(job) = moved {

@@ -1,0 +1,154 @@
+//! Notifications of inserted jobs, sent after their transaction committed instead of from it.
+//!
+//! A transaction that runs `pg_notify` takes a database-wide lock at commit and holds it through
+//! its WAL flush: durable commits that notify run one after another, one per disk flush. So the
+//! REST API's insert sets `kickoff.notify = after_commit` for its transaction (the jobs triggers
+//! then send nothing; see `migrations/20261207000001_notify_after_commit.sql`) and hands what
+//! they would have sent to the announcer once it committed. The announcer sends the same
+//! `kickoff_due` and `kickoff_events` payloads, merged for whatever arrived meanwhile, from a
+//! connection of its own whose commits do not wait for the disk (a notification is not data:
+//! the backstop poll covers one that is lost, as it covers one missed while a listener
+//! reconnects).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use serde_json::json;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+use tokio::sync::mpsc;
+
+use super::job::{Job, JobId, JobState};
+use super::node::named_options;
+use super::notifier::{CHANNEL_DUE, CHANNEL_EVENTS};
+
+/// The most announcements merged into one round trip.
+const BATCH: usize = 1000;
+/// The most ids an event names (as the trigger does).
+const EVENT_IDS: usize = 100;
+
+/// A job write whose notifications are still to be sent: send it with [`Wakeup::send`] once its
+/// transaction committed (dropping it leaves the job to the backstop poll).
+#[must_use = "send it once the transaction committed, or the job waits for the backstop poll"]
+pub struct Wakeup {
+    announcer: Announcer,
+    note: Note,
+}
+
+impl Wakeup {
+    pub fn send(self) {
+        self.announcer.announce(self.note);
+    }
+}
+
+/// What one job write would have notified.
+struct Note {
+    id: JobId,
+    queue: String,
+    state: JobState,
+    at_ms: i64,
+    /// `insert` or `update` (an existing job moved to a new time).
+    op: &'static str,
+}
+
+/// Sends notifications of committed writes, merged. Cheap to clone; its task starts on first use
+/// and ends when the last clone is dropped.
+#[derive(Clone)]
+pub struct Announcer {
+    pool: PgPool,
+    tx: Arc<OnceLock<mpsc::UnboundedSender<Note>>>,
+}
+
+impl Announcer {
+    /// An announcer sending on a connection of its own to `pool`'s database.
+    pub fn new(pool: &PgPool) -> Self {
+        let options = named_options(pool, "announcer").options([("synchronous_commit", "off")]);
+        Announcer {
+            pool: PgPoolOptions::new()
+                .max_connections(1)
+                .connect_lazy_with(options),
+            tx: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// What the triggers would have sent for this write of `job` (`existing`: a live job with the
+    /// same unique key, possibly moved to a new time).
+    pub fn wakeup(&self, job: &Job, existing: bool) -> Wakeup {
+        Wakeup {
+            announcer: self.clone(),
+            note: Note {
+                id: job.id,
+                queue: job.queue.clone(),
+                state: job.state,
+                at_ms: job.scheduled_at.timestamp_millis(),
+                op: if existing { "update" } else { "insert" },
+            },
+        }
+    }
+
+    fn announce(&self, note: Note) {
+        let tx = self.tx.get_or_init(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(run(self.pool.clone(), rx));
+            tx
+        });
+        let _ = tx.send(note);
+    }
+}
+
+async fn run(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Note>) {
+    let mut notes = Vec::new();
+    while rx.recv_many(&mut notes, BATCH).await > 0 {
+        let (channels, payloads) = payloads(&notes);
+        notes.clear();
+        let sent =
+            sqlx::query("SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS t(c, p)")
+                .bind(&channels)
+                .bind(&payloads)
+                .execute(&pool)
+                .await;
+        if let Err(e) = sent {
+            tracing::warn!(error = %e, "could not send job notifications; the backstop poll will find the jobs");
+        }
+    }
+    pool.close().await;
+}
+
+/// One `kickoff_events` payload in the making: the count per state, the first ids, the count.
+type Event<'a> = (BTreeMap<&'a str, u64>, Vec<JobId>, u64);
+
+/// The `kickoff_due` and `kickoff_events` payloads for these notes, as the triggers would build
+/// them for one statement: the earliest due time per queue and waiting state, and one event per
+/// operation with its count per state and up to 100 ids.
+fn payloads(notes: &[Note]) -> (Vec<String>, Vec<String>) {
+    let mut due: BTreeMap<(&str, &str), i64> = BTreeMap::new();
+    let mut events: BTreeMap<&str, Event> = BTreeMap::new();
+    for n in notes {
+        if matches!(
+            n.state,
+            JobState::Scheduled | JobState::Available | JobState::Retryable
+        ) {
+            let at = due
+                .entry((n.queue.as_str(), n.state.as_str()))
+                .or_insert(n.at_ms);
+            *at = (*at).min(n.at_ms);
+        }
+        let (to, ids, count) = events.entry(n.op).or_default();
+        *to.entry(n.state.as_str()).or_default() += 1;
+        if ids.len() < EVENT_IDS {
+            ids.push(n.id);
+        }
+        *count += 1;
+    }
+    let mut channels = Vec::new();
+    let mut payloads = Vec::new();
+    for ((queue, state), at_ms) in due {
+        channels.push(CHANNEL_DUE.to_string());
+        payloads.push(json!({ "queue": queue, "state": state, "at_ms": at_ms }).to_string());
+    }
+    for (op, (to, ids, n)) in events {
+        channels.push(CHANNEL_EVENTS.to_string());
+        payloads.push(json!({ "op": op, "n": n, "to": to, "ids": ids }).to_string());
+    }
+    (channels, payloads)
+}
