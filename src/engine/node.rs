@@ -359,8 +359,9 @@ pub struct DbClock {
 const MAX_DRIFT_PPM: i64 = 100;
 
 /// The last stretch of [`DbClock::wait_until`] is slept on a thread of its own: the runtime's
-/// timer only fires on whole milliseconds, a thread's sleep within tens of microseconds.
-const PRECISE_WAIT: Duration = Duration::from_millis(2);
+/// timer only fires on whole milliseconds (and a busy runtime may poll it a millisecond later
+/// still), a thread's sleep within tens of microseconds.
+const PRECISE_WAIT: Duration = Duration::from_millis(3);
 
 impl DbClock {
     pub fn now(&self) -> DateTime<Utc> {
@@ -423,7 +424,8 @@ impl DbClock {
                 return;
             }
             if left > PRECISE_WAIT {
-                tokio::time::sleep(left - PRECISE_WAIT / 2).await;
+                // Wakes 1 to 3 ms before the instant (whole milliseconds, plus a late poll).
+                tokio::time::sleep(left - PRECISE_WAIT + Duration::from_millis(1)).await;
             } else {
                 // Sleeps past the instant by a few tens of microseconds; the loop checks again.
                 let slept = tokio::task::spawn_blocking(move || std::thread::sleep(left)).await;
