@@ -158,6 +158,25 @@ async fn next_start(rx: &mut mpsc::UnboundedReceiver<Start>) -> Start {
         .expect("channel open")
 }
 
+/// Runs `n` quick jobs on the engine whose starts `starts` reports, until all completed: its
+/// queue's pace then says "jobs far shorter than a claim".
+async fn warm_up(
+    pool: &PgPool,
+    client: &Client,
+    starts: &mut mpsc::UnboundedReceiver<Start>,
+    n: usize,
+) {
+    let warm: Vec<NewJob> = (0..n).map(|_| probe("quick")).collect();
+    client.insert_many(&warm).await.unwrap();
+    for _ in 0..n {
+        next_start(starts).await;
+    }
+    wait_for("the warm-up completed", Duration::from_secs(10), || async {
+        count_in(pool, "completed").await == n as i64
+    })
+    .await;
+}
+
 /// A producer and executor of queue `default` on `pool`, without an engine around them (no
 /// heartbeat, no completer, no notifier): the test drives each claim.
 struct Solo {
@@ -321,15 +340,7 @@ async fn a_stopping_node_hands_its_buffered_jobs_back_with_their_attempt_restore
     let engine = Engine::start(db.pool.clone(), workers, cfg).await.unwrap();
     let client = engine.client();
     // Quick jobs first: the queue's pace says "short jobs", and its lead grows to 50.
-    let warm: Vec<NewJob> = (0..100).map(|_| probe("quick")).collect();
-    client.insert_many(&warm).await.unwrap();
-    for _ in 0..100 {
-        next_start(&mut starts).await;
-    }
-    wait_for("the warm-up completed", Duration::from_secs(10), || async {
-        count_in(&db.pool, "completed").await == 100
-    })
-    .await;
+    warm_up(&db.pool, &client, &mut starts, 100).await;
 
     // A job that holds the one slot, and 40 claimed behind it into the buffer.
     let mut batch = vec![probe("hold")];
@@ -414,15 +425,7 @@ async fn a_node_whose_pace_says_short_jobs_does_not_hoard_long_ones_from_another
         .unwrap();
     let client = a.client();
     // Node a learns a fast pace from quick jobs: its lead grows to its fetch-ahead.
-    let warm: Vec<NewJob> = (0..200).map(|_| probe("quick")).collect();
-    client.insert_many(&warm).await.unwrap();
-    for _ in 0..200 {
-        next_start(&mut starts).await;
-    }
-    wait_for("the warm-up completed", Duration::from_secs(10), || async {
-        count_in(&db.pool, "completed").await == 200
-    })
-    .await;
+    warm_up(&db.pool, &client, &mut starts, 200).await;
     let (workers, mut b_starts, _gate) = probe_workers();
     let b = Engine::start(db.pool.clone(), workers, config("b", 4, 100))
         .await

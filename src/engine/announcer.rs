@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use super::job::{Job, JobId, JobState};
 use super::node::named_options;
 use super::notifier::{CHANNEL_DUE, CHANNEL_EVENTS};
+use super::store::jobs as job_store;
 
 /// The most announcements merged into one round trip.
 const BATCH: usize = 1000;
@@ -101,13 +102,7 @@ async fn run(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Note>) {
     while rx.recv_many(&mut notes, BATCH).await > 0 {
         let (channels, payloads) = payloads(&notes);
         notes.clear();
-        let sent =
-            sqlx::query("SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS t(c, p)")
-                .bind(&channels)
-                .bind(&payloads)
-                .execute(&pool)
-                .await;
-        if let Err(e) = sent {
+        if let Err(e) = job_store::notify_many(&pool, &channels, &payloads).await {
             tracing::warn!(error = %e, "could not send job notifications; the backstop poll will find the jobs");
         }
     }

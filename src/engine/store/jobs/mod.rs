@@ -386,6 +386,20 @@ pub async fn notify<'e>(
     Ok(())
 }
 
+/// Sends notifications `(channel, payload)` in one statement (the announcer's, after a commit).
+pub async fn notify_many<'e>(
+    db: impl PgExecutor<'e>,
+    channels: &[String],
+    payloads: &[String],
+) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS t(c, p)")
+        .bind(channels)
+        .bind(payloads)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
 /// The database clock.
 pub async fn db_now<'e>(db: impl PgExecutor<'e>) -> Result<DateTime<Utc>, sqlx::Error> {
     sqlx::query_scalar("SELECT clock_timestamp()")
