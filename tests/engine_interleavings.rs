@@ -1143,6 +1143,77 @@ async fn the_timer_stages_a_job_whose_due_time_moved_earlier_at_its_new_time() {
     p.pools.close().await;
 }
 
+/// Another node's timer (or claim ahead) takes most due jobs first under load: this node's stage
+/// then finds nothing, a row locked by the other node's statement. That must not pile up into a
+/// long pause for the *next* due time: the chaos suite saw every node's timer stop for up to a
+/// second (2^n ms after n such races in a row), and the scheduled jobs of the whole cluster
+/// waited. Only the same due time found locked again backs off.
+#[tokio::test]
+async fn due_jobs_taken_by_another_node_do_not_slow_the_timer_for_the_next_one() {
+    let db = test_db().await;
+    let (workers, _h) = gated_workers();
+    let client = Client::new(db.pool.clone(), Arc::new(workers));
+    let p = parts(&db.pool, 1);
+    let mut timer = Timer::new(
+        p.pools.claims.clone(),
+        p.signal.clone(),
+        p.clock.clone(),
+        p.queues.clone(),
+        Duration::from_secs(1),
+    );
+    let mut pauses = Vec::new();
+    for round in 0..12 {
+        let job = client
+            .insert(&gated("quick").at(Utc::now() + chrono::Duration::seconds(60)))
+            .await
+            .unwrap()
+            .job;
+        // Due a second ago, a distinct time each round.
+        sqlx::query(
+            "UPDATE jobs SET scheduled_at = now() - interval '1 second' + $2 * interval '1 ms'
+             WHERE id = $1",
+        )
+        .bind(job.id)
+        .bind(round as f64)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+        // The other node's stage holds the row while this node's timer looks.
+        let mut other = db.pool.begin().await.unwrap();
+        sqlx::query("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE")
+            .bind(job.id)
+            .execute(&mut *other)
+            .await
+            .unwrap();
+        let Tick::Pause(pause) = timer.run_once().await.unwrap() else {
+            panic!("round {round}: staged a row locked by another transaction");
+        };
+        pauses.push(pause);
+        if round == 0 {
+            // The same due time still locked: that one backs off.
+            let Tick::Pause(again) = timer.run_once().await.unwrap() else {
+                panic!("staged a locked row");
+            };
+            assert!(
+                again > pause,
+                "no back-off for a row that stays locked: {pause:?} then {again:?}"
+            );
+        }
+        // ... and stages it.
+        sqlx::query("UPDATE jobs SET state = 'available' WHERE id = $1")
+            .bind(job.id)
+            .execute(&mut *other)
+            .await
+            .unwrap();
+        other.commit().await.unwrap();
+    }
+    assert!(
+        pauses.iter().all(|p| *p <= Duration::from_millis(2)),
+        "the timer paused longer and longer for new due times that other nodes took: {pauses:?}"
+    );
+    p.pools.close().await;
+}
+
 #[tokio::test]
 async fn the_producer_claims_into_free_slots_and_no_more() {
     let db = test_db().await;

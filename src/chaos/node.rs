@@ -47,7 +47,10 @@ impl Node {
             .env("KICKOFF_SHUTDOWN_GRACE_SECS", "3")
             .env("KICKOFF_WEBHOOK_ALLOWED_HOSTS", &env.webhook_host)
             .env("KICKOFF_DATA_DIR", env.log_dir.join(&id))
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("KICKOFF_CHAOS_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))

@@ -131,6 +131,7 @@ impl Producer {
         )
         .await?;
         q.claim_took(asked.elapsed());
+        tracing::debug!(queue = %q.name, free, lead, buffered, want, got = jobs.len(), took_us = asked.elapsed().as_micros() as u64, "claimed");
         self.metrics.claimed(jobs.len());
         // Fewer than asked: the queue is drained, and only new due jobs (their notification, the
         // timer, the backstop) need a claim. All of them: more may wait, so releases wake us.
@@ -172,6 +173,7 @@ impl Producer {
             horizon,
         )
         .await?;
+        tracing::debug!(queue = %q.name, free, %horizon, got = jobs.len(), "claimed ahead");
         self.metrics.claimed(jobs.len());
         if jobs.len() < free {
             q.soon_done(horizon);

@@ -48,9 +48,13 @@ pub struct Timer {
     next_due: Option<DateTime<Utc>>,
     /// Whether the next pass reads the next due time from the table.
     refresh: bool,
-    /// Stages in a row that found a due job but could stage nothing (its row is locked by
-    /// another transaction, e.g. another node staging it): back off instead of spinning.
+    /// Stages in a row that found the same due time but could stage nothing (its row is locked
+    /// by another transaction, e.g. a long one of an operator): back off instead of spinning.
+    /// Counted per due time: under load another node's timer or claim takes most due jobs
+    /// first, and each such race must cost one short pause, not a longer one each time.
     empty_stages: u32,
+    /// The due time `empty_stages` counts for.
+    empty_due: Option<DateTime<Utc>>,
     /// How long before a due time the producers may claim the jobs due then (zero: not at all).
     claim_ahead: Duration,
     /// The due time last announced to the producers for an early claim.
@@ -76,6 +80,7 @@ impl Timer {
             next_due: None,
             refresh: true,
             empty_stages: 0,
+            empty_due: None,
             claim_ahead: Duration::ZERO,
             announced: None,
         }
@@ -175,17 +180,24 @@ impl Timer {
             }
         };
         if queues.is_empty() {
-            self.empty_stages += 1;
+            if self.empty_due == Some(due) {
+                self.empty_stages += 1;
+            } else {
+                self.empty_due = Some(due);
+                self.empty_stages = 1;
+            }
             let pause = if self.clock.now() - due < chrono::Duration::milliseconds(5) {
                 // Woke a hair before the database clock reached the due time.
                 Duration::from_micros(500)
             } else {
-                // Due but locked elsewhere: 2, 4, 8 ... ms, up to the backstop.
+                // Due but locked elsewhere: 2, 4, 8 ... ms while it stays locked, up to the
+                // backstop.
                 Duration::from_millis(1 << self.empty_stages.min(10)).min(self.backstop)
             };
             return Ok(Tick::Pause(pause));
         }
         self.empty_stages = 0;
+        self.empty_due = None;
         let mut woken: Vec<String> = Vec::new();
         for q in queues {
             if !woken.contains(&q) {
