@@ -123,15 +123,15 @@ pub struct Config {
 
     /// The most jobs a queue claims ahead of its free slots, so that a slot that frees starts the
     /// next job without a round trip (0: none). The lead in force follows the queue's pace: none
-    /// for jobs that run longer than a claim. Default: 0 (opt-in for now; 100 in the benchmarks).
-    #[arg(long, env = "KICKOFF_FETCH_AHEAD", default_value_t = 0,
+    /// for jobs that run longer than a claim. Default: 100.
+    #[arg(long, env = "KICKOFF_FETCH_AHEAD", default_value_t = 100,
           value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub fetch_ahead: u32,
 
     /// How long before its due time a scheduled job may be claimed into a free slot, where it
     /// waits for its instant by the database clock (0: claimed once due). Under a fifth of the
-    /// lease. Default: 0 (opt-in for now; 20 in the benchmarks).
-    #[arg(long, env = "KICKOFF_CLAIM_AHEAD_MS", default_value_t = 0,
+    /// lease. Default: 20.
+    #[arg(long, env = "KICKOFF_CLAIM_AHEAD_MS", default_value_t = 20,
           value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub claim_ahead_ms: u64,
 

@@ -20,13 +20,10 @@ pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
 pub const DEFAULT_BACKSTOP_POLL: Duration = Duration::from_secs(1);
 /// Default largest claim in one statement.
 pub const DEFAULT_CLAIM_BATCH: usize = 200;
-/// Default most jobs a queue claims ahead of its free slots (see `queue_state`): none for now.
-/// 100 is what the benchmarks use; it stays opt-in until a stall seen under the chaos suite with
-/// fetch-ahead and claim-ahead on is explained (docs/BENCHMARKS.md).
-pub const DEFAULT_FETCH_AHEAD: usize = 0;
-/// Default time before its due time that a scheduled job may be claimed (see `timer`): none for
-/// now (opt-in, like [`DEFAULT_FETCH_AHEAD`]); the benchmarks use 20 ms.
-pub const DEFAULT_CLAIM_AHEAD: Duration = Duration::ZERO;
+/// Default most jobs a queue claims ahead of its free slots (see `queue_state`).
+pub const DEFAULT_FETCH_AHEAD: usize = 100;
+/// Default time before its due time that a scheduled job may be claimed (see `timer`).
+pub const DEFAULT_CLAIM_AHEAD: Duration = Duration::from_millis(20);
 /// Default time running attempts get to finish at shutdown.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -47,11 +44,10 @@ pub struct EngineConfig {
     pub claim_batch: usize,
     /// The most jobs a queue claims ahead of its free slots, to start the next one the moment a
     /// slot frees (0: none). The lead in force follows the queue's pace: none for jobs longer
-    /// than a claim round trip. Default: [`DEFAULT_FETCH_AHEAD`] (0; 100 in the benchmarks).
+    /// than a claim round trip. Default: [`DEFAULT_FETCH_AHEAD`] (100).
     pub fetch_ahead: usize,
     /// How long before its due time a scheduled job may be claimed into a free slot, where it
-    /// waits for its instant (zero: claimed once due). Default: [`DEFAULT_CLAIM_AHEAD`] (0; 20 ms in
-    /// the benchmarks).
+    /// waits for its instant (zero: claimed once due). Default: [`DEFAULT_CLAIM_AHEAD`] (20 ms).
     pub claim_ahead: Duration,
     /// Time running attempts get at shutdown. Default: [`DEFAULT_SHUTDOWN_GRACE`] (10 s).
     pub shutdown_grace: Duration,
