@@ -49,6 +49,8 @@ pub struct BenchOptions {
     pub rows: i64,
     /// Timed requests per address for the pages workload.
     pub samples: usize,
+    /// Jobs overdue at start for the recovery workload.
+    pub overdue: usize,
     /// The engine's fetch-ahead and claim-ahead (from the server settings).
     pub fetch_ahead: usize,
     pub claim_ahead: Duration,
@@ -228,25 +230,25 @@ async fn until_all_completed(pool: &PgPool, since: Instant) -> Result<f64, Strin
     }
 }
 
-/// 10,000 jobs overdue when a node starts (it was down while they came due): the time from the
-/// engine's start until every one completed.
+/// Jobs overdue when a node starts (10,000 unless `--overdue`; it was down while they came due):
+/// the time from the engine's start until every one completed.
 async fn recovery(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
     let concurrency = o.concurrency;
-    const N: usize = 10_000;
+    let n = o.overdue;
     let db_now = job_store::db_now(pool).await.map_err(|e| e.to_string())?;
-    insert_due(pool, N, Some(db_now - chrono::Duration::minutes(10))).await?;
+    insert_due(pool, n, Some(db_now - chrono::Duration::minutes(10))).await?;
     let (workers, mut rx) = workers();
     let t = Instant::now();
     let engine = Engine::start(pool.clone(), workers, engine_config(concurrency, o))
         .await
         .map_err(|e| e.to_string())?;
-    let first_start = until_started(&mut rx, N, t).await?;
+    let first_start = until_started(&mut rx, n, t).await?;
     let all_started = t.elapsed().as_secs_f64();
     let all_completed = until_all_completed(pool, t).await?;
     engine.stop().await;
     Ok(json!({
         "bench": "recovery",
-        "overdue_jobs": N,
+        "overdue_jobs": n,
         "concurrency": concurrency,
         "first_start_ms": (first_start * 1000.0).round(),
         "all_started_s": (all_started * 1000.0).round() / 1000.0,

@@ -48,6 +48,10 @@ pub enum Command {
         /// Timed requests per address for the pages workload.
         #[arg(long, default_value_t = 40)]
         samples: usize,
+        /// Jobs overdue at start for the recovery workload (1 to 10,000,000).
+        #[arg(long, default_value_t = 10_000,
+              value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+        overdue: u64,
     },
     /// Start or stop the embedded PostgreSQL cluster on its own.
     Postgres {
@@ -197,7 +201,7 @@ pub enum BenchWorkload {
     Latency,
     /// 1,000 jobs scheduled over a 2 s window: start minus scheduled_at.
     Scheduled,
-    /// 10,000 jobs overdue when a node starts: time until all are done.
+    /// 10,000 jobs (`--overdue`) overdue when a node starts: time until all are done.
     Recovery,
     /// Throughput with 1, 2 and 3 nodes on one database.
     Nodes,

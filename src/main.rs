@@ -30,11 +30,13 @@ async fn main() -> std::process::ExitCode {
             concurrency,
             rows,
             samples,
+            overdue,
         } => {
             let options = bench::BenchOptions {
                 concurrency,
                 rows,
                 samples,
+                overdue: overdue as usize,
                 fetch_ahead: cli.config.fetch_ahead as usize,
                 claim_ahead: std::time::Duration::from_millis(cli.config.claim_ahead_ms),
             };
