@@ -952,6 +952,66 @@ async fn one_locked_job_row_does_not_stall_the_other_leases() {
     engine.stop().await;
 }
 
+/// A renewal writes only the leases near their end: each write is a new version of the job's row
+/// in every index, and a node whose completions are backed up holds thousands of attempts. The
+/// others are still reported held (their attempts go on).
+#[tokio::test]
+async fn a_renewal_writes_only_leases_near_their_end() {
+    let db = test_db().await;
+    let (workers, _h) = gated_workers();
+    let client = Client::new(db.pool.clone(), Arc::new(workers));
+    let job = client.insert(&gated("hold")).await.unwrap().job;
+    let lease = Duration::from_secs(30);
+    let claimed = job_store::job_claim(&db.pool, "default", 1, "node-a", lease)
+        .await
+        .unwrap();
+    let claim = claimed[0].claim().unwrap();
+    let lease_of = || async {
+        sqlx::query_scalar::<_, DateTime<Utc>>("SELECT lease_expires_at FROM jobs WHERE id = $1")
+            .bind(job.id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    let before = lease_of().await;
+    let mut conn = db.pool.acquire().await.unwrap();
+    let fresh = job_store::job_renew_leases(&mut conn, &[claim], lease, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(fresh.holds(&claim), "a fresh lease was reported lost");
+    assert_eq!(lease_of().await, before, "a fresh lease was written again");
+
+    // Five seconds left, under the ten asked for: renewed to the whole lease.
+    sqlx::query("UPDATE jobs SET lease_expires_at = now() + interval '5 seconds' WHERE id = $1")
+        .bind(job.id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let now = job_store::db_now(&db.pool).await.unwrap();
+    let lapsing = job_store::job_renew_leases(&mut conn, &[claim], lease, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(lapsing.holds(&claim));
+    assert!(
+        lease_of().await > now + chrono::Duration::seconds(25),
+        "a lease near its end was not renewed"
+    );
+
+    // A claim whose job was claimed again is lost, fresh or not.
+    sqlx::query("UPDATE jobs SET claim_token = claim_token + 1 WHERE id = $1")
+        .bind(job.id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let lost = job_store::job_renew_leases(&mut conn, &[claim], lease, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(
+        !lost.holds(&claim),
+        "a claim that lost its job was reported held"
+    );
+}
+
 // ---- 10. smaller ones --------------------------------------------------------------------------
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::node::Attempts;
+use super::node::{Attempts, BOOKKEEPING_LOCK_WAIT};
 use super::store::{jobs as job_store, nodes as node_store};
 
 pub struct Heartbeat {
@@ -67,6 +67,16 @@ impl Heartbeat {
         }
     }
 
+    /// A lease is renewed once it has less than this left: two beats and the longest a beat may
+    /// wait for one locked row ([`BOOKKEEPING_LOCK_WAIT`]), or the whole lease if that is
+    /// shorter. A lease left as it is on one beat thus outlives the next beat even when that
+    /// one starts late behind a lock wait, and a row is rewritten every other beat or less often
+    /// rather than on each (with the server's beat of a fifth of the lease and a lease of 5 s,
+    /// every other beat; of 30 s, every third).
+    fn renew_below(&self) -> Duration {
+        (self.interval * 2 + BOOKKEEPING_LOCK_WAIT).min(self.lease)
+    }
+
     /// One heartbeat: the leases first (they matter most), then the node row.
     pub async fn run_once(&self) -> Result<(), sqlx::Error> {
         let leases = self.renew_leases().await;
@@ -88,7 +98,8 @@ impl Heartbeat {
             return Ok(());
         }
         let mut conn = self.pool.acquire().await?;
-        let renewal = job_store::job_renew_leases(&mut conn, &held, self.lease).await?;
+        let renewal =
+            job_store::job_renew_leases(&mut conn, &held, self.lease, self.renew_below()).await?;
         drop(conn);
         if !renewal.locked.is_empty() {
             tracing::debug!(jobs = ?renewal.locked, "leases of locked rows renewed next time");

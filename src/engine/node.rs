@@ -39,7 +39,9 @@ pub struct Pools {
 const BOOKKEEPING_CONNECTIONS: u32 = 7;
 /// How long a bookkeeping statement waits for a row lock another transaction holds before it
 /// gives up (and is tried again later): an operator's open transaction on one job must not stall
-/// the node's outcomes or leases.
+/// the node's outcomes or leases. (A heartbeat that waits this long for one row is late by as
+/// much: see `Heartbeat::renew_below`.)
+pub const BOOKKEEPING_LOCK_WAIT: Duration = Duration::from_secs(2);
 const BOOKKEEPING_LOCK_TIMEOUT: &str = "2s";
 
 impl Pools {
