@@ -1145,6 +1145,19 @@ struct Parts {
     clock: Arc<DbClock>,
 }
 
+impl Parts {
+    /// A timer on these parts, with a backstop poll of 1 s.
+    fn timer(&self) -> Timer {
+        Timer::new(
+            self.pools.claims.clone(),
+            self.signal.clone(),
+            self.clock.clone(),
+            self.queues.clone(),
+            Duration::from_secs(1),
+        )
+    }
+}
+
 fn parts(pool: &PgPool, concurrency: usize) -> Parts {
     Parts {
         pools: Pools::new(pool, 1),
@@ -1160,13 +1173,7 @@ async fn the_timer_stages_a_job_whose_due_time_moved_earlier_at_its_new_time() {
     let (workers, _h) = gated_workers();
     let client = Client::new(db.pool.clone(), Arc::new(workers));
     let p = parts(&db.pool, 1);
-    let mut timer = Timer::new(
-        p.pools.claims.clone(),
-        p.signal.clone(),
-        p.clock.clone(),
-        p.queues.clone(),
-        Duration::from_secs(1),
-    );
+    let mut timer = p.timer();
     let at = Utc::now() + chrono::Duration::seconds(60);
     let job = client.insert(&gated("quick").at(at)).await.unwrap().job;
     assert_eq!(
@@ -1214,13 +1221,7 @@ async fn due_jobs_taken_by_another_node_do_not_slow_the_timer_for_the_next_one()
     let (workers, _h) = gated_workers();
     let client = Client::new(db.pool.clone(), Arc::new(workers));
     let p = parts(&db.pool, 1);
-    let mut timer = Timer::new(
-        p.pools.claims.clone(),
-        p.signal.clone(),
-        p.clock.clone(),
-        p.queues.clone(),
-        Duration::from_secs(1),
-    );
+    let mut timer = p.timer();
     let mut pauses = Vec::new();
     for round in 0..12 {
         let job = client

@@ -42,7 +42,6 @@ const BOOKKEEPING_CONNECTIONS: u32 = 7;
 /// the node's outcomes or leases. (A heartbeat that waits this long for one row is late by as
 /// much: see `Heartbeat::renew_below`.)
 pub const BOOKKEEPING_LOCK_WAIT: Duration = Duration::from_secs(2);
-const BOOKKEEPING_LOCK_TIMEOUT: &str = "2s";
 
 impl Pools {
     /// The engine's own pools beside the handlers' `pool`, for a node running `queues` queues.
@@ -67,8 +66,10 @@ impl Pools {
             ("enable_bitmapscan", "off"),
             ("enable_seqscan", "off"),
         ]);
-        let bookkeeping = named_options(pool, "bookkeeping")
-            .options([("lock_timeout", BOOKKEEPING_LOCK_TIMEOUT)]);
+        let bookkeeping = named_options(pool, "bookkeeping").options([(
+            "lock_timeout",
+            format!("{}ms", BOOKKEEPING_LOCK_WAIT.as_millis()),
+        )]);
         Pools {
             handlers: pool.clone(),
             claims: PgPoolOptions::new()

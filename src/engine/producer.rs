@@ -130,8 +130,9 @@ impl Producer {
             self.settings.lease,
         )
         .await?;
-        q.claim_took(asked.elapsed());
-        tracing::debug!(queue = %q.name, free, lead, buffered, want, got = jobs.len(), took_us = asked.elapsed().as_micros() as u64, "claimed");
+        let took = asked.elapsed();
+        q.claim_took(took);
+        tracing::debug!(queue = %q.name, free, lead, buffered, want, got = jobs.len(), took_us = took.as_micros() as u64, "claimed");
         self.metrics.claimed(jobs.len());
         // Fewer than asked: the queue is drained, and only new due jobs (their notification, the
         // timer, the backstop) need a claim. All of them: more may wait, so releases wake us.
