@@ -2,6 +2,7 @@
 //! server, or in the embedded cluster) and prints one JSON line.
 
 mod pages;
+mod streams;
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -41,7 +42,7 @@ impl Worker for BenchWorker {
 }
 
 /// Knobs of the workloads.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct BenchOptions {
     /// Concurrency of the throughput workload.
     pub concurrency: usize,
@@ -51,6 +52,8 @@ pub struct BenchOptions {
     pub samples: usize,
     /// Jobs overdue at start for the recovery workload.
     pub overdue: usize,
+    /// Open event streams for the streams workload, one run per count.
+    pub streams: Vec<usize>,
     /// The engine's fetch-ahead and claim-ahead (from the server settings).
     pub fetch_ahead: usize,
     pub claim_ahead: Duration,
@@ -97,6 +100,11 @@ pub async fn run(
         match workload {
             BenchWorkload::Throughput => throughput(&pool, &options).await,
             BenchWorkload::Pages => pages::pages(&pool, options.rows, options.samples).await,
+            BenchWorkload::Streams => {
+                let mut url = reqwest::Url::parse(&admin_url).map_err(|e| e.to_string())?;
+                url.set_path(&db);
+                streams::streams(&pool, url.as_str(), &options.streams).await
+            }
             BenchWorkload::Latency => latency(&pool, &options).await,
             BenchWorkload::Scheduled => scheduled(&pool, &options).await,
             BenchWorkload::Recovery => recovery(&pool, &options).await,

@@ -52,6 +52,11 @@ pub enum Command {
         #[arg(long, default_value_t = 10_000,
               value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
         overdue: u64,
+        /// Open live-update streams for the streams workload, one run per count (1 to 20,000
+        /// each; the open-file limit must allow twice the largest).
+        #[arg(long, value_delimiter = ',', default_value = "100,1000,5000",
+              value_parser = clap::value_parser!(u32).range(1..=20_000))]
+        streams: Vec<u32>,
     },
     /// Start or stop the embedded PostgreSQL cluster on its own.
     Postgres {
@@ -208,6 +213,9 @@ pub enum BenchWorkload {
     /// Dashboard pages and API lists with 1,000,000 jobs (`--rows`) in the table: server time
     /// percentiles per address, table size, RSS, time to prune.
     Pages,
+    /// Live updates: 100, 1,000 and 5,000 (`--streams`) open event streams on one server process;
+    /// delivery time of one change to every stream, the server's RSS and CPU.
+    Streams,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -31,8 +31,10 @@ async fn main() -> std::process::ExitCode {
             rows,
             samples,
             overdue,
+            streams,
         } => {
             let options = bench::BenchOptions {
+                streams: streams.into_iter().map(|n| n as usize).collect(),
                 concurrency,
                 rows,
                 samples,

@@ -664,6 +664,75 @@ async fn a_job_claimed_ahead_by_a_node_that_died_is_rescued_and_runs_once_after_
 }
 
 #[tokio::test]
+async fn a_job_claimed_ahead_waits_for_its_due_time_without_holding_a_slot() {
+    let db = test_db().await;
+    let (workers, mut rx) = clocked();
+    let workers = Arc::new(workers);
+    let client = Client::new(db.pool.clone(), workers.clone());
+    // One slot.
+    let node = solo(&db.pool, workers, 1, 0, Duration::from_secs(5));
+    let due = db_now(&db.pool).await + chrono::Duration::milliseconds(600);
+    let timed = client
+        .insert(&NewJob::new("clocked", json!({})).at(due))
+        .await
+        .unwrap()
+        .job;
+    node.queue.claim_soon(due);
+    node.producer.run_once().await.unwrap();
+    assert_eq!(state_of(&db.pool, timed.id).await, JobState::Executing);
+    // A job due now, while the first waits for its instant: the one slot is free for it.
+    let now = client
+        .insert(&NewJob::new("clocked", json!({})))
+        .await
+        .unwrap()
+        .job;
+    node.producer.run_once().await.unwrap();
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("a start within 5 s")
+            .unwrap()
+    };
+    let (first, at) = next().await;
+    assert_eq!(
+        first, now.id,
+        "the job claimed ahead started first: the due job waited for the slot it held"
+    );
+    assert!(at < due, "the due job waited until the other's due time");
+    let (second, at) = next().await;
+    assert_eq!(second, timed.id);
+    assert!(at >= due, "started before its due time");
+    node.pools.close().await;
+}
+
+#[tokio::test]
+async fn a_job_claimed_ahead_whose_instant_finds_every_slot_busy_starts_when_one_frees() {
+    let db = test_db().await;
+    let (workers, mut starts, gate) = probe_workers();
+    let workers = Arc::new(workers);
+    let client = Client::new(db.pool.clone(), workers.clone());
+    let node = solo(&db.pool, workers, 1, 0, Duration::from_secs(5));
+    let due = db_now(&db.pool).await + chrono::Duration::milliseconds(300);
+    let timed = client.insert(&probe("quick").at(due)).await.unwrap().job;
+    node.queue.claim_soon(due);
+    node.producer.run_once().await.unwrap();
+    // A long job takes the one slot while the first waits for its instant.
+    let long = client.insert(&probe("hold")).await.unwrap().job;
+    node.producer.run_once().await.unwrap();
+    assert_eq!(next_start(&mut starts).await.id, long.id);
+    while db_now(&db.pool).await < due + chrono::Duration::milliseconds(200) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(starts.try_recv().is_err(), "started without a slot");
+    assert_eq!(node.queue.buffered(), 1, "not waiting in the buffer");
+    assert_eq!(state_of(&db.pool, timed.id).await, JobState::Executing);
+    // The slot frees: the job waiting in the buffer takes it.
+    gate.open();
+    assert_eq!(next_start(&mut starts).await.id, timed.id);
+    node.pools.close().await;
+}
+
+#[tokio::test]
 async fn waiting_for_the_database_clock_never_ends_before_it() {
     // The database clock runs 500 ms behind this one, measured in a 4 ms round trip: by the
     // local clock, the instant has long passed.

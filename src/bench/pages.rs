@@ -70,7 +70,7 @@ async fn seed(pool: &PgPool, rows: i64) -> Result<(), String> {
     Ok(())
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(super) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }

@@ -121,6 +121,29 @@ impl Executor {
         }
     }
 
+    /// Starts a job claimed ahead of its due time (`not_before`): its attempt waits for that
+    /// instant of the database clock outside `queue`'s slots (counted in `timed`), then takes a
+    /// free slot, or, if none is free then, waits at the front of the buffer for the next one.
+    pub fn start_timed(&self, queue: Arc<QueueState>, b: Buffered) {
+        let me = &self.inner;
+        queue.timed.fetch_add(1, Ordering::SeqCst);
+        let claim = b.claim;
+        let guard = AttemptGuard {
+            attempts: me.parts.attempts.clone(),
+            queue,
+            claim,
+            finished: false,
+            slot: false,
+            timed: true,
+            armed: true,
+        };
+        let span = tracing::info_span!("attempt", job = %b.job.id, kind = %b.job.kind, attempt = b.job.attempt);
+        let handle = me
+            .tasks
+            .spawn(wait_for_due(me.clone(), b, guard).instrument(span));
+        me.parts.attempts.set_abort(claim, handle.abort_handle());
+    }
+
     /// Forgets registered attempts that never ran (handed back while they waited).
     pub fn forget(&self, jobs: &[Buffered]) {
         for b in jobs {
@@ -143,6 +166,9 @@ impl Executor {
             queue,
             claim,
             finished: false,
+            slot: true,
+            timed: false,
+            armed: true,
         };
         // Every log line of the attempt (the worker's own included) names its job.
         let span =
@@ -171,6 +197,28 @@ impl Executor {
         self.inner.hard_stop.cancel();
         self.inner.tasks.wait().await;
     }
+}
+
+/// The wait of a job claimed ahead (see [`Executor::start_timed`]); a cancel aborts it.
+async fn wait_for_due(me: Arc<Inner>, mut b: Buffered, mut guard: AttemptGuard) {
+    if let Some(at) = b.not_before.take() {
+        me.parts.clock.wait_until(at).await;
+    }
+    guard.leave_timed();
+    if guard.queue.try_take_slot() {
+        guard.slot = true;
+        let Buffered { job, cancel, .. } = b;
+        run_attempt(me, job, None, cancel, guard).await;
+        return;
+    }
+    // Every slot is busy at its instant: it is due now, and the next slot that frees starts it
+    // (or it is handed back if it waits too long, like any buffered job).
+    guard.armed = false;
+    let queue = guard.queue.clone();
+    drop(guard);
+    b.since = std::time::Instant::now();
+    queue.unpop_buffered(b);
+    Executor { inner: me }.fill(&queue);
 }
 
 async fn run_attempt(
@@ -259,12 +307,37 @@ struct AttemptGuard {
     queue: Arc<QueueState>,
     claim: Claim,
     finished: bool,
+    /// It holds one of the queue's slots.
+    slot: bool,
+    /// It is counted in the queue's `timed` (waiting for its due time, without a slot).
+    timed: bool,
+    /// Unset when the attempt goes on waiting elsewhere (the buffer): nothing to undo.
+    armed: bool,
+}
+
+impl AttemptGuard {
+    /// The attempt no longer waits for its due time: its place among the early claims frees,
+    /// and the producer may claim the next one ahead.
+    fn leave_timed(&mut self) {
+        if std::mem::take(&mut self.timed) {
+            self.queue.timed.fetch_sub(1, Ordering::SeqCst);
+            if self.queue.soon().is_some() {
+                self.queue.wake.notify_one();
+            }
+        }
+    }
 }
 
 impl Drop for AttemptGuard {
     fn drop(&mut self) {
+        self.leave_timed();
+        if !self.armed {
+            return;
+        }
         // A newer claim of the same job may have replaced this one's entry: it is left alone.
         self.attempts.remove(self.claim, !self.finished);
-        self.queue.release_slot();
+        if self.slot {
+            self.queue.release_slot();
+        }
     }
 }

@@ -150,48 +150,46 @@ impl Producer {
         Ok(full && q.free_slots() > 0)
     }
 
-    /// Claims into the free slots the jobs that come due before the horizon the timer set (see
-    /// `timer`), if it set one: each attempt waits in its slot for its due time, so that it starts
-    /// at that instant instead of a stage and a claim after it.
+    /// Claims the jobs that come due before the horizon the timer set (see `timer`), if it set
+    /// one: each attempt waits for its due time outside the slots and starts at that instant,
+    /// instead of a stage and a claim after it. Only while a slot is free (a queue whose slots
+    /// are all held by long jobs leaves its due jobs to be staged, for any node's free slot), and
+    /// at most [`QueueState::timed_room`] at a time.
     async fn claim_soon(&self) -> Result<(), sqlx::Error> {
         let q = &self.queue;
         let Some(horizon) = q.soon() else {
             return Ok(());
         };
-        let free = q.free_slots().min(self.settings.batch);
-        if free == 0 {
-            // A slot that frees before the due time claims then (or the job is staged at its
-            // due time and claimed like any other).
+        let room = q.timed_room().min(self.settings.batch);
+        if room == 0 || q.free_slots() == 0 {
+            // A waiting attempt that starts, or a slot that frees, wakes us to claim on (or the
+            // job is staged at its due time and claimed like any other).
             q.saturated.store(true, Ordering::SeqCst);
             return Ok(());
         }
         let jobs = job_store::job_claim_soon(
             &self.pool,
             &q.name,
-            free as i64,
+            room as i64,
             &self.settings.node_id,
             self.settings.lease,
             horizon,
         )
         .await?;
-        tracing::debug!(queue = %q.name, free, %horizon, got = jobs.len(), "claimed ahead");
+        tracing::debug!(queue = %q.name, room, %horizon, got = jobs.len(), "claimed ahead");
         self.metrics.claimed(jobs.len());
-        if jobs.len() < free {
+        if jobs.len() < room {
             q.soon_done(horizon);
         } else {
             q.saturated.store(true, Ordering::SeqCst);
         }
-        let registered: Vec<_> = jobs
-            .into_iter()
-            .filter_map(|job| {
-                let due = job.scheduled_at;
-                let mut b = self.executor.register(job)?;
+        for job in jobs {
+            let due = job.scheduled_at;
+            if let Some(mut b) = self.executor.register(job) {
                 b.not_before = Some(due);
-                Some(b)
-            })
-            .collect();
-        q.push_buffered(registered);
-        self.executor.fill(q);
+                self.executor.start_timed(q.clone(), b);
+            }
+        }
         Ok(())
     }
 

@@ -51,6 +51,9 @@ pub struct QueueState {
     pub limit: AtomicUsize,
     pub paused: AtomicBool,
     pub in_flight: AtomicUsize,
+    /// Attempts claimed ahead of their due time that wait for it, outside the slots (see
+    /// [`QueueState::timed_room`]).
+    pub timed: AtomicUsize,
     /// The last claim took every slot it asked for: jobs may be waiting.
     pub saturated: AtomicBool,
     pub wake: Notify,
@@ -77,6 +80,7 @@ impl QueueState {
             limit: AtomicUsize::new(configured),
             paused: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
+            timed: AtomicUsize::new(0),
             saturated: AtomicBool::new(true),
             wake: Notify::new(),
             applied: Mutex::new(None),
@@ -117,6 +121,17 @@ impl QueueState {
         self.limit
             .load(Ordering::SeqCst)
             .saturating_sub(self.in_flight.load(Ordering::SeqCst))
+    }
+
+    /// How many more jobs may be claimed ahead of their due time now. Such an attempt waits for
+    /// its instant without a slot (it takes one then, or waits in the buffer for the next), so
+    /// that jobs due in quick succession are not held back by the ones waiting before them; at
+    /// most as many wait as the queue has slots, so a node never holds more early claims than it
+    /// can start at once.
+    pub fn timed_room(&self) -> usize {
+        self.limit
+            .load(Ordering::SeqCst)
+            .saturating_sub(self.timed.load(Ordering::SeqCst))
     }
 
     /// Takes a free slot, if there is one.
