@@ -627,6 +627,74 @@ async fn a_job_claimed_ahead_and_interrupted_at_shutdown_waits_for_its_due_time_
     b.stop().await;
 }
 
+/// An engine `a` with two slots and claim-ahead, one of them held by a long job, and a job
+/// claimed ahead, due `in_ms` from now; then a second long job takes the other slot.
+async fn claimed_ahead_with_every_slot_busy(
+    pool: &PgPool,
+    in_ms: i64,
+) -> (
+    Engine,
+    JobId,
+    chrono::DateTime<chrono::Utc>,
+    mpsc::UnboundedReceiver<Start>,
+) {
+    let (workers, mut starts, _gate) = probe_workers();
+    let client = Client::new(pool.clone(), Arc::new(probe_workers().0));
+    let mut cfg = config("a", 2, 0);
+    cfg.claim_ahead = Duration::from_millis(300);
+    cfg.shutdown_grace = Duration::from_millis(1500);
+    let engine = Engine::start(pool.clone(), workers, cfg).await.unwrap();
+    let first = client.insert(&probe("hold")).await.unwrap().job;
+    assert_eq!(next_start(&mut starts).await.id, first.id);
+    // Claimed ahead while a slot is free; another long job takes that slot meanwhile.
+    let due = db_now(pool).await + chrono::Duration::milliseconds(in_ms);
+    let timed = client.insert(&probe("quick").at(due)).await.unwrap().job;
+    wait_for("the job claimed ahead", Duration::from_secs(5), || async {
+        state_of(pool, timed.id).await == JobState::Executing
+    })
+    .await;
+    let second = client.insert(&probe("hold")).await.unwrap().job;
+    assert_eq!(next_start(&mut starts).await.id, second.id);
+    (engine, timed.id, due, starts)
+}
+
+#[tokio::test]
+async fn a_job_claimed_ahead_whose_instant_finds_every_slot_busy_is_handed_back_for_other_nodes() {
+    let db = test_db().await;
+    let (engine, job, due, mut starts) = claimed_ahead_with_every_slot_busy(&db.pool, 400).await;
+    // It waits in the buffer at its instant, and goes back once it waited longer than the
+    // buffer allows: other nodes' free slots may run it.
+    while db_now(&db.pool).await < due + chrono::Duration::milliseconds(200) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (state, _, lease, attempt) = rows(&db.pool).await[&job].clone();
+    assert_eq!((state, lease, attempt), (JobState::Available, false, 0));
+    assert!(starts.try_recv().is_err(), "it started without a slot");
+    engine.stop().await;
+}
+
+#[tokio::test]
+async fn a_stopping_node_hands_back_at_once_a_job_claimed_ahead_that_waits_for_its_due_time() {
+    let db = test_db().await;
+    let (engine, job, due, mut starts) = claimed_ahead_with_every_slot_busy(&db.pool, 800).await;
+    let stopping = tokio::spawn(engine.stop());
+    // Handed back long before the long jobs' grace is over, to wait for its due time.
+    wait_for(
+        "the job handed back",
+        Duration::from_millis(500),
+        || async { state_of(&db.pool, job).await == JobState::Scheduled },
+    )
+    .await;
+    assert!(db_now(&db.pool).await < due, "handed back only once due");
+    stopping.await.unwrap();
+    let (state, _, lease, attempt) = rows(&db.pool).await[&job].clone();
+    assert_eq!((state, lease, attempt), (JobState::Scheduled, false, 0));
+    assert!(
+        starts.try_recv().is_err(),
+        "it started on the stopping node"
+    );
+}
+
 #[tokio::test]
 async fn a_job_claimed_ahead_by_a_node_that_died_is_rescued_and_runs_once_after_its_due_time() {
     let db = test_db().await;
@@ -644,7 +712,10 @@ async fn a_job_claimed_ahead_by_a_node_that_died_is_rescued_and_runs_once_after_
     dead.producer.run_once().await.unwrap();
     assert_eq!(state_of(&db.pool, job.id).await, JobState::Executing);
     // The node dies while its attempt waits for the due time.
-    assert!(!dead.executor.drain(Duration::ZERO).await);
+    assert_eq!(
+        dead.queue.timed.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
     dead.executor.interrupt().await;
 
     let (workers, mut rx) = clocked();

@@ -38,6 +38,11 @@ struct Inner {
     /// Cancelled when executing attempts must stop (after the shutdown grace).
     hard_stop: CancellationToken,
     tasks: TaskTracker,
+    /// The waits of jobs claimed ahead (see [`Executor::start_timed`]); each starts its attempt
+    /// as a task of `tasks`.
+    waits: TaskTracker,
+    /// Cancelled when the node stops: jobs claimed ahead stop waiting and are handed back.
+    closing: CancellationToken,
 }
 
 /// What an [`Executor`] uses.
@@ -60,6 +65,8 @@ impl Executor {
                 parts,
                 hard_stop: CancellationToken::new(),
                 tasks: TaskTracker::new(),
+                waits: TaskTracker::new(),
+                closing: CancellationToken::new(),
             }),
         }
     }
@@ -139,9 +146,18 @@ impl Executor {
         };
         let span = tracing::info_span!("attempt", job = %b.job.id, kind = %b.job.kind, attempt = b.job.attempt);
         let handle = me
-            .tasks
+            .waits
             .spawn(wait_for_due(me.clone(), b, guard).instrument(span));
         me.parts.attempts.set_abort(claim, handle.abort_handle());
+    }
+
+    /// Stops the waits of jobs claimed ahead (the node is stopping) and waits for them to end:
+    /// their attempts are then among [`Attempts::take_interrupted`], to hand back at once (not
+    /// after the running attempts drained: they are due within moments).
+    pub async fn stop_waiting(&self) {
+        self.inner.closing.cancel();
+        self.inner.waits.close();
+        self.inner.waits.wait().await;
     }
 
     /// Forgets registered attempts that never ran (handed back while they waited).
@@ -195,29 +211,40 @@ impl Executor {
         // lands, which would spend an attempt instead of handing it back.
         self.inner.parts.attempts.abort_all();
         self.inner.hard_stop.cancel();
+        self.inner.waits.close();
+        self.inner.waits.wait().await;
+        self.inner.tasks.close();
         self.inner.tasks.wait().await;
     }
 }
 
-/// The wait of a job claimed ahead (see [`Executor::start_timed`]); a cancel aborts it.
+/// The wait of a job claimed ahead (see [`Executor::start_timed`]); a cancel aborts it, and a
+/// stopping node ends it unfinished (its guard records it for hand-back).
 async fn wait_for_due(me: Arc<Inner>, mut b: Buffered, mut guard: AttemptGuard) {
     if let Some(at) = b.not_before.take() {
-        me.parts.clock.wait_until(at).await;
+        tokio::select! {
+            _ = me.parts.clock.wait_until(at) => {}
+            _ = me.closing.cancelled() => return,
+        }
     }
-    guard.leave_timed();
-    if guard.queue.try_take_slot() {
-        guard.slot = true;
-        let Buffered { job, cancel, .. } = b;
-        run_attempt(me, job, None, cancel, guard).await;
+    if me.closing.is_cancelled() {
         return;
     }
-    // Every slot is busy at its instant: it is due now, and the next slot that frees starts it
-    // (or it is handed back if it waits too long, like any buffered job).
-    guard.armed = false;
+    guard.leave_timed();
     let queue = guard.queue.clone();
+    // From here the attempt (or the buffer) owns the job: the guard must undo nothing.
+    guard.armed = false;
     drop(guard);
+    if queue.try_take_slot() {
+        Executor { inner: me }.start(queue, b);
+        return;
+    }
+    // Every slot is busy at its instant: it is due now, and the next slot that frees starts it.
+    // The producer is woken to time its hand-back (if it waits too long, other nodes' free slots
+    // may run it).
     b.since = std::time::Instant::now();
     queue.unpop_buffered(b);
+    queue.wake.notify_one();
     Executor { inner: me }.fill(&queue);
 }
 

@@ -152,16 +152,16 @@ impl Producer {
 
     /// Claims the jobs that come due before the horizon the timer set (see `timer`), if it set
     /// one: each attempt waits for its due time outside the slots and starts at that instant,
-    /// instead of a stage and a claim after it. Only while a slot is free (a queue whose slots
-    /// are all held by long jobs leaves its due jobs to be staged, for any node's free slot), and
-    /// at most [`QueueState::timed_room`] at a time.
+    /// instead of a stage and a claim after it. At most [`QueueState::timed_room`] at a time: a
+    /// queue whose slots are all held by long jobs leaves its due jobs to be staged, for any
+    /// node's free slot.
     async fn claim_soon(&self) -> Result<(), sqlx::Error> {
         let q = &self.queue;
         let Some(horizon) = q.soon() else {
             return Ok(());
         };
         let room = q.timed_room().min(self.settings.batch);
-        if room == 0 || q.free_slots() == 0 {
+        if room == 0 {
             // A waiting attempt that starts, or a slot that frees, wakes us to claim on (or the
             // job is staged at its due time and claimed like any other).
             q.saturated.store(true, Ordering::SeqCst);

@@ -125,12 +125,10 @@ impl QueueState {
 
     /// How many more jobs may be claimed ahead of their due time now. Such an attempt waits for
     /// its instant without a slot (it takes one then, or waits in the buffer for the next), so
-    /// that jobs due in quick succession are not held back by the ones waiting before them; at
-    /// most as many wait as the queue has slots, so a node never holds more early claims than it
-    /// can start at once.
+    /// that a due job is never held back by one that is not due yet; but no more wait than there
+    /// are free slots, so a node never holds early claims it could not start at once.
     pub fn timed_room(&self) -> usize {
-        self.limit
-            .load(Ordering::SeqCst)
+        self.free_slots()
             .saturating_sub(self.timed.load(Ordering::SeqCst))
     }
 

@@ -265,18 +265,10 @@ impl Engine {
     pub async fn stop(self) {
         self.stop_claiming.cancel();
         self.claimers.wait().await;
-        // Jobs claimed ahead that no slot took yet go back first, for other nodes to run while
-        // this one drains.
-        let buffered: Vec<_> = self
-            .queues
-            .iter()
-            .flat_map(|q| q.take_buffered(None))
-            .collect();
-        if !buffered.is_empty() {
-            self.executor.forget(&buffered);
-            let claims: Vec<_> = buffered.iter().map(|b| b.claim).collect();
-            self.hand_back(&claims).await;
-        }
+        // Jobs claimed ahead that no slot took yet (fetched ahead into the buffer, or waiting for
+        // their due time) go back first, for other nodes to run while this one drains.
+        self.executor.stop_waiting().await;
+        self.hand_back_unstarted().await;
         if !self.executor.drain(self.config.shutdown_grace).await {
             tracing::warn!(
                 running = self.attempts.running_count(),
@@ -284,10 +276,8 @@ impl Engine {
             );
             self.executor.interrupt().await;
         }
-        let interrupted = self.attempts.take_interrupted();
-        if !interrupted.is_empty() {
-            self.hand_back(&interrupted).await;
-        }
+        // (And any that went back to a buffer meanwhile.)
+        self.hand_back_unstarted().await;
         // Every task that could send an outcome has ended: flush the outcomes, then stop the
         // services (the heartbeat kept leases alive until now).
         self.stop_completer.cancel();
@@ -301,6 +291,22 @@ impl Engine {
         }
         self.pools.close().await;
         tracing::info!(node = %node_id, "engine stopped");
+    }
+
+    /// Hands back the buffered jobs and the interrupted attempts (those waiting for their due
+    /// time among them).
+    async fn hand_back_unstarted(&self) {
+        let buffered: Vec<_> = self
+            .queues
+            .iter()
+            .flat_map(|q| q.take_buffered(None))
+            .collect();
+        self.executor.forget(&buffered);
+        let mut claims: Vec<_> = buffered.iter().map(|b| b.claim).collect();
+        claims.extend(self.attempts.take_interrupted());
+        if !claims.is_empty() {
+            self.hand_back(&claims).await;
+        }
     }
 
     /// Hands interrupted attempts back to `available`, with a few tries through a transient
