@@ -19,6 +19,7 @@ macro_rules! in_transaction {
 }
 pub(crate) use in_transaction;
 
+pub mod alarm;
 pub mod announcer;
 pub mod client;
 pub mod completer;

@@ -361,11 +361,6 @@ pub struct DbClock {
 /// closer; an unsynchronised quartz clock stays within it).
 const MAX_DRIFT_PPM: i64 = 100;
 
-/// The last stretch of [`DbClock::wait_until`] is slept on a thread of its own: the runtime's
-/// timer only fires on whole milliseconds (and a busy runtime may poll it a millisecond later
-/// still), a thread's sleep within tens of microseconds.
-const PRECISE_WAIT: Duration = Duration::from_millis(3);
-
 impl DbClock {
     pub fn now(&self) -> DateTime<Utc> {
         Utc::now() + chrono::Duration::microseconds(self.offset_us.load(Ordering::Relaxed))
@@ -426,16 +421,9 @@ impl DbClock {
             if left.is_zero() {
                 return;
             }
-            if left > PRECISE_WAIT {
-                // Wakes 1 to 3 ms before the instant (whole milliseconds, plus a late poll).
-                tokio::time::sleep(left - PRECISE_WAIT + Duration::from_millis(1)).await;
-            } else {
-                // Sleeps past the instant by a few tens of microseconds; the loop checks again.
-                let slept = tokio::task::spawn_blocking(move || std::thread::sleep(left)).await;
-                if slept.is_err() {
-                    tokio::time::sleep(left).await;
-                }
-            }
+            // On the alarm thread, not the runtime's timer (whole milliseconds, late when its
+            // workers are busy); the loop checks again, as the uncertainty grows meanwhile.
+            super::alarm::sleep_until(std::time::Instant::now() + left).await;
         }
     }
 }
