@@ -357,6 +357,14 @@ async fn latency(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
     let split = with_percentiles(json!({}), after_commit);
     out["after_commit_p50_ms"] = split["p50_ms"].clone();
     out["after_commit_p99_ms"] = split["p99_ms"].clone();
+    // The insert's own share: from the call until it returned (its durable commit included).
+    let inserts: Vec<f64> = committed_at
+        .iter()
+        .map(|(id, at)| ms(*at - inserted_at[id]))
+        .collect();
+    let inserts = with_percentiles(json!({}), inserts);
+    out["insert_p50_ms"] = inserts["p50_ms"].clone();
+    out["insert_p99_ms"] = inserts["p99_ms"].clone();
     Ok(out)
 }
 

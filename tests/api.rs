@@ -794,3 +794,51 @@ async fn no_spelling_of_a_path_escapes_the_audit_log() {
         ]
     );
 }
+
+#[tokio::test]
+async fn an_insert_is_recorded_alike_whether_written_in_one_statement_or_in_a_transaction() {
+    let api = api().await;
+    let body = r#"{"kind":"noop","schedule_in_ms":60000,"unique_key":"once"}"#;
+    // The first is written with its entry in one statement; the second meets the live job's
+    // unique key and takes the transaction that finds it.
+    let (status, first) = api.call(Method::POST, "/api/v1/jobs", Some(body)).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, again) = api.call(Method::POST, "/api/v1/jobs", Some(body)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(first["job"]["id"], again["job"]["id"]);
+    assert_eq!(again["existing"], true);
+    type Entry = (
+        String,
+        String,
+        String,
+        Option<String>,
+        Option<Value>,
+        Option<i64>,
+        Option<String>,
+        bool,
+        String,
+    );
+    let rows: Vec<Entry> = sqlx::query_as(
+        "SELECT actor, role, action, target, filter, count, host(address), ok, result
+         FROM audit_log ORDER BY id",
+    )
+    .fetch_all(&api.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0], rows[1]);
+    assert_eq!(
+        (
+            rows[0].2.as_str(),
+            rows[0].3.as_deref(),
+            rows[0].7,
+            rows[0].8.as_str()
+        ),
+        ("api.POST /jobs", Some("/api/v1/jobs"), true, "ok")
+    );
+    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs")
+        .fetch_one(&api.pool)
+        .await
+        .unwrap();
+    assert_eq!(jobs, 1);
+}

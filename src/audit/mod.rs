@@ -7,7 +7,7 @@ pub mod store;
 use std::net::IpAddr;
 
 use serde_json::Value;
-use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Transaction};
 
 pub use store::{AuditFilter, AuditRow};
 
@@ -148,6 +148,23 @@ impl Auditor {
     ) -> Result<Vec<AuditRow>, sqlx::Error> {
         store::audit_list(&self.pool, filter, before, limit.clamp(1, 500)).await
     }
+}
+
+/// Writes `entry` (a successful action's, counting nothing) in the statement `qb` is building,
+/// once for each row of its common table expression `from`: the change and its entry are one
+/// statement, one round trip and one commit (see `engine::store::jobs::Companion`).
+pub fn record_with_row_of(qb: &mut QueryBuilder<'_, Postgres>, from: &str, entry: &AuditEntry) {
+    let target = entry.target.as_deref().map(cut);
+    store::audit_insert_with_row_of(
+        qb,
+        from,
+        &entry.actor,
+        &entry.role,
+        &entry.action,
+        target.as_deref(),
+        entry.address,
+        OK,
+    );
 }
 
 /// The result of a successful action's entry.

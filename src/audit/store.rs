@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::PgExecutor;
+use sqlx::{PgExecutor, Postgres, QueryBuilder};
 
 /// One recorded action.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
@@ -63,6 +63,41 @@ pub async fn audit_insert<'e>(
     .execute(db)
     .await?;
     Ok(())
+}
+
+/// Pushes `, recorded AS (INSERT INTO audit_log ... SELECT ... FROM <from>)`: a common table
+/// expression that writes the entry once for each row of `from` (the change it records), in the
+/// statement being built, so the two commit together or not at all.
+#[allow(clippy::too_many_arguments)]
+pub fn audit_insert_with_row_of(
+    qb: &mut QueryBuilder<'_, Postgres>,
+    from: &str,
+    actor: &str,
+    role: &str,
+    action: &str,
+    target: Option<&str>,
+    address: Option<IpAddr>,
+    result: &str,
+) {
+    qb.push(
+        ", recorded AS (
+             INSERT INTO audit_log (actor, role, action, target, address, ok, result)
+             SELECT ",
+    )
+    .push_bind(actor.to_string())
+    .push(", ")
+    .push_bind(role.to_string())
+    .push(", ")
+    .push_bind(action.to_string())
+    .push(", ")
+    .push_bind(target.map(str::to_string))
+    .push(", ")
+    .push_bind(address.map(|a| a.to_string()))
+    .push("::text::inet, true, ")
+    .push_bind(result.to_string())
+    .push(" FROM ")
+    .push(from)
+    .push(")");
 }
 
 /// A LIKE pattern matching what starts with `prefix` (its own `%`, `_` and `\` taken literally).

@@ -278,6 +278,31 @@ impl Client {
         Ok((inserted, wakeup))
     }
 
+    /// Inserts a job and its `companion` (an audit entry) in one statement of its own, without
+    /// notifications from it (the [`Wakeup`] sends them; see `announcer`): one round trip and
+    /// one commit. `None` when a live job holds its unique key: nothing was written, and the
+    /// caller takes the ordinary path ([`Client::insert_quietly_with`]), which finds or moves
+    /// that job.
+    pub async fn insert_alone(
+        &self,
+        new: &NewJob,
+        companion: job_store::Companion<'_>,
+    ) -> Result<Option<(Inserted, Wakeup)>, ClientError> {
+        self.validate(new)?;
+        let mut conn = self.pool.acquire().await?;
+        let Some(job) = job_store::job_insert_alone(&mut conn, new, companion).await? else {
+            return Ok(None);
+        };
+        let wakeup = self.announcer.wakeup(&job, false);
+        Ok(Some((
+            Inserted {
+                job,
+                existing: false,
+            },
+            wakeup,
+        )))
+    }
+
     /// Inserts many jobs in one statement. Jobs with unique keys are inserted one by one.
     #[tracing::instrument(level = "debug", skip_all, fields(jobs = jobs.len()))]
     pub async fn insert_many(&self, jobs: &[NewJob]) -> Result<u64, ClientError> {

@@ -20,7 +20,9 @@ use super::error::AppError;
 use super::session::client_address;
 use super::state::AppState;
 use crate::audit::{AuditEntry, Auditor, Work};
-use crate::engine::{BulkAction, JobFilter};
+use crate::engine::announcer::Wakeup;
+use crate::engine::{BulkAction, Client, ClientError, Inserted, JobFilter, NewJob};
+use sqlx::{Postgres, QueryBuilder};
 
 /// What the layer knows of a call before its handler runs, for the handler's entry.
 #[derive(Debug, Clone)]
@@ -112,6 +114,29 @@ impl Audit {
             .run(self.entry, count, action)
             .await
             .map(Audited)
+    }
+
+    /// Inserts `new` with this call's entry in one statement (see [`Client::insert_alone`]): one
+    /// round trip and one commit instead of four. `None` when nothing was written: a live job
+    /// holds its unique key, or the statement failed (it cannot say which of its two writes did):
+    /// take [`Audit::run`], which tells them apart.
+    pub async fn insert_job_alone(
+        &self,
+        client: &Client,
+        new: &NewJob,
+    ) -> Result<Option<(Inserted, Wakeup)>, AppError> {
+        let entry = &self.entry;
+        let companion = |qb: &mut QueryBuilder<'_, Postgres>, inserted: &str| {
+            crate::audit::record_with_row_of(qb, inserted, entry)
+        };
+        match client.insert_alone(new, &companion).await {
+            Ok(done) => Ok(done),
+            Err(ClientError::Database(e)) => {
+                tracing::debug!(error = %e, "the one-statement insert failed; trying it in a transaction");
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// A bulk action on a filter, in batches (see [`super::audited::bulk_filter`]). Its entries are

@@ -83,6 +83,17 @@ pub async fn create(
 ) -> Result<impl IntoResponse, AppError> {
     let new = body.into_new_job()?.created_by(creator(&caller));
     let sight = sight(&caller);
+    // Most inserts: the job and its audit entry in one statement.
+    if let Some((inserted, wakeup)) = audit.insert_job_alone(&state.client, &new).await? {
+        wakeup.send();
+        return Ok(Audited((
+            StatusCode::CREATED,
+            Json(InsertedBody {
+                job: sight.job(inserted.job),
+                existing: false,
+            }),
+        )));
+    }
     let mut wakeup = None;
     let answer = audit
         .run(uncounted, async |work| {

@@ -5,7 +5,9 @@
 //! - At most [`StreamLimits::max_open`] streams are open on a node; one more is answered 503.
 //! - A stream lives only as long as what opened it: every [`StreamLimits::recheck`] it checks its
 //!   session (signed out, expired, password changed, account disabled) or its API token (revoked,
-//!   owner disabled, bootstrap token rotated), and ends when that no longer holds.
+//!   owner disabled, bootstrap token rotated), and ends when that no longer holds. The streams of
+//!   one session or token share an answer for a short while ([`SharedRechecks`]): 5,000 streams
+//!   of a few holders cost a few database reads a second, not a thousand.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -68,7 +70,89 @@ pub enum Holder {
 /// whose stream ends reconnects, and its new stream is checked from the start.
 const UNKNOWN_RECHECKS: u32 = 6;
 
+/// The answers of recent rechecks by session or token, shared by all the streams it opened: an
+/// answer serves for [`SharedRechecks::FRESH_FOR`] (at most half the recheck period), so a
+/// stream ends at most that much later than its own check would have ended it. Only definite
+/// answers are kept (a check the database could not answer is tried again by the next stream).
+#[derive(Default)]
+pub struct SharedRechecks {
+    answers: std::sync::Mutex<std::collections::HashMap<String, (std::time::Instant, bool)>>,
+}
+
+impl SharedRechecks {
+    /// How long an answer serves, at most.
+    pub const FRESH_FOR: Duration = Duration::from_secs(1);
+    /// Answers kept before the stale ones are swept.
+    const SWEEP_ABOVE: usize = 1024;
+
+    fn fresh_for(recheck: Duration) -> Duration {
+        Self::FRESH_FOR.min(recheck / 2)
+    }
+
+    /// The answer for `key`, if one was found within `fresh_for(recheck)`.
+    pub fn get(&self, key: &str, recheck: Duration) -> Option<bool> {
+        let answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        answers
+            .get(key)
+            .filter(|(at, _)| at.elapsed() < Self::fresh_for(recheck))
+            .map(|(_, holds)| *holds)
+    }
+
+    pub fn put(&self, key: String, holds: bool, recheck: Duration) {
+        let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        if answers.len() >= Self::SWEEP_ABOVE {
+            let fresh = Self::fresh_for(recheck);
+            answers.retain(|_, (at, _)| at.elapsed() < fresh);
+        }
+        answers.insert(key, (std::time::Instant::now(), holds));
+    }
+}
+
 impl Holder {
+    /// The key of [`SharedRechecks`] for this holder's answer (none for the bootstrap token,
+    /// which is checked in memory).
+    fn recheck_key(&self) -> Option<String> {
+        match self {
+            Holder::Session {
+                id: Some(id),
+                user_id,
+                epoch,
+            } => Some(format!("session {id} {user_id} {epoch}")),
+            Holder::Session { id: None, .. } => None,
+            Holder::Token { id: Some(id), .. } => Some(format!("token {id}")),
+            Holder::Token { id: None, .. } => None,
+        }
+    }
+
+    /// Whether the session or token still holds (`None`: the database could not tell).
+    async fn holds(&self, state: &AppState, recheck: Duration) -> Option<bool> {
+        let key = self.recheck_key();
+        if let Some(holds) = key
+            .as_deref()
+            .and_then(|k| state.stream_rechecks.get(k, recheck))
+        {
+            return Some(holds);
+        }
+        let holds = match self {
+            Holder::Session { id, user_id, epoch } => match id {
+                Some(id) => session::still_signed_in(state, *id, *user_id, *epoch).await,
+                None => Some(false),
+            },
+            Holder::Token { text, .. } if state.api_token.matches(text) => Some(true),
+            Holder::Token { text, .. } => match state.accounts.authenticate_token(text).await {
+                Ok(owner) => Some(owner.is_some()),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not recheck a stream's token");
+                    None
+                }
+            },
+        };
+        if let (Some(key), Some(answer)) = (key, holds) {
+            state.stream_rechecks.put(key, answer, recheck);
+        }
+        holds
+    }
+
     /// Whose streams these are, for [`MAX_STREAMS_PER_HOLDER`]: a user's (all their sessions),
     /// or a token's.
     fn key(&self) -> String {
@@ -85,21 +169,7 @@ impl Holder {
         let mut unknown = 0;
         loop {
             tokio::time::sleep(limits.recheck).await;
-            let holds = match &self {
-                Holder::Session { id, user_id, epoch } => match id {
-                    Some(id) => session::still_signed_in(&state, *id, *user_id, *epoch).await,
-                    None => Some(false),
-                },
-                Holder::Token { text, .. } if state.api_token.matches(text) => Some(true),
-                Holder::Token { text, .. } => match state.accounts.authenticate_token(text).await {
-                    Ok(owner) => Some(owner.is_some()),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not recheck a stream's token");
-                        None
-                    }
-                },
-            };
-            match holds {
+            match self.holds(&state, limits.recheck).await {
                 Some(true) => unknown = 0,
                 Some(false) => return,
                 None => {
@@ -195,5 +265,29 @@ impl Drop for OpenStream {
                 holders.remove(&self.key);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recheck_answer_serves_the_holders_other_streams_for_half_the_period_at_most() {
+        let rechecks = SharedRechecks::default();
+        let recheck = Duration::from_millis(40);
+        assert_eq!(rechecks.get("token 1", recheck), None);
+        rechecks.put("token 1".into(), false, recheck);
+        assert_eq!(rechecks.get("token 1", recheck), Some(false));
+        assert_eq!(rechecks.get("token 2", recheck), None);
+        std::thread::sleep(recheck / 2);
+        assert_eq!(
+            rechecks.get("token 1", recheck),
+            None,
+            "a stale answer served"
+        );
+        // With the default period, an answer serves for a second.
+        rechecks.put("token 1".into(), true, Duration::from_secs(5));
+        assert_eq!(rechecks.get("token 1", Duration::from_secs(5)), Some(true));
     }
 }

@@ -34,6 +34,9 @@ pub struct AppState {
     pub sse_clients: Arc<AtomicUsize>,
     /// Of those, how many each user or token holds (see `sse::MAX_STREAMS_PER_HOLDER`).
     pub stream_holders: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    /// The latest answers of the streams' rechecks, shared by the streams of one session or
+    /// token (see `sse::SharedRechecks`).
+    pub stream_rechecks: Arc<super::sse::SharedRechecks>,
     /// The streams this node serves at once, and how often each checks that its session or
     /// token still holds (see `sse`).
     pub streams: StreamLimits,
@@ -69,6 +72,7 @@ impl AppState {
             auditor: Auditor::new(parts.pool.clone()),
             sse_clients: Arc::default(),
             stream_holders: Arc::default(),
+            stream_rechecks: Arc::default(),
             streams: StreamLimits::default(),
             trusted_proxies: Arc::default(),
             allowed_hosts: Arc::default(),
@@ -92,7 +96,8 @@ pub struct StreamLimits {
     /// Streams open at once on this node (`KICKOFF_MAX_STREAMS`); one more is answered 503.
     pub max_open: usize,
     /// How often an open stream checks that its session or token still holds; it ends within
-    /// this time of a sign-out, a password change, a disabled account or a revoked token.
+    /// this time (and at most half of it more: see `sse::SharedRechecks`) of a sign-out, a
+    /// password change, a disabled account or a revoked token.
     pub recheck: std::time::Duration,
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::PgExecutor;
+use sqlx::{PgExecutor, Postgres, QueryBuilder};
 
 mod attempts;
 mod filters;
@@ -40,6 +40,68 @@ fn schedule_params(schedule: Schedule) -> (Option<DateTime<Utc>>, f64) {
         Schedule::At(at) => (Some(at), 0.0),
         Schedule::In(d) => (None, secs(d)),
     }
+}
+
+/// What is written with an insert in its one statement (an audit entry): given the name of the
+/// common table expression that returns the inserted row, it pushes `, name AS (...)` common
+/// table expressions that read from it, so they are written exactly when the job is. The
+/// engine knows nothing of what they write.
+pub type Companion<'c> = &'c (dyn Fn(&mut QueryBuilder<'_, Postgres>, &str) + Sync);
+
+/// Inserts one job and its [`Companion`] in a single statement, on a connection outside any
+/// transaction: the statement is its own transaction, one round trip and one commit (a
+/// transaction of its own would take four: `BEGIN`, the job, the companion, `COMMIT`). Sends no
+/// notifications from it (see [`job_insert_notifying`]). `None` when nothing was inserted (a live
+/// job holds its unique key): the caller takes the ordinary path, which finds or moves that job.
+pub async fn job_insert_alone(
+    conn: &mut sqlx::PgConnection,
+    new: &NewJob,
+    companion: Companion<'_>,
+) -> Result<Option<Job>, sqlx::Error> {
+    let (at, in_secs) = schedule_params(new.schedule);
+    let mut qb = QueryBuilder::new(
+        "WITH quiet AS MATERIALIZED (SELECT set_config('kickoff.notify', 'after_commit', true)),
+              p AS (SELECT coalesce(",
+    );
+    qb.push_bind(at)
+        .push("::timestamptz, statement_timestamp() + make_interval(secs => ")
+        .push_bind(in_secs)
+        .push(
+            ")) AS at),
+              inserted AS (
+                 INSERT INTO jobs (queue, kind, args, state, priority, max_attempts, scheduled_at,
+                                   unique_key, tags, meta, created_by)
+                 SELECT ",
+        )
+        .push_bind(new.queue.clone())
+        .push(", ")
+        .push_bind(new.kind.clone())
+        .push(", ")
+        .push_bind(new.args.clone())
+        .push(
+            ", CASE WHEN p.at <= statement_timestamp() THEN 'available'::job_state
+                     ELSE 'scheduled'::job_state END, ",
+        )
+        .push_bind(new.priority)
+        .push(", ")
+        .push_bind(new.max_attempts)
+        .push(", p.at, ")
+        .push_bind(new.unique_key.clone())
+        .push(", ")
+        .push_bind(new.tags.clone())
+        .push(", ")
+        .push_bind(new.meta.clone())
+        .push(", ")
+        .push_bind(new.created_by.clone())
+        .push(
+            " FROM p, quiet
+                 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND finalized_at IS NULL
+                 DO NOTHING
+                 RETURNING *)",
+        );
+    companion(&mut qb, "inserted");
+    qb.push(" SELECT * FROM inserted");
+    qb.build_query_as().fetch_optional(conn).await
 }
 
 /// Inserts one job, or finds the live job holding its unique key.
