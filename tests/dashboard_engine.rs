@@ -972,3 +972,80 @@ async fn nodes_lists_the_live_nodes_and_the_leader() {
     assert_eq!(ids, ["node-a", "node-b"]);
     assert_eq!(leader.unwrap().node_id, "node-b");
 }
+
+#[tokio::test]
+async fn filters_on_kind_queue_args_and_due_time_find_jobs_in_every_state_running_ones_included() {
+    let db = test_db().await;
+    let client = client(&db.pool);
+    let mine = |q: &str| item(json!({ "game": 7 })).with_queue(q);
+    // Waiting, due (available), claimed (executing), finished, and decoys of another game.
+    let scheduled = client.insert(&later(mine("a"))).await.unwrap().job.id;
+    let executing = client.insert(&mine("a")).await.unwrap().job.id;
+    let claimed = job_store::job_claim(&db.pool, "a", 1, "n", Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(claimed[0].id, executing);
+    let completed = client.insert(&mine("a")).await.unwrap().job.id;
+    let claim = job_store::job_claim(&db.pool, "a", 1, "n", Duration::from_secs(60))
+        .await
+        .unwrap()[0]
+        .claim()
+        .unwrap();
+    job_store::job_complete_many(&db.pool, &[claim])
+        .await
+        .unwrap();
+    let available = client.insert(&mine("a")).await.unwrap().job.id;
+    for _ in 0..3 {
+        client
+            .insert(&item(json!({ "game": 8 })).with_queue("b"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(state_of(&db.pool, completed).await, JobState::Completed);
+    assert_eq!(state_of(&db.pool, executing).await, JobState::Executing);
+    let mut all = vec![scheduled, executing, completed, available];
+    all.sort();
+    all.reverse();
+    let filters = [
+        JobFilter {
+            queue: Some("a".into()),
+            ..JobFilter::default()
+        },
+        JobFilter {
+            args: Some(json!({ "game": 7 })),
+            ..JobFilter::default()
+        },
+        JobFilter {
+            kind: Some("item".into()),
+            args: Some(json!({ "game": 7 })),
+            ..JobFilter::default()
+        },
+        JobFilter {
+            queue: Some("a".into()),
+            scheduled_from: Some(Utc::now() - chrono::Duration::hours(1)),
+            scheduled_to: Some(Utc::now() + chrono::Duration::hours(2)),
+            ..JobFilter::default()
+        },
+    ];
+    for filter in filters {
+        let listed: Vec<JobId> = client
+            .list(&filter, None, 50)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|j| j.id)
+            .collect();
+        assert_eq!(listed, all, "{filter:?}");
+        // Pages of one, by the keyset cursor.
+        let second: Vec<JobId> = client
+            .list(&filter, Some(all[0]), 1)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|j| j.id)
+            .collect();
+        assert_eq!(second, vec![all[1]], "{filter:?}");
+        assert_eq!(client.count_matching(&filter, 1000).await.unwrap(), 4);
+        assert_eq!(client.count_matching(&filter, 3).await.unwrap(), 3);
+    }
+}

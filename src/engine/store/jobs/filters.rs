@@ -71,6 +71,62 @@ fn distinct_states(filter: &JobFilter) -> Vec<JobState> {
         .collect()
 }
 
+/// Whether the filter reads an index that leaves out `available` and `executing` jobs (kind,
+/// queue, args, due time: see `migrations/20261208000001_filter_indexes_skip_running.sql`).
+fn uses_running_less_index(filter: &JobFilter) -> bool {
+    filter.queue.is_some()
+        || filter.kind.is_some()
+        || filter.args.is_some()
+        || filter.scheduled_from.is_some()
+        || filter.scheduled_to.is_some()
+}
+
+/// The states one branch of a listing reads.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Branch {
+    /// Any state (the filter names none).
+    Any,
+    One(JobState),
+    /// Every state but `available` and `executing`: written as the filter indexes' own
+    /// predicate, so the planner reads them as before they left those two states out.
+    NotRunning,
+}
+
+/// The condition [`Branch::NotRunning`] adds, word for word the filter indexes' predicate.
+const NOT_RUNNING: &str = " AND state NOT IN ('available', 'executing')";
+
+/// The branches of a listing, each read on its own and merged by id: one per state the filter
+/// names (each reads the index that serves it best in id order; `state = ANY(...)` could not
+/// be read in id order). A filter that names no state but reads an index that leaves out the
+/// running states gets three: those indexes, then the two running states from
+/// `jobs_state_id_idx` (a single branch could use neither, and would walk the table).
+fn branches(filter: &JobFilter) -> Vec<Branch> {
+    let states = distinct_states(filter);
+    if !states.is_empty() {
+        states.into_iter().map(Branch::One).collect()
+    } else if uses_running_less_index(filter) {
+        vec![
+            Branch::NotRunning,
+            Branch::One(JobState::Available),
+            Branch::One(JobState::Executing),
+        ]
+    } else {
+        vec![Branch::Any]
+    }
+}
+
+/// Appends the filter's conditions for one branch.
+fn push_branch_filter(qb: &mut QueryBuilder<'_, Postgres>, filter: &JobFilter, branch: Branch) {
+    match branch {
+        Branch::Any => push_filter(qb, filter, &[]),
+        Branch::One(state) => push_filter(qb, filter, &[state]),
+        Branch::NotRunning => {
+            qb.push(NOT_RUNNING);
+            push_filter(qb, filter, &[]);
+        }
+    }
+}
+
 /// `SELECT <columns> FROM jobs WHERE <filter> AND id < before ORDER BY id DESC LIMIT limit`.
 ///
 /// With several states, one branch per state, each newest first from `jobs_state_id_idx`, merged
@@ -83,28 +139,28 @@ fn push_listing(
     before: Option<JobId>,
     limit: i64,
 ) {
-    let states = distinct_states(filter);
-    let branch = |qb: &mut QueryBuilder<'_, Postgres>, states: &[JobState]| {
+    let branches = branches(filter);
+    let branch = |qb: &mut QueryBuilder<'_, Postgres>, b: Branch| {
         qb.push("SELECT ")
             .push(columns)
             .push(" FROM jobs WHERE true");
-        push_filter(qb, filter, states);
+        push_branch_filter(qb, filter, b);
         if let Some(before) = before {
             qb.push(" AND id < ").push_bind(before);
         }
         qb.push(" ORDER BY id DESC LIMIT ").push_bind(limit);
     };
-    if states.len() <= 1 {
-        branch(qb, &states);
+    if let [one] = branches[..] {
+        branch(qb, one);
         return;
     }
     qb.push("SELECT ").push(columns).push(" FROM (");
-    for (i, state) in states.iter().enumerate() {
+    for (i, b) in branches.iter().enumerate() {
         if i > 0 {
             qb.push(" UNION ALL ");
         }
         qb.push("(");
-        branch(qb, std::slice::from_ref(state));
+        branch(qb, *b);
         qb.push(")");
     }
     qb.push(") matching ORDER BY id DESC LIMIT ")
@@ -140,15 +196,22 @@ pub async fn job_list_ids<'e>(
 }
 
 /// How many jobs match the filter, counting at most `cap` (the count stops there: a confirmation
-/// needs "more than 100,000", not a scan of a million rows).
+/// needs "more than 100,000", not a scan of a million rows). Counted in the branches a listing
+/// reads (see [`branches`]).
 pub async fn job_count_matching<'e>(
     db: impl PgExecutor<'e>,
     filter: &JobFilter,
     cap: i64,
 ) -> Result<i64, sqlx::Error> {
-    let mut qb = QueryBuilder::new("SELECT count(*) FROM (SELECT 1 FROM jobs WHERE true");
-    push_filter(&mut qb, filter, &distinct_states(filter));
-    qb.push(" LIMIT ").push_bind(cap).push(") capped");
+    let mut qb = QueryBuilder::new("SELECT count(*) FROM (SELECT 1 FROM (");
+    for (i, b) in branches(filter).into_iter().enumerate() {
+        if i > 0 {
+            qb.push(" UNION ALL ");
+        }
+        qb.push("SELECT 1 FROM jobs WHERE true");
+        push_branch_filter(&mut qb, filter, b);
+    }
+    qb.push(") matching LIMIT ").push_bind(cap).push(") capped");
     qb.build_query_scalar()
         .persistent(false)
         .fetch_one(db)
