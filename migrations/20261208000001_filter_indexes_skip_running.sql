@@ -8,19 +8,25 @@
 --
 -- Those two states are few at any moment (the slots of the running nodes, and a backlog), and a
 -- list that asks for them reads them from `jobs_state_id_idx`, filtered (see
--- `engine/store/jobs/filters.rs`: a filter on these columns lists each state in a branch of its
--- own).
+-- `engine/store/jobs/filters.rs`: a filter on these columns that names no state reads three
+-- branches: these indexes, with their predicate word for word, then each running state).
 --
--- On a large table this rebuilds four indexes while it holds writers off (about 2 s per million
--- jobs on two cores).
+-- Upgrading: the new indexes are built before the old ones go, so readers are never held up;
+-- writers wait while they build (about 2 s per million jobs on two cores), and the old ones are
+-- dropped only at the end, which holds everyone off for a moment. Upgrade every node: an older
+-- one filtering on these columns without a state would read the whole table.
 -- Migrations are immutable once landed: change the schema in a new file.
 
-DROP INDEX jobs_kind_id_idx;
-CREATE INDEX jobs_kind_id_idx ON jobs (kind, id) WHERE state NOT IN ('available', 'executing');
-DROP INDEX jobs_queue_id_idx;
-CREATE INDEX jobs_queue_id_idx ON jobs (queue, id) WHERE state NOT IN ('available', 'executing');
-DROP INDEX jobs_args_idx;
-CREATE INDEX jobs_args_idx ON jobs USING gin (args jsonb_path_ops)
+CREATE INDEX jobs_kind_id_settled_idx ON jobs (kind, id)
     WHERE state NOT IN ('available', 'executing');
-DROP INDEX jobs_scheduled_at_idx;
-CREATE INDEX jobs_scheduled_at_idx ON jobs (scheduled_at) WHERE state NOT IN ('available', 'executing');
+CREATE INDEX jobs_queue_id_settled_idx ON jobs (queue, id)
+    WHERE state NOT IN ('available', 'executing');
+CREATE INDEX jobs_args_settled_idx ON jobs USING gin (args jsonb_path_ops)
+    WHERE state NOT IN ('available', 'executing');
+CREATE INDEX jobs_scheduled_at_settled_idx ON jobs (scheduled_at)
+    WHERE state NOT IN ('available', 'executing');
+DROP INDEX jobs_kind_id_idx, jobs_queue_id_idx, jobs_args_idx, jobs_scheduled_at_idx;
+ALTER INDEX jobs_kind_id_settled_idx RENAME TO jobs_kind_id_idx;
+ALTER INDEX jobs_queue_id_settled_idx RENAME TO jobs_queue_id_idx;
+ALTER INDEX jobs_args_settled_idx RENAME TO jobs_args_idx;
+ALTER INDEX jobs_scheduled_at_settled_idx RENAME TO jobs_scheduled_at_idx;

@@ -36,6 +36,19 @@ def save(fig, out, name):
     print(out / name)
 
 
+def label(ax, xlabel, ylabel, title, legend=8, ylog=False):
+    """The axes' words; every curve's x axis is logarithmic (sizes a decade apart)."""
+    ax.set_xscale("log")
+    if ylog:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if legend:
+        ax.legend(fontsize=legend)
+
+
 def target(ax, y, label):
     ax.axhline(y, color="#b00", linestyle="--", linewidth=0.8)
     ax.annotate(label, (0.01, y), xycoords=("axes fraction", "data"), color="#b00",
@@ -53,32 +66,22 @@ def pages(runs, out):
     worst = [max(a["p95_ms"] for a in r["addresses"].values()) for r in runs]
     ax.plot(xs, worst, marker="s", color="black", linewidth=1.5, label="worst of all addresses")
     target(ax, 20, "target at 10 M: 20 ms")
-    ax.set_xscale("log")
-    ax.set_xlabel("jobs in the table")
-    ax.set_ylabel("p95 of a whole response (ms)")
-    ax.set_title("Dashboard pages and API lists")
-    ax.legend(fontsize=7, ncol=2)
+    label(ax, "jobs in the table", "p95 of a whole response (ms)", "Dashboard pages and API lists",
+          legend=7)
     save(fig, out, "pages-p95.svg")
 
     fig, ax = plt.subplots()
     ax.plot(xs, [r["jobs_table_mib"] for r in runs], marker="o", label="jobs table (MiB)")
     ax.plot(xs, [r["jobs_indexes_mib"] for r in runs], marker="o", label="its indexes (MiB)")
     ax.plot(xs, [r["server_rss_mib"] for r in runs], marker="o", label="server RSS (MiB)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("jobs in the table")
-    ax.set_ylabel("MiB")
-    ax.set_title("Size on disk and server memory")
-    ax.legend(fontsize=8)
+    label(ax, "jobs in the table", "MiB", "Size on disk and server memory", ylog=True)
     save(fig, out, "pages-size.svg")
 
     fig, ax = plt.subplots()
     ax.plot(xs, [r["pruned"] / r["prune_secs"] if r["prune_secs"] else 0 for r in runs],
             marker="o")
-    ax.set_xscale("log")
-    ax.set_xlabel("jobs in the table")
-    ax.set_ylabel("finished jobs pruned per second")
-    ax.set_title("Pruning rate (batches of 10,000)")
+    label(ax, "jobs in the table", "finished jobs pruned per second",
+          "Pruning rate (batches of 10,000)", legend=0)
     ax.set_ylim(bottom=0)
     save(fig, out, "prune-rate.svg")
 
@@ -93,11 +96,7 @@ def recovery(runs, out):
         ax.plot([r["overdue_jobs"] for r in rs], [r["all_completed_s"] for r in rs], marker="o",
                 label=f"concurrency {c}")
     target(ax, 10, "target at 100,000: 10 s")
-    ax.set_xscale("log")
-    ax.set_xlabel("jobs overdue when the node starts")
-    ax.set_ylabel("until all are done (s)")
-    ax.set_title("Recovery")
-    ax.legend(fontsize=8)
+    label(ax, "jobs overdue when the node starts", "until all are done (s)", "Recovery")
     save(fig, out, "recovery.svg")
 
 
@@ -109,20 +108,14 @@ def streams(result, out):
     ax.plot(xs, [r["delivery_p99_ms"] for r in runs], marker="o", label="one stream, p99")
     ax.plot(xs, [r["all_streams_p99_ms"] for r in runs], marker="s",
             label="until every stream had it, p99")
-    ax.set_xscale("log")
-    ax.set_xlabel("open streams on one node")
-    ax.set_ylabel("ms after the change was sent")
-    ax.set_title("Delivery of one change")
-    ax.legend(fontsize=7)
+    label(ax, "open streams on one node", "ms after the change was sent",
+          "Delivery of one change", legend=7)
     ax2.plot(xs, [r["server_rss_mib"] for r in runs], marker="o", label="server RSS (MiB)")
     ax2.plot(xs, [r["server_cpu_idle_pct"] for r in runs], marker="o",
              label="server CPU, idle (% of a core)")
     ax2.plot(xs, [r["server_cpu_delivering_pct"] for r in runs], marker="o",
              label="server CPU, delivering (%)")
-    ax2.set_xscale("log")
-    ax2.set_xlabel("open streams on one node")
-    ax2.set_title("What holding them costs")
-    ax2.legend(fontsize=7)
+    label(ax2, "open streams on one node", None, "What holding them costs", legend=7)
     save(fig, out, "streams.svg")
 
 
@@ -132,15 +125,14 @@ def api(runs, out):
     fig, ax = plt.subplots()
     ax.plot(xs, [r["per_second"] for r in runs], marker="o", color="C0", label="inserts/s")
     target(ax, 5000, "target: 5,000 inserts/s")
-    ax.set_xscale("log")
-    ax.set_xlabel("concurrent clients (wrk connections)")
+    label(ax, "concurrent clients (wrk connections)", None, "POST /api/v1/jobs over HTTP",
+          legend=0)
     ax.set_ylabel("inserts/s", color="C0")
     ax.set_ylim(bottom=0)
     ax2 = ax.twinx()
     ax2.plot(xs, [r["p99_ms"] for r in runs], marker="s", color="C1", label="p99 (ms)")
     ax2.set_ylabel("p99 ms", color="C1")
     ax2.set_ylim(bottom=0)
-    ax.set_title("POST /api/v1/jobs over HTTP")
     save(fig, out, "api-insert.svg")
 
 

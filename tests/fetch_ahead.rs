@@ -504,6 +504,26 @@ async fn db_now(pool: &PgPool) -> chrono::DateTime<chrono::Utc> {
     kickoff::engine::store::jobs::db_now(pool).await.unwrap()
 }
 
+/// A node of `slots` slots (no engine around it: the test drives each claim) whose one job, due
+/// `in_ms` from now, it has claimed ahead of its due time.
+async fn solo_claimed_ahead(
+    pool: &PgPool,
+    workers: Arc<Workers>,
+    slots: usize,
+    lease: Duration,
+    job: NewJob,
+    in_ms: i64,
+) -> (Solo, kickoff::engine::Job, chrono::DateTime<chrono::Utc>) {
+    let client = Client::new(pool.clone(), workers.clone());
+    let node = solo(pool, workers, slots, 0, lease);
+    let due = db_now(pool).await + chrono::Duration::milliseconds(in_ms);
+    let job = client.insert(&job.at(due)).await.unwrap().job;
+    node.queue.claim_soon(due);
+    node.producer.run_once().await.unwrap();
+    assert_eq!(state_of(pool, job.id).await, JobState::Executing);
+    (node, job, due)
+}
+
 #[tokio::test]
 async fn jobs_claimed_ahead_start_at_their_due_time_and_never_before() {
     let db = test_db().await;
@@ -699,18 +719,16 @@ async fn a_stopping_node_hands_back_at_once_a_job_claimed_ahead_that_waits_for_i
 async fn a_job_claimed_ahead_by_a_node_that_died_is_rescued_and_runs_once_after_its_due_time() {
     let db = test_db().await;
     let (workers, mut dead_rx) = clocked();
-    let workers = Arc::new(workers);
-    let client = Client::new(db.pool.clone(), workers.clone());
-    let dead = solo(&db.pool, workers, 1, 0, Duration::from_secs(1));
-    let due = db_now(&db.pool).await + chrono::Duration::milliseconds(300);
-    let job = client
-        .insert(&NewJob::new("clocked", json!({})).at(due))
-        .await
-        .unwrap()
-        .job;
-    dead.queue.claim_soon(due);
-    dead.producer.run_once().await.unwrap();
-    assert_eq!(state_of(&db.pool, job.id).await, JobState::Executing);
+    let clocked_job = NewJob::new("clocked", json!({}));
+    let (dead, job, due) = solo_claimed_ahead(
+        &db.pool,
+        Arc::new(workers),
+        1,
+        Duration::from_secs(1),
+        clocked_job,
+        300,
+    )
+    .await;
     // The node dies while its attempt waits for the due time.
     assert_eq!(
         dead.queue.timed.load(std::sync::atomic::Ordering::SeqCst),
@@ -741,16 +759,16 @@ async fn a_job_claimed_ahead_waits_for_its_due_time_without_holding_a_slot() {
     let workers = Arc::new(workers);
     let client = Client::new(db.pool.clone(), workers.clone());
     // One slot.
-    let node = solo(&db.pool, workers, 1, 0, Duration::from_secs(5));
-    let due = db_now(&db.pool).await + chrono::Duration::milliseconds(600);
-    let timed = client
-        .insert(&NewJob::new("clocked", json!({})).at(due))
-        .await
-        .unwrap()
-        .job;
-    node.queue.claim_soon(due);
-    node.producer.run_once().await.unwrap();
-    assert_eq!(state_of(&db.pool, timed.id).await, JobState::Executing);
+    let clocked_job = NewJob::new("clocked", json!({}));
+    let (node, timed, due) = solo_claimed_ahead(
+        &db.pool,
+        workers,
+        1,
+        Duration::from_secs(5),
+        clocked_job,
+        600,
+    )
+    .await;
     // A job due now, while the first waits for its instant: the one slot is free for it.
     let now = client
         .insert(&NewJob::new("clocked", json!({})))
@@ -782,11 +800,15 @@ async fn a_job_claimed_ahead_whose_instant_finds_every_slot_busy_starts_when_one
     let (workers, mut starts, gate) = probe_workers();
     let workers = Arc::new(workers);
     let client = Client::new(db.pool.clone(), workers.clone());
-    let node = solo(&db.pool, workers, 1, 0, Duration::from_secs(5));
-    let due = db_now(&db.pool).await + chrono::Duration::milliseconds(300);
-    let timed = client.insert(&probe("quick").at(due)).await.unwrap().job;
-    node.queue.claim_soon(due);
-    node.producer.run_once().await.unwrap();
+    let (node, timed, due) = solo_claimed_ahead(
+        &db.pool,
+        workers,
+        1,
+        Duration::from_secs(5),
+        probe("quick"),
+        300,
+    )
+    .await;
     // A long job takes the one slot while the first waits for its instant.
     let long = client.insert(&probe("hold")).await.unwrap().job;
     node.producer.run_once().await.unwrap();

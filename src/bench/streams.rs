@@ -149,19 +149,8 @@ impl Server {
         Some(kib / 1024)
     }
 
-    async fn stop(mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.pid.to_string())
-            .status()
-            .await;
-        if tokio::time::timeout(Duration::from_secs(20), self.child.wait())
-            .await
-            .is_err()
-        {
-            let _ = self.child.start_kill();
-            let _ = self.child.wait().await;
-        }
+    async fn stop(self) {
+        crate::chaos::node::stop_child(self.child).await;
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

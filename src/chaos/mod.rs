@@ -18,7 +18,7 @@
 //! the bench's), not paths of the application, so they stay here rather than in the store layer.
 
 mod load;
-mod node;
+pub(crate) mod node;
 mod receiver;
 
 use std::path::PathBuf;

@@ -91,20 +91,25 @@ impl Node {
     }
 
     /// SIGTERM and wait (a graceful stop hands running jobs back).
-    pub async fn stop(mut self) {
-        if let Some(pid) = self.child.id() {
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(pid.to_string())
-                .status()
-                .await;
-        }
-        if tokio::time::timeout(Duration::from_secs(20), self.child.wait())
-            .await
-            .is_err()
-        {
-            let _ = self.child.start_kill();
-            let _ = self.child.wait().await;
-        }
+    pub async fn stop(self) {
+        stop_child(self.child).await;
+    }
+}
+
+/// Stops a `kickoff serve` child: SIGTERM, then up to 20 s for its graceful stop, then SIGKILL.
+pub async fn stop_child(mut child: Child) {
+    if let Some(pid) = child.id() {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(pid.to_string())
+            .status()
+            .await;
+    }
+    if tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .is_err()
+    {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
     }
 }

@@ -98,13 +98,21 @@ impl SharedRechecks {
             .map(|(_, holds)| *holds)
     }
 
-    pub fn put(&self, key: String, holds: bool, recheck: Duration) {
+    /// Keeps the answer of a check that started at `asked`, unless one that started later is
+    /// kept already (a slow check begun before a revocation must not replace the answer of one
+    /// begun after it).
+    pub fn put(&self, key: String, holds: bool, asked: std::time::Instant, recheck: Duration) {
         let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
         if answers.len() >= Self::SWEEP_ABOVE {
             let fresh = Self::fresh_for(recheck);
             answers.retain(|_, (at, _)| at.elapsed() < fresh);
         }
-        answers.insert(key, (std::time::Instant::now(), holds));
+        match answers.get(&key) {
+            Some((kept, _)) if *kept > asked => {}
+            _ => {
+                answers.insert(key, (asked, holds));
+            }
+        }
     }
 }
 
@@ -133,6 +141,7 @@ impl Holder {
         {
             return Some(holds);
         }
+        let asked = std::time::Instant::now();
         let holds = match self {
             Holder::Session { id, user_id, epoch } => match id {
                 Some(id) => session::still_signed_in(state, *id, *user_id, *epoch).await,
@@ -148,7 +157,7 @@ impl Holder {
             },
         };
         if let (Some(key), Some(answer)) = (key, holds) {
-            state.stream_rechecks.put(key, answer, recheck);
+            state.stream_rechecks.put(key, answer, asked, recheck);
         }
         holds
     }
@@ -277,9 +286,13 @@ mod tests {
         let rechecks = SharedRechecks::default();
         let recheck = Duration::from_millis(40);
         assert_eq!(rechecks.get("token 1", recheck), None);
-        rechecks.put("token 1".into(), false, recheck);
+        let slow_check = std::time::Instant::now();
+        rechecks.put("token 1".into(), false, std::time::Instant::now(), recheck);
         assert_eq!(rechecks.get("token 1", recheck), Some(false));
         assert_eq!(rechecks.get("token 2", recheck), None);
+        // A check that began earlier and ends later does not replace it.
+        rechecks.put("token 1".into(), true, slow_check, recheck);
+        assert_eq!(rechecks.get("token 1", recheck), Some(false));
         std::thread::sleep(recheck / 2);
         assert_eq!(
             rechecks.get("token 1", recheck),
@@ -287,7 +300,8 @@ mod tests {
             "a stale answer served"
         );
         // With the default period, an answer serves for a second.
-        rechecks.put("token 1".into(), true, Duration::from_secs(5));
-        assert_eq!(rechecks.get("token 1", Duration::from_secs(5)), Some(true));
+        let period = Duration::from_secs(5);
+        rechecks.put("token 1".into(), true, std::time::Instant::now(), period);
+        assert_eq!(rechecks.get("token 1", period), Some(true));
     }
 }
