@@ -873,7 +873,7 @@ async fn retry_matching(
 /// Tells the nodes running the cancelled jobs that were executing to stop them; sent at commit,
 /// with the cancellation. Each attempt is named by its claim, so that a node which already runs
 /// a newer attempt of the job (retried and claimed again at once) stops only the cancelled one.
-async fn notify_cancelled(
+pub(crate) async fn notify_cancelled(
     conn: &mut PgConnection,
     cancelled: &[job_store::CancelledJob],
 ) -> Result<(), sqlx::Error> {

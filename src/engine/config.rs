@@ -8,6 +8,7 @@ use super::maintenance::{
     count_folder::CountFolderConfig, periodic::PeriodicJob, pruner::PrunerConfig,
     rescuer::RescuerConfig,
 };
+use super::schedules::ScheduleSpec;
 
 /// Default per-node concurrency of a queue.
 pub const DEFAULT_CONCURRENCY: usize = 10;
@@ -58,6 +59,13 @@ pub struct EngineConfig {
     pub count_folder: CountFolderConfig,
     /// Jobs the leader inserts on a fixed interval. Default: none.
     pub periodic: Vec<PeriodicJob>,
+    /// Schedules declared in code, upserted by name when the node starts (like Oban's crontab).
+    /// Default: none.
+    pub schedules: Vec<ScheduleSpec>,
+    /// Whether the code's declaration of a schedule replaces one changed in the database (through
+    /// the API or the dashboard) at start; `false` leaves a stored schedule as it is and only
+    /// creates the missing ones. A pause set by an operator survives either way. Default: true.
+    pub schedules_code_wins: bool,
 }
 
 impl Default for EngineConfig {
@@ -77,6 +85,8 @@ impl Default for EngineConfig {
             pruner: PrunerConfig::default(),
             count_folder: CountFolderConfig::default(),
             periodic: Vec::new(),
+            schedules: Vec::new(),
+            schedules_code_wins: true,
         }
     }
 }
@@ -117,6 +127,10 @@ impl EngineConfig {
         self.count_folder.validate()?;
         for p in &self.periodic {
             p.validate()?;
+        }
+        for s in &self.schedules {
+            s.check()
+                .map_err(|e| format!("schedule `{}`: {e}", s.name))?;
         }
         Ok(())
     }

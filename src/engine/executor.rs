@@ -22,6 +22,7 @@ use super::job::{Claim, Job};
 use super::metrics::{Metrics, Outcome};
 use super::node::{Attempts, DbClock};
 use super::queue_state::{Buffered, QueueState};
+use super::schedules::gate::overlap_gate;
 use super::worker::{JobContext, WorkError, Workers};
 
 /// The wait before retrying a job whose kind no worker on this node knows.
@@ -278,7 +279,13 @@ async fn run_attempt(
         Some(worker) => {
             let ctx = JobContext::new(job.clone(), me.parts.pool.clone(), cancel);
             let timeout = worker.timeout();
-            let work = AssertUnwindSafe(worker.work(ctx.clone())).catch_unwind();
+            let work = AssertUnwindSafe(async {
+                // A run of a schedule with an overlap policy may be skipped, or cancel the runs
+                // it overlaps, before its handler starts.
+                overlap_gate(&me.parts.pool, &job).await?;
+                worker.work(ctx.clone()).await
+            })
+            .catch_unwind();
             let result = match tokio::time::timeout(timeout, work).await {
                 Err(_) => Err(WorkError::Retryable(format!(
                     "timed out after {} ms",

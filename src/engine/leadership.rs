@@ -31,8 +31,10 @@ use super::maintenance::{
     count_folder::{CountFolder, CountFolderConfig},
     periodic::{PeriodicEnqueuer, PeriodicJob},
     pruner::{JobPruner, PrunerConfig},
+    scheduler::ScheduleEnqueuer,
 };
 use super::node::LeaderFlag;
+use super::schedules::Schedules;
 use super::store::leader::{self as leader_store, LEADER_NAME};
 use super::worker::Workers;
 
@@ -138,11 +140,16 @@ impl LeaderElector {
         let tasks = TaskTracker::new();
         tasks.spawn(JobPruner::new(m.pool.clone(), m.pruner.clone()).run(stop.clone()));
         tasks.spawn(CountFolder::new(m.pool.clone(), m.count_folder.clone()).run(stop.clone()));
+        {
+            let client = Client::new(m.pool.clone(), m.workers.clone());
+            let schedules = Schedules::new(client).with_horizon(failover_horizon(self.ttl));
+            tasks.spawn(ScheduleEnqueuer::new(schedules).run(stop.clone()));
+        }
         if !m.periodic.is_empty() {
             let client = Client::new(m.pool.clone(), m.workers.clone());
             // Runs are inserted this far ahead, so that a failover (the lease's time-to-live, and
             // a renewal) loses none of them.
-            let horizon = (self.ttl + RENEW_INTERVAL) * 2;
+            let horizon = failover_horizon(self.ttl);
             tasks.spawn(
                 PeriodicEnqueuer::new(client, m.periodic.clone())
                     .with_horizon(horizon)
@@ -152,6 +159,12 @@ impl LeaderElector {
         tasks.close();
         Services { stop, tasks }
     }
+}
+
+/// Runs of periodic jobs and schedules are inserted this far ahead, so that a failover (the
+/// lease's time-to-live, and a renewal) loses none of them.
+pub fn failover_horizon(ttl: Duration) -> Duration {
+    (ttl + RENEW_INTERVAL) * 2
 }
 
 async fn stop_services(s: Services) {

@@ -30,7 +30,7 @@ use super::completer::Completer;
 use super::config::EngineConfig;
 use super::executor::{Executor, ExecutorParts};
 use super::heartbeat::Heartbeat;
-use super::leadership::{LeaderElector, Maintenance};
+use super::leadership::{failover_horizon, LeaderElector, Maintenance};
 use super::maintenance::rescuer::JobRescuer;
 use super::metrics::Metrics;
 use super::node::{Attempts, DbClock, LeaderFlag, Pools, TimerSignal};
@@ -38,6 +38,7 @@ use super::notifier::{Listeners, Notifier};
 use super::producer::{ClaimSettings, Producer};
 use super::queue_settings::QueueSettingsSync;
 use super::queue_state::Queues;
+use super::schedules::Schedules;
 use super::store::errors::is_transient;
 use super::store::{jobs as job_store, nodes as node_store, queues as queue_store};
 use super::timer::Timer;
@@ -140,6 +141,27 @@ impl Engine {
             config.heartbeat,
         );
         heartbeat.run_once().await?;
+        // Schedules declared in code, then the slots missed while every node was down: before
+        // this node claims anything, so that a run the missed-run policy skips never starts.
+        let schedules = Schedules::new(Client::new(pool.clone(), workers.clone()))
+            .with_horizon(failover_horizon(config.leader_ttl));
+        schedules
+            .declare(&config.schedules, config.schedules_code_wins)
+            .await
+            .map_err(|e| EngineError::Config(format!("declaring the schedules: {e}")))?;
+        match schedules.reconcile_missed(&node_id, config.lease).await {
+            Ok((0, 0)) => {}
+            Ok((inserted, skipped)) => {
+                tracing::info!(
+                    inserted,
+                    skipped,
+                    "schedules: slots missed while no node ran"
+                )
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "schedules: applying the missed-run policies failed")
+            }
+        }
         services.spawn(notifier.run(stop_services.clone()));
         services.spawn(settings.run(stop_services.clone()));
         services.spawn(heartbeat.run(stop_services.clone()));

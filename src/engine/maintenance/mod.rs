@@ -7,6 +7,7 @@ pub mod count_folder;
 pub mod periodic;
 pub mod pruner;
 pub mod rescuer;
+pub mod scheduler;
 
 use std::future::Future;
 use std::time::Duration;

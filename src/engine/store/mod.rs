@@ -7,4 +7,5 @@ pub mod leader;
 pub mod nodes;
 pub mod periodic;
 pub mod queues;
+pub mod schedules;
 pub mod stats;

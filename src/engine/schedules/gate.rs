@@ -1,0 +1,53 @@
+//! The overlap policy of a schedule, applied when one of its runs starts: the run's meta carries
+//! the policy (`overlap`, absent for `allow`), so runs of schedules without one cost a map lookup.
+
+use serde_json::Value;
+use sqlx::PgPool;
+
+use super::{Overlap, META_SCHEDULE_ID};
+use crate::engine::client::notify_cancelled;
+use crate::engine::job::Job;
+use crate::engine::store::jobs as job_store;
+use crate::engine::store::schedules as store;
+use crate::engine::worker::WorkError;
+
+/// Whether `job` may start: `Err(Cancel)` when its schedule skips a run that overlaps an earlier
+/// one still not final; with `cancel_previous` the earlier runs are cancelled first (their nodes
+/// stop them).
+pub async fn overlap_gate(pool: &PgPool, job: &Job) -> Result<(), WorkError> {
+    let Some(policy) = job
+        .meta
+        .get("overlap")
+        .and_then(Value::as_str)
+        .and_then(Overlap::parse)
+    else {
+        return Ok(());
+    };
+    let Some(schedule_id) = job.meta.get(META_SCHEDULE_ID).and_then(Value::as_i64) else {
+        return Ok(());
+    };
+    match policy {
+        Overlap::Allow => Ok(()),
+        Overlap::Skip => {
+            let earlier = store::schedule_runs_unfinished_before(pool, schedule_id, job.id).await?;
+            match earlier.last() {
+                None => Ok(()),
+                Some(previous) => Err(WorkError::Cancel(format!(
+                    "skipped: the previous run (job {previous}) is not final (overlap policy `skip`)"
+                ))),
+            }
+        }
+        Overlap::CancelPrevious => {
+            let mut tx = pool.begin().await?;
+            let earlier =
+                store::schedule_runs_unfinished_before(&mut *tx, schedule_id, job.id).await?;
+            if !earlier.is_empty() {
+                let cancelled = job_store::job_cancel_many(&mut *tx, &earlier).await?;
+                notify_cancelled(&mut tx, &cancelled).await?;
+                tracing::info!(job = %job.id, cancelled = cancelled.len(), "a run of a schedule cancelled the runs it overlaps");
+            }
+            tx.commit().await?;
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! Schedules in the engine, on real PostgreSQL: one run per slot, the missed-run policies after
+//! every node was down, the overlap policies, pause, resume, trigger, delete, declarations in
+//! code, and two leaders filling at once.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+use common::test_db;
+use kickoff::engine::schedules::{JobTemplate, Missed, Overlap, ScheduleSpec, Schedules};
+use kickoff::engine::{
+    BoxFuture, Client, Engine, EngineConfig, JobContext, WorkError, Worker, Workers,
+};
+
+/// A start of a run: its slot (ms, from its meta) and when it started.
+#[derive(Debug, Clone)]
+struct Start {
+    slot_ms: Option<i64>,
+    at: DateTime<Utc>,
+}
+
+/// Records every start; holds each run `hold_ms` (its args), unless cancelled.
+struct Tick {
+    starts: Arc<Mutex<Vec<Start>>>,
+}
+
+impl Worker for Tick {
+    fn kind(&self) -> &'static str {
+        "tick"
+    }
+    fn work(&self, ctx: JobContext) -> BoxFuture<'_, Result<(), WorkError>> {
+        Box::pin(async move {
+            self.starts.lock().unwrap().push(Start {
+                slot_ms: ctx.job.meta.get("slot_ms").and_then(Value::as_i64),
+                at: Utc::now(),
+            });
+            let hold = ctx
+                .job
+                .args
+                .get("hold_ms")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(hold)) => Ok(()),
+                _ = ctx.cancelled().cancelled() => Err(WorkError::Cancel("stopped".into())),
+            }
+        })
+    }
+}
+
+fn tick_workers() -> (Workers, Arc<Mutex<Vec<Start>>>) {
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let mut w = Workers::new();
+    w.register(Tick {
+        starts: starts.clone(),
+    });
+    (w, starts)
+}
+
+fn schedules_on(pool: &PgPool) -> Schedules {
+    let (w, _) = tick_workers();
+    Schedules::new(Client::new(pool.clone(), Arc::new(w)))
+}
+
+fn every(name: &str, ms: i64, args: Value) -> ScheduleSpec {
+    ScheduleSpec::every(
+        name,
+        Duration::from_millis(ms as u64),
+        JobTemplate::new("tick", args),
+    )
+}
+
+fn config(node: &str) -> EngineConfig {
+    EngineConfig {
+        node_id: node.into(),
+        queues: vec![("default".into(), 10)],
+        lease: Duration::from_secs(2),
+        heartbeat: Duration::from_millis(300),
+        shutdown_grace: Duration::from_secs(1),
+        leader_ttl: Duration::from_secs(2),
+        ..EngineConfig::default()
+    }
+}
+
+/// `(slot_ms, state, live)` of every run of schedule `name`, by slot.
+async fn runs(pool: &PgPool, name: &str) -> Vec<(i64, String, Option<String>)> {
+    sqlx::query_as(
+        "SELECT (meta ->> 'slot_ms')::bigint, state::text, errors -> -1 ->> 'message' FROM jobs
+         WHERE meta ->> 'schedule' = $1 AND NOT meta ? 'trigger' ORDER BY 1, id",
+    )
+    .bind(name)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+async fn db_now(pool: &PgPool) -> DateTime<Utc> {
+    kickoff::engine::store::jobs::db_now(pool).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_schedule_gets_one_run_per_slot_even_with_two_leaders_filling_at_once() {
+    let db = test_db().await;
+    let a = schedules_on(&db.pool);
+    a.create(&every("tick", 1000, json!({})), Some("ops"))
+        .await
+        .unwrap();
+    // Two leaders (an old one that has not noticed it lost the lease, and the new one) fill
+    // together, again and again.
+    let b = schedules_on(&db.pool);
+    for _ in 0..5 {
+        let (x, y) = tokio::join!(a.fill_all(), b.fill_all());
+        x.unwrap();
+        y.unwrap();
+    }
+    let slots = runs(&db.pool, "tick").await;
+    let mut seen: Vec<i64> = slots.iter().map(|r| r.0).collect();
+    let n = seen.len();
+    seen.dedup();
+    assert_eq!(seen.len(), n, "a slot got two runs: {slots:?}");
+    // Every slot of the horizon (12 s by default) is there, one second apart, none skipped.
+    assert!(n >= 12, "runs ahead: {n}");
+    assert!(seen.windows(2).all(|w| w[1] - w[0] == 1000), "{seen:?}");
+    let view = a.get("tick").await.unwrap();
+    assert_eq!(view.runs_enqueued as usize, n);
+    assert_eq!(
+        view.next_run_at.map(|t| t.timestamp_millis()),
+        Some(seen[0])
+    );
+}
+
+#[tokio::test]
+async fn runs_fire_on_their_slot_and_the_leader_keeps_them_coming() {
+    let db = test_db().await;
+    let (workers, starts) = tick_workers();
+    let engine = Engine::start(db.pool.clone(), workers, config("solo"))
+        .await
+        .unwrap();
+    let schedules = Schedules::new(engine.client());
+    let created = db_now(&db.pool).await;
+    schedules
+        .create(&every("each-second", 1000, json!({})), None)
+        .await
+        .unwrap();
+    // Past the 12 s inserted at creation: the leader must have inserted the later ones.
+    tokio::time::sleep(Duration::from_millis(14_500)).await;
+    engine.stop().await;
+    let starts = starts.lock().unwrap().clone();
+    let mut slots: Vec<i64> = starts.iter().filter_map(|s| s.slot_ms).collect();
+    slots.sort();
+    let n = slots.len();
+    slots.dedup();
+    assert_eq!(slots.len(), n, "a slot ran twice");
+    assert!(n >= 13, "{n} runs in 14.5 s");
+    assert!(
+        slots.windows(2).all(|w| w[1] - w[0] == 1000),
+        "a slot was lost: {slots:?}"
+    );
+    assert!(slots[0] > created.timestamp_millis());
+    for s in &starts {
+        let slot = DateTime::from_timestamp_millis(s.slot_ms.unwrap()).unwrap();
+        assert!(s.at >= slot, "a run started before its slot: {s:?}");
+    }
+}
+
+/// Creates one schedule per missed-run policy (every 2 s, only the next run inserted ahead), lets
+/// three slots pass with no node running, then starts a node.
+#[tokio::test]
+async fn after_every_node_was_down_across_three_slots_each_missed_run_policy_holds() {
+    let db = test_db().await;
+    let (w, _) = tick_workers();
+    let setup =
+        Schedules::new(Client::new(db.pool.clone(), Arc::new(w))).with_horizon(Duration::ZERO);
+    for (name, missed) in [
+        ("skip", Missed::Skip),
+        ("once", Missed::RunOnce),
+        ("all", Missed::RunAll),
+    ] {
+        let mut spec = every(name, 2000, json!({}));
+        spec.missed = missed;
+        setup.create(&spec, None).await.unwrap();
+    }
+    let down_from = db_now(&db.pool).await.timestamp_millis();
+    // Down across three slots (over 6 s); back 1.5 s after a slot, so that the last missed slot is
+    // past its grace (1 s) and the next one is 0.5 s away whenever the node reconciles.
+    tokio::time::sleep(Duration::from_millis(6_200)).await;
+    let up_at = loop {
+        let now = db_now(&db.pool).await.timestamp_millis();
+        if (1450..1550).contains(&now.rem_euclid(2000)) {
+            break now;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let missed_slots: Vec<i64> = (down_from / 2000 + 1..=(up_at - 1000) / 2000)
+        .map(|k| k * 2000)
+        .collect();
+    assert!(missed_slots.len() >= 3, "{missed_slots:?}");
+
+    let (workers, starts) = tick_workers();
+    let engine = Engine::start(db.pool.clone(), workers, config("back"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    engine.stop().await;
+
+    let started: Vec<i64> = starts
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s.slot_ms)
+        .collect();
+    for name in ["skip", "once", "all"] {
+        let ran: Vec<i64> = runs(&db.pool, name)
+            .await
+            .into_iter()
+            .filter(|(slot, state, _)| missed_slots.contains(slot) && state == "completed")
+            .map(|r| r.0)
+            .collect();
+        match name {
+            "skip" => assert!(ran.is_empty(), "skip ran {ran:?}"),
+            "once" => assert_eq!(ran, [*missed_slots.last().unwrap()], "run_once"),
+            _ => assert_eq!(ran, missed_slots, "run_all"),
+        }
+    }
+    // No slot of any of them ran twice (the three share their slots: count by schedule).
+    assert!(!started.is_empty());
+    for name in ["skip", "once", "all"] {
+        let mut slots: Vec<i64> = runs(&db.pool, name)
+            .await
+            .into_iter()
+            .filter(|r| r.1 == "completed")
+            .map(|r| r.0)
+            .collect();
+        let n = slots.len();
+        slots.dedup();
+        assert_eq!(slots.len(), n, "{name}: a slot ran twice");
+    }
+    let s = setup.get("skip").await.unwrap();
+    assert!(s.runs_skipped >= 3, "{s:?}");
+    assert!(s
+        .next_run_at
+        .is_some_and(|t| t.timestamp_millis() > up_at - 1000));
+}
+
+#[tokio::test]
+async fn overlap_policies_skip_or_cancel_a_run_that_overlaps_the_previous_one() {
+    let db = test_db().await;
+    let (workers, starts) = tick_workers();
+    let engine = Engine::start(db.pool.clone(), workers, config("overlap"))
+        .await
+        .unwrap();
+    let schedules = Schedules::new(engine.client());
+    // Each run holds 2.5 s; a slot every second.
+    for (name, overlap) in [
+        ("allow", Overlap::Allow),
+        ("skip", Overlap::Skip),
+        ("cancel", Overlap::CancelPrevious),
+    ] {
+        let mut spec = every(name, 1000, json!({ "hold_ms": 2500 }));
+        spec.overlap = overlap;
+        schedules.create(&spec, None).await.unwrap();
+    }
+    let from = db_now(&db.pool).await.timestamp_millis();
+    tokio::time::sleep(Duration::from_millis(5_200)).await;
+    schedules.set_paused("allow", true).await.unwrap();
+    schedules.set_paused("skip", true).await.unwrap();
+    schedules.set_paused("cancel", true).await.unwrap();
+    engine.stop().await;
+    drop(starts);
+
+    let due = |r: &(i64, String, Option<String>)| r.0 > from && r.0 < from + 5_000;
+    let allow: Vec<_> = runs(&db.pool, "allow")
+        .await
+        .into_iter()
+        .filter(due)
+        .collect();
+    assert!(
+        allow.iter().all(|r| r.1 != "cancelled"),
+        "allow cancelled a run: {allow:?}"
+    );
+    let skip: Vec<_> = runs(&db.pool, "skip")
+        .await
+        .into_iter()
+        .filter(due)
+        .collect();
+    let skipped = skip
+        .iter()
+        .filter(|r| r.1 == "cancelled" && r.2.as_deref().is_some_and(|m| m.contains("skipped")))
+        .count();
+    let kept = skip.iter().filter(|r| r.1 == "completed").count();
+    assert!(skipped >= 2 && kept >= 1, "skip: {skip:?}");
+    let cancel: Vec<_> = runs(&db.pool, "cancel")
+        .await
+        .into_iter()
+        .filter(due)
+        .collect();
+    // Each run was cancelled by the next one (the last may still have been running at the stop).
+    let cancelled = cancel.iter().filter(|r| r.1 == "cancelled").count();
+    assert!(cancelled >= 3, "cancel_previous: {cancel:?}");
+    assert!(
+        cancel.iter().all(|r| r.1 != "completed"),
+        "a run outlived the next one: {cancel:?}"
+    );
+}
+
+#[tokio::test]
+async fn pause_resume_trigger_and_delete() {
+    let db = test_db().await;
+    let s = schedules_on(&db.pool);
+    let spec = ScheduleSpec::cron("nightly", "0 3 * * *", JobTemplate::new("tick", json!({})))
+        .in_zone("Europe/London");
+    let view = s.create(&spec, Some("ops")).await.unwrap();
+    assert!(view.rule_text.contains("Europe/London"), "{view:?}");
+    let next = view.next_run_at.expect("the next run exists");
+    let local = next.with_timezone(&chrono_tz::Europe::London);
+    assert_eq!(local.format("%H:%M").to_string(), "03:00");
+
+    let paused = s.set_paused("nightly", true).await.unwrap();
+    assert!(paused.paused && paused.next_run_at.is_none(), "{paused:?}");
+    let triggered = s.trigger("nightly", Some("alice")).await.unwrap();
+    assert_eq!(triggered.created_by.as_deref(), Some("alice"));
+    assert_eq!(triggered.meta["trigger"], json!(true));
+    let resumed = s.set_paused("nightly", false).await.unwrap();
+    assert_eq!(resumed.next_run_at, Some(next), "the same next slot again");
+
+    // A change of rule cancels the run ahead and inserts the new one.
+    let mut changed = spec.clone();
+    changed.cron = Some("0 4 * * *".into());
+    let after = s.replace(&changed, "api").await.unwrap();
+    assert_eq!(after.version, view.version + 1);
+    let local = after
+        .next_run_at
+        .unwrap()
+        .with_timezone(&chrono_tz::Europe::London);
+    assert_eq!(local.format("%H:%M").to_string(), "04:00");
+    let live: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM jobs WHERE meta ->> 'schedule' = 'nightly' AND state = 'scheduled'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(live, 1, "one run ahead after the change");
+
+    s.delete("nightly").await.unwrap();
+    let live: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM jobs WHERE meta ->> 'schedule' = 'nightly' AND state = 'scheduled'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(live, 0, "the run ahead went with the schedule");
+    assert!(s.get("nightly").await.is_err());
+}
+
+#[tokio::test]
+async fn schedules_declared_in_code_are_upserted_by_name_and_the_flag_says_who_wins() {
+    let db = test_db().await;
+    let s = schedules_on(&db.pool);
+    let code = ScheduleSpec::cron("import", "0 2 * * *", JobTemplate::new("tick", json!({})));
+    assert_eq!(
+        s.declare(std::slice::from_ref(&code), true).await.unwrap(),
+        1
+    );
+    assert_eq!(s.get("import").await.unwrap().source, "code");
+    // Unchanged: nothing to do.
+    assert_eq!(
+        s.declare(std::slice::from_ref(&code), true).await.unwrap(),
+        0
+    );
+    // An operator changes it and pauses it.
+    let mut edited = code.clone();
+    edited.cron = Some("0 5 * * *".into());
+    s.replace(&edited, "api").await.unwrap();
+    s.set_paused("import", true).await.unwrap();
+    // The database wins: left as it is.
+    assert_eq!(
+        s.declare(std::slice::from_ref(&code), false).await.unwrap(),
+        0
+    );
+    assert_eq!(
+        s.get("import").await.unwrap().cron.as_deref(),
+        Some("0 5 * * *")
+    );
+    // The code wins: the rule comes back, the pause stays.
+    assert_eq!(
+        s.declare(std::slice::from_ref(&code), true).await.unwrap(),
+        1
+    );
+    let v = s.get("import").await.unwrap();
+    assert_eq!((v.cron.as_deref(), v.paused), (Some("0 2 * * *"), true));
+}
