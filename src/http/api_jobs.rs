@@ -145,7 +145,7 @@ pub struct JobPage {
 /// How the jobs `caller` inserts name their creator: the token owner's name, or for the bootstrap
 /// token [`BOOTSTRAP_CREATOR`], which no user name can be (a user named like the bootstrap
 /// token's audit actor must not count as the creator of its jobs).
-fn creator(caller: &ApiCaller) -> &str {
+pub(crate) fn creator(caller: &ApiCaller) -> &str {
     match caller.token_id {
         Some(_) => &caller.actor,
         None => BOOTSTRAP_CREATOR,
@@ -156,7 +156,7 @@ fn creator(caller: &ApiCaller) -> &str {
 pub const BOOTSTRAP_CREATOR: &str = "(bootstrap token)";
 
 /// What of the jobs' secrets `caller` sees (see [`redact`]).
-fn sight(caller: &ApiCaller) -> redact::Sight<'_> {
+pub(crate) fn sight(caller: &ApiCaller) -> redact::Sight<'_> {
     redact::Sight {
         name: creator(caller),
         admin: caller.role == Role::Admin,

@@ -4,6 +4,7 @@ pub mod api_audit;
 pub mod api_jobs;
 pub mod api_questions;
 pub mod api_queues;
+pub mod api_schedules;
 pub mod audited;
 pub mod auth;
 pub mod client_address;

@@ -10,7 +10,8 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 
 use super::state::AppState;
-use super::{api_jobs, api_questions, api_queues, sse};
+use super::{api_jobs, api_questions, api_queues, api_schedules, sse};
+use crate::engine::schedules::{ScheduleSpec, ScheduleView};
 use crate::engine::{BulkReport, Job};
 use crate::questions::service::QuestionDetail;
 use crate::questions::store::{Prediction, Question};
@@ -167,6 +168,96 @@ pub fn endpoints() -> Vec<Endpoint> {
             query: None,
             ok: (200, Some(schema::<api_queues::Stats>)),
             route: || get(api_queues::stats),
+        },
+        Endpoint {
+            method: "get",
+            path: "/schedules",
+            summary: "Every schedule, with its rule in words, its next run and its latest run",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<Vec<ScheduleView>>)),
+            route: || get(api_schedules::list),
+        },
+        Endpoint {
+            method: "post",
+            path: "/schedules",
+            summary: "Create a schedule (a cron expression or an interval, a zone, a job template) and insert its runs ahead; 422 `invalid_cron` names the field and the character where an expression goes wrong, 422 for an unknown zone or a kind no worker runs, 409 for a name taken",
+            body: Some(schema::<ScheduleSpec>),
+            query: None,
+            ok: (201, Some(schema::<ScheduleView>)),
+            route: || post(api_schedules::create),
+        },
+        Endpoint {
+            method: "get",
+            path: "/schedules/{name}",
+            summary: "A schedule",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<ScheduleView>)),
+            route: || get(api_schedules::get),
+        },
+        Endpoint {
+            method: "patch",
+            path: "/schedules/{name}",
+            summary: "Change a schedule's settings (absent fields keep theirs); a change of its rule, zone, template, start, end or overlap policy cancels the runs inserted ahead and starts its slots again from now",
+            body: Some(schema::<api_schedules::SchedulePatch>),
+            query: None,
+            ok: (200, Some(schema::<ScheduleView>)),
+            route: || patch(api_schedules::update),
+        },
+        Endpoint {
+            method: "delete",
+            path: "/schedules/{name}",
+            summary: "Delete a schedule and cancel its runs ahead (its past runs stay)",
+            body: None,
+            query: None,
+            ok: (204, None),
+            route: || delete(api_schedules::delete),
+        },
+        Endpoint {
+            method: "post",
+            path: "/schedules/{name}/pause",
+            summary: "Pause a schedule: its runs ahead are cancelled; the slots of the pause are not run later",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<ScheduleView>)),
+            route: || post(api_schedules::pause),
+        },
+        Endpoint {
+            method: "post",
+            path: "/schedules/{name}/resume",
+            summary: "Resume a schedule from its next slot",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<ScheduleView>)),
+            route: || post(api_schedules::resume),
+        },
+        Endpoint {
+            method: "post",
+            path: "/schedules/{name}/trigger",
+            summary: "Run a schedule now, outside its slots (also while paused): 201 with the job",
+            body: None,
+            query: None,
+            ok: (201, Some(schema::<Job>)),
+            route: || post(api_schedules::trigger),
+        },
+        Endpoint {
+            method: "get",
+            path: "/schedules/{name}/preview",
+            summary: "The next slots (n: 1 to 100, default 10) after `from` (default now), in UTC and in the schedule's zone",
+            body: None,
+            query: Some(schema::<api_schedules::PreviewParams>),
+            ok: (200, Some(schema::<api_schedules::Preview>)),
+            route: || get(api_schedules::preview),
+        },
+        Endpoint {
+            method: "get",
+            path: "/schedules/{name}/runs",
+            summary: "A schedule's runs (its jobs), newest first, by keyset pages",
+            body: None,
+            query: Some(schema::<api_schedules::RunsParams>),
+            ok: (200, Some(schema::<api_schedules::RunPage>)),
+            route: || get(api_schedules::runs),
         },
         Endpoint {
             method: "post",

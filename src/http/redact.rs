@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 
+use crate::engine::schedules::ScheduleView;
 use crate::engine::Job;
 
 /// Who is looking, as far as secrets go.
@@ -46,6 +47,16 @@ impl Sight<'_> {
         } else {
             args_for_reader(&job.kind, &job.args)
         }
+    }
+
+    /// A schedule as the caller sees it: its template's secrets whole for admins and its creator
+    /// (acting with a credential that may change things), hidden for the others, as for jobs.
+    pub fn schedule(&self, mut s: ScheduleView) -> ScheduleView {
+        if self.reader || !(self.admin || s.created_by.as_deref() == Some(self.name)) {
+            s.job.args = args_for_reader(&s.job.kind, &s.job.args);
+            hide_secret_fields(&mut s.job.meta);
+        }
+        s
     }
 
     /// A bulk action's recorded filter as the caller sees it (it may name anyone's secrets).

@@ -24,7 +24,7 @@ pub mod service;
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Utc};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -102,6 +102,7 @@ impl Missed {
 
 /// The job each run of a schedule inserts.
 #[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct JobTemplate {
     /// A kind some worker runs.
     pub kind: String,
@@ -149,6 +150,7 @@ impl JobTemplate {
 
 /// A schedule as its author gives it (the API's body, a service's code, the CLI).
 #[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ScheduleSpec {
     /// 1 to 100 characters of `A-Z a-z 0-9 _ . : -`; unique.
     pub name: String,
@@ -242,6 +244,14 @@ impl ScheduleSpec {
                 ))
             }
         };
+        for (field, at) in [("starts_at", self.starts_at), ("ends_at", self.ends_at)] {
+            if at.is_some_and(|t| !(1970..=9999).contains(&t.year())) {
+                return Err(ScheduleError::invalid(
+                    field,
+                    "must be within the years 1970 to 9999",
+                ));
+            }
+        }
         if let (Some(s), Some(e)) = (self.starts_at, self.ends_at) {
             if e <= s {
                 return Err(ScheduleError::invalid("ends_at", "must be after starts_at"));

@@ -172,6 +172,7 @@ impl Schedules {
         source: &str,
     ) -> Result<ScheduleRow, ScheduleError> {
         self.check(spec)?;
+        check_not_ended(&mut *conn, spec).await?;
         let fields = fields_of(spec, source);
         let Some(row) = store::schedule_insert(&mut *conn, &fields, created_by).await? else {
             return Err(ScheduleError::Conflict(format!(
@@ -207,6 +208,9 @@ impl Schedules {
     ) -> Result<ScheduleRow, ScheduleError> {
         self.check(spec)?;
         let old = lock(&mut *conn, &spec.name).await?;
+        if old.ends_at != spec.ends_at {
+            check_not_ended(&mut *conn, spec).await?;
+        }
         let fields = fields_of(spec, source);
         let runs_change = old.cron.as_deref() != fields.cron
             || old.every_ms != fields.every_ms
@@ -241,29 +245,46 @@ impl Schedules {
         paused: bool,
     ) -> Result<ScheduleView, ScheduleError> {
         let mut tx = self.client.pool().begin().await?;
-        let row = lock(&mut tx, name).await?;
-        if paused {
-            store::schedule_runs_cancel_ahead(&mut tx, row.id).await?;
-        }
-        let now = job_store::db_now(&mut *tx).await?;
-        let row = if row.paused == paused {
-            row
-        } else {
-            store::schedule_set_paused(&mut tx, row.id, paused, now).await?
-        };
-        self.fill(&mut tx, &row, &[]).await?;
-        let row = lock(&mut tx, name).await?;
+        let row = self.set_paused_with(&mut tx, name, paused).await?;
         tx.commit().await?;
         self.view(row).await
+    }
+
+    pub async fn set_paused_with(
+        &self,
+        conn: &mut PgConnection,
+        name: &str,
+        paused: bool,
+    ) -> Result<ScheduleRow, ScheduleError> {
+        let row = lock(&mut *conn, name).await?;
+        if row.paused == paused {
+            return Ok(row);
+        }
+        if paused {
+            store::schedule_runs_cancel_ahead(&mut *conn, row.id).await?;
+        }
+        let now = job_store::db_now(&mut *conn).await?;
+        let row = store::schedule_set_paused(&mut *conn, row.id, paused, now).await?;
+        self.fill(&mut *conn, &row, &[]).await?;
+        lock(&mut *conn, name).await
     }
 
     /// Deletes a schedule and cancels its runs inserted ahead (its past runs stay, as jobs).
     pub async fn delete(&self, name: &str) -> Result<ScheduleRow, ScheduleError> {
         let mut tx = self.client.pool().begin().await?;
-        let row = lock(&mut tx, name).await?;
-        store::schedule_runs_cancel_ahead(&mut tx, row.id).await?;
-        store::schedule_delete(&mut tx, row.id).await?;
+        let row = self.delete_with(&mut tx, name).await?;
         tx.commit().await?;
+        Ok(row)
+    }
+
+    pub async fn delete_with(
+        &self,
+        conn: &mut PgConnection,
+        name: &str,
+    ) -> Result<ScheduleRow, ScheduleError> {
+        let row = lock(&mut *conn, name).await?;
+        store::schedule_runs_cancel_ahead(&mut *conn, row.id).await?;
+        store::schedule_delete(&mut *conn, row.id).await?;
         Ok(row)
     }
 
@@ -271,8 +292,19 @@ impl Schedules {
     /// creator (the schedule's creator when `None`).
     pub async fn trigger(&self, name: &str, by: Option<&str>) -> Result<Job, ScheduleError> {
         let mut tx = self.client.pool().begin().await?;
-        let row = lock(&mut tx, name).await?;
-        let now = job_store::db_now(&mut *tx).await?;
+        let job = self.trigger_with(&mut tx, name, by).await?;
+        tx.commit().await?;
+        Ok(job)
+    }
+
+    pub async fn trigger_with(
+        &self,
+        conn: &mut PgConnection,
+        name: &str,
+        by: Option<&str>,
+    ) -> Result<Job, ScheduleError> {
+        let row = lock(&mut *conn, name).await?;
+        let now = job_store::db_now(&mut *conn).await?;
         let mut new = run_job(&row, now, true);
         new.unique_key = None;
         if let Some(meta) = new.meta.as_object_mut() {
@@ -281,9 +313,8 @@ impl Schedules {
         if let Some(by) = by {
             new.created_by = Some(by.to_string());
         }
-        let inserted = self.client.insert_with(&mut tx, &new).await?;
-        store::schedule_record_slots(&mut tx, row.id, None, 1, 0).await?;
-        tx.commit().await?;
+        let inserted = self.client.insert_with(&mut *conn, &new).await?;
+        store::schedule_record_slots(&mut *conn, row.id, None, 1, 0).await?;
         Ok(inserted.job)
     }
 
@@ -317,6 +348,15 @@ impl Schedules {
         store::schedule_get(self.client.pool(), name)
             .await?
             .ok_or_else(|| ScheduleError::NotFound(name.to_string()))
+    }
+
+    /// The stored row, locked until the caller's transaction ends.
+    pub async fn row_with(
+        &self,
+        conn: &mut PgConnection,
+        name: &str,
+    ) -> Result<ScheduleRow, ScheduleError> {
+        lock(conn, name).await
     }
 
     pub async fn list(&self) -> Result<Vec<ScheduleView>, ScheduleError> {
@@ -374,7 +414,8 @@ impl Schedules {
         Ok(store::schedule_runs(self.client.pool(), row.id, before, limit.clamp(1, 500)).await?)
     }
 
-    async fn view(&self, row: ScheduleRow) -> Result<ScheduleView, ScheduleError> {
+    /// How callers see a stored row (with its latest and next run).
+    pub async fn view(&self, row: ScheduleRow) -> Result<ScheduleView, ScheduleError> {
         let runs = store::schedule_runs_summary(self.client.pool(), &[row.id]).await?;
         Ok(view_of(row, runs.first()))
     }
@@ -579,6 +620,22 @@ impl Missing {
             Missing::Slot(at) => at.timestamp_millis(),
         }
     }
+}
+
+/// A schedule given an end that has passed would never run: refused.
+async fn check_not_ended(
+    conn: &mut PgConnection,
+    spec: &ScheduleSpec,
+) -> Result<(), ScheduleError> {
+    if let Some(end) = spec.ends_at {
+        if end <= job_store::db_now(&mut *conn).await? {
+            return Err(ScheduleError::invalid(
+                "ends_at",
+                "has passed: the schedule would never run",
+            ));
+        }
+    }
+    Ok(())
 }
 
 async fn lock(conn: &mut PgConnection, name: &str) -> Result<ScheduleRow, ScheduleError> {
