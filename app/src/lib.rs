@@ -88,6 +88,7 @@ pub fn App() -> impl IntoView {
                     <A href="/timers">"Timers"</A>
                     <A href="/failures">"Failures"</A>
                     <A href="/queues">"Queues"</A>
+                    <A href="/schedules">"Schedules"</A>
                     <A href="/questions">"Questions"</A>
                     <A href="/audit">"Audit"</A>
                     {is_admin.then(|| view! { <A href="/users">"Users"</A> })}
@@ -106,6 +107,9 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/failures") view=pages::jobs::FailuresPage ssr=SsrMode::Async/>
                     <Route path=path!("/timers") view=pages::timers::TimersPage ssr=SsrMode::Async/>
                     <Route path=path!("/queues") view=pages::queues::QueuesPage ssr=SsrMode::Async/>
+                    <Route path=path!("/schedules") view=pages::schedules::SchedulesPage ssr=SsrMode::Async/>
+                    <Route path=path!("/schedules/new") view=pages::schedules::NewSchedulePage ssr=SsrMode::Async/>
+                    <Route path=path!("/schedules/:name") view=pages::schedules::ScheduleDetailPage ssr=SsrMode::Async/>
                     <Route path=path!("/questions") view=pages::questions::QuestionsPage ssr=SsrMode::Async/>
                     <Route path=path!("/questions/new") view=pages::question_new::NewQuestionPage ssr=SsrMode::Async/>
                     <Route path=path!("/questions/:id") view=pages::question_detail::QuestionDetailPage ssr=SsrMode::Async/>

@@ -17,6 +17,7 @@ pub mod jobs;
 pub mod overview;
 pub mod questions;
 pub mod queues;
+pub mod schedules;
 
 #[cfg(feature = "ssr")]
 use leptos::prelude::*;
@@ -97,6 +98,7 @@ pub trait Console:
     overview::OverviewConsole
     + jobs::JobsConsole
     + queues::QueuesConsole
+    + schedules::SchedulesConsole
     + questions::QuestionsConsole
     + accounts::AccountsConsole
     + audit::AuditConsole
@@ -108,6 +110,7 @@ impl<T> Console for T where
     T: overview::OverviewConsole
         + jobs::JobsConsole
         + queues::QueuesConsole
+        + schedules::SchedulesConsole
         + questions::QuestionsConsole
         + accounts::AccountsConsole
         + audit::AuditConsole

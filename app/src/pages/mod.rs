@@ -9,6 +9,7 @@ pub mod question_detail;
 pub mod question_new;
 pub mod questions;
 pub mod queues;
+pub mod schedules;
 pub mod setup;
 pub mod timers;
 pub mod users;

@@ -13,6 +13,7 @@ mod jobs;
 mod overview;
 mod questions;
 mod queues;
+mod schedules;
 
 use chrono::{DateTime, Utc};
 use kickoff_app::console::Refusal;
