@@ -68,6 +68,14 @@ async fn main() -> std::process::ExitCode {
             .unwrap_or_else(|e| Err(e.to_string()))
         }
         Command::User { action } => action.run(&cli.config).await,
+        Command::Schedule {
+            action,
+            server,
+            token,
+        } => {
+            let target = kickoff::cli::schedule::Target { server, token };
+            action.run(&cli.config, target).await
+        }
         Command::Token { action } => action.run(&cli.config),
         Command::Chaos {
             nodes,

@@ -4,9 +4,8 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,108 +14,10 @@ use axum::http::HeaderMap;
 use axum::routing::post;
 use serde_json::{json, Value};
 
+use common::server::{Server, TOKEN};
 use common::{test_db, wait_for};
 use kickoff::engine::store::jobs as job_store;
 use kickoff::engine::{JobState, NewJob};
-
-const TOKEN: &str = "process-test-token";
-
-struct Server {
-    child: Child,
-    addr: String,
-    /// Every line it printed on its standard output so far.
-    output: Arc<Mutex<Vec<String>>>,
-}
-
-impl Server {
-    fn start(envs: &[(&str, String)]) -> Server {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kickoff"));
-        cmd.arg("serve")
-            .env_remove("DATABASE_URL")
-            .env("LEPTOS_SITE_ADDR", "127.0.0.1:0")
-            .env("KICKOFF_API_TOKEN", TOKEN)
-            .env("KICKOFF_LEASE_MS", "1000")
-            .env("KICKOFF_SHUTDOWN_GRACE_SECS", "2")
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in envs {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("start kickoff");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let output = Arc::new(Mutex::new(Vec::new()));
-        std::thread::spawn({
-            let output = output.clone();
-            move || {
-                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                    if let Some(addr) = line.strip_prefix("Kickoff listening on http://") {
-                        let _ = tx.send(addr.to_string());
-                    }
-                    output.lock().unwrap().push(line);
-                }
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(120))
-            .expect("the server should print its address");
-        Server {
-            child,
-            addr,
-            output,
-        }
-    }
-
-    /// What it printed before it listened, and since.
-    fn printed(&self) -> String {
-        self.output.lock().unwrap().join("\n")
-    }
-
-    /// The status of `GET /api/v1/jobs` with `token`.
-    async fn status_with(&self, token: &str) -> reqwest::StatusCode {
-        reqwest::Client::new()
-            .get(format!("http://{}/api/v1/jobs?limit=1", self.addr))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap()
-            .status()
-    }
-
-    fn kill9(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-
-    fn terminate(mut self) {
-        Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "graceful stop exits 0, got {status}");
-    }
-
-    async fn post_job(&self, body: Value) -> Value {
-        let res = reqwest::Client::new()
-            .post(format!("http://{}/api/v1/jobs", self.addr))
-            .bearer_auth(TOKEN)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert!(res.status().is_success(), "{}", res.status());
-        res.json().await.unwrap()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 async fn count_in(pool: &sqlx::PgPool, state: JobState) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state = $1")

@@ -11,6 +11,7 @@ use sqlx::{ConnectOptions, Connection, PgPool};
 pub mod dashboard;
 pub mod proxy;
 pub mod rest;
+pub mod server;
 
 use kickoff::engine::MIGRATOR;
 

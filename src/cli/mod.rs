@@ -1,6 +1,9 @@
 //! The command line: `kickoff serve` (default), `kickoff migrate`, `kickoff bench ...`,
 //! `kickoff postgres start|stop` (the embedded cluster on its own, for tests and tools),
-//! `kickoff user add|list` (dashboard accounts), `kickoff chaos` (the chaos suite).
+//! `kickoff user add|list` (dashboard accounts), `kickoff schedule ...` (recurring jobs),
+//! `kickoff chaos` (the chaos suite).
+
+pub mod schedule;
 
 use std::path::PathBuf;
 
@@ -96,6 +99,19 @@ pub enum Command {
     User {
         #[command(subcommand)]
         action: UserAction,
+    },
+    /// Manage schedules (recurring jobs) in the server's database, or through a running server's
+    /// API with --server.
+    Schedule {
+        #[command(subcommand)]
+        action: schedule::ScheduleAction,
+        /// A running server's base URL (e.g. http://127.0.0.1:3000): act through its REST API
+        /// (audited as the token's owner) instead of on the database.
+        #[arg(long, global = true, env = "KICKOFF_SERVER_URL")]
+        server: Option<String>,
+        /// The API token for --server.
+        #[arg(long, global = true, env = "KICKOFF_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
     /// Manage the bootstrap API token kept in the data directory.
     Token {
