@@ -145,3 +145,73 @@ async fn metrics_report_attempts_lateness_and_jobs_by_state() {
     }
     engine.stop().await;
 }
+
+#[tokio::test]
+async fn metrics_report_each_schedule_s_runs_skips_and_latest_lateness() {
+    use kickoff::engine::schedules::{JobTemplate, Overlap, ScheduleSpec, Schedules};
+    let db = test_db().await;
+    let engine = Engine::start(
+        db.pool.clone(),
+        kickoff::workers::builtin(vec![]),
+        EngineConfig {
+            queues: vec![("default".into(), 10)],
+            ..EngineConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let app = common::app_with_metrics(&db.pool, TOKEN, engine.metrics());
+    let schedules = Schedules::new(engine.client());
+    // A run every second that holds 1.5 s, skipped while the previous one runs.
+    let mut spec = ScheduleSpec::every(
+        "pulse",
+        Duration::from_secs(1),
+        JobTemplate::new("noop", json!({ "sleep_ms": 1500 })),
+    );
+    spec.overlap = Overlap::Skip;
+    schedules.create(&spec, None).await.unwrap();
+    let paused = ScheduleSpec::cron("weekly", "@weekly", JobTemplate::new("noop", json!({})));
+    schedules.create(&paused, None).await.unwrap();
+    schedules.set_paused("weekly", true).await.unwrap();
+    wait_for(
+        "a run skipped by the overlap policy",
+        Duration::from_secs(10),
+        || async { schedules.get("pulse").await.unwrap().runs_skipped >= 1 },
+    )
+    .await;
+    let (status, text) = scrape(&app, Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK);
+    let enqueued = value(
+        &text,
+        "kickoff_schedule_runs_enqueued_total{schedule=\"pulse\"}",
+    );
+    assert!(enqueued.is_some_and(|n| n >= 12.0), "{text}");
+    let skipped = value(
+        &text,
+        "kickoff_schedule_runs_skipped_total{schedule=\"pulse\"}",
+    );
+    assert!(skipped.is_some_and(|n| n >= 1.0), "{text}");
+    let late = value(
+        &text,
+        "kickoff_schedule_last_run_lateness_seconds{schedule=\"pulse\"}",
+    );
+    assert!(late.is_some_and(|s| (0.0..5.0).contains(&s)), "{text}");
+    assert_eq!(
+        value(&text, "kickoff_schedule_paused{schedule=\"weekly\"}"),
+        Some(1.0)
+    );
+    assert!(value(
+        &text,
+        "kickoff_schedule_next_run_timestamp_seconds{schedule=\"pulse\"}"
+    )
+    .is_some());
+    assert!(
+        value(
+            &text,
+            "kickoff_schedule_next_run_timestamp_seconds{schedule=\"weekly\"}"
+        )
+        .is_none(),
+        "a paused schedule has no next run"
+    );
+    engine.stop().await;
+}

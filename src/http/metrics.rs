@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use super::error::AppError;
 use super::state::AppState;
 use crate::engine::metrics::Histogram;
+use crate::engine::schedules::Schedules;
 use crate::engine::JobState;
 
 pub async fn metrics(State(state): State<AppState>) -> Result<Response, AppError> {
@@ -160,6 +161,8 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, AppError
         state.sse_clients.load(Ordering::Relaxed) as f64,
     );
 
+    schedule_metrics(&state, &mut out).await?;
+
     Ok((
         [(
             header::CONTENT_TYPE,
@@ -168,6 +171,41 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, AppError
         out,
     )
         .into_response())
+}
+
+/// Each schedule's counters and its latest run's lateness (database-wide, like `kickoff_jobs`).
+async fn schedule_metrics(state: &AppState, out: &mut String) -> Result<(), AppError> {
+    let views = Schedules::new(state.client.clone()).list().await?;
+    let families = [
+        ("kickoff_schedule_runs_enqueued_total", "counter", "Runs a schedule inserted (slots, missed slots run, and runs triggered by hand)."),
+        ("kickoff_schedule_runs_skipped_total", "counter", "Slots a schedule passed over: missed while no node ran (by its missed-run policy) or skipped by its overlap policy."),
+        ("kickoff_schedule_last_run_lateness_seconds", "gauge", "How late the latest run of a schedule started after its due time (first attempt)."),
+        ("kickoff_schedule_next_run_timestamp_seconds", "gauge", "When a schedule's next run is due (Unix time); absent while it is paused or ended."),
+        ("kickoff_schedule_paused", "gauge", "1 while a schedule is paused."),
+    ];
+    for (name, kind, help) in families {
+        family(out, name, kind, help);
+        for v in &views {
+            let labels = [("schedule", v.name.as_str())];
+            let value = match name {
+                "kickoff_schedule_runs_enqueued_total" => Some(v.runs_enqueued as f64),
+                "kickoff_schedule_runs_skipped_total" => Some(v.runs_skipped as f64),
+                "kickoff_schedule_last_run_lateness_seconds" => v
+                    .last_run
+                    .as_ref()
+                    .and_then(|l| l.late_ms)
+                    .map(|ms| ms / 1000.0),
+                "kickoff_schedule_next_run_timestamp_seconds" => {
+                    v.next_run_at.map(|t| t.timestamp_millis() as f64 / 1000.0)
+                }
+                _ => Some(if v.paused { 1.0 } else { 0.0 }),
+            };
+            if let Some(value) = value {
+                sample(out, name, &labels, value);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {

@@ -32,9 +32,12 @@ pub async fn overlap_gate(pool: &PgPool, job: &Job) -> Result<(), WorkError> {
             let earlier = store::schedule_runs_unfinished_before(pool, schedule_id, job.id).await?;
             match earlier.last() {
                 None => Ok(()),
-                Some(previous) => Err(WorkError::Cancel(format!(
-                    "skipped: the previous run (job {previous}) is not final (overlap policy `skip`)"
-                ))),
+                Some(previous) => {
+                    store::schedule_count_skipped(pool, schedule_id).await?;
+                    Err(WorkError::Cancel(format!(
+                        "skipped: the previous run (job {previous}) is not final (overlap policy `skip`)"
+                    )))
+                }
             }
         }
         Overlap::CancelPrevious => {

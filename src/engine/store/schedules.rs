@@ -204,6 +204,18 @@ pub async fn schedule_record_slots(
     Ok(())
 }
 
+/// Counts a run of schedule `id` skipped by its overlap policy.
+pub async fn schedule_count_skipped<'e>(
+    db: impl PgExecutor<'e>,
+    id: i64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE schedules SET runs_skipped = runs_skipped + 1 WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
 /// Pauses or resumes a schedule; `last_slot` moves to `restart_at` (the slots of a pause are
 /// neither run nor missed).
 pub async fn schedule_set_paused(
