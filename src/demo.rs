@@ -9,6 +9,9 @@ use chrono::{Duration as ChronoDuration, Utc};
 use serde_json::json;
 
 use crate::config::Config;
+use crate::engine::schedules::{
+    JobTemplate, Missed, Overlap, ScheduleError, ScheduleSpec, Schedules,
+};
 use crate::engine::{Client, Engine, EngineConfig, NewJob};
 use crate::questions::{QuestionService, QuestionStatus};
 use crate::server::Database;
@@ -126,6 +129,44 @@ async fn seed(pool: &sqlx::PgPool) -> Result<String, String> {
             .map_err(|e| e.to_string())?;
     }
 
+    // Two schedules a prediction game runs: the nightly fixture import, and a reminder to
+    // partners 30 minutes before each hour of kick-offs (12:00 to 22:00, London time).
+    let schedules = Schedules::new(client.clone());
+    let nightly = {
+        let mut job = JobTemplate::new(
+            "webhook",
+            json!({ "url": format!("http://{failing_host}/fixtures/import"), "method": "POST" }),
+        );
+        job.queue = "webhooks".into();
+        job.max_attempts = 3;
+        let mut spec =
+            ScheduleSpec::cron("nightly-fixture-import", "0 3 * * *", job).in_zone("Europe/London");
+        spec.overlap = Overlap::Skip;
+        spec
+    };
+    let reminders = {
+        let mut job = JobTemplate::new(
+            "webhook",
+            json!({ "url": format!("http://{failing_host}/reminders"),
+                    "body": { "text": "Predictions close in 30 minutes" } }),
+        );
+        job.queue = "webhooks".into();
+        job.max_attempts = 1;
+        let mut spec =
+            ScheduleSpec::cron("kickoff-reminders", "30 11-21 * * *", job).in_zone("Europe/London");
+        spec.missed = Missed::Skip;
+        spec
+    };
+    let mut added = 0;
+    for spec in [nightly, reminders] {
+        match schedules.create(&spec, Some("demo")).await {
+            Ok(_) => added += 1,
+            // Already there from an earlier demo run.
+            Err(ScheduleError::Conflict(_)) => {}
+            Err(e) => return Err(format!("schedule {}: {e}", spec.name)),
+        }
+    }
+
     // Run an engine until the played games locked and the webhooks failed, then settle the games.
     let engine = Engine::start(
         pool.clone(),
@@ -159,7 +200,7 @@ async fn seed(pool: &sqlx::PgPool) -> Result<String, String> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     engine.stop().await;
     Ok(format!(
-        "demo data: {} played and settled games, {upcoming} upcoming questions, 3 failed webhooks, 3 scheduled jobs",
+        "demo data: {} played and settled games, {upcoming} upcoming questions, 3 failed webhooks, 3 scheduled jobs, {added} schedules",
         played.len()
     ))
 }

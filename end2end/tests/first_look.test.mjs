@@ -20,8 +20,13 @@ before(async () => {
     game: `${marker} game`, prompt: 'Who kicks off?', choices: ['Home', 'Away'],
     game_time: new Date(Date.now() + 2 * 3600_000).toISOString(),
   });
+  const schedule = await api('POST', '/schedules', {
+    name: `${marker}-daily`, cron: '0 6 * * *', time_zone: 'Europe/London',
+    job: { kind: 'noop', args: { look: marker } },
+  });
   assert.equal(waiting.status, 201);
   assert.equal(question.status, 201);
+  assert.equal(schedule.status, 201);
   await eventually('the failing job to be discarded',
     async () => (await api('GET', `/jobs/${failing.body.job.id}`)).body.state, (s) => s === 'discarded');
   mine = { waiting: waiting.body.job.id, failed: failing.body.job.id, question: question.body.id };
@@ -38,6 +43,9 @@ function pages() {
     { path: '/failures', refresh: 'jobs', shows: [`${marker} failed`] },
     { path: '/timers', refresh: 'timers', shows: [`${mine.waiting}`] },
     { path: '/queues', refresh: 'queues', shows: ['default'] },
+    { path: '/schedules', refresh: 'schedules', shows: [`${marker}-daily`, '06:00'] },
+    { path: `/schedules/${marker}-daily`, refresh: 'schedule', shows: [`${marker}-daily`, 'Next slots', 'Europe/London'] },
+    { path: '/schedules/new', refresh: null, shows: ['Create schedule'] },
     { path: '/questions', refresh: 'questions', shows: [`${marker} game`] },
     { path: `/questions/${mine.question}`, refresh: 'question', shows: [`${marker} game`, 'Home', 'Away'] },
     { path: '/questions/new', refresh: null, shows: ['Create question'] },

@@ -153,6 +153,17 @@ impl Client {
 
     /// Checks a new job before anything is written.
     pub fn validate(&self, new: &NewJob) -> Result<(), ClientError> {
+        let worker = self.validate_shape(new)?;
+        worker.validate(&new.args).map_err(|m| invalid("args", m))
+    }
+
+    /// [`Self::validate`] but for the worker's own check of the args: for the runs of a
+    /// schedule, whose template was checked when it was saved. A later refusal (a webhook host
+    /// taken off the allowlist) then shows as a failed run, not as runs that never appear.
+    fn validate_shape(
+        &self,
+        new: &NewJob,
+    ) -> Result<&Arc<dyn crate::engine::worker::Worker>, ClientError> {
         let worker = self
             .workers
             .get(&new.kind)
@@ -240,7 +251,19 @@ impl Client {
                 }
             }
         }
-        worker.validate(&new.args).map_err(|m| invalid("args", m))
+        Ok(worker)
+    }
+
+    /// Inserts a run of a schedule in the caller's transaction (see [`Self::validate_shape`]).
+    pub(crate) async fn insert_run_with(
+        &self,
+        conn: &mut PgConnection,
+        new: &NewJob,
+    ) -> Result<Inserted, ClientError> {
+        self.validate_shape(new)?;
+        job_store::job_insert(conn, new)
+            .await
+            .map_err(ClientError::from)
     }
 
     /// Inserts a job (or returns the live job holding its unique key).

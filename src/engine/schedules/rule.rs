@@ -150,14 +150,25 @@ impl Rule {
     /// The rule in words, e.g. "at 06:00 every day (Europe/London)".
     pub fn describe(&self, zone: Tz) -> String {
         match self {
-            Rule::Cron { cron, .. } => {
+            Rule::Cron { expr, cron } => {
                 let words = cron.describe();
                 let words = words.trim_end_matches('.');
                 let mut first = words.chars();
-                let words = match first.next() {
+                let mut words = match first.next() {
                     Some(c) => c.to_lowercase().collect::<String>() + first.as_str(),
                     None => String::new(),
                 };
+                // croner leaves the days out when they are all wildcards ("At 06:00"): say them.
+                let at_a_time = words.as_bytes().windows(5).any(|w| {
+                    w[0].is_ascii_digit()
+                        && w[1].is_ascii_digit()
+                        && w[2] == b':'
+                        && w[3].is_ascii_digit()
+                        && w[4].is_ascii_digit()
+                });
+                if every_day(expr) && words.starts_with("at ") && at_a_time {
+                    words = format!("every day {words}");
+                }
                 format!("{words} ({zone})")
             }
             Rule::Every(every) => format!("every {}", words_for(*every)),
@@ -178,6 +189,19 @@ impl Rule {
             Rule::Every(d) => Some(d.as_millis() as i64),
         }
     }
+}
+
+/// Whether an expression's day-of-month, month and day-of-week are all wildcards.
+fn every_day(expr: &str) -> bool {
+    let e = expr.trim().to_ascii_lowercase();
+    if e == "@daily" || e == "@midnight" {
+        return true;
+    }
+    let fields: Vec<&str> = e.split_whitespace().collect();
+    fields.len() >= 5
+        && fields[fields.len() - 3..]
+            .iter()
+            .all(|f| *f == "*" || *f == "?")
 }
 
 /// Parses an IANA zone name (`Europe/London`, `UTC`).
@@ -435,7 +459,11 @@ mod tests {
     fn rules_read_as_words() {
         let london = super::zone("Europe/London").unwrap();
         let d = Rule::cron("0 6 * * *").unwrap().describe(london);
-        assert!(d.contains("06:00") && d.ends_with("(Europe/London)"), "{d}");
+        assert_eq!(d, "every day at 06:00 (Europe/London)");
+        let weekdays = Rule::cron("0 6 * * 1-5").unwrap().describe(london);
+        assert!(!weekdays.starts_with("every day"), "{weekdays}");
+        let hourly = Rule::cron("@hourly").unwrap().describe(london);
+        assert!(!hourly.starts_with("every day"), "{hourly}");
         assert_eq!(
             Rule::every(Duration::from_secs(300))
                 .unwrap()

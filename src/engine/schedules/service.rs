@@ -561,7 +561,12 @@ impl Schedules {
                     (false, Missing::Inserted(..)) => {}
                     (false, Missing::Slot(at)) => {
                         let new = run_job(row, *at, true);
-                        if !self.client.insert_with(&mut *conn, &new).await?.existing {
+                        if !self
+                            .client
+                            .insert_run_with(&mut *conn, &new)
+                            .await?
+                            .existing
+                        {
                             inserted += 1;
                         }
                     }
@@ -593,7 +598,12 @@ impl Schedules {
             }
             ahead = true;
             let new = run_job(row, at, false);
-            if !self.client.insert_with(&mut *conn, &new).await?.existing {
+            if !self
+                .client
+                .insert_run_with(&mut *conn, &new)
+                .await?
+                .existing
+            {
                 inserted += 1;
             }
             last = Some(at);
