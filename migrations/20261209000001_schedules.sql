@@ -37,6 +37,11 @@ CREATE TABLE schedules (
     -- first slot after it. Written in the transaction that inserts the run.
     last_slot     timestamptz,
     runs_enqueued bigint      NOT NULL DEFAULT 0,
+    -- The latest run that started (its first attempt), and how late it started after its due
+    -- time by its node's reading of the database clock (a run claimed ahead records its due time
+    -- as attempted_at, so the job row cannot say).
+    last_run_id      bigint,
+    last_run_late_ms double precision,
     runs_skipped  bigint      NOT NULL DEFAULT 0,
     created_by    text,
     created_at    timestamptz NOT NULL DEFAULT now(),

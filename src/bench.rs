@@ -107,6 +107,7 @@ pub async fn run(
             }
             BenchWorkload::Latency => latency(&pool, &options).await,
             BenchWorkload::Scheduled => scheduled(&pool, &options).await,
+            BenchWorkload::Schedule => schedule(&pool, &options).await,
             BenchWorkload::Recovery => recovery(&pool, &options).await,
             BenchWorkload::Nodes => nodes(&pool, &options).await,
         }
@@ -366,6 +367,47 @@ async fn latency(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
     out["insert_p50_ms"] = inserts["p50_ms"].clone();
     out["insert_p99_ms"] = inserts["p99_ms"].clone();
     Ok(out)
+}
+
+/// A schedule every second for a minute: how late each of its 60 runs started after its slot.
+async fn schedule(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
+    use crate::engine::schedules::{JobTemplate, ScheduleSpec, Schedules};
+    const RUNS: usize = 60;
+    let (workers, mut rx) = workers();
+    let engine = Engine::start(pool.clone(), workers, engine_config(10, o))
+        .await
+        .map_err(|e| e.to_string())?;
+    let spec = ScheduleSpec::every(
+        "bench",
+        Duration::from_secs(1),
+        JobTemplate::new(KIND, json!({})),
+    );
+    Schedules::new(engine.client())
+        .create(&spec, None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let started = std::time::Instant::now();
+    let mut late = Vec::with_capacity(RUNS);
+    while late.len() < RUNS {
+        match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
+            Ok(Some((_, at, scheduled_at))) => {
+                late.push((at - scheduled_at).num_microseconds().unwrap_or(0) as f64 / 1000.0)
+            }
+            _ => return Err(format!("only {} of {RUNS} runs started", late.len())),
+        }
+    }
+    let took = started.elapsed().as_secs_f64();
+    engine.stop().await;
+    let early = late.iter().filter(|l| **l < 0.0).count();
+    Ok(with_percentiles(
+        json!({
+            "bench": "schedule",
+            "runs": RUNS,
+            "seconds": (took * 10.0).round() / 10.0,
+            "started_early": early,
+        }),
+        late,
+    ))
 }
 
 async fn scheduled(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {

@@ -230,3 +230,56 @@ async fn a_viewer_sees_the_schedules_and_acts_on_none() {
     .unwrap();
     assert_eq!(refused, 2, "each refused attempt is audited");
 }
+
+/// The hydrated pages call their read functions without a form, so without the CSRF token; the
+/// actions still need it.
+#[tokio::test]
+async fn the_schedule_reads_answer_the_hydrated_browser_and_the_actions_need_the_token() {
+    use axum::body::Body;
+    use axum::http::{header, Request};
+    let d = dashboard().await;
+    let (status, body) = d.server_fn("save_schedule", &form(NEW)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let post = |function: &str, body: String| {
+        Request::post(format!("/_console/{function}"))
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(header::ACCEPT, "application/json")
+            .body(Body::from(body))
+            .unwrap()
+    };
+    for (function, body, shows) in [
+        ("schedules", String::new(), "nightly-fixtures"),
+        (
+            "schedule",
+            form(&[("name", "nightly-fixtures")]),
+            "Europe/London",
+        ),
+        ("schedule_kinds", String::new(), "webhook"),
+        (
+            "preview_rule",
+            form(&[
+                ("rule_type", "cron"),
+                ("cron", "0 6 * * *"),
+                ("every_secs", ""),
+                ("time_zone", "UTC"),
+            ]),
+            "06:00",
+        ),
+    ] {
+        let (status, _, text) = d.send(post(function, body)).await;
+        assert_eq!(status, StatusCode::OK, "{function}: {text}");
+        assert!(text.contains(shows), "{function}: {text}");
+    }
+    let (status, _, _) = d
+        .send(post(
+            "schedule_action",
+            form(&[("name", "nightly-fixtures"), ("action", "pause")]),
+        ))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "an action without the token");
+    let paused: bool = sqlx::query_scalar("SELECT paused FROM schedules")
+        .fetch_one(&d.pool)
+        .await
+        .unwrap();
+    assert!(!paused);
+}

@@ -149,6 +149,13 @@ async fn runs_fire_on_their_slot_and_the_leader_keeps_them_coming() {
         .unwrap();
     // Past the 12 s inserted at creation: the leader must have inserted the later ones.
     tokio::time::sleep(Duration::from_millis(14_500)).await;
+    // The latest run's start is recorded with how late it started, by the node's clock.
+    let view = schedules.get("each-second").await.unwrap();
+    let last = view.last_run.expect("a run came due");
+    assert!(
+        last.late_ms.is_some_and(|ms| (0.0..1000.0).contains(&ms)),
+        "{last:?}"
+    );
     engine.stop().await;
     let starts = starts.lock().unwrap().clone();
     let mut slots: Vec<i64> = starts.iter().filter_map(|s| s.slot_ms).collect();

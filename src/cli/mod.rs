@@ -222,6 +222,8 @@ pub enum BenchWorkload {
     Latency,
     /// 1,000 jobs scheduled over a 2 s window: start minus scheduled_at.
     Scheduled,
+    /// A schedule every second for a minute: start lateness of its 60 runs after their slots.
+    Schedule,
     /// 10,000 jobs (`--overdue`) overdue when a node starts: time until all are done.
     Recovery,
     /// Throughput with 1, 2 and 3 nodes on one database.

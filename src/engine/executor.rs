@@ -22,7 +22,7 @@ use super::job::{Claim, Job};
 use super::metrics::{Metrics, Outcome};
 use super::node::{Attempts, DbClock};
 use super::queue_state::{Buffered, QueueState};
-use super::schedules::gate::overlap_gate;
+use super::schedules::gate::{overlap_gate, record_start};
 use super::worker::{JobContext, WorkError, Workers};
 
 /// The wait before retrying a job whose kind no worker on this node knows.
@@ -266,6 +266,7 @@ async fn run_attempt(
         .to_std()
         .unwrap_or_default();
     me.parts.metrics.started(&job.queue, late);
+    record_start(&me.parts.pool, &job, late);
     let started = std::time::Instant::now();
     let (result, completed_in_tx, backoff) = match me.parts.workers.get(&job.kind) {
         None => (

@@ -67,7 +67,7 @@ const SIGNED_IN: &str = "signed_in";
 /// token; they change nothing, and a cross-site page can neither send the `SameSite=Strict`
 /// cookie nor read the answer. Every other post needs the token (a new server function is
 /// protected until it is listed here).
-const READ_ONLY_FUNCTIONS: [&str; 13] = [
+const READ_ONLY_FUNCTIONS: [&str; 17] = [
     "/_console/account",
     "/_console/audit",
     "/_console/users",
@@ -81,6 +81,10 @@ const READ_ONLY_FUNCTIONS: [&str; 13] = [
     "/_console/questions",
     "/_console/question",
     "/_console/login_info",
+    "/_console/schedules",
+    "/_console/schedule",
+    "/_console/schedule_kinds",
+    "/_console/preview_rule",
 ];
 
 /// The signed-in user of a dashboard request (in the request's extensions).

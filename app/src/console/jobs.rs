@@ -141,6 +141,8 @@ pub struct JobDetail {
     pub inserted_ms: i64,
     pub lease_ms: Option<i64>,
     pub attempts: Vec<AttemptRow>,
+    /// The schedule this job is a run of, if any.
+    pub schedule: Option<String>,
 }
 
 /// One attempt of a job, for the timeline.

@@ -118,6 +118,10 @@ fn Detail(
                 </dd>
                 {j.finalized_ms.map(|f| view! { <dt>"Finished"</dt><dd><When at_ms=f base_ms=now/></dd> })}
                 {d.lease_ms.map(|l| view! { <dt>"Lease until"</dt><dd><When at_ms=l base_ms=now/></dd> })}
+                {d.schedule.clone().map(|s| view! {
+                    <dt>"Schedule"</dt>
+                    <dd><a href=format!("/schedules/{s}")>{s.clone()}</a></dd>
+                })}
                 {d.unique_key.clone().map(|k| view! { <dt>"Unique key"</dt><dd><code>{k}</code></dd> })}
                 {(!d.tags.is_empty()).then(|| view! { <dt>"Tags"</dt><dd>{d.tags.join(", ")}</dd> })}
             </dl>

@@ -11,6 +11,23 @@ use crate::engine::store::jobs as job_store;
 use crate::engine::store::schedules as store;
 use crate::engine::worker::WorkError;
 
+/// Records the start of a run of a schedule (its first attempt) and how late it started, without
+/// holding up its handler: the schedule's page and metrics show it.
+pub fn record_start(pool: &PgPool, job: &Job, late: std::time::Duration) {
+    if job.attempt != 1 {
+        return;
+    }
+    let Some(schedule_id) = job.meta.get(META_SCHEDULE_ID).and_then(Value::as_i64) else {
+        return;
+    };
+    let (pool, id, late_ms) = (pool.clone(), job.id, late.as_secs_f64() * 1000.0);
+    tokio::spawn(async move {
+        if let Err(e) = store::schedule_record_start(&pool, schedule_id, id, late_ms).await {
+            tracing::debug!(error = %e, job = %id, "recording the start of a schedule's run failed");
+        }
+    });
+}
+
 /// Whether `job` may start: `Err(Cancel)` when its schedule skips a run that overlaps an earlier
 /// one still not final; with `cancel_previous` the earlier runs are cancelled first (their nodes
 /// stop them).

@@ -83,7 +83,8 @@ pub struct LastRun {
     pub state: String,
     pub scheduled_at: Option<DateTime<Utc>>,
     pub attempted_at: Option<DateTime<Utc>>,
-    /// How late its first attempt started, in ms.
+    /// How late its first attempt started after its due time, in ms, by the clock of the node
+    /// that started it (absent until it started).
     pub late_ms: Option<f64>,
 }
 
@@ -750,6 +751,7 @@ fn view_of(row: ScheduleRow, runs: Option<&ScheduleRuns>) -> ScheduleView {
         .map(|(rule, zone)| rule.describe(zone))
         .unwrap_or_else(|e| format!("(unreadable rule: {e})"));
     let spec = spec_of(&row);
+    let (last_run_id, last_run_late_ms) = (row.last_run_id, row.last_run_late_ms);
     ScheduleView {
         name: row.name,
         cron: row.cron,
@@ -771,12 +773,14 @@ fn view_of(row: ScheduleRow, runs: Option<&ScheduleRuns>) -> ScheduleView {
         next_run_at: runs.and_then(|r| r.next_at),
         next_run_id: runs.and_then(|r| r.next_id),
         last_run: runs.and_then(|r| {
+            let job_id = r.last_id?;
             Some(LastRun {
-                job_id: r.last_id?,
+                job_id,
                 state: r.last_state.clone()?,
                 scheduled_at: r.last_scheduled_at,
                 attempted_at: r.last_attempted_at,
-                late_ms: r.last_late_ms,
+                // Recorded by the node that started it.
+                late_ms: last_run_late_ms.filter(|_| last_run_id == Some(job_id)),
             })
         }),
         created_by: row.created_by,

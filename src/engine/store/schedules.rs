@@ -32,6 +32,8 @@ pub struct ScheduleRow {
     pub version: i32,
     pub last_slot: Option<DateTime<Utc>>,
     pub runs_enqueued: i64,
+    pub last_run_id: Option<JobId>,
+    pub last_run_late_ms: Option<f64>,
     pub runs_skipped: i64,
     pub created_by: Option<String>,
     pub created_at: DateTime<Utc>,
@@ -204,6 +206,26 @@ pub async fn schedule_record_slots(
     Ok(())
 }
 
+/// Records that run `job` of schedule `id` started `late_ms` after its due time (unless a later
+/// run was recorded already).
+pub async fn schedule_record_start<'e>(
+    db: impl PgExecutor<'e>,
+    id: i64,
+    job: JobId,
+    late_ms: f64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE schedules SET last_run_id = $2, last_run_late_ms = $3
+         WHERE id = $1 AND (last_run_id IS NULL OR last_run_id < $2)",
+    )
+    .bind(id)
+    .bind(job)
+    .bind(late_ms)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
 /// Counts a run of schedule `id` skipped by its overlap policy.
 pub async fn schedule_count_skipped<'e>(
     db: impl PgExecutor<'e>,
@@ -329,9 +351,6 @@ pub struct ScheduleRuns {
     pub last_state: Option<String>,
     pub last_scheduled_at: Option<DateTime<Utc>>,
     pub last_attempted_at: Option<DateTime<Utc>>,
-    /// The first attempt's start after its due time, in ms (only while the run has had one
-    /// attempt: a retry's start says nothing of the schedule's precision).
-    pub last_late_ms: Option<f64>,
     pub next_id: Option<JobId>,
     pub next_at: Option<DateTime<Utc>>,
 }
@@ -344,13 +363,10 @@ pub async fn schedule_runs_summary<'e>(
     sqlx::query_as(
         "SELECT s.id AS schedule_id, l.id AS last_id, l.state::text AS last_state,
                 l.scheduled_at AS last_scheduled_at, l.attempted_at AS last_attempted_at,
-                CASE WHEN l.attempt = 1 THEN
-                    extract(epoch FROM l.attempted_at - l.scheduled_at)::float8 * 1000 END
-                    AS last_late_ms,
                 n.id AS next_id, n.scheduled_at AS next_at
          FROM unnest($1::bigint[]) AS s(id)
          LEFT JOIN LATERAL (
-             SELECT id, state, scheduled_at, attempted_at, attempt FROM jobs
+             SELECT id, state, scheduled_at, attempted_at FROM jobs
              WHERE meta ? 'schedule_id' AND (meta ->> 'schedule_id') = s.id::text
                AND state <> 'scheduled'
              ORDER BY id DESC LIMIT 1) l ON true

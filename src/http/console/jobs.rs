@@ -284,6 +284,16 @@ impl JobsConsole for ServerConsole {
             inserted_ms: ms(j.inserted_at),
             lease_ms: j.lease_expires_at.map(ms),
             attempts: attempts(&j),
+            schedule: j
+                .meta
+                .get("schedule")
+                .filter(|_| {
+                    j.meta
+                        .get(crate::engine::schedules::META_SCHEDULE_ID)
+                        .is_some()
+                })
+                .and_then(|s| s.as_str())
+                .map(String::from),
         })
     }
 
