@@ -1,7 +1,7 @@
 //! The engine's rare paths, provoked on purpose instead of hoped for under load: slots that free one
 //! at a time, a claim lost in a crash (the row rewound), transient errors raised once by a trigger,
 //! a notification lost while the listener reconnects (a proxy holds the reconnect), handlers that
-//! hold every pooled connection or lock a job row, a leader that stalls or changes; and the node's
+//! hold every pooled connection or lock a job row; and the node's
 //! services driven one step at a time, without an engine.
 //!
 //! Longer than 700 lines on purpose: one self-contained scenario per test, with the helpers they
@@ -24,7 +24,6 @@ use tokio::sync::{mpsc, Notify};
 use common::proxy::{Arrival, Proxy};
 use common::{state_of, test_db, wait_for, TestDb};
 use kickoff::engine::executor::{Executor, ExecutorParts};
-use kickoff::engine::maintenance::periodic::{PeriodicEnqueuer, PeriodicJob};
 use kickoff::engine::maintenance::rescuer::{JobRescuer, RescuerConfig};
 use kickoff::engine::metrics::Metrics;
 use kickoff::engine::node::{Attempts, DbClock, Pools, TimerSignal};
@@ -666,27 +665,7 @@ async fn a_failure_refused_by_a_transient_error_is_recorded_as_the_handler_said(
     engine.stop().await;
 }
 
-// ---- 8. periodic jobs across leaders -----------------------------------------------------------
-
-fn periodic(name: &str, every: Duration, kind: &str) -> PeriodicJob {
-    PeriodicJob {
-        name: name.into(),
-        every,
-        job: NewJob::new(kind, json!({ "mode": "quick" })),
-    }
-}
-
-/// The run instants (ms) of a periodic entry's jobs, from their unique keys, each with its count.
-async fn periodic_runs(pool: &PgPool, name: &str) -> Vec<(i64, i64)> {
-    sqlx::query_as(
-        "SELECT split_part(unique_key, ':', 3)::bigint AS at, count(*) FROM jobs
-         WHERE unique_key LIKE 'periodic:' || $1 || ':%' GROUP BY 1 ORDER BY 1",
-    )
-    .bind(name)
-    .fetch_all(pool)
-    .await
-    .unwrap()
-}
+// ---- 8. the engine's own connections and leases ------------------------------------------------
 
 /// A client that runs nothing.
 fn engine_free_client(pool: &PgPool) -> Client {
@@ -697,152 +676,6 @@ fn client_of(pool: &PgPool) -> Client {
     let (workers, _h) = gated_workers();
     Client::new(pool.clone(), Arc::new(workers))
 }
-
-#[tokio::test]
-async fn a_stalled_leader_does_not_insert_a_run_that_already_happened() {
-    let db = test_db().await;
-    let entry = periodic("tick", Duration::from_secs(1), "gated");
-    let leader_b = PeriodicEnqueuer::new(client_of(&db.pool), vec![entry.clone()]);
-    let stalled_a = PeriodicEnqueuer::new(client_of(&db.pool), vec![entry.clone()]);
-    // Leader A read the clock just before run T, then stalled. Meanwhile B inserted T, and T ran.
-    let a_read_clock_at = job_store::db_now(&db.pool).await.unwrap();
-    let t = entry.next_run(a_read_clock_at);
-    leader_b.run_once(Some(a_read_clock_at)).await.unwrap();
-    let key = format!("periodic:tick:{}", t.timestamp_millis());
-    wait_for("run T to be due", Duration::from_secs(3), || async {
-        job_store::db_now(&db.pool).await.unwrap() > t
-    })
-    .await;
-    sqlx::query("UPDATE jobs SET state = 'completed', finalized_at = now() WHERE unique_key = $1")
-        .bind(&key)
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    // A wakes up and inserts what it computed before the stall.
-    let _ = stalled_a.run_once(Some(a_read_clock_at)).await;
-    let runs_of_t: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE unique_key = $1")
-        .bind(&key)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert_eq!(
-        runs_of_t, 1,
-        "run T was inserted a second time after it completed"
-    );
-}
-
-#[tokio::test]
-async fn a_leader_that_stalled_inserts_no_run_already_past() {
-    let db = test_db().await;
-    let entry = periodic("late", Duration::from_secs(1), "gated");
-    // It read the clock five seconds ago, and nobody recorded a run since.
-    let now = job_store::db_now(&db.pool).await.unwrap();
-    let read_at = now - chrono::Duration::seconds(5);
-    PeriodicEnqueuer::new(client_of(&db.pool), vec![entry])
-        .run_once(Some(read_at))
-        .await
-        .unwrap();
-    let runs = periodic_runs(&db.pool, "late").await;
-    assert!(!runs.is_empty(), "the coming runs are inserted");
-    let past: Vec<i64> = runs
-        .iter()
-        .map(|(at, _)| *at)
-        .filter(|at| *at < (now - chrono::Duration::seconds(2)).timestamp_millis())
-        .collect();
-    assert!(past.is_empty(), "runs already past were inserted: {past:?}");
-}
-
-#[tokio::test]
-async fn a_changed_or_removed_periodic_entry_drops_the_runs_it_inserted_ahead() {
-    let db = test_db().await;
-    let hourly = periodic("report", Duration::from_secs(3600), "gated");
-    let other = periodic("other", Duration::from_secs(3600), "gated");
-    PeriodicEnqueuer::new(client_of(&db.pool), vec![hourly.clone(), other.clone()])
-        .run_once(None)
-        .await
-        .unwrap();
-    assert_eq!(periodic_runs(&db.pool, "report").await.len(), 1);
-    assert_eq!(periodic_runs(&db.pool, "other").await.len(), 1);
-    // The next leader runs "report" every second, and no longer has "other".
-    let every_second = PeriodicJob {
-        every: Duration::from_secs(1),
-        ..hourly
-    };
-    PeriodicEnqueuer::new(client_of(&db.pool), vec![every_second])
-        .run_once(None)
-        .await
-        .unwrap();
-    let scheduled = |prefix: &'static str| {
-        let pool = db.pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(
-                "SELECT split_part(unique_key, ':', 3)::bigint FROM jobs
-                 WHERE state = 'scheduled' AND unique_key LIKE $1 ORDER BY 1",
-            )
-            .bind(prefix)
-            .fetch_all(&pool)
-            .await
-            .unwrap()
-        }
-    };
-    let report = scheduled("periodic:report:%").await;
-    assert!(
-        report.len() > 1 && report.windows(2).all(|w| w[1] - w[0] == 1000),
-        "the hourly run was not replaced by runs every second: {report:?}"
-    );
-    assert!(
-        scheduled("periodic:other:%").await.is_empty(),
-        "a removed entry's run still waits to run"
-    );
-}
-
-#[tokio::test]
-async fn runs_of_a_short_interval_survive_a_leader_change() {
-    let db = test_db().await;
-    let entry = periodic("often", Duration::from_secs(1), "gated");
-    let start = job_store::db_now(&db.pool).await.unwrap();
-    PeriodicEnqueuer::new(client_of(&db.pool), vec![entry.clone()])
-        .run_once(Some(start))
-        .await
-        .unwrap();
-    // The leader dies; another node takes over when the leader lease (5 s) has expired.
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    PeriodicEnqueuer::new(client_of(&db.pool), vec![entry.clone()])
-        .run_once(None)
-        .await
-        .unwrap();
-    let now = job_store::db_now(&db.pool).await.unwrap();
-    let runs = periodic_runs(&db.pool, "often").await;
-    let want: Vec<i64> = (1..)
-        .map(|k| entry.next_run(start).timestamp_millis() + (k - 1) * 1000)
-        .take_while(|ms| *ms <= now.timestamp_millis() + 1000)
-        .collect();
-    let have: Vec<i64> = runs.iter().map(|(at, _)| *at).collect();
-    for at in &want {
-        assert!(
-            have.contains(at),
-            "the run at {at} was lost in the leader change (runs: {have:?})"
-        );
-    }
-    assert!(runs.iter().all(|(_, n)| *n == 1), "a run twice: {runs:?}");
-}
-
-#[tokio::test]
-async fn one_periodic_entry_that_fails_to_insert_does_not_stop_the_others() {
-    let db = test_db().await;
-    let broken = periodic("broken", Duration::from_secs(60), "no-such-kind");
-    let fine = periodic("fine", Duration::from_secs(60), "gated");
-    let _ = PeriodicEnqueuer::new(client_of(&db.pool), vec![broken, fine])
-        .run_once(None)
-        .await;
-    assert_eq!(
-        periodic_runs(&db.pool, "fine").await.len(),
-        1,
-        "the entry after a broken one was not inserted"
-    );
-}
-
-// ---- 9. the engine's own connections and leases ------------------------------------------------
 
 #[tokio::test]
 async fn handlers_holding_every_pooled_connection_keep_their_leases() {
@@ -1012,7 +845,7 @@ async fn a_renewal_writes_only_leases_near_their_end() {
     );
 }
 
-// ---- 10. smaller ones --------------------------------------------------------------------------
+// ---- 9. smaller ones ---------------------------------------------------------------------------
 
 #[tokio::test]
 async fn a_delay_counts_from_the_insert_not_from_its_transactions_start() {

@@ -401,3 +401,103 @@ async fn schedules_declared_in_code_are_upserted_by_name_and_the_flag_says_who_w
     let v = s.get("import").await.unwrap();
     assert_eq!((v.cron.as_deref(), v.paused), (Some("0 2 * * *"), true));
 }
+
+#[tokio::test]
+async fn a_slot_whose_run_already_completed_is_not_given_another_by_a_later_leader() {
+    let db = test_db().await;
+    let leader_b = schedules_on(&db.pool).with_horizon(Duration::ZERO);
+    leader_b
+        .create(&every("tick", 1000, json!({})), None)
+        .await
+        .unwrap();
+    let first = runs(&db.pool, "tick").await[0].0;
+    // Run T comes due, runs and completes; its unique key no longer guards anything (it only
+    // covers live jobs).
+    while db_now(&db.pool).await.timestamp_millis() <= first {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    sqlx::query(
+        "UPDATE jobs SET state = 'completed', finalized_at = now()
+         WHERE (meta ->> 'slot_ms')::bigint = $1",
+    )
+    .bind(first)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // Another leader (a stalled one waking up, or the next one) fills the schedule.
+    let leader_a = schedules_on(&db.pool).with_horizon(Duration::ZERO);
+    leader_a.fill_all().await.unwrap();
+    leader_b.fill_all().await.unwrap();
+    let of_t = runs(&db.pool, "tick")
+        .await
+        .into_iter()
+        .filter(|r| r.0 == first)
+        .count();
+    assert_eq!(of_t, 1, "slot T was given a second run after it completed");
+}
+
+#[tokio::test]
+async fn slots_that_passed_with_no_leader_follow_the_missed_policy_not_a_burst() {
+    let db = test_db().await;
+    let s = schedules_on(&db.pool);
+    let mut spec = every("pulse", 1000, json!({}));
+    spec.missed = Missed::Skip;
+    s.create(&spec, None).await.unwrap();
+    // No leader for a minute (nodes alive, so nothing reconciled at a start): the schedule's
+    // last slot is a minute behind and no run ahead is left.
+    sqlx::query(
+        "UPDATE jobs SET state = 'cancelled', finalized_at = now() WHERE state = 'scheduled'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE schedules SET last_slot = now() - interval '60 seconds'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (inserted, skipped, failed) = s.fill_all().await.unwrap();
+    assert!(failed.is_empty(), "{failed:?}");
+    assert!((58..=61).contains(&skipped), "{skipped} slots skipped");
+    let now = db_now(&db.pool).await.timestamp_millis();
+    let live: Vec<i64> = runs(&db.pool, "pulse")
+        .await
+        .into_iter()
+        .filter(|r| r.1 != "cancelled")
+        .map(|r| r.0)
+        .collect();
+    // (A slot within its second of grace is inserted due: `available`.)
+    assert_eq!(live.len(), inserted);
+    assert!(
+        live.iter().all(|slot| *slot > now - 1_000),
+        "runs of past slots were inserted: {live:?} (now {now})"
+    );
+}
+
+#[tokio::test]
+async fn one_schedule_that_fails_to_insert_its_runs_does_not_stop_the_others() {
+    let db = test_db().await;
+    let s = schedules_on(&db.pool);
+    s.create(&every("good", 60_000, json!({})), None)
+        .await
+        .unwrap();
+    // A schedule whose kind no worker of this leader runs (written by another service's nodes).
+    sqlx::query(
+        "INSERT INTO schedules (name, every_ms, kind, last_slot)
+         VALUES ('stranger', 1000, 'unknown_kind', now())",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE schedules SET last_slot = now() WHERE name = 'good'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (_, _, failed) = s.fill_all().await.unwrap();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].0, "stranger");
+    assert!(failed[0].1.contains("unknown_kind"), "{failed:?}");
+    assert!(
+        s.get("good").await.unwrap().next_run_at.is_some(),
+        "the good schedule still has its next run"
+    );
+}

@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use super::job::is_valid_queue_name;
 use super::maintenance::{
-    count_folder::CountFolderConfig, periodic::PeriodicJob, pruner::PrunerConfig,
-    rescuer::RescuerConfig,
+    count_folder::CountFolderConfig, pruner::PrunerConfig, rescuer::RescuerConfig,
 };
 use super::schedules::ScheduleSpec;
 
@@ -57,8 +56,6 @@ pub struct EngineConfig {
     pub rescuer: RescuerConfig,
     pub pruner: PrunerConfig,
     pub count_folder: CountFolderConfig,
-    /// Jobs the leader inserts on a fixed interval. Default: none.
-    pub periodic: Vec<PeriodicJob>,
     /// Schedules declared in code, upserted by name when the node starts (like Oban's crontab).
     /// Default: none.
     pub schedules: Vec<ScheduleSpec>,
@@ -84,7 +81,6 @@ impl Default for EngineConfig {
             rescuer: RescuerConfig::default(),
             pruner: PrunerConfig::default(),
             count_folder: CountFolderConfig::default(),
-            periodic: Vec::new(),
             schedules: Vec::new(),
             schedules_code_wins: true,
         }
@@ -125,9 +121,6 @@ impl EngineConfig {
         self.rescuer.validate()?;
         self.pruner.validate()?;
         self.count_folder.validate()?;
-        for p in &self.periodic {
-            p.validate()?;
-        }
         for s in &self.schedules {
             s.check()
                 .map_err(|e| format!("schedule `{}`: {e}", s.name))?;

@@ -1,5 +1,5 @@
-//! Leadership: one node at a time runs the maintenance services (pruner, periodic jobs, count
-//! folder). The rescuer is not among them: every node runs it (see `runtime`), so that a dead
+//! Leadership: one node at a time runs the maintenance services (pruner, the schedules' runs
+//! ahead, count folder). The rescuer is not among them: every node runs it (see `runtime`), so that a dead
 //! leader's jobs do not wait for a new leader first.
 //!
 //! The leader holds a lease in the `leader` table (`leader_attempt_elect`): a node takes it when it
@@ -29,7 +29,6 @@ use tokio_util::task::TaskTracker;
 use super::client::Client;
 use super::maintenance::{
     count_folder::{CountFolder, CountFolderConfig},
-    periodic::{PeriodicEnqueuer, PeriodicJob},
     pruner::{JobPruner, PrunerConfig},
     scheduler::ScheduleEnqueuer,
 };
@@ -46,11 +45,10 @@ pub const RENEW_INTERVAL: Duration = Duration::from_secs(1);
 pub struct Maintenance {
     /// The pool the services work on (the handlers' pool: their statements are long and few).
     pub pool: PgPool,
-    /// For the periodic jobs' inserts (their kinds must be known).
+    /// For the schedules' runs (their kinds must be known).
     pub workers: Arc<Workers>,
     pub pruner: PrunerConfig,
     pub count_folder: CountFolderConfig,
-    pub periodic: Vec<PeriodicJob>,
 }
 
 pub struct LeaderElector {
@@ -145,23 +143,12 @@ impl LeaderElector {
             let schedules = Schedules::new(client).with_horizon(failover_horizon(self.ttl));
             tasks.spawn(ScheduleEnqueuer::new(schedules).run(stop.clone()));
         }
-        if !m.periodic.is_empty() {
-            let client = Client::new(m.pool.clone(), m.workers.clone());
-            // Runs are inserted this far ahead, so that a failover (the lease's time-to-live, and
-            // a renewal) loses none of them.
-            let horizon = failover_horizon(self.ttl);
-            tasks.spawn(
-                PeriodicEnqueuer::new(client, m.periodic.clone())
-                    .with_horizon(horizon)
-                    .run(stop.clone()),
-            );
-        }
         tasks.close();
         Services { stop, tasks }
     }
 }
 
-/// Runs of periodic jobs and schedules are inserted this far ahead, so that a failover (the
+/// The runs of schedules are inserted this far ahead, so that a failover (the
 /// lease's time-to-live, and a renewal) loses none of them.
 pub fn failover_horizon(ttl: Duration) -> Duration {
     (ttl + RENEW_INTERVAL) * 2

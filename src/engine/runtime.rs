@@ -5,7 +5,7 @@
 //! (writes outcomes in batches), the heartbeat (node row and job leases), the queue settings sync
 //! (pause and concurrency, also when a notification was lost), the rescuer (expired leases, on
 //! every node), and the leader elector, which runs the other maintenance services (pruner,
-//! periodic jobs, count folder) while this node leads.
+//! schedules, count folder) while this node leads.
 //!
 //! Connections: handlers (and the application) use the pool the node is started with. The engine's
 //! own bookkeeping never waits behind them: claims and staging have the claim pool, the heartbeat,
@@ -170,7 +170,6 @@ impl Engine {
             workers: workers.clone(),
             pruner: config.pruner.clone(),
             count_folder: config.count_folder.clone(),
-            periodic: config.periodic.clone(),
         };
         services.spawn(
             LeaderElector::new(

@@ -1,10 +1,9 @@
-//! Maintenance services: the rescuer (every node), and the pruner, periodic jobs and count folder
+//! Maintenance services: the rescuer (every node), and the pruner, the schedules' runs ahead and the count folder
 //! (the leader only). Each has a `XxxConfig` with documented defaults and `validate()`,
 //! `run_once()` (which tests call directly) and `run(shutdown)`, which loops and logs only when it
 //! did something.
 
 pub mod count_folder;
-pub mod periodic;
 pub mod pruner;
 pub mod rescuer;
 pub mod scheduler;

@@ -5,7 +5,6 @@ pub mod errors;
 pub mod jobs;
 pub mod leader;
 pub mod nodes;
-pub mod periodic;
 pub mod queues;
 pub mod schedules;
 pub mod stats;

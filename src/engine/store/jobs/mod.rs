@@ -339,29 +339,6 @@ pub async fn job_cancel_many<'e>(
     .await
 }
 
-/// Cancels the scheduled jobs whose unique key starts with one of `prefixes` (`keep` false), or
-/// with none of them (`keep` true): the runs a periodic job inserted ahead under a configuration
-/// that changed. Returns how many. Jobs already due, running or finished are left alone.
-pub async fn job_cancel_scheduled_by_key_prefix<'e>(
-    db: impl PgExecutor<'e>,
-    family: &str,
-    prefixes: &[String],
-    keep: bool,
-) -> Result<u64, sqlx::Error> {
-    let r = sqlx::query(
-        "UPDATE jobs SET state = 'cancelled', finalized_at = now()
-         WHERE state = 'scheduled' AND starts_with(unique_key, $1)
-           AND EXISTS (SELECT 1 FROM unnest($2::text[]) AS p(prefix)
-                       WHERE starts_with(jobs.unique_key, p.prefix)) <> $3",
-    )
-    .bind(family)
-    .bind(prefixes)
-    .bind(keep)
-    .execute(db)
-    .await?;
-    Ok(r.rows_affected())
-}
-
 /// Runs a final or retryable job again, now (retry / rerun). It gets at least one more attempt.
 pub async fn job_retry<'e>(db: impl PgExecutor<'e>, id: JobId) -> Result<Option<Job>, sqlx::Error> {
     sqlx::query_as(
