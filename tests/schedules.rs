@@ -175,6 +175,58 @@ async fn runs_fire_on_their_slot_and_the_leader_keeps_them_coming() {
     }
 }
 
+/// A cron rule with a seconds field fires on each of the 60 seconds of a minute: once each, in
+/// order, never before its second. (How late each starts is a figure, not a timed test:
+/// `kickoff bench schedule`, in docs/BENCHMARKS.md.)
+#[tokio::test]
+async fn a_schedule_every_second_runs_sixty_times_in_a_minute() {
+    let db = test_db().await;
+    let (workers, starts) = tick_workers();
+    let engine = Engine::start(db.pool.clone(), workers, config("solo"))
+        .await
+        .unwrap();
+    let created = db_now(&db.pool).await.timestamp_millis();
+    Schedules::new(engine.client())
+        .create(
+            &ScheduleSpec::cron("sixty", "* * * * * *", JobTemplate::new("tick", json!({}))),
+            None,
+        )
+        .await
+        .unwrap();
+    let in_minute = |starts: &[Start]| -> Vec<Start> {
+        let first = starts.iter().filter_map(|s| s.slot_ms).min();
+        starts
+            .iter()
+            .filter(|s| first.is_some_and(|f| s.slot_ms.is_some_and(|ms| ms < f + 60_000)))
+            .cloned()
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(75);
+    while in_minute(&starts.lock().unwrap()).len() < 60 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // A moment more, so a second run of a slot would show.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    engine.stop().await;
+    let minute = in_minute(&starts.lock().unwrap());
+    let mut slots: Vec<i64> = minute.iter().filter_map(|s| s.slot_ms).collect();
+    slots.sort();
+    assert!(
+        slots[0] > created && slots[0] <= created + 2_000,
+        "the first slot {} is not the first second after creation {created}",
+        slots[0]
+    );
+    assert_eq!(slots.len(), 60, "runs in the minute: {slots:?}");
+    assert!(
+        slots.windows(2).all(|w| w[1] - w[0] == 1000),
+        "a second ran twice or not at all: {slots:?}"
+    );
+    for s in &minute {
+        let slot = DateTime::from_timestamp_millis(s.slot_ms.unwrap()).unwrap();
+        assert!(s.at >= slot, "a run started before its second: {s:?}");
+    }
+}
+
 /// Creates one schedule per missed-run policy (every 2 s, only the next run inserted ahead), lets
 /// three slots pass with no node running, then starts a node.
 #[tokio::test]
