@@ -57,6 +57,8 @@ pub struct BenchOptions {
     /// The engine's fetch-ahead and claim-ahead (from the server settings).
     pub fetch_ahead: usize,
     pub claim_ahead: Duration,
+    /// Limits of the bench queue across every node (none by default).
+    pub queue_limits: crate::engine::limits::QueueLimits,
 }
 
 pub async fn run(
@@ -168,6 +170,11 @@ fn engine_config(concurrency: usize, o: &BenchOptions) -> EngineConfig {
         queues: vec![("default".into(), concurrency)],
         fetch_ahead: o.fetch_ahead,
         claim_ahead: o.claim_ahead,
+        queue_limits: if o.queue_limits.is_limited() {
+            vec![("default".into(), o.queue_limits.clone())]
+        } else {
+            Vec::new()
+        },
         ..EngineConfig::default()
     }
 }

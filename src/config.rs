@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use crate::engine::limits::QueueLimits;
+
 /// Everything `kickoff serve` needs. Each field's doc gives its variable and default.
 #[derive(Debug, Clone, Args)]
 pub struct Config {
@@ -82,7 +84,10 @@ pub struct Config {
     )]
     pub webhook_allowed_hosts: Vec<String>,
 
-    /// Queues this node runs, as `name:concurrency` (comma-separated).
+    /// Queues this node runs, as `name:concurrency` (comma-separated), each optionally followed by
+    /// limits shared by every node: `rate=N/period` (e.g. 100/s, 5000/min), `per=kind|host|args.<field>`
+    /// (each key gets the whole rate), `global=N` (executing on all nodes together).
+    /// Example: `default:10,webhooks:10,rate=100/s,per=host,global=20,questions:10`.
     /// Default: `default:10,webhooks:10,questions:10`.
     #[arg(
         long,
@@ -190,19 +195,55 @@ impl Config {
         )
     }
 
-    /// Parses `KICKOFF_QUEUES` entries.
+    /// Parses `KICKOFF_QUEUES` entries: `name:concurrency`, each followed by its options shared by
+    /// every node (`rate=100/s`, `per=host`, `global=20`; see `engine::limits`).
     pub fn queue_list(&self) -> Result<Vec<(String, usize)>, String> {
-        self.queues
+        Ok(self
+            .queue_specs()?
+            .into_iter()
+            .map(|(name, n, _)| (name, n))
+            .collect())
+    }
+
+    /// The limits `KICKOFF_QUEUES` gives its queues (only those that name some).
+    pub fn queue_limits(&self) -> Result<Vec<(String, QueueLimits)>, String> {
+        Ok(self
+            .queue_specs()?
+            .into_iter()
+            .filter(|(_, _, limits)| *limits != QueueLimits::default())
+            .map(|(name, _, limits)| (name, limits))
+            .collect())
+    }
+
+    fn queue_specs(&self) -> Result<Vec<(String, usize, QueueLimits)>, String> {
+        let mut specs: Vec<(String, usize, QueueLimits)> = Vec::new();
+        for entry in self
+            .queues
             .iter()
-            .filter(|q| !q.trim().is_empty())
-            .map(|q| {
-                let (name, n) = q.trim().split_once(':').unwrap_or((q.trim(), "10"));
-                let n: usize = n
-                    .parse()
-                    .map_err(|_| format!("KICKOFF_QUEUES: `{q}` is not name:concurrency"))?;
-                Ok((name.to_string(), n))
-            })
-            .collect()
+            .map(|q| q.trim())
+            .filter(|q| !q.is_empty())
+        {
+            if entry.contains('=') {
+                let (name, _, limits) = specs.last_mut().ok_or_else(|| {
+                    format!("KICKOFF_QUEUES: `{entry}` must follow the queue it sets, as in webhooks:10,rate=100/s")
+                })?;
+                limits
+                    .set_option(entry)
+                    .map_err(|e| format!("KICKOFF_QUEUES: queue `{name}`: {e}"))?;
+                continue;
+            }
+            let (name, n) = entry.split_once(':').unwrap_or((entry, "10"));
+            let n: usize = n
+                .parse()
+                .map_err(|_| format!("KICKOFF_QUEUES: `{entry}` is not name:concurrency"))?;
+            specs.push((name.to_string(), n, QueueLimits::default()));
+        }
+        for (name, _, limits) in &specs {
+            limits
+                .check()
+                .map_err(|e| format!("KICKOFF_QUEUES: queue `{name}`: {e}"))?;
+        }
+        Ok(specs)
     }
 
     /// The allowed webhook hosts, trimmed and lower-cased.
@@ -238,6 +279,39 @@ mod tests {
         );
         let w = Wrap::parse_from(["x", "--queues", "default:many"]);
         assert!(w.config.queue_list().is_err());
+    }
+
+    #[test]
+    fn queue_options_set_limits_shared_by_every_node() {
+        let w = Wrap::parse_from([
+            "x",
+            "--queues",
+            "default:5,webhooks:10,rate=100/s,per=host,global=20,questions:10",
+        ]);
+        assert_eq!(
+            w.config.queue_list().unwrap(),
+            vec![
+                ("default".into(), 5),
+                ("webhooks".into(), 10),
+                ("questions".into(), 10)
+            ]
+        );
+        let limits = w.config.queue_limits().unwrap();
+        assert_eq!(limits.len(), 1);
+        assert_eq!(limits[0].0, "webhooks");
+        assert_eq!(limits[0].1.rate.unwrap().to_string(), "100/s");
+        assert_eq!(limits[0].1.per.as_ref().unwrap().to_string(), "host");
+        assert_eq!(limits[0].1.global, Some(20));
+        for bad in [
+            "rate=1/s,default:1",
+            "default:1,rate=fast",
+            "default:1,per=host",
+            "default:1,global=0",
+            "default:1,burst=2",
+        ] {
+            let w = Wrap::parse_from(["x", "--queues", bad]);
+            assert!(w.config.queue_list().is_err(), "{bad} was taken");
+        }
     }
 
     #[test]

@@ -32,8 +32,19 @@ async fn main() -> std::process::ExitCode {
             samples,
             overdue,
             streams,
+            queue_limits,
         } => {
+            let mut limits = kickoff::engine::limits::QueueLimits::default();
+            let limits_ok = queue_limits
+                .iter()
+                .try_for_each(|option| limits.set_option(option))
+                .and_then(|()| limits.check());
+            if let Err(e) = limits_ok {
+                eprintln!("error: --queue-limits: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
             let options = bench::BenchOptions {
+                queue_limits: limits,
                 streams: streams.into_iter().map(|n| n as usize).collect(),
                 concurrency,
                 rows,

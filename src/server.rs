@@ -123,6 +123,7 @@ pub async fn connect(url: &str, max: u32) -> Result<PgPool, StartError> {
 pub fn engine_config(config: &Config) -> Result<EngineConfig, StartError> {
     let mut ec = EngineConfig {
         queues: config.queue_list().map_err(StartError::Config)?,
+        queue_limits: config.queue_limits().map_err(StartError::Config)?,
         lease: Duration::from_millis(config.lease_ms),
         shutdown_grace: Duration::from_secs(config.shutdown_grace_secs),
         fetch_ahead: config.fetch_ahead as usize,

@@ -525,6 +525,124 @@ async fn queues_pause_resume_and_validate() {
 }
 
 #[tokio::test]
+async fn queue_limits_are_set_by_patch_each_field_alone_and_bad_ones_change_nothing() {
+    let api = api().await;
+    let patch = |body: &'static str| api.call(Method::PATCH, "/api/v1/queues/webhooks", Some(body));
+    let (s, b) = patch(r#"{"concurrency":4}"#).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let (s, b) = patch(r#"{"rate":"100/s","per":"host","global_concurrency":20}"#).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(
+        (
+            &b["rate_limit"],
+            &b["rate_period_ms"],
+            &b["rate_per"],
+            &b["global_concurrency"],
+            &b["limits_by"],
+            &b["concurrency"]
+        ),
+        (
+            &json!(100),
+            &json!(1000),
+            &json!("host"),
+            &json!(20),
+            &json!("operator"),
+            &json!(4)
+        ),
+        "a field not named keeps its value"
+    );
+    // One field alone: the others stay.
+    let (s, b) = patch(r#"{"global_concurrency":null}"#).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(
+        (&b["rate_limit"], &b["global_concurrency"]),
+        (&json!(100), &Value::Null)
+    );
+    for (body, field) in [
+        (r#"{"rate":"fast"}"#, "rate"),
+        (r#"{"rate":"0/s"}"#, "rate"),
+        (r#"{"rate":"10/2day"}"#, "rate"),
+        (r#"{"per":"tenant"}"#, "per"),
+        (r#"{"rate":null}"#, "limits"),
+        (r#"{"global_concurrency":0}"#, "global_concurrency"),
+        (r#"{}"#, "body"),
+    ] {
+        let (s, b) = patch(body).await;
+        assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
+        assert!(
+            b["error"]["message"].as_str().unwrap_or("").contains(field)
+                || b.to_string().contains(field),
+            "{body}: {b}"
+        );
+    }
+    let (s, b) = patch(r#"{"burst":3}"#).await;
+    assert!(s.is_client_error(), "{s} {b}");
+    let (_, b) = api.call(Method::GET, "/api/v1/queues", None).await;
+    let row = b
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "webhooks")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (
+            &row["rate_limit"],
+            &row["rate_per"],
+            &row["global_concurrency"]
+        ),
+        (&json!(100), &json!("host"), &Value::Null),
+        "a refused patch changed the queue"
+    );
+}
+
+#[tokio::test]
+async fn kinds_are_listed_paused_and_resumed_through_the_api() {
+    let api = api().await;
+    let (s, b) = api.call(Method::GET, "/api/v1/kinds", None).await;
+    assert_eq!(s, StatusCode::OK);
+    let noop = b
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["kind"] == "noop")
+        .cloned();
+    assert_eq!(noop.map(|k| k["paused"].clone()), Some(json!(false)), "{b}");
+    let (s, b) = api
+        .call(Method::POST, "/api/v1/kinds/noop/pause", None)
+        .await;
+    assert_eq!((s, &b["paused"]), (StatusCode::OK, &json!(true)), "{b}");
+    assert!(b["paused_by"].is_string(), "{b}");
+    // Twice: the same answer.
+    let (s, again) = api
+        .call(Method::POST, "/api/v1/kinds/noop/pause", None)
+        .await;
+    assert_eq!((s, &again["paused_at"]), (StatusCode::OK, &b["paused_at"]));
+    let (_, b) = api.call(Method::GET, "/api/v1/kinds", None).await;
+    let noop = b
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["kind"] == "noop")
+        .cloned()
+        .unwrap();
+    assert_eq!(noop["paused"], true);
+    let (s, b) = api
+        .call(Method::POST, "/api/v1/kinds/no-such-kind/pause", None)
+        .await;
+    assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, "unknown_kind");
+    let (s, b) = api
+        .call(Method::POST, "/api/v1/kinds/noop/resume", None)
+        .await;
+    assert_eq!((s, &b["paused"]), (StatusCode::OK, &json!(false)), "{b}");
+    let (_, b) = api.call(Method::GET, "/api/v1/kinds", None).await;
+    assert!(
+        b.as_array().unwrap().iter().all(|k| k["paused"] == false),
+        "{b}"
+    );
+}
+
+#[tokio::test]
 async fn health_probes_answer() {
     let api = api().await;
     let res = api

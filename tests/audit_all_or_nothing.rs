@@ -28,7 +28,11 @@ async fn snapshot(d: &Dashboard) -> Value {
            'users', (SELECT jsonb_agg(jsonb_build_array(name, role, disabled, password_hash)
                                 ORDER BY name) FROM users),
            'tokens', (SELECT jsonb_agg(jsonb_build_array(id, revoked_at) ORDER BY id)
-                      FROM api_tokens))",
+                      FROM api_tokens),
+           'schedules', (SELECT jsonb_agg(jsonb_build_array(name, paused, cron, version,
+                                                            runs_enqueued) ORDER BY name)
+                         FROM schedules),
+           'paused_kinds', (SELECT jsonb_agg(kind ORDER BY kind) FROM kind_pauses))",
     )
     .fetch_one(&d.pool)
     .await
@@ -84,6 +88,15 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
         .execute(&d.pool)
         .await
         .unwrap();
+    // A paused schedule (the leader inserts no runs of it meanwhile) and a paused kind.
+    d.api(
+        Method::POST,
+        "/schedules",
+        json!({"name": "nightly", "cron": "0 3 * * *", "time_zone": "Europe/London",
+               "paused": true, "job": {"kind": "noop"}}),
+    )
+    .await;
+    d.api(Method::POST, "/kinds/webhook/pause", json!({})).await;
     let (_, preview) = d.server_fn("bulk_preview", "query[args]=batch%3Db").await;
     let max_id = serde_json::from_str::<Value>(&preview).unwrap()["max_id"]
         .as_i64()
@@ -171,6 +184,51 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
             format!("/questions/{question}"),
             json!({}),
         ),
+        (
+            "POST /schedules",
+            "/schedules".to_string(),
+            json!({"name": "hourly", "cron": "0 * * * *", "job": {"kind": "noop"}}),
+        ),
+        (
+            "PATCH /schedules/{name}",
+            "/schedules/nightly".to_string(),
+            json!({"cron": "0 4 * * *"}),
+        ),
+        (
+            "POST /schedules/{name}/pause",
+            "/schedules/nightly/pause".to_string(),
+            json!({}),
+        ),
+        (
+            "POST /schedules/{name}/resume",
+            "/schedules/nightly/resume".to_string(),
+            json!({}),
+        ),
+        (
+            "POST /schedules/{name}/trigger",
+            "/schedules/nightly/trigger".to_string(),
+            json!({}),
+        ),
+        (
+            "DELETE /schedules/{name}",
+            "/schedules/nightly".to_string(),
+            json!({}),
+        ),
+        (
+            "POST /kinds/{kind}/pause",
+            "/kinds/noop/pause".to_string(),
+            json!({}),
+        ),
+        (
+            "POST /kinds/{kind}/resume",
+            "/kinds/webhook/resume".to_string(),
+            json!({}),
+        ),
+        (
+            "PATCH /queues/{name}",
+            "/queues/default".to_string(),
+            json!({"rate": "10/s", "per": "host", "global_concurrency": 5}),
+        ),
     ];
     let routes: std::collections::BTreeSet<String> = kickoff::http::openapi::endpoints()
         .iter()
@@ -207,6 +265,13 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
         ),
         ("bulk", format!("action=cancel&ids={job},{other}")),
         ("queue_action", "name=default&action=pause".to_string()),
+        (
+            "queue_action",
+            "name=default&action=limits&rate=5%2Fs&global=2".to_string(),
+        ),
+        ("kind_action", "kind=noop&action=pause".to_string()),
+        ("schedule_action", "name=nightly&action=trigger".to_string()),
+        ("kind_action", "kind=webhook&action=resume".to_string()),
         (
             "create_user",
             format!(

@@ -36,8 +36,22 @@ fn endless() -> Body {
 }
 
 async fn respond(State(hits): State<Hits>, uri: Uri) -> Response {
-    hits.0.lock().unwrap().push(uri.to_string());
+    let before = {
+        let mut hits = hits.0.lock().unwrap();
+        let before = hits.iter().filter(|h| **h == uri.to_string()).count();
+        hits.push(uri.to_string());
+        before
+    };
     match uri.path() {
+        "/busy-once" if before == 0 => {
+            (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "2")]).into_response()
+        }
+        "/down-once" if before == 0 => {
+            let at = chrono::Utc::now() + chrono::Duration::seconds(2);
+            let date = at.format("%a, %d %b %Y %H:%M:%S GMT").to_string();
+            (StatusCode::SERVICE_UNAVAILABLE, [("retry-after", date)]).into_response()
+        }
+        "/busy-no-header" if before == 0 => StatusCode::TOO_MANY_REQUESTS.into_response(),
         "/redirect" => (StatusCode::TEMPORARY_REDIRECT, [("location", "/hook")]).into_response(),
         "/fail-endless" => (StatusCode::INTERNAL_SERVER_ERROR, endless()).into_response(),
         "/ok-endless" => (StatusCode::OK, endless()).into_response(),
@@ -229,4 +243,58 @@ async fn proxy_settings_from_the_environment_are_ignored() {
     assert_eq!(hits.all(), vec!["/hook"]);
     assert!(proxy_hits.all().is_empty(), "{:?}", proxy_hits.all());
     engine.stop().await;
+}
+
+/// Hits of `path` and the database instants of the job's calls, as the receiver saw them.
+async fn snoozed_call(path: &str) -> (Job, Vec<String>, Duration) {
+    let db = test_db().await;
+    let (addr, hits) = endpoint().await;
+    let engine = engine(&db, &[addr.to_string()]).await;
+    let started = std::time::Instant::now();
+    let job = call(
+        &db,
+        &engine,
+        &format!("http://{addr}{path}"),
+        5,
+        JobState::Completed,
+    )
+    .await;
+    let took = started.elapsed();
+    engine.stop().await;
+    (job, hits.all(), took)
+}
+
+#[tokio::test]
+async fn a_receiver_answering_429_with_retry_after_is_called_again_then_without_spending_an_attempt(
+) {
+    let (job, hits, took) = snoozed_call("/busy-once").await;
+    assert_eq!(hits, ["/busy-once", "/busy-once"]);
+    // The second call came after the two seconds asked for, not after a backoff.
+    assert!(
+        took >= Duration::from_millis(1_900) && took < Duration::from_secs(6),
+        "{took:?}"
+    );
+    assert_eq!(job.attempt, 1, "the snooze spent an attempt");
+    assert!(job.errors.is_empty(), "{:?}", job.errors);
+    assert_eq!(job.meta["snoozes"], 1);
+}
+
+#[tokio::test]
+async fn a_503_with_an_http_date_in_retry_after_waits_until_that_date() {
+    let (job, hits, took) = snoozed_call("/down-once").await;
+    assert_eq!(hits, ["/down-once", "/down-once"]);
+    assert!(took >= Duration::from_millis(900), "{took:?}");
+    assert_eq!((job.attempt, job.meta["snoozes"].as_u64()), (1, Some(1)));
+}
+
+#[tokio::test]
+async fn a_429_without_retry_after_is_an_ordinary_failure() {
+    let (job, hits, _) = snoozed_call("/busy-no-header").await;
+    assert_eq!(hits, ["/busy-no-header", "/busy-no-header"]);
+    assert_eq!(job.attempt, 2);
+    assert!(
+        job.errors[0].message.starts_with("HTTP 429"),
+        "{:?}",
+        job.errors
+    );
 }

@@ -1,4 +1,5 @@
-// Queues: pausing a queue from the dashboard stops its jobs on every node until resumed.
+// Queues: pausing a queue from the dashboard stops its jobs on every node until resumed; limits
+// across every node set in the form; a job kind paused and resumed on every node.
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
@@ -46,12 +47,68 @@ test('a concurrency being typed survives live updates, and is applied on every n
   await api('POST', '/jobs', { kind: 'noop', queue: 'e2e' });
   await refreshed;
   assert.equal(await input.inputValue(), '3');
-  await row.getByRole('button', { name: 'Set' }).click();
+  await row.getByRole('button', { name: 'Set', exact: true }).click();
   await row.getByText('3 (set here)').waitFor();
   assert.equal((await api('GET', '/queues')).body.find((q) => q.name === 'e2e').concurrency, 3);
 
   await input.fill('');
-  await row.getByRole('button', { name: 'Set' }).click();
+  await row.getByRole('button', { name: 'Set', exact: true }).click();
   await row.getByText('configured 2').waitFor();
+  await page.close();
+});
+
+test('limits across every node are set in the form, shown, and refused with a reason', async () => {
+  const page = await browser.newPage();
+  await page.goto(baseUrl + '/queues');
+  await hydrated(page);
+  const row = page.locator('tr[data-queue="e2e"]');
+  await row.getByLabel('Rate of queue e2e on all nodes').fill('5/s');
+  await row.getByLabel(/counted per/).fill('kind');
+  await row.getByLabel('Global concurrency of queue e2e').fill('1');
+  await row.getByRole('button', { name: 'Set limits' }).click();
+  await row.getByText('5/s per kind, 1 on all nodes (set here)').waitFor();
+  const q = (await api('GET', '/queues')).body.find((q) => q.name === 'e2e');
+  assert.deepEqual([q.rate_limit, q.rate_period_ms, q.rate_per, q.global_concurrency, q.limits_by],
+    [5, 1000, 'kind', 1, 'operator']);
+  await shot(page);
+
+  // A refused rate says why and changes nothing.
+  await row.getByLabel('Rate of queue e2e on all nodes').fill('fast');
+  await row.getByRole('button', { name: 'Set limits' }).click();
+  await page.getByText(/is not a rate/).waitFor();
+  assert.equal((await api('GET', '/queues')).body.find((q) => q.name === 'e2e').rate_limit, 5);
+
+  // Emptied: no limits.
+  await row.getByLabel('Rate of queue e2e on all nodes').fill('');
+  await row.getByLabel(/counted per/).fill('');
+  await row.getByLabel('Global concurrency of queue e2e').fill('');
+  await row.getByRole('button', { name: 'Set limits' }).click();
+  await row.locator('td.queue-limits').getByText('none').waitFor();
+  await page.close();
+});
+
+test('a paused kind holds its jobs on every node, says so on the job, and runs once resumed', async (t) => {
+  t.after(() => api('POST', '/kinds/noop/resume'));
+  const page = await browser.newPage();
+  await page.goto(baseUrl + '/queues');
+  await hydrated(page);
+  const kind = page.locator('tr[data-kind="noop"]');
+  await kind.getByRole('button', { name: 'Pause kind noop' }).click();
+  await kind.getByText('paused').waitFor();
+  await kind.getByText(/by admin/).waitFor();
+
+  const job = await api('POST', '/jobs', { kind: 'noop' });
+  const id = job.body.job.id;
+  await new Promise((r) => setTimeout(r, 1000));
+  assert.equal(await stateOf(id), 'available');
+  const detail = await browser.newPage();
+  await detail.goto(`${baseUrl}/jobs/${id}`);
+  await hydrated(detail);
+  await detail.getByText('its kind noop is paused on every node', { exact: false }).waitFor();
+  await detail.close();
+
+  await kind.getByRole('button', { name: 'Resume kind noop' }).click();
+  await untilState(id, 'completed');
+  await kind.getByText('running').waitFor();
   await page.close();
 });

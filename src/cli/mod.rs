@@ -60,6 +60,10 @@ pub enum Command {
         #[arg(long, value_delimiter = ',', default_value = "100,1000,5000",
               value_parser = clap::value_parser!(u32).range(1..=20_000))]
         streams: Vec<u32>,
+        /// Limits of the bench queue across every node, as in KICKOFF_QUEUES
+        /// (`rate=1000000/s`, `global=10`, comma-separated): what a limit's check costs.
+        #[arg(long = "queue-limits", value_delimiter = ',')]
+        queue_limits: Vec<String>,
     },
     /// Start or stop the embedded PostgreSQL cluster on its own.
     Postgres {

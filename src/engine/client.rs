@@ -11,7 +11,9 @@ use sqlx::{PgConnection, PgPool};
 use super::announcer::{Announcer, Wakeup};
 use super::control::Control;
 use super::job::{is_valid_queue_name, Claim, Inserted, Job, JobId, JobState, NewJob, Schedule};
+use super::limits::QueueLimits;
 use super::store::jobs::{self as job_store, JobFilter};
+use super::store::kinds::{self as kind_store, KindPause};
 use super::store::leader::{self as leader_store, LeaderRow, LEADER_NAME};
 use super::store::nodes::{self as node_store, NodeRow};
 use super::store::queues::{self as queue_store, QueueRow};
@@ -569,6 +571,93 @@ impl Client {
             .send(&mut *conn)
             .await?;
         Ok(row)
+    }
+
+    /// A queue's row, read on the caller's connection (`None`: the queue has no row).
+    pub async fn queue_with(
+        &self,
+        conn: &mut PgConnection,
+        name: &str,
+    ) -> Result<Option<QueueRow>, ClientError> {
+        Ok(queue_store::queue_get(&mut *conn, name).await?)
+    }
+
+    /// Sets a queue's limits across every node (a rate, its partition, a global concurrency) as
+    /// an operator's: a node's configuration no longer overwrites them at its start.
+    pub async fn set_queue_limits(
+        &self,
+        name: &str,
+        limits: &QueueLimits,
+    ) -> Result<QueueRow, ClientError> {
+        in_transaction!(self, |tx| self.set_queue_limits_with(tx, name, limits))
+    }
+
+    /// [`Self::set_queue_limits`] inside the caller's transaction (the nodes are told at commit).
+    pub async fn set_queue_limits_with(
+        &self,
+        conn: &mut PgConnection,
+        name: &str,
+        limits: &QueueLimits,
+    ) -> Result<QueueRow, ClientError> {
+        if !is_valid_queue_name(name) {
+            return Err(ClientError::NotFound(format!("queue `{name}`")));
+        }
+        limits.check().map_err(|e| invalid("limits", e))?;
+        let row = queue_store::queue_set_limits(&mut *conn, name, limits, "operator").await?;
+        Control::QueueChanged(name.to_string())
+            .send(&mut *conn)
+            .await?;
+        Ok(row)
+    }
+
+    /// Attempts started in the current window of each rate-limited queue: `(queue, used, limit)`.
+    pub async fn queue_window_use(&self) -> Result<Vec<(String, i64, i32)>, ClientError> {
+        Ok(queue_store::queue_window_use(&self.pool).await?)
+    }
+
+    /// The kinds paused on every node.
+    pub async fn paused_kinds(&self) -> Result<Vec<KindPause>, ClientError> {
+        Ok(kind_store::kind_pause_list(&self.pool).await?)
+    }
+
+    /// Pauses a kind on every node: no node claims its jobs (they stay as they are: available,
+    /// scheduled) until it is resumed; attempts already running finish. Pausing a paused kind
+    /// keeps the first pause. A kind no worker of this node runs is refused.
+    pub async fn pause_kind_with(
+        &self,
+        conn: &mut PgConnection,
+        kind: &str,
+        by: Option<&str>,
+    ) -> Result<KindPause, ClientError> {
+        if self.workers.get(kind).is_none() {
+            return Err(ClientError::UnknownKind(kind.to_string()));
+        }
+        let row = kind_store::kind_pause(&mut *conn, kind, by).await?;
+        Control::KindsChanged.send(&mut *conn).await?;
+        Ok(row)
+    }
+
+    /// Resumes a paused kind on every node. Returns whether it was paused.
+    pub async fn resume_kind_with(
+        &self,
+        conn: &mut PgConnection,
+        kind: &str,
+    ) -> Result<bool, ClientError> {
+        let was = kind_store::kind_resume(&mut *conn, kind).await?;
+        if was {
+            Control::KindsChanged.send(&mut *conn).await?;
+        }
+        Ok(was)
+    }
+
+    /// [`Self::pause_kind_with`] in a transaction of its own.
+    pub async fn pause_kind(&self, kind: &str, by: Option<&str>) -> Result<KindPause, ClientError> {
+        in_transaction!(self, |tx| self.pause_kind_with(tx, kind, by))
+    }
+
+    /// [`Self::resume_kind_with`] in a transaction of its own.
+    pub async fn resume_kind(&self, kind: &str) -> Result<bool, ClientError> {
+        in_transaction!(self, |tx| self.resume_kind_with(tx, kind))
     }
 
     /// Job counts per queue and state (states without jobs left out), from the maintained counts:

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::job::is_valid_queue_name;
+use super::limits::QueueLimits;
 use super::maintenance::{
     count_folder::CountFolderConfig, pruner::PrunerConfig, rescuer::RescuerConfig,
 };
@@ -56,6 +57,10 @@ pub struct EngineConfig {
     pub rescuer: RescuerConfig,
     pub pruner: PrunerConfig,
     pub count_folder: CountFolderConfig,
+    /// Limits shared by every node, by queue (see `limits`): written to the queue's row at start
+    /// unless an operator set them. A queue of `queues` not named here has none. Give every node
+    /// the same: the last one started wins. Default: none.
+    pub queue_limits: Vec<(String, QueueLimits)>,
     /// Schedules declared in code, upserted by name when the node starts (like Oban's crontab).
     /// Default: none.
     pub schedules: Vec<ScheduleSpec>,
@@ -81,6 +86,7 @@ impl Default for EngineConfig {
             rescuer: RescuerConfig::default(),
             pruner: PrunerConfig::default(),
             count_folder: CountFolderConfig::default(),
+            queue_limits: Vec::new(),
             schedules: Vec::new(),
             schedules_code_wins: true,
         }
@@ -118,6 +124,14 @@ impl EngineConfig {
         if self.leader_ttl < Duration::from_secs(2) {
             return Err("leader ttl must be at least 2 s".into());
         }
+        for (q, limits) in &self.queue_limits {
+            if !self.queues.iter().any(|(name, _)| name == q) {
+                return Err(format!(
+                    "queue `{q}` has limits but this node does not run it"
+                ));
+            }
+            limits.check().map_err(|e| format!("queue `{q}`: {e}"))?;
+        }
         self.rescuer.validate()?;
         self.pruner.validate()?;
         self.count_folder.validate()?;
@@ -126,6 +140,17 @@ impl EngineConfig {
                 .map_err(|e| format!("schedule `{}`: {e}", s.name))?;
         }
         Ok(())
+    }
+}
+
+impl EngineConfig {
+    /// The limits this configuration gives `queue` (none when it names none).
+    pub fn limits_of(&self, queue: &str) -> QueueLimits {
+        self.queue_limits
+            .iter()
+            .find(|(q, _)| q == queue)
+            .map(|(_, l)| l.clone())
+            .unwrap_or_default()
     }
 }
 

@@ -4,7 +4,8 @@
 //! The wire format is a JSON object, which an operator may also send from SQL:
 //! `{"cancel": [ids], "claims": [[id, token]]}` stops these attempts of cancelled jobs (only the
 //! attempts of those claims, when given; else whatever attempt of the jobs runs), and
-//! `{"queue": name}` makes every node read that queue's settings again.
+//! `{"queue": name}` makes every node read that queue's settings again, `{"kinds": true}` the
+//! paused kinds.
 
 use serde::{Deserialize, Serialize};
 use sqlx::PgExecutor;
@@ -28,6 +29,8 @@ pub enum Control {
     StopJobs(Vec<JobId>),
     /// A queue's settings changed: every node reads them again.
     QueueChanged(String),
+    /// A kind was paused or resumed: every node reads the paused kinds again.
+    KindsChanged,
 }
 
 #[derive(Serialize, Deserialize, Default)]
@@ -38,6 +41,8 @@ struct Wire {
     claims: Vec<(JobId, i64)>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     queue: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    kinds: bool,
 }
 
 impl Control {
@@ -62,6 +67,10 @@ impl Control {
             },
             Control::QueueChanged(name) => Wire {
                 queue: Some(name.clone()),
+                ..Wire::default()
+            },
+            Control::KindsChanged => Wire {
+                kinds: true,
                 ..Wire::default()
             },
         };
@@ -91,6 +100,9 @@ impl Control {
         if let Some(name) = wire.queue {
             messages.push(Control::QueueChanged(name));
         }
+        if wire.kinds {
+            messages.push(Control::KindsChanged);
+        }
         messages
     }
 
@@ -114,6 +126,7 @@ mod tests {
             Control::StopClaims(claims),
             Control::StopJobs(vec![JobId(1), JobId(2)]),
             Control::QueueChanged("webhooks".into()),
+            Control::KindsChanged,
         ] {
             assert_eq!(Control::parse(&m.payload()), vec![m.clone()]);
         }

@@ -109,6 +109,8 @@ struct Attempts {
     duration: BTreeMap<String, Histogram>,
     /// Start minus due time by queue.
     lateness: BTreeMap<String, Histogram>,
+    /// Claims held back by a limit across every node (a rate, a global concurrency), by queue.
+    limited: BTreeMap<String, u64>,
 }
 
 /// A copy of the measurements at one moment.
@@ -121,6 +123,7 @@ pub struct MetricsSnapshot {
     pub outcomes: Vec<((String, Outcome), u64)>,
     pub duration: Vec<(String, Histogram)>,
     pub lateness: Vec<(String, Histogram)>,
+    pub limited: Vec<(String, u64)>,
 }
 
 impl Metrics {
@@ -150,6 +153,13 @@ impl Metrics {
         }
     }
 
+    /// A claim of `queue` left available jobs behind because a limit held them back.
+    pub fn limited(&self, queue: &str) {
+        if let Ok(mut a) = self.attempts.lock() {
+            *a.limited.entry(queue.to_string()).or_default() += 1;
+        }
+    }
+
     /// An attempt of `kind` ended with `outcome` after running `took`.
     pub fn finished(&self, kind: &str, outcome: Outcome, took: Duration) {
         if let Ok(mut a) = self.attempts.lock() {
@@ -173,9 +183,10 @@ impl Metrics {
                     .iter()
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect(),
+                a.limited.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             )
         });
-        let (outcomes, duration, lateness) = a.unwrap_or_default();
+        let (outcomes, duration, lateness, limited) = a.unwrap_or_default();
         MetricsSnapshot {
             leader: self.leader.load(Ordering::Relaxed),
             claimed: self.claimed.load(Ordering::Relaxed),
@@ -183,6 +194,7 @@ impl Metrics {
             outcomes,
             duration,
             lateness,
+            limited,
         }
     }
 }

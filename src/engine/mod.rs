@@ -29,6 +29,7 @@ pub mod executor;
 pub mod heartbeat;
 pub mod job;
 pub mod leadership;
+pub mod limits;
 pub mod maintenance;
 pub mod metrics;
 pub mod node;
@@ -51,6 +52,7 @@ pub use job::{Claim, ClaimToken, Inserted, Job, JobId, JobState, NewJob, OnConfl
 pub use runtime::{Engine, EngineError};
 pub use store::errors::is_transient;
 pub use store::jobs::JobFilter;
+pub use store::kinds::KindPause;
 pub use store::leader::LeaderRow;
 pub use store::nodes::NodeRow;
 pub use store::queues::QueueRow;

@@ -163,6 +163,7 @@ impl Notifier {
                         Control::StopClaims(claims) => to.attempts.stop_claims(&claims),
                         Control::StopJobs(ids) => to.attempts.stop_jobs(&ids),
                         Control::QueueChanged(name) => to.settings.reload(&name).await,
+                        Control::KindsChanged => to.settings.reload_kinds().await,
                     }
                 }
             }

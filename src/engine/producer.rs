@@ -30,6 +30,10 @@ use super::metrics::Metrics;
 use super::queue_state::QueueState;
 use super::store::jobs as job_store;
 
+/// Added to a limit's wait: the database said when its window ends by its clock, and the claim
+/// made after it must land in the next window.
+const LIMIT_MARGIN: Duration = Duration::from_micros(500);
+
 /// How a producer claims.
 #[derive(Clone)]
 pub struct ClaimSettings {
@@ -89,11 +93,13 @@ impl Producer {
                 }
             }
             let hand_back = self.next_hand_back();
+            let limit_retry = self.queue.limit_retry().map(tokio::time::Instant::from_std);
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = self.queue.wake.notified() => {}
                 _ = tokio::time::sleep(backstop) => {}
                 _ = sleep_until_some(hand_back) => {}
+                _ = sleep_until_some(limit_retry) => {}
             }
         }
     }
@@ -108,12 +114,29 @@ impl Producer {
         if q.paused.load(Ordering::SeqCst) {
             return Ok(false);
         }
+        let limited = q.limited.load(Ordering::SeqCst);
+        if limited {
+            match q.limit_retry() {
+                Some(at) if std::time::Instant::now() < at => {
+                    self.executor.fill(q);
+                    return Ok(false);
+                }
+                Some(_) => q.set_limit_retry(None),
+                None => {}
+            }
+        }
         self.executor.fill(q);
         // Mark the queue saturated before looking at the slots: a release after this line wakes
         // us, and one before it shows in `free_slots`.
         q.saturated.store(true, Ordering::SeqCst);
         let free = q.free_slots();
-        let lead = q.lead();
+        // Under a global concurrency a buffered job would hold room that a slot of another node
+        // could use (it is executing, for the count): no fetch-ahead there.
+        let lead = if limited && q.global_limited.load(Ordering::SeqCst) {
+            0
+        } else {
+            q.lead()
+        };
         let buffered = q.buffered();
         // Free slots always claim; a buffer alone refills once it is down to half its lead.
         let want = (free + lead).saturating_sub(buffered);
@@ -122,14 +145,18 @@ impl Producer {
         }
         let want = want.min(self.settings.batch);
         let asked = std::time::Instant::now();
-        let jobs = job_store::job_claim(
+        let (pool, name, node, lease) = (
             &self.pool,
             &q.name,
-            want as i64,
             &self.settings.node_id,
             self.settings.lease,
-        )
-        .await?;
+        );
+        let paused = q.kinds.get();
+        let jobs = if limited {
+            job_store::job_claim_limited(pool, name, want as i64, node, lease, &paused).await?
+        } else {
+            job_store::job_claim_except(pool, name, want as i64, node, lease, &paused).await?
+        };
         let took = asked.elapsed();
         q.claim_took(took);
         tracing::debug!(queue = %q.name, free, lead, buffered, want, got = jobs.len(), took_us = took.as_micros() as u64, "claimed");
@@ -144,7 +171,17 @@ impl Producer {
             .collect();
         q.push_buffered(registered);
         self.executor.fill(q);
-        if !full {
+        if limited {
+            // A limited queue claims nothing ahead of its due time (a run counts in the window
+            // it starts in). Fewer than asked: a limit may hold jobs back until a later window
+            // (or, under a global concurrency, until attempts end on other nodes).
+            if !full {
+                if let Some(wait) = job_store::limit_wait(&self.pool, &q.name, &paused).await? {
+                    self.metrics.limited(&q.name);
+                    q.set_limit_retry(Some(std::time::Instant::now() + wait + LIMIT_MARGIN));
+                }
+            }
+        } else if !full {
             self.claim_soon().await?;
         }
         Ok(full && q.free_slots() > 0)
@@ -174,6 +211,7 @@ impl Producer {
             &self.settings.node_id,
             self.settings.lease,
             horizon,
+            &q.kinds.get(),
         )
         .await?;
         tracing::debug!(queue = %q.name, room, %horizon, got = jobs.len(), "claimed ahead");

@@ -1,5 +1,6 @@
 //! The queue settings sync: every node applies the shared settings of its queues (paused, an
-//! operator's concurrency) from the `queues` table.
+//! operator's concurrency, limits) from the `queues` table, and the kinds paused on every node
+//! from `kind_pauses`.
 //!
 //! A change normally arrives at once by a `kickoff_control` notification (see the notifier). But a
 //! notification can be lost: sent while the node's listener reconnects (every listener drops when
@@ -15,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::maintenance::{run_every, Report};
 use super::queue_state::Queues;
-use super::store::queues as queue_store;
+use super::store::{kinds as kind_store, queues as queue_store};
 
 #[derive(Debug, Default, PartialEq)]
 pub struct SettingsReport {
@@ -52,6 +53,9 @@ impl QueueSettingsSync {
     pub async fn run_once(&self) -> Result<SettingsReport, sqlx::Error> {
         let rows = queue_store::queue_list_named(&self.pool, &self.queues.names()).await?;
         let mut report = SettingsReport::default();
+        if self.apply_kinds(kind_store::kind_pause_list(&self.pool).await?) {
+            report.changed.push("(paused kinds)".into());
+        }
         for row in rows {
             if let Some(q) = self.queues.get(&row.name) {
                 if q.apply(&row) {
@@ -79,6 +83,31 @@ impl QueueSettingsSync {
             }
         }
         q.wake.notify_one();
+    }
+
+    /// Reads the paused kinds again (a notification said they changed), and wakes every producer
+    /// if they did.
+    pub async fn reload_kinds(&self) {
+        match kind_store::kind_pause_list(&self.pool).await {
+            Ok(rows) => {
+                self.apply_kinds(rows);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reloading paused kinds failed; the backstop poll retries")
+            }
+        }
+    }
+
+    /// Applies the paused kinds; a change wakes every producer (a resumed kind's jobs wait).
+    fn apply_kinds(&self, rows: Vec<kind_store::KindPause>) -> bool {
+        let changed = self
+            .queues
+            .kinds()
+            .set(rows.into_iter().map(|r| r.kind).collect());
+        if changed {
+            self.queues.wake_all();
+        }
+        changed
     }
 
     pub async fn run(self, shutdown: CancellationToken) {

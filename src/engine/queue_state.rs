@@ -42,6 +42,29 @@ pub struct Buffered {
     pub not_before: Option<DateTime<Utc>>,
 }
 
+/// Kinds paused on every node (the `kind_pauses` table), shared by the node's queues: no claim
+/// takes their jobs.
+#[derive(Default)]
+pub struct PausedKinds(Mutex<Arc<Vec<String>>>);
+
+impl PausedKinds {
+    /// The paused kinds now (usually none).
+    pub fn get(&self) -> Arc<Vec<String>> {
+        self.0.lock().expect("paused kinds lock poisoned").clone()
+    }
+
+    /// Replaces the paused kinds. Returns whether they changed.
+    pub fn set(&self, mut kinds: Vec<String>) -> bool {
+        kinds.sort();
+        let mut current = self.0.lock().expect("paused kinds lock poisoned");
+        if **current == kinds {
+            return false;
+        }
+        *current = Arc::new(kinds);
+        true
+    }
+}
+
 /// A queue's live settings and slot accounting on this node.
 pub struct QueueState {
     pub name: String,
@@ -50,6 +73,16 @@ pub struct QueueState {
     /// The concurrency in force (an operator's override, or `configured`).
     pub limit: AtomicUsize,
     pub paused: AtomicBool,
+    /// Kinds paused on every node (shared by the node's queues).
+    pub kinds: Arc<PausedKinds>,
+    /// The queue has limits across every node (a rate, a global concurrency): its claims go
+    /// through the database's limited claim, and nothing is claimed ahead of its due time.
+    pub limited: AtomicBool,
+    /// Among those limits, a global concurrency.
+    pub global_limited: AtomicBool,
+    /// A limit held jobs back: the next claim waits until this instant (the next rate window,
+    /// or a short poll for room under a global concurrency).
+    limit_retry: Mutex<Option<Instant>>,
     pub in_flight: AtomicUsize,
     /// Attempts claimed ahead of their due time that wait for it, outside the slots (see
     /// [`QueueState::timed_room`]).
@@ -79,6 +112,10 @@ impl QueueState {
             configured,
             limit: AtomicUsize::new(configured),
             paused: AtomicBool::new(false),
+            kinds: Arc::default(),
+            limited: AtomicBool::new(false),
+            global_limited: AtomicBool::new(false),
+            limit_retry: Mutex::new(None),
             in_flight: AtomicUsize::new(0),
             timed: AtomicUsize::new(0),
             saturated: AtomicBool::new(true),
@@ -98,6 +135,12 @@ impl QueueState {
         self
     }
 
+    /// The same queue, sharing the node's paused kinds.
+    pub fn with_kinds(mut self, kinds: Arc<PausedKinds>) -> Self {
+        self.kinds = kinds;
+        self
+    }
+
     /// Applies the shared settings of the `queues` table, unless a newer row was applied already.
     /// Returns whether anything changed.
     pub fn apply(&self, row: &QueueRow) -> bool {
@@ -109,12 +152,35 @@ impl QueueState {
             *applied = Some(row.updated_at);
         }
         let was_paused = self.paused.swap(row.paused, Ordering::SeqCst);
+        let limits = row.limits();
+        let limited = limits.is_limited();
+        let was_limited = self.limited.swap(limited, Ordering::SeqCst);
+        let global = limits.global.is_some();
+        let was_global = self.global_limited.swap(global, Ordering::SeqCst);
         let limit = row
             .concurrency
             .map(|c| c.max(1) as usize)
             .unwrap_or(self.configured);
         let old_limit = self.limit.swap(limit, Ordering::SeqCst);
-        was_paused != row.paused || old_limit != limit
+        let changed = was_paused != row.paused
+            || old_limit != limit
+            || was_limited != limited
+            || was_global != global;
+        if changed {
+            // A limit's hold was computed under the old settings.
+            self.set_limit_retry(None);
+        }
+        changed
+    }
+
+    /// When the next claim of a limited queue may be made (none: at once).
+    pub fn limit_retry(&self) -> Option<Instant> {
+        *self.limit_retry.lock().expect("queue limit lock poisoned")
+    }
+
+    /// Holds the next claim until `at` (a limit held jobs back), or clears the hold.
+    pub fn set_limit_retry(&self, at: Option<Instant>) {
+        *self.limit_retry.lock().expect("queue limit lock poisoned") = at;
     }
 
     pub fn free_slots(&self) -> usize {
@@ -297,6 +363,7 @@ fn ewma(avg: &AtomicU64, sample: Duration) {
 #[derive(Default)]
 pub struct Queues {
     by_name: HashMap<String, Arc<QueueState>>,
+    kinds: Arc<PausedKinds>,
 }
 
 impl Queues {
@@ -308,15 +375,24 @@ impl Queues {
     /// The queues `(name, per-node concurrency)`, each claiming up to `fetch_ahead` jobs ahead
     /// of its free slots.
     pub fn with_fetch_ahead(queues: &[(String, usize)], fetch_ahead: usize) -> Self {
+        let kinds = Arc::new(PausedKinds::default());
         Queues {
             by_name: queues
                 .iter()
                 .map(|(name, c)| {
-                    let q = QueueState::new(name.clone(), *c).with_fetch_ahead(fetch_ahead);
+                    let q = QueueState::new(name.clone(), *c)
+                        .with_fetch_ahead(fetch_ahead)
+                        .with_kinds(kinds.clone());
                     (name.clone(), Arc::new(q))
                 })
                 .collect(),
+            kinds,
         }
+    }
+
+    /// The kinds paused on every node, as this node knows them.
+    pub fn kinds(&self) -> &PausedKinds {
+        &self.kinds
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<QueueState>> {

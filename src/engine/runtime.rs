@@ -28,6 +28,7 @@ use tokio_util::task::TaskTracker;
 use super::client::Client;
 use super::completer::Completer;
 use super::config::EngineConfig;
+use super::control::Control;
 use super::executor::{Executor, ExecutorParts};
 use super::heartbeat::Heartbeat;
 use super::leadership::{failover_horizon, LeaderElector, Maintenance};
@@ -86,6 +87,7 @@ impl Engine {
         let workers = Arc::new(workers);
         let names: Vec<String> = config.queues.iter().map(|(q, _)| q.clone()).collect();
         queue_store::queue_ensure(&pool, &names).await?;
+        apply_config_limits(&pool, &config).await?;
         // The settings are read after the listener is up (below): a change made in between is
         // then either in the rows read or in a notification received.
         let queues = Arc::new(Queues::with_fetch_ahead(&config.queues, config.fetch_ahead));
@@ -357,4 +359,31 @@ impl Engine {
             }
         }
     }
+}
+
+/// Writes the limits this node's configuration gives its queues (none, for a queue it names
+/// without any) where no operator set them, and tells every node; rows that already hold them
+/// are left alone, so a node's start does not wake the others.
+async fn apply_config_limits(pool: &PgPool, config: &EngineConfig) -> Result<(), sqlx::Error> {
+    for (name, _) in &config.queues {
+        let limits = config.limits_of(name);
+        let mut tx = pool.begin().await?;
+        let current = queue_store::queue_get(&mut *tx, name).await?;
+        if current
+            .as_ref()
+            .is_some_and(|row| row.limits_by == "operator" || row.limits() == limits)
+        {
+            continue;
+        }
+        match queue_store::queue_set_limits(&mut *tx, name, &limits, "config").await {
+            Ok(_) => {
+                Control::QueueChanged(name.clone()).send(&mut *tx).await?;
+                tx.commit().await?;
+            }
+            // An operator set them meanwhile.
+            Err(sqlx::Error::RowNotFound) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }

@@ -3,15 +3,17 @@
 use std::collections::BTreeMap;
 
 use axum::extract::{Path, State};
-use axum::Json;
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 
 use super::api_audit::{uncounted, Audit, Audited};
+use super::auth::ApiCaller;
 use super::error::AppError;
 use super::extract::ApiJson;
 use super::state::AppState;
-use crate::engine::JobState;
+use crate::engine::limits::QueueLimits;
 use crate::engine::QueueRow;
+use crate::engine::{ClientError, JobState};
 
 #[derive(schemars::JsonSchema, Serialize)]
 pub struct QueueView {
@@ -77,11 +79,66 @@ async fn set_paused(
         .await
 }
 
-#[derive(schemars::JsonSchema, Debug, Deserialize)]
+/// A change of some of a queue's settings; absent fields keep theirs, `null` removes one.
+#[derive(schemars::JsonSchema, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueuePatch {
-    /// Per-node concurrency; `null` returns to each node's configured limit.
-    pub concurrency: Option<i32>,
+    /// Per-node concurrency, 1 to 10000; `null` returns to each node's configured one.
+    #[serde(default, deserialize_with = "super::extract::present")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub concurrency: Option<Option<i32>>,
+    /// Attempts started per period across every node, as `N/period` (`100/s`, `5000/min`,
+    /// `20/10s`; N 1 to 1000000, the period 1 ms to 1 day); `null` removes the rate. Jobs over it
+    /// stay available and lose no attempt.
+    #[serde(default, deserialize_with = "super::extract::present")]
+    pub rate: Option<Option<String>>,
+    /// What the rate is counted by, each key getting all of it: `kind`, `host` (of a webhook's
+    /// url) or `args.<field>`; `null`: one count for the queue. Needs a rate.
+    #[serde(default, deserialize_with = "super::extract::present")]
+    pub per: Option<Option<String>>,
+    /// Attempts executing on all nodes together, 1 to 100000; `null` removes it.
+    #[serde(default, deserialize_with = "super::extract::present")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub global_concurrency: Option<Option<i32>>,
+}
+
+impl QueuePatch {
+    fn touches_limits(&self) -> bool {
+        self.rate.is_some() || self.per.is_some() || self.global_concurrency.is_some()
+    }
+
+    /// `limits` with this patch applied.
+    fn limits(&self, mut limits: QueueLimits) -> Result<QueueLimits, ClientError> {
+        let invalid =
+            |field: &'static str, message: String| ClientError::Invalid { field, message };
+        if let Some(rate) = &self.rate {
+            limits.rate = rate
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(|e| invalid("rate", e))?;
+        }
+        if let Some(per) = &self.per {
+            limits.per = per
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(|e| invalid("per", e))?;
+        }
+        if let Some(global) = self.global_concurrency {
+            limits.global = match global {
+                Some(g) if (1..=100_000).contains(&g) => Some(g as u32),
+                Some(_) => {
+                    return Err(invalid(
+                        "global_concurrency",
+                        "must be between 1 and 100000".into(),
+                    ))
+                }
+                None => None,
+            };
+        }
+        Ok(limits)
+    }
 }
 
 pub async fn update(
@@ -93,12 +150,122 @@ pub async fn update(
     audit
         .run(uncounted, async |work| {
             let conn = work.conn().await?;
-            Ok(Json(
-                state
-                    .client
-                    .set_queue_concurrency_with(conn, &name, body.concurrency)
-                    .await?,
-            ))
+            let client = &state.client;
+            let mut row = None;
+            if let Some(concurrency) = body.concurrency {
+                row = Some(
+                    client
+                        .set_queue_concurrency_with(&mut *conn, &name, concurrency)
+                        .await?,
+                );
+            }
+            if body.touches_limits() {
+                let current = client.queue_with(&mut *conn, &name).await?;
+                let limits = body.limits(current.map(|q| q.limits()).unwrap_or_default())?;
+                row = Some(
+                    client
+                        .set_queue_limits_with(&mut *conn, &name, &limits)
+                        .await?,
+                );
+            }
+            match row {
+                Some(row) => Ok(Json(row)),
+                None => Err(ClientError::Invalid {
+                    field: "body",
+                    message: "name a setting to change: concurrency, rate, per, global_concurrency"
+                        .into(),
+                }
+                .into()),
+            }
+        })
+        .await
+}
+
+/// A job kind this server runs, and whether it is paused on every node.
+#[derive(schemars::JsonSchema, Serialize)]
+pub struct KindView {
+    pub kind: String,
+    pub paused: bool,
+    pub paused_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub paused_by: Option<String>,
+}
+
+/// Every kind this server's workers run, and any other kind that is paused.
+pub async fn kinds(State(state): State<AppState>) -> Result<Json<Vec<KindView>>, AppError> {
+    let paused = state.client.paused_kinds().await?;
+    let mut views: Vec<KindView> = state
+        .client
+        .workers()
+        .kinds()
+        .into_iter()
+        .map(|kind| KindView {
+            kind: kind.to_string(),
+            paused: false,
+            paused_at: None,
+            paused_by: None,
+        })
+        .collect();
+    for p in paused {
+        let view = match views.iter_mut().find(|v| v.kind == p.kind) {
+            Some(v) => v,
+            None => {
+                views.push(KindView {
+                    kind: p.kind.clone(),
+                    paused: true,
+                    paused_at: None,
+                    paused_by: None,
+                });
+                views.last_mut().expect("just pushed")
+            }
+        };
+        view.paused = true;
+        view.paused_at = Some(p.paused_at);
+        view.paused_by = p.paused_by;
+    }
+    views.sort_by(|a, b| a.kind.cmp(&b.kind));
+    Ok(Json(views))
+}
+
+/// Pauses a kind on every node: its jobs stay where they are until it is resumed.
+pub async fn pause_kind(
+    State(state): State<AppState>,
+    audit: Audit,
+    Extension(caller): Extension<ApiCaller>,
+    Path(kind): Path<String>,
+) -> Result<Audited<Json<KindView>>, AppError> {
+    audit
+        .run(uncounted, async |work| {
+            let conn = work.conn().await?;
+            let row = state
+                .client
+                .pause_kind_with(conn, &kind, Some(&caller.actor))
+                .await?;
+            Ok(Json(KindView {
+                kind: row.kind,
+                paused: true,
+                paused_at: Some(row.paused_at),
+                paused_by: row.paused_by,
+            }))
+        })
+        .await
+}
+
+/// Resumes a paused kind on every node (resuming a kind that is not paused changes nothing).
+pub async fn resume_kind(
+    State(state): State<AppState>,
+    audit: Audit,
+    Path(kind): Path<String>,
+) -> Result<Audited<Json<KindView>>, AppError> {
+    audit
+        .run(uncounted, async |work| {
+            let conn = work.conn().await?;
+            state.client.resume_kind_with(conn, &kind).await?;
+            Ok(Json(KindView {
+                kind,
+                paused: false,
+                paused_at: None,
+                paused_by: None,
+            }))
         })
         .await
 }

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::api_audit::{uncounted, Audit, Audited};
@@ -82,11 +82,6 @@ pub async fn create(
     )))
 }
 
-/// Deserializes a present field, `null` included, as `Some` (absent stays `None`).
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
-    T::deserialize(d).map(Some)
-}
-
 /// A change of some of a schedule's settings; absent fields keep theirs. Giving `cron` drops
 /// `every_ms` and the other way round.
 #[derive(schemars::JsonSchema, Debug, Default, Deserialize)]
@@ -104,10 +99,10 @@ pub struct SchedulePatch {
     pub meta: Option<Value>,
     pub paused: Option<bool>,
     /// `null` removes the start.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "super::extract::present")]
     pub starts_at: Option<Option<DateTime<Utc>>>,
     /// `null` removes the end.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "super::extract::present")]
     pub ends_at: Option<Option<DateTime<Utc>>>,
     pub overlap: Option<Overlap>,
     pub missed: Option<Missed>,

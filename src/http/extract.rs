@@ -78,3 +78,12 @@ impl<S: Send + Sync> FromRequestParts<S> for IdPath {
         positive_id(parts, state, "question").await.map(IdPath)
     }
 }
+
+/// Deserializes a present field, `null` included, as `Some` (absent stays `None`): with
+/// `#[serde(default, deserialize_with = "…")]` on an `Option<Option<T>>`, a patch tells "set to
+/// null" from "leave as it is".
+pub fn present<'de, D: serde::Deserializer<'de>, T: serde::Deserialize<'de>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}

@@ -161,6 +161,21 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, AppError
         state.sse_clients.load(Ordering::Relaxed) as f64,
     );
 
+    family(
+        &mut out,
+        "kickoff_rate_limited_total",
+        "counter",
+        "Claims of this node that left available jobs behind because a limit across every node (a rate, a global concurrency) held them back.",
+    );
+    for (queue, n) in &snap.limited {
+        sample(
+            &mut out,
+            "kickoff_rate_limited_total",
+            &[("queue", queue)],
+            *n as f64,
+        );
+    }
+    limit_metrics(&state, &mut out).await?;
     schedule_metrics(&state, &mut out).await?;
 
     Ok((
@@ -171,6 +186,50 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, AppError
         out,
     )
         .into_response())
+}
+
+/// The current rate window's use of each rate-limited queue, and the paused kinds
+/// (database-wide, like `kickoff_jobs`).
+async fn limit_metrics(state: &AppState, out: &mut String) -> Result<(), AppError> {
+    let windows = state.client.queue_window_use().await?;
+    family(
+        out,
+        "kickoff_queue_rate_window_used",
+        "gauge",
+        "Attempts started in a rate-limited queue's current window, all nodes and keys together.",
+    );
+    for (queue, used, _) in &windows {
+        sample(
+            out,
+            "kickoff_queue_rate_window_used",
+            &[("queue", queue)],
+            *used as f64,
+        );
+    }
+    family(
+        out,
+        "kickoff_queue_rate_limit",
+        "gauge",
+        "A rate-limited queue's attempts allowed per window (per key when partitioned).",
+    );
+    for (queue, _, limit) in &windows {
+        sample(
+            out,
+            "kickoff_queue_rate_limit",
+            &[("queue", queue)],
+            *limit as f64,
+        );
+    }
+    family(
+        out,
+        "kickoff_kind_paused",
+        "gauge",
+        "1 for each job kind paused on every node.",
+    );
+    for p in state.client.paused_kinds().await? {
+        sample(out, "kickoff_kind_paused", &[("kind", &p.kind)], 1.0);
+    }
+    Ok(())
 }
 
 /// Each schedule's counters and its latest run's lateness (database-wide, like `kickoff_jobs`).

@@ -67,7 +67,7 @@ const SIGNED_IN: &str = "signed_in";
 /// token; they change nothing, and a cross-site page can neither send the `SameSite=Strict`
 /// cookie nor read the answer. Every other post needs the token (a new server function is
 /// protected until it is listed here).
-const READ_ONLY_FUNCTIONS: [&str; 17] = [
+const READ_ONLY_FUNCTIONS: [&str; 18] = [
     "/_console/account",
     "/_console/audit",
     "/_console/users",
@@ -78,6 +78,7 @@ const READ_ONLY_FUNCTIONS: [&str; 17] = [
     "/_console/bulk_preview",
     "/_console/timers",
     "/_console/queues",
+    "/_console/kinds",
     "/_console/questions",
     "/_console/question",
     "/_console/login_info",

@@ -37,6 +37,15 @@
 //!
 //! Redirects are never followed. A success's body is never read; a failure keeps at most the first
 //! `ERROR_BODY_CHARS` characters of its body, read no further than that.
+//!
+//! # A receiver that asks us to wait
+//!
+//! A `429 Too Many Requests` or `503 Service Unavailable` with `Retry-After` (seconds, or an HTTP
+//! date) snoozes the job until then instead of spending an attempt and its backoff: the attempt
+//! number stays, `meta.snoozes` counts. Bounded: at most [`MAX_RETRY_AFTER`] (a longer wait is cut
+//! to it), and at most [`MAX_SNOOZES`] times per job; past that the answer fails the attempt like
+//! any other error. Without `Retry-After`, or with one that does not parse, it is an ordinary
+//! failure.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -54,6 +63,10 @@ use crate::engine::{BoxFuture, JobContext, WorkError, Worker};
 pub const KIND: &str = "webhook";
 const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 const MAX_TIMEOUT_MS: u64 = 300_000;
+/// The longest a receiver's `Retry-After` snoozes a call.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+/// The most times one job is snoozed by receivers' `Retry-After`.
+pub const MAX_SNOOZES: u64 = 20;
 /// How much of a failed response's body is kept in the job's error.
 const ERROR_BODY_CHARS: usize = 500;
 /// The most bytes read of a failed response's body (a UTF-8 character is at most 4 bytes).
@@ -355,6 +368,13 @@ impl Worker for WebhookWorker {
                 // The body is not read: dropping the response closes the connection.
                 return Ok(());
             }
+            let snoozes = ctx.job.meta["snoozes"].as_u64().unwrap_or(0);
+            if let Some(wait) = asked_to_wait(&res, chrono::Utc::now()) {
+                if snoozes < MAX_SNOOZES {
+                    tracing::info!(job = ctx.job.id.0, %status, wait_ms = wait.as_millis() as u64, "webhook receiver asked to wait: snoozed");
+                    return Err(WorkError::Snooze(wait));
+                }
+            }
             // Read only the start of the body: an endpoint must not make us buffer megabytes.
             let mut head = Vec::new();
             while head.len() < ERROR_BODY_BYTES {
@@ -375,9 +395,61 @@ impl Worker for WebhookWorker {
     }
 }
 
+/// How long a receiver that answered 429 or 503 asked to be left alone (`Retry-After`: seconds or
+/// an HTTP date, at most [`MAX_RETRY_AFTER`]); `None` for any other answer.
+fn asked_to_wait(res: &reqwest::Response, now: chrono::DateTime<chrono::Utc>) -> Option<Duration> {
+    let status = res.status();
+    if status != reqwest::StatusCode::TOO_MANY_REQUESTS
+        && status != reqwest::StatusCode::SERVICE_UNAVAILABLE
+    {
+        return None;
+    }
+    let value = res
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?;
+    retry_after(value, now)
+}
+
+/// A `Retry-After` value as a wait from `now`, at most [`MAX_RETRY_AFTER`] (a date that passed:
+/// no wait).
+fn retry_after(value: &str, now: chrono::DateTime<chrono::Utc>) -> Option<Duration> {
+    let value = value.trim();
+    let wait = if let Ok(secs) = value.parse::<u64>() {
+        Duration::from_secs(secs)
+    } else {
+        let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+        (at.with_timezone(&chrono::Utc) - now)
+            .to_std()
+            .unwrap_or(Duration::ZERO)
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_reads_seconds_and_http_dates_within_the_bound() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-12-02T10:00:00Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        assert_eq!(retry_after("2", now), Some(Duration::from_secs(2)));
+        assert_eq!(retry_after(" 0 ", now), Some(Duration::ZERO));
+        assert_eq!(
+            retry_after("Wed, 02 Dec 2026 10:00:30 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            retry_after("Wed, 02 Dec 2026 09:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(retry_after("86400", now), Some(MAX_RETRY_AFTER));
+        assert_eq!(retry_after("soon", now), None);
+        assert_eq!(retry_after("-5", now), None);
+    }
 
     fn worker(hosts: &[&str]) -> WebhookWorker {
         WebhookWorker::new(hosts.iter().map(|h| h.to_string()).collect())

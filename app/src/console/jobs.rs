@@ -143,6 +143,9 @@ pub struct JobDetail {
     pub attempts: Vec<AttemptRow>,
     /// The schedule this job is a run of, if any.
     pub schedule: Option<String>,
+    /// What holds a waiting job back besides its time, in words: its kind or queue paused, or
+    /// its queue's limits across every node.
+    pub held: Option<String>,
 }
 
 /// One attempt of a job, for the timeline.

@@ -118,6 +118,7 @@ fn Detail(
                 </dd>
                 {j.finalized_ms.map(|f| view! { <dt>"Finished"</dt><dd><When at_ms=f base_ms=now/></dd> })}
                 {d.lease_ms.map(|l| view! { <dt>"Lease until"</dt><dd><When at_ms=l base_ms=now/></dd> })}
+                {d.held.clone().map(|h| view! { <dt>"Held"</dt><dd data-held="">{h}</dd> })}
                 {d.schedule.clone().map(|s| view! {
                     <dt>"Schedule"</dt>
                     <dd><a href=format!("/schedules/{s}")>{s.clone()}</a></dd>

@@ -1,5 +1,6 @@
-//! Queues (`/queues`): what waits and runs in each queue; pause / resume and the per-node
-//! concurrency, applied on every node at once.
+//! Queues (`/queues`): what waits and runs in each queue; pause / resume, the per-node
+//! concurrency and the limits across every node (rate, per key, global concurrency), applied on
+//! every node at once; and the job kinds, each paused and resumed on every node.
 
 use std::collections::HashMap;
 
@@ -9,7 +10,9 @@ use crate::components::session::{may_act, Csrf};
 
 use crate::components::live::use_live;
 use crate::components::loaded::{failure, ActionError, Loaded};
-use crate::console::queues::{list_queues, QueueAction, QueueInfo};
+use crate::console::queues::{
+    list_kinds, list_queues, KindAction, KindInfo, QueueAction, QueueInfo,
+};
 
 #[component]
 pub fn QueuesPage() -> impl IntoView {
@@ -34,7 +37,74 @@ pub fn QueuesPage() -> impl IntoView {
             </div>
             <ActionError error=failure(action.value())/>
             <Loaded resource=queues render=move |rows| view! { <QueueTable rows action drafts/> }/>
+            <KindsSection/>
         </section>
+    }
+}
+
+/// The job kinds, each with its pause and resume on every node.
+#[component]
+fn KindsSection() -> impl IntoView {
+    let live = use_live();
+    let action = ServerAction::<KindAction>::new();
+    let kinds = Resource::new(
+        move || (live.version.get(), action.version().get()),
+        |_| list_kinds(),
+    );
+    view! {
+        <h2>"Job kinds"</h2>
+        <p class="hint">"A paused kind is held on every node: its jobs stay where they are (attempts already running finish) until it is resumed."</p>
+        <ActionError error=failure(action.value())/>
+        <Loaded resource=kinds render=move |rows| view! { <KindTable rows action/> }/>
+    }
+}
+
+#[component]
+fn KindTable(rows: Vec<KindInfo>, action: ServerAction<KindAction>) -> impl IntoView {
+    let act = may_act();
+    view! {
+        <div class="table-wrap">
+            <table class="grid" aria-label="Job kinds">
+                <thead>
+                    <tr>
+                        <th scope="col">"Kind"</th>
+                        <th scope="col">"Status"</th>
+                        {act.then(|| view! { <th scope="col">"Actions"</th> })}
+                    </tr>
+                </thead>
+                <tbody>
+                    {rows
+                        .into_iter()
+                        .map(|k| {
+                            let (verb, op) = if k.paused { ("Resume", "resume") } else { ("Pause", "pause") };
+                            let label = format!("{verb} kind {}", k.kind);
+                            let kind = k.kind.clone();
+                            view! {
+                                <tr data-kind=k.kind.clone()>
+                                    <th scope="row"><a href=format!("/jobs?kind={}", k.kind)>{k.kind.clone()}</a></th>
+                                    <td>
+                                        {if k.paused {
+                                            view! { <span class="badge state-retryable">"paused"</span> " " <span class="muted">{k.paused_note.clone().unwrap_or_default()}</span> }.into_any()
+                                        } else {
+                                            view! { <span class="badge state-completed">"running"</span> }.into_any()
+                                        }}
+                                    </td>
+                                    {act.then(|| view! {
+                                        <td>
+                                            <ActionForm action>
+                                                <Csrf/>
+                                                <input type="hidden" name="kind" value=kind/>
+                                                <button type="submit" name="action" value=op aria-label=label>{verb}</button>
+                                            </ActionForm>
+                                        </td>
+                                    })}
+                                </tr>
+                            }
+                        })
+                        .collect_view()}
+                </tbody>
+            </table>
+        </div>
     }
 }
 
@@ -66,6 +136,7 @@ pub fn QueueTable(
                         <th scope="col">"Executing"</th>
                         <th scope="col">"Failed"</th>
                         <th scope="col">"Concurrency per node"</th>
+                        <th scope="col">"Limits on all nodes"</th>
                         {action.is_some().then(|| view! { <th scope="col">"Actions"</th> })}
                     </tr>
                 </thead>
@@ -106,6 +177,15 @@ pub fn QueueTable(
                                     <td>{q.executing}</td>
                                     <td><a href=failed_href>{failed}</a></td>
                                     <td>{limit}</td>
+                                    <td class="queue-limits">
+                                        {match q.limits.clone() {
+                                            Some(limits) => {
+                                                let by = if q.limits_by == "operator" { " (set here)" } else { " (configured)" };
+                                                format!("{limits}{by}")
+                                            }
+                                            None => "none".to_string(),
+                                        }}
+                                    </td>
                                     {action.map(|action| {
                                         let pause_name = name.clone();
                                         let pause_label = if q.paused { format!("Resume queue {name}") } else { format!("Pause queue {name}") };
@@ -113,6 +193,10 @@ pub fn QueueTable(
                                         let limit_name = name.clone();
                                         let limit_label = format!("Concurrency of queue {name}");
                                         let current = q.concurrency.map(|c| c.to_string()).unwrap_or_default();
+                                        let limits_name = name.clone();
+                                        let rate_now = q.rate.clone().unwrap_or_default();
+                                        let per_now = q.per.clone().unwrap_or_default();
+                                        let global_now = q.global_concurrency.map(|g| g.to_string()).unwrap_or_default();
                                         let draft_key = name.clone();
                                         let input_key = name.clone();
                                         let value = move || {
@@ -146,6 +230,14 @@ pub fn QueueTable(
                                                         aria-label=limit_label
                                                     />
                                                     <button type="submit" name="action" value="concurrency">"Set"</button>
+                                                </ActionForm>
+                                                <ActionForm action attr:class="inline-form limits-form">
+                                                    <Csrf/>
+                                                    <input type="hidden" name="name" value=limits_name/>
+                                                    <input type="text" name="rate" size="8" placeholder="rate: 100/s" value=rate_now aria-label=format!("Rate of queue {name} on all nodes")/>
+                                                    <input type="text" name="per" size="8" placeholder="per: host" value=per_now aria-label=format!("Rate of queue {name} counted per (host, kind, args.<field>)")/>
+                                                    <input type="number" name="global" min="1" max="100000" size="5" placeholder="global" value=global_now aria-label=format!("Global concurrency of queue {name}")/>
+                                                    <button type="submit" name="action" value="limits">"Set limits"</button>
                                                 </ActionForm>
                                             </div>
                                         </td>

@@ -8,7 +8,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::{run_every, Report};
-use crate::engine::store::{jobs as job_store, nodes as node_store};
+use crate::engine::store::{jobs as job_store, nodes as node_store, queues as queue_store};
 
 /// Default interval between prunes.
 pub const DEFAULT_PRUNE_INTERVAL: Duration = Duration::from_secs(60);
@@ -52,11 +52,13 @@ impl PrunerConfig {
 pub struct PruneReport {
     pub jobs_deleted: u64,
     pub nodes_deleted: u64,
+    /// Rate windows of partition keys that ended (see `limits`).
+    pub windows_deleted: u64,
 }
 
 impl Report for PruneReport {
     fn did_something(&self) -> bool {
-        self.jobs_deleted > 0 || self.nodes_deleted > 0
+        self.jobs_deleted > 0 || self.nodes_deleted > 0 || self.windows_deleted > 0
     }
 }
 
@@ -89,6 +91,7 @@ impl JobPruner {
         }
         report.nodes_deleted =
             node_store::node_delete_stale(&self.pool, NODE_STALE_AFTER.as_secs_f64()).await?;
+        report.windows_deleted = queue_store::queue_windows_delete_ended(&self.pool).await?;
         Ok(report)
     }
 

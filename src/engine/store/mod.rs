@@ -3,6 +3,7 @@
 
 pub mod errors;
 pub mod jobs;
+pub mod kinds;
 pub mod leader;
 pub mod nodes;
 pub mod queues;

@@ -294,6 +294,7 @@ impl JobsConsole for ServerConsole {
                 })
                 .and_then(|s| s.as_str())
                 .map(String::from),
+            held: self.held(&j).await?,
         })
     }
 
@@ -538,6 +539,45 @@ impl JobsConsole for ServerConsole {
             now_ms: ms(now),
             rows: jobs.into_iter().map(|j| job_row(&sight.job(j))).collect(),
         })
+    }
+}
+
+impl ServerConsole {
+    /// What holds a waiting job back besides its time: its kind paused, its queue paused, or its
+    /// queue's limits across every node (which may or may not be full now).
+    async fn held(&self, j: &Job) -> Result<Option<String>, Refusal> {
+        if !matches!(
+            j.state,
+            JobState::Available | JobState::Scheduled | JobState::Retryable
+        ) {
+            return Ok(None);
+        }
+        let paused = self.client.paused_kinds().await.map_err(refused)?;
+        if let Some(p) = paused.iter().find(|p| p.kind == j.kind) {
+            return Ok(Some(format!(
+                "its kind {} is paused on every node (since {} UTC)",
+                p.kind,
+                p.paused_at.format("%Y-%m-%d %H:%M:%S")
+            )));
+        }
+        let queue = self
+            .client
+            .queues()
+            .await
+            .map_err(refused)?
+            .into_iter()
+            .find(|q| q.name == j.queue);
+        Ok(queue.and_then(|q| {
+            if q.paused {
+                return Some(format!("its queue {} is paused", q.name));
+            }
+            q.limits().describe().map(|limits| {
+                format!(
+                    "its queue {} has limits across every node ({limits}): it starts when they leave room",
+                    q.name
+                )
+            })
+        }))
     }
 }
 

@@ -3,12 +3,13 @@
 
 use std::collections::BTreeMap;
 
-use kickoff_app::console::queues::{QueueInfo, QueuesConsole};
+use kickoff_app::console::queues::{KindInfo, LimitsForm, QueueInfo, QueuesConsole};
 use kickoff_app::console::Refusal;
 use serde_json::Value;
 
 use super::{conn, operator, refused, Act, ServerConsole};
 use crate::accounts::Role;
+use crate::engine::limits::QueueLimits;
 use crate::engine::JobState;
 
 #[async_trait::async_trait]
@@ -25,17 +26,26 @@ impl QueuesConsole for ServerConsole {
         name: String,
         action: String,
         concurrency: Option<String>,
+        limits: LimitsForm,
     ) -> Result<(), Refusal> {
+        let parsed = match action.as_str() {
+            "limits" => Some(limits_of(&limits)),
+            _ => None,
+        };
         let act = Act {
             action: format!("queue.{action}"),
-            target: Some(match concurrency.as_deref() {
-                Some(c) if action == "concurrency" => format!(
+            target: Some(match (concurrency.as_deref(), &parsed) {
+                (Some(c), _) if action == "concurrency" => format!(
                     "queue {name} to {}",
                     if c.trim().is_empty() {
                         "the nodes' default"
                     } else {
                         c.trim()
                     }
+                ),
+                (_, Some(Ok(l))) => format!(
+                    "queue {name} to {}",
+                    l.describe().unwrap_or_else(|| "no limits".into())
                 ),
                 _ => format!("queue {name}"),
             }),
@@ -70,6 +80,16 @@ impl QueuesConsole for ServerConsole {
                             .set_queue_concurrency_with(conn(work).await?, &name, limit)
                             .await
                     }
+                    "limits" => {
+                        let limits = match parsed {
+                            Some(Ok(l)) => l,
+                            Some(Err(e)) => return Err(Refusal::invalid(e)),
+                            None => unreachable!("parsed for this action"),
+                        };
+                        client
+                            .set_queue_limits_with(conn(work).await?, &name, &limits)
+                            .await
+                    }
                     other => {
                         return Err(Refusal::invalid(format!("`{other}` is not a queue action")))
                     }
@@ -79,6 +99,101 @@ impl QueuesConsole for ServerConsole {
         )
         .await
     }
+
+    async fn kinds(&self) -> Result<Vec<KindInfo>, Refusal> {
+        operator(Role::Viewer)?;
+        let paused = self.client.paused_kinds().await.map_err(refused)?;
+        let mut kinds: BTreeMap<String, KindInfo> = self
+            .client
+            .workers()
+            .kinds()
+            .into_iter()
+            .map(|k| {
+                let info = KindInfo {
+                    kind: k.to_string(),
+                    paused: false,
+                    paused_note: None,
+                };
+                (k.to_string(), info)
+            })
+            .collect();
+        for p in paused {
+            let note = format!(
+                "since {}{}",
+                p.paused_at.format("%Y-%m-%d %H:%M:%S UTC"),
+                p.paused_by
+                    .map(|by| format!(" by {by}"))
+                    .unwrap_or_default()
+            );
+            let info = kinds.entry(p.kind.clone()).or_insert_with(|| KindInfo {
+                kind: p.kind.clone(),
+                paused: true,
+                paused_note: None,
+            });
+            info.paused = true;
+            info.paused_note = Some(note);
+        }
+        Ok(kinds.into_values().collect())
+    }
+
+    async fn kind_action(&self, kind: String, action: String) -> Result<(), Refusal> {
+        let act = Act {
+            action: format!("kind.{action}"),
+            target: Some(format!("kind {kind}")),
+            filter: None,
+        };
+        self.act(
+            act,
+            |_| None,
+            async |work| {
+                let by = operator(Role::Operator)?.user.name;
+                let client = &self.client;
+                match action.as_str() {
+                    "pause" => client
+                        .pause_kind_with(conn(work).await?, &kind, Some(&by))
+                        .await
+                        .map(drop),
+                    "resume" => client
+                        .resume_kind_with(conn(work).await?, &kind)
+                        .await
+                        .map(drop),
+                    other => {
+                        return Err(Refusal::invalid(format!("`{other}` is not a kind action")))
+                    }
+                }
+                .map_err(refused)
+            },
+        )
+        .await
+    }
+}
+
+/// The limits of the dashboard's form (empty fields: none).
+fn limits_of(form: &LimitsForm) -> Result<QueueLimits, String> {
+    let given = |v: &Option<String>| {
+        v.as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+    };
+    let limits = QueueLimits {
+        rate: given(&form.rate)
+            .map(|r| r.parse())
+            .transpose()
+            .map_err(|e| format!("rate: {e}"))?,
+        per: given(&form.per)
+            .map(|p| p.parse())
+            .transpose()
+            .map_err(|e| format!("per: {e}"))?,
+        global: given(&form.global)
+            .map(|g| {
+                g.parse::<u32>()
+                    .map_err(|_| format!("global: `{g}` is not a whole number"))
+            })
+            .transpose()?,
+    };
+    limits.check()?;
+    Ok(limits)
 }
 
 impl ServerConsole {
@@ -95,6 +210,11 @@ impl ServerConsole {
             paused: false,
             concurrency: None,
             configured: Vec::new(),
+            limits: None,
+            limits_by: "config".into(),
+            rate: None,
+            per: None,
+            global_concurrency: None,
             available: 0,
             scheduled: 0,
             executing: 0,
@@ -108,6 +228,12 @@ impl ServerConsole {
                 .or_insert_with(|| blank(&s.name));
             info.paused = s.paused;
             info.concurrency = s.concurrency;
+            let limits = s.limits();
+            info.limits = limits.describe();
+            info.limits_by = s.limits_by.clone();
+            info.rate = limits.rate.map(|r| r.to_string());
+            info.per = limits.per.map(|p| p.to_string());
+            info.global_concurrency = s.global_concurrency;
         }
         for (queue, state, n) in counts {
             let info = infos.entry(queue.clone()).or_insert_with(|| blank(queue));

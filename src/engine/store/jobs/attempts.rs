@@ -9,6 +9,7 @@ use sqlx::PgExecutor;
 
 use super::{secs, split_claims};
 use crate::engine::job::{Claim, ClaimToken, Job, JobId, JobState};
+use crate::engine::limits::PARTITION_SCAN;
 
 /// Moves due `scheduled` and `retryable` jobs to `available`. Returns the queues of the moved jobs
 /// (one entry per job). `now` pins the clock in tests.
@@ -56,13 +57,25 @@ pub async fn job_claim<'e>(
     node: &str,
     lease: Duration,
 ) -> Result<Vec<Job>, sqlx::Error> {
+    job_claim_except(db, queue, limit, node, lease, &[]).await
+}
+
+/// [`job_claim`], leaving the jobs of the `paused` kinds where they are.
+pub async fn job_claim_except<'e>(
+    db: impl PgExecutor<'e>,
+    queue: &str,
+    limit: i64,
+    node: &str,
+    lease: Duration,
+    paused: &[String],
+) -> Result<Vec<Job>, sqlx::Error> {
     // The CTE picks and locks the rows first: an UPDATE cannot take LIMIT or SKIP LOCKED itself, and
     // SKIP LOCKED lets every node claim at once without waiting on each other's rows. One token
     // per statement is enough: the job id tells its rows apart, and a job's next claim draws anew.
     sqlx::query_as(
         "WITH picked AS (
              SELECT id FROM jobs
-             WHERE state = 'available' AND queue = $1
+             WHERE state = 'available' AND queue = $1 AND kind <> ALL ($6)
              ORDER BY priority, scheduled_at, id
              LIMIT $2
              FOR UPDATE SKIP LOCKED)
@@ -80,8 +93,47 @@ pub async fn job_claim<'e>(
     .bind(node)
     .bind(secs(lease))
     .bind(ClaimToken::random())
+    .bind(paused)
     .fetch_all(db)
     .await
+}
+
+/// Claims up to `limit` available jobs of a queue with limits across every node (a rate, a global
+/// concurrency), within them: see `kickoff_claim_limited` in migration `20261210000001` and the
+/// `limits` module. The claims of one limited queue take turns on its row's lock.
+pub async fn job_claim_limited<'e>(
+    db: impl PgExecutor<'e>,
+    queue: &str,
+    limit: i64,
+    node: &str,
+    lease: Duration,
+    paused: &[String],
+) -> Result<Vec<Job>, sqlx::Error> {
+    sqlx::query_as("SELECT * FROM kickoff_claim_limited($1, $2, $3, $4, $5, $6, $7)")
+        .bind(queue)
+        .bind(limit.min(i32::MAX as i64) as i32)
+        .bind(node)
+        .bind(secs(lease))
+        .bind(ClaimToken::random())
+        .bind(PARTITION_SCAN)
+        .bind(paused)
+        .fetch_all(db)
+        .await
+}
+
+/// After a limited claim got fewer jobs than it asked for: how long to wait before claiming again
+/// when available jobs remain (a limit held them back), `None` when none remain.
+pub async fn limit_wait<'e>(
+    db: impl PgExecutor<'e>,
+    queue: &str,
+    paused: &[String],
+) -> Result<Option<Duration>, sqlx::Error> {
+    let ms: Option<f64> = sqlx::query_scalar("SELECT kickoff_limit_wait($1, $2)")
+        .bind(queue)
+        .bind(paused)
+        .fetch_one(db)
+        .await?;
+    Ok(ms.map(|ms| Duration::from_secs_f64(ms.clamp(0.0, 86_400_000.0) / 1000.0)))
 }
 
 /// Claims up to `limit` jobs of `queue` that are `scheduled` or `retryable` and due by `horizon`
@@ -94,11 +146,13 @@ pub async fn job_claim_soon<'e>(
     node: &str,
     lease: Duration,
     horizon: DateTime<Utc>,
+    paused: &[String],
 ) -> Result<Vec<Job>, sqlx::Error> {
     sqlx::query_as(
         "WITH picked AS (
              SELECT id FROM jobs
              WHERE state IN ('scheduled', 'retryable') AND scheduled_at <= $6 AND queue = $1
+               AND kind <> ALL ($7)
              ORDER BY scheduled_at, priority, id
              LIMIT $2
              FOR UPDATE SKIP LOCKED)
@@ -117,6 +171,7 @@ pub async fn job_claim_soon<'e>(
     .bind(secs(lease))
     .bind(ClaimToken::random())
     .bind(horizon)
+    .bind(paused)
     .fetch_all(db)
     .await
 }

@@ -1,0 +1,296 @@
+//! Limits a queue has across every node, enforced by the database in the claim: a rate (`N` attempts
+//! started per period, optionally per partition key) and a global concurrency (at most `N`
+//! executing on all nodes together). They live in the queue's row of the `queues` table; the
+//! claim of a limited queue is `kickoff_claim_limited` (migration `20261210000001`), where the
+//! claims of that queue take turns on the row's lock. Unlimited queues claim as before, without
+//! the lock.
+//!
+//! **Windows.** A rate counts attempts *started* (claimed) in fixed windows aligned to the period
+//! by the database clock: `100/s` allows 100 claims from one whole second to the next. Jobs over
+//! the limit stay `available`, lose no attempt, and are claimed when a window has room. A limited
+//! queue claims nothing ahead of its due jobs' time (the claim-ahead), so a run counts in the
+//! window it starts in; the fetch-ahead buffer still serves it (its jobs are claimed, and count).
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The most jobs a partitioned claim looks at for keys with room left (in claim order).
+pub const PARTITION_SCAN: i32 = 5_000;
+
+/// `n` attempts started per `period`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub n: u32,
+    pub period: Duration,
+}
+
+impl Rate {
+    pub fn new(n: u32, period: Duration) -> Self {
+        Rate { n, period }
+    }
+
+    pub fn period_ms(&self) -> i32 {
+        self.period.as_millis().min(i32::MAX as u128) as i32
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if !(1..=1_000_000).contains(&self.n) {
+            return Err("a rate allows 1 to 1000000 per period".into());
+        }
+        if self.period < Duration::from_millis(1) || self.period > Duration::from_secs(86_400) {
+            return Err("a rate's period is 1 ms to 1 day".into());
+        }
+        Ok(())
+    }
+}
+
+/// Parses `100/s`, `5000/min`, `10/h`, `1/day`, `50/500ms`, `20/10s`.
+impl FromStr for Rate {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("`{s}` is not a rate: write N/period, e.g. 100/s, 5000/min, 20/10s");
+        let (n, period) = s.trim().split_once('/').ok_or_else(bad)?;
+        let n: u32 = n.trim().parse().map_err(|_| bad())?;
+        let period = period.trim();
+        let digits = period
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(period.len());
+        let (count, unit) = period.split_at(digits);
+        let count: u64 = if count.is_empty() {
+            1
+        } else {
+            count.parse().map_err(|_| bad())?
+        };
+        let unit_ms: u64 = match unit {
+            "ms" => 1,
+            "s" | "sec" | "second" => 1_000,
+            "m" | "min" | "minute" => 60_000,
+            "h" | "hour" => 3_600_000,
+            "d" | "day" => 86_400_000,
+            _ => return Err(bad()),
+        };
+        let rate = Rate::new(n, Duration::from_millis(count.saturating_mul(unit_ms)));
+        rate.check()?;
+        Ok(rate)
+    }
+}
+
+/// Written in the shortest unit that divides the period: `100/s`, `5000/min`, `20/10s`.
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.period.as_millis() as u64;
+        let (count, unit) = [
+            (86_400_000, "day"),
+            (3_600_000, "h"),
+            (60_000, "min"),
+            (1_000, "s"),
+            (1, "ms"),
+        ]
+        .into_iter()
+        .find(|(u, _)| ms.is_multiple_of(*u))
+        .map(|(u, name)| (ms / u, name))
+        .unwrap_or((ms, "ms"));
+        if count == 1 {
+            write!(f, "{}/{unit}", self.n)
+        } else {
+            write!(f, "{}/{count}{unit}", self.n)
+        }
+    }
+}
+
+/// What a partitioned rate is counted by: each key gets the whole rate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Partition {
+    /// The job's kind.
+    Kind,
+    /// The host of the job's `url` argument (webhooks), lower case, without port.
+    Host,
+    /// A top-level field of the job's args, as text.
+    Arg(String),
+}
+
+impl FromStr for Partition {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "kind" => Ok(Partition::Kind),
+            "host" => Ok(Partition::Host),
+            other => {
+                let field = other.strip_prefix("args.").ok_or_else(|| {
+                    format!("`{other}` is not a partition: use kind, host or args.<field>")
+                })?;
+                let ok = (1..=64).contains(&field.len())
+                    && field
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+                if !ok {
+                    return Err(format!(
+                        "`{field}`: an args field is 1 to 64 of A-Z, a-z, 0-9, `_`, `-`"
+                    ));
+                }
+                Ok(Partition::Arg(field.to_string()))
+            }
+        }
+    }
+}
+
+impl fmt::Display for Partition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Partition::Kind => f.write_str("kind"),
+            Partition::Host => f.write_str("host"),
+            Partition::Arg(field) => write!(f, "args.{field}"),
+        }
+    }
+}
+
+/// A queue's limits across every node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueLimits {
+    pub rate: Option<Rate>,
+    /// Each key gets the whole rate (needs a rate).
+    pub per: Option<Partition>,
+    /// At most this many attempts executing on all nodes together.
+    pub global: Option<u32>,
+}
+
+impl QueueLimits {
+    pub fn is_limited(&self) -> bool {
+        self.rate.is_some() || self.global.is_some()
+    }
+
+    /// In words: `100/s per host, 20 on all nodes`; `None` without limits.
+    pub fn describe(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if let Some(rate) = &self.rate {
+            parts.push(match &self.per {
+                Some(per) => format!("{rate} per {}", per.to_string().replace("args.", "")),
+                None => rate.to_string(),
+            });
+        }
+        if let Some(g) = self.global {
+            parts.push(format!("{g} on all nodes"));
+        }
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
+
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(rate) = &self.rate {
+            rate.check()?;
+        }
+        if self.per.is_some() && self.rate.is_none() {
+            return Err("a partition (per=) needs a rate (rate=)".into());
+        }
+        if let Some(g) = self.global {
+            if !(1..=100_000).contains(&g) {
+                return Err("a global concurrency is 1 to 100000".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads one option of `KICKOFF_QUEUES` (`rate=100/s`, `per=host`, `global=20`).
+    pub fn set_option(&mut self, option: &str) -> Result<(), String> {
+        let (key, value) = option
+            .split_once('=')
+            .ok_or_else(|| format!("`{option}` is not key=value"))?;
+        match key.trim() {
+            "rate" => self.rate = Some(value.parse()?),
+            "per" => self.per = Some(value.parse()?),
+            "global" => {
+                self.global =
+                    Some(value.trim().parse().map_err(|_| {
+                        format!("`{value}`: a global concurrency is a whole number")
+                    })?)
+            }
+            other => {
+                return Err(format!(
+                    "`{other}` is not a queue option: use rate=, per= or global="
+                ))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The limits of a queue's row, as the API and the dashboard show them.
+#[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LimitsView {
+    /// `N/period`, e.g. `100/s` (null: no rate).
+    pub rate: Option<String>,
+    /// `kind`, `host` or `args.<field>` (null: one count for the queue).
+    pub per: Option<String>,
+    /// Attempts executing on all nodes together (null: only each node's concurrency).
+    pub global_concurrency: Option<i32>,
+    /// Who set them: `config` (a node's KICKOFF_QUEUES) or `operator`.
+    pub set_by: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse_and_print_in_their_shortest_unit() {
+        for (text, n, ms, shown) in [
+            ("100/s", 100, 1_000, "100/s"),
+            ("5000/min", 5000, 60_000, "5000/min"),
+            ("10/h", 10, 3_600_000, "10/h"),
+            ("1/day", 1, 86_400_000, "1/day"),
+            ("50/500ms", 50, 500, "50/500ms"),
+            ("20/10s", 20, 10_000, "20/10s"),
+            (" 7 / 60s ", 7, 60_000, "7/min"),
+        ] {
+            let rate: Rate = text.parse().unwrap();
+            assert_eq!((rate.n, rate.period.as_millis() as u64), (n, ms), "{text}");
+            assert_eq!(rate.to_string(), shown);
+        }
+        for bad in [
+            "100",
+            "x/s",
+            "100/",
+            "100/fortnight",
+            "0/s",
+            "10/2day",
+            "-1/s",
+        ] {
+            assert!(bad.parse::<Rate>().is_err(), "{bad} parsed");
+        }
+    }
+
+    #[test]
+    fn options_build_limits_and_refuse_what_cannot_work() {
+        let mut l = QueueLimits::default();
+        for o in ["rate=100/s", "per=host", "global=20"] {
+            l.set_option(o).unwrap();
+        }
+        assert_eq!(l.rate, Some(Rate::new(100, Duration::from_secs(1))));
+        assert_eq!(l.per, Some(Partition::Host));
+        assert_eq!(l.global, Some(20));
+        l.check().unwrap();
+        assert_eq!(
+            l.describe().as_deref(),
+            Some("100/s per host, 20 on all nodes")
+        );
+        assert_eq!(QueueLimits::default().describe(), None);
+        assert_eq!(
+            "args.game_id".parse::<Partition>(),
+            Ok(Partition::Arg("game_id".into()))
+        );
+        assert!("args.".parse::<Partition>().is_err());
+        assert!("args.a b".parse::<Partition>().is_err());
+        assert!("tenant".parse::<Partition>().is_err());
+        let per_alone = QueueLimits {
+            per: Some(Partition::Kind),
+            ..QueueLimits::default()
+        };
+        assert!(per_alone.check().is_err());
+        assert!(QueueLimits::default().set_option("burst=3").is_err());
+        assert!(QueueLimits::default().set_option("global=many").is_err());
+    }
+}

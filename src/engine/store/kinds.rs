@@ -1,0 +1,47 @@
+//! SQL of the `kind_pauses` table: kinds paused on every node.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::PgExecutor;
+
+/// A kind paused on every node.
+#[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct KindPause {
+    pub kind: String,
+    pub paused_at: DateTime<Utc>,
+    /// Who paused it (an operator, a token, the command line), when known.
+    pub paused_by: Option<String>,
+}
+
+/// Pauses `kind` (a second pause keeps the first one's time and author). Returns the row.
+pub async fn kind_pause<'e>(
+    db: impl PgExecutor<'e>,
+    kind: &str,
+    by: Option<&str>,
+) -> Result<KindPause, sqlx::Error> {
+    sqlx::query_as(
+        "INSERT INTO kind_pauses (kind, paused_by) VALUES ($1, $2)
+         ON CONFLICT (kind) DO UPDATE SET kind = excluded.kind
+         RETURNING *",
+    )
+    .bind(kind)
+    .bind(by)
+    .fetch_one(db)
+    .await
+}
+
+/// Resumes `kind`. Returns whether it was paused.
+pub async fn kind_resume<'e>(db: impl PgExecutor<'e>, kind: &str) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query("DELETE FROM kind_pauses WHERE kind = $1")
+        .bind(kind)
+        .execute(db)
+        .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Every paused kind, by name.
+pub async fn kind_pause_list<'e>(db: impl PgExecutor<'e>) -> Result<Vec<KindPause>, sqlx::Error> {
+    sqlx::query_as("SELECT * FROM kind_pauses ORDER BY kind")
+        .fetch_all(db)
+        .await
+}

@@ -1,0 +1,414 @@
+//! Limits shared by every node, on real PostgreSQL with three nodes on one database: a rate (per
+//! queue, and partitioned by host), a global concurrency, an operator's limits against a node's
+//! configuration, and kinds paused on every node.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+use common::test_db;
+use kickoff::engine::limits::{Partition, QueueLimits, Rate};
+use kickoff::engine::{
+    BoxFuture, Client, Engine, EngineConfig, JobContext, NewJob, WorkError, Worker, Workers,
+};
+
+const QUEUE: &str = "limited";
+
+/// Holds each run `hold_ms` (its args), then completes.
+struct Hit;
+
+impl Worker for Hit {
+    fn kind(&self) -> &'static str {
+        "hit"
+    }
+    fn work(&self, ctx: JobContext) -> BoxFuture<'_, Result<(), WorkError>> {
+        Box::pin(async move {
+            let hold = ctx.job.args["hold_ms"].as_u64().unwrap_or(0);
+            if hold > 0 {
+                tokio::time::sleep(Duration::from_millis(hold)).await;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// A second kind, to be left running while `hit` is paused.
+struct Other;
+
+impl Worker for Other {
+    fn kind(&self) -> &'static str {
+        "other"
+    }
+    fn work(&self, _: JobContext) -> BoxFuture<'_, Result<(), WorkError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+fn workers() -> Workers {
+    let mut w = Workers::new();
+    w.register(Hit);
+    w.register(Other);
+    w
+}
+
+fn config(node: &str, limits: &QueueLimits) -> EngineConfig {
+    EngineConfig {
+        node_id: node.into(),
+        queues: vec![(QUEUE.into(), 10)],
+        queue_limits: vec![(QUEUE.into(), limits.clone())],
+        lease: Duration::from_secs(5),
+        shutdown_grace: Duration::from_secs(1),
+        ..EngineConfig::default()
+    }
+}
+
+async fn three_nodes(pool: &PgPool, limits: &QueueLimits) -> Vec<Engine> {
+    let mut nodes = Vec::new();
+    for n in ["node-a", "node-b", "node-c"] {
+        nodes.push(
+            Engine::start(pool.clone(), workers(), config(n, limits))
+                .await
+                .unwrap(),
+        );
+    }
+    nodes
+}
+
+async fn insert(pool: &PgPool, args: impl Iterator<Item = Value>) {
+    let client = Client::new(pool.clone(), Arc::new(workers()));
+    let jobs: Vec<NewJob> = args
+        .map(|a| NewJob::new("hit", a).with_queue(QUEUE))
+        .collect();
+    client.insert_many(&jobs).await.unwrap();
+}
+
+/// Waits until no job of the queue is left unfinished (or `within` passed).
+async fn drain(pool: &PgPool, within: Duration) {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let left: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM jobs WHERE queue = $1 AND state <> 'completed'",
+        )
+        .bind(QUEUE)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if left == 0 || std::time::Instant::now() > deadline {
+            assert_eq!(left, 0, "jobs left after {within:?}");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `(second, key, count)` of the queue's jobs by the whole second of `column`, and by `key` (an
+/// SQL expression; `''` for none), the first and the last second left out (partial).
+async fn per_second(pool: &PgPool, column: &str, key: &str) -> Vec<(i64, String, i64)> {
+    let rows: Vec<(i64, String, i64)> = sqlx::query_as(&format!(
+        "SELECT floor(extract(epoch FROM {column}))::bigint AS s, {key} AS k, count(*)
+         FROM jobs WHERE queue = $1 GROUP BY 1, 2 ORDER BY 1, 2"
+    ))
+    .bind(QUEUE)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let first = rows.first().map(|r| r.0).unwrap();
+    let last = rows.last().map(|r| r.0).unwrap();
+    rows.into_iter()
+        .filter(|r| r.0 != first && r.0 != last)
+        .collect()
+}
+
+async fn attempts_above_one(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM jobs WHERE queue = $1 AND attempt <> 1")
+        .bind(QUEUE)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_rate_of_fifty_a_second_holds_across_three_nodes() {
+    let db = test_db().await;
+    let limits = QueueLimits {
+        rate: Some(Rate::new(50, Duration::from_secs(1))),
+        ..QueueLimits::default()
+    };
+    let nodes = three_nodes(&db.pool, &limits).await;
+    insert(&db.pool, (0..1000).map(|i| json!({ "i": i }))).await;
+    drain(&db.pool, Duration::from_secs(40)).await;
+    for n in nodes {
+        n.stop().await;
+    }
+    // Every attempt starts in the window it was counted in: exactly 50 in each full second.
+    let starts = per_second(&db.pool, "attempted_at", "''").await;
+    assert!(starts.len() >= 15, "{starts:?}");
+    let off: Vec<_> = starts.iter().filter(|r| r.2 != 50).collect();
+    assert!(off.is_empty(), "seconds without exactly 50 starts: {off:?}");
+    // Completions follow within the second (one may land in the next).
+    let done = per_second(&db.pool, "finalized_at", "''").await;
+    let off: Vec<_> = done.iter().filter(|r| (r.2 - 50).abs() > 1).collect();
+    assert!(
+        off.is_empty(),
+        "seconds outside 50 ± 1 completions: {off:?}"
+    );
+    // Held back, never failed: every job ran on its first attempt.
+    assert_eq!(attempts_above_one(&db.pool).await, 0);
+}
+
+#[tokio::test]
+async fn a_rate_per_host_gives_each_host_its_own_limit() {
+    let db = test_db().await;
+    let limits = QueueLimits {
+        rate: Some(Rate::new(10, Duration::from_secs(1))),
+        per: Some(Partition::Host),
+        ..QueueLimits::default()
+    };
+    let nodes = three_nodes(&db.pool, &limits).await;
+    // 60 calls to each of three hosts (the host is read as a receiver sees it: any case, a
+    // port, user info).
+    let hosts = [
+        "http://a.example/hook",
+        "https://user@B.example:8443/x?y=1",
+        "http://c.example:8080",
+    ];
+    insert(
+        &db.pool,
+        (0..180).map(|i| json!({ "url": hosts[i % 3], "i": i })),
+    )
+    .await;
+    drain(&db.pool, Duration::from_secs(20)).await;
+    for n in nodes {
+        n.stop().await;
+    }
+    let host = "kickoff_partition_key('host', kind, args)";
+    let starts = per_second(&db.pool, "attempted_at", host).await;
+    let keys: std::collections::BTreeSet<&str> = starts.iter().map(|r| r.1.as_str()).collect();
+    assert_eq!(
+        keys.into_iter().collect::<Vec<_>>(),
+        ["a.example", "b.example", "c.example"]
+    );
+    let off: Vec<_> = starts.iter().filter(|r| r.2 != 10).collect();
+    assert!(
+        off.is_empty(),
+        "host-seconds without exactly 10 starts: {off:?}"
+    );
+    let queue = per_second(&db.pool, "attempted_at", "''").await;
+    let off: Vec<_> = queue.iter().filter(|r| r.2 != 30).collect();
+    assert!(off.is_empty(), "seconds without 30 starts: {off:?}");
+    assert_eq!(attempts_above_one(&db.pool).await, 0);
+}
+
+#[tokio::test]
+async fn a_global_concurrency_of_three_holds_across_three_nodes_of_ten_slots() {
+    let db = test_db().await;
+    let limits = QueueLimits {
+        global: Some(3),
+        ..QueueLimits::default()
+    };
+    let nodes = three_nodes(&db.pool, &limits).await;
+    insert(&db.pool, (0..120).map(|i| json!({ "hold_ms": 30, "i": i }))).await;
+    // Sampled from the table every 10 ms until every job is done.
+    let mut most = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (executing, left): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE state = 'executing'),
+                    count(*) FILTER (WHERE state <> 'completed')
+             FROM jobs WHERE queue = $1",
+        )
+        .bind(QUEUE)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert!(executing <= 3, "{executing} executing at once");
+        most = most.max(executing);
+        if left == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{left} jobs left");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for n in nodes {
+        n.stop().await;
+    }
+    assert_eq!(most, 3, "the limit was never used in full");
+    assert_eq!(attempts_above_one(&db.pool).await, 0);
+}
+
+#[tokio::test]
+async fn an_operators_limits_survive_a_nodes_configuration_and_apply_at_once() {
+    let db = test_db().await;
+    let configured = QueueLimits {
+        rate: Some(Rate::new(1000, Duration::from_secs(1))),
+        ..QueueLimits::default()
+    };
+    let node = Engine::start(db.pool.clone(), workers(), config("node-a", &configured))
+        .await
+        .unwrap();
+    let client = node.client();
+    let row = client
+        .queues()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|q| q.name == QUEUE)
+        .unwrap();
+    assert_eq!(
+        (row.rate_limit, row.limits_by.as_str()),
+        (Some(1000), "config")
+    );
+
+    // An operator lowers the rate to 5 a second: the running node applies it.
+    let lowered = QueueLimits {
+        rate: Some(Rate::new(5, Duration::from_secs(1))),
+        ..QueueLimits::default()
+    };
+    let row = client.set_queue_limits(QUEUE, &lowered).await.unwrap();
+    assert_eq!(row.limits_by, "operator");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    insert(&db.pool, (0..20).map(|i| json!({ "i": i }))).await;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // Five in each second's window, the rest held for the next ones.
+    let seconds: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT floor(extract(epoch FROM attempted_at))::bigint, count(*) FROM jobs
+         WHERE queue = $1 AND attempted_at IS NOT NULL GROUP BY 1 ORDER BY 1",
+    )
+    .bind(QUEUE)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        seconds.len() >= 3 && seconds.iter().all(|s| s.1 <= 5),
+        "starts per second at 5/s: {seconds:?}"
+    );
+    node.stop().await;
+
+    // A node started with its configuration leaves the operator's limits as they are.
+    let node = Engine::start(db.pool.clone(), workers(), config("node-b", &configured))
+        .await
+        .unwrap();
+    let row = node
+        .client()
+        .queues()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|q| q.name == QUEUE)
+        .unwrap();
+    assert_eq!(row.limits(), lowered);
+    node.stop().await;
+
+    // Bad limits are refused and change nothing.
+    let bad = QueueLimits {
+        per: Some(Partition::Kind),
+        ..QueueLimits::default()
+    };
+    assert!(client.set_queue_limits(QUEUE, &bad).await.is_err());
+    let row = client
+        .queues()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|q| q.name == QUEUE)
+        .unwrap();
+    assert_eq!(row.limits(), lowered);
+}
+
+#[tokio::test]
+async fn the_pruner_deletes_rate_windows_that_ended() {
+    use kickoff::engine::maintenance::pruner::{JobPruner, PrunerConfig};
+    let db = test_db().await;
+    sqlx::query(
+        "INSERT INTO queues (name, rate_limit, rate_period_ms, rate_per) VALUES ($1, 10, 1000, 'host')",
+    )
+    .bind(QUEUE)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO queue_rate_windows (queue, key, window_start, used)
+         VALUES ($1, 'old.example', now() - interval '2 minutes', 10),
+                ($1, 'now.example', kickoff_window_start(now(), 1000), 3)",
+    )
+    .bind(QUEUE)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let report = JobPruner::new(db.pool.clone(), PrunerConfig::default())
+        .run_once(None)
+        .await
+        .unwrap();
+    assert_eq!(report.windows_deleted, 1);
+    let keys: Vec<String> = sqlx::query_scalar("SELECT key FROM queue_rate_windows")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(keys, ["now.example"]);
+}
+
+/// `(kind, state, count)` of the queue's jobs.
+async fn by_kind(pool: &PgPool) -> Vec<(String, String, i64)> {
+    sqlx::query_as(
+        "SELECT kind, state::text, count(*) FROM jobs WHERE queue = $1 GROUP BY 1, 2 ORDER BY 1, 2",
+    )
+    .bind(QUEUE)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_paused_kind_is_held_on_every_node_until_it_is_resumed() {
+    let db = test_db().await;
+    let nodes = three_nodes(&db.pool, &QueueLimits::default()).await;
+    let client = nodes[0].client();
+    let row = client.pause_kind("hit", Some("ops")).await.unwrap();
+    assert_eq!(
+        (row.kind.as_str(), row.paused_by.as_deref()),
+        ("hit", Some("ops"))
+    );
+    // A second pause keeps the first; a kind no worker runs is refused.
+    client
+        .pause_kind("hit", Some("someone-else"))
+        .await
+        .unwrap();
+    assert!(client.pause_kind("no-such-kind", None).await.is_err());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let client_b = nodes[1].client();
+    let now_and_later = |kind: &str, i: i64| {
+        let job = NewJob::new(kind, json!({ "i": i })).with_queue(QUEUE);
+        if i % 2 == 0 {
+            job
+        } else {
+            job.after(Duration::from_millis(300))
+        }
+    };
+    let jobs: Vec<NewJob> = (0..10)
+        .map(|i| now_and_later("hit", i))
+        .chain((0..10).map(|i| now_and_later("other", i)))
+        .collect();
+    client_b.insert_many(&jobs).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        by_kind(&db.pool).await,
+        [
+            ("hit".to_string(), "available".to_string(), 10),
+            ("other".to_string(), "completed".to_string(), 10)
+        ],
+        "the paused kind ran, or the other did not"
+    );
+
+    assert!(client.resume_kind("hit").await.unwrap());
+    assert!(!client.resume_kind("hit").await.unwrap(), "resumed twice");
+    drain(&db.pool, Duration::from_secs(10)).await;
+    for n in nodes {
+        n.stop().await;
+    }
+    assert!(client.paused_kinds().await.unwrap().is_empty());
+}
