@@ -64,7 +64,7 @@ test('limits across every node are set in the form, shown, and refused with a re
   const row = page.locator('tr[data-queue="e2e"]');
   await row.getByLabel('Rate of queue e2e on all nodes').fill('5/s');
   await row.getByLabel(/counted per/).fill('kind');
-  await row.getByLabel('Global concurrency of queue e2e').fill('1');
+  await row.getByLabel('Most executing on all nodes, queue e2e').fill('1');
   await row.getByRole('button', { name: 'Set limits' }).click();
   await row.getByText('5/s per kind, 1 on all nodes (set here)').waitFor();
   const q = (await api('GET', '/queues')).body.find((q) => q.name === 'e2e');
@@ -81,7 +81,7 @@ test('limits across every node are set in the form, shown, and refused with a re
   // Emptied: no limits.
   await row.getByLabel('Rate of queue e2e on all nodes').fill('');
   await row.getByLabel(/counted per/).fill('');
-  await row.getByLabel('Global concurrency of queue e2e').fill('');
+  await row.getByLabel('Most executing on all nodes, queue e2e').fill('');
   await row.getByRole('button', { name: 'Set limits' }).click();
   await row.locator('td.queue-limits').getByText('none').waitFor();
   await page.close();

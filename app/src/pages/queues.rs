@@ -236,7 +236,7 @@ pub fn QueueTable(
                                                     <input type="hidden" name="name" value=limits_name/>
                                                     <input type="text" name="rate" size="8" placeholder="rate: 100/s" value=rate_now aria-label=format!("Rate of queue {name} on all nodes")/>
                                                     <input type="text" name="per" size="8" placeholder="per: host" value=per_now aria-label=format!("Rate of queue {name} counted per (host, kind, args.<field>)")/>
-                                                    <input type="number" name="global" min="1" max="100000" size="5" placeholder="global" value=global_now aria-label=format!("Global concurrency of queue {name}")/>
+                                                    <input type="number" name="global" min="1" max="100000" size="5" placeholder="global" value=global_now aria-label=format!("Most executing on all nodes, queue {name}")/>
                                                     <button type="submit" name="action" value="limits">"Set limits"</button>
                                                 </ActionForm>
                                             </div>
