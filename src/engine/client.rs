@@ -573,6 +573,11 @@ impl Client {
         Ok(row)
     }
 
+    /// A queue's row (`None`: the queue has no row).
+    pub async fn queue(&self, name: &str) -> Result<Option<QueueRow>, ClientError> {
+        Ok(queue_store::queue_get(&self.pool, name).await?)
+    }
+
     /// A queue's row, read on the caller's connection (`None`: the queue has no row).
     pub async fn queue_with(
         &self,

@@ -560,13 +560,7 @@ impl ServerConsole {
                 p.paused_at.format("%Y-%m-%d %H:%M:%S")
             )));
         }
-        let queue = self
-            .client
-            .queues()
-            .await
-            .map_err(refused)?
-            .into_iter()
-            .find(|q| q.name == j.queue);
+        let queue = self.client.queue(&j.queue).await.map_err(refused)?;
         Ok(queue.and_then(|q| {
             if q.paused {
                 return Some(format!("its queue {} is paused", q.name));
