@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use crate::accounts::RequestLimits;
 use crate::engine::limits::QueueLimits;
+use crate::rate::Rate;
 
 /// Everything `kickoff serve` needs. Each field's doc gives its variable and default.
 #[derive(Debug, Clone, Args)]
@@ -116,6 +118,18 @@ pub struct Config {
     #[arg(long, env = "KICKOFF_MAX_STREAMS", default_value_t = 2048,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_streams: u32,
+
+    /// Calls of the REST API one token may make per period, shared by every node: `N/period` (e.g.
+    /// `100/s`, `6000/min`; N 1 to 1000000, period 1 ms to 1 day) or `off`. The call past it is
+    /// answered 429 with `Retry-After`. Default: `off`.
+    #[arg(long, env = "KICKOFF_API_RATE_LIMIT", default_value = "off")]
+    pub api_rate_limit: String,
+
+    /// Sign-in attempts (and setup-link checks) one client address may make per period, shared
+    /// by every node, right or wrong: `N/period` or `off`. Past it, 429 with `Retry-After`, and the
+    /// password is not checked. Default: `60/min`.
+    #[arg(long, env = "KICKOFF_SIGN_IN_RATE_LIMIT", default_value = crate::accounts::DEFAULT_SIGN_IN_RATE)]
+    pub sign_in_rate_limit: String,
 
     /// Seconds running jobs get to finish at shutdown before they are handed back. Default: 10.
     #[arg(long, env = "KICKOFF_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
@@ -244,6 +258,23 @@ impl Config {
                 .map_err(|e| format!("KICKOFF_QUEUES: queue `{name}`: {e}"))?;
         }
         Ok(specs)
+    }
+
+    /// The request limits of `KICKOFF_API_RATE_LIMIT` and `KICKOFF_SIGN_IN_RATE_LIMIT`.
+    pub fn request_limits(&self) -> Result<RequestLimits, String> {
+        fn rate(value: &str, variable: &str) -> Result<Option<Rate>, String> {
+            match value.trim() {
+                "off" => Ok(None),
+                v => v
+                    .parse()
+                    .map(Some)
+                    .map_err(|e| format!("{variable}: {e}, or off")),
+            }
+        }
+        Ok(RequestLimits {
+            per_token: rate(&self.api_rate_limit, "KICKOFF_API_RATE_LIMIT")?,
+            per_address: rate(&self.sign_in_rate_limit, "KICKOFF_SIGN_IN_RATE_LIMIT")?,
+        })
     }
 
     /// The allowed webhook hosts, trimmed and lower-cased.

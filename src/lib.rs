@@ -18,5 +18,6 @@ pub mod http;
 pub mod logging;
 pub mod postgres;
 pub mod questions;
+pub mod rate;
 pub mod server;
 pub mod workers;

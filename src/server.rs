@@ -182,6 +182,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     // Settings checked before anything starts.
     let proxies = http::client_address::TrustedProxies::parse(&config.trusted_proxies)
         .map_err(StartError::Config)?;
+    let request_limits = config.request_limits().map_err(StartError::Config)?;
     // Checked now; made from the bound address (its port may be chosen by the system) below.
     http::host_check::AllowedHosts::new(config.site_addr, &config.host_names)
         .map_err(StartError::Config)?;
@@ -201,7 +202,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     let shutdown = tokio_util::sync::CancellationToken::new();
     // The web side's own connections: the engine's pools are not reachable from a request.
     let web = web_pool(&db.pool, config.web_pool, config.web_statement_timeout_ms);
-    let accounts = crate::accounts::Accounts::new(web.clone());
+    let accounts = crate::accounts::Accounts::new(web.clone()).with_request_limits(request_limits);
     // With no operator account (and no KICKOFF_ADMIN_PASSWORD), a one-time link to create the
     // first admin in the browser, printed below once the port is known.
     let setup_link = match accounts

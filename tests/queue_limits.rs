@@ -270,9 +270,23 @@ async fn an_operators_limits_survive_a_nodes_configuration_and_apply_at_once() {
     };
     let row = client.set_queue_limits(QUEUE, &lowered).await.unwrap();
     assert_eq!(row.limits_by, "operator");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // At once: the node may still be taking the change in when the jobs arrive (a claim that ran
+    // before the insert committed once made them wait a whole window though it had room).
+    let inserted: f64 = sqlx::query_scalar("SELECT extract(epoch FROM clock_timestamp())::float8")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
     insert(&db.pool, (0..20).map(|i| json!({ "i": i }))).await;
     tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let trace: Vec<(Option<f64>, String)> = sqlx::query_as(
+        "SELECT extract(epoch FROM attempted_at)::float8 - $2, state::text FROM jobs
+         WHERE queue = $1 ORDER BY attempted_at",
+    )
+    .bind(QUEUE)
+    .bind(inserted)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
     // Five in each second's window, the rest held for the next ones.
     let seconds: Vec<(i64, i64)> = sqlx::query_as(
         "SELECT floor(extract(epoch FROM attempted_at))::bigint, count(*) FROM jobs
@@ -284,7 +298,7 @@ async fn an_operators_limits_survive_a_nodes_configuration_and_apply_at_once() {
     .unwrap();
     assert!(
         seconds.len() >= 3 && seconds.iter().all(|s| s.1 <= 5),
-        "starts per second at 5/s: {seconds:?}"
+        "starts per second at 5/s: {seconds:?}; (start after the insert, state): {trace:?}"
     );
     node.stop().await;
 
@@ -411,4 +425,109 @@ async fn a_paused_kind_is_held_on_every_node_until_it_is_resumed() {
         n.stop().await;
     }
     assert!(client.paused_kinds().await.unwrap().is_empty());
+}
+
+/// A rate raised while jobs wait for the next window lets them start at once, not when the old
+/// window ends (the node's hold was computed under the old rate).
+#[tokio::test]
+async fn a_raised_rate_starts_the_jobs_it_held_at_once() {
+    let db = test_db().await;
+    let hourly = |n| QueueLimits {
+        rate: Some(Rate::new(n, Duration::from_secs(3600))),
+        ..QueueLimits::default()
+    };
+    let node = Engine::start(db.pool.clone(), workers(), config("node-a", &hourly(2)))
+        .await
+        .unwrap();
+    // Clear of the hour's end, so that the window does not turn during the test.
+    let left: f64 = sqlx::query_scalar(
+        "SELECT extract(epoch FROM date_trunc('hour', now()) + interval '1 hour' - now())::float8",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    if left < 30.0 {
+        tokio::time::sleep(Duration::from_secs_f64(left + 0.5)).await;
+    }
+    insert(&db.pool, (0..5).map(|i| json!({ "i": i }))).await;
+    let started = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM jobs WHERE queue = $1 AND state = 'completed'",
+        )
+        .bind(QUEUE)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while started().await < 2 {
+        if std::time::Instant::now() > deadline {
+            let states: Vec<(String, i32, i64)> = sqlx::query_as(
+                "SELECT state::text, attempt, count(*) FROM jobs GROUP BY 1, 2 ORDER BY 1, 2",
+            )
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+            panic!("two runs within 10 s; jobs by state and attempt: {states:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(started().await, 2, "the window's two, the rest held");
+
+    node.client()
+        .set_queue_limits(QUEUE, &hourly(100))
+        .await
+        .unwrap();
+    drain(&db.pool, Duration::from_secs(5)).await;
+    assert_eq!(attempts_above_one(&db.pool).await, 0);
+    node.stop().await;
+}
+
+/// Under a global concurrency, jobs claimed ahead of the free slots (the fetch-ahead buffer)
+/// take at most half of the room the free slots leave: the free slots of other nodes always find
+/// some, and the limit holds whatever is asked.
+#[tokio::test]
+async fn a_buffer_under_a_global_concurrency_takes_at_most_half_the_room_left() {
+    use kickoff::engine::store::jobs as job_store;
+    let db = test_db().await;
+    let client = Client::new(db.pool.clone(), Arc::new(workers()));
+    client
+        .set_queue_limits(
+            QUEUE,
+            &QueueLimits {
+                global: Some(10),
+                ..QueueLimits::default()
+            },
+        )
+        .await
+        .unwrap();
+    insert(&db.pool, (0..30).map(|i| json!({ "i": i }))).await;
+    let lease = Duration::from_secs(60);
+    let mut got = Vec::new();
+    for node in ["node-a", "node-b", "node-a", "node-b", "node-a"] {
+        // 2 free slots and 18 more for the buffer, each time.
+        let jobs = job_store::job_claim_limited(&db.pool, QUEUE, 20, 2, node, lease, &[])
+            .await
+            .unwrap();
+        got.push(jobs.len());
+    }
+    // Room 10: 2 + 8/2; room 4: 2 + 2/2; room 1: 1; then none.
+    assert_eq!(got, vec![6, 3, 1, 0, 0]);
+    let executing: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM jobs WHERE queue = $1 AND state = 'executing'")
+            .bind(QUEUE)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(executing, 10);
+    // Free slots alone take all the room there is.
+    sqlx::query("DELETE FROM jobs WHERE state = 'executing'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let jobs = job_store::job_claim_limited(&db.pool, QUEUE, 20, 20, "node-c", lease, &[])
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 10);
 }

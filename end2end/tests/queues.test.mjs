@@ -87,6 +87,41 @@ test('limits across every node are set in the form, shown, and refused with a re
   await page.close();
 });
 
+test('a rate used up shows its window and the jobs it holds, live, and the held job says why', async (t) => {
+  t.after(() => api('PATCH', '/queues/e2e', { rate: null }));
+  // An hourly window: all of this happens in one window unless the hour is about to turn.
+  const msLeft = 3600_000 - (Date.now() % 3600_000);
+  if (msLeft < 60_000) await new Promise((r) => setTimeout(r, msLeft + 1000));
+  assert.equal((await api('PATCH', '/queues/e2e', { rate: '2/h' })).status, 200);
+  const page = await browser.newPage();
+  await page.goto(baseUrl + '/queues');
+  await hydrated(page);
+  const row = page.locator('tr[data-queue="e2e"]');
+  await row.getByText('0 of 2 started', { exact: false }).waitFor();
+
+  const ids = [];
+  for (let i = 0; i < 5; i++) ids.push((await api('POST', '/jobs', { kind: 'noop', queue: 'e2e' })).body.job.id);
+  await untilState(ids[0], 'completed');
+  await untilState(ids[1], 'completed');
+  // Shown without a reload: the window used up, three jobs held.
+  await row.getByText('2 of 2 started', { exact: false }).waitFor();
+  await row.getByText('3 available jobs held by the limits').waitFor();
+  for (const id of ids.slice(2)) assert.equal(await stateOf(id), 'available');
+  await page.screenshot({ path: path.join(screenshots, 'queues-limit-held.png'), fullPage: true });
+
+  const detail = await browser.newPage();
+  await detail.goto(`${baseUrl}/jobs/${ids[4]}`);
+  await hydrated(detail);
+  await detail.getByText("this window's rate is used up (2 of 2 started); it waits for the next window", { exact: false }).waitFor();
+  await detail.close();
+
+  // The limit lifted: the held jobs run, and the page says no limits.
+  assert.equal((await api('PATCH', '/queues/e2e', { rate: null })).status, 200);
+  for (const id of ids.slice(2)) await untilState(id, 'completed');
+  await row.locator('td.queue-limits').getByText('none').waitFor();
+  await page.close();
+});
+
 test('a paused kind holds its jobs on every node, says so on the job, and runs once resumed', async (t) => {
   t.after(() => api('POST', '/kinds/noop/resume'));
   const page = await browser.newPage();

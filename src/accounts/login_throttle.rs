@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
+use super::request_limit::{RequestLimiter, Requester};
 use super::store::{self, LoginCounter, LoginScope};
 use super::LoginError;
 
@@ -44,6 +45,8 @@ pub const LOCK_DURATION: Duration = Duration::from_secs(15 * 60);
 #[derive(Clone)]
 pub(crate) struct LoginThrottle {
     pool: PgPool,
+    /// The rate of attempts per address, before any count (see `request_limit`).
+    limiter: RequestLimiter,
 }
 
 /// An attempt admitted for checking, holding its places in the counts until it reports the outcome.
@@ -55,8 +58,8 @@ pub(crate) struct Admission {
 }
 
 impl LoginThrottle {
-    pub(crate) fn new(pool: PgPool) -> Self {
-        LoginThrottle { pool }
+    pub(crate) fn new(pool: PgPool, limiter: RequestLimiter) -> Self {
+        LoginThrottle { pool, limiter }
     }
 
     /// Counts an attempt for `name` (already normalized; `None` for a name no account can have)
@@ -66,6 +69,14 @@ impl LoginThrottle {
         name: Option<&str>,
         address: IpAddr,
     ) -> Result<Admission, LoginError> {
+        // Past the address's rate, an attempt is refused before it is counted or checked.
+        if let Some(taken) = self.limiter.take(Requester::Address(address)).await? {
+            if !taken.allowed() {
+                return Err(LoginError::RateLimited {
+                    retry_after_secs: taken.retry_after_secs(),
+                });
+            }
+        }
         let address = address_key(address);
         let by_address = store::login_failure_reserve(
             &self.pool,
@@ -213,7 +224,7 @@ fn locked(counters: &[&LoginCounter], unchecked: bool) -> LoginError {
 
 /// The address counter's key: an IPv4 address (also when it comes IPv4-mapped in IPv6), or the
 /// /64 network of an IPv6 address, since one IPv6 client usually has a whole /64 to pick from.
-fn address_key(address: IpAddr) -> String {
+pub(super) fn address_key(address: IpAddr) -> String {
     match address {
         IpAddr::V4(v4) => v4.to_string(),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

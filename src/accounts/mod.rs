@@ -15,6 +15,8 @@
 //!   and [`Accounts::set_up_first_admin`] creates the admin it is opened for (see `setup_link`).
 //!   Either way once, even when several nodes start together: the insert locks the table.
 //!
+//! - Request limits shared by every node: API calls per token, sign-in attempts per address (see
+//!   `request_limit`).
 //! - API tokens ([`Accounts::create_token`]): per user, scoped read or write, stored as SHA-256
 //!   of their text (see `api_token`); revoked or a disabled owner's tokens stop at the next request.
 //!
@@ -27,6 +29,7 @@ mod login_throttle;
 mod name;
 mod password;
 pub mod password_prompt;
+pub mod request_limit;
 mod role;
 pub mod secret;
 mod service;
@@ -41,6 +44,7 @@ pub use login_throttle::{
 };
 pub use name::{normalize_name, BOOTSTRAP_ACTOR, MAX_NAME_CHARS};
 pub use password::{validate_password, MAX_PASSWORD_CHARS, MIN_PASSWORD_CHARS};
+pub use request_limit::{RequestLimits, Taken, DEFAULT_SIGN_IN_RATE};
 pub use role::Role;
 pub use service::{AccountError, Accounts, LoginError, FIRST_ADMIN_NAME};
 pub use setup_link::{SetupError, SetupLink, SetupPass};

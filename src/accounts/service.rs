@@ -7,6 +7,7 @@ use sqlx::{PgConnection, PgPool};
 
 use super::api_token::{self, MAX_TOKEN_NAME_CHARS};
 use super::login_throttle::LoginThrottle;
+use super::request_limit::{RequestLimiter, RequestLimits, Requester, Taken};
 use super::setup_link::{SetupError, SetupLink, SetupPass};
 use super::store::{self, User};
 use super::token_store::{self, ApiToken, TokenOwner};
@@ -50,6 +51,10 @@ pub enum LoginError {
         retry_after_secs: u64,
         unchecked: bool,
     },
+    /// Too many attempts from this address in the current window of `KICKOFF_SIGN_IN_RATE_LIMIT`,
+    /// right or wrong: refused unchecked and uncounted (see `request_limit`).
+    #[error("too many sign-in attempts from this address: try again in {retry_after_secs} s")]
+    RateLimited { retry_after_secs: u64 },
     /// A new password that breaks the rules (changing one's own password).
     #[error("{0}")]
     Invalid(String),
@@ -68,17 +73,57 @@ pub struct NewPassword {
 pub struct Accounts {
     pool: PgPool,
     throttle: LoginThrottle,
+    limiter: RequestLimiter,
     setup_link: SetupLink,
 }
 
 impl Accounts {
-    /// The accounts, with no setup link (see [`Self::with_setup_link`]).
+    /// The accounts, with no setup link (see [`Self::with_setup_link`]) and the default request
+    /// limits (see [`Self::with_request_limits`]).
     pub fn new(pool: PgPool) -> Self {
+        let limiter = RequestLimiter::new(pool.clone(), RequestLimits::default());
         Accounts {
-            throttle: LoginThrottle::new(pool.clone()),
+            throttle: LoginThrottle::new(pool.clone(), limiter.clone()),
+            limiter,
             pool,
             setup_link: SetupLink::none(),
         }
+    }
+
+    /// The accounts with these limits of API calls per token and sign-in attempts per address
+    /// (see `request_limit`).
+    pub fn with_request_limits(self, limits: RequestLimits) -> Self {
+        let limiter = RequestLimiter::new(self.pool.clone(), limits);
+        Accounts {
+            throttle: LoginThrottle::new(self.pool.clone(), limiter.clone()),
+            limiter,
+            ..self
+        }
+    }
+
+    /// The request limits in force.
+    pub fn request_limits(&self) -> &RequestLimits {
+        self.limiter.limits()
+    }
+
+    /// Counts an API call made with a token (`None`: the bootstrap token) against the per-token
+    /// limit: `None` when there is none; the caller refuses the call when it is not
+    /// [`Taken::allowed`].
+    pub async fn take_api_call(
+        &self,
+        token_id: Option<i64>,
+    ) -> Result<Option<Taken>, AccountError> {
+        Ok(self.limiter.take(Requester::Token(token_id)).await?)
+    }
+
+    /// Requests refused by a limit since this process started: (per token, per address).
+    pub fn requests_rate_limited(&self) -> (u64, u64) {
+        self.limiter.refused()
+    }
+
+    /// Deletes the request counts of windows that ended; returns how many.
+    pub async fn prune_request_windows(&self) -> Result<u64, AccountError> {
+        Ok(store::request_windows_delete_ended(&self.pool).await?)
     }
 
     /// The accounts with this process's setup link live (a server started on an empty
@@ -510,6 +555,9 @@ fn setup_refused(e: LoginError) -> SetupError {
             retry_after_secs,
             unchecked,
         },
+        LoginError::RateLimited { retry_after_secs } => {
+            SetupError::RateLimited { retry_after_secs }
+        }
         LoginError::Database(e) => SetupError::Account(AccountError::Database(e)),
         LoginError::BadCredentials | LoginError::Invalid(_) => SetupError::NotFound,
     }

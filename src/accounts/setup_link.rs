@@ -116,6 +116,9 @@ pub enum SetupError {
         retry_after_secs: u64,
         unchecked: bool,
     },
+    /// Too many attempts from this address in the current window (see `request_limit`).
+    #[error("too many attempts from this address: try again in {retry_after_secs} s")]
+    RateLimited { retry_after_secs: u64 },
     /// The right code, but a name or password that breaks the rules (the link stays live).
     #[error(transparent)]
     Account(#[from] AccountError),

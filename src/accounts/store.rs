@@ -414,3 +414,41 @@ pub async fn login_failure_prune<'e>(
     .await?;
     Ok(r.rows_affected())
 }
+
+/// Counts one request of `key` in its `scope` (`token` or `address`) in the current window of
+/// `period_ms` (aligned to the period by the database clock; see `kickoff_window_start`), and
+/// returns the window's count with this request and the seconds left in the window.
+///
+/// The upsert's row lock orders concurrent requests of one key: each gets its own count. A row
+/// of an older window starts again at this request; a request whose clock fell in a window
+/// already superseded by a later one counts in that later one.
+pub async fn request_window_take<'e>(
+    db: impl PgExecutor<'e>,
+    scope: &str,
+    key: &str,
+    period_ms: i32,
+) -> Result<(i32, f64), sqlx::Error> {
+    sqlx::query_as(
+        "INSERT INTO request_windows AS w (scope, key, window_start, window_end, used)
+         SELECT $1, $2, s, s + make_interval(secs => $3 / 1000.0), 1
+         FROM kickoff_window_start(clock_timestamp(), $3) AS s
+         ON CONFLICT (scope, key) DO UPDATE SET
+             used = CASE WHEN w.window_start >= excluded.window_start THEN w.used + 1 ELSE 1 END,
+             window_start = greatest(w.window_start, excluded.window_start),
+             window_end = greatest(w.window_end, excluded.window_end)
+         RETURNING used, greatest(extract(epoch FROM window_end - clock_timestamp()), 0)::float8",
+    )
+    .bind(scope)
+    .bind(key)
+    .bind(period_ms)
+    .fetch_one(db)
+    .await
+}
+
+/// Deletes the request counts of windows that ended. Returns how many.
+pub async fn request_windows_delete_ended<'e>(db: impl PgExecutor<'e>) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query("DELETE FROM request_windows WHERE window_end < now()")
+        .execute(db)
+        .await?;
+    Ok(r.rows_affected())
+}

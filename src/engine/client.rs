@@ -11,7 +11,7 @@ use sqlx::{PgConnection, PgPool};
 use super::announcer::{Announcer, Wakeup};
 use super::control::Control;
 use super::job::{is_valid_queue_name, Claim, Inserted, Job, JobId, JobState, NewJob, Schedule};
-use super::limits::QueueLimits;
+use super::limits::{self, QueueLimits};
 use super::store::jobs::{self as job_store, JobFilter};
 use super::store::kinds::{self as kind_store, KindPause};
 use super::store::leader::{self as leader_store, LeaderRow, LEADER_NAME};
@@ -618,6 +618,23 @@ impl Client {
     /// Attempts started in the current window of each rate-limited queue: `(queue, used, limit)`.
     pub async fn queue_window_use(&self) -> Result<Vec<(String, i64, i32)>, ClientError> {
         Ok(queue_store::queue_window_use(&self.pool).await?)
+    }
+
+    /// Where each queue with limits across every node stands: its current window's use and the
+    /// available jobs its limits hold back (of the first [`limits::PARTITION_SCAN`]).
+    pub async fn queue_limit_use(&self) -> Result<Vec<queue_store::LimitUse>, ClientError> {
+        Ok(queue_store::queue_limit_use(&self.pool, limits::PARTITION_SCAN).await?)
+    }
+
+    /// The room `queue`'s limits leave now for a job of `kind` with `args` (its key's use of the
+    /// current rate window, the attempts executing on all nodes).
+    pub async fn queue_limit_room(
+        &self,
+        queue: &str,
+        kind: &str,
+        args: &serde_json::Value,
+    ) -> Result<Option<queue_store::LimitRoom>, ClientError> {
+        Ok(queue_store::queue_limit_room(&self.pool, queue, kind, args).await?)
     }
 
     /// The kinds paused on every node.

@@ -130,13 +130,9 @@ impl Producer {
         // us, and one before it shows in `free_slots`.
         q.saturated.store(true, Ordering::SeqCst);
         let free = q.free_slots();
-        // Under a global concurrency a buffered job would hold room that a slot of another node
-        // could use (it is executing, for the count): no fetch-ahead there.
-        let lead = if limited && q.global_limited.load(Ordering::SeqCst) {
-            0
-        } else {
-            q.lead()
-        };
+        // Under a global concurrency a buffered job holds room (it is executing, for the count):
+        // the database lets the buffer take at most half of what the free slots leave.
+        let lead = q.lead();
         let buffered = q.buffered();
         // Free slots always claim; a buffer alone refills once it is down to half its lead.
         let want = (free + lead).saturating_sub(buffered);
@@ -153,7 +149,9 @@ impl Producer {
         );
         let paused = q.kinds.get();
         let jobs = if limited {
-            job_store::job_claim_limited(pool, name, want as i64, node, lease, &paused).await?
+            let free = free.min(want) as i64;
+            job_store::job_claim_limited(pool, name, want as i64, free, node, lease, &paused)
+                .await?
         } else {
             job_store::job_claim_except(pool, name, want as i64, node, lease, &paused).await?
         };
@@ -163,7 +161,8 @@ impl Producer {
         self.metrics.claimed(jobs.len());
         // Fewer than asked: the queue is drained, and only new due jobs (their notification, the
         // timer, the backstop) need a claim. All of them: more may wait, so releases wake us.
-        let full = jobs.len() == want;
+        let got = jobs.len();
+        let full = got == want;
         q.saturated.store(full, Ordering::SeqCst);
         let registered: Vec<_> = jobs
             .into_iter()
@@ -175,8 +174,11 @@ impl Producer {
             // A limited queue claims nothing ahead of its due time (a run counts in the window
             // it starts in). Fewer than asked: a limit may hold jobs back until a later window
             // (or, under a global concurrency, until attempts end on other nodes).
-            if !full {
-                if let Some(wait) = job_store::limit_wait(&self.pool, &q.name, &paused).await? {
+            // Only the free slots left empty say a limit holds jobs back: a buffer cut short
+            // (half the global room) refills at the next release.
+            if got < free.min(want) {
+                let wait = job_store::limit_wait(&self.pool, &q.name, &paused).await?;
+                if let Some(wait) = wait.filter(|w| !w.is_zero()) {
                     self.metrics.limited(&q.name);
                     q.set_limit_retry(Some(std::time::Instant::now() + wait + LIMIT_MARGIN));
                 }

@@ -24,6 +24,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::job::{Claim, Job};
+use super::limits::QueueLimits;
 use super::store::queues::QueueRow;
 
 /// The shortest a buffered job may wait for a slot before it is handed back.
@@ -80,6 +81,9 @@ pub struct QueueState {
     pub limited: AtomicBool,
     /// Among those limits, a global concurrency.
     pub global_limited: AtomicBool,
+    /// The limits applied last (a change of any of them, a raised rate say, lifts a hold
+    /// computed under the old ones).
+    limits: Mutex<QueueLimits>,
     /// A limit held jobs back: the next claim waits until this instant (the next rate window,
     /// or a short poll for room under a global concurrency).
     limit_retry: Mutex<Option<Instant>>,
@@ -115,6 +119,7 @@ impl QueueState {
             kinds: Arc::default(),
             limited: AtomicBool::new(false),
             global_limited: AtomicBool::new(false),
+            limits: Mutex::new(QueueLimits::default()),
             limit_retry: Mutex::new(None),
             in_flight: AtomicUsize::new(0),
             timed: AtomicUsize::new(0),
@@ -153,6 +158,12 @@ impl QueueState {
         }
         let was_paused = self.paused.swap(row.paused, Ordering::SeqCst);
         let limits = row.limits();
+        let limits_changed = {
+            let mut applied = self.limits.lock().expect("queue limits lock poisoned");
+            let changed = *applied != limits;
+            *applied = limits.clone();
+            changed
+        };
         let limited = limits.is_limited();
         let was_limited = self.limited.swap(limited, Ordering::SeqCst);
         let global = limits.global.is_some();
@@ -164,6 +175,7 @@ impl QueueState {
         let old_limit = self.limit.swap(limit, Ordering::SeqCst);
         let changed = was_paused != row.paused
             || old_limit != limit
+            || limits_changed
             || was_limited != limited
             || was_global != global;
         if changed {

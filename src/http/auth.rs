@@ -7,16 +7,19 @@
 //! - the bootstrap token (`KICKOFF_API_TOKEN`), which acts as an admin with write scope: for the
 //!   first scripts, before anyone has signed in.
 //!
+//! A token's calls count against `KICKOFF_API_RATE_LIMIT` when it is set (see
+//! `accounts::request_limit`): past it, 429 with `Retry-After`.
+//!
 //! The caller goes into the request's extensions as an [`ApiCaller`] (the audit log names it).
 
 use axum::extract::{Request, State};
-use axum::http::Method;
+use axum::http::{HeaderName, HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::AppError;
 use super::state::AppState;
-use crate::accounts::{Role, TokenScope};
+use crate::accounts::{Role, Taken, TokenScope};
 
 /// Who is calling the REST API.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,6 +76,33 @@ pub async fn require_token(
             token_id: Some(owner.token_id),
         }
     };
+    // Past its token's rate, a call is refused before anything else, unaudited (a flood would
+    // write a row per call; the metric counts them).
+    let taken = state
+        .accounts
+        .take_api_call(caller.token_id)
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "could not count an API call against its token's limit");
+            AppError::Unavailable
+        })?;
+    if let Some(taken) = taken.filter(|t| !t.allowed()) {
+        let mut res = AppError::TooManyRequests {
+            message: format!(
+                "this token reached its limit of calls ({} per token, KICKOFF_API_RATE_LIMIT): try again in {} s",
+                state
+                    .accounts
+                    .request_limits()
+                    .per_token
+                    .map_or_else(|| taken.limit.to_string(), |r| r.to_string()),
+                taken.retry_after_secs()
+            ),
+            retry_after_secs: taken.retry_after_secs(),
+        }
+        .into_response();
+        rate_limit_headers(&mut res, &taken);
+        return Ok(res);
+    }
     let reads = matches!(*req.method(), Method::GET | Method::HEAD);
     let refusal = if reads {
         None
@@ -98,7 +128,23 @@ pub async fn require_token(
         }
     };
     res.extensions_mut().insert(caller);
+    if let Some(taken) = &taken {
+        rate_limit_headers(&mut res, taken);
+    }
     Ok(res)
+}
+
+/// The `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` (seconds) headers of a call
+/// counted against its token's limit.
+fn rate_limit_headers(res: &mut Response, taken: &Taken) {
+    let headers = res.headers_mut();
+    for (name, value) in [
+        ("ratelimit-limit", taken.limit as u64),
+        ("ratelimit-remaining", taken.remaining() as u64),
+        ("ratelimit-reset", taken.retry_after_secs()),
+    ] {
+        headers.insert(HeaderName::from_static(name), HeaderValue::from(value));
+    }
 }
 
 // The comparison lives with the secrets (the setup link uses it too).

@@ -217,6 +217,12 @@ impl From<LoginError> for AppError {
                 ),
                 retry_after_secs,
             },
+            LoginError::RateLimited { retry_after_secs } => AppError::TooManyRequests {
+                message: format!(
+                    "too many sign-in attempts from this address: try again in {retry_after_secs} s"
+                ),
+                retry_after_secs,
+            },
             LoginError::Invalid(message) => AppError::invalid(message),
             LoginError::Database(e) => e.into(),
         }
@@ -237,6 +243,9 @@ impl From<SetupError> for AppError {
                 unchecked,
             }
             .into(),
+            SetupError::RateLimited { retry_after_secs } => {
+                LoginError::RateLimited { retry_after_secs }.into()
+            }
             SetupError::Account(e) => e.into(),
         }
     }

@@ -175,6 +175,21 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, AppError
             *n as f64,
         );
     }
+    family(
+        &mut out,
+        "kickoff_request_rate_limited_total",
+        "counter",
+        "Requests this node refused with 429 because a limit shared by every node was reached: an API token's calls (scope token, KICKOFF_API_RATE_LIMIT) or an address's sign-in attempts (scope address, KICKOFF_SIGN_IN_RATE_LIMIT).",
+    );
+    let (by_token, by_address) = state.accounts.requests_rate_limited();
+    for (scope, n) in [("token", by_token), ("address", by_address)] {
+        sample(
+            &mut out,
+            "kickoff_request_rate_limited_total",
+            &[("scope", scope)],
+            n as f64,
+        );
+    }
     limit_metrics(&state, &mut out).await?;
     schedule_metrics(&state, &mut out).await?;
 

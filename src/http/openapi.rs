@@ -502,6 +502,34 @@ fn responses(generator: &mut SchemaGenerator, e: &Endpoint) -> Value {
         "401": error("no valid bearer token"),
         "503": error("the database is unreachable"),
     });
+    let mut limited = error(
+        "the token reached its limit of calls per period (`KICKOFF_API_RATE_LIMIT`, `N/period`, \
+         N 1 to 1000000, period 1 ms to 1 day; off by default), shared by every node: \
+         `too_many_requests`, not run",
+    );
+    limited["headers"] = json!({
+        "Retry-After": {
+            "description": "seconds until the token's window ends",
+            "schema": { "type": "integer", "minimum": 1 },
+        },
+    });
+    r["429"] = limited;
+    // With a limit set, every answer says where the token stands.
+    let limit_headers = json!({
+        "RateLimit-Limit": {
+            "description": "calls the token may make per window (with KICKOFF_API_RATE_LIMIT set)",
+            "schema": { "type": "integer", "minimum": 1 },
+        },
+        "RateLimit-Remaining": {
+            "description": "calls left in the current window",
+            "schema": { "type": "integer", "minimum": 0 },
+        },
+        "RateLimit-Reset": {
+            "description": "seconds until the current window ends",
+            "schema": { "type": "integer", "minimum": 1 },
+        },
+    });
+    r[status.to_string()]["headers"] = limit_headers;
     if e.method != "get" {
         r["403"] = error("the token may only read, or its owner's role may not act");
         if !e.path.ends_with("/predictions") {

@@ -125,7 +125,7 @@ pub fn layer(pool: sqlx::PgPool, secure: bool) -> SessionManagerLayer<PostgresSt
         ))
 }
 
-/// Deletes expired sessions (and stale sign-in failure counters) now and then, until `shutdown`. Every node may run it: deleting what
+/// Deletes expired sessions (and stale sign-in failure counters and request counts) now and then, until `shutdown`. Every node may run it: deleting what
 /// another node deleted already is harmless.
 pub async fn sweep_expired(pool: sqlx::PgPool, shutdown: CancellationToken) {
     use tower_sessions::ExpiredDeletion;
@@ -144,6 +144,9 @@ pub async fn sweep_expired(pool: sqlx::PgPool, shutdown: CancellationToken) {
         }
         if let Err(e) = accounts.prune_login_failures().await {
             tracing::warn!(error = %e, "could not delete old sign-in failure counters");
+        }
+        if let Err(e) = accounts.prune_request_windows().await {
+            tracing::warn!(error = %e, "could not delete the request counts of windows that ended");
         }
     }
 }

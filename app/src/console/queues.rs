@@ -24,6 +24,10 @@ pub struct QueueInfo {
     pub rate: Option<String>,
     pub per: Option<String>,
     pub global_concurrency: Option<i32>,
+    /// The current rate window's use, in words (`37 of 50 started, window ends in 0.4 s`).
+    pub window_use: Option<String>,
+    /// The available jobs the limits hold back now, in words (`950 held by the limits`).
+    pub held: Option<String>,
     pub available: i64,
     pub scheduled: i64,
     pub executing: i64,

@@ -185,6 +185,8 @@ pub fn QueueTable(
                                             }
                                             None => "none".to_string(),
                                         }}
+                                        {q.window_use.clone().map(|w| view! { <div class="limit-use muted" data-window-use="">{w}</div> })}
+                                        {q.held.clone().map(|h| view! { <div class="limit-held muted" data-held="">{h}</div> })}
                                     </td>
                                     {action.map(|action| {
                                         let pause_name = name.clone();

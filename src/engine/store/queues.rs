@@ -178,3 +178,121 @@ pub async fn queue_window_use<'e>(
     .fetch_all(db)
     .await
 }
+
+/// Where a queue with limits across every node stands now (see [`queue_limit_use`]).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct LimitUse {
+    pub queue: String,
+    /// Attempts started in the current rate window, all keys together (0 without a rate).
+    pub used: i64,
+    /// The most any one key started in it (the queue's count when not partitioned).
+    pub busiest: i64,
+    /// Keys that started an attempt in it.
+    pub keys: i64,
+    /// Seconds until the current rate window ends (null without a rate).
+    pub window_ends_in: Option<f64>,
+    /// Attempts executing on all nodes.
+    pub executing: i64,
+    /// Of the first `scanned` available jobs (claim order, paused kinds left out), those a claim
+    /// now would leave behind because of a limit: their key's window is full, or the global
+    /// concurrency is reached.
+    pub held: i64,
+    pub scanned: i64,
+}
+
+/// Where each queue with a rate or a global concurrency stands: its current window's use and
+/// the available jobs its limits hold back, looking at no more than `scan` available jobs of
+/// each (as the partitioned claim does), so that a long backlog costs no more than a claim.
+pub async fn queue_limit_use<'e>(
+    db: impl PgExecutor<'e>,
+    scan: i32,
+) -> Result<Vec<LimitUse>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT q.name AS queue,
+                coalesce(w.used, 0)::bigint AS used, coalesce(w.busiest, 0)::bigint AS busiest,
+                coalesce(w.keys, 0)::bigint AS keys,
+                CASE WHEN q.rate_limit IS NOT NULL THEN extract(epoch FROM
+                    kickoff_window_start(now(), q.rate_period_ms)
+                    + make_interval(secs => q.rate_period_ms / 1000.0) - now())::float8 END
+                    AS window_ends_in,
+                e.executing, h.held, h.scanned
+         FROM queues q
+         LEFT JOIN LATERAL (
+             SELECT sum(w.used) AS used, max(w.used) AS busiest, count(*) AS keys
+             FROM queue_rate_windows w
+             WHERE w.queue = q.name
+               AND w.window_start = kickoff_window_start(now(), q.rate_period_ms)) w
+             ON q.rate_limit IS NOT NULL
+         CROSS JOIN LATERAL (
+             SELECT count(*) AS executing FROM jobs
+             WHERE state = 'executing' AND queue = q.name) e
+         CROSS JOIN LATERAL (
+             SELECT count(*) FILTER (WHERE
+                        (q.global_concurrency IS NOT NULL AND e.executing >= q.global_concurrency)
+                     OR (q.rate_limit IS NOT NULL AND r.nth > q.rate_limit - coalesce(rw.used, 0))
+                    ) AS held,
+                    count(*) AS scanned
+             FROM (SELECT c.k, row_number() OVER (PARTITION BY c.k
+                                                  ORDER BY c.priority, c.scheduled_at, c.id) AS nth
+                   FROM (SELECT j.id, j.priority, j.scheduled_at,
+                                CASE WHEN q.rate_per IS NULL THEN ''
+                                     ELSE kickoff_partition_key(q.rate_per, j.kind, j.args) END AS k
+                         FROM jobs j
+                         WHERE j.state = 'available' AND j.queue = q.name
+                           AND NOT EXISTS (SELECT 1 FROM kind_pauses p WHERE p.kind = j.kind)
+                         ORDER BY j.priority, j.scheduled_at, j.id
+                         LIMIT $1) c) r
+             LEFT JOIN queue_rate_windows rw
+                    ON q.rate_limit IS NOT NULL AND rw.queue = q.name AND rw.key = r.k
+                   AND rw.window_start = kickoff_window_start(now(), q.rate_period_ms)) h
+         WHERE q.rate_limit IS NOT NULL OR q.global_concurrency IS NOT NULL
+         ORDER BY q.name",
+    )
+    .bind(scan)
+    .fetch_all(db)
+    .await
+}
+
+/// What a queue's limits leave for one job now (see [`queue_limit_room`]).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct LimitRoom {
+    /// The job's partition key ('' when the rate is not partitioned or there is none).
+    pub key: String,
+    /// Attempts of that key started in the current rate window (0 without a rate).
+    pub used: i64,
+    /// Seconds until the current rate window ends (null without a rate).
+    pub window_ends_in: Option<f64>,
+    /// Attempts of the queue executing on all nodes.
+    pub executing: i64,
+}
+
+/// The room a queue's limits leave now for a job of `kind` with `args`: its key's use of the
+/// current window and the queue's attempts executing on all nodes. `None` for a queue without a
+/// row.
+pub async fn queue_limit_room<'e>(
+    db: impl PgExecutor<'e>,
+    queue: &str,
+    kind: &str,
+    args: &serde_json::Value,
+) -> Result<Option<LimitRoom>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT k.key, coalesce(w.used, 0)::bigint AS used,
+                CASE WHEN q.rate_limit IS NOT NULL THEN extract(epoch FROM
+                    kickoff_window_start(now(), q.rate_period_ms)
+                    + make_interval(secs => q.rate_period_ms / 1000.0) - now())::float8 END
+                    AS window_ends_in,
+                (SELECT count(*) FROM jobs WHERE state = 'executing' AND queue = q.name) AS executing
+         FROM queues q
+         CROSS JOIN LATERAL (SELECT CASE WHEN q.rate_per IS NULL THEN ''
+                                    ELSE kickoff_partition_key(q.rate_per, $2, $3) END AS key) k
+         LEFT JOIN queue_rate_windows w
+                ON q.rate_limit IS NOT NULL AND w.queue = q.name AND w.key = k.key
+               AND w.window_start = kickoff_window_start(now(), q.rate_period_ms)
+         WHERE q.name = $1",
+    )
+    .bind(queue)
+    .bind(kind)
+    .bind(args)
+    .fetch_optional(db)
+    .await
+}

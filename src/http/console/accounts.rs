@@ -405,10 +405,12 @@ impl AccountsConsole for ServerConsole {
             Ok(user) => Ok(user),
             Err(e @ LoginError::Database(_)) => return Err(refused(e)),
             // Counted with the lock's other refusals, recorded as one entry when it is over.
+            // Not audited one by one: a flood would write a row per attempt (the metric counts them).
             Err(
-                e @ LoginError::Locked {
+                e @ (LoginError::Locked {
                     unchecked: true, ..
-                },
+                }
+                | LoginError::RateLimited { .. }),
             ) => return Err(refused(e)),
             Err(e) => Err(refused(e)),
         };
@@ -494,9 +496,10 @@ impl AccountsConsole for ServerConsole {
                 return Err(refused(e))
             }
             Err(Unrecorded::Failed(
-                e @ SetupError::Locked {
+                e @ (SetupError::Locked {
                     unchecked: true, ..
-                },
+                }
+                | SetupError::RateLimited { .. }),
             )) => return Err(refused(e)),
             Err(Unrecorded::Failed(e)) => {
                 let refusal = refused(e);

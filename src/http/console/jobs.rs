@@ -560,18 +560,59 @@ impl ServerConsole {
                 p.paused_at.format("%Y-%m-%d %H:%M:%S")
             )));
         }
-        let queue = self.client.queue(&j.queue).await.map_err(refused)?;
-        Ok(queue.and_then(|q| {
-            if q.paused {
-                return Some(format!("its queue {} is paused", q.name));
+        let Some(q) = self.client.queue(&j.queue).await.map_err(refused)? else {
+            return Ok(None);
+        };
+        if q.paused {
+            return Ok(Some(format!("its queue {} is paused", q.name)));
+        }
+        let limits = q.limits();
+        let Some(described) = limits.describe() else {
+            return Ok(None);
+        };
+        let general = format!(
+            "its queue {} has limits across every node ({described})",
+            q.name
+        );
+        // Only a job that could start now is held by them; a scheduled one waits for its time.
+        if j.state != JobState::Available {
+            return Ok(Some(format!("{general}: it starts when they leave room")));
+        }
+        let room = self
+            .client
+            .queue_limit_room(&q.name, &j.kind, &j.args)
+            .await
+            .map_err(refused)?;
+        let Some(room) = room else {
+            return Ok(None);
+        };
+        if let (Some(rate), Some(ends)) = (limits.rate, room.window_ends_in) {
+            if room.used >= rate.n as i64 {
+                let whose = match &limits.per {
+                    Some(per) => format!(" for its {per} `{}`", room.key),
+                    None => String::new(),
+                };
+                return Ok(Some(format!(
+                    "{general}: this window's rate is used up{whose} ({} of {} started); it \
+                     waits for the next window, in {}",
+                    room.used,
+                    rate.n,
+                    super::queues::seconds_in_words(ends)
+                )));
             }
-            q.limits().describe().map(|limits| {
-                format!(
-                    "its queue {} has limits across every node ({limits}): it starts when they leave room",
-                    q.name
-                )
-            })
-        }))
+        }
+        if let Some(global) = limits.global {
+            if room.executing >= global as i64 {
+                return Ok(Some(format!(
+                    "{general}: {} executing on all nodes reach its global concurrency; it \
+                     starts when one ends",
+                    room.executing
+                )));
+            }
+        }
+        Ok(Some(format!(
+            "{general}: they leave room now, so it starts at the next claim"
+        )))
     }
 }
 

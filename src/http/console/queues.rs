@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use super::{conn, operator, refused, Act, ServerConsole};
 use crate::accounts::Role;
-use crate::engine::limits::QueueLimits;
+use crate::engine::limits::{QueueLimits, PARTITION_SCAN};
+use crate::engine::store::queues::LimitUse;
 use crate::engine::JobState;
 
 #[async_trait::async_trait]
@@ -168,6 +169,50 @@ impl QueuesConsole for ServerConsole {
     }
 }
 
+/// A wait in the unit an operator reads best: `0.4 s`, `42 s`, `55 min`, `5 h`.
+pub(super) fn seconds_in_words(secs: f64) -> String {
+    let secs = secs.max(0.0);
+    if secs < 10.0 {
+        format!("{secs:.1} s")
+    } else if secs < 120.0 {
+        format!("{} s", secs.round())
+    } else if secs < 2.0 * 3600.0 {
+        format!("{} min", (secs / 60.0).round())
+    } else {
+        format!("{} h", (secs / 3600.0).round())
+    }
+}
+
+/// A limited queue's current window and the jobs its limits hold back, in words.
+fn describe_use(info: &QueueInfo, u: &LimitUse) -> (Option<String>, String) {
+    let limit = info
+        .rate
+        .as_deref()
+        .and_then(|r| r.split('/').next())
+        .unwrap_or("?");
+    let window_use = u.window_ends_in.map(|ends| {
+        let ends = format!("window ends in {}", seconds_in_words(ends));
+        match &info.per {
+            None => format!("{} of {limit} started, {ends}", u.used),
+            Some(per) => format!(
+                "busiest {per} {} of {limit}, {} keys, {} started in all; {ends}",
+                u.busiest, u.keys, u.used
+            ),
+        }
+    });
+    let more = if u.scanned >= PARTITION_SCAN as i64 && u.held == u.scanned {
+        "+"
+    } else {
+        ""
+    };
+    let held = match u.held {
+        0 => "none held by the limits".to_string(),
+        1 => "1 available job held by the limits".to_string(),
+        n => format!("{n}{more} available jobs held by the limits"),
+    };
+    (window_use, held)
+}
+
 /// The limits of the dashboard's form (empty fields: none).
 fn limits_of(form: &LimitsForm) -> Result<QueueLimits, String> {
     let given = |v: &Option<String>| {
@@ -215,6 +260,8 @@ impl ServerConsole {
             rate: None,
             per: None,
             global_concurrency: None,
+            window_use: None,
+            held: None,
             available: 0,
             scheduled: 0,
             executing: 0,
@@ -234,6 +281,16 @@ impl ServerConsole {
             info.rate = limits.rate.map(|r| r.to_string());
             info.per = limits.per.map(|p| p.to_string());
             info.global_concurrency = s.global_concurrency;
+        }
+        if infos.values().any(|i| i.limits.is_some()) {
+            for u in self.client.queue_limit_use().await.map_err(refused)? {
+                let Some(info) = infos.get_mut(&u.queue) else {
+                    continue;
+                };
+                let (window_use, held) = describe_use(info, &u);
+                info.window_use = window_use;
+                info.held = Some(held);
+            }
         }
         for (queue, state, n) in counts {
             let info = infos.entry(queue.clone()).or_insert_with(|| blank(queue));
@@ -258,5 +315,19 @@ impl ServerConsole {
             }
         }
         Ok(infos.into_values().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seconds_in_words;
+
+    #[test]
+    fn waits_read_in_the_unit_that_suits_them() {
+        assert_eq!(seconds_in_words(0.43), "0.4 s");
+        assert_eq!(seconds_in_words(-1.0), "0.0 s");
+        assert_eq!(seconds_in_words(42.4), "42 s");
+        assert_eq!(seconds_in_words(3310.5), "55 min");
+        assert_eq!(seconds_in_words(5.0 * 3600.0 + 10.0), "5 h");
     }
 }

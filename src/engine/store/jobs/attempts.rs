@@ -99,19 +99,24 @@ pub async fn job_claim_except<'e>(
 }
 
 /// Claims up to `limit` available jobs of a queue with limits across every node (a rate, a global
-/// concurrency), within them: see `kickoff_claim_limited` in migration `20261210000001` and the
-/// `limits` module. The claims of one limited queue take turns on its row's lock.
+/// concurrency), within them: see `kickoff_claim_limited` in migrations `20261210000001` and
+/// `20261211000002`, and the `limits` module. `free`: how many of them would start at once (the
+/// rest wait in the fetch-ahead buffer, and under a global concurrency take at most half of the
+/// room left). The claims of one limited queue take turns on its row's lock.
+#[allow(clippy::too_many_arguments)]
 pub async fn job_claim_limited<'e>(
     db: impl PgExecutor<'e>,
     queue: &str,
     limit: i64,
+    free: i64,
     node: &str,
     lease: Duration,
     paused: &[String],
 ) -> Result<Vec<Job>, sqlx::Error> {
-    sqlx::query_as("SELECT * FROM kickoff_claim_limited($1, $2, $3, $4, $5, $6, $7)")
+    sqlx::query_as("SELECT * FROM kickoff_claim_limited($1, $2, $3, $4, $5, $6, $7, $8)")
         .bind(queue)
         .bind(limit.min(i32::MAX as i64) as i32)
+        .bind(free.clamp(0, limit).min(i32::MAX as i64) as i32)
         .bind(node)
         .bind(secs(lease))
         .bind(ClaimToken::random())
@@ -121,8 +126,10 @@ pub async fn job_claim_limited<'e>(
         .await
 }
 
-/// After a limited claim got fewer jobs than it asked for: how long to wait before claiming again
-/// when available jobs remain (a limit held them back), `None` when none remain.
+/// After a limited claim got fewer jobs than its free slots: how long to wait before claiming
+/// again because a limit holds the available jobs back (until the rate window ends, or 50 ms under
+/// a global concurrency reached); zero when the limits leave room (jobs that came after the claim
+/// looked: their notification brings the next claim); `None` when none are available.
 pub async fn limit_wait<'e>(
     db: impl PgExecutor<'e>,
     queue: &str,
