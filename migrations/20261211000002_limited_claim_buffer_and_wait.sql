@@ -8,6 +8,9 @@
 -- Buffered jobs are `executing` (they count in the limit) and are handed back by their node when
 -- no slot takes them soon (see `queue_state`).
 --
+-- Its unpartitioned branch also returns the rows its UPDATE claimed, instead of reading them
+-- again by id (a second index probe per job).
+--
 -- 2. The wait after a claim that got fewer jobs than free slots says whether a limit holds the
 -- jobs back, by the limits themselves: it used to assume so whenever jobs were available, so a
 -- job inserted between a claim (that did not see it yet) and the wait waited for the next window
@@ -32,6 +35,7 @@ DECLARE
     win timestamptz;
     used_now integer;
     ids bigint[];
+    n integer;
 BEGIN
     SELECT * INTO q FROM queues WHERE name = p_queue FOR NO KEY UPDATE;
     IF NOT FOUND OR q.paused THEN
@@ -61,28 +65,31 @@ BEGIN
     END IF;
 
     IF q.rate_limit IS NULL OR q.rate_per IS NULL THEN
+        -- The claimed rows go straight out (in no order, as the unlimited claim's), then the
+        -- window counts them.
+        RETURN QUERY
         WITH picked AS (
             SELECT id FROM jobs
             WHERE state = 'available' AND queue = p_queue AND kind <> ALL (p_paused)
             ORDER BY priority, scheduled_at, id
             LIMIT room
-            FOR UPDATE SKIP LOCKED),
-        claimed AS (
-            UPDATE jobs SET state = 'executing', attempt = jobs.attempt + 1,
-                   attempted_at = t, attempted_by = p_node,
-                   lease_expires_at = t + make_interval(secs => p_lease),
-                   claim_token = p_token
-            FROM picked WHERE jobs.id = picked.id
-            RETURNING jobs.id)
-        SELECT array_agg(id) INTO ids FROM claimed;
-        IF q.rate_limit IS NOT NULL AND ids IS NOT NULL THEN
+            FOR UPDATE SKIP LOCKED)
+        UPDATE jobs SET state = 'executing', attempt = jobs.attempt + 1,
+               attempted_at = t, attempted_by = p_node,
+               lease_expires_at = t + make_interval(secs => p_lease),
+               claim_token = p_token
+        FROM picked WHERE jobs.id = picked.id
+        RETURNING jobs.*;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF q.rate_limit IS NOT NULL AND n > 0 THEN
             INSERT INTO queue_rate_windows AS w (queue, key, window_start, used)
-            VALUES (p_queue, '', win, cardinality(ids))
+            VALUES (p_queue, '', win, n)
             ON CONFLICT (queue, key) DO UPDATE
                SET used = CASE WHEN w.window_start = excluded.window_start
                                THEN w.used + excluded.used ELSE excluded.used END,
                    window_start = excluded.window_start;
         END IF;
+        RETURN;
     ELSE
         WITH candidates AS (
             SELECT id, priority, scheduled_at, k,

@@ -313,6 +313,35 @@ mod tests {
     }
 
     #[test]
+    fn request_limits_default_to_sign_ins_only_and_refuse_bad_rates() {
+        let w = Wrap::parse_from(["x"]);
+        let limits = w.config.request_limits().unwrap();
+        assert_eq!(limits.per_token, None);
+        assert_eq!(
+            limits.per_address.map(|r| r.to_string()).as_deref(),
+            Some("60/min")
+        );
+        let w = Wrap::parse_from([
+            "x",
+            "--api-rate-limit",
+            "100/s",
+            "--sign-in-rate-limit",
+            "off",
+        ]);
+        let limits = w.config.request_limits().unwrap();
+        assert_eq!(
+            limits.per_token.map(|r| r.to_string()).as_deref(),
+            Some("100/s")
+        );
+        assert_eq!(limits.per_address, None);
+        for bad in ["fast", "0/s", "10/week", "2000000/s"] {
+            let w = Wrap::parse_from(["x", "--api-rate-limit", bad]);
+            let e = w.config.request_limits().unwrap_err();
+            assert!(e.starts_with("KICKOFF_API_RATE_LIMIT: "), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn queue_options_set_limits_shared_by_every_node() {
         let w = Wrap::parse_from([
             "x",

@@ -430,7 +430,7 @@ pub fn document() -> Value {
         "info": {
             "title": "Kickoff",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "A durable PostgreSQL job scheduler. Every call needs `Authorization: Bearer <token>`: a user's API token (read: GET only; write: what the owner's role allows) or the bootstrap token.",
+            "description": "A durable PostgreSQL job scheduler. Every call needs `Authorization: Bearer <token>`: a user's API token (read: GET only; write: what the owner's role allows) or the bootstrap token. With `KICKOFF_API_RATE_LIMIT` set (`N/period`, off by default), each token's calls are limited on all nodes together: past it, 429 with `Retry-After`; every answer carries `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset`.",
         },
         "paths": paths,
         "components": {
