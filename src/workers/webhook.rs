@@ -74,8 +74,9 @@ const ERROR_BODY_BYTES: usize = ERROR_BODY_CHARS * 4;
 /// The allowlist prefix that lets a host name resolve to non-public addresses.
 const PRIVATE_MARK: &str = "private:";
 /// Headers a job may not set: `Host` would reach a virtual host the allowlist does not name (on an
-/// allowed address), and the hop-by-hop headers and the length would let it frame the request.
-const RESERVED_HEADERS: [&str; 10] = [
+/// allowed address), and the hop-by-hop headers and the length would let it frame the request;
+/// the Standard Webhooks headers are the call's own (see [`webhook_id`]).
+const RESERVED_HEADERS: [&str; 13] = [
     "host",
     "connection",
     "transfer-encoding",
@@ -86,6 +87,9 @@ const RESERVED_HEADERS: [&str; 10] = [
     "trailer",
     "upgrade",
     "proxy-authorization",
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
 ];
 
 #[derive(Debug, Deserialize)]
@@ -206,7 +210,8 @@ impl WebhookWorker {
                 .map_err(|_| format!("headers: `{k}` is not a valid header name"))?;
             if RESERVED_HEADERS.iter().any(|r| k.eq_ignore_ascii_case(r)) {
                 return Err(format!(
-                    "headers: `{k}` cannot be set: the call sets the host and frames the request itself"
+                    "headers: `{k}` cannot be set: the call sets the host, frames the request and \
+                     names it (webhook-id, webhook-timestamp) itself"
                 ));
             }
             reqwest::header::HeaderValue::from_str(v)
@@ -349,12 +354,28 @@ impl Worker for WebhookWorker {
                 .request(call.method, call.url)
                 .timeout(remaining)
                 .header("x-kickoff-job-id", ctx.job.id.to_string())
-                .header("x-kickoff-attempt", ctx.job.attempt.to_string());
+                .header("x-kickoff-attempt", ctx.job.attempt.to_string())
+                .header("webhook-id", webhook_id(&ctx.job))
+                .header(
+                    "webhook-timestamp",
+                    chrono::Utc::now().timestamp().to_string(),
+                );
             for (k, v) in &a.headers {
                 req = req.header(k, v);
             }
             if let Some(body) = &a.body {
-                req = req.json(body);
+                // Serialised once: the bytes sent are the bytes a signature covers.
+                let bytes =
+                    serde_json::to_vec(body).map_err(|e| WorkError::Fatal(format!("body: {e}")))?;
+                // A job's own Content-Type stands (as `json` left it).
+                if !a
+                    .headers
+                    .keys()
+                    .any(|k| k.eq_ignore_ascii_case("content-type"))
+                {
+                    req = req.header(reqwest::header::CONTENT_TYPE, "application/json");
+                }
+                req = req.body(bytes);
             }
             let mut res = req.send().await.map_err(|e| {
                 if e.is_timeout() {
@@ -393,6 +414,14 @@ impl Worker for WebhookWorker {
             Err(WorkError::Retryable(format!("HTTP {status}: {body}")))
         })
     }
+}
+
+/// The call's `webhook-id` (Standard Webhooks): the same on every attempt of a job, so that a
+/// receiver can drop a second delivery (an attempt cut off after the receiver took it is made
+/// again), and different for every job, also across databases: the job's id and the microsecond
+/// it was inserted (`msg_42_1796220000123456`; no `.`, the signature's separator).
+pub fn webhook_id(job: &crate::engine::Job) -> String {
+    format!("msg_{}_{}", job.id.0, job.inserted_at.timestamp_micros())
 }
 
 /// How long a receiver that answered 429 or 503 asked to be left alone (`Retry-After`: seconds or
