@@ -15,6 +15,7 @@ WITH_E2E=0
 [ "${1:-}" = "--e2e" ] && WITH_E2E=1
 CARGO_LEPTOS_VERSION=0.3.11
 NEXTEST_VERSION=0.9.143
+STANDARDWEBHOOKS_VERSION=1.1.0
 BINARYEN_VERSION=132.0.0
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'bootstrap: %s\n' "$*" >&2; exit 1; }
@@ -104,6 +105,14 @@ if [ $WITH_E2E = 1 ]; then
   if [ ! -d end2end/node_modules/playwright-core ]; then
     log "npm ci in end2end/"
     (cd end2end && npm ci --no-audit --no-fund --silent)
+  fi
+  # The published Standard Webhooks verifier (PyPI), so that the tests check Kickoff's signatures
+  # with a receiver's library, not only with Kickoff's own code.
+  SWH_VENV="$KICKOFF_CACHE/tools/pyvenv"
+  if ! "$SWH_VENV/bin/python" -c 'import standardwebhooks' >/dev/null 2>&1; then
+    log "pip install standardwebhooks==$STANDARDWEBHOOKS_VERSION in $SWH_VENV"
+    python3 -m venv "$SWH_VENV"
+    "$SWH_VENV/bin/pip" install --quiet "standardwebhooks==$STANDARDWEBHOOKS_VERSION"
   fi
 fi
 log "toolchain: $RUSTUP_TOOLCHAIN"

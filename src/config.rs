@@ -49,6 +49,16 @@ pub struct Config {
     #[arg(long, env = "KICKOFF_ADMIN_PASSWORD_FILE", value_name = "FILE")]
     pub admin_password_file: Option<PathBuf>,
 
+    /// The key that seals the webhook endpoints' signing secrets in the database, base64 of 32
+    /// bytes, from `KICKOFF_SECRET_KEY` (never a flag); every node sharing a database needs the
+    /// same. Default: generated once and kept in `<data dir>/secret.key`.
+    #[arg(skip = std::env::var("KICKOFF_SECRET_KEY").ok())]
+    pub secret_key: Option<String>,
+
+    /// A file holding the secret key (its first line), instead of `KICKOFF_SECRET_KEY`.
+    #[arg(long, env = "KICKOFF_SECRET_KEY_FILE", value_name = "FILE")]
+    pub secret_key_file: Option<PathBuf>,
+
     /// Send the session cookie over HTTPS only (set it when the dashboard is served over HTTPS,
     /// e.g. behind a TLS proxy). Default: false.
     #[arg(long, env = "KICKOFF_SECURE_COOKIES", default_value_t = false)]
@@ -206,6 +216,11 @@ impl Config {
             &mut self.admin_password,
             &self.admin_password_file,
             "KICKOFF_ADMIN_PASSWORD",
+        )?;
+        read(
+            &mut self.secret_key,
+            &self.secret_key_file,
+            "KICKOFF_SECRET_KEY",
         )
     }
 

@@ -20,4 +20,5 @@ pub mod postgres;
 pub mod questions;
 pub mod rate;
 pub mod server;
+pub mod webhooks;
 pub mod workers;

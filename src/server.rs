@@ -162,6 +162,24 @@ fn api_token(config: &Config) -> Result<BootstrapToken, StartError> {
     Ok(token)
 }
 
+/// The key that seals the webhook endpoints' secrets, and a line about where it is kept.
+fn secret_key(config: &Config) -> Result<crate::webhooks::SecretKey, StartError> {
+    use crate::webhooks::key::{KeySource, KEY_FILE};
+    let (key, source) =
+        crate::webhooks::SecretKey::open(config.secret_key.as_deref(), &config.data_dir)
+            .map_err(StartError::Config)?;
+    let path = config.data_dir.join(KEY_FILE);
+    match source {
+        KeySource::Configured => {}
+        KeySource::Created => println!(
+            "Secret key (seals the webhook endpoints' secrets; other nodes on this database need the same KICKOFF_SECRET_KEY): made in {}",
+            path.display()
+        ),
+        KeySource::Kept => {}
+    }
+    Ok(key)
+}
+
 /// Where the built site is: `LEPTOS_SITE_ROOT`, else `$CARGO_TARGET_DIR/site` (cargo-leptos's
 /// output with a target dir outside the checkout), else `target/site`.
 fn site_root(config: &Config) -> PathBuf {
@@ -189,7 +207,8 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     let db = Database::open(&config).await?;
     let token = Arc::new(api_token(&config)?);
     let engine_config = engine_config(&config)?;
-    let workers = workers::builtin(config.allowed_hosts());
+    let key = Arc::new(secret_key(&config)?);
+    let workers = workers::builtin_signed(config.allowed_hosts(), key.clone());
     let engine = Engine::start(db.pool.clone(), workers, engine_config).await?;
 
     let site_root = site_root(&config);
@@ -238,6 +257,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         .map_err(StartError::Config)?;
     tracing::info!(hosts = %hosts.describe(), "answering for");
     let state = state
+        .with_webhook_key(key)
         .with_trusted_proxies(proxies)
         .with_allowed_hosts(hosts)
         .with_stream_limits(http::state::StreamLimits {

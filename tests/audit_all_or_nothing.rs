@@ -32,7 +32,10 @@ async fn snapshot(d: &Dashboard) -> Value {
            'schedules', (SELECT jsonb_agg(jsonb_build_array(name, paused, cron, version,
                                                             runs_enqueued) ORDER BY name)
                          FROM schedules),
-           'paused_kinds', (SELECT jsonb_agg(kind ORDER BY kind) FROM kind_pauses))",
+           'paused_kinds', (SELECT jsonb_agg(kind ORDER BY kind) FROM kind_pauses),
+           'webhook_endpoints', (SELECT jsonb_agg(jsonb_build_array(id, url_prefix, secret,
+                                                                    previous_secret) ORDER BY id)
+                                 FROM webhook_endpoints))",
     )
     .fetch_one(&d.pool)
     .await
@@ -97,6 +100,15 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
     )
     .await;
     d.api(Method::POST, "/kinds/webhook/pause", json!({})).await;
+    let endpoint = d
+        .api(
+            Method::POST,
+            "/webhook-endpoints",
+            json!({"url_prefix": "https://partner.example/"}),
+        )
+        .await["endpoint"]["id"]
+        .as_i64()
+        .unwrap();
     let (_, preview) = d.server_fn("bulk_preview", "query[args]=batch%3Db").await;
     let max_id = serde_json::from_str::<Value>(&preview).unwrap()["max_id"]
         .as_i64()
@@ -228,6 +240,21 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
             "PATCH /queues/{name}",
             "/queues/default".to_string(),
             json!({"rate": "10/s", "per": "host", "global_concurrency": 5}),
+        ),
+        (
+            "POST /webhook-endpoints",
+            "/webhook-endpoints".to_string(),
+            json!({"url_prefix": "https://other.example/"}),
+        ),
+        (
+            "POST /webhook-endpoints/{id}/rotate",
+            format!("/webhook-endpoints/{endpoint}/rotate"),
+            json!({}),
+        ),
+        (
+            "DELETE /webhook-endpoints/{id}",
+            format!("/webhook-endpoints/{endpoint}"),
+            json!({}),
         ),
     ];
     let routes: std::collections::BTreeSet<String> = kickoff::http::openapi::endpoints()

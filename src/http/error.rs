@@ -308,6 +308,24 @@ impl From<QueryRejection> for AppError {
     }
 }
 
+impl From<crate::webhooks::EndpointError> for AppError {
+    fn from(e: crate::webhooks::EndpointError) -> Self {
+        use crate::webhooks::EndpointError;
+        match e {
+            EndpointError::Invalid(m) => AppError::invalid(m),
+            EndpointError::NotFound(_) => AppError::NotFound(e.to_string()),
+            EndpointError::Taken(_) => AppError::Conflict {
+                code: "taken",
+                message: e.to_string(),
+            },
+            EndpointError::Database(e) => e.into(),
+            EndpointError::OtherKey { .. } | EndpointError::Unsealing(_) => {
+                AppError::Internal(e.to_string())
+            }
+        }
+    }
+}
+
 impl From<PathRejection> for AppError {
     fn from(r: PathRejection) -> Self {
         AppError::NotFound(r.body_text())

@@ -79,6 +79,19 @@ impl<S: Send + Sync> FromRequestParts<S> for IdPath {
     }
 }
 
+/// A webhook endpoint's id from the path.
+pub struct EndpointIdPath(pub i64);
+
+impl<S: Send + Sync> FromRequestParts<S> for EndpointIdPath {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        positive_id(parts, state, "webhook endpoint")
+            .await
+            .map(EndpointIdPath)
+    }
+}
+
 /// Deserializes a present field, `null` included, as `Some` (absent stays `None`): with
 /// `#[serde(default, deserialize_with = "…")]` on an `Option<Option<T>>`, a patch tells "set to
 /// null" from "leave as it is".

@@ -5,6 +5,7 @@ pub mod api_jobs;
 pub mod api_questions;
 pub mod api_queues;
 pub mod api_schedules;
+pub mod api_webhook_endpoints;
 pub mod audited;
 pub mod auth;
 pub mod client_address;

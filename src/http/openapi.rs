@@ -10,7 +10,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 
 use super::state::AppState;
-use super::{api_jobs, api_questions, api_queues, api_schedules, sse};
+use super::{api_jobs, api_questions, api_queues, api_schedules, api_webhook_endpoints, sse};
 use crate::engine::schedules::{ScheduleSpec, ScheduleView};
 use crate::engine::{BulkReport, Job};
 use crate::questions::service::QuestionDetail;
@@ -186,6 +186,42 @@ pub fn endpoints() -> Vec<Endpoint> {
             query: None,
             ok: (200, Some(schema::<api_queues::KindView>)),
             route: || post(api_queues::resume_kind),
+        },
+        Endpoint {
+            method: "get",
+            path: "/webhook-endpoints",
+            summary: "Webhook endpoints, without their secrets (admins)",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<Vec<crate::webhooks::EndpointRow>>)),
+            route: || get(api_webhook_endpoints::list),
+        },
+        Endpoint {
+            method: "post",
+            path: "/webhook-endpoints",
+            summary: "Make a webhook endpoint (admins): calls whose URL starts with `url_prefix` are signed (Standard Webhooks `webhook-signature`). 201 with its secret, `whsec_…`, shown this once; 409 for a prefix taken",
+            body: Some(schema::<api_webhook_endpoints::CreateEndpoint>),
+            query: None,
+            ok: (201, Some(schema::<crate::webhooks::NewSecret>)),
+            route: || post(api_webhook_endpoints::create),
+        },
+        Endpoint {
+            method: "post",
+            path: "/webhook-endpoints/{id}/rotate",
+            summary: "Give an endpoint a new secret, shown this once (admins); the current one keeps signing beside it for `overlap_secs` (default a day, at most 7 days)",
+            body: Some(schema::<api_webhook_endpoints::RotateEndpoint>),
+            query: None,
+            ok: (200, Some(schema::<crate::webhooks::NewSecret>)),
+            route: || post(api_webhook_endpoints::rotate),
+        },
+        Endpoint {
+            method: "delete",
+            path: "/webhook-endpoints/{id}",
+            summary: "Delete a webhook endpoint (admins): calls to it go unsigned",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<crate::webhooks::EndpointRow>)),
+            route: || delete(api_webhook_endpoints::delete),
         },
         Endpoint {
             method: "get",

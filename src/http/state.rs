@@ -47,6 +47,8 @@ pub struct AppState {
     pub leptos_options: leptos::config::LeptosOptions,
     /// Cancelled when the server stops: long-lived responses (event streams) end with it.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// Webhook endpoints, sealed with the server's secret key (see [`AppState::with_webhook_key`]).
+    pub endpoints: crate::webhooks::Endpoints,
 }
 
 /// What a server's [`AppState`] is made of; [`AppState::new`] derives the rest (the questions
@@ -76,6 +78,11 @@ impl AppState {
             streams: StreamLimits::default(),
             trusted_proxies: Arc::default(),
             allowed_hosts: Arc::default(),
+            // A key of this process alone until the server gives its own (`with_webhook_key`).
+            endpoints: crate::webhooks::Endpoints::new(
+                parts.pool.clone(),
+                Arc::new(crate::webhooks::SecretKey::generate().0),
+            ),
             client: parts.client,
             accounts: parts.accounts,
             secure_cookies: parts.secure_cookies,
@@ -120,6 +127,13 @@ impl AppState {
     /// This state answering only for `hosts`.
     pub fn with_allowed_hosts(mut self, hosts: super::host_check::AllowedHosts) -> Self {
         self.allowed_hosts = Arc::new(hosts);
+        self
+    }
+
+    /// This state sealing and opening the webhook endpoints' secrets with `key` (the one the
+    /// engine's webhook worker signs with).
+    pub fn with_webhook_key(mut self, key: Arc<crate::webhooks::SecretKey>) -> Self {
+        self.endpoints = crate::webhooks::Endpoints::new(self.pool.clone(), key);
         self
     }
 

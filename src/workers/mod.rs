@@ -9,7 +9,21 @@ mod webhook_address;
 
 use crate::engine::Workers;
 
-/// The workers every Kickoff server runs.
+/// [`builtin`], its webhook calls to endpoints signed with the secrets `key` opens (the server's).
+pub fn builtin_signed(
+    allowed_webhook_hosts: Vec<String>,
+    key: std::sync::Arc<crate::webhooks::SecretKey>,
+) -> Workers {
+    let mut workers = Workers::new();
+    workers
+        .register(noop::NoopWorker)
+        .register(lock_question::LockQuestionWorker)
+        .register(settle_question::SettleQuestionWorker)
+        .register(webhook::WebhookWorker::new(allowed_webhook_hosts).with_signing_key(key));
+    workers
+}
+
+/// The workers every Kickoff server runs (its webhook calls unsigned: see [`builtin_signed`]).
 pub fn builtin(allowed_webhook_hosts: Vec<String>) -> Workers {
     let mut workers = Workers::new();
     workers

@@ -149,6 +149,9 @@ struct CheckedCall {
 
 pub struct WebhookWorker {
     allowed_hosts: Vec<AllowedHost>,
+    /// Opens the endpoints' secrets to sign calls (none: calls go unsigned, as in tools that never
+    /// run webhooks).
+    signing_key: Option<Arc<crate::webhooks::SecretKey>>,
 }
 
 impl WebhookWorker {
@@ -161,7 +164,14 @@ impl WebhookWorker {
                 .map(|h| AllowedHost::parse(h))
                 .filter(|h| !h.host.is_empty())
                 .collect(),
+            signing_key: None,
         }
+    }
+
+    /// The same worker, signing the calls to webhook endpoints with the secrets `key` opens.
+    pub fn with_signing_key(mut self, key: Arc<crate::webhooks::SecretKey>) -> Self {
+        self.signing_key = Some(key);
+        self
     }
 
     fn check(&self, args: &WebhookArgs) -> Result<CheckedCall, String> {
@@ -350,23 +360,43 @@ impl Worker for WebhookWorker {
                 .timeout
                 .saturating_sub(started.elapsed())
                 .max(Duration::from_millis(1));
+            let id = webhook_id(&ctx.job);
+            let timestamp = chrono::Utc::now().timestamp();
+            // Serialised once: the bytes sent are the bytes the signature covers.
+            let body = match &a.body {
+                Some(body) => Some(
+                    serde_json::to_vec(body).map_err(|e| WorkError::Fatal(format!("body: {e}")))?,
+                ),
+                None => None,
+            };
+            let signature = match &self.signing_key {
+                Some(key) => crate::webhooks::service::secrets_for(ctx.pool(), key, &a.url)
+                    .await
+                    .map_err(|e| WorkError::Retryable(format!("cannot sign the call: {e}")))?
+                    .map(|keys| {
+                        crate::webhooks::signing::signature_header(
+                            &keys,
+                            &id,
+                            timestamp,
+                            body.as_deref().unwrap_or_default(),
+                        )
+                    }),
+                None => None,
+            };
             let mut req = http
                 .request(call.method, call.url)
                 .timeout(remaining)
                 .header("x-kickoff-job-id", ctx.job.id.to_string())
                 .header("x-kickoff-attempt", ctx.job.attempt.to_string())
-                .header("webhook-id", webhook_id(&ctx.job))
-                .header(
-                    "webhook-timestamp",
-                    chrono::Utc::now().timestamp().to_string(),
-                );
+                .header("webhook-id", id)
+                .header("webhook-timestamp", timestamp.to_string());
+            if let Some(signature) = signature {
+                req = req.header("webhook-signature", signature);
+            }
             for (k, v) in &a.headers {
                 req = req.header(k, v);
             }
-            if let Some(body) = &a.body {
-                // Serialised once: the bytes sent are the bytes a signature covers.
-                let bytes =
-                    serde_json::to_vec(body).map_err(|e| WorkError::Fatal(format!("body: {e}")))?;
+            if let Some(bytes) = body {
                 // A job's own Content-Type stands (as `json` left it).
                 if !a
                     .headers

@@ -11,6 +11,9 @@ use serde_json::Value;
 /// The API token every test server accepts.
 pub const TOKEN: &str = "process-test-token";
 
+/// The secret key (KICKOFF_SECRET_KEY) every test server seals webhook secrets with.
+pub const SECRET_KEY: &str = "dGVzdC1rZXktdGVzdC1rZXktdGVzdC1rZXktMzJieXQ=";
+
 /// A server process; killed when dropped.
 pub struct Server {
     pub child: Child,
@@ -26,6 +29,7 @@ impl Server {
             .env_remove("DATABASE_URL")
             .env("LEPTOS_SITE_ADDR", "127.0.0.1:0")
             .env("KICKOFF_API_TOKEN", TOKEN)
+            .env("KICKOFF_SECRET_KEY", SECRET_KEY)
             .env("KICKOFF_LEASE_MS", "1000")
             .env("KICKOFF_SHUTDOWN_GRACE_SECS", "2")
             .env("RUST_LOG", "warn")

@@ -1,0 +1,158 @@
+//! The server's secret key: 32 bytes that seal the endpoints' signing secrets (AES-256-GCM).
+//!
+//! From `KICKOFF_SECRET_KEY` (base64 of 32 bytes; every node sharing a database needs the same),
+//! else from `secret.key` in the data directory, made on the first start (0600, like the bootstrap
+//! token). Its id (the start of its SHA-256) is stored beside each sealed secret, so a node with
+//! another key refuses to sign, and says why, instead of signing with garbage.
+
+use std::path::Path;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use password_hash::rand_core::{OsRng, RngCore};
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+use sha2::{Digest, Sha256};
+
+/// The file in the data directory that holds the key when `KICKOFF_SECRET_KEY` is not set.
+pub const KEY_FILE: &str = "secret.key";
+
+pub struct SecretKey {
+    key: LessSafeKey,
+    id: String,
+}
+
+impl std::fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SecretKey({})", self.id)
+    }
+}
+
+/// Where the key came from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeySource {
+    Configured,
+    Kept,
+    Created,
+}
+
+impl SecretKey {
+    /// The key of 32 raw bytes.
+    pub fn from_bytes(raw: &[u8]) -> Result<Self, String> {
+        if raw.len() != 32 {
+            return Err(format!("a secret key is 32 bytes, not {}", raw.len()));
+        }
+        let unbound = UnboundKey::new(&AES_256_GCM, raw).map_err(|_| "not a key".to_string())?;
+        let digest = Sha256::digest(raw);
+        let id = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+        Ok(SecretKey {
+            key: LessSafeKey::new(unbound),
+            id,
+        })
+    }
+
+    /// The key written as base64 (as in `KICKOFF_SECRET_KEY`).
+    pub fn from_base64(text: &str) -> Result<Self, String> {
+        let raw = STANDARD.decode(text.trim()).map_err(|_| {
+            "KICKOFF_SECRET_KEY: not base64 (make one with `openssl rand -base64 32`)".to_string()
+        })?;
+        SecretKey::from_bytes(&raw).map_err(|e| format!("KICKOFF_SECRET_KEY: {e}"))
+    }
+
+    /// A new random key.
+    pub fn generate() -> (Self, String) {
+        let mut raw = [0u8; 32];
+        OsRng.fill_bytes(&mut raw);
+        let text = STANDARD.encode(raw);
+        (SecretKey::from_bytes(&raw).expect("32 bytes"), text)
+    }
+
+    /// `configured` (KICKOFF_SECRET_KEY) if given, else the data directory's key file, made now
+    /// if there is none.
+    pub fn open(configured: Option<&str>, data_dir: &Path) -> Result<(Self, KeySource), String> {
+        if let Some(text) = configured {
+            return Ok((SecretKey::from_base64(text)?, KeySource::Configured));
+        }
+        let dir = crate::data_dir::prepare(data_dir).map_err(|e| e.to_string())?;
+        let path = dir.join(KEY_FILE);
+        if let Some(text) = crate::data_dir::read_private(&path).map_err(|e| e.to_string())? {
+            let key =
+                SecretKey::from_base64(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            return Ok((key, KeySource::Kept));
+        }
+        // Written whole beside it, then linked into place, which fails if another process made
+        // one meanwhile (several nodes starting on one data directory): then that one is used.
+        let (key, text) = SecretKey::generate();
+        let tmp = path.with_extension(format!("new-{}", crate::accounts::secret::random_hex(4)));
+        crate::data_dir::create_private(&tmp, &format!("{text}\n")).map_err(|e| e.to_string())?;
+        let linked = std::fs::hard_link(&tmp, &path);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => Ok((key, KeySource::Created)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let text = crate::data_dir::read_private(&path)
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| format!("{}: vanished", path.display()))?;
+                let key = SecretKey::from_base64(&text)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                Ok((key, KeySource::Kept))
+            }
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
+    }
+
+    /// The key's id, stored beside what it seals.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// `plain` sealed: a random nonce, then the ciphertext and its tag.
+    pub fn seal(&self, plain: &[u8]) -> Vec<u8> {
+        let mut nonce = [0u8; NONCE_LEN];
+        OsRng.fill_bytes(&mut nonce);
+        let mut out = plain.to_vec();
+        self.key
+            .seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::empty(), &mut out)
+            .expect("sealing a short secret");
+        let mut sealed = nonce.to_vec();
+        sealed.extend_from_slice(&out);
+        sealed
+    }
+
+    /// What [`Self::seal`] sealed; an error when it was sealed with another key or changed.
+    pub fn unseal(&self, sealed: &[u8]) -> Result<Vec<u8>, String> {
+        if sealed.len() < NONCE_LEN {
+            return Err("a sealed secret is too short".into());
+        }
+        let (nonce, rest) = sealed.split_at(NONCE_LEN);
+        let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| "bad nonce".to_string())?;
+        let mut buf = rest.to_vec();
+        let plain = self
+            .key
+            .open_in_place(nonce, Aad::empty(), &mut buf)
+            .map_err(|_| "the sealed secret does not open with this key".to_string())?;
+        Ok(plain.to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SecretKey;
+
+    #[test]
+    fn sealed_secrets_open_only_with_their_key() {
+        let (key, text) = SecretKey::generate();
+        let sealed = key.seal(b"a signing secret");
+        assert_ne!(&sealed[12..28], b"a signing secret");
+        assert_eq!(key.unseal(&sealed).unwrap(), b"a signing secret");
+        let again = SecretKey::from_base64(&text).unwrap();
+        assert_eq!(again.id(), key.id());
+        assert_eq!(again.unseal(&sealed).unwrap(), b"a signing secret");
+        let (other, _) = SecretKey::generate();
+        assert_ne!(other.id(), key.id());
+        assert!(other.unseal(&sealed).is_err());
+        let mut changed = sealed.clone();
+        changed[20] ^= 1;
+        assert!(key.unseal(&changed).is_err());
+        assert!(SecretKey::from_base64("c2hvcnQ=").is_err());
+    }
+}

@@ -1,0 +1,19 @@
+//! Webhook endpoints and the signature of every call to them (issue 17, Standard Webhooks).
+//!
+//! - An **endpoint** is a URL prefix with a signing secret (`whsec_` + base64 of 32 random bytes
+//!   from the OS generator). The secret is shown once, when it is made; the database keeps it
+//!   sealed with the server's [`SecretKey`] (see `key`), so a dump alone does not reveal it.
+//! - A webhook call whose URL starts with an endpoint's prefix (the longest prefix wins) carries
+//!   `webhook-signature`: `v1,` + base64 HMAC-SHA256 of `webhook-id.webhook-timestamp.body` (see
+//!   `signing`); during a rotation's overlap, the previous secret's signature too, space-separated.
+//! - Admins manage endpoints through the REST API (`http::api_webhook_endpoints`); every change is
+//!   audited, and no answer after the creation or rotation carries a secret.
+
+pub mod key;
+pub mod service;
+pub mod signing;
+pub mod store;
+
+pub use key::SecretKey;
+pub use service::{EndpointError, Endpoints, NewSecret};
+pub use store::EndpointRow;
