@@ -92,6 +92,7 @@ pub fn App() -> impl IntoView {
                     <A href="/questions">"Questions"</A>
                     <A href="/audit">"Audit"</A>
                     {is_admin.then(|| view! { <A href="/users">"Users"</A> })}
+                    {is_admin.then(|| view! { <A href="/webhooks">"Webhooks"</A> })}
                     <A href="/jobs/new">"New job"</A>
                 </nav>
                 {signed_in.then(|| view! { <ZoneNote/> <LiveBadge/> <UserMenu/> })}
@@ -115,6 +116,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/questions/:id") view=pages::question_detail::QuestionDetailPage ssr=SsrMode::Async/>
                     <Route path=path!("/audit") view=pages::audit::AuditLogPage ssr=SsrMode::Async/>
                     <Route path=path!("/users") view=pages::users::UsersPage ssr=SsrMode::Async/>
+                    <Route path=path!("/webhooks") view=pages::webhooks::WebhooksPage ssr=SsrMode::Async/>
                     <Route path=path!("/account") view=pages::account::AccountPage ssr=SsrMode::Async/>
                 </Routes>
             </main>

@@ -67,6 +67,7 @@ pub fn router(state: AppState) -> Router {
         state.questions.clone(),
         state.accounts.clone(),
         state.auditor.clone(),
+        state.endpoints.clone(),
     ));
     let dashboard = Router::new()
         // The dashboard's live stream (the API has its own, behind the token).

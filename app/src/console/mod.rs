@@ -18,6 +18,7 @@ pub mod overview;
 pub mod questions;
 pub mod queues;
 pub mod schedules;
+pub mod webhooks;
 
 #[cfg(feature = "ssr")]
 use leptos::prelude::*;
@@ -102,6 +103,7 @@ pub trait Console:
     + questions::QuestionsConsole
     + accounts::AccountsConsole
     + audit::AuditConsole
+    + webhooks::WebhooksConsole
 {
 }
 
@@ -114,6 +116,7 @@ impl<T> Console for T where
         + questions::QuestionsConsole
         + accounts::AccountsConsole
         + audit::AuditConsole
+        + webhooks::WebhooksConsole
 {
 }
 

@@ -13,3 +13,4 @@ pub mod schedules;
 pub mod setup;
 pub mod timers;
 pub mod users;
+pub mod webhooks;

@@ -14,6 +14,7 @@ mod overview;
 mod questions;
 mod queues;
 mod schedules;
+mod webhooks;
 
 use chrono::{DateTime, Utc};
 use kickoff_app::console::Refusal;
@@ -45,6 +46,7 @@ pub struct ServerConsole {
     questions: QuestionService,
     accounts: Accounts,
     auditor: Auditor,
+    endpoints: crate::webhooks::Endpoints,
 }
 
 /// The request being served (leptos_axum provides it to server functions and rendered pages).
@@ -76,12 +78,14 @@ impl ServerConsole {
         questions: QuestionService,
         accounts: Accounts,
         auditor: Auditor,
+        endpoints: crate::webhooks::Endpoints,
     ) -> Self {
         ServerConsole {
             client,
             questions,
             accounts,
             auditor,
+            endpoints,
         }
     }
 

@@ -1,0 +1,126 @@
+//! Webhook endpoints (admins): the page, making one, rotating its secret, deleting it. A secret is
+//! in the answer that made it and nowhere else (not in the audit entry).
+
+use std::time::Duration;
+
+use kickoff_app::console::webhooks::{
+    EndpointInfo, EndpointsPage, NewEndpointSecret, WebhooksConsole,
+};
+use kickoff_app::console::Refusal;
+
+use super::{conn, ms, operator, refused, Act, ServerConsole};
+use crate::accounts::Role;
+use crate::webhooks::service::MAX_OVERLAP;
+use crate::webhooks::{EndpointRow, NewSecret};
+
+fn info(e: &EndpointRow) -> EndpointInfo {
+    EndpointInfo {
+        id: e.id,
+        url_prefix: e.url_prefix.clone(),
+        created_ms: ms(e.created_at),
+        created_by: e.created_by.clone(),
+        rotated_ms: e.rotated_at.map(ms),
+        previous_until_ms: e.previous_until.map(ms),
+    }
+}
+
+fn shown(made: NewSecret) -> NewEndpointSecret {
+    NewEndpointSecret {
+        id: made.endpoint.id,
+        url_prefix: made.endpoint.url_prefix,
+        secret: made.secret,
+    }
+}
+
+#[async_trait::async_trait]
+impl WebhooksConsole for ServerConsole {
+    async fn endpoints(&self) -> Result<EndpointsPage, Refusal> {
+        operator(Role::Admin)?;
+        let endpoints = self.endpoints.list().await.map_err(refused)?;
+        Ok(EndpointsPage {
+            now_ms: self.now_ms().await?,
+            endpoints: endpoints.iter().map(info).collect(),
+        })
+    }
+
+    async fn create_endpoint(&self, url_prefix: String) -> Result<NewEndpointSecret, Refusal> {
+        let act = Act {
+            action: "webhook_endpoint.create".into(),
+            target: Some(format!("endpoint {}", url_prefix.trim())),
+            filter: None,
+        };
+        self.act_as(
+            Role::Admin,
+            act,
+            |_| None,
+            async |work| {
+                let by = operator(Role::Admin)?.user.name;
+                self.endpoints
+                    .create_with(conn(work).await?, &url_prefix, Some(&by))
+                    .await
+                    .map(shown)
+                    .map_err(refused)
+            },
+        )
+        .await
+    }
+
+    async fn rotate_endpoint(
+        &self,
+        id: i64,
+        overlap_hours: String,
+    ) -> Result<NewEndpointSecret, Refusal> {
+        let act = Act {
+            action: "webhook_endpoint.rotate".into(),
+            target: Some(format!("endpoint {id}, overlap {} h", overlap_hours.trim())),
+            filter: None,
+        };
+        self.act_as(
+            Role::Admin,
+            act,
+            |_| None,
+            async |work| {
+                let hours: f64 = overlap_hours.trim().parse().map_err(|_| {
+                    Refusal::invalid(format!(
+                        "overlap: `{}` is not a number of hours",
+                        overlap_hours.trim()
+                    ))
+                })?;
+                if !(0.0..=MAX_OVERLAP.as_secs_f64() / 3600.0).contains(&hours) {
+                    return Err(Refusal::invalid("overlap: 0 to 168 hours (7 days)"));
+                }
+                self.endpoints
+                    .rotate_with(
+                        conn(work).await?,
+                        id,
+                        Duration::from_secs_f64(hours * 3600.0),
+                    )
+                    .await
+                    .map(shown)
+                    .map_err(refused)
+            },
+        )
+        .await
+    }
+
+    async fn delete_endpoint(&self, id: i64) -> Result<(), Refusal> {
+        let act = Act {
+            action: "webhook_endpoint.delete".into(),
+            target: Some(format!("endpoint {id}")),
+            filter: None,
+        };
+        self.act_as(
+            Role::Admin,
+            act,
+            |_| None,
+            async |work| {
+                self.endpoints
+                    .delete_with(conn(work).await?, id)
+                    .await
+                    .map(drop)
+                    .map_err(refused)
+            },
+        )
+        .await
+    }
+}
