@@ -34,15 +34,26 @@ export async function signIn(context, name = 'admin', password = adminPassword) 
 }
 
 async function launchProfile(options) {
-  // A new profile each time; the flags keep Chromium off the network this machine does not have.
-  const userDataDir = mkdtempSync(path.join(tmpdir(), 'kickoff-chromium-'));
-  return chromium.launchPersistentContext(userDataDir, {
-    ...options,
-    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
+  // A browser that does not come up within a minute is an infrastructure failure, not the
+  // product's (a start that never ended was seen once in CI, the whole file timing out with no
+  // word): say so, and try a fresh profile once more.
+  for (let attempt = 1; ; attempt++) {
+    // A new profile each time; the flags keep Chromium off the network this machine does not have.
+    const userDataDir = mkdtempSync(path.join(tmpdir(), 'kickoff-chromium-'));
+    try {
+      return await chromium.launchPersistentContext(userDataDir, {
+        timeout: 60_000,
+        ...options,
+        executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+        headless: true,
+        args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+          '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      });
+    } catch (e) {
+      if (attempt >= 2) throw e;
+      console.error(`Chromium did not start (${e.message.split('\n')[0]}): trying a fresh profile`);
+    }
+  }
 }
 
 // Calls the REST API as another process would.
