@@ -207,10 +207,48 @@ pub async fn login(
     password: String,
     next: Option<String>,
 ) -> Result<String, ServerFnError> {
-    console()?.login(name, password).await.map_err(fail)?;
     let next = safe_next(next.as_deref());
+    if let Err(refused) = console()?.login(name.clone(), password).await {
+        let refused = fail(refused);
+        back_to_login(&name, &next, &refused);
+        return Err(refused);
+    }
     leptos_axum::redirect(&next);
     Ok(next)
+}
+
+/// A refused sign-in sent as a plain form post (before the page's script ran, or without
+/// JavaScript) goes back to the login page with the reason, as any server function's does, and
+/// with the name typed, so that a second try needs only the password. Never the password. A call
+/// from the hydrated page keeps its form as it is and needs none of this.
+#[cfg(feature = "ssr")]
+fn back_to_login(name: &str, next: &str, refused: &ServerFnError) {
+    use leptos::server_fn::error::ServerFnUrlError;
+    use leptos::server_fn::ServerFn;
+
+    let plain_post = use_context::<http::request::Parts>().is_some_and(|p| {
+        p.headers
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("text/html"))
+    });
+    if !plain_post {
+        return;
+    }
+    let mut back = match url::Url::parse("http://kickoff.invalid/login") {
+        Ok(url) => url,
+        Err(_) => return,
+    };
+    back.query_pairs_mut()
+        .append_pair("next", next)
+        .append_pair("name", name.trim());
+    // The error as the page reads it back (`__path`, `__err`), the way server functions say it.
+    let Ok(back) =
+        ServerFnUrlError::new(<Login as ServerFn>::PATH, refused.clone()).to_url(back.as_str())
+    else {
+        return;
+    };
+    leptos_axum::redirect(&format!("{}?{}", back.path(), back.query().unwrap_or("")));
 }
 
 #[server(prefix = "/_console", endpoint = "logout")]

@@ -1,5 +1,6 @@
-//! Sign in (`/login`). Works without JavaScript (the server answers a plain post with a redirect to
-//! where the operator was going). On a fresh install it points to the setup link the server printed.
+//! Sign in (`/login`). Works without JavaScript, and before the page's script has run (the server
+//! answers a plain post with a redirect to where the operator was going, or back here with the
+//! reason and the name typed). On a fresh install it points to the setup link the server printed.
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
@@ -12,6 +13,8 @@ use crate::console::accounts::{get_login_info, safe_next, Login, LoginInfo};
 pub fn LoginPage() -> impl IntoView {
     let query = use_query_map();
     let next = move || safe_next(query.read().get("next").as_deref());
+    // The name a refused plain form post came back with (see `console::accounts::login`).
+    let typed = move || query.read().get("name").unwrap_or_default();
     let login = ServerAction::<Login>::new();
     let info = Resource::new(|| (), |_| get_login_info());
     load_when_signed_in(login.value());
@@ -46,10 +49,14 @@ pub fn LoginPage() -> impl IntoView {
                 // An attribute, not a property: the server renders it, so a plain form post (no
                 // JavaScript) carries it too.
                 <input type="hidden" name="next" value=next/>
-                <label>"Name" <input name="name" required autocomplete="username" autofocus/></label>
+                // Attributes too: the server renders them for the page that comes back.
+                <label>
+                    "Name"
+                    <input name="name" required autocomplete="username" value=typed autofocus=move || typed().is_empty()/>
+                </label>
                 <label>
                     "Password"
-                    <input type="password" name="password" required autocomplete="current-password"/>
+                    <input type="password" name="password" required autocomplete="current-password" autofocus=move || !typed().is_empty()/>
                 </label>
                 <button type="submit" class="primary">"Sign in"</button>
             </ActionForm>
