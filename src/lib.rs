@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod accounts;
+pub mod alerts;
 pub mod audit;
 pub mod bench;
 pub mod chaos;

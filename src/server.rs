@@ -196,6 +196,19 @@ fn site_root(config: &Config) -> PathBuf {
 }
 
 /// Runs the server until Ctrl-C or SIGTERM.
+/// The queue alert notifications go to: `webhooks` when this node runs it, else its first queue.
+fn engine_queue_for_notifications(config: &Config) -> String {
+    let queues = config.queue_list().unwrap_or_default();
+    if queues.iter().any(|(name, _)| name == "webhooks") {
+        "webhooks".to_string()
+    } else {
+        queues
+            .first()
+            .map(|(name, _)| name.clone())
+            .unwrap_or_else(|| "default".to_string())
+    }
+}
+
 pub async fn serve(config: Config) -> Result<(), StartError> {
     // Settings checked before anything starts.
     let proxies = http::client_address::TrustedProxies::parse(&config.trusted_proxies)
@@ -264,6 +277,20 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
             max_open: config.max_streams as usize,
             ..Default::default()
         });
+    // The alerts' evaluation: on whichever node leads (see `alerts::evaluator`).
+    let notify_queue = engine_queue_for_notifications(&config);
+    tokio::spawn(
+        crate::alerts::Evaluator::new(
+            web.clone(),
+            engine.client().with_pool(web.clone()),
+            notify_queue,
+        )
+        .run(
+            crate::alerts::evaluator::DEFAULT_INTERVAL,
+            engine.leader_check(),
+            shutdown.clone(),
+        ),
+    );
     let app = http::router(state);
     println!("Kickoff listening on http://{local_addr}");
     // Only here, on this process's own output: the code is kept nowhere else.

@@ -4,67 +4,20 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use common::receiver::Receiver;
 use common::{state_of, test_db, wait_for};
 use kickoff::engine::{Engine, EngineConfig, JobState, NewJob};
-
-/// One request as the receiver saw it.
-#[derive(Debug, Clone)]
-struct Seen {
-    path: String,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-#[derive(Clone, Default)]
-struct Received(Arc<Mutex<Vec<Seen>>>);
-
-/// `/fail-once` answers 500 to its first call; everything else 200.
-async fn receive(
-    State(got): State<Received>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let mut got = got.0.lock().unwrap();
-    let before = got.iter().filter(|s| s.path == uri.path()).count();
-    got.push(Seen {
-        path: uri.path().to_string(),
-        headers,
-        body,
-    });
-    if uri.path() == "/fail-once" && before == 0 {
-        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-    }
-    "ok".into_response()
-}
-
-fn header<'a>(seen: &'a Seen, name: &str) -> &'a str {
-    seen.headers
-        .get(name)
-        .unwrap_or_else(|| panic!("no {name} in {seen:?}"))
-        .to_str()
-        .unwrap()
-}
 
 #[tokio::test]
 async fn every_attempt_of_a_job_carries_its_one_webhook_id_and_a_fresh_timestamp() {
     let db = test_db().await;
-    let got = Received::default();
-    let app = axum::Router::new()
-        .fallback(receive)
-        .with_state(got.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let receiver = Receiver::start().await;
+    let addr = receiver.addr;
     let engine = Engine::start(
         db.pool.clone(),
         kickoff::workers::builtin(vec![addr.to_string()]),
@@ -101,12 +54,11 @@ async fn every_attempt_of_a_job_carries_its_one_webhook_id_and_a_fresh_timestamp
     }
     engine.stop().await;
 
-    let seen = got.0.lock().unwrap().clone();
-    let attempts: Vec<&Seen> = seen.iter().filter(|s| s.path == "/fail-once").collect();
+    let attempts = receiver.calls_to("/fail-once");
     assert_eq!(attempts.len(), 2, "a failed attempt, then a completed one");
-    let id = header(attempts[0], "webhook-id");
+    let id = attempts[0].header("webhook-id");
     assert_eq!(
-        header(attempts[1], "webhook-id"),
+        attempts[1].header("webhook-id"),
         id,
         "one id for every attempt"
     );
@@ -119,13 +71,13 @@ async fn every_attempt_of_a_job_carries_its_one_webhook_id_and_a_fresh_timestamp
         id,
         "the id comes from the job as stored"
     );
-    let second = seen.iter().find(|s| s.path == "/other").unwrap();
-    assert_ne!(header(second, "webhook-id"), id, "another job, another id");
+    let second = &receiver.calls_to("/other")[0];
+    assert_ne!(second.header("webhook-id"), id, "another job, another id");
     let now = chrono::Utc::now().timestamp();
     for s in &attempts {
-        let ts: i64 = header(s, "webhook-timestamp").parse().unwrap();
+        let ts: i64 = s.header("webhook-timestamp").parse().unwrap();
         assert!((now - 120..=now).contains(&ts), "{ts} against {now}");
-        assert_eq!(header(s, "content-type"), "application/json");
+        assert_eq!(s.header("content-type"), "application/json");
         assert_eq!(
             s.body,
             serde_json::to_vec(&body).unwrap(),
@@ -133,8 +85,8 @@ async fn every_attempt_of_a_job_carries_its_one_webhook_id_and_a_fresh_timestamp
         );
         assert_eq!(s.headers.get_all("content-type").iter().count(), 1);
     }
-    assert_eq!(header(attempts[0], "x-kickoff-attempt"), "1");
-    assert_eq!(header(attempts[1], "x-kickoff-attempt"), "2");
+    assert_eq!(attempts[0].header("x-kickoff-attempt"), "1");
+    assert_eq!(attempts[1].header("x-kickoff-attempt"), "2");
 }
 
 #[tokio::test]

@@ -7,15 +7,14 @@ mod common;
 
 use std::io::Write;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode};
-use axum::response::IntoResponse;
 use serde_json::{json, Value};
 
+use common::receiver::Receiver;
 use common::{state_of, test_db, wait_for, TestDb};
 use kickoff::engine::{Engine, EngineConfig, JobState, NewJob};
 use kickoff::webhooks::{Endpoints, SecretKey};
@@ -69,39 +68,18 @@ fn verifies(secret: &str, headers: &HeaderMap, body: &[u8]) -> Result<(), String
     }
 }
 
-#[derive(Clone, Default)]
-struct Received(Arc<Mutex<Vec<(String, HeaderMap, Bytes)>>>);
-
-async fn receive(
-    State(got): State<Received>,
-    uri: axum::http::Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> impl IntoResponse {
-    got.0
-        .lock()
-        .unwrap()
-        .push((uri.path().to_string(), headers, body));
-    "ok"
-}
-
 struct Rig {
     db: TestDb,
     engine: Engine,
     endpoints: Endpoints,
     addr: std::net::SocketAddr,
-    got: Received,
+    receiver: Receiver,
 }
 
 async fn rig() -> Rig {
     let db = test_db().await;
-    let got = Received::default();
-    let app = axum::Router::new()
-        .fallback(receive)
-        .with_state(got.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let receiver = Receiver::start().await;
+    let addr = receiver.addr;
     let key = Arc::new(SecretKey::generate().0);
     let engine = Engine::start(
         db.pool.clone(),
@@ -119,7 +97,7 @@ async fn rig() -> Rig {
         engine,
         endpoints,
         addr,
-        got,
+        receiver,
     }
 }
 
@@ -141,9 +119,8 @@ impl Rig {
             state_of(&self.db.pool, job.id).await == JobState::Completed
         })
         .await;
-        let got = self.got.0.lock().unwrap();
-        let (_, headers, body) = got.iter().rev().find(|(p, _, _)| p == path).unwrap();
-        (headers.clone(), body.clone())
+        let call = self.receiver.calls_to(path).pop().unwrap();
+        (call.headers, call.body)
     }
 }
 

@@ -87,6 +87,8 @@ pub fn App() -> impl IntoView {
                     <A href="/jobs" exact=true>"Jobs"</A>
                     <A href="/timers">"Timers"</A>
                     <A href="/failures">"Failures"</A>
+                    <A href="/calls">"Calls"</A>
+                    <A href="/alerts">"Alerts"</A>
                     <A href="/queues">"Queues"</A>
                     <A href="/schedules">"Schedules"</A>
                     <A href="/questions">"Questions"</A>
@@ -117,6 +119,8 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/audit") view=pages::audit::AuditLogPage ssr=SsrMode::Async/>
                     <Route path=path!("/users") view=pages::users::UsersPage ssr=SsrMode::Async/>
                     <Route path=path!("/webhooks") view=pages::webhooks::WebhooksPage ssr=SsrMode::Async/>
+                    <Route path=path!("/calls") view=pages::calls::CallsPage ssr=SsrMode::Async/>
+                    <Route path=path!("/alerts") view=pages::alerts::AlertsPage ssr=SsrMode::Async/>
                     <Route path=path!("/account") view=pages::account::AccountPage ssr=SsrMode::Async/>
                 </Routes>
             </main>

@@ -52,6 +52,9 @@ function pages() {
     { path: '/audit', refresh: 'audit', shows: ['session.sign_in'] },
     { path: '/users', refresh: null, shows: ['admin'] },
     { path: '/account', refresh: null, shows: ['admin'] },
+    { path: '/webhooks', refresh: null, shows: ['Webhook endpoints'] },
+    { path: '/calls', refresh: 'webhook_calls', shows: ['Webhook calls'] },
+    { path: '/alerts', refresh: 'alerts', shows: ['Firing', 'Rules'] },
   ];
 }
 

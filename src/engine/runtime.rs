@@ -263,6 +263,13 @@ impl Engine {
         self.leader.get()
     }
 
+    /// [`Engine::is_leader`] for a service of its own that runs only on the leader (the alerts'
+    /// evaluation), asked each time it is called.
+    pub fn leader_check(&self) -> Arc<dyn Fn() -> bool + Send + Sync> {
+        let leader = self.leader.clone();
+        Arc::new(move || leader.get())
+    }
+
     /// State changes of jobs on any node: one JSON message per database statement (see the
     /// `kickoff_events` trigger).
     pub fn subscribe(&self) -> broadcast::Receiver<String> {

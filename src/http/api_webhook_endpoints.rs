@@ -14,7 +14,6 @@ use super::auth::ApiCaller;
 use super::error::AppError;
 use super::extract::{ApiJson, EndpointIdPath};
 use super::state::AppState;
-use crate::accounts::Role;
 use crate::webhooks::service::DEFAULT_OVERLAP;
 use crate::webhooks::{EndpointRow, NewSecret};
 
@@ -37,13 +36,7 @@ pub struct RotateEndpoint {
 }
 
 fn admin(caller: &ApiCaller) -> Result<(), AppError> {
-    if caller.role < Role::Admin {
-        return Err(AppError::Forbidden(format!(
-            "{} is not an admin: only admins manage webhook endpoints",
-            caller.actor
-        )));
-    }
-    Ok(())
+    caller.must_be_admin("manage webhook endpoints")
 }
 
 pub async fn list(

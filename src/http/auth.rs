@@ -34,6 +34,19 @@ pub struct ApiCaller {
 
 pub use crate::accounts::BOOTSTRAP_ACTOR;
 
+impl ApiCaller {
+    /// 403 unless the caller is an admin; `what` says what only admins do ("manage alert rules").
+    pub fn must_be_admin(&self, what: &str) -> Result<(), super::error::AppError> {
+        if self.role < Role::Admin {
+            return Err(super::error::AppError::Forbidden(format!(
+                "{} is not an admin: only admins {what}",
+                self.actor
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// The token of an `Authorization: Bearer <token>` header.
 pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
     headers

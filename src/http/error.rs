@@ -326,6 +326,21 @@ impl From<crate::webhooks::EndpointError> for AppError {
     }
 }
 
+impl From<crate::alerts::AlertError> for AppError {
+    fn from(e: crate::alerts::AlertError) -> Self {
+        use crate::alerts::AlertError;
+        match e {
+            AlertError::Invalid(m) => AppError::invalid(m),
+            AlertError::NotFound(_) => AppError::NotFound(e.to_string()),
+            AlertError::Conflict(m) => AppError::Conflict {
+                code: "conflict",
+                message: m,
+            },
+            AlertError::Database(e) => e.into(),
+        }
+    }
+}
+
 impl From<PathRejection> for AppError {
     fn from(r: PathRejection) -> Self {
         AppError::NotFound(r.body_text())

@@ -92,6 +92,17 @@ impl<S: Send + Sync> FromRequestParts<S> for EndpointIdPath {
     }
 }
 
+/// An alert rule's or incident's id from the path.
+pub struct AlertIdPath(pub i64);
+
+impl<S: Send + Sync> FromRequestParts<S> for AlertIdPath {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        positive_id(parts, state, "alert").await.map(AlertIdPath)
+    }
+}
+
 /// Deserializes a present field, `null` included, as `Some` (absent stays `None`): with
 /// `#[serde(default, deserialize_with = "…")]` on an `Option<Option<T>>`, a patch tells "set to
 /// null" from "leave as it is".

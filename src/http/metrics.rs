@@ -192,6 +192,7 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, AppError
     }
     limit_metrics(&state, &mut out).await?;
     schedule_metrics(&state, &mut out).await?;
+    alert_metrics(&state, &mut out).await?;
 
     Ok((
         [(
@@ -201,6 +202,41 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, AppError
         out,
     )
         .into_response())
+}
+
+/// Each alert rule's firing incidents and every incident it opened (database-wide, like
+/// `kickoff_jobs`: every node reports the same numbers).
+async fn alert_metrics(state: &AppState, out: &mut String) -> Result<(), AppError> {
+    let counts = state.alerts.counts().await?;
+    family(
+        out,
+        "kickoff_alerts_firing",
+        "gauge",
+        "Alert incidents firing now, by rule and condition.",
+    );
+    for (rule, condition, firing, _) in &counts {
+        sample(
+            out,
+            "kickoff_alerts_firing",
+            &[("rule", rule), ("condition", condition)],
+            *firing as f64,
+        );
+    }
+    family(
+        out,
+        "kickoff_alert_incidents_total",
+        "counter",
+        "Alert incidents ever opened, by rule and condition (a deleted rule takes its incidents).",
+    );
+    for (rule, condition, _, total) in &counts {
+        sample(
+            out,
+            "kickoff_alert_incidents_total",
+            &[("rule", rule), ("condition", condition)],
+            *total as f64,
+        );
+    }
+    Ok(())
 }
 
 /// The current rate window's use of each rate-limited queue, and the paused kinds

@@ -1,10 +1,12 @@
 //! The HTTP surface: the REST API under `/api/v1`, health probes, and the Leptos dashboard.
 
+pub mod api_alerts;
 pub mod api_audit;
 pub mod api_jobs;
 pub mod api_questions;
 pub mod api_queues;
 pub mod api_schedules;
+pub mod api_webhook_deliveries;
 pub mod api_webhook_endpoints;
 pub mod audited;
 pub mod auth;
@@ -68,6 +70,7 @@ pub fn router(state: AppState) -> Router {
         state.accounts.clone(),
         state.auditor.clone(),
         state.endpoints.clone(),
+        state.alerts.clone(),
     ));
     let dashboard = Router::new()
         // The dashboard's live stream (the API has its own, behind the token).

@@ -10,7 +10,10 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 
 use super::state::AppState;
-use super::{api_jobs, api_questions, api_queues, api_schedules, api_webhook_endpoints, sse};
+use super::{
+    api_alerts, api_jobs, api_questions, api_queues, api_schedules, api_webhook_deliveries,
+    api_webhook_endpoints, sse,
+};
 use crate::engine::schedules::{ScheduleSpec, ScheduleView};
 use crate::engine::{BulkReport, Job};
 use crate::questions::service::QuestionDetail;
@@ -222,6 +225,69 @@ pub fn endpoints() -> Vec<Endpoint> {
             query: None,
             ok: (200, Some(schema::<crate::webhooks::EndpointRow>)),
             route: || delete(api_webhook_endpoints::delete),
+        },
+        Endpoint {
+            method: "get",
+            path: "/webhook-deliveries",
+            summary: "The delivery record of webhook calls, newest first, by keyset pages: when each call started and how late, where it connected, the status, the duration, the response's headers and first 500 characters, or the error. Search by `status` (`500`, `5xx`, `none`) and `job_id`",
+            body: None,
+            query: Some(schema::<api_webhook_deliveries::DeliveryParams>),
+            ok: (200, Some(schema::<api_webhook_deliveries::DeliveryPage>)),
+            route: || get(api_webhook_deliveries::list),
+        },
+        Endpoint {
+            method: "get",
+            path: "/alert-rules",
+            summary: "Every alert rule, with its condition in words (admins)",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<Vec<crate::alerts::RuleRow>>)),
+            route: || get(api_alerts::list_rules),
+        },
+        Endpoint {
+            method: "post",
+            path: "/alert-rules",
+            summary: "Make an alert rule (admins): a condition (late_lock, question_open, job_discarded, queue_backlog, failure_rate, node_lost, overdue), its scope and thresholds (a field its condition does not read is refused), and where to notify (a webhook call, signed under an endpoint; `slack` payload for incoming webhooks). 201; 409 for a name taken or past 200 rules",
+            body: Some(schema::<crate::alerts::RuleSpec>),
+            query: None,
+            ok: (201, Some(schema::<crate::alerts::RuleRow>)),
+            route: || post(api_alerts::create_rule),
+        },
+        Endpoint {
+            method: "patch",
+            path: "/alert-rules/{id}",
+            summary: "Switch an alert rule on or off (admins)",
+            body: Some(schema::<api_alerts::RulePatch>),
+            query: None,
+            ok: (200, Some(schema::<crate::alerts::RuleRow>)),
+            route: || patch(api_alerts::update_rule),
+        },
+        Endpoint {
+            method: "delete",
+            path: "/alert-rules/{id}",
+            summary: "Delete an alert rule and its incidents (admins)",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<crate::alerts::RuleRow>)),
+            route: || delete(api_alerts::delete_rule),
+        },
+        Endpoint {
+            method: "get",
+            path: "/alerts",
+            summary: "Alert incidents, newest first, by keyset pages: `state=firing` or `resolved`",
+            body: None,
+            query: Some(schema::<api_alerts::IncidentParams>),
+            ok: (200, Some(schema::<api_alerts::IncidentPage>)),
+            route: || get(api_alerts::list_incidents),
+        },
+        Endpoint {
+            method: "post",
+            path: "/alerts/{id}/acknowledge",
+            summary: "Acknowledge an incident (operators and admins); 409 when acknowledged already, naming who",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<crate::alerts::IncidentRow>)),
+            route: || post(api_alerts::acknowledge),
         },
         Endpoint {
             method: "get",

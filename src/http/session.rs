@@ -67,9 +67,11 @@ const SIGNED_IN: &str = "signed_in";
 /// token; they change nothing, and a cross-site page can neither send the `SameSite=Strict`
 /// cookie nor read the answer. Every other post needs the token (a new server function is
 /// protected until it is listed here).
-const READ_ONLY_FUNCTIONS: [&str; 19] = [
+const READ_ONLY_FUNCTIONS: [&str; 21] = [
     "/_console/account",
     "/_console/webhook_endpoints",
+    "/_console/webhook_calls",
+    "/_console/alerts",
     "/_console/audit",
     "/_console/users",
     "/_console/overview",

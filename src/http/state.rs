@@ -49,6 +49,8 @@ pub struct AppState {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// Webhook endpoints, sealed with the server's secret key (see [`AppState::with_webhook_key`]).
     pub endpoints: crate::webhooks::Endpoints,
+    /// Alert rules and incidents.
+    pub alerts: crate::alerts::Alerts,
 }
 
 /// What a server's [`AppState`] is made of; [`AppState::new`] derives the rest (the questions
@@ -83,6 +85,7 @@ impl AppState {
                 parts.pool.clone(),
                 Arc::new(crate::webhooks::SecretKey::generate().0),
             ),
+            alerts: crate::alerts::Alerts::new(parts.pool.clone(), parts.client.clone()),
             client: parts.client,
             accounts: parts.accounts,
             secure_cookies: parts.secure_cookies,

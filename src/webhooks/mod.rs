@@ -9,10 +9,15 @@
 //! - Admins manage endpoints through the REST API (`http::api_webhook_endpoints`); every change is
 //!   audited, and no answer after the creation or rotation carries a secret.
 
+pub mod deliveries;
 pub mod key;
 pub mod service;
 pub mod signing;
 pub mod store;
+
+/// The job kind that makes webhook calls (run by `workers::webhook`; named here so that floor 2
+/// can insert webhook jobs, as the alerts' notifications, without importing the worker).
+pub const WEBHOOK_KIND: &str = "webhook";
 
 pub use key::SecretKey;
 pub use service::{EndpointError, Endpoints, NewSecret};

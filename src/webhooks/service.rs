@@ -7,6 +7,7 @@ use std::time::Duration;
 use password_hash::rand_core::{OsRng, RngCore};
 use sqlx::{PgConnection, PgPool};
 
+use super::deliveries::{self, DeliveryRow, DeliverySearch};
 use super::key::SecretKey;
 use super::signing::whsec;
 use super::store::{self, EndpointRow};
@@ -61,6 +62,19 @@ impl Endpoints {
 
     pub async fn list(&self) -> Result<Vec<EndpointRow>, EndpointError> {
         Ok(store::endpoint_list(&self.pool).await?)
+    }
+
+    /// The delivery record's calls that `search` finds, newest first.
+    pub async fn deliveries(
+        &self,
+        search: &DeliverySearch,
+    ) -> Result<Vec<DeliveryRow>, EndpointError> {
+        Ok(deliveries::search(&self.pool, search).await?)
+    }
+
+    /// Every call of one job, in the order made.
+    pub async fn deliveries_of_job(&self, job_id: i64) -> Result<Vec<DeliveryRow>, EndpointError> {
+        Ok(deliveries::of_job(&self.pool, job_id).await?)
     }
 
     /// Makes an endpoint for `url_prefix` (`http://` or `https://`, a host at least) and its

@@ -35,8 +35,15 @@
 //! The client also ignores `HTTP_PROXY` and friends: a proxy would resolve the host itself,
 //! after our check.
 //!
-//! Redirects are never followed. A success's body is never read; a failure keeps at most the first
-//! `ERROR_BODY_CHARS` characters of its body, read no further than that.
+//! Redirects are never followed. Of an answer's body only the first
+//! `webhooks::deliveries::BODY_CHARS` characters are read (kept in the delivery record, and in a
+//! failure's error).
+//!
+//! # The delivery record
+//!
+//! Every call, and every refusal before one, leaves a row in `webhook_deliveries` (see
+//! `webhooks::deliveries`): when it started and how late, where it connected, the status, the
+//! duration, the response's headers and the start of its body, or the error.
 //!
 //! # A receiver that asks us to wait
 //!
@@ -59,18 +66,20 @@ use serde_json::Value;
 
 use super::webhook_address::classify;
 use crate::engine::{BoxFuture, JobContext, WorkError, Worker};
+use crate::webhooks::deliveries::{
+    capped, NewDelivery, BODY_CHARS, HEADER_VALUE_CHARS, MAX_HEADERS,
+};
 
-pub const KIND: &str = "webhook";
+pub const KIND: &str = crate::webhooks::WEBHOOK_KIND;
 const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 const MAX_TIMEOUT_MS: u64 = 300_000;
 /// The longest a receiver's `Retry-After` snoozes a call.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 /// The most times one job is snoozed by receivers' `Retry-After`.
 pub const MAX_SNOOZES: u64 = 20;
-/// How much of a failed response's body is kept in the job's error.
-const ERROR_BODY_CHARS: usize = 500;
-/// The most bytes read of a failed response's body (a UTF-8 character is at most 4 bytes).
-const ERROR_BODY_BYTES: usize = ERROR_BODY_CHARS * 4;
+/// The most bytes read of a response's body (a UTF-8 character is at most 4 bytes): the delivery
+/// record and a failure's error keep its first [`BODY_CHARS`] characters.
+const BODY_BYTES: usize = BODY_CHARS * 4;
 /// The allowlist prefix that lets a host name resolve to non-public addresses.
 const PRIVATE_MARK: &str = "private:";
 /// Headers a job may not set: `Host` would reach a virtual host the allowlist does not name (on an
@@ -346,104 +355,198 @@ impl Worker for WebhookWorker {
 
     fn work(&self, ctx: JobContext) -> BoxFuture<'_, Result<(), WorkError>> {
         Box::pin(async move {
-            let a: WebhookArgs = ctx.args()?;
-            let call = self.check(&a).map_err(WorkError::Fatal)?;
             let started = Instant::now();
-            let addrs = match ip_literal(&call.host) {
-                // The operator listed this exact address (see the module doc).
-                Some(_) => Vec::new(),
-                None => resolve_checked(&call).await?,
+            let mut seen = Seen::default();
+            let outcome = self.call(&ctx, &mut seen).await;
+            // Recorded whatever happened, the refusals before a call included. A record that
+            // cannot be written does not undo the call: the attempt's outcome stands.
+            let delivery = NewDelivery {
+                job_id: ctx.job.id.0,
+                attempt: ctx.job.attempt,
+                due_at: ctx.job.scheduled_at,
+                duration_ms: started.elapsed().as_millis().min(i32::MAX as u128) as i32,
+                address: seen.address,
+                status: seen.status,
+                response_headers: seen.headers,
+                response_body: seen.body,
+                error: match &outcome {
+                    Ok(()) => None,
+                    Err(WorkError::Snooze(wait)) => Some(format!(
+                        "the receiver asked to wait: snoozed for {} s (Retry-After)",
+                        wait.as_secs()
+                    )),
+                    Err(WorkError::Retryable(e) | WorkError::Fatal(e)) => Some(e.clone()),
+                    Err(other) => Some(other.to_string()),
+                },
             };
-            let http = pinned_client(&call.host, addrs)?;
-            // The lookup spent part of the attempt's time.
-            let remaining = call
-                .timeout
-                .saturating_sub(started.elapsed())
-                .max(Duration::from_millis(1));
-            let id = webhook_id(&ctx.job);
-            let timestamp = chrono::Utc::now().timestamp();
-            // Serialised once: the bytes sent are the bytes the signature covers.
-            let body = match &a.body {
-                Some(body) => Some(
-                    serde_json::to_vec(body).map_err(|e| WorkError::Fatal(format!("body: {e}")))?,
-                ),
-                None => None,
-            };
-            let signature = match &self.signing_key {
-                Some(key) => crate::webhooks::service::secrets_for(ctx.pool(), key, &a.url)
-                    .await
-                    .map_err(|e| WorkError::Retryable(format!("cannot sign the call: {e}")))?
-                    .map(|keys| {
-                        crate::webhooks::signing::signature_header(
-                            &keys,
-                            &id,
-                            timestamp,
-                            body.as_deref().unwrap_or_default(),
-                        )
-                    }),
-                None => None,
-            };
-            let mut req = http
-                .request(call.method, call.url)
-                .timeout(remaining)
-                .header("x-kickoff-job-id", ctx.job.id.to_string())
-                .header("x-kickoff-attempt", ctx.job.attempt.to_string())
-                .header("webhook-id", id)
-                .header("webhook-timestamp", timestamp.to_string());
-            if let Some(signature) = signature {
-                req = req.header("webhook-signature", signature);
+            if let Err(e) = crate::webhooks::deliveries::insert(ctx.pool(), &delivery).await {
+                tracing::warn!(job = ctx.job.id.0, error = %e, "the webhook delivery record was not written");
             }
-            for (k, v) in &a.headers {
-                req = req.header(k, v);
+            outcome
+        })
+    }
+}
+
+/// What one call saw, for the delivery record.
+#[derive(Default)]
+struct Seen {
+    address: Option<String>,
+    status: Option<u16>,
+    headers: Option<BTreeMap<String, String>>,
+    body: Option<String>,
+}
+
+impl WebhookWorker {
+    async fn call(&self, ctx: &JobContext, seen: &mut Seen) -> Result<(), WorkError> {
+        let a: WebhookArgs = ctx.args()?;
+        let call = self.check(&a).map_err(WorkError::Fatal)?;
+        let started = Instant::now();
+        let addrs = match ip_literal(&call.host) {
+            // The operator listed this exact address (see the module doc).
+            Some(ip) => {
+                seen.address = Some(SocketAddr::new(ip, call.port).to_string());
+                Vec::new()
             }
-            if let Some(bytes) = body {
-                // A job's own Content-Type stands (as `json` left it).
-                if !a
-                    .headers
-                    .keys()
-                    .any(|k| k.eq_ignore_ascii_case("content-type"))
-                {
-                    req = req.header(reqwest::header::CONTENT_TYPE, "application/json");
-                }
-                req = req.body(bytes);
+            None => {
+                let addrs = resolve_checked(&call).await?;
+                seen.address = Some(
+                    addrs
+                        .iter()
+                        .map(SocketAddr::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                );
+                addrs
             }
-            let mut res = req.send().await.map_err(|e| {
-                if e.is_timeout() {
-                    WorkError::Retryable(format!("timed out after {} ms", call.timeout.as_millis()))
-                } else {
-                    WorkError::Retryable(format!("request failed: {e}"))
-                }
-            })?;
-            let status = res.status();
-            if status.is_success() {
-                // The body is not read: dropping the response closes the connection.
-                return Ok(());
+        };
+        let http = pinned_client(&call.host, addrs)?;
+        // The lookup spent part of the attempt's time.
+        let remaining = call
+            .timeout
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_millis(1));
+        let id = webhook_id(&ctx.job);
+        let timestamp = chrono::Utc::now().timestamp();
+        // Serialised once: the bytes sent are the bytes the signature covers.
+        let body = match &a.body {
+            Some(body) => {
+                Some(serde_json::to_vec(body).map_err(|e| WorkError::Fatal(format!("body: {e}")))?)
             }
-            let snoozes = ctx.job.meta["snoozes"].as_u64().unwrap_or(0);
+            None => None,
+        };
+        let signature = match &self.signing_key {
+            Some(key) => crate::webhooks::service::secrets_for(ctx.pool(), key, &a.url)
+                .await
+                .map_err(|e| WorkError::Retryable(format!("cannot sign the call: {e}")))?
+                .map(|keys| {
+                    crate::webhooks::signing::signature_header(
+                        &keys,
+                        &id,
+                        timestamp,
+                        body.as_deref().unwrap_or_default(),
+                    )
+                }),
+            None => None,
+        };
+        let mut req = http
+            .request(call.method, call.url)
+            .timeout(remaining)
+            .header("x-kickoff-job-id", ctx.job.id.to_string())
+            .header("x-kickoff-attempt", ctx.job.attempt.to_string())
+            .header("webhook-id", id)
+            .header("webhook-timestamp", timestamp.to_string());
+        if let Some(signature) = signature {
+            req = req.header("webhook-signature", signature);
+        }
+        for (k, v) in &a.headers {
+            req = req.header(k, v);
+        }
+        if let Some(bytes) = body {
+            // A job's own Content-Type stands (as `json` left it).
+            if !a
+                .headers
+                .keys()
+                .any(|k| k.eq_ignore_ascii_case("content-type"))
+            {
+                req = req.header(reqwest::header::CONTENT_TYPE, "application/json");
+            }
+            req = req.body(bytes);
+        }
+        let mut res = req.send().await.map_err(|e| {
+            if e.is_timeout() {
+                WorkError::Retryable(format!("timed out after {} ms", call.timeout.as_millis()))
+            } else {
+                WorkError::Retryable(format!("request failed: {e}"))
+            }
+        })?;
+        let status = res.status();
+        if let Some(addr) = res.remote_addr() {
+            seen.address = Some(addr.to_string());
+        }
+        seen.status = Some(status.as_u16());
+        seen.headers = Some(kept_headers(res.headers()));
+        let snoozes = ctx.job.meta["snoozes"].as_u64().unwrap_or(0);
+        if !status.is_success() {
             if let Some(wait) = asked_to_wait(&res, chrono::Utc::now()) {
                 if snoozes < MAX_SNOOZES {
                     tracing::info!(job = ctx.job.id.0, %status, wait_ms = wait.as_millis() as u64, "webhook receiver asked to wait: snoozed");
                     return Err(WorkError::Snooze(wait));
                 }
             }
-            // Read only the start of the body: an endpoint must not make us buffer megabytes.
-            let mut head = Vec::new();
-            while head.len() < ERROR_BODY_BYTES {
-                match res.chunk().await {
-                    Ok(Some(chunk)) => {
-                        let room = ERROR_BODY_BYTES - head.len();
-                        head.extend_from_slice(&chunk[..chunk.len().min(room)]);
-                    }
-                    _ => break,
+        }
+        // Only the start of the body: an endpoint must not make us buffer megabytes. A body that
+        // stops coming (the call's time-out) keeps what came: the status stands.
+        let mut head = Vec::new();
+        while head.len() < BODY_BYTES {
+            match res.chunk().await {
+                Ok(Some(chunk)) => {
+                    let room = BODY_BYTES - head.len();
+                    head.extend_from_slice(&chunk[..chunk.len().min(room)]);
                 }
+                _ => break,
             }
-            let body: String = String::from_utf8_lossy(&head)
-                .chars()
-                .take(ERROR_BODY_CHARS)
-                .collect();
-            Err(WorkError::Retryable(format!("HTTP {status}: {body}")))
-        })
+        }
+        // Dropping the response closes the connection: the rest is not read.
+        drop(res);
+        let body: String = String::from_utf8_lossy(&head)
+            .chars()
+            .take(BODY_CHARS)
+            .collect();
+        seen.body = Some(body.clone());
+        if status.is_success() {
+            return Ok(());
+        }
+        Err(WorkError::Retryable(format!("HTTP {status}: {body}")))
     }
+}
+
+/// The response headers the delivery record keeps: the first [`MAX_HEADERS`] names, values cut
+/// to [`HEADER_VALUE_CHARS`], repeated names joined with `, `, and no `Set-Cookie` value (a
+/// receiver's session is not ours to keep).
+fn kept_headers(headers: &reqwest::header::HeaderMap) -> BTreeMap<String, String> {
+    let mut kept: BTreeMap<String, String> = BTreeMap::new();
+    for (name, value) in headers {
+        let name = name.as_str();
+        if !kept.contains_key(name) && kept.len() >= MAX_HEADERS {
+            continue;
+        }
+        let value = if name == "set-cookie" {
+            "(not kept)".to_string()
+        } else {
+            capped(
+                &String::from_utf8_lossy(value.as_bytes()),
+                HEADER_VALUE_CHARS,
+            )
+        };
+        kept.entry(name.to_string())
+            .and_modify(|v| {
+                if v != &value {
+                    *v = capped(&format!("{v}, {value}"), HEADER_VALUE_CHARS);
+                }
+            })
+            .or_insert(value);
+    }
+    kept
 }
 
 /// The call's `webhook-id` (Standard Webhooks): the same on every attempt of a job, so that a

@@ -10,6 +10,7 @@ use sqlx::{ConnectOptions, Connection, PgPool};
 
 pub mod dashboard;
 pub mod proxy;
+pub mod receiver;
 pub mod rest;
 pub mod server;
 

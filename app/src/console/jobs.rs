@@ -146,6 +146,29 @@ pub struct JobDetail {
     /// What holds a waiting job back besides its time, in words: its kind or queue paused, or
     /// its queue's limits across every node.
     pub held: Option<String>,
+    /// A webhook job's calls, in the order made (its delivery record); empty for other kinds.
+    pub deliveries: Vec<DeliveryRow>,
+}
+
+/// One webhook call of a job, as the delivery record keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeliveryRow {
+    pub id: i64,
+    pub job_id: i64,
+    pub attempt: i32,
+    pub started_ms: i64,
+    /// How long after the attempt's due time the call started.
+    pub late_ms: i64,
+    pub duration_ms: i32,
+    /// Where it connected (`ip:port`), or the addresses it would have tried.
+    pub address: Option<String>,
+    /// Absent when no answer came.
+    pub status: Option<i16>,
+    /// The response's headers (names lower case).
+    pub headers: Vec<(String, String)>,
+    /// The first characters of the response body.
+    pub body: Option<String>,
+    pub error: Option<String>,
 }
 
 /// One attempt of a job, for the timeline.

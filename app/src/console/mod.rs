@@ -12,6 +12,7 @@
 //! refusing it as a missing field. Every such argument carries it.
 
 pub mod accounts;
+pub mod alerts;
 pub mod audit;
 pub mod jobs;
 pub mod overview;
@@ -104,6 +105,7 @@ pub trait Console:
     + accounts::AccountsConsole
     + audit::AuditConsole
     + webhooks::WebhooksConsole
+    + alerts::AlertsConsole
 {
 }
 
@@ -117,6 +119,7 @@ impl<T> Console for T where
         + accounts::AccountsConsole
         + audit::AuditConsole
         + webhooks::WebhooksConsole
+        + alerts::AlertsConsole
 {
 }
 

@@ -1,5 +1,6 @@
 //! Webhook endpoints (admins): the URL prefixes whose calls are signed, making one (its secret
-//! is shown once), rotating a secret, deleting an endpoint.
+//! is shown once), rotating a secret, deleting an endpoint. And the webhook calls made (the
+//! delivery record), searched by status (everyone signed in).
 
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -32,7 +33,22 @@ pub struct NewEndpointSecret {
     pub secret: String,
 }
 
-/// What the server provides to the webhook endpoints page.
+/// The calls page's search, from the address bar.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CallsQuery {
+    /// A status code (`500`), a class (`5xx`), or `none` (no answer).
+    pub status: Option<String>,
+    pub before: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallsPage {
+    pub now_ms: i64,
+    pub rows: Vec<crate::console::jobs::DeliveryRow>,
+    pub next_before: Option<i64>,
+}
+
+/// What the server provides to the webhook endpoints page and the calls page.
 #[cfg(feature = "ssr")]
 #[async_trait::async_trait]
 pub trait WebhooksConsole: Send + Sync + 'static {
@@ -45,6 +61,13 @@ pub trait WebhooksConsole: Send + Sync + 'static {
         overlap_hours: String,
     ) -> Result<NewEndpointSecret, Refusal>;
     async fn delete_endpoint(&self, id: i64) -> Result<(), Refusal>;
+    /// The webhook calls made, newest first.
+    async fn calls(&self, query: CallsQuery) -> Result<CallsPage, Refusal>;
+}
+
+#[server(prefix = "/_console", endpoint = "webhook_calls")]
+pub async fn list_calls(#[server(default)] query: CallsQuery) -> Result<CallsPage, ServerFnError> {
+    console()?.calls(query).await.map_err(fail)
 }
 
 #[server(prefix = "/_console", endpoint = "webhook_endpoints")]

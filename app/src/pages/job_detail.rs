@@ -1,5 +1,6 @@
 //! One job (`/jobs/:id`): args and meta as formatted JSON, the timeline of its attempts, every
-//! error, and the operator's actions: retry, cancel, run now, reschedule, delete, clone.
+//! error, a webhook's calls (the delivery record), and the operator's actions: retry, cancel, run
+//! now, reschedule, delete, clone.
 
 use leptos::prelude::*;
 
@@ -10,7 +11,7 @@ use crate::components::live::use_live;
 use crate::components::loaded::{failure, ActionError, Loaded};
 use crate::components::time::{span, use_clock, Countdown, When};
 use crate::components::time_field::TimeField;
-use crate::console::jobs::{get_job, CloneJob, JobAction, JobDetail, RescheduleJob};
+use crate::console::jobs::{get_job, CloneJob, DeliveryRow, JobAction, JobDetail, RescheduleJob};
 use crate::pages::jobs::JobButtons;
 
 #[component]
@@ -201,5 +202,56 @@ fn Detail(
             }
             .into_any()
         }}
+        {(!d.deliveries.is_empty()).then(|| view! { <Deliveries rows=d.deliveries.clone() now/> })}
+    }
+}
+
+/// A webhook job's calls, in the order made: the delivery record.
+#[component]
+fn Deliveries(rows: Vec<DeliveryRow>, now: i64) -> impl IntoView {
+    view! {
+        <h2>"Calls"</h2>
+        <ol class="timeline deliveries" aria-label="Calls">
+            {rows
+                .into_iter()
+                .map(|c| {
+                    let answered = c.status.map(|s| format!("HTTP {s}")).unwrap_or_else(|| "no answer".into());
+                    let ok = c.status.is_some_and(|s| (200..300).contains(&s));
+                    let class = if ok { "attempt outcome-completed" } else { "attempt outcome-failed" };
+                    let late = if c.late_ms >= 0 {
+                        format!("{} after its due time", span(c.late_ms))
+                    } else {
+                        format!("{} before its due time", span(c.late_ms))
+                    };
+                    let headers = c.headers.clone();
+                    view! {
+                        <li class=class data-delivery=c.id>
+                            <strong>{format!("Attempt {}", c.attempt)}</strong>
+                            " · "
+                            <span class="status">{answered}</span>
+                            " · started " <When at_ms=c.started_ms base_ms=now/>
+                            ", " {late}
+                            " · took " {span(i64::from(c.duration_ms))}
+                            {c.address.clone().map(|a| view! { " · to " <code>{a}</code> })}
+                            {(!headers.is_empty()).then(|| view! {
+                                <details>
+                                    <summary>{format!("Response headers ({})", headers.len())}</summary>
+                                    <dl class="headers">
+                                        {headers
+                                            .into_iter()
+                                            .map(|(k, v)| view! { <dt>{k}</dt><dd>{v}</dd> })
+                                            .collect_view()}
+                                    </dl>
+                                </details>
+                            })}
+                            {c.body.clone().filter(|b| !b.is_empty()).map(|b| view! {
+                                <pre class="response-body" aria-label="Response body">{b}</pre>
+                            })}
+                            {c.error.clone().map(|e| view! { <pre class="error-text">{e}</pre> })}
+                        </li>
+                    }
+                })
+                .collect_view()}
+        </ol>
     }
 }

@@ -3,8 +3,8 @@
 
 use chrono::{DateTime, Utc};
 use kickoff_app::console::jobs::{
-    AttemptRow, BulkCount, BulkDone, JobChoices, JobDetail, JobPage, JobQuery, JobRow, JobsConsole,
-    NewJobInput, TimersPage, BULK_COUNT_CAP,
+    AttemptRow, BulkCount, BulkDone, DeliveryRow, JobChoices, JobDetail, JobPage, JobQuery, JobRow,
+    JobsConsole, NewJobInput, TimersPage, BULK_COUNT_CAP,
 };
 use kickoff_app::console::Refusal;
 use kickoff_app::local_time::instant_ms;
@@ -295,6 +295,7 @@ impl JobsConsole for ServerConsole {
                 .and_then(|s| s.as_str())
                 .map(String::from),
             held: self.held(&j).await?,
+            deliveries: self.deliveries(&j).await?,
         })
     }
 
@@ -545,6 +546,19 @@ impl JobsConsole for ServerConsole {
 impl ServerConsole {
     /// What holds a waiting job back besides its time: its kind paused, its queue paused, or its
     /// queue's limits across every node (which may or may not be full now).
+    /// A webhook job's delivery record.
+    async fn deliveries(&self, j: &Job) -> Result<Vec<DeliveryRow>, Refusal> {
+        if j.kind != crate::workers::webhook::KIND {
+            return Ok(Vec::new());
+        }
+        let rows = self
+            .endpoints
+            .deliveries_of_job(j.id.0)
+            .await
+            .map_err(refused)?;
+        Ok(rows.into_iter().map(delivery_row).collect())
+    }
+
     async fn held(&self, j: &Job) -> Result<Option<String>, Refusal> {
         if !matches!(
             j.state,
@@ -613,6 +627,25 @@ impl ServerConsole {
         Ok(Some(format!(
             "{general}: they leave room now, so it starts at the next claim"
         )))
+    }
+}
+
+pub(super) fn delivery_row(d: crate::webhooks::deliveries::DeliveryRow) -> DeliveryRow {
+    DeliveryRow {
+        id: d.id,
+        job_id: d.job_id,
+        attempt: d.attempt,
+        started_ms: ms(d.started_at),
+        late_ms: d.late_ms,
+        duration_ms: d.duration_ms,
+        address: d.address,
+        status: d.status,
+        headers: d
+            .response_headers
+            .map(|h| h.0.into_iter().collect())
+            .unwrap_or_default(),
+        body: d.response_body,
+        error: d.error,
     }
 }
 

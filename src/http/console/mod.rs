@@ -8,6 +8,7 @@
 //! table the REST API answers with: the two agree on statuses and messages by construction.
 
 mod accounts;
+mod alerts;
 mod audit;
 mod jobs;
 mod overview;
@@ -47,6 +48,7 @@ pub struct ServerConsole {
     accounts: Accounts,
     auditor: Auditor,
     endpoints: crate::webhooks::Endpoints,
+    alerts: crate::alerts::Alerts,
 }
 
 /// The request being served (leptos_axum provides it to server functions and rendered pages).
@@ -79,6 +81,7 @@ impl ServerConsole {
         accounts: Accounts,
         auditor: Auditor,
         endpoints: crate::webhooks::Endpoints,
+        alerts: crate::alerts::Alerts,
     ) -> Self {
         ServerConsole {
             client,
@@ -86,6 +89,7 @@ impl ServerConsole {
             accounts,
             auditor,
             endpoints,
+            alerts,
         }
     }
 

@@ -4,12 +4,14 @@
 use std::time::Duration;
 
 use kickoff_app::console::webhooks::{
-    EndpointInfo, EndpointsPage, NewEndpointSecret, WebhooksConsole,
+    CallsPage, CallsQuery, EndpointInfo, EndpointsPage, NewEndpointSecret, WebhooksConsole,
 };
 use kickoff_app::console::Refusal;
 
-use super::{conn, ms, operator, refused, Act, ServerConsole};
+use super::jobs::delivery_row;
+use super::{conn, ms, operator, refused, Act, ServerConsole, LIST_ROWS};
 use crate::accounts::Role;
+use crate::webhooks::deliveries::{DeliverySearch, StatusFilter};
 use crate::webhooks::service::MAX_OVERLAP;
 use crate::webhooks::{EndpointRow, NewSecret};
 
@@ -122,5 +124,34 @@ impl WebhooksConsole for ServerConsole {
             },
         )
         .await
+    }
+
+    async fn calls(&self, query: CallsQuery) -> Result<CallsPage, Refusal> {
+        operator(Role::Viewer)?;
+        let status = query
+            .status
+            .as_deref()
+            .filter(|s| !s.trim().is_empty())
+            .map(str::parse::<StatusFilter>)
+            .transpose()
+            .map_err(Refusal::invalid)?;
+        let rows = self
+            .endpoints
+            .deliveries(&DeliverySearch {
+                status,
+                job_id: None,
+                before: query.before,
+                limit: LIST_ROWS,
+            })
+            .await
+            .map_err(refused)?;
+        let next_before = (rows.len() as i64 == LIST_ROWS)
+            .then(|| rows.last().map(|r| r.id))
+            .flatten();
+        Ok(CallsPage {
+            now_ms: self.now_ms().await?,
+            rows: rows.into_iter().map(delivery_row).collect(),
+            next_before,
+        })
     }
 }

@@ -1,0 +1,106 @@
+//! A loopback webhook receiver for the tests: it keeps every request it gets and answers by path.
+//!
+//! - `/fail-once`: 500 to its first call, then 200;
+//! - `/status/N`: status N, the body `answered N`, and the headers `x-receiver: kickoff-tests` and
+//!   `set-cookie: session=s3cr3t`;
+//! - `/slow/MS`: 200 after MS milliseconds;
+//! - anything else: 200 `ok`.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+
+/// One request as the receiver got it.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Call {
+    /// A header's value; panics when it is absent.
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} in {self:?}"))
+            .to_str()
+            .unwrap()
+    }
+}
+
+#[derive(Clone, Default)]
+struct Calls(Arc<Mutex<Vec<Call>>>);
+
+pub struct Receiver {
+    pub addr: SocketAddr,
+    calls: Calls,
+}
+
+impl Receiver {
+    /// Listens on a free loopback port until the test ends.
+    pub async fn start() -> Receiver {
+        let calls = Calls::default();
+        let app = axum::Router::new()
+            .fallback(answer)
+            .with_state(calls.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Receiver { addr, calls }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Every request so far, in the order received.
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.0.lock().unwrap().clone()
+    }
+
+    pub fn calls_to(&self, path: &str) -> Vec<Call> {
+        self.calls()
+            .into_iter()
+            .filter(|c| c.path == path)
+            .collect()
+    }
+}
+
+async fn answer(State(calls): State<Calls>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    let path = uri.path().to_string();
+    let before = {
+        let mut calls = calls.0.lock().unwrap();
+        let before = calls.iter().filter(|c| c.path == path).count();
+        calls.push(Call {
+            path: path.clone(),
+            headers,
+            body,
+        });
+        before
+    };
+    if path == "/fail-once" && before == 0 {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
+    if let Some(code) = path.strip_prefix("/status/") {
+        let status = StatusCode::from_u16(code.parse().unwrap()).unwrap();
+        return (
+            status,
+            [
+                ("x-receiver", "kickoff-tests"),
+                ("set-cookie", "session=s3cr3t"),
+            ],
+            format!("answered {code}"),
+        )
+            .into_response();
+    }
+    if let Some(ms) = path.strip_prefix("/slow/") {
+        tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await;
+    }
+    "ok".into_response()
+}
