@@ -454,7 +454,29 @@ async fn rules_are_checked_and_managed_by_admins_and_incidents_acknowledged_once
     assert_eq!(status, StatusCode::OK);
     assert!(page.contains("node ghost-1"), "{page}");
 
+    // Switched off, the rule stops watching: its incident resolves, and nothing fires again.
     let rule = made["id"].as_i64().unwrap();
+    let off = d
+        .api(
+            Method::PATCH,
+            &format!("/alert-rules/{rule}"),
+            json!({ "enabled": false }),
+        )
+        .await;
+    assert_eq!(off["enabled"], false);
+    let page = d
+        .api(Method::GET, "/alerts?state=firing", Value::Null)
+        .await;
+    assert_eq!(page["incidents"], json!([]));
+    let client = kickoff::engine::Client::new(
+        d.pool.clone(),
+        std::sync::Arc::new(kickoff::workers::builtin(vec!["hooks.example.com".into()])),
+    );
+    let again = Evaluator::new(d.pool.clone(), client, "webhooks")
+        .run_once()
+        .await
+        .unwrap();
+    assert!(again.fired.is_empty() && again.resolved.is_empty());
     let gone = d
         .api(Method::DELETE, &format!("/alert-rules/{rule}"), Value::Null)
         .await;

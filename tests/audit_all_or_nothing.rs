@@ -35,7 +35,12 @@ async fn snapshot(d: &Dashboard) -> Value {
            'paused_kinds', (SELECT jsonb_agg(kind ORDER BY kind) FROM kind_pauses),
            'webhook_endpoints', (SELECT jsonb_agg(jsonb_build_array(id, url_prefix, secret,
                                                                     previous_secret) ORDER BY id)
-                                 FROM webhook_endpoints))",
+                                 FROM webhook_endpoints),
+           'alert_rules', (SELECT jsonb_agg(jsonb_build_array(id, name, enabled) ORDER BY id)
+                           FROM alert_rules),
+           'alert_incidents', (SELECT jsonb_agg(jsonb_build_array(id, resolved_at,
+                                                                  acknowledged_by) ORDER BY id)
+                               FROM alert_incidents))",
     )
     .fetch_one(&d.pool)
     .await
@@ -109,6 +114,23 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
         .await["endpoint"]["id"]
         .as_i64()
         .unwrap();
+    let rule = d
+        .api(
+            Method::POST,
+            "/alert-rules",
+            json!({"name": "nodes", "condition": "node_lost"}),
+        )
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let incident: i64 = sqlx::query_scalar(
+        "INSERT INTO alert_incidents (rule_id, subject, summary)
+         VALUES ($1, 'node ghost', 'node ghost has not beaten') RETURNING id",
+    )
+    .bind(rule)
+    .fetch_one(&d.pool)
+    .await
+    .unwrap();
     let (_, preview) = d.server_fn("bulk_preview", "query[args]=batch%3Db").await;
     let max_id = serde_json::from_str::<Value>(&preview).unwrap()["max_id"]
         .as_i64()
@@ -256,6 +278,26 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
             format!("/webhook-endpoints/{endpoint}"),
             json!({}),
         ),
+        (
+            "POST /alert-rules",
+            "/alert-rules".to_string(),
+            json!({"name": "backlog", "condition": "queue_backlog", "threshold_n": 5}),
+        ),
+        (
+            "PATCH /alert-rules/{id}",
+            format!("/alert-rules/{rule}"),
+            json!({"enabled": false}),
+        ),
+        (
+            "DELETE /alert-rules/{id}",
+            format!("/alert-rules/{rule}"),
+            json!({}),
+        ),
+        (
+            "POST /alerts/{id}/acknowledge",
+            format!("/alerts/{incident}/acknowledge"),
+            json!({}),
+        ),
     ];
     let routes: std::collections::BTreeSet<String> = kickoff::http::openapi::endpoints()
         .iter()
@@ -313,6 +355,13 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
             format!("id={eve}&action=password&password=another%20long%20password"),
         ),
         ("revoke_token", format!("id={}", token.id)),
+        (
+            "create_alert_rule",
+            "rule[name]=lost&rule[condition]=node_lost".to_string(),
+        ),
+        ("set_alert_rule", format!("id={rule}&enabled=false")),
+        ("delete_alert_rule", format!("id={rule}")),
+        ("acknowledge_alert", format!("id={incident}")),
         (
             "change_password",
             format!(

@@ -117,18 +117,28 @@ pub async fn rule_list<'e>(db: impl PgExecutor<'e>) -> Result<Vec<RuleRow>, sqlx
     Ok(rows.into_iter().map(RuleRow::with_words).collect())
 }
 
+/// Switches a rule on or off. Off, its open incidents are resolved (without a notification: the
+/// rule no longer watches) and its pending subjects forgotten.
 pub async fn rule_set_enabled<'e>(
     db: impl PgExecutor<'e>,
     id: i64,
     enabled: bool,
 ) -> Result<Option<RuleRow>, sqlx::Error> {
     let row: Option<RuleRow> = sqlx::query_as(&format!(
-        "UPDATE alert_rules SET enabled = $2 WHERE id = $1 RETURNING {RULE_COLUMNS}"
+        "WITH rule AS (UPDATE alert_rules SET enabled = $2 WHERE id = $1 RETURNING *),
+              resolved AS (UPDATE alert_incidents SET resolved_at = now()
+                           WHERE NOT $2 AND rule_id = (SELECT id FROM rule) AND resolved_at IS NULL),
+              forgotten AS (DELETE FROM alert_pending WHERE NOT $2 AND rule_id = (SELECT id FROM rule))
+         SELECT {RULE_COLUMNS} FROM rule"
     ))
     .bind(id)
     .bind(enabled)
-    .fetch_optional(db)
-    .await?;
+    // All rows, not the first one only: a portal closed after its first row would never run
+    // the statements in WITH that the query does not read (the resolution).
+    .fetch_all(db)
+    .await?
+    .into_iter()
+    .next();
     Ok(row.map(RuleRow::with_words))
 }
 

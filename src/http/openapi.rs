@@ -256,7 +256,7 @@ pub fn endpoints() -> Vec<Endpoint> {
         Endpoint {
             method: "patch",
             path: "/alert-rules/{id}",
-            summary: "Switch an alert rule on or off (admins)",
+            summary: "Switch an alert rule on or off (admins); off, its firing incidents resolve without a notification",
             body: Some(schema::<api_alerts::RulePatch>),
             query: None,
             ok: (200, Some(schema::<crate::alerts::RuleRow>)),

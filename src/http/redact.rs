@@ -45,7 +45,9 @@ impl Sight<'_> {
         if self.sees_secrets_of(job) {
             job.args.clone()
         } else {
-            args_for_reader(&job.kind, &job.args)
+            let mut args = args_for_reader(&job.kind, &job.args);
+            hide_alert_url(&job.meta, &mut args);
+            args
         }
     }
 
@@ -152,14 +154,41 @@ fn audit_filter_for_reader(mut filter: Value) -> Value {
 /// `job` with the secrets of its args and meta hidden.
 fn job_for_reader(mut job: Job) -> Job {
     job.args = args_for_reader(&job.kind, &job.args);
+    hide_alert_url(&job.meta, &mut job.args);
     hide_secret_fields(&mut job.meta);
     job
+}
+
+/// An alert's notification (a webhook job whose meta names its `alert_incident`, see
+/// `alerts::evaluator`) calls the rule's URL, and an incoming-webhook URL is a secret (Slack's
+/// carries its token in the path): only its origin is shown.
+fn hide_alert_url(meta: &Value, args: &mut Value) {
+    if meta.get("alert_incident").is_none() {
+        return;
+    }
+    if let Some(Value::String(url)) = args.get_mut("url") {
+        let origin = reqwest::Url::parse(url)
+            .map(|u| u.origin().ascii_serialization())
+            .unwrap_or_default();
+        *url = format!("{origin}/{REDACTED}");
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_alerts_notification_url_shows_its_origin_only() {
+        let meta = json!({ "alert_incident": 4, "alert_event": "fired" });
+        let mut args = json!({ "url": "https://hooks.slack.com/services/T0/B0/tok3n", "body": {} });
+        hide_alert_url(&meta, &mut args);
+        assert_eq!(args["url"], format!("https://hooks.slack.com/{REDACTED}"));
+        let mut other = json!({ "url": "https://hooks.example.com/x" });
+        hide_alert_url(&json!({}), &mut other);
+        assert_eq!(other["url"], "https://hooks.example.com/x");
+    }
 
     #[test]
     fn header_values_and_secret_named_fields_are_hidden() {
