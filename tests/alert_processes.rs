@@ -30,6 +30,41 @@ fn received(receiver: &Receiver) -> Vec<(String, String)> {
     seen.into_values().collect()
 }
 
+/// Proves the leader has evaluated every rule since now: a node silent for 4 minutes appears (the
+/// pruner removes nodes silent for 5), the marker rule's notification for it arrives (the rules
+/// are evaluated together, in one transaction), and every notification made so far is delivered.
+async fn evaluated_since_now(pool: &sqlx::PgPool, receiver: &Receiver, marker: &str) {
+    sqlx::query(
+        "INSERT INTO nodes (id, hostname, pid, heartbeat_at)
+         VALUES ($1, 'ghost', 1, now() - interval '4 minutes')",
+    )
+    .bind(marker)
+    .execute(pool)
+    .await
+    .unwrap();
+    let subject = format!("node {marker}");
+    wait_for("the marker to fire", Duration::from_secs(30), || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM jobs WHERE kind = 'webhook' AND state <> 'completed'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        waiting == 0 && received(receiver).iter().any(|(_, s)| *s == subject)
+    })
+    .await;
+}
+
+/// The notifications of the backlog rule, sorted.
+fn backlog(receiver: &Receiver) -> Vec<(String, String)> {
+    let mut got: Vec<_> = received(receiver)
+        .into_iter()
+        .filter(|(_, s)| s == "queue parked")
+        .collect();
+    got.sort();
+    got
+}
+
 async fn leader(pool: &sqlx::PgPool) -> Option<String> {
     sqlx::query_scalar("SELECT node_id FROM leader WHERE expires_at > now()")
         .fetch_optional(pool)
@@ -69,6 +104,18 @@ async fn an_alert_fires_once_and_resolves_once_across_a_leader_kill() {
         .await
         .unwrap();
     assert_eq!(made.status(), 201, "{}", made.text().await.unwrap());
+    // The marker: nodes silent for 3 minutes (the one killed here is not silent for that long).
+    let marker = http
+        .post(format!("http://{}/api/v1/alert-rules", first.addr))
+        .bearer_auth(TOKEN)
+        .json(
+            &json!({ "name": "marker", "condition": "node_lost", "threshold_ms": 180_000,
+                       "notify_url": receiver.url("/alerts") }),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(marker.status(), 201, "{}", marker.text().await.unwrap());
     let mut ids = Vec::new();
     for _ in 0..2 {
         let job = first
@@ -88,10 +135,10 @@ async fn an_alert_fires_once_and_resolves_once_across_a_leader_kill() {
         || async { leader(&db.pool).await.as_deref() == Some("second") },
     )
     .await;
-    // Several evaluations of the new leader while the condition still holds.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The new leader has evaluated while the condition still holds.
+    evaluated_since_now(&db.pool, &receiver, "ghost-1").await;
     assert_eq!(
-        received(&receiver),
+        backlog(&receiver),
         vec![("alert.fired".to_string(), "queue parked".to_string())],
         "fired once"
     );
@@ -104,24 +151,24 @@ async fn an_alert_fires_once_and_resolves_once_across_a_leader_kill() {
         .unwrap();
     assert!(res.status().is_success(), "{}", res.status());
     wait_for("the alert to resolve", Duration::from_secs(30), || async {
-        received(&receiver).len() >= 2
+        backlog(&receiver).len() >= 2
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let mut got = received(&receiver);
-    got.sort();
+    evaluated_since_now(&db.pool, &receiver, "ghost-2").await;
     assert_eq!(
-        got,
+        backlog(&receiver),
         vec![
             ("alert.fired".to_string(), "queue parked".to_string()),
             ("alert.resolved".to_string(), "queue parked".to_string()),
         ]
     );
-    let incidents: Vec<(String, bool)> =
-        sqlx::query_as("SELECT subject, resolved_at IS NOT NULL FROM alert_incidents")
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
+    let incidents: Vec<(String, bool)> = sqlx::query_as(
+        "SELECT subject, resolved_at IS NOT NULL FROM alert_incidents i
+                        JOIN alert_rules r ON r.id = i.rule_id WHERE r.name = 'parked backlog'",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
     assert_eq!(incidents, vec![("queue parked".to_string(), true)]);
     drop(second);
 }

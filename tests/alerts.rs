@@ -79,16 +79,23 @@ impl Rig {
         )
     }
 
-    /// The notifications the receiver got (once each: a repeated delivery has the same id).
+    /// The notifications the receiver got (once each: a repeated delivery has the same id), once
+    /// every notification job inserted so far has completed.
     async fn notifications(&self, expected: usize) -> Vec<Value> {
         wait_for(
             "the notifications to arrive",
             Duration::from_secs(20),
-            || async { self.distinct().len() >= expected },
+            || async {
+                let waiting: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM jobs WHERE kind = 'webhook' AND state <> 'completed'",
+                )
+                .fetch_one(&self.db.pool)
+                .await
+                .unwrap();
+                waiting == 0 && self.distinct().len() >= expected
+            },
         )
         .await;
-        // Anything more would come now.
-        tokio::time::sleep(Duration::from_millis(300)).await;
         self.distinct()
     }
 
@@ -253,7 +260,9 @@ async fn a_backlog_fires_after_its_time_and_resolves_when_it_drains() {
         (vec![], vec![]),
         "not for long enough yet"
     );
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // A second later, by the database's reckoning: the pending subject is moved back in time.
+    rig.sql("UPDATE alert_pending SET since = since - interval '1.1 s'")
+        .await;
     assert_eq!(
         rig.evaluate().await,
         (vec!["queue parked".to_string()], vec![])
