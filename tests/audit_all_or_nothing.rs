@@ -34,7 +34,8 @@ async fn snapshot(d: &Dashboard) -> Value {
                          FROM schedules),
            'paused_kinds', (SELECT jsonb_agg(kind ORDER BY kind) FROM kind_pauses),
            'webhook_endpoints', (SELECT jsonb_agg(jsonb_build_array(id, url_prefix, secret,
-                                                                    previous_secret) ORDER BY id)
+                                                                    previous_secret, headers,
+                                                                    allow_calls) ORDER BY id)
                                  FROM webhook_endpoints),
            'alert_rules', (SELECT jsonb_agg(jsonb_build_array(id, name, enabled) ORDER BY id)
                            FROM alert_rules),
@@ -272,6 +273,11 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
             "POST /webhook-endpoints/{id}/rotate",
             format!("/webhook-endpoints/{endpoint}/rotate"),
             json!({}),
+        ),
+        (
+            "PATCH /webhook-endpoints/{id}",
+            format!("/webhook-endpoints/{endpoint}"),
+            json!({"allow_calls": true, "headers": {"Authorization": "Bearer x"}}),
         ),
         (
             "DELETE /webhook-endpoints/{id}",

@@ -1,5 +1,6 @@
 //! The webhook endpoints page's server side (admins): make an endpoint (its secret in that
-//! answer only), rotate, delete; refused to operators; audited without the secret.
+//! answer only), change its default headers and what it allows, rotate, delete; refused to
+//! operators; audited without the secret or a header's value.
 
 mod common;
 
@@ -100,6 +101,79 @@ async fn an_admin_makes_rotates_and_deletes_an_endpoint_and_sees_each_secret_onc
 }
 
 #[tokio::test]
+async fn an_admin_gives_an_endpoint_default_headers_and_lets_it_allow_calls() {
+    let d = dashboard_as(Role::Admin).await;
+    // Checkboxes come as `on` when ticked; the headers one `Name: value` a line.
+    let (status, text) = d
+        .server_fn(
+            "create_endpoint",
+            "url_prefix=https%3A%2F%2Fpartner.example%2Fhooks%2F&allow_calls=on\
+             &headers=Authorization%3A%20Bearer%20dash-cred-77%0AX-Team%3A%20blue",
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let id = serde_json::from_str::<Value>(&text).unwrap()["id"]
+        .as_i64()
+        .unwrap();
+    let listed = page(&d).await;
+    let endpoint = &listed["endpoints"][0];
+    assert_eq!(
+        endpoint["header_names"],
+        serde_json::json!(["Authorization", "X-Team"])
+    );
+    assert_eq!(endpoint["allow_calls"], true);
+    assert_eq!(endpoint["private_network"], false);
+    let (_, html) = d.page("/webhooks").await;
+    assert!(html.contains("Authorization"), "{html}");
+    assert!(!html.contains("dash-cred-77") && !listed.to_string().contains("dash-cred-77"));
+
+    // A change with the header field left empty keeps the headers; unticked boxes switch off.
+    let (status, text) = d
+        .server_fn("update_endpoint", &format!("id={id}&headers="))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let endpoint = page(&d).await["endpoints"][0].clone();
+    assert_eq!(
+        endpoint["header_names"],
+        serde_json::json!(["Authorization", "X-Team"])
+    );
+    assert_eq!(endpoint["allow_calls"], false);
+
+    // A bad line or a private network without calls: refused, by line number, nothing changed.
+    for form in [
+        format!("id={id}&headers=no-colon-dash-cred-88"),
+        format!("id={id}&private_network=on"),
+    ] {
+        let (status, text) = d.server_fn("update_endpoint", &form).await;
+        assert!(status.is_client_error(), "{form}: {status} {text}");
+        assert!(!text.contains("dash-cred-88"), "{text}");
+    }
+    let (status, text) = d
+        .server_fn(
+            "update_endpoint",
+            &format!("id={id}&allow_calls=on&private_network=on&clear_headers=on"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let endpoint = page(&d).await["endpoints"][0].clone();
+    assert_eq!(endpoint["header_names"], serde_json::json!([]));
+    assert_eq!(endpoint["private_network"], true);
+
+    // Audited by the headers' names and the settings, never a value.
+    let audit: Vec<String> = sqlx::query_scalar(
+        "SELECT target FROM audit_log WHERE action LIKE 'webhook_endpoint.%' ORDER BY id",
+    )
+    .fetch_all(&d.pool)
+    .await
+    .unwrap();
+    assert!(
+        audit[0].contains("allows calls") && audit[0].contains("headers Authorization, X-Team"),
+        "{audit:?}"
+    );
+    assert!(audit.iter().all(|a| !a.contains("dash-cred")), "{audit:?}");
+}
+
+#[tokio::test]
 async fn an_operator_may_not_see_or_change_endpoints() {
     let d = dashboard_as(Role::Operator).await;
     let (status, _) = d.server_fn("webhook_endpoints", "").await;
@@ -107,6 +181,8 @@ async fn an_operator_may_not_see_or_change_endpoints() {
     let (status, _) = d
         .server_fn("create_endpoint", "url_prefix=https%3A%2F%2Fx.example%2F")
         .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = d.server_fn("update_endpoint", "id=1&allow_calls=on").await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     let count: i64 = sqlx::query_scalar("SELECT count(*) FROM webhook_endpoints")
         .fetch_one(&d.pool)

@@ -133,6 +133,7 @@ async fn calls_to_an_endpoint_are_signed_as_the_published_verifier_expects() {
             .create_with(
                 &mut conn,
                 &format!("http://{}/partner/", rig.addr),
+                &Default::default(),
                 Some("test"),
             )
             .await
@@ -169,7 +170,7 @@ async fn during_a_rotation_both_secrets_verify_and_after_it_only_the_new_one() {
     let mut conn = rig.db.pool.acquire().await.unwrap();
     let old = rig
         .endpoints
-        .create_with(&mut conn, &prefix, None)
+        .create_with(&mut conn, &prefix, &Default::default(), None)
         .await
         .unwrap();
     let new = rig
@@ -313,19 +314,7 @@ async fn admins_manage_endpoints_by_the_api_and_a_secret_is_shown_once() {
     assert_eq!(status, StatusCode::NOT_FOUND);
 
     // Not for an operator's token.
-    let accounts = kickoff::accounts::Accounts::new(db.pool.clone());
-    let ops = accounts
-        .create(
-            "ops",
-            "a long enough password",
-            kickoff::accounts::Role::Operator,
-        )
-        .await
-        .unwrap();
-    let (_, operator) = accounts
-        .create_token(&ops, "script", kickoff::accounts::TokenScope::Write)
-        .await
-        .unwrap();
+    let operator = common::operator_token(&db.pool).await;
     for (method, path, body) in [
         (Method::GET, "/api/v1/webhook-endpoints".to_string(), None),
         (Method::POST, rotate.clone(), Some("{}")),

@@ -51,8 +51,12 @@ impl Alerts {
                 serde_json::json!({ "url": url, "body": {} }),
             );
             self.client
-                .validate(&probe)
-                .map_err(|e| AlertError::Invalid(format!("notify_url: {e}")))?;
+                .validate_with(&mut *conn, &probe)
+                .await
+                .map_err(|e| match e {
+                    crate::engine::ClientError::Database(e) => AlertError::Database(e),
+                    e => AlertError::Invalid(format!("notify_url: {e}")),
+                })?;
         }
         if store::rule_count(&mut *conn).await? >= super::rules::MAX_RULES {
             return Err(AlertError::Conflict(format!(

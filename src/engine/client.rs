@@ -18,6 +18,7 @@ use super::store::leader::{self as leader_store, LeaderRow, LEADER_NAME};
 use super::store::nodes::{self as node_store, NodeRow};
 use super::store::queues::{self as queue_store, QueueRow};
 use super::store::stats::{self as stats_store, ThroughputMinute, STATS_RETENTION};
+use super::worker::ArgsRefused;
 use super::worker::Workers;
 
 /// Limits on what a job may carry.
@@ -153,10 +154,29 @@ impl Client {
         &self.workers
     }
 
-    /// Checks a new job before anything is written.
-    pub fn validate(&self, new: &NewJob) -> Result<(), ClientError> {
+    /// Checks a new job before anything is written (on a connection of the pool, if its worker
+    /// reads the database to check).
+    pub async fn validate(&self, new: &NewJob) -> Result<(), ClientError> {
+        let mut conn = self.pool.acquire().await?;
+        self.validate_with(&mut conn, new).await
+    }
+
+    /// [`Self::validate`] on the caller's connection (a worker's check that reads the database
+    /// reads it there: no second connection while the caller holds one).
+    pub async fn validate_with(
+        &self,
+        conn: &mut PgConnection,
+        new: &NewJob,
+    ) -> Result<(), ClientError> {
         let worker = self.validate_shape(new)?;
-        worker.validate(&new.args).map_err(|m| invalid("args", m))
+        worker.validate(&new.args).map_err(|m| invalid("args", m))?;
+        worker
+            .validate_in(conn, &new.args)
+            .await
+            .map_err(|e| match e {
+                ArgsRefused::Invalid(m) => invalid("args", m),
+                ArgsRefused::Database(e) => ClientError::Database(e),
+            })
     }
 
     /// [`Self::validate`] but for the worker's own check of the args: for the runs of a
@@ -282,7 +302,7 @@ impl Client {
         conn: &mut PgConnection,
         new: &NewJob,
     ) -> Result<Inserted, ClientError> {
-        self.validate(new)?;
+        self.validate_with(&mut *conn, new).await?;
         job_store::job_insert(conn, new)
             .await
             .map_err(ClientError::from)
@@ -297,7 +317,7 @@ impl Client {
         conn: &mut PgConnection,
         new: &NewJob,
     ) -> Result<(Inserted, Wakeup), ClientError> {
-        self.validate(new)?;
+        self.validate_with(&mut *conn, new).await?;
         let inserted = job_store::job_insert_notifying(&mut *conn, new, false).await?;
         let wakeup = self.announcer.wakeup(&inserted.job, inserted.existing);
         Ok((inserted, wakeup))
@@ -313,8 +333,8 @@ impl Client {
         new: &NewJob,
         companion: job_store::Companion<'_>,
     ) -> Result<Option<(Inserted, Wakeup)>, ClientError> {
-        self.validate(new)?;
         let mut conn = self.pool.acquire().await?;
+        self.validate_with(&mut conn, new).await?;
         let Some(job) = job_store::job_insert_alone(&mut conn, new, companion).await? else {
             return Ok(None);
         };
@@ -331,13 +351,13 @@ impl Client {
     /// Inserts many jobs in one statement. Jobs with unique keys are inserted one by one.
     #[tracing::instrument(level = "debug", skip_all, fields(jobs = jobs.len()))]
     pub async fn insert_many(&self, jobs: &[NewJob]) -> Result<u64, ClientError> {
+        let mut tx = self.pool.begin().await?;
         for new in jobs {
-            self.validate(new)?;
+            self.validate_with(&mut tx, new).await?;
         }
         let (unique, plain): (Vec<&NewJob>, Vec<&NewJob>) =
             jobs.iter().partition(|j| j.unique_key.is_some());
         let plain: Vec<NewJob> = plain.into_iter().cloned().collect();
-        let mut tx = self.pool.begin().await?;
         let mut n = job_store::job_insert_many(&mut *tx, &plain).await?;
         for new in unique {
             if !job_store::job_insert(&mut tx, new).await?.existing {

@@ -57,7 +57,7 @@ pub use store::leader::LeaderRow;
 pub use store::nodes::NodeRow;
 pub use store::queues::QueueRow;
 pub use store::stats::ThroughputMinute;
-pub use worker::{BoxFuture, JobContext, WorkError, Worker, Workers};
+pub use worker::{ArgsRefused, BoxFuture, JobContext, WorkError, Worker, Workers};
 
 /// The database migrations of the engine (and of the whole server).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");

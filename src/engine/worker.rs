@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use tokio_util::sync::CancellationToken;
 
 use super::job::Job;
@@ -55,6 +55,17 @@ impl From<sqlx::Error> for WorkError {
     }
 }
 
+/// Why a check of a job's args that reads the database refused them.
+#[derive(Debug, thiserror::Error)]
+pub enum ArgsRefused {
+    /// The args are wrong: refused with this message.
+    #[error("{0}")]
+    Invalid(String),
+    /// The check could not read the database.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
 /// Runs jobs of one kind.
 pub trait Worker: Send + Sync + 'static {
     /// The kind this worker runs (`jobs.kind`).
@@ -63,6 +74,17 @@ pub trait Worker: Send + Sync + 'static {
     /// Checks a job's args at insert time; an error refuses the insert with this message.
     fn validate(&self, _args: &Value) -> Result<(), String> {
         Ok(())
+    }
+
+    /// The checks of a job's args that read the database (an allowlist kept in a table), run at
+    /// insert time once [`Self::validate`] passed, on the inserting connection (inside its
+    /// transaction, if any). Default: none.
+    fn validate_in<'a>(
+        &'a self,
+        _conn: &'a mut PgConnection,
+        _args: &'a Value,
+    ) -> BoxFuture<'a, Result<(), ArgsRefused>> {
+        Box::pin(std::future::ready(Ok(())))
     }
 
     /// How long one attempt may run before it counts as failed. Default: 60 s.

@@ -1,7 +1,9 @@
-//! `/api/v1/webhook-endpoints`: admins make, list, rotate and delete the endpoints whose calls are
-//! signed (see `crate::webhooks`). A secret is in the answer that made it, and nowhere else:
-//! not in a list, an audit entry or a log line.
+//! `/api/v1/webhook-endpoints`: admins make, list, change, rotate and delete the endpoints whose
+//! calls are signed and may be allowed (see `crate::webhooks`). A secret is in the answer that
+//! made it, and nowhere else: not in a list, an audit entry or a log line; a default header's
+//! value is in no answer at all.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -15,7 +17,7 @@ use super::error::AppError;
 use super::extract::{ApiJson, EndpointIdPath};
 use super::state::AppState;
 use crate::webhooks::service::DEFAULT_OVERLAP;
-use crate::webhooks::{EndpointRow, NewSecret};
+use crate::webhooks::{EndpointRow, EndpointSettings, NewSecret};
 
 /// A new endpoint.
 #[derive(schemars::JsonSchema, Deserialize)]
@@ -24,6 +26,32 @@ pub struct CreateEndpoint {
     /// `http://` or `https://` and a host, at most 2,048 characters: webhook calls whose URL
     /// starts with it are signed with the endpoint's secret (the longest matching prefix wins).
     pub url_prefix: String,
+    /// Headers sent with every call under the endpoint, beneath the job's own (a job's header of
+    /// the same name wins): at most 20, values at most 4,096 bytes, not `Host`, the hop-by-hop
+    /// headers or the `webhook-*` ones. Sealed in the database; only the names are shown again.
+    #[serde(default)]
+    pub headers: Option<BTreeMap<String, String>>,
+    /// Webhook jobs may call URLs under the prefix. Default: false (the endpoint only signs).
+    #[serde(default)]
+    pub allow_calls: Option<bool>,
+    /// With `allow_calls`: the host may resolve to a private, loopback or link-local address
+    /// (as `private:` in `KICKOFF_WEBHOOK_ALLOWED_HOSTS`). Default: false.
+    #[serde(default)]
+    pub private_network: Option<bool>,
+}
+
+/// A change of an endpoint: what is left out stays.
+#[derive(schemars::JsonSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateEndpoint {
+    /// Replaces all the default headers (`{}`: none); the limits of [`CreateEndpoint::headers`].
+    #[serde(default)]
+    pub headers: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub allow_calls: Option<bool>,
+    /// Only with `allow_calls` (the endpoint's, after this change).
+    #[serde(default)]
+    pub private_network: Option<bool>,
 }
 
 /// A rotation.
@@ -60,7 +88,16 @@ pub async fn create(
             Ok(Json(
                 state
                     .endpoints
-                    .create_with(conn, &body.url_prefix, Some(&caller.actor))
+                    .create_with(
+                        conn,
+                        &body.url_prefix,
+                        &EndpointSettings {
+                            headers: body.headers.clone(),
+                            allow_calls: body.allow_calls,
+                            private_network: body.private_network,
+                        },
+                        Some(&caller.actor),
+                    )
                     .await?,
             ))
         })
@@ -84,6 +121,27 @@ pub async fn rotate(
         .run(uncounted, async |work| {
             let conn = work.conn().await?;
             Ok(Json(state.endpoints.rotate_with(conn, id, overlap).await?))
+        })
+        .await
+}
+
+pub async fn update(
+    State(state): State<AppState>,
+    audit: Audit,
+    Extension(caller): Extension<ApiCaller>,
+    EndpointIdPath(id): EndpointIdPath,
+    ApiJson(body): ApiJson<UpdateEndpoint>,
+) -> Result<Audited<Json<EndpointRow>>, AppError> {
+    admin(&caller)?;
+    let change = EndpointSettings {
+        headers: body.headers,
+        allow_calls: body.allow_calls,
+        private_network: body.private_network,
+    };
+    audit
+        .run(uncounted, async |work| {
+            let conn = work.conn().await?;
+            Ok(Json(state.endpoints.update_with(conn, id, &change).await?))
         })
         .await
 }

@@ -202,7 +202,7 @@ pub fn endpoints() -> Vec<Endpoint> {
         Endpoint {
             method: "post",
             path: "/webhook-endpoints",
-            summary: "Make a webhook endpoint (admins): calls whose URL starts with `url_prefix` are signed (Standard Webhooks `webhook-signature`). 201 with its secret, `whsec_…`, shown this once; 409 for a prefix taken",
+            summary: "Make a webhook endpoint (admins): calls whose URL starts with `url_prefix` (at a boundary: the whole URL, or followed by `/`, `?` or `#`, or a prefix ending in `/`) are signed (Standard Webhooks `webhook-signature`) and carry its default `headers` beneath the job's own; with `allow_calls`, webhook jobs may call URLs under it (the allowlist, beside `KICKOFF_WEBHOOK_ALLOWED_HOSTS`). 201 with its secret, `whsec_…`, shown this once; 409 for a prefix taken",
             body: Some(schema::<api_webhook_endpoints::CreateEndpoint>),
             query: None,
             ok: (201, Some(schema::<crate::webhooks::NewSecret>)),
@@ -218,9 +218,18 @@ pub fn endpoints() -> Vec<Endpoint> {
             route: || post(api_webhook_endpoints::rotate),
         },
         Endpoint {
+            method: "patch",
+            path: "/webhook-endpoints/{id}",
+            summary: "Change a webhook endpoint (admins): its default headers (all of them; `{}` for none; the values are sealed and never shown again, only the names), whether webhook jobs may call under it (`allow_calls`), and whether its host may resolve to a private address (`private_network`, with `allow_calls`). Jobs already inserted are checked again before each call",
+            body: Some(schema::<api_webhook_endpoints::UpdateEndpoint>),
+            query: None,
+            ok: (200, Some(schema::<crate::webhooks::EndpointRow>)),
+            route: || patch(api_webhook_endpoints::update),
+        },
+        Endpoint {
             method: "delete",
             path: "/webhook-endpoints/{id}",
-            summary: "Delete a webhook endpoint (admins): calls to it go unsigned",
+            summary: "Delete a webhook endpoint (admins): calls to it go unsigned, without its default headers, and are allowed only by `KICKOFF_WEBHOOK_ALLOWED_HOSTS` or another endpoint",
             body: None,
             query: None,
             ok: (200, Some(schema::<crate::webhooks::EndpointRow>)),

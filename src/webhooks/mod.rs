@@ -6,10 +6,18 @@
 //! - A webhook call whose URL starts with an endpoint's prefix (the longest prefix wins) carries
 //!   `webhook-signature`: `v1,` + base64 HMAC-SHA256 of `webhook-id.webhook-timestamp.body` (see
 //!   `signing`); during a rotation's overlap, the previous secret's signature too, space-separated.
+//! - An endpoint may carry **default headers** (an `Authorization` for the partner, say), sent with
+//!   every call under it beneath the job's own (see `headers`); sealed like the secret, shown by
+//!   name only.
+//! - An endpoint may **allow calls** under its prefix: the allowlist kept in the database, beside
+//!   `KICKOFF_WEBHOOK_ALLOWED_HOSTS`, checked when a job is inserted and again before each call.
+//!   A prefix matches a URL at a boundary only (`https://partner.example` is not a prefix of
+//!   `https://partner.example.evil.test/`).
 //! - Admins manage endpoints through the REST API (`http::api_webhook_endpoints`); every change is
 //!   audited, and no answer after the creation or rotation carries a secret.
 
 pub mod deliveries;
+pub mod headers;
 pub mod key;
 pub mod service;
 pub mod signing;
@@ -20,5 +28,5 @@ pub mod store;
 pub const WEBHOOK_KIND: &str = "webhook";
 
 pub use key::SecretKey;
-pub use service::{EndpointError, Endpoints, NewSecret};
+pub use service::{EndpointError, EndpointSettings, Endpoints, NewSecret};
 pub use store::EndpointRow;

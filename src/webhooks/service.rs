@@ -1,6 +1,7 @@
 //! Endpoints' secrets: made from the OS generator, sealed before they reach the database, shown
 //! once; opened to sign a call.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use sqlx::{PgConnection, PgPool};
 use super::deliveries::{self, DeliveryRow, DeliverySearch};
 use super::key::SecretKey;
 use super::signing::whsec;
-use super::store::{self, EndpointRow};
+use super::store::{self, Allowance, EndpointRow, SealedHeaders};
 
 /// The longest a previous secret may keep signing after a rotation: 7 days.
 pub const MAX_OVERLAP: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -48,6 +49,30 @@ pub struct NewSecret {
     pub secret: String,
 }
 
+/// What an endpoint is made with, or changes (`None`: as it is; made: none, and no calls allowed).
+#[derive(Debug, Clone, Default)]
+pub struct EndpointSettings {
+    /// Sent with every call under the endpoint, beneath the job's own headers; replaces all the
+    /// defaults it had (empty: none).
+    pub headers: Option<BTreeMap<String, String>>,
+    /// Webhook jobs may call URLs under the prefix.
+    pub allow_calls: Option<bool>,
+    /// A host name under the prefix may resolve to a private address (needs `allow_calls`).
+    pub private_network: Option<bool>,
+}
+
+/// What a call to a URL gets from the endpoints matching it.
+#[derive(Debug, Clone, Default)]
+pub struct CallEndpoint {
+    /// The raw secrets that sign it (the current one first); empty without a key to open them.
+    pub keys: Vec<Vec<u8>>,
+    /// The longest matching endpoint's default headers.
+    pub headers: BTreeMap<String, String>,
+    /// An endpoint allows the call, and lets its host resolve privately.
+    pub allowed: bool,
+    pub private_ok: bool,
+}
+
 /// The endpoints in the database behind `pool`, sealed with `key`.
 #[derive(Clone)]
 pub struct Endpoints {
@@ -83,11 +108,31 @@ impl Endpoints {
         &self,
         conn: &mut PgConnection,
         url_prefix: &str,
+        settings: &EndpointSettings,
         by: Option<&str>,
     ) -> Result<NewSecret, EndpointError> {
         let prefix = check_prefix(url_prefix)?;
+        let headers = match &settings.headers {
+            Some(h) if !h.is_empty() => Some(self.seal_headers(h)?),
+            _ => None,
+        };
+        let allowance = Allowance {
+            allow_calls: settings.allow_calls.unwrap_or(false),
+            private_network: settings.private_network.unwrap_or(false),
+        };
+        check_allowance(allowance)?;
         let raw = new_secret();
-        match store::endpoint_insert(conn, &prefix, &self.key.seal(&raw), self.key.id(), by).await {
+        match store::endpoint_insert(
+            conn,
+            &prefix,
+            &self.key.seal(&raw),
+            self.key.id(),
+            headers.as_ref(),
+            allowance,
+            by,
+        )
+        .await
+        {
             Ok(endpoint) => Ok(NewSecret {
                 endpoint,
                 secret: whsec(&raw),
@@ -129,6 +174,50 @@ impl Endpoints {
         })
     }
 
+    /// Changes an endpoint's default headers (all of them) and what it allows.
+    pub async fn update_with(
+        &self,
+        conn: &mut PgConnection,
+        id: i64,
+        change: &EndpointSettings,
+    ) -> Result<EndpointRow, EndpointError> {
+        let headers = match &change.headers {
+            None => None,
+            Some(h) if h.is_empty() => Some(None),
+            Some(h) => Some(Some(self.seal_headers(h)?)),
+        };
+        let row = store::endpoint_update(
+            &mut *conn,
+            id,
+            headers.as_ref().map(Option::as_ref),
+            change.allow_calls,
+            change.private_network,
+        )
+        .await;
+        match row {
+            Ok(row) => row.ok_or(EndpointError::NotFound(id)),
+            Err(sqlx::Error::Database(e)) if e.constraint() == Some(PRIVATE_NEEDS_CALLS) => {
+                Err(EndpointError::Invalid(
+                    "private_network: only for an endpoint that allows calls (allow_calls)".into(),
+                ))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn seal_headers(
+        &self,
+        headers: &BTreeMap<String, String>,
+    ) -> Result<SealedHeaders, EndpointError> {
+        let names = super::headers::check_defaults(headers).map_err(EndpointError::Invalid)?;
+        let plain = serde_json::to_vec(headers).expect("a map of strings serializes");
+        Ok(SealedHeaders {
+            sealed: self.key.seal(&plain),
+            key_id: self.key.id().to_string(),
+            names,
+        })
+    }
+
     pub async fn delete_with(
         &self,
         conn: &mut PgConnection,
@@ -140,33 +229,84 @@ impl Endpoints {
     }
 }
 
-/// The raw secrets that sign a call to `url` (the current one first), `None` when no endpoint's
-/// prefix matches it.
-pub async fn secrets_for(
+/// The constraint that keeps `private_network` to endpoints that allow calls.
+const PRIVATE_NEEDS_CALLS: &str = "webhook_endpoints_private_needs_calls";
+
+fn check_allowance(allowance: Allowance) -> Result<(), EndpointError> {
+    if allowance.private_network && !allowance.allow_calls {
+        return Err(EndpointError::Invalid(
+            "private_network: only for an endpoint that allows calls (allow_calls)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// What the endpoints give a call to `url` (its URL as parsed): the secrets that sign it and the
+/// default headers (opened with `key`; none without one), and whether an endpoint allows it.
+/// `None` when no endpoint's prefix matches it.
+pub async fn for_call(
     pool: &PgPool,
-    key: &SecretKey,
+    key: Option<&SecretKey>,
     url: &str,
-) -> Result<Option<Vec<Vec<u8>>>, EndpointError> {
-    let Some(sealed) = store::endpoint_secrets_for(pool, url).await? else {
+) -> Result<Option<CallEndpoint>, EndpointError> {
+    let Some(sealed) = store::endpoint_for_call(pool, url).await? else {
         return Ok(None);
     };
+    let mut call = CallEndpoint {
+        allowed: sealed.allowed,
+        private_ok: sealed.private_ok,
+        ..CallEndpoint::default()
+    };
+    let Some(key) = key else {
+        return Ok(Some(call));
+    };
+    let other_key = |sealed_with: &str| EndpointError::OtherKey {
+        id: sealed.id,
+        sealed_with: sealed_with.to_string(),
+        ours: key.id().to_string(),
+    };
     if sealed.key_id != key.id() {
-        return Err(EndpointError::OtherKey {
-            id: sealed.id,
-            sealed_with: sealed.key_id,
-            ours: key.id().to_string(),
-        });
+        return Err(other_key(&sealed.key_id));
     }
-    let mut keys = vec![key
-        .unseal(&sealed.secret)
-        .map_err(EndpointError::Unsealing)?];
+    call.keys.push(
+        key.unseal(&sealed.secret)
+            .map_err(EndpointError::Unsealing)?,
+    );
     if let Some(previous) = &sealed.previous_secret {
         // A previous secret sealed under an older key (rotated since) is left out, not fatal.
         if let Ok(raw) = key.unseal(previous) {
-            keys.push(raw);
+            call.keys.push(raw);
         }
     }
-    Ok(Some(keys))
+    if let (Some(headers), Some(key_id)) = (&sealed.headers, &sealed.headers_key_id) {
+        if key_id != key.id() {
+            return Err(EndpointError::Unsealing(format!(
+                "the default headers of endpoint {} were sealed with the key {key_id}, and this \
+                 server has {}: give every node the same KICKOFF_SECRET_KEY, or give the headers \
+                 again (PATCH /api/v1/webhook-endpoints/{})",
+                sealed.id,
+                key.id(),
+                sealed.id
+            )));
+        }
+        let plain = key.unseal(headers).map_err(EndpointError::Unsealing)?;
+        call.headers = serde_json::from_slice(&plain).map_err(|e| {
+            EndpointError::Unsealing(format!(
+                "the default headers of endpoint {}: {e}",
+                sealed.id
+            ))
+        })?;
+    }
+    Ok(Some(call))
+}
+
+/// Whether an endpoint allows calls to `url` (its URL as parsed): `None` for none, else whether
+/// its host may resolve to a private address.
+pub async fn allows<'e>(
+    db: impl sqlx::PgExecutor<'e>,
+    url: &str,
+) -> Result<Option<bool>, sqlx::Error> {
+    store::endpoint_allows(db, url).await
 }
 
 fn new_secret() -> Vec<u8> {
@@ -175,7 +315,10 @@ fn new_secret() -> Vec<u8> {
     raw
 }
 
-/// A prefix an endpoint may have: an http(s) URL with a host, without user info or fragment.
+/// A prefix an endpoint may have: an http(s) URL with a host, without user info or fragment,
+/// kept as the URL parser reads it (the scheme and host in lower case, an international host in
+/// ASCII, a default port dropped, `.` and `..` segments resolved, characters percent-encoded):
+/// calls' URLs are compared as parsed, so a prefix kept any other way could never match.
 fn check_prefix(prefix: &str) -> Result<String, EndpointError> {
     let invalid = |m: &str| EndpointError::Invalid(format!("url_prefix: {m}"));
     let prefix = prefix.trim();
@@ -192,17 +335,18 @@ fn check_prefix(prefix: &str) -> Result<String, EndpointError> {
     if !url.username().is_empty() || url.password().is_some() || url.fragment().is_some() {
         return Err(invalid("no user info and no fragment"));
     }
-    // As written (a job's URL is compared as written too), but the scheme and host lower case.
-    let lowered_head = format!("{}://{}", url.scheme(), url.host_str().unwrap_or(""));
-    let written_head_len =
-        prefix.find("://").map(|i| i + 3).unwrap_or(0) + url.host_str().map(str::len).unwrap_or(0);
-    // A host written otherwise than the URL reads it (an international name) is refused: jobs'
-    // URLs are compared as written.
-    let rest = prefix
-        .get(written_head_len..)
-        .filter(|_| prefix[..written_head_len].eq_ignore_ascii_case(&lowered_head))
-        .ok_or_else(|| invalid("write the host as the URL reads it (lower case, ASCII)"))?;
-    Ok(format!("{lowered_head}{rest}"))
+    let parsed = url.as_str();
+    // The parser gives a URL without a path the path `/`: a prefix written without one
+    // (`http://127.0.0.1:8080`) stays without it, and matches that host and port at a boundary.
+    let kept = if url.path() == "/" && url.query().is_none() && !prefix.ends_with('/') {
+        parsed.strip_suffix('/').unwrap_or(parsed)
+    } else {
+        parsed
+    };
+    if kept.len() > 2048 {
+        return Err(invalid("at most 2048 characters, as the URL reads it"));
+    }
+    Ok(kept.to_string())
 }
 
 #[cfg(test)]
@@ -218,6 +362,15 @@ mod tests {
         assert_eq!(
             check_prefix("http://127.0.0.1:8080").unwrap(),
             "http://127.0.0.1:8080"
+        );
+        // As calls' URLs are read: no default port, no dot segments, encoded.
+        assert_eq!(
+            check_prefix("https://partner.example:443/a/../hooks b/").unwrap(),
+            "https://partner.example/hooks%20b/"
+        );
+        assert_eq!(
+            check_prefix("https://bücher.example").unwrap(),
+            "https://xn--bcher-kva.example"
         );
         for bad in [
             "ftp://x.example/",

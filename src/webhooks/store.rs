@@ -17,9 +17,47 @@ pub struct EndpointRow {
     pub rotated_at: Option<DateTime<Utc>>,
     /// Until when the previous secret signs too (after a rotation).
     pub previous_until: Option<DateTime<Utc>>,
+    /// The names of the headers sent with every call under the endpoint (their values are
+    /// sealed, and never shown).
+    pub header_names: Vec<String>,
+    /// Webhook jobs may call URLs under the prefix (the allowlist, beside
+    /// `KICKOFF_WEBHOOK_ALLOWED_HOSTS`).
+    pub allow_calls: bool,
+    /// A host name under the prefix may resolve to a private, loopback or link-local address.
+    pub private_network: bool,
 }
 
-const COLUMNS: &str = "id, url_prefix, created_at, created_by, rotated_at, previous_until";
+const COLUMNS: &str = "id, url_prefix, created_at, created_by, rotated_at, previous_until, \
+                       header_names, allow_calls, private_network";
+
+/// The endpoints whose prefix `$1` (a call's URL, as parsed) starts with at a boundary: the whole
+/// URL, a prefix ending in `/`, or one followed by `/`, `?` or `#`. So `https://partner.example`
+/// does not match `https://partner.example.evil.test/`, nor `http://127.0.0.1:8080` the port
+/// 80800. And the path after the prefix must not hold what a receiver's server may read as a way
+/// out of it, which the URL parser leaves alone: `;` (`/hooks/..;/admin` on Tomcat and Spring),
+/// an encoded `/`, `\` or `.` (`%2F`, `%5C`, `%2E`, decoded by some proxies before routing).
+const MATCHING: &str = "SELECT * FROM webhook_endpoints
+     WHERE starts_with($1, url_prefix)
+       AND (char_length($1) = char_length(url_prefix)
+            OR right(url_prefix, 1) = '/'
+            OR substr($1, char_length(url_prefix) + 1, 1) IN ('/', '?', '#'))
+       AND split_part(split_part(substr($1, char_length(url_prefix) + 1), '?', 1), '#', 1)
+           !~* '(;|%2f|%5c|%2e)'";
+
+/// Default headers, sealed, with their names to show.
+#[derive(Debug, Clone)]
+pub struct SealedHeaders {
+    pub sealed: Vec<u8>,
+    pub key_id: String,
+    pub names: Vec<String>,
+}
+
+/// What an endpoint allows: calls under its prefix, and to private addresses.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Allowance {
+    pub allow_calls: bool,
+    pub private_network: bool,
+}
 
 /// What signs the calls under one endpoint: its sealed secrets.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -30,6 +68,14 @@ pub struct SealedSecrets {
     pub secret: Vec<u8>,
     /// The previous secret while its overlap lasts (by the database clock).
     pub previous_secret: Option<Vec<u8>>,
+    /// The default headers, sealed (a JSON object of names and values), and the key that sealed
+    /// them.
+    pub headers: Option<Vec<u8>>,
+    pub headers_key_id: Option<String>,
+    /// Some endpoint matching the URL allows calls under it (not only this, the longest one).
+    pub allowed: bool,
+    /// ... and lets its host resolve to a private address.
+    pub private_ok: bool,
 }
 
 pub async fn endpoint_insert<'e>(
@@ -37,17 +83,62 @@ pub async fn endpoint_insert<'e>(
     url_prefix: &str,
     sealed: &[u8],
     key_id: &str,
+    headers: Option<&SealedHeaders>,
+    allowance: Allowance,
     created_by: Option<&str>,
 ) -> Result<EndpointRow, sqlx::Error> {
     sqlx::query_as(&format!(
-        "INSERT INTO webhook_endpoints (url_prefix, secret, key_id, created_by)
-         VALUES ($1, $2, $3, $4) RETURNING {COLUMNS}"
+        "INSERT INTO webhook_endpoints (url_prefix, secret, key_id, created_by,
+                                        headers, headers_key_id, header_names,
+                                        allow_calls, private_network)
+         VALUES ($1, $2, $3, $4, $5, $6, coalesce($7, '{{}}'), $8, $9) RETURNING {COLUMNS}"
     ))
     .bind(url_prefix)
     .bind(sealed)
     .bind(key_id)
     .bind(created_by)
+    .bind(headers.map(|h| &h.sealed))
+    .bind(headers.map(|h| &h.key_id))
+    .bind(headers.map(|h| &h.names))
+    .bind(allowance.allow_calls)
+    .bind(allowance.private_network)
     .fetch_one(db)
+    .await
+}
+
+/// Changes an endpoint's default headers (`Some(None)`: none any more) and what it allows; what is
+/// `None` stays. `None` for no such endpoint.
+pub async fn endpoint_update<'e>(
+    db: impl PgExecutor<'e>,
+    id: i64,
+    headers: Option<Option<&SealedHeaders>>,
+    allow_calls: Option<bool>,
+    private_network: Option<bool>,
+) -> Result<Option<EndpointRow>, sqlx::Error> {
+    let (set_headers, sealed) = match headers {
+        None => (false, None),
+        Some(h) => (true, h),
+    };
+    sqlx::query_as(&format!(
+        "UPDATE webhook_endpoints SET
+             headers = CASE WHEN $2 THEN $3 ELSE headers END,
+             headers_key_id = CASE WHEN $2 THEN $4 ELSE headers_key_id END,
+             header_names = CASE WHEN $2 THEN coalesce($5, '{{}}') ELSE header_names END,
+             allow_calls = coalesce($6, allow_calls),
+             -- No calls allowed, none to private addresses: switching calls off needs no second
+             -- field.
+             private_network = CASE WHEN $6 IS FALSE AND $7 IS NULL THEN false
+                                    ELSE coalesce($7, private_network) END
+         WHERE id = $1 RETURNING {COLUMNS}"
+    ))
+    .bind(id)
+    .bind(set_headers)
+    .bind(sealed.map(|h| &h.sealed))
+    .bind(sealed.map(|h| &h.key_id))
+    .bind(sealed.map(|h| &h.names))
+    .bind(allow_calls)
+    .bind(private_network)
+    .fetch_optional(db)
     .await
 }
 
@@ -95,19 +186,38 @@ pub async fn endpoint_delete<'e>(
     .await
 }
 
-/// The sealed secrets of the endpoint with the longest prefix of `url`, if any.
-pub async fn endpoint_secrets_for<'e>(
+/// The sealed secrets and headers of the endpoint with the longest prefix of `url` (a call's URL
+/// as parsed), if any, and whether any matching endpoint allows the call.
+pub async fn endpoint_for_call<'e>(
     db: impl PgExecutor<'e>,
     url: &str,
 ) -> Result<Option<SealedSecrets>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, url_prefix, key_id, secret,
-                CASE WHEN previous_until > now() THEN previous_secret END AS previous_secret
-         FROM webhook_endpoints
-         WHERE starts_with($1, url_prefix)
-         ORDER BY char_length(url_prefix) DESC LIMIT 1",
-    )
+    sqlx::query_as(&format!(
+        "WITH matching AS ({MATCHING})
+         SELECT id, url_prefix, key_id, secret,
+                CASE WHEN previous_until > now() THEN previous_secret END AS previous_secret,
+                headers, headers_key_id,
+                (SELECT coalesce(bool_or(allow_calls), false) FROM matching) AS allowed,
+                (SELECT coalesce(bool_or(allow_calls AND private_network), false) FROM matching)
+                    AS private_ok
+         FROM matching
+         ORDER BY char_length(url_prefix) DESC LIMIT 1"
+    ))
     .bind(url)
     .fetch_optional(db)
+    .await
+}
+
+/// Whether an endpoint allows calls to `url` (a call's URL as parsed): `None` for none, else
+/// whether the host may resolve to a private address.
+pub async fn endpoint_allows<'e>(
+    db: impl PgExecutor<'e>,
+    url: &str,
+) -> Result<Option<bool>, sqlx::Error> {
+    sqlx::query_scalar(&format!(
+        "SELECT bool_or(private_network) FROM ({MATCHING}) m WHERE allow_calls"
+    ))
+    .bind(url)
+    .fetch_one(db)
     .await
 }

@@ -1,7 +1,10 @@
 //! `webhook`: an HTTP call at a set time. A non-2xx answer or a timeout fails the attempt (retried
-//! with backoff). Only hosts in `KICKOFF_WEBHOOK_ALLOWED_HOSTS` may be called (an entry without a
-//! port: on the scheme's default port only): the check runs at
-//! insert time (a clear error) and again before each call (the list may have changed).
+//! with backoff). Only hosts in `KICKOFF_WEBHOOK_ALLOWED_HOSTS` (an entry without a port: on the
+//! scheme's default port only), and URLs under a webhook endpoint that allows calls (see
+//! `crate::webhooks`), may be called: the check runs at insert time (a clear error; the
+//! endpoints are read on the inserting connection) and again before each call (either may have
+//! changed). The call carries the longest matching endpoint's signature and default headers,
+//! beneath the job's own headers.
 //!
 //! Args: `url` (http or https), `method` (default POST), `headers` (object of strings), `body`
 //! (JSON), `timeout_ms` (1 to 300000, default 10000).
@@ -21,7 +24,8 @@
 //! - **A host name the operator marked** with the `private:` prefix in the allowlist
 //!   (`private:billing.internal` or `private:billing.internal:8443`) may resolve to any address:
 //!   the operator vouches for that name's DNS. Only the entry written with the prefix is trusted
-//!   this way (`private:8443` alone is the host `private` on port 8443, unmarked).
+//!   this way (`private:8443` alone is the host `private` on port 8443, unmarked). An endpoint
+//!   that allows calls vouches the same way with `private_network`.
 //!
 //! The addresses checked are the addresses connected to: each call gets a client whose DNS
 //! resolver is [`PinnedResolver`], which answers the checked host with exactly the checked
@@ -65,7 +69,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::webhook_address::classify;
-use crate::engine::{BoxFuture, JobContext, WorkError, Worker};
+use crate::engine::{ArgsRefused, BoxFuture, JobContext, WorkError, Worker};
 use crate::webhooks::deliveries::{
     capped, NewDelivery, BODY_CHARS, HEADER_VALUE_CHARS, MAX_HEADERS,
 };
@@ -82,25 +86,6 @@ pub const MAX_SNOOZES: u64 = 20;
 const BODY_BYTES: usize = BODY_CHARS * 4;
 /// The allowlist prefix that lets a host name resolve to non-public addresses.
 const PRIVATE_MARK: &str = "private:";
-/// Headers a job may not set: `Host` would reach a virtual host the allowlist does not name (on an
-/// allowed address), and the hop-by-hop headers and the length would let it frame the request;
-/// the Standard Webhooks headers are the call's own (see [`webhook_id`]).
-const RESERVED_HEADERS: [&str; 13] = [
-    "host",
-    "connection",
-    "transfer-encoding",
-    "content-length",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "upgrade",
-    "proxy-authorization",
-    "webhook-id",
-    "webhook-timestamp",
-    "webhook-signature",
-];
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WebhookArgs {
@@ -143,7 +128,7 @@ impl AllowedHost {
     }
 }
 
-/// A call that passed the allowlist.
+/// A call whose args are well formed.
 #[derive(Debug)]
 struct CheckedCall {
     url: Url,
@@ -152,8 +137,20 @@ struct CheckedCall {
     /// The URL's host, lower-cased (an IPv6 literal in brackets).
     host: String,
     port: u16,
-    /// An allowlist entry matching this host is marked `private:`.
+    /// `KICKOFF_WEBHOOK_ALLOWED_HOSTS` allows the host (else only an endpoint can).
+    listed: bool,
+    /// An allowlist entry (or an endpoint) allowing this host lets it resolve privately.
     private_ok: bool,
+}
+
+impl CheckedCall {
+    fn refused(&self) -> String {
+        format!(
+            "url: host `{}:{}` is not in KICKOFF_WEBHOOK_ALLOWED_HOSTS, and no webhook endpoint \
+             allows calls under this URL",
+            self.host, self.port
+        )
+    }
 }
 
 pub struct WebhookWorker {
@@ -183,6 +180,8 @@ impl WebhookWorker {
         self
     }
 
+    /// Checks the args, and whether `KICKOFF_WEBHOOK_ALLOWED_HOSTS` allows the host (the
+    /// endpoints that allow calls are read from the database: [`Self::allowed`]).
     fn check(&self, args: &WebhookArgs) -> Result<CheckedCall, String> {
         let url = Url::parse(&args.url).map_err(|e| format!("url: {e}"))?;
         if !matches!(url.scheme(), "http" | "https") {
@@ -199,11 +198,7 @@ impl WebhookWorker {
             .iter()
             .filter(|a| a.host == host_port || (default_port && a.host == host))
             .peekable();
-        if matching.peek().is_none() {
-            return Err(format!(
-                "url: host `{host_port}` is not in KICKOFF_WEBHOOK_ALLOWED_HOSTS"
-            ));
-        }
+        let listed = matching.peek().is_some();
         let private_ok = matching.any(|a| a.private_ok);
         let method = args
             .method
@@ -224,26 +219,36 @@ impl WebhookWorker {
         if timeout_ms == 0 || timeout_ms > MAX_TIMEOUT_MS {
             return Err(format!("timeout_ms: must be 1 to {MAX_TIMEOUT_MS}"));
         }
-        for (k, v) in &args.headers {
-            reqwest::header::HeaderName::from_bytes(k.as_bytes())
-                .map_err(|_| format!("headers: `{k}` is not a valid header name"))?;
-            if RESERVED_HEADERS.iter().any(|r| k.eq_ignore_ascii_case(r)) {
-                return Err(format!(
-                    "headers: `{k}` cannot be set: the call sets the host, frames the request and \
-                     names it (webhook-id, webhook-timestamp) itself"
-                ));
-            }
-            reqwest::header::HeaderValue::from_str(v)
-                .map_err(|_| format!("headers: the value of `{k}` is not valid"))?;
-        }
+        crate::webhooks::headers::check(&args.headers)?;
         Ok(CheckedCall {
             url,
             method,
             timeout: Duration::from_millis(timeout_ms),
             host,
             port,
+            listed,
             private_ok,
         })
+    }
+
+    /// `call` as allowed, when the allowlist or an endpoint allows it (read on `conn`).
+    async fn allowed(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        mut call: CheckedCall,
+    ) -> Result<Result<CheckedCall, String>, sqlx::Error> {
+        if call.listed {
+            return Ok(Ok(call));
+        }
+        Ok(
+            match crate::webhooks::service::allows(conn, call.url.as_str()).await? {
+                Some(private_ok) => {
+                    call.private_ok = private_ok;
+                    Ok(call)
+                }
+                None => Err(call.refused()),
+            },
+        )
     }
 }
 
@@ -292,7 +297,8 @@ async fn resolve_checked(call: &CheckedCall) -> Result<Vec<SocketAddr>, WorkErro
         {
             return Err(WorkError::Fatal(format!(
                 "webhook host {host} resolves to {ip}, {class}: refused \
-                 (list it as `{PRIVATE_MARK}{host}` in KICKOFF_WEBHOOK_ALLOWED_HOSTS to allow it)"
+                 (list it as `{PRIVATE_MARK}{host}` in KICKOFF_WEBHOOK_ALLOWED_HOSTS, or let its \
+                 webhook endpoint reach the private network, to allow it)"
             )));
         }
     }
@@ -349,6 +355,25 @@ impl Worker for WebhookWorker {
         self.check(&a).map(|_| ())
     }
 
+    /// The allowlist: `KICKOFF_WEBHOOK_ALLOWED_HOSTS` without a query, else the endpoints that
+    /// allow calls, read on the inserting connection (so an endpoint made a moment ago, on any
+    /// node, counts).
+    fn validate_in<'a>(
+        &'a self,
+        conn: &'a mut sqlx::PgConnection,
+        args: &'a Value,
+    ) -> BoxFuture<'a, Result<(), ArgsRefused>> {
+        Box::pin(async move {
+            let a: WebhookArgs = serde_json::from_value(args.clone())
+                .map_err(|e| ArgsRefused::Invalid(e.to_string()))?;
+            let call = self.check(&a).map_err(ArgsRefused::Invalid)?;
+            self.allowed(conn, call)
+                .await?
+                .map(drop)
+                .map_err(ArgsRefused::Invalid)
+        })
+    }
+
     fn timeout(&self) -> Duration {
         Duration::from_millis(MAX_TIMEOUT_MS + 5_000)
     }
@@ -399,7 +424,22 @@ struct Seen {
 impl WebhookWorker {
     async fn call(&self, ctx: &JobContext, seen: &mut Seen) -> Result<(), WorkError> {
         let a: WebhookArgs = ctx.args()?;
-        let call = self.check(&a).map_err(WorkError::Fatal)?;
+        let mut call = self.check(&a).map_err(WorkError::Fatal)?;
+        // The endpoints as they are now: an allowance, a secret or a default header may have
+        // changed since the insert.
+        let endpoint = crate::webhooks::service::for_call(
+            ctx.pool(),
+            self.signing_key.as_deref(),
+            call.url.as_str(),
+        )
+        .await
+        .map_err(|e| WorkError::Retryable(format!("cannot read the call's endpoint: {e}")))?
+        .unwrap_or_default();
+        if !call.listed && !endpoint.allowed {
+            return Err(WorkError::Fatal(call.refused()));
+        }
+        // Either allowlist may vouch for a private address.
+        call.private_ok |= endpoint.allowed && endpoint.private_ok;
         let started = Instant::now();
         let addrs = match ip_literal(&call.host) {
             // The operator listed this exact address (see the module doc).
@@ -434,20 +474,15 @@ impl WebhookWorker {
             }
             None => None,
         };
-        let signature = match &self.signing_key {
-            Some(key) => crate::webhooks::service::secrets_for(ctx.pool(), key, &a.url)
-                .await
-                .map_err(|e| WorkError::Retryable(format!("cannot sign the call: {e}")))?
-                .map(|keys| {
-                    crate::webhooks::signing::signature_header(
-                        &keys,
-                        &id,
-                        timestamp,
-                        body.as_deref().unwrap_or_default(),
-                    )
-                }),
-            None => None,
-        };
+        let signature = (!endpoint.keys.is_empty()).then(|| {
+            crate::webhooks::signing::signature_header(
+                &endpoint.keys,
+                &id,
+                timestamp,
+                body.as_deref().unwrap_or_default(),
+            )
+        });
+        let headers = crate::webhooks::headers::merged(&endpoint.headers, &a.headers);
         let mut req = http
             .request(call.method, call.url)
             .timeout(remaining)
@@ -458,15 +493,14 @@ impl WebhookWorker {
         if let Some(signature) = signature {
             req = req.header("webhook-signature", signature);
         }
-        for (k, v) in &a.headers {
+        for (k, v) in &headers {
             req = req.header(k, v);
         }
         if let Some(bytes) = body {
-            // A job's own Content-Type stands (as `json` left it).
-            if !a
-                .headers
-                .keys()
-                .any(|k| k.eq_ignore_ascii_case("content-type"))
+            // A job's or its endpoint's own Content-Type stands (as `json` left it).
+            if !headers
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
             {
                 req = req.header(reqwest::header::CONTENT_TYPE, "application/json");
             }
@@ -476,7 +510,9 @@ impl WebhookWorker {
             if e.is_timeout() {
                 WorkError::Retryable(format!("timed out after {} ms", call.timeout.as_millis()))
             } else {
-                WorkError::Retryable(format!("request failed: {e}"))
+                // Without the URL: the job shows it already, and to an admin only when it carries
+                // a credential (an alert's Slack URL); the error is shown to everyone.
+                WorkError::Retryable(format!("request failed: {}", with_causes(&e.without_url())))
             }
         })?;
         let status = res.status();
@@ -547,6 +583,22 @@ fn kept_headers(headers: &reqwest::header::HeaderMap) -> BTreeMap<String, String
             .or_insert(value);
     }
     kept
+}
+
+/// An error and its causes, `: `-separated (reqwest's own message alone says only that the
+/// request failed, not that the connection was refused).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let next = c.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// The call's `webhook-id` (Standard Webhooks): the same on every attempt of a job, so that a
@@ -662,8 +714,10 @@ mod tests {
         ]);
         assert!(!check(&w, "http://localhost:8080/").unwrap().private_ok);
         assert!(check(&w, "https://internal.test:8443/").unwrap().private_ok);
-        // The mark is for that port only.
-        assert!(check(&w, "https://internal.test/").is_err());
+        // The mark is for that port only; a host the list does not name is left to the
+        // endpoints.
+        assert!(!check(&w, "https://internal.test/").unwrap().listed);
+        assert!(check(&w, "https://internal.test:8443/").unwrap().listed);
         let literal = check(&w, "http://127.0.0.1:9/").unwrap();
         assert_eq!(
             ip_literal(&literal.host),

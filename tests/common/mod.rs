@@ -245,6 +245,24 @@ fn app_state(
     })
 }
 
+/// A write token of a new operator account `ops` (not an admin).
+pub async fn operator_token(pool: &PgPool) -> String {
+    let accounts = kickoff::accounts::Accounts::new(pool.clone());
+    let ops = accounts
+        .create(
+            "ops",
+            "a long enough password",
+            kickoff::accounts::Role::Operator,
+        )
+        .await
+        .unwrap();
+    accounts
+        .create_token(&ops, "script", kickoff::accounts::TokenScope::Write)
+        .await
+        .unwrap()
+        .1
+}
+
 /// Makes every insert into `audit_log` for which `condition` (SQL over `NEW`) holds fail, as a
 /// full disk or a broken constraint would, until [`audit_log_works`].
 pub async fn audit_log_refuses(pool: &PgPool, condition: &str) {

@@ -1,5 +1,6 @@
-//! Webhook endpoints (admins): the URL prefixes whose calls are signed, making one (its secret
-//! is shown once), rotating a secret, deleting an endpoint. And the webhook calls made (the
+//! Webhook endpoints (admins): the URL prefixes whose calls are signed (and carry default headers,
+//! and may be allowed), making one (its secret is shown once), changing one, rotating a secret,
+//! deleting an endpoint. And the webhook calls made (the
 //! delivery record), searched by status (everyone signed in).
 
 use leptos::prelude::*;
@@ -17,6 +18,24 @@ pub struct EndpointInfo {
     pub rotated_ms: Option<i64>,
     /// Until when the previous secret signs too.
     pub previous_until_ms: Option<i64>,
+    /// The default headers' names (their values are never shown).
+    pub header_names: Vec<String>,
+    /// Webhook jobs may call URLs under the prefix.
+    pub allow_calls: bool,
+    /// ... and its host may resolve to a private address.
+    pub private_network: bool,
+}
+
+/// An endpoint's settings as the form sends them: checkboxes, and default headers one per line
+/// (`Name: value`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EndpointForm {
+    pub allow_calls: bool,
+    pub private_network: bool,
+    /// Empty: none (made), or the headers as they are (changed).
+    pub headers: String,
+    /// Changed: remove every default header.
+    pub clear_headers: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -53,7 +72,12 @@ pub struct CallsPage {
 #[async_trait::async_trait]
 pub trait WebhooksConsole: Send + Sync + 'static {
     async fn endpoints(&self) -> Result<EndpointsPage, Refusal>;
-    async fn create_endpoint(&self, url_prefix: String) -> Result<NewEndpointSecret, Refusal>;
+    async fn create_endpoint(
+        &self,
+        url_prefix: String,
+        form: EndpointForm,
+    ) -> Result<NewEndpointSecret, Refusal>;
+    async fn update_endpoint(&self, id: i64, form: EndpointForm) -> Result<(), Refusal>;
     /// `overlap_hours`: how long the current secret keeps signing beside the new one.
     async fn rotate_endpoint(
         &self,
@@ -79,11 +103,43 @@ pub async fn get_endpoints() -> Result<EndpointsPage, ServerFnError> {
 pub async fn create_endpoint(
     csrf: Option<String>,
     url_prefix: String,
+    #[server(default)] allow_calls: Option<String>,
+    #[server(default)] private_network: Option<String>,
+    #[server(default)] headers: Option<String>,
 ) -> Result<NewEndpointSecret, ServerFnError> {
     // Checked by the server's session guard before this runs; carried here so the form's
     // field survives the browser's encoding of the arguments.
     let _ = csrf;
-    console()?.create_endpoint(url_prefix).await.map_err(fail)
+    let form = EndpointForm {
+        allow_calls: allow_calls.is_some(),
+        private_network: private_network.is_some(),
+        headers: headers.unwrap_or_default(),
+        clear_headers: false,
+    };
+    console()?
+        .create_endpoint(url_prefix, form)
+        .await
+        .map_err(fail)
+}
+
+/// A checkbox left unticked is not in the form at all: each is optional.
+#[server(prefix = "/_console", endpoint = "update_endpoint")]
+pub async fn update_endpoint(
+    csrf: Option<String>,
+    id: i64,
+    #[server(default)] allow_calls: Option<String>,
+    #[server(default)] private_network: Option<String>,
+    #[server(default)] headers: Option<String>,
+    #[server(default)] clear_headers: Option<String>,
+) -> Result<(), ServerFnError> {
+    let _ = csrf;
+    let form = EndpointForm {
+        allow_calls: allow_calls.is_some(),
+        private_network: private_network.is_some(),
+        headers: headers.unwrap_or_default(),
+        clear_headers: clear_headers.is_some(),
+    };
+    console()?.update_endpoint(id, form).await.map_err(fail)
 }
 
 #[server(prefix = "/_console", endpoint = "rotate_endpoint")]

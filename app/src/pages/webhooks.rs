@@ -1,6 +1,7 @@
 //! Webhook endpoints (`/webhooks`, admins): the URL prefixes whose calls are signed (Standard
-//! Webhooks); make one (its secret is shown once), rotate a secret with an overlap during which
-//! both sign, delete one.
+//! Webhooks), carry default headers (shown by name only) and may be allowed (the allowlist kept
+//! in the database); make one (its secret is shown once), change one, rotate a secret with an
+//! overlap during which both sign, delete one.
 
 use leptos::prelude::*;
 
@@ -9,11 +10,14 @@ use crate::components::session::Csrf;
 use crate::components::table::{Column, DataTable};
 use crate::components::time::{use_clock, When};
 use crate::console::webhooks::{
-    get_endpoints, CreateEndpoint, DeleteEndpoint, EndpointsPage, NewEndpointSecret, RotateEndpoint,
+    get_endpoints, CreateEndpoint, DeleteEndpoint, EndpointsPage, NewEndpointSecret,
+    RotateEndpoint, UpdateEndpoint,
 };
 
 const COLUMNS: &[Column] = &[
     ("URL prefix", false),
+    ("Calls", false),
+    ("Default headers", false),
     ("Created", true),
     ("Secret", false),
     ("", false),
@@ -34,12 +38,49 @@ fn NewSecretBox(made: NewEndpointSecret) -> impl IntoView {
     }
 }
 
+/// An endpoint's settings in a form: whether it allows calls (and to private addresses), and its
+/// default headers, one `Name: value` a line (when `changing`, an empty field keeps them).
+#[component]
+fn EndpointFields(allow_calls: bool, private_network: bool, changing: bool) -> impl IntoView {
+    let hint = if changing {
+        "One \"Name: value\" a line; replaces them all. Left empty: the headers stay as they are."
+    } else {
+        "One \"Name: value\" a line, sent with every call beneath the job's own headers (an Authorization, say)."
+    };
+    view! {
+        <div class="row">
+            <label class="inline">
+                <input type="checkbox" name="allow_calls" value="on" checked=allow_calls/>
+                "Webhook jobs may call URLs under this prefix"
+            </label>
+            <label class="inline">
+                <input type="checkbox" name="private_network" value="on" checked=private_network/>
+                "... and its host may resolve to a private address"
+            </label>
+        </div>
+        <div class="row">
+            <label>
+                "Default headers"
+                <textarea name="headers" rows="2" cols="48" autocomplete="off" spellcheck="false" placeholder="Authorization: Bearer …"></textarea>
+            </label>
+            {changing.then(|| view! {
+                <label class="inline">
+                    <input type="checkbox" name="clear_headers" value="on"/>
+                    "Remove the default headers"
+                </label>
+            })}
+        </div>
+        <p class="muted">{hint}</p>
+    }
+}
+
 #[component]
 pub fn WebhooksPage() -> impl IntoView {
     let clock = use_clock();
     let create = ServerAction::<CreateEndpoint>::new();
     let rotate = ServerAction::<RotateEndpoint>::new();
     let delete = ServerAction::<DeleteEndpoint>::new();
+    let update = ServerAction::<UpdateEndpoint>::new();
     // The versions are the key: an unchanged key would not refetch.
     let page = Resource::new(
         move || {
@@ -47,11 +88,22 @@ pub fn WebhooksPage() -> impl IntoView {
                 create.version().get(),
                 rotate.version().get(),
                 delete.version().get(),
+                update.version().get(),
             )
         },
         |_| get_endpoints(),
     );
     clock.follow(page, |p: &EndpointsPage| p.now_ms);
+    // A made endpoint empties the form: its header field may hold a credential, which should
+    // not stay on the screen.
+    let create_form: NodeRef<leptos::html::Form> = NodeRef::new();
+    Effect::new(move |_| {
+        if matches!(create.value().get(), Some(Ok(_))) {
+            if let Some(form) = create_form.get() {
+                form.reset();
+            }
+        }
+    });
     let made = move || {
         create.value().with(|v| match v {
             Some(Ok(m)) => Some(view! { <NewSecretBox made=m.clone()/> }),
@@ -71,11 +123,15 @@ pub fn WebhooksPage() -> impl IntoView {
             </div>
             <p class="muted">
                 "Webhook calls whose URL starts with an endpoint's prefix are signed with its secret "
-                "(" <code>"webhook-signature"</code> ", Standard Webhooks). The database keeps secrets "
-                "sealed with the server's key; a secret is shown once, when it is made."
+                "(" <code>"webhook-signature"</code> ", Standard Webhooks) and carry its default headers "
+                "beneath the job's own. An endpoint that allows calls lets webhook jobs call under its "
+                "prefix, beside " <code>"KICKOFF_WEBHOOK_ALLOWED_HOSTS"</code> ". The database keeps "
+                "secrets and header values sealed with the server's key; a secret is shown once, when "
+                "it is made, and a header's value never."
             </p>
             <ActionError error=failure(rotate.value())/>
             <ActionError error=failure(delete.value())/>
+            <ActionError error=failure(update.value())/>
             {rotated}
             <Loaded resource=page render=move |p: EndpointsPage| {
                 let now = p.now_ms;
@@ -90,9 +146,24 @@ pub fn WebhooksPage() -> impl IntoView {
                                 let rotate_label = format!("Rotate the secret of {}", e.url_prefix);
                                 let overlap_label = format!("Hours the old secret of {} keeps signing", e.url_prefix);
                                 let delete_label = format!("Delete endpoint {}", e.url_prefix);
+                                let change_label = format!("Change endpoint {}", e.url_prefix);
+                                let save_label = format!("Save endpoint {}", e.url_prefix);
+                                let calls = match (e.allow_calls, e.private_network) {
+                                    (true, true) => "allowed, private network too",
+                                    (true, false) => "allowed",
+                                    _ => "signed only",
+                                };
+                                let names = if e.header_names.is_empty() {
+                                    view! { <span class="muted">"none"</span> }.into_any()
+                                } else {
+                                    view! { <code class="header-names">{e.header_names.join(", ")}</code> }
+                                        .into_any()
+                                };
                                 view! {
                                     <tr data-endpoint=e.id>
                                         <td><code>{e.url_prefix.clone()}</code></td>
+                                        <td data-calls>{calls}</td>
+                                        <td data-header-names>{names}</td>
                                         <td class="wide">
                                             <When at_ms=e.created_ms base_ms=now/>
                                             {e.created_by.clone().map(|by| view! { <span class="muted">" by " {by}</span> })}
@@ -118,6 +189,15 @@ pub fn WebhooksPage() -> impl IntoView {
                                                 <input type="hidden" name="id" value=e.id/>
                                                 <button type="submit" class="danger" aria-label=delete_label>"Delete"</button>
                                             </ActionForm>
+                                            <details>
+                                                <summary>"Change"</summary>
+                                                <ActionForm action=update attr:class="form-card" attr:aria-label=change_label>
+                                                    <Csrf/>
+                                                    <input type="hidden" name="id" value=e.id/>
+                                                    <EndpointFields allow_calls=e.allow_calls private_network=e.private_network changing=true/>
+                                                    <button type="submit" aria-label=save_label>"Save"</button>
+                                                </ActionForm>
+                                            </details>
                                         </td>
                                     </tr>
                                 }
@@ -127,7 +207,7 @@ pub fn WebhooksPage() -> impl IntoView {
                 }
                 .into_any()
             }/>
-            <ActionForm action=create attr:class="form-card" attr:aria-label="New webhook endpoint">
+            <ActionForm action=create node_ref=create_form attr:class="form-card" attr:aria-label="New webhook endpoint">
                 <Csrf/>
                 <div class="row">
                     <label>
@@ -135,6 +215,7 @@ pub fn WebhooksPage() -> impl IntoView {
                         <input name="url_prefix" required maxlength="2048" placeholder="https://partner.example/hooks/" autocomplete="off"/>
                     </label>
                 </div>
+                <EndpointFields allow_calls=false private_network=false changing=false/>
                 <button type="submit" class="primary">"Make endpoint"</button>
             </ActionForm>
             <ActionError error=failure(create.value())/>

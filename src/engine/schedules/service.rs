@@ -145,10 +145,14 @@ impl Schedules {
     }
 
     /// Checks a spec fully: its rule and zone, and its job template as the engine would insert it.
-    pub fn check(&self, spec: &ScheduleSpec) -> Result<(Rule, Tz), ScheduleError> {
+    pub async fn check_with(
+        &self,
+        conn: &mut PgConnection,
+        spec: &ScheduleSpec,
+    ) -> Result<(Rule, Tz), ScheduleError> {
         let checked = spec.check()?;
         let probe = template_job(&spec.job);
-        self.client.validate(&probe)?;
+        self.client.validate_with(conn, &probe).await?;
         Ok(checked)
     }
 
@@ -172,7 +176,7 @@ impl Schedules {
         created_by: Option<&str>,
         source: &str,
     ) -> Result<ScheduleRow, ScheduleError> {
-        self.check(spec)?;
+        self.check_with(&mut *conn, spec).await?;
         check_not_ended(&mut *conn, spec).await?;
         let fields = fields_of(spec, source);
         let Some(row) = store::schedule_insert(&mut *conn, &fields, created_by).await? else {
@@ -207,7 +211,7 @@ impl Schedules {
         spec: &ScheduleSpec,
         source: &str,
     ) -> Result<ScheduleRow, ScheduleError> {
-        self.check(spec)?;
+        self.check_with(&mut *conn, spec).await?;
         let old = lock(&mut *conn, &spec.name).await?;
         if old.ends_at != spec.ends_at {
             check_not_ended(&mut *conn, spec).await?;

@@ -1,10 +1,12 @@
-//! Webhook endpoints (admins): the page, making one, rotating its secret, deleting it. A secret is
-//! in the answer that made it and nowhere else (not in the audit entry).
+//! Webhook endpoints (admins): the page, making one, changing one (its default headers, whether it
+//! allows calls), rotating its secret, deleting it. A secret is in the answer that made it and
+//! nowhere else (not in the audit entry); a default header's value is in no answer and no entry.
 
 use std::time::Duration;
 
 use kickoff_app::console::webhooks::{
-    CallsPage, CallsQuery, EndpointInfo, EndpointsPage, NewEndpointSecret, WebhooksConsole,
+    CallsPage, CallsQuery, EndpointForm, EndpointInfo, EndpointsPage, NewEndpointSecret,
+    WebhooksConsole,
 };
 use kickoff_app::console::Refusal;
 
@@ -13,7 +15,7 @@ use super::{conn, ms, operator, refused, Act, ServerConsole, LIST_ROWS};
 use crate::accounts::Role;
 use crate::webhooks::deliveries::{DeliverySearch, StatusFilter};
 use crate::webhooks::service::MAX_OVERLAP;
-use crate::webhooks::{EndpointRow, NewSecret};
+use crate::webhooks::{EndpointRow, EndpointSettings, NewSecret};
 
 fn info(e: &EndpointRow) -> EndpointInfo {
     EndpointInfo {
@@ -23,7 +25,48 @@ fn info(e: &EndpointRow) -> EndpointInfo {
         created_by: e.created_by.clone(),
         rotated_ms: e.rotated_at.map(ms),
         previous_until_ms: e.previous_until.map(ms),
+        header_names: e.header_names.clone(),
+        allow_calls: e.allow_calls,
+        private_network: e.private_network,
     }
+}
+
+/// The settings a form asks for; `change`: an empty header field keeps the headers.
+fn settings(form: &EndpointForm, change: bool) -> Result<EndpointSettings, Refusal> {
+    let headers = if form.clear_headers {
+        Some(Default::default())
+    } else if form.headers.trim().is_empty() {
+        (!change).then(Default::default)
+    } else {
+        Some(crate::webhooks::headers::parse_lines(&form.headers).map_err(Refusal::invalid)?)
+    };
+    Ok(EndpointSettings {
+        headers,
+        allow_calls: Some(form.allow_calls),
+        private_network: Some(form.private_network),
+    })
+}
+
+/// What the audit entry says of a form: the settings and the headers' names, never a value.
+fn described(form: &EndpointForm) -> String {
+    let mut parts = vec![if form.private_network {
+        "allows calls, private network too".to_string()
+    } else if form.allow_calls {
+        "allows calls".to_string()
+    } else {
+        "signs only".to_string()
+    }];
+    if form.clear_headers {
+        parts.push("no default headers".into());
+    } else if let Ok(headers) = crate::webhooks::headers::parse_lines(&form.headers) {
+        if !headers.is_empty() {
+            parts.push(format!(
+                "headers {}",
+                crate::webhooks::headers::described_names(&headers)
+            ));
+        }
+    }
+    parts.join("; ")
 }
 
 fn shown(made: NewSecret) -> NewEndpointSecret {
@@ -45,10 +88,18 @@ impl WebhooksConsole for ServerConsole {
         })
     }
 
-    async fn create_endpoint(&self, url_prefix: String) -> Result<NewEndpointSecret, Refusal> {
+    async fn create_endpoint(
+        &self,
+        url_prefix: String,
+        form: EndpointForm,
+    ) -> Result<NewEndpointSecret, Refusal> {
         let act = Act {
             action: "webhook_endpoint.create".into(),
-            target: Some(format!("endpoint {}", url_prefix.trim())),
+            target: Some(format!(
+                "endpoint {} ({})",
+                url_prefix.trim(),
+                described(&form)
+            )),
             filter: None,
         };
         self.act_as(
@@ -57,10 +108,33 @@ impl WebhooksConsole for ServerConsole {
             |_| None,
             async |work| {
                 let by = operator(Role::Admin)?.user.name;
+                let settings = settings(&form, false)?;
                 self.endpoints
-                    .create_with(conn(work).await?, &url_prefix, Some(&by))
+                    .create_with(conn(work).await?, &url_prefix, &settings, Some(&by))
                     .await
                     .map(shown)
+                    .map_err(refused)
+            },
+        )
+        .await
+    }
+
+    async fn update_endpoint(&self, id: i64, form: EndpointForm) -> Result<(), Refusal> {
+        let act = Act {
+            action: "webhook_endpoint.update".into(),
+            target: Some(format!("endpoint {id} ({})", described(&form))),
+            filter: None,
+        };
+        self.act_as(
+            Role::Admin,
+            act,
+            |_| None,
+            async |work| {
+                let change = settings(&form, true)?;
+                self.endpoints
+                    .update_with(conn(work).await?, id, &change)
+                    .await
+                    .map(drop)
                     .map_err(refused)
             },
         )
