@@ -1,6 +1,7 @@
 //! `kickoff bench`: figures, not tests. Each workload runs in a fresh database (created on the given
 //! server, or in the embedded cluster) and prints one JSON line.
 
+mod alerts;
 mod pages;
 mod streams;
 
@@ -102,6 +103,7 @@ pub async fn run(
         match workload {
             BenchWorkload::Throughput => throughput(&pool, &options).await,
             BenchWorkload::Pages => pages::pages(&pool, options.rows, options.samples).await,
+            BenchWorkload::Alerts => alerts::alerts(&pool, options.rows, options.samples).await,
             BenchWorkload::Streams => {
                 let mut url = reqwest::Url::parse(&admin_url).map_err(|e| e.to_string())?;
                 url.set_path(&db);

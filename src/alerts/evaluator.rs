@@ -83,14 +83,15 @@ impl Evaluator {
         } else {
             holding_now.clone()
         };
-        for (subject, summary) in holding.iter().filter(|(s, _)| ripe.contains(s)) {
-            let once = condition.once_per_subject();
-            if let Some(incident) =
-                store::incident_fire(tx, rule.id, subject, summary, once).await?
-            {
-                self.notify(tx, rule, &incident, Event::Fired).await?;
-                report.fired.push(incident);
-            }
+        let ripe: Vec<(String, String)> = holding
+            .iter()
+            .filter(|(s, _)| ripe.contains(s))
+            .cloned()
+            .collect();
+        let fired = store::incidents_fire(tx, rule.id, &ripe, condition.once_per_subject()).await?;
+        for incident in fired {
+            self.notify(tx, rule, &incident, Event::Fired).await?;
+            report.fired.push(incident);
         }
         let open = store::open_incidents(tx, rule.id).await?;
         let subjects: Vec<String> = open.iter().map(|(_, s)| s.clone()).collect();

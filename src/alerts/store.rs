@@ -446,29 +446,41 @@ pub async fn open_incidents(
     .await
 }
 
-/// Opens an incident, unless one is open for the rule and subject (or, `once`, ever was).
-pub async fn incident_fire(
+/// Opens an incident for each subject (with its summary), unless one is open for the rule and
+/// subject (or, `once`, ever was): one statement for all of them, so that an evaluation whose
+/// subjects mostly fire already costs one round trip, not one per subject. The incidents opened,
+/// in the order given.
+pub async fn incidents_fire(
     tx: &mut PgConnection,
     rule_id: i64,
-    subject: &str,
-    summary: &str,
+    subjects: &[(String, String)],
     once: bool,
-) -> Result<Option<IncidentRow>, sqlx::Error> {
+) -> Result<Vec<IncidentRow>, sqlx::Error> {
+    if subjects.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (names, summaries): (Vec<&str>, Vec<&str>) = subjects
+        .iter()
+        .map(|(s, m)| (s.as_str(), m.as_str()))
+        .unzip();
+    // Every row read (`fetch_all`): the insert in WITH runs as far as the outer query reads.
     sqlx::query_as(&format!(
         "WITH f AS (
              INSERT INTO alert_incidents (rule_id, subject, summary)
-             SELECT $1, $2, $3
+             SELECT $1, t.subject, t.summary
+             FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS t(subject, summary, n)
              WHERE NOT EXISTS (
-                 SELECT 1 FROM alert_incidents
-                 WHERE rule_id = $1 AND subject = $2 AND ($4 OR resolved_at IS NULL))
+                 SELECT 1 FROM alert_incidents a
+                 WHERE a.rule_id = $1 AND a.subject = t.subject AND ($4 OR a.resolved_at IS NULL))
+             ORDER BY t.n
              ON CONFLICT DO NOTHING RETURNING *)
-         SELECT {INCIDENT_COLUMNS} FROM f i JOIN alert_rules r ON r.id = i.rule_id"
+         SELECT {INCIDENT_COLUMNS} FROM f i JOIN alert_rules r ON r.id = i.rule_id ORDER BY i.id"
     ))
     .bind(rule_id)
-    .bind(subject)
-    .bind(summary)
+    .bind(&names)
+    .bind(&summaries)
     .bind(once)
-    .fetch_optional(tx)
+    .fetch_all(tx)
     .await
 }
 

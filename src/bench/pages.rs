@@ -24,7 +24,7 @@ const SEED_CHUNK: i64 = 100_000;
 
 /// Fills `jobs` with `rows` jobs: 80 % completed, 5 % discarded, 3 % cancelled, 2 % retryable,
 /// 10 % scheduled over the next day; three queues and kinds; args with a `game_id` (5,000 games).
-async fn seed(pool: &PgPool, rows: i64) -> Result<(), String> {
+pub(super) async fn seed(pool: &PgPool, rows: i64) -> Result<(), String> {
     let mut done = 0;
     while done < rows {
         let n = SEED_CHUNK.min(rows - done);

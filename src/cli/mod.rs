@@ -235,6 +235,9 @@ pub enum BenchWorkload {
     /// Dashboard pages and API lists with 1,000,000 jobs (`--rows`) in the table: server time
     /// percentiles per address, table size, RSS, time to prune.
     Pages,
+    /// The leader's alert evaluation with 1,000,000 jobs (`--rows`), 20,000 questions and one rule
+    /// of each condition: the first evaluation and the steady state's percentiles (`--samples`).
+    Alerts,
     /// Live updates: 100, 1,000 and 5,000 (`--streams`) open event streams on one server process;
     /// delivery time of one change to every stream, the server's RSS and CPU.
     Streams,
