@@ -141,6 +141,12 @@ pub struct Config {
     #[arg(long, env = "KICKOFF_SIGN_IN_RATE_LIMIT", default_value = crate::accounts::DEFAULT_SIGN_IN_RATE)]
     pub sign_in_rate_limit: String,
 
+    /// How often the leading node evaluates the alert rules, in milliseconds (500 to 60000). Each
+    /// evaluation reads every enabled rule's condition in one transaction. Default: 2000.
+    #[arg(long, env = "KICKOFF_ALERT_INTERVAL_MS", default_value_t = 2000,
+          value_parser = clap::value_parser!(u64).range(500..=60_000))]
+    pub alert_interval_ms: u64,
+
     /// Seconds running jobs get to finish at shutdown before they are handed back. Default: 10.
     #[arg(long, env = "KICKOFF_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     pub shutdown_grace_secs: u64,
@@ -325,6 +331,19 @@ mod tests {
         );
         let w = Wrap::parse_from(["x", "--queues", "default:many"]);
         assert!(w.config.queue_list().is_err());
+    }
+
+    #[test]
+    fn the_alert_interval_is_two_seconds_unless_set_within_its_range() {
+        assert_eq!(Wrap::parse_from(["x"]).config.alert_interval_ms, 2000);
+        let w = Wrap::parse_from(["x", "--alert-interval-ms", "500"]);
+        assert_eq!(w.config.alert_interval_ms, 500);
+        for bad in ["499", "60001", "soon"] {
+            assert!(
+                Wrap::try_parse_from(["x", "--alert-interval-ms", bad]).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -286,7 +286,15 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
             notify_queue,
         )
         .run(
-            crate::alerts::evaluator::DEFAULT_INTERVAL,
+            Duration::from_millis(config.alert_interval_ms),
+            engine.leader_check(),
+            shutdown.clone(),
+        ),
+    );
+    // Rotated endpoints' previous secrets, dropped once their overlap ended (on the leader).
+    tokio::spawn(
+        crate::webhooks::sweeper::SecretSweeper::new(web.clone()).run(
+            crate::webhooks::sweeper::DEFAULT_INTERVAL,
             engine.leader_check(),
             shutdown.clone(),
         ),

@@ -316,6 +316,39 @@ async fn overdue_jobs_fire_and_resolve_when_started() {
 }
 
 #[tokio::test]
+async fn one_queues_overdue_backlog_does_not_hide_anothers() {
+    // 1,500 older overdue jobs in `big` (waiting to be staged, and staged) before the one of
+    // `small`: a read of the oldest overdue rows alone would see only `big`.
+    let rig = rig().await;
+    rig.rule(json!({ "name": "overdue", "condition": "overdue", "threshold_ms": 30000 }))
+        .await;
+    rig.sql(
+        "INSERT INTO jobs (queue, kind, state, scheduled_at)
+         SELECT 'big', 'noop', s, now() - interval '2 hours' + make_interval(secs => i)
+         FROM generate_series(1, 1500) AS i,
+              unnest(ARRAY['scheduled', 'available']::job_state[]) AS s",
+    )
+    .await;
+    rig.sql(
+        "INSERT INTO jobs (queue, kind, state, scheduled_at, priority)
+         VALUES ('small', 'noop', 'available', now() - interval '2 min', 7)",
+    )
+    .await;
+    let (mut fired, resolved) = rig.evaluate().await;
+    fired.sort();
+    assert_eq!(
+        (fired, resolved),
+        (
+            vec!["queue big".to_string(), "queue small".to_string()],
+            vec![]
+        )
+    );
+    // Still holding for both: nothing resolves, nothing fires again.
+    assert_eq!(rig.evaluate().await, (vec![], vec![]));
+    rig.engine.stop().await;
+}
+
+#[tokio::test]
 async fn a_slack_rule_sends_text() {
     let rig = rig().await;
     rig.rule(json!({ "name": "slack", "condition": "node_lost", "payload": "slack" }))

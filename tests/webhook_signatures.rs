@@ -203,6 +203,19 @@ async fn during_a_rotation_both_secrets_verify_and_after_it_only_the_new_one() {
     verifies(&new.secret, &headers, &sent).expect("the new secret verifies");
     assert!(verifies(&old.secret, &headers, &sent).is_err());
 
+    // Then dropped: the leader's sweep forgets the previous secret (once), and still only the new
+    // one signs.
+    let sweeper = kickoff::webhooks::sweeper::SecretSweeper::new(rig.db.pool.clone());
+    assert_eq!(sweeper.run_once().await.unwrap(), 1);
+    assert_eq!(sweeper.run_once().await.unwrap(), 0);
+    let kept: Option<Vec<u8>> = sqlx::query_scalar("SELECT previous_secret FROM webhook_endpoints")
+        .fetch_one(&rig.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(kept, None);
+    let (headers, sent) = rig.call("/swept", Some(json!({ "n": 3 }))).await;
+    verifies(&new.secret, &headers, &sent).expect("the new secret verifies");
+
     // A database dump alone does not hold the secret.
     let stored: Vec<u8> = sqlx::query_scalar("SELECT secret FROM webhook_endpoints")
         .fetch_one(&rig.db.pool)

@@ -7,7 +7,6 @@
 //! fired: a new leader finds it and neither fires it again nor forgets to resolve it.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -16,9 +15,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::payload::{self, Event};
 use super::store::{self, IncidentRow, RuleRow};
+use crate::engine::leadership::{while_leading, LeaderCheck};
 use crate::engine::{Client, ClientError, NewJob};
 
-/// How often the leader evaluates the rules unless configured.
+/// How often the leader evaluates the rules unless configured (`KICKOFF_ALERT_INTERVAL_MS`, whose
+/// default is this).
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(2);
 
 /// What one evaluation did.
@@ -142,23 +143,12 @@ impl Evaluator {
     }
 
     /// Evaluates every `interval` while `is_leader()` says this node leads, until `stop`.
-    pub async fn run(
-        self,
-        interval: Duration,
-        is_leader: Arc<dyn Fn() -> bool + Send + Sync>,
-        stop: CancellationToken,
-    ) {
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(interval) => {}
-            }
-            if !(*is_leader)() {
-                continue;
-            }
+    pub async fn run(self, interval: Duration, is_leader: LeaderCheck, stop: CancellationToken) {
+        while_leading(interval, is_leader, stop, || async {
             if let Err(e) = self.run_once().await {
                 tracing::warn!(error = %e, "alert evaluation failed; trying again next time");
             }
-        }
+        })
+        .await
     }
 }

@@ -337,15 +337,39 @@ pub async fn holding_now(
         )
         .bind(ms)
         .bind(SUBJECTS_PER_RULE),
+        // Available jobs: every queue the maintained counts say has some, its oldest due time
+        // by one probe of the claim index per priority (0 to 9), so that one queue's backlog
+        // never hides another's. Jobs not yet staged (the stager behind, or stopped): the
+        // oldest 1,000 overdue, whatever their queue.
         Condition::Overdue => sqlx::query_as(
-            "SELECT 'queue ' || queue,
+            // The cutoff written out in each read, not joined from a CTE: joined, it is a filter
+            // over every waiting row instead of the index scan's bound.
+            "WITH waiting AS (
+                 SELECT queue FROM (SELECT queue, n FROM job_counts WHERE state = 'available'
+                                    UNION ALL
+                                    SELECT queue, n FROM job_count_deltas
+                                    WHERE state = 'available') c
+                 WHERE ($2::text IS NULL OR queue = $2)
+                 GROUP BY queue HAVING sum(n) > 0),
+             oldest AS (
+                 SELECT w.queue, f.scheduled_at
+                 FROM waiting w CROSS JOIN generate_series(0, 9) AS p(priority)
+                 CROSS JOIN LATERAL (
+                     SELECT scheduled_at FROM jobs
+                     WHERE state = 'available' AND queue = w.queue AND priority = p.priority
+                       AND scheduled_at < now() - make_interval(secs => $1::float8 / 1000)
+                     ORDER BY scheduled_at LIMIT 1) f
+                 UNION ALL
+                 SELECT queue, scheduled_at
+                 FROM (SELECT queue, scheduled_at FROM jobs
+                       WHERE state IN ('scheduled', 'retryable')
+                         AND scheduled_at < now() - make_interval(secs => $1::float8 / 1000)
+                         AND ($2::text IS NULL OR queue = $2)
+                       ORDER BY scheduled_at LIMIT 1000) s)
+             SELECT 'queue ' || queue,
                     format('jobs in queue %s wait up to %s s past their due time', queue,
                            floor(extract(epoch FROM now() - min(scheduled_at)))::bigint)
-             FROM (SELECT queue, scheduled_at FROM jobs
-                   WHERE state IN ('scheduled', 'available', 'retryable')
-                     AND scheduled_at < now() - make_interval(secs => $1::float8 / 1000)
-                     AND ($2::text IS NULL OR queue = $2)
-                   ORDER BY scheduled_at LIMIT 1000) w
+             FROM oldest
              WHERE queue NOT IN (SELECT name FROM queues WHERE paused)
              GROUP BY queue ORDER BY queue LIMIT $3",
         )

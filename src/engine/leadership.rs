@@ -158,3 +158,29 @@ async fn stop_services(s: Services) {
     s.stop.cancel();
     s.tasks.wait().await;
 }
+
+/// Whether this node leads now, asked each time (see `Engine::leader_check`).
+pub type LeaderCheck = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// Runs `tick` every `interval` while `is_leader()` says this node leads, until `stop`: the shape
+/// of a service outside the engine that only the leader runs (the alerts' evaluation, the sweep
+/// of rotated webhook secrets). A tick handles its own errors.
+pub async fn while_leading<F, Fut>(
+    interval: std::time::Duration,
+    is_leader: LeaderCheck,
+    stop: tokio_util::sync::CancellationToken,
+    mut tick: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        if (*is_leader)() {
+            tick().await;
+        }
+    }
+}

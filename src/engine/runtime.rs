@@ -265,7 +265,7 @@ impl Engine {
 
     /// [`Engine::is_leader`] for a service of its own that runs only on the leader (the alerts'
     /// evaluation), asked each time it is called.
-    pub fn leader_check(&self) -> Arc<dyn Fn() -> bool + Send + Sync> {
+    pub fn leader_check(&self) -> super::leadership::LeaderCheck {
         let leader = self.leader.clone();
         Arc::new(move || leader.get())
     }

@@ -5,7 +5,8 @@
 //!   sealed with the server's [`SecretKey`] (see `key`), so a dump alone does not reveal it.
 //! - A webhook call whose URL starts with an endpoint's prefix (the longest prefix wins) carries
 //!   `webhook-signature`: `v1,` + base64 HMAC-SHA256 of `webhook-id.webhook-timestamp.body` (see
-//!   `signing`); during a rotation's overlap, the previous secret's signature too, space-separated.
+//!   `signing`); during a rotation's overlap, the previous secret's signature too, space-separated;
+//!   after it the leader drops the previous secret (`sweeper`).
 //! - An endpoint may carry **default headers** (an `Authorization` for the partner, say), sent with
 //!   every call under it beneath the job's own (see `headers`); sealed like the secret, shown by
 //!   name only.
@@ -22,6 +23,7 @@ pub mod key;
 pub mod service;
 pub mod signing;
 pub mod store;
+pub mod sweeper;
 
 /// The job kind that makes webhook calls (run by `workers::webhook`; named here so that floor 2
 /// can insert webhook jobs, as the alerts' notifications, without importing the worker).

@@ -174,6 +174,17 @@ pub async fn endpoint_rotate<'e>(
     .await
 }
 
+/// Forgets the previous secrets whose overlap ended; how many.
+pub async fn endpoint_drop_ended_previous<'e>(db: impl PgExecutor<'e>) -> Result<u64, sqlx::Error> {
+    sqlx::query(
+        "UPDATE webhook_endpoints SET previous_secret = NULL, previous_until = NULL
+         WHERE previous_until <= now()",
+    )
+    .execute(db)
+    .await
+    .map(|r| r.rows_affected())
+}
+
 pub async fn endpoint_delete<'e>(
     db: impl PgExecutor<'e>,
     id: i64,
