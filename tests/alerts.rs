@@ -317,8 +317,9 @@ async fn overdue_jobs_fire_and_resolve_when_started() {
 
 #[tokio::test]
 async fn one_queues_overdue_backlog_does_not_hide_anothers() {
-    // 1,500 older overdue jobs in `big` (waiting to be staged, and staged) before the one of
-    // `small`: a read of the oldest overdue rows alone would see only `big`.
+    // 3,000 older overdue jobs in `big` before the one of `small` (the engine's timer stages the
+    // scheduled half soon): a read of the oldest overdue rows alone would see only `big`; `small`
+    // is found through its count and the probe of its priority.
     let rig = rig().await;
     rig.rule(json!({ "name": "overdue", "condition": "overdue", "threshold_ms": 30000 }))
         .await;

@@ -337,10 +337,11 @@ pub async fn holding_now(
         )
         .bind(ms)
         .bind(SUBJECTS_PER_RULE),
-        // Available jobs: every queue the maintained counts say has some, its oldest due time
-        // by one probe of the claim index per priority (0 to 9), so that one queue's backlog
-        // never hides another's. Jobs not yet staged (the stager behind, or stopped): the
-        // oldest 1,000 overdue, whatever their queue.
+        // Available jobs: every queue the maintained counts say has some (not paused; the first
+        // 100 by name, as many as the rule reports), its oldest due time by one probe of the
+        // claim index per priority (0 to 9), so that one queue's backlog never hides another's.
+        // Jobs not yet staged (the stager behind, or stopped): the oldest 1,000 overdue,
+        // whatever their queue (so there, one queue's may still hide another's while it lasts).
         Condition::Overdue => sqlx::query_as(
             // The cutoff written out in each read, not joined from a CTE: joined, it is a filter
             // over every waiting row instead of the index scan's bound.
@@ -350,7 +351,9 @@ pub async fn holding_now(
                                     SELECT queue, n FROM job_count_deltas
                                     WHERE state = 'available') c
                  WHERE ($2::text IS NULL OR queue = $2)
-                 GROUP BY queue HAVING sum(n) > 0),
+                   AND queue NOT IN (SELECT name FROM queues WHERE paused)
+                 GROUP BY queue HAVING sum(n) > 0
+                 ORDER BY queue LIMIT $3),
              oldest AS (
                  SELECT w.queue, f.scheduled_at
                  FROM waiting w CROSS JOIN generate_series(0, 9) AS p(priority)
@@ -487,7 +490,7 @@ pub async fn incidents_fire(
         .iter()
         .map(|(s, m)| (s.as_str(), m.as_str()))
         .unzip();
-    // Every row read (`fetch_all`): the insert in WITH runs as far as the outer query reads.
+    // Every row read (`fetch_all`): the incidents opened are the answer.
     sqlx::query_as(&format!(
         "WITH f AS (
              INSERT INTO alert_incidents (rule_id, subject, summary)
