@@ -4,6 +4,9 @@
 //! seven conditions, and times `Evaluator::run_once` (`--samples` times): the first evaluation,
 //! which opens the incidents and inserts their notifications, and the steady state after it,
 //! which is what the leader pays every 2 seconds; then each rule alone, to show where it goes.
+//!
+//! The fixture SQL lives here, as in `pages`: it makes rows (and switches rules) only for this
+//! measurement.
 
 use std::time::Instant;
 

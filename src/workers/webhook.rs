@@ -350,12 +350,8 @@ impl Worker for WebhookWorker {
         KIND
     }
 
-    fn validate(&self, args: &Value) -> Result<(), String> {
-        let a: WebhookArgs = serde_json::from_value(args.clone()).map_err(|e| e.to_string())?;
-        self.check(&a).map(|_| ())
-    }
-
-    /// The allowlist: `KICKOFF_WEBHOOK_ALLOWED_HOSTS` without a query, else the endpoints that
+    /// The whole check in one place (no synchronous `validate`: it would parse and check the
+    /// args a second time). The allowlist: `KICKOFF_WEBHOOK_ALLOWED_HOSTS` without a query, else the endpoints that
     /// allow calls, read on the inserting connection (so an endpoint made a moment ago, on any
     /// node, counts).
     fn validate_in<'a>(
