@@ -3,6 +3,7 @@
 
 mod alerts;
 mod pages;
+mod schedules;
 mod streams;
 
 use std::collections::HashMap;
@@ -53,6 +54,8 @@ pub struct BenchOptions {
     pub samples: usize,
     /// Jobs overdue at start for the recovery workload.
     pub overdue: usize,
+    /// Idle schedules for the schedules workload.
+    pub schedules: usize,
     /// Open event streams for the streams workload, one run per count.
     pub streams: Vec<usize>,
     /// The engine's fetch-ahead and claim-ahead (from the server settings).
@@ -112,6 +115,9 @@ pub async fn run(
             BenchWorkload::Latency => latency(&pool, &options).await,
             BenchWorkload::Scheduled => scheduled(&pool, &options).await,
             BenchWorkload::Schedule => schedule(&pool, &options).await,
+            BenchWorkload::Schedules => {
+                schedules::schedules(&pool, options.schedules, engine_config(10, &options)).await
+            }
             BenchWorkload::Recovery => recovery(&pool, &options).await,
             BenchWorkload::Nodes => nodes(&pool, &options).await,
         }

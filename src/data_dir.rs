@@ -100,7 +100,9 @@ pub fn create_private(path: &Path, content: &str) -> Result<(), DataDirError> {
 /// Replaces `path` with a new private file in one step (a new file beside it, renamed over it):
 /// a reader sees the old content or the new, never a part.
 pub fn replace_private(path: &Path, content: &str) -> Result<(), DataDirError> {
-    let tmp = path.with_extension(format!("new-{}", crate::accounts::secret::random_hex(4)));
+    // Unpredictable enough: the directory is the server's own (0700) and the file is created
+    // exclusively, never followed through a link.
+    let tmp = path.with_extension(format!("new-{:08x}", fastrand::u32(..)));
     create_private(&tmp, content)?;
     fs::rename(&tmp, path).map_err(|e| {
         let _ = fs::remove_file(&tmp);
@@ -162,8 +164,8 @@ mod tests {
 
     fn temp_dir(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!(
-            "kickoff-data-dir-test-{name}-{}",
-            crate::accounts::secret::random_hex(6)
+            "kickoff-data-dir-test-{name}-{:012x}",
+            fastrand::u64(..) >> 16
         ));
         fs::create_dir(&dir).unwrap();
         dir

@@ -33,6 +33,7 @@ async fn main() -> std::process::ExitCode {
             overdue,
             streams,
             queue_limits,
+            count,
         } => {
             let mut limits = kickoff::engine::limits::QueueLimits::default();
             let limits_ok = queue_limits
@@ -50,6 +51,7 @@ async fn main() -> std::process::ExitCode {
                 rows,
                 samples,
                 overdue: overdue as usize,
+                schedules: count as usize,
                 fetch_ahead: cli.config.fetch_ahead as usize,
                 claim_ahead: std::time::Duration::from_millis(cli.config.claim_ahead_ms),
             };

@@ -163,6 +163,29 @@ fn api_token(config: &Config) -> Result<BootstrapToken, StartError> {
 }
 
 /// The key that seals the webhook endpoints' secrets, and a line about where it is kept.
+/// Seals again, bound to their endpoint, the endpoints' values sealed before binding (once, by
+/// the first node of this version to start; see `webhooks::service::Endpoints::bind_sealed`).
+async fn bind_sealed_values(
+    pool: &sqlx::PgPool,
+    key: &Arc<crate::webhooks::SecretKey>,
+) -> Result<(), StartError> {
+    let endpoints = crate::webhooks::service::Endpoints::new(pool.clone(), key.clone());
+    let (bound, failed) = endpoints
+        .bind_sealed()
+        .await
+        .map_err(|e| StartError::Config(format!("binding the endpoints' sealed values: {e}")))?;
+    if bound > 0 {
+        tracing::info!(
+            bound,
+            "webhook endpoints: sealed values bound to their endpoint"
+        );
+    }
+    for (id, why) in failed {
+        tracing::warn!(endpoint = id, error = %why, "webhook endpoints: an endpoint's sealed values do not open with this key; it signs nothing until its secret is rotated");
+    }
+    Ok(())
+}
+
 fn secret_key(config: &Config) -> Result<crate::webhooks::SecretKey, StartError> {
     use crate::webhooks::key::{KeySource, KEY_FILE};
     let (key, source) =
@@ -221,6 +244,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     let token = Arc::new(api_token(&config)?);
     let engine_config = engine_config(&config)?;
     let key = Arc::new(secret_key(&config)?);
+    bind_sealed_values(&db.pool, &key).await?;
     let workers = workers::builtin_signed(config.allowed_hosts(), key.clone());
     let engine = Engine::start(db.pool.clone(), workers, engine_config).await?;
 

@@ -190,3 +190,33 @@ async fn an_operator_may_not_see_or_change_endpoints() {
         .unwrap();
     assert_eq!(count, 0);
 }
+
+/// Issue 30, point 12: the audit entry of a new endpoint names its prefix without the user info
+/// or query a pasted URL may carry (whether the prefix was taken or refused).
+#[tokio::test]
+async fn the_audit_entry_of_a_new_endpoint_holds_no_credential_of_its_prefix() {
+    let d = dashboard_as(Role::Admin).await;
+    for prefix in [
+        "https%3A%2F%2Fsvc%3Ahunter2%40partner.example%2Fhooks%2F",
+        "https%3A%2F%2Fpartner.example%2Fhooks%2F%3Fapi_key%3Dhunter2",
+    ] {
+        let (status, text) = d
+            .server_fn("create_endpoint", &format!("url_prefix={prefix}"))
+            .await;
+        assert!(
+            status == StatusCode::OK || status.is_client_error(),
+            "{status} {text}"
+        );
+    }
+    let targets: Vec<Option<String>> = sqlx::query_scalar(
+        "SELECT target FROM audit_log WHERE action = 'webhook_endpoint.create' ORDER BY id",
+    )
+    .fetch_all(&d.pool)
+    .await
+    .unwrap();
+    assert_eq!(targets.len(), 2, "{targets:?}");
+    for target in targets.iter().flatten() {
+        assert!(!target.contains("hunter2"), "{target}");
+        assert!(target.contains("partner.example"), "{target}");
+    }
+}

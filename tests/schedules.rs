@@ -382,7 +382,9 @@ async fn pause_resume_trigger_and_delete() {
     let paused = s.set_paused("nightly", true).await.unwrap();
     assert!(paused.paused && paused.next_run_at.is_none(), "{paused:?}");
     let triggered = s.trigger("nightly", Some("alice")).await.unwrap();
-    assert_eq!(triggered.created_by.as_deref(), Some("alice"));
+    // The run is the schedule's (its creator sees its secrets); who ran it is in its meta.
+    assert_eq!(triggered.created_by.as_deref(), Some("ops"));
+    assert_eq!(triggered.meta["triggered_by"], json!("alice"));
     assert_eq!(triggered.meta["trigger"], json!(true));
     let resumed = s.set_paused("nightly", false).await.unwrap();
     assert_eq!(resumed.next_run_at, Some(next), "the same next slot again");
@@ -503,10 +505,13 @@ async fn slots_that_passed_with_no_leader_follow_the_missed_policy_not_a_burst()
     .execute(&db.pool)
     .await
     .unwrap();
-    sqlx::query("UPDATE schedules SET last_slot = now() - interval '60 seconds'")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    // (Its next slot, which the tick reads, passed with it.)
+    sqlx::query(
+        "UPDATE schedules SET last_slot = now() - interval '60 seconds', next_slot_at = NULL",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
     let (inserted, skipped, failed) = s.fill_all().await.unwrap();
     assert!(failed.is_empty(), "{failed:?}");
     assert!((58..=61).contains(&skipped), "{skipped} slots skipped");
@@ -552,4 +557,411 @@ async fn one_schedule_that_fails_to_insert_its_runs_does_not_stop_the_others() {
         s.get("good").await.unwrap().next_run_at.is_some(),
         "the good schedule still has its next run"
     );
+}
+
+/// Moves run `id` of a schedule back in time: due (and its slot) `secs_ago` seconds ago, in
+/// `state`, as if time had passed.
+async fn move_run_back(pool: &PgPool, id: i64, secs_ago: f64, state: &str) {
+    sqlx::query(
+        "UPDATE jobs SET scheduled_at = now() - make_interval(secs => $2), state = $3::job_state,
+                meta = meta || jsonb_build_object('slot_ms',
+                    (extract(epoch FROM now() - make_interval(secs => $2)) * 1000)::bigint)
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(secs_ago)
+    .bind(state)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// The ids of the runs of schedule `name` not final (triggered ones included), oldest first.
+async fn live_runs(pool: &PgPool, name: &str) -> Vec<i64> {
+    sqlx::query_scalar(
+        "SELECT id FROM jobs WHERE meta ->> 'schedule' = $1 AND finalized_at IS NULL ORDER BY id",
+    )
+    .bind(name)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+async fn state_of_run(pool: &PgPool, id: i64) -> String {
+    sqlx::query_scalar("SELECT state::text FROM jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Issue 30, point 1: the missed-run policy is for slots that passed while no node was there to
+/// start them, not for runs that waited because something held them (a paused queue or kind, a
+/// limit, a backlog), nor for a run triggered by hand, nor for a snoozed run (in progress).
+#[tokio::test]
+async fn a_restart_cancels_only_runs_whose_slot_passed_with_no_node_not_runs_held_or_triggered() {
+    let db = test_db().await;
+    let s = schedules_on(&db.pool).with_horizon(Duration::ZERO);
+    // One schedule a case, each with its one run ahead (every minute, missed: skip).
+    for name in ["held", "triggered", "snoozed", "missed"] {
+        let mut spec = every(name, 60_000, json!({}));
+        spec.missed = Missed::Skip;
+        s.create(&spec, Some("ops")).await.unwrap();
+    }
+    // Came due while a node ran and the queue was paused: the timer staged it (`available`),
+    // nothing started it.
+    let held = live_runs(&db.pool, "held").await[0];
+    move_run_back(&db.pool, held, 30.0, "available").await;
+    // Triggered by hand, held by the pause too.
+    let triggered = s.trigger("triggered", Some("alice")).await.unwrap().id.0;
+    move_run_back(&db.pool, triggered, 20.0, "available").await;
+    // Started, snoozed (a 429), and its snooze ended during the downtime.
+    let snoozed = live_runs(&db.pool, "snoozed").await[0];
+    move_run_back(&db.pool, snoozed, 10.0, "scheduled").await;
+    sqlx::query("UPDATE jobs SET meta = meta || '{\"snoozes\": 1}' WHERE id = $1")
+        .bind(snoozed)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // Inserted ahead, and its slot passed while no node ran: never staged.
+    let missed = live_runs(&db.pool, "missed").await[0];
+    move_run_back(&db.pool, missed, 5.0, "scheduled").await;
+
+    s.reconcile_missed("restarted", Duration::from_secs(5))
+        .await
+        .unwrap();
+    for (what, id) in [
+        ("the staged run", held),
+        ("the triggered run", triggered),
+        ("the snoozed run", snoozed),
+    ] {
+        assert_ne!(
+            state_of_run(&db.pool, id).await,
+            "cancelled",
+            "{what} was treated as missed"
+        );
+    }
+    assert_eq!(
+        state_of_run(&db.pool, missed).await,
+        "cancelled",
+        "the run whose slot passed with no node is missed (skip)"
+    );
+}
+
+/// Issue 30, point 1: pausing or changing a schedule cancels its runs ahead, never a snoozed run
+/// (it started: it is in progress, not ahead).
+#[tokio::test]
+async fn pausing_or_changing_a_schedule_keeps_a_snoozed_run() {
+    let db = test_db().await;
+    let s = schedules_on(&db.pool).with_horizon(Duration::ZERO);
+    let spec = every("snoozy", 60_000, json!({}));
+    s.create(&spec, None).await.unwrap();
+    let run = live_runs(&db.pool, "snoozy").await[0];
+    // Its attempt was snoozed for a minute: back to `scheduled`, its attempt number given back.
+    sqlx::query(
+        "UPDATE jobs SET scheduled_at = now() + interval '60 seconds',
+                meta = meta || '{\"snoozes\": 1}' WHERE id = $1",
+    )
+    .bind(run)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    s.set_paused("snoozy", true).await.unwrap();
+    assert_eq!(state_of_run(&db.pool, run).await, "scheduled", "pause");
+    s.set_paused("snoozy", false).await.unwrap();
+    let mut changed = spec.clone();
+    changed.every_ms = Some(30_000);
+    s.replace(&changed, "api").await.unwrap();
+    assert_eq!(state_of_run(&db.pool, run).await, "scheduled", "change");
+    s.delete("snoozy").await.unwrap();
+    assert_eq!(state_of_run(&db.pool, run).await, "scheduled", "delete");
+}
+
+/// Issue 30, point 1, as reported: a paused queue, a schedule every second (missed: skip), a run
+/// triggered by hand, a graceful stop and a start of the only node, then the queue resumed: the
+/// runs that waited for the pause, the triggered one included, run.
+#[tokio::test]
+async fn runs_held_by_a_paused_queue_run_after_a_restart_and_a_resume() {
+    let db = test_db().await;
+    let (workers, _) = tick_workers();
+    let engine = Engine::start(db.pool.clone(), workers, config("first"))
+        .await
+        .unwrap();
+    let client = engine.client();
+    client.set_queue_paused("default", true).await.unwrap();
+    let s = Schedules::new(client.clone());
+    let mut spec = every("paused", 1000, json!({}));
+    spec.missed = Missed::Skip;
+    s.create(&spec, Some("ops")).await.unwrap();
+    let triggered = s.trigger("paused", None).await.unwrap().id.0;
+    // Two slots come due and are held by the pause.
+    let held = |pool: PgPool| async move {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM jobs WHERE meta ->> 'schedule' = 'paused'
+               AND NOT meta ? 'trigger' AND state = 'available'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+            >= 2
+    };
+    common::wait_for(
+        "two runs held by the pause",
+        Duration::from_secs(10),
+        || held(db.pool.clone()),
+    )
+    .await;
+    engine.stop().await;
+    let waiting: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM jobs WHERE meta ->> 'schedule' = 'paused' AND state = 'available'",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(waiting.contains(&triggered), "{waiting:?}");
+
+    let (workers, _) = tick_workers();
+    let engine = Engine::start(db.pool.clone(), workers, config("second"))
+        .await
+        .unwrap();
+    engine
+        .client()
+        .set_queue_paused("default", false)
+        .await
+        .unwrap();
+    let pool = db.pool.clone();
+    let ids = waiting.clone();
+    common::wait_for(
+        "the held runs to complete",
+        Duration::from_secs(10),
+        move || {
+            let (pool, ids) = (pool.clone(), ids.clone());
+            async move {
+                let done: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM jobs WHERE id = ANY($1) AND state = 'completed'",
+                )
+                .bind(&ids)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                done == ids.len() as i64
+            }
+        },
+    )
+    .await;
+    engine.stop().await;
+}
+
+/// Issue 30, point 7: nodes that start together each see the other alive; before, each skipped
+/// the reconciliation (runs of slots missed during the downtime then started late). Now one
+/// reconciles at a time, the others wait for it, and the runs are reconciled once.
+#[tokio::test]
+async fn nodes_starting_together_reconcile_the_missed_slots_once_and_wait_for_each_other() {
+    let db = test_db().await;
+    let s = schedules_on(&db.pool).with_horizon(Duration::ZERO);
+    let mut spec = every("together", 60_000, json!({}));
+    spec.missed = Missed::Skip;
+    s.create(&spec, None).await.unwrap();
+    let missed = live_runs(&db.pool, "together").await[0];
+    move_run_back(&db.pool, missed, 5.0, "scheduled").await;
+    // Both nodes registered (each started its heartbeat before reconciling).
+    for node in ["a", "b"] {
+        kickoff::engine::store::nodes::node_heartbeat(&db.pool, node, "host", 1, &json!({}))
+            .await
+            .unwrap();
+    }
+    // A reconciliation in progress elsewhere: the second node waits for it.
+    let mut holder = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(kickoff::engine::schedules::service::RECONCILE_LOCK)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let b = {
+        let s = s.clone();
+        tokio::spawn(async move { s.reconcile_missed("b", Duration::from_secs(5)).await })
+    };
+    let pool = db.pool.clone();
+    common::wait_for(
+        "node b to wait for the reconciliation",
+        Duration::from_secs(5),
+        move || {
+            let pool = pool.clone();
+            async move {
+                sqlx::query_scalar::<_, bool>(
+                    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'
+                                      AND NOT granted)",
+                )
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+            }
+        },
+    )
+    .await;
+    assert!(!b.is_finished(), "node b did not wait");
+    holder.commit().await.unwrap();
+    let a = s
+        .reconcile_missed("a", Duration::from_secs(5))
+        .await
+        .unwrap();
+    let b = b.await.unwrap().unwrap();
+    assert_eq!(
+        a.1 + b.1,
+        1,
+        "the missed run is skipped once: a {a:?}, b {b:?}"
+    );
+    assert_eq!(state_of_run(&db.pool, missed).await, "cancelled");
+}
+
+/// Issue 30, point 7: one schedule that fails to reconcile does not stop the others.
+#[tokio::test]
+async fn one_schedule_that_fails_to_reconcile_does_not_stop_the_others() {
+    let db = test_db().await;
+    let s = schedules_on(&db.pool).with_horizon(Duration::ZERO);
+    let mut spec = every("zz_good", 60_000, json!({}));
+    spec.missed = Missed::Skip;
+    s.create(&spec, None).await.unwrap();
+    let missed = live_runs(&db.pool, "zz_good").await[0];
+    move_run_back(&db.pool, missed, 5.0, "scheduled").await;
+    // Sorted first, and its rule cannot be read.
+    sqlx::query(
+        "INSERT INTO schedules (name, cron, kind, last_slot)
+         VALUES ('aa_broken', 'not a cron', 'tick', now() - interval '1 hour')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let done = s.reconcile_missed("n", Duration::from_secs(5)).await;
+    assert!(done.is_ok(), "{done:?}");
+    assert_eq!(state_of_run(&db.pool, missed).await, "cancelled");
+}
+
+/// Issue 30, point 9: a run triggered by hand gets a higher id than the next slot's run inserted
+/// ahead; the overlap policy must still see it when that slot's run starts.
+#[tokio::test]
+async fn the_overlap_policy_sees_a_run_triggered_by_hand() {
+    let db = test_db().await;
+    let s = schedules_on(&db.pool).with_horizon(Duration::ZERO);
+    for (name, overlap) in [("skip", Overlap::Skip), ("cancel", Overlap::CancelPrevious)] {
+        let mut spec = every(name, 60_000, json!({}));
+        spec.overlap = overlap;
+        s.create(&spec, None).await.unwrap();
+        let ahead = live_runs(&db.pool, name).await[0];
+        let triggered = s.trigger(name, None).await.unwrap();
+        assert!(triggered.id.0 > ahead);
+        // The triggered run is running when the slot's run starts.
+        sqlx::query(
+            "UPDATE jobs SET state = 'executing', attempt = 1, attempted_at = now(),
+                    attempted_by = 'elsewhere', lease_expires_at = now() + interval '1 minute',
+                    claim_token = 7
+             WHERE id = $1",
+        )
+        .bind(triggered.id.0)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+        let slot_run =
+            kickoff::engine::store::jobs::job_get(&db.pool, kickoff::engine::JobId(ahead))
+                .await
+                .unwrap()
+                .unwrap();
+        let gate = kickoff::engine::schedules::gate::overlap_gate(&db.pool, &slot_run).await;
+        match overlap {
+            Overlap::Skip => assert!(
+                matches!(gate, Err(WorkError::Cancel(_))),
+                "skip let the slot's run start beside the triggered one: {gate:?}"
+            ),
+            _ => {
+                assert!(gate.is_ok(), "{gate:?}");
+                assert_eq!(state_of_run(&db.pool, triggered.id.0).await, "cancelled");
+            }
+        }
+    }
+}
+
+/// Issue 30, point 11: after a downtime longer than the walk's bound, `run_once` runs the latest
+/// missed slot, not one near the start of the downtime.
+#[tokio::test]
+async fn after_a_very_long_downtime_the_latest_missed_slot_runs() {
+    let db = test_db().await;
+    let s = schedules_on(&db.pool).with_horizon(Duration::ZERO);
+    let mut spec = every("ages", 1000, json!({}));
+    spec.missed = Missed::RunOnce;
+    s.create(&spec, None).await.unwrap();
+    sqlx::query(
+        "UPDATE jobs SET state = 'cancelled', finalized_at = now() WHERE state = 'scheduled'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // Down for three days: 259,200 slots.
+    sqlx::query("UPDATE schedules SET last_slot = now() - interval '3 days', next_slot_at = NULL")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (_, skipped, failed) = s.fill_all().await.unwrap();
+    assert!(failed.is_empty(), "{failed:?}");
+    let now = db_now(&db.pool).await.timestamp_millis();
+    let live: Vec<i64> = runs(&db.pool, "ages")
+        .await
+        .into_iter()
+        .filter(|r| r.1 != "cancelled")
+        .map(|r| r.0)
+        .collect();
+    let caught_up = live.iter().min().copied().unwrap();
+    assert!(
+        caught_up > now - 3_000,
+        "the run for the missed slots is for {caught_up}, {} s before now",
+        (now - caught_up) / 1000
+    );
+    assert!(
+        (259_190..=259_205).contains(&skipped),
+        "{skipped} slots counted as skipped"
+    );
+}
+
+/// Issue 30, point 8: the leader's tick touches only the schedules whose next slot enters its
+/// horizon. Before, it locked every schedule's row each second (a commit each): a schedule whose
+/// next run is hours away, its row held by another transaction, stalled the whole tick.
+#[tokio::test]
+async fn the_leaders_tick_leaves_schedules_whose_next_slot_is_far_alone() {
+    let db = test_db().await;
+    let s = schedules_on(&db.pool);
+    s.create(
+        &ScheduleSpec::cron("daily", "0 3 * * *", JobTemplate::new("tick", json!({}))),
+        None,
+    )
+    .await
+    .unwrap();
+    s.create(&every("often", 1000, json!({})), None)
+        .await
+        .unwrap();
+    s.fill_all().await.unwrap();
+    let mut holder = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM schedules WHERE name = 'daily' FOR UPDATE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let before = runs(&db.pool, "often").await.len();
+    let tick = tokio::time::timeout(Duration::from_secs(5), s.fill_all()).await;
+    holder.rollback().await.unwrap();
+    let (_, _, failed) = tick
+        .expect("the tick waited on an idle schedule's row")
+        .unwrap();
+    assert!(failed.is_empty(), "{failed:?}");
+    // The frequent one is still kept ahead: its next slot entered the horizon.
+    let pool = db.pool.clone();
+    common::wait_for(
+        "the frequent schedule's next run",
+        Duration::from_secs(5),
+        || {
+            let (pool, s) = (pool.clone(), s.clone());
+            async move {
+                s.fill_all().await.unwrap();
+                runs(&pool, "often").await.len() > before
+            }
+        },
+    )
+    .await;
 }

@@ -205,3 +205,73 @@ async fn a_jobs_secrets_are_shown_to_its_creator_and_admins_only() {
         .unwrap_err();
     assert!(refused.to_string().contains("bootstrap"), "{refused}");
 }
+
+/// Issue 30, point 3: "run now" on an admin's schedule whose webhook template carries a secret
+/// header: the run keeps the schedule's creator, so the operator who triggered it (through the
+/// API or the dashboard) sees the header redacted, in the answer and in the job; who triggered it
+/// is in the run's meta and the audit log.
+#[tokio::test]
+async fn a_triggered_run_keeps_its_schedules_creator_and_shows_no_secret_to_the_operator() {
+    let d = dashboard_as(Role::Operator).await;
+    let admin_token = write_token(&d, "root", Role::Admin).await;
+    let ana_token = write_token(&d, "ana", Role::Operator).await;
+    let (status, body) = d
+        .api_as(
+            &admin_token,
+            Method::POST,
+            "/schedules",
+            json!({"name": "partner-sync", "cron": "0 3 * * *", "job": {"kind": "webhook", "args": {
+                "url": "https://hooks.example.com/sync",
+                "headers": {"Authorization": HEADER},
+            }}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+
+    let (status, body) = d
+        .api_as(
+            &ana_token,
+            Method::POST,
+            "/schedules/partner-sync/trigger",
+            json!(null),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert!(!body.contains("s3cr3t"), "the trigger's answer: {body}");
+    let job: Value = serde_json::from_str(&body).unwrap();
+    let id = job["id"].as_i64().unwrap();
+    let seen = get_job(&d, &ana_token, id).await;
+    assert!(
+        !seen.to_string().contains("s3cr3t"),
+        "GET /jobs/{id}: {seen}"
+    );
+    assert_eq!(seen["created_by"], "root", "{seen}");
+    assert_eq!(seen["meta"]["triggered_by"], "ana", "{seen}");
+    // The admin still sees it whole.
+    let whole = get_job(&d, &admin_token, id).await;
+    assert_eq!(whole["args"]["headers"]["Authorization"], HEADER);
+
+    // From the dashboard, signed in as `ops`.
+    let (status, body) = d
+        .server_fn("schedule_action", "name=partner-sync&action=trigger")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let ops_run: i64 = sqlx::query_scalar(
+        "SELECT id FROM jobs WHERE meta ->> 'triggered_by' = 'ops' ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(&d.pool)
+    .await
+    .unwrap();
+    let ops_token = write_token(&d, "ops2", Role::Operator).await;
+    let seen = get_job(&d, &ops_token, ops_run).await;
+    assert!(!seen.to_string().contains("s3cr3t"), "{seen}");
+    assert_eq!(seen["created_by"], "root", "{seen}");
+    let (triggers,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM audit_log WHERE action LIKE '%trigger%'
+           AND actor IN ('ana', 'ops')",
+    )
+    .fetch_one(&d.pool)
+    .await
+    .unwrap();
+    assert_eq!(triggers, 2, "each trigger is audited under who did it");
+}

@@ -498,3 +498,150 @@ async fn a_failed_calls_error_names_its_cause_never_the_url() {
     assert!(!error.contains("token-in-path"), "{error}");
     assert!(error.to_lowercase().contains("refused"), "{error}");
 }
+
+/// A write token of a new operator `name`.
+async fn operator_named(pool: &sqlx::PgPool, name: &str) -> String {
+    let accounts = kickoff::accounts::Accounts::new(pool.clone());
+    let user = accounts
+        .create(
+            name,
+            "a long enough password",
+            kickoff::accounts::Role::Operator,
+        )
+        .await
+        .unwrap();
+    accounts
+        .create_token(&user, "script", kickoff::accounts::TokenScope::Write)
+        .await
+        .unwrap()
+        .1
+}
+
+/// Issue 30, point 13: an endpoint's default headers are a credential. They go only with the
+/// methods the endpoint lists (POST unless an admin lists more): a job with another method under
+/// its prefix is refused at insert, and one inserted while allowed is discarded without a call if
+/// the endpoint changed since. The answer to a call that carried them is shown only to admins and
+/// the job's creator (the delivery record), and a failed call's error, which everyone reads,
+/// leaves its body out.
+#[tokio::test]
+async fn an_endpoints_credentials_go_only_with_its_methods_and_its_answers_to_few() {
+    let rig = rig(|_| Vec::new()).await;
+    let id = rig
+        .endpoint(json!({
+            "url_prefix": rig.receiver.url("/status/"),
+            "allow_calls": true,
+            "headers": { "Authorization": CREDENTIAL },
+        }))
+        .await;
+    let ops = operator_named(&rig.db.pool, "ops").await;
+    let ana = operator_named(&rig.db.pool, "ana").await;
+    let job_as = |token: String, args: Value| {
+        let app = rig.app.clone();
+        async move {
+            call(
+                &app,
+                Method::POST,
+                "/api/v1/jobs",
+                Some(token.as_str()),
+                Some(&json!({ "kind": "webhook", "args": args, "max_attempts": 1 })),
+            )
+            .await
+        }
+    };
+
+    // Another method than the endpoint lists: refused, nothing inserted.
+    let (status, refused) = job_as(
+        ops.clone(),
+        json!({ "url": rig.receiver.url("/status/200"), "method": "DELETE" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    assert!(refusal(&refused).contains("POST only"), "{refused}");
+
+    // A POST by `ops` that fails (403): the job's error, read by all, has no body.
+    let (status, made) = job_as(
+        ops.clone(),
+        json!({ "url": rig.receiver.url("/status/403") }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let job = JobId(made["job"]["id"].as_i64().unwrap());
+    assert_eq!(rig.finished(job).await, JobState::Discarded);
+    assert_eq!(
+        rig.receiver.calls_to("/status/403")[0].header("authorization"),
+        CREDENTIAL
+    );
+    let error = rig.job_error(job).await;
+    assert!(
+        error.contains("403") && !error.contains("answered"),
+        "{error}"
+    );
+    // Its answer: to `ops` (the creator) and admins, not to `ana`.
+    let path = format!("/api/v1/webhook-deliveries?job_id={}", job.0);
+    for (who, token, sees) in [
+        ("ops", ops.as_str(), true),
+        ("admin", TOKEN, true),
+        ("ana", ana.as_str(), false),
+    ] {
+        let (status, page) = call(&rig.app, Method::GET, &path, Some(token), None).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        let row = &page["deliveries"][0];
+        assert_eq!(row["credentialed"], true, "{row}");
+        assert_eq!(row["response_body"] == "answered 403", sees, "{who}: {row}");
+        assert_eq!(row["response_headers"].is_null(), !sees, "{who}: {row}");
+    }
+
+    // An admin lists DELETE too: then it goes.
+    let (status, changed) = rig
+        .api(
+            Method::PATCH,
+            &format!("/api/v1/webhook-endpoints/{id}"),
+            Some(json!({ "header_methods": ["POST", "DELETE"] })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{changed}");
+    assert_eq!(changed["header_methods"], json!(["POST", "DELETE"]));
+    let (status, made) = call(
+        &rig.app,
+        Method::POST,
+        "/api/v1/jobs",
+        Some(ops.as_str()),
+        Some(&json!({
+            "kind": "webhook", "max_attempts": 1, "schedule_in_ms": 600_000,
+            "args": { "url": rig.receiver.url("/status/204"), "method": "DELETE" },
+        })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let waiting = JobId(made["job"]["id"].as_i64().unwrap());
+    // ... and takes it back before the job runs: discarded without a call.
+    let (status, _) = rig
+        .api(
+            Method::PATCH,
+            &format!("/api/v1/webhook-endpoints/{id}"),
+            Some(json!({ "header_methods": ["POST"] })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, ran) = rig
+        .api(
+            Method::POST,
+            &format!("/api/v1/jobs/{}/run-now", waiting.0),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{ran}");
+    assert_eq!(rig.finished(waiting).await, JobState::Discarded);
+    assert!(rig.receiver.calls_to("/status/204").is_empty());
+    assert!(rig.job_error(waiting).await.contains("POST only"));
+
+    // A method that is none: refused by the schema.
+    let (status, _) = rig
+        .api(
+            Method::PATCH,
+            &format!("/api/v1/webhook-endpoints/{id}"),
+            Some(json!({ "header_methods": ["TRACE"] })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+}

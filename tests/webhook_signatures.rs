@@ -358,3 +358,87 @@ async fn admins_manage_endpoints_by_the_api_and_a_secret_is_shown_once() {
     let (status, _) = call(&app, TOKEN, Method::DELETE, &delete, None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+/// Issue 30, point 12: an endpoint's sealed secret and default headers are bound to it. A
+/// database writer without the key who copies partner A's sealed values into an endpoint of their
+/// own gets nothing: the copies do not open, so no call under B's prefix carries A's credential.
+/// Values sealed before binding are bound at the next start and go on signing.
+#[tokio::test]
+async fn sealed_values_copied_into_another_endpoint_do_not_open_there() {
+    use kickoff::webhooks::service::for_call;
+    use kickoff::webhooks::EndpointSettings;
+    let db = test_db().await;
+    let key = Arc::new(SecretKey::generate().0);
+    let endpoints = Endpoints::new(db.pool.clone(), key.clone());
+    let settings = |value: &str| EndpointSettings {
+        headers: Some([("Authorization".to_string(), value.to_string())].into()),
+        ..EndpointSettings::default()
+    };
+    let mut conn = db.pool.acquire().await.unwrap();
+    let partner = endpoints
+        .create_with(
+            &mut conn,
+            "https://partner.example/hooks/",
+            &settings("Bearer partner"),
+            None,
+        )
+        .await
+        .unwrap();
+    let mine = endpoints
+        .create_with(
+            &mut conn,
+            "https://attacker.example/",
+            &settings("Bearer mine"),
+            None,
+        )
+        .await
+        .unwrap();
+    let call = for_call(&db.pool, Some(&key), "https://partner.example/hooks/x")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(call.headers["Authorization"], "Bearer partner");
+
+    sqlx::query(
+        "UPDATE webhook_endpoints m SET secret = p.secret, headers = p.headers
+         FROM webhook_endpoints p WHERE m.id = $1 AND p.id = $2",
+    )
+    .bind(mine.endpoint.id)
+    .bind(partner.endpoint.id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let copied = for_call(&db.pool, Some(&key), "https://attacker.example/x").await;
+    assert!(
+        copied.is_err(),
+        "the partner's sealed values opened in another endpoint: {:?}",
+        copied.map(|c| c.map(|c| c.headers))
+    );
+
+    // Sealed before binding (as a server of the previous version did): bound at the next start.
+    let legacy_headers = key.seal_unbound(br#"{"Authorization":"Bearer old"}"#);
+    let legacy_secret = key.seal_unbound(&[7u8; 32]);
+    sqlx::query(
+        "UPDATE webhook_endpoints SET secret = $2, headers = $3, bound = false WHERE id = $1",
+    )
+    .bind(partner.endpoint.id)
+    .bind(&legacy_secret)
+    .bind(&legacy_headers)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        for_call(&db.pool, Some(&key), "https://partner.example/hooks/x")
+            .await
+            .is_err(),
+        "an unbound row signs nothing"
+    );
+    let (bound, failed) = endpoints.bind_sealed().await.unwrap();
+    assert_eq!((bound, failed.len()), (1, 0), "{failed:?}");
+    let call = for_call(&db.pool, Some(&key), "https://partner.example/hooks/x")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(call.headers["Authorization"], "Bearer old");
+    assert_eq!(call.keys, [vec![7u8; 32]]);
+}

@@ -20,12 +20,12 @@
 //! could be locked, a lock would tell a guesser which names exist. Names that break the naming rules
 //! (no account can have one) get no name counter; the address counter still counts them.
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::time::Duration;
 
 use sqlx::PgPool;
 
-use super::request_limit::{RequestLimiter, Requester};
+use super::request_limit::{address_key, RequestLimiter, Requester};
 use super::store::{self, LoginCounter, LoginScope};
 use super::LoginError;
 
@@ -219,39 +219,5 @@ fn locked(counters: &[&LoginCounter], unchecked: bool) -> LoginError {
             .map(|c| c.lock_remaining_secs())
             .max()
             .unwrap_or(LOCK_DURATION.as_secs()),
-    }
-}
-
-/// The address counter's key: an IPv4 address (also when it comes IPv4-mapped in IPv6), or the
-/// /64 network of an IPv6 address, since one IPv6 client usually has a whole /64 to pick from.
-pub(super) fn address_key(address: IpAddr) -> String {
-    match address {
-        IpAddr::V4(v4) => v4.to_string(),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => v4.to_string(),
-            None => {
-                let s = v6.segments();
-                format!("{}/64", Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-            }
-        },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::address_key;
-
-    #[test]
-    fn ipv6_clients_are_counted_by_their_64_network() {
-        let a = address_key("2001:db8:1:2:aaaa::1".parse().unwrap());
-        let b = address_key("2001:db8:1:2:bbbb::2".parse().unwrap());
-        assert_eq!(a, "2001:db8:1:2::/64");
-        assert_eq!(a, b);
-        assert_ne!(a, address_key("2001:db8:1:3::1".parse().unwrap()));
-        assert_eq!(
-            address_key("::ffff:192.0.2.7".parse().unwrap()),
-            "192.0.2.7"
-        );
-        assert_eq!(address_key("192.0.2.7".parse().unwrap()), "192.0.2.7");
     }
 }

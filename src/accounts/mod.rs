@@ -46,7 +46,7 @@ pub use name::{normalize_name, BOOTSTRAP_ACTOR, MAX_NAME_CHARS};
 pub use password::{validate_password, MAX_PASSWORD_CHARS, MIN_PASSWORD_CHARS};
 pub use request_limit::{RequestLimits, Taken, DEFAULT_SIGN_IN_RATE};
 pub use role::Role;
-pub use service::{AccountError, Accounts, LoginError, FIRST_ADMIN_NAME};
+pub use service::{AccountError, Accounts, LoginError, FIRST_ADMIN_NAME, UNKNOWN_NAME};
 pub use setup_link::{SetupError, SetupLink, SetupPass};
 pub use store::User;
 pub use token_store::{ApiToken, TokenOwner};

@@ -18,7 +18,7 @@
 //! twice the limit in one period's time: the price of one row and one statement per call (a
 //! sliding window needs a row per call).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -129,11 +129,9 @@ impl RequestLimiter {
                 "token",
                 id.map_or_else(|| "bootstrap".to_string(), |id| id.to_string()),
             ),
-            Requester::Address(address) => (
-                &self.limits.per_address,
-                "address",
-                super::login_throttle::address_key(address),
-            ),
+            Requester::Address(address) => {
+                (&self.limits.per_address, "address", address_key(address))
+            }
         };
         let Some(rate) = rate else {
             return Ok(None);
@@ -161,5 +159,39 @@ impl RequestLimiter {
             self.refused.token.load(Ordering::Relaxed),
             self.refused.address.load(Ordering::Relaxed),
         )
+    }
+}
+
+/// The address counter's key: an IPv4 address (also when it comes IPv4-mapped in IPv6), or the
+/// /64 network of an IPv6 address, since one IPv6 client usually has a whole /64 to pick from.
+pub(super) fn address_key(address: IpAddr) -> String {
+    match address {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                format!("{}/64", Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::address_key;
+
+    #[test]
+    fn ipv6_clients_are_counted_by_their_64_network() {
+        let a = address_key("2001:db8:1:2:aaaa::1".parse().unwrap());
+        let b = address_key("2001:db8:1:2:bbbb::2".parse().unwrap());
+        assert_eq!(a, "2001:db8:1:2::/64");
+        assert_eq!(a, b);
+        assert_ne!(a, address_key("2001:db8:1:3::1".parse().unwrap()));
+        assert_eq!(
+            address_key("::ffff:192.0.2.7".parse().unwrap()),
+            "192.0.2.7"
+        );
+        assert_eq!(address_key("192.0.2.7".parse().unwrap()), "192.0.2.7");
     }
 }

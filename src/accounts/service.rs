@@ -36,6 +36,9 @@ pub enum AccountError {
     Database(#[from] sqlx::Error),
 }
 
+/// What the audit log says for a failed sign-in whose name names no account.
+pub const UNKNOWN_NAME: &str = "(unknown name)";
+
 #[derive(Debug, thiserror::Error)]
 pub enum LoginError {
     /// Unknown name, wrong password, or a disabled account: deliberately one answer, so that it
@@ -394,6 +397,21 @@ impl Accounts {
             }
             _ => Err(admission.failed().await),
         }
+    }
+
+    /// How a failed sign-in's typed name is recorded: the account's name when it names one,
+    /// else [`UNKNOWN_NAME`]. A name nobody has may be a password typed into the wrong field; it
+    /// must not reach the audit log.
+    pub async fn name_for_audit(&self, typed: &str) -> Result<String, AccountError> {
+        let Ok(name) = normalize_name(typed) else {
+            return Ok(UNKNOWN_NAME.into());
+        };
+        Ok(
+            match store::user_get_credentials(&self.pool, &name).await? {
+                Some(c) => c.user.name,
+                None => UNKNOWN_NAME.into(),
+            },
+        )
     }
 
     /// Deletes failure counters that no longer count (window over, no running lock). For a

@@ -308,7 +308,9 @@ pub async fn login_lock_refused<'e>(
 }
 
 /// Writes one audit entry for each lock that is over (at `now`, the database clock unless given)
-/// with how many attempts it refused unchecked, and forgets those counts, in one statement.
+/// with how many attempts it refused unchecked, and forgets those counts, in one statement. A
+/// name lock's name is written only when it names an account (a name nobody has may be a
+/// password typed into the wrong field).
 /// Returns the entries written.
 pub async fn login_lock_refusals_flush<'e>(
     db: impl PgExecutor<'e>,
@@ -320,9 +322,12 @@ pub async fn login_lock_refusals_flush<'e>(
              RETURNING scope, key, locked_until, refused, first_at)
          INSERT INTO audit_log (at, actor, role, action, target, count, address, ok, result)
          SELECT locked_until,
-                CASE WHEN scope = 'name' THEN left(key, 100) ELSE '?' END,
+                CASE WHEN scope <> 'name' THEN '?' WHEN known THEN left(key, 100)
+                     ELSE '(unknown name)' END,
                 'none', 'session.sign_in',
-                left(scope || ' ' || key || ' locked from before '
+                left(scope || ' ' || CASE WHEN scope <> 'name' OR known THEN key
+                                          ELSE '(unknown name)' END
+                     || ' locked from before '
                      || to_char(first_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')
                      || ' to ' || to_char(locked_until AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')
                      || ' UTC', 2000),
@@ -330,7 +335,8 @@ pub async fn login_lock_refusals_flush<'e>(
                 CASE WHEN scope = 'address' THEN key::inet END,
                 false,
                 'refused unchecked while locked: ' || refused || ' attempts'
-         FROM over",
+         FROM (SELECT over.*, EXISTS (SELECT 1 FROM users WHERE users.name = over.key) AS known
+               FROM over) over",
     )
     .bind(now)
     .execute(db)

@@ -64,6 +64,11 @@ pub enum Command {
         /// (`rate=1000000/s`, `global=10`, comma-separated): what a limit's check costs.
         #[arg(long = "queue-limits", value_delimiter = ',')]
         queue_limits: Vec<String>,
+        /// Idle daily schedules beside the every-second one, for the schedules workload (0 to
+        /// 1,000,000).
+        #[arg(long, default_value_t = 10_000,
+              value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+        count: u64,
     },
     /// Start or stop the embedded PostgreSQL cluster on its own.
     Postgres {
@@ -228,6 +233,9 @@ pub enum BenchWorkload {
     Scheduled,
     /// A schedule every second for a minute: start lateness of its 60 runs after their slots.
     Schedule,
+    /// 10,000 idle daily schedules (`--count`): the database's commits a second while nothing is
+    /// due, then the start lateness of an every-second schedule among them.
+    Schedules,
     /// 10,000 jobs (`--overdue`) overdue when a node starts: time until all are done.
     Recovery,
     /// Throughput with 1, 2 and 3 nodes on one database.

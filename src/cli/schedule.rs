@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 
 use crate::audit::{AuditEntry, Auditor, NotRecorded};
 use crate::config::Config;
+use crate::engine::schedules::rule::MAX_EVERY;
 use crate::engine::schedules::service::spec_of;
 use crate::engine::schedules::{
     JobTemplate, Missed, Overlap, ScheduleError, ScheduleSpec, ScheduleView, Schedules,
@@ -104,10 +105,15 @@ impl ScheduleAction {
         job.queue = queue.clone();
         let mut spec = match (cron, every) {
             (Some(c), None) => ScheduleSpec::cron(name.clone(), c.clone(), job),
-            (None, Some(s)) if s.is_finite() && *s >= 1.0 => {
+            (None, Some(s)) => {
+                // Checked before the conversion, which panics on a value past `Duration`'s range
+                // (`--every 1e20`).
+                let max = MAX_EVERY.as_secs_f64();
+                if !(s.is_finite() && (1.0..=max).contains(s)) {
+                    return Err(format!("--every: 1 to {max} seconds"));
+                }
                 ScheduleSpec::every(name.clone(), std::time::Duration::from_secs_f64(*s), job)
             }
-            (None, Some(_)) => return Err("--every: at least 1 second".into()),
             _ => return Err("give --cron or --every".into()),
         };
         spec.time_zone = zone.clone();
@@ -329,5 +335,37 @@ fn print_list(views: &[ScheduleView]) {
             last,
             v.rule_text
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn add_every(every: f64) -> ScheduleAction {
+        ScheduleAction::Add {
+            name: "n".into(),
+            cron: None,
+            every: Some(every),
+            zone: "UTC".into(),
+            kind: "noop".into(),
+            args: "{}".into(),
+            queue: "default".into(),
+            overlap: "allow".into(),
+            missed: "run_once".into(),
+            paused: false,
+        }
+    }
+
+    #[test]
+    fn an_interval_out_of_range_is_refused_not_a_panic() {
+        for every in [1e20, f64::INFINITY, f64::NAN, 0.5, -3.0, 34_560_001.0] {
+            let refused = add_every(every).spec();
+            assert!(
+                refused.as_ref().is_err_and(|e| e.starts_with("--every")),
+                "{every}: {refused:?}"
+            );
+        }
+        assert!(add_every(1.5).spec().is_ok());
     }
 }

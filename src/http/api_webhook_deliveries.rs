@@ -1,11 +1,14 @@
 //! `/api/v1/webhook-deliveries`: the delivery record of webhook calls (see
 //! `crate::webhooks::deliveries`), newest first, searchable by status code and job. Anyone signed
-//! in reads it (as they read the jobs and their errors); it never holds a request header.
+//! in reads it (as they read the jobs and their errors); it never holds a request header, and the
+//! answer to a call that carried its endpoint's default headers is shown only to admins and the
+//! job's creator.
 
 use axum::extract::State;
-use axum::Json;
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 
+use super::auth::ApiCaller;
 use super::error::AppError;
 use super::extract::ApiQuery;
 use super::state::AppState;
@@ -36,6 +39,7 @@ pub struct DeliveryPage {
 
 pub async fn list(
     State(state): State<AppState>,
+    Extension(caller): Extension<ApiCaller>,
     ApiQuery(params): ApiQuery<DeliveryParams>,
 ) -> Result<Json<DeliveryPage>, AppError> {
     let status = params
@@ -58,8 +62,9 @@ pub async fn list(
     let next_before = (found.len() as i64 == limit)
         .then(|| found.last().map(|d| d.id))
         .flatten();
+    let sight = super::api_jobs::sight(&caller);
     Ok(Json(DeliveryPage {
-        deliveries: found,
+        deliveries: found.into_iter().map(|d| sight.delivery(d)).collect(),
         next_before,
     }))
 }

@@ -38,6 +38,41 @@ pub struct CreateEndpoint {
     /// (as `private:` in `KICKOFF_WEBHOOK_ALLOWED_HOSTS`). Default: false.
     #[serde(default)]
     pub private_network: Option<bool>,
+    /// The methods the default headers go with: a webhook job under the prefix with another
+    /// method is refused (422) while the endpoint has default headers. 1 to 5 of GET, POST, PUT,
+    /// PATCH, DELETE. Default: POST.
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 5))]
+    pub header_methods: Option<Vec<HttpMethod>>,
+}
+
+/// A method a webhook call may use.
+#[derive(schemars::JsonSchema, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum HttpMethod {
+    Get,
+    Post,
+    Put,
+    Patch,
+    Delete,
+}
+
+impl HttpMethod {
+    fn as_str(self) -> &'static str {
+        match self {
+            HttpMethod::Get => "GET",
+            HttpMethod::Post => "POST",
+            HttpMethod::Put => "PUT",
+            HttpMethod::Patch => "PATCH",
+            HttpMethod::Delete => "DELETE",
+        }
+    }
+}
+
+fn methods(given: &Option<Vec<HttpMethod>>) -> Option<Vec<String>> {
+    given
+        .as_ref()
+        .map(|m| m.iter().map(|m| m.as_str().to_string()).collect())
 }
 
 /// A change of an endpoint: what is left out stays.
@@ -52,6 +87,10 @@ pub struct UpdateEndpoint {
     /// Only with `allow_calls` (the endpoint's, after this change).
     #[serde(default)]
     pub private_network: Option<bool>,
+    /// Replaces the methods the default headers go with; as [`CreateEndpoint::header_methods`].
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 5))]
+    pub header_methods: Option<Vec<HttpMethod>>,
 }
 
 /// A rotation.
@@ -95,6 +134,7 @@ pub async fn create(
                             headers: body.headers.clone(),
                             allow_calls: body.allow_calls,
                             private_network: body.private_network,
+                            header_methods: methods(&body.header_methods),
                         },
                         Some(&caller.actor),
                     )
@@ -134,6 +174,7 @@ pub async fn update(
 ) -> Result<Audited<Json<EndpointRow>>, AppError> {
     admin(&caller)?;
     let change = EndpointSettings {
+        header_methods: methods(&body.header_methods),
         headers: body.headers,
         allow_calls: body.allow_calls,
         private_network: body.private_network,

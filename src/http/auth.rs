@@ -159,6 +159,3 @@ fn rate_limit_headers(res: &mut Response, taken: &Taken) {
         headers.insert(HeaderName::from_static(name), HeaderValue::from(value));
     }
 }
-
-// The comparison lives with the secrets (the setup link uses it too).
-pub(crate) use crate::accounts::secret::constant_time_eq;

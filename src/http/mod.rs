@@ -18,6 +18,7 @@ pub mod host_check;
 pub mod listener;
 pub mod metrics;
 pub mod openapi;
+pub mod rechecks;
 pub mod redact;
 pub mod session;
 pub mod sse;

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::engine::schedules::ScheduleView;
 use crate::engine::Job;
+use crate::webhooks::deliveries::DeliveryRow;
 
 /// Who is looking, as far as secrets go.
 #[derive(Debug, Clone, Copy)]
@@ -61,6 +62,18 @@ impl Sight<'_> {
         s
     }
 
+    /// A webhook call of the delivery record as the caller sees it: the answer to a call that
+    /// carried its endpoint's default headers (credentials) only for admins and the job's
+    /// creator, acting with a credential that may change things, as a job's secrets.
+    pub fn delivery(&self, row: DeliveryRow) -> DeliveryRow {
+        let sees = !self.reader && (self.admin || row.job_created_by.as_deref() == Some(self.name));
+        if row.credentialed && !sees {
+            row.without_answer()
+        } else {
+            row
+        }
+    }
+
     /// A bulk action's recorded filter as the caller sees it (it may name anyone's secrets).
     pub fn audit_filter(&self, filter: Value) -> Value {
         if self.may_search_secrets() {
@@ -106,9 +119,41 @@ fn args_for_reader(kind: &str, args: &Value) -> Value {
                 *value = Value::String(REDACTED.into());
             }
         }
+        if let Some(Value::String(url)) = args.get_mut("url") {
+            *url = url_for_reader(url);
+        }
     }
     hide_secret_fields(&mut args);
     args
+}
+
+/// A webhook's URL with what may be a credential hidden: its user info
+/// (`https://svc:hunter2@host`) and its query's values (`?api_key=K`, `?sig=...`: a query value's
+/// name says too little to tell). The scheme, host, port, path and query names stay, so an
+/// operator still sees where it calls. A URL that does not parse is hidden whole.
+pub fn url_for_reader(url: &str) -> String {
+    let Ok(parsed) = reqwest::Url::parse(url) else {
+        return REDACTED.into();
+    };
+    let mut shown = format!("{}://", parsed.scheme());
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        shown.push_str(REDACTED);
+        shown.push('@');
+    }
+    shown.push_str(parsed.host_str().unwrap_or_default());
+    if let Some(port) = parsed.port() {
+        shown.push_str(&format!(":{port}"));
+    }
+    shown.push_str(parsed.path());
+    if let Some(query) = parsed.query() {
+        let names: Vec<String> = query
+            .split('&')
+            .map(|pair| format!("{}={REDACTED}", pair.split('=').next().unwrap_or_default()))
+            .collect();
+        shown.push('?');
+        shown.push_str(&names.join("&"));
+    }
+    shown
 }
 
 fn hide_secret_fields(value: &mut Value) {
@@ -188,6 +233,29 @@ mod tests {
         let mut other = json!({ "url": "https://hooks.example.com/x" });
         hide_alert_url(&json!({}), &mut other);
         assert_eq!(other["url"], "https://hooks.example.com/x");
+    }
+
+    #[test]
+    fn a_webhook_urls_user_info_and_query_values_are_hidden() {
+        let shown = args_for_reader(
+            "webhook",
+            &json!({"url": "https://svc:hunter2@hooks.example.com/x?api_key=K&team=lions#f"}),
+        );
+        let url = shown["url"].as_str().unwrap();
+        assert!(
+            !url.contains("hunter2") && !url.contains("=K") && !url.contains("lions"),
+            "{url}"
+        );
+        assert_eq!(
+            url,
+            "https://[redacted]@hooks.example.com/x?api_key=[redacted]&team=[redacted]"
+        );
+        let plain = args_for_reader("webhook", &json!({"url": "https://hooks.example.com/x"}));
+        assert_eq!(plain["url"], "https://hooks.example.com/x");
+        assert_eq!(
+            args_for_reader("webhook", &json!({"url": "not a url"}))["url"],
+            REDACTED
+        );
     }
 
     #[test]

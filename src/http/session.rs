@@ -370,7 +370,7 @@ pub async fn require_operator(
             .map(String::from)
             .or_else(|| form_field(&bytes, "csrf"));
         let valid = presented.is_some_and(|p| {
-            super::auth::constant_time_eq(p.as_bytes(), signed_in.csrf.as_bytes())
+            crate::accounts::secret::constant_time_eq(p.as_bytes(), signed_in.csrf.as_bytes())
         });
         if !valid {
             return refuse(

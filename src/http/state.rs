@@ -35,8 +35,8 @@ pub struct AppState {
     /// Of those, how many each user or token holds (see `sse::MAX_STREAMS_PER_HOLDER`).
     pub stream_holders: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
     /// The latest answers of the streams' rechecks, shared by the streams of one session or
-    /// token (see `sse::SharedRechecks`).
-    pub stream_rechecks: Arc<super::sse::SharedRechecks>,
+    /// token (see `rechecks::SharedRechecks`).
+    pub stream_rechecks: Arc<super::rechecks::SharedRechecks>,
     /// The streams this node serves at once, and how often each checks that its session or
     /// token still holds (see `sse`).
     pub streams: StreamLimits,
@@ -106,7 +106,7 @@ pub struct StreamLimits {
     /// Streams open at once on this node (`KICKOFF_MAX_STREAMS`); one more is answered 503.
     pub max_open: usize,
     /// How often an open stream checks that its session or token still holds; it ends within
-    /// this time (and at most half of it more: see `sse::SharedRechecks`) of a sign-out, a
+    /// this time (and at most half of it more: see `rechecks::SharedRechecks`) of a sign-out, a
     /// password change, a disabled account or a revoked token.
     pub recheck: std::time::Duration,
 }

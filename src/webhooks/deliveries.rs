@@ -19,6 +19,9 @@ pub const BODY_CHARS: usize = 500;
 pub const MAX_HEADERS: usize = 50;
 /// How many characters of one header value are kept.
 pub const HEADER_VALUE_CHARS: usize = 300;
+/// How many characters of one header name are kept (a receiver may send names of any length:
+/// 50 names of 64 KB each would be 3 MB a row).
+pub const HEADER_NAME_CHARS: usize = 100;
 /// How many characters of an error are kept.
 pub const ERROR_CHARS: usize = 2000;
 /// The most rows one search returns.
@@ -49,11 +52,35 @@ pub struct DeliveryRow {
     pub response_body: Option<String>,
     /// Why the call failed, as the job's error says it.
     pub error: Option<String>,
+    /// The call carried its endpoint's default headers (credentials): its response's headers and
+    /// body are shown only to admins and the job's creator.
+    pub credentialed: bool,
+    /// The job's creator (while the job exists), to tell who may see a credentialed answer.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub job_created_by: Option<String>,
 }
+
+impl DeliveryRow {
+    /// The row without what the call's answer said: for a credentialed call seen by someone who
+    /// may not spend the endpoint's credentials.
+    pub fn without_answer(mut self) -> Self {
+        if self.response_body.is_some() {
+            self.response_body = Some(ANSWER_HIDDEN.into());
+        }
+        self.response_headers = None;
+        self
+    }
+}
+
+/// What a credentialed call's answer is shown as to everyone but admins and the job's creator.
+pub const ANSWER_HIDDEN: &str = "[redacted: the call carried its endpoint's default headers]";
 
 /// A call to record.
 #[derive(Debug, Clone, Default)]
 pub struct NewDelivery {
+    /// The call carried its endpoint's default headers.
+    pub credentialed: bool,
     pub job_id: i64,
     pub attempt: i32,
     /// The attempt's due time (the job's `scheduled_at` when it was claimed).
@@ -130,8 +157,9 @@ pub fn capped(s: &str, chars: usize) -> String {
 pub async fn insert<'e>(db: impl PgExecutor<'e>, d: &NewDelivery) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO webhook_deliveries (job_id, attempt, started_at, late_ms, duration_ms,
-             address, status, response_headers, response_body, error)
-         SELECT $1, $2, s, floor(extract(epoch FROM s - $3) * 1000)::bigint, $4, $5, $6, $7, $8, $9
+             address, status, response_headers, response_body, error, credentialed)
+         SELECT $1, $2, s, floor(extract(epoch FROM s - $3) * 1000)::bigint, $4, $5, $6, $7, $8, $9,
+                $10
          FROM (SELECT clock_timestamp() - make_interval(secs => $4::float8 / 1000) AS s) t",
     )
     .bind(d.job_id)
@@ -143,13 +171,17 @@ pub async fn insert<'e>(db: impl PgExecutor<'e>, d: &NewDelivery) -> Result<(), 
     .bind(d.response_headers.as_ref().map(sqlx::types::Json))
     .bind(d.response_body.as_deref().map(|b| capped(b, BODY_CHARS)))
     .bind(d.error.as_deref().map(|e| capped(e, ERROR_CHARS)))
+    .bind(d.credentialed)
     .execute(db)
     .await
     .map(drop)
 }
 
-const COLUMNS: &str = "id, job_id, attempt, started_at, late_ms, duration_ms, address, status, \
-                       response_headers, response_body, error";
+const COLUMNS: &str = "d.id, d.job_id, d.attempt, d.started_at, d.late_ms, d.duration_ms, \
+                       d.address, d.status, d.response_headers, d.response_body, d.error, \
+                       d.credentialed, j.created_by AS job_created_by";
+/// The record with each call's job (for its creator; the job may have been pruned).
+const FROM: &str = "webhook_deliveries d LEFT JOIN jobs j ON j.id = d.job_id";
 
 /// Every call of one job, in the order made.
 pub async fn of_job<'e>(
@@ -157,7 +189,7 @@ pub async fn of_job<'e>(
     job_id: i64,
 ) -> Result<Vec<DeliveryRow>, sqlx::Error> {
     sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM webhook_deliveries WHERE job_id = $1 ORDER BY id"
+        "SELECT {COLUMNS} FROM {FROM} WHERE d.job_id = $1 ORDER BY d.id"
     ))
     .bind(job_id)
     .fetch_all(db)
@@ -169,31 +201,30 @@ pub async fn search<'e>(
     db: impl PgExecutor<'e>,
     search: &DeliverySearch,
 ) -> Result<Vec<DeliveryRow>, sqlx::Error> {
-    let mut qb: QueryBuilder<'_, Postgres> = QueryBuilder::new(format!(
-        "SELECT {COLUMNS} FROM webhook_deliveries WHERE true"
-    ));
+    let mut qb: QueryBuilder<'_, Postgres> =
+        QueryBuilder::new(format!("SELECT {COLUMNS} FROM {FROM} WHERE true"));
     match search.status {
         Some(StatusFilter::Exactly(code)) => {
-            qb.push(" AND status = ").push_bind(code as i16);
+            qb.push(" AND d.status = ").push_bind(code as i16);
         }
         Some(StatusFilter::Class(c)) => {
-            qb.push(" AND status BETWEEN ")
+            qb.push(" AND d.status BETWEEN ")
                 .push_bind((c * 100) as i16)
                 .push(" AND ")
                 .push_bind((c * 100 + 99) as i16);
         }
         Some(StatusFilter::NoAnswer) => {
-            qb.push(" AND status IS NULL");
+            qb.push(" AND d.status IS NULL");
         }
         None => {}
     }
     if let Some(job_id) = search.job_id {
-        qb.push(" AND job_id = ").push_bind(job_id);
+        qb.push(" AND d.job_id = ").push_bind(job_id);
     }
     if let Some(before) = search.before {
-        qb.push(" AND id < ").push_bind(before);
+        qb.push(" AND d.id < ").push_bind(before);
     }
-    qb.push(" ORDER BY id DESC LIMIT ")
+    qb.push(" ORDER BY d.id DESC LIMIT ")
         .push_bind(search.limit.clamp(1, MAX_PAGE));
     qb.build_query_as().persistent(false).fetch_all(db).await
 }

@@ -105,8 +105,54 @@ impl SecretKey {
         &self.id
     }
 
-    /// `plain` sealed: a random nonce, then the ciphertext and its tag.
-    pub fn seal(&self, plain: &[u8]) -> Vec<u8> {
+    /// `plain` sealed and bound to `context` (associated data: the row and field it is kept in,
+    /// see [`endpoint_context`]): a random nonce, then the ciphertext and its tag. It opens only
+    /// with the same key and the same context, so a sealed value copied into another row or field
+    /// does not open.
+    pub fn seal_bound(&self, plain: &[u8], context: &str) -> Vec<u8> {
+        let mut nonce = [0u8; NONCE_LEN];
+        OsRng.fill_bytes(&mut nonce);
+        let mut out = plain.to_vec();
+        self.key
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(context.as_bytes()),
+                &mut out,
+            )
+            .expect("sealing a short secret");
+        let mut sealed = nonce.to_vec();
+        sealed.extend_from_slice(&out);
+        sealed
+    }
+
+    /// What [`Self::seal_bound`] sealed for `context`; an error when it was sealed with another
+    /// key or for another context, or changed.
+    pub fn unseal_bound(&self, sealed: &[u8], context: &str) -> Result<Vec<u8>, String> {
+        self.open_sealed(sealed, Aad::from(context.as_bytes()))
+    }
+
+    /// A value sealed before values were bound to where they are kept (no associated data): read
+    /// once, by the start that binds it (`service::Endpoints::bind_sealed`).
+    pub fn unseal_unbound(&self, sealed: &[u8]) -> Result<Vec<u8>, String> {
+        self.open_sealed(sealed, Aad::from(&[][..]))
+    }
+
+    fn open_sealed(&self, sealed: &[u8], aad: Aad<&[u8]>) -> Result<Vec<u8>, String> {
+        if sealed.len() < NONCE_LEN {
+            return Err("a sealed secret is too short".into());
+        }
+        let (nonce, rest) = sealed.split_at(NONCE_LEN);
+        let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| "bad nonce".to_string())?;
+        let mut buf = rest.to_vec();
+        let plain = self.key.open_in_place(nonce, aad, &mut buf).map_err(|_| {
+            "the sealed secret does not open with this key for this endpoint".to_string()
+        })?;
+        Ok(plain.to_vec())
+    }
+
+    /// [`Self::seal_bound`] without a context: only to make values as they were sealed before
+    /// binding (tests of the binding start).
+    pub fn seal_unbound(&self, plain: &[u8]) -> Vec<u8> {
         let mut nonce = [0u8; NONCE_LEN];
         OsRng.fill_bytes(&mut nonce);
         let mut out = plain.to_vec();
@@ -117,42 +163,69 @@ impl SecretKey {
         sealed.extend_from_slice(&out);
         sealed
     }
+}
 
-    /// What [`Self::seal`] sealed; an error when it was sealed with another key or changed.
-    pub fn unseal(&self, sealed: &[u8]) -> Result<Vec<u8>, String> {
-        if sealed.len() < NONCE_LEN {
-            return Err("a sealed secret is too short".into());
-        }
-        let (nonce, rest) = sealed.split_at(NONCE_LEN);
-        let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| "bad nonce".to_string())?;
-        let mut buf = rest.to_vec();
-        let plain = self
-            .key
-            .open_in_place(nonce, Aad::empty(), &mut buf)
-            .map_err(|_| "the sealed secret does not open with this key".to_string())?;
-        Ok(plain.to_vec())
-    }
+/// What a sealed value of an endpoint is bound to: the endpoint and the field. A previous secret
+/// keeps the context of the secret it was (a rotation moves the sealed bytes as they are).
+pub fn endpoint_context(endpoint_id: i64, field: SealedField) -> String {
+    let field = match field {
+        SealedField::Secret => "secret",
+        SealedField::Headers => "headers",
+    };
+    format!("kickoff webhook endpoint {endpoint_id} {field}")
+}
+
+/// The sealed fields of an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SealedField {
+    Secret,
+    Headers,
 }
 
 #[cfg(test)]
 mod tests {
-    use super::SecretKey;
+    use super::{endpoint_context, SealedField, SecretKey};
 
     #[test]
     fn sealed_secrets_open_only_with_their_key() {
         let (key, text) = SecretKey::generate();
-        let sealed = key.seal(b"a signing secret");
+        let here = endpoint_context(1, SealedField::Secret);
+        let sealed = key.seal_bound(b"a signing secret", &here);
         assert_ne!(&sealed[12..28], b"a signing secret");
-        assert_eq!(key.unseal(&sealed).unwrap(), b"a signing secret");
+        assert_eq!(
+            key.unseal_bound(&sealed, &here).unwrap(),
+            b"a signing secret"
+        );
         let again = SecretKey::from_base64(&text).unwrap();
         assert_eq!(again.id(), key.id());
-        assert_eq!(again.unseal(&sealed).unwrap(), b"a signing secret");
+        assert_eq!(
+            again.unseal_bound(&sealed, &here).unwrap(),
+            b"a signing secret"
+        );
         let (other, _) = SecretKey::generate();
         assert_ne!(other.id(), key.id());
-        assert!(other.unseal(&sealed).is_err());
+        assert!(other.unseal_bound(&sealed, &here).is_err());
         let mut changed = sealed.clone();
         changed[20] ^= 1;
-        assert!(key.unseal(&changed).is_err());
+        assert!(key.unseal_bound(&changed, &here).is_err());
         assert!(SecretKey::from_base64("c2hvcnQ=").is_err());
+    }
+
+    #[test]
+    fn a_sealed_value_opens_only_in_its_endpoint_and_field() {
+        let (key, _) = SecretKey::generate();
+        let sealed = key.seal_bound(b"Bearer t", &endpoint_context(1, SealedField::Headers));
+        assert!(key
+            .unseal_bound(&sealed, &endpoint_context(2, SealedField::Headers))
+            .is_err());
+        assert!(key
+            .unseal_bound(&sealed, &endpoint_context(1, SealedField::Secret))
+            .is_err());
+        assert!(key.unseal_unbound(&sealed).is_err());
+        let legacy = key.seal_unbound(b"old");
+        assert_eq!(key.unseal_unbound(&legacy).unwrap(), b"old");
+        assert!(key
+            .unseal_bound(&legacy, &endpoint_context(1, SealedField::Secret))
+            .is_err());
     }
 }

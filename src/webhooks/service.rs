@@ -9,7 +9,7 @@ use password_hash::rand_core::{OsRng, RngCore};
 use sqlx::{PgConnection, PgPool};
 
 use super::deliveries::{self, DeliveryRow, DeliverySearch};
-use super::key::SecretKey;
+use super::key::{endpoint_context, SealedField, SecretKey};
 use super::signing::whsec;
 use super::store::{self, Allowance, EndpointRow, SealedHeaders};
 
@@ -59,6 +59,36 @@ pub struct EndpointSettings {
     pub allow_calls: Option<bool>,
     /// A host name under the prefix may resolve to a private address (needs `allow_calls`).
     pub private_network: Option<bool>,
+    /// The methods the default headers go with (made: POST only).
+    pub header_methods: Option<Vec<String>>,
+}
+
+/// The methods a webhook call may use (and so an endpoint may list for its default headers).
+pub const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
+
+/// `methods` as stored: upper case, each once, in [`METHODS`] order; at least one.
+fn check_methods(methods: &[String]) -> Result<Vec<String>, EndpointError> {
+    let upper: Vec<String> = methods
+        .iter()
+        .map(|m| m.trim().to_ascii_uppercase())
+        .collect();
+    if let Some(bad) = upper.iter().find(|m| !METHODS.contains(&m.as_str())) {
+        return Err(EndpointError::Invalid(format!(
+            "header_methods: `{bad}` is not one of {}",
+            METHODS.join(", ")
+        )));
+    }
+    let kept: Vec<String> = METHODS
+        .iter()
+        .filter(|m| upper.iter().any(|u| u == *m))
+        .map(|m| m.to_string())
+        .collect();
+    if kept.is_empty() {
+        return Err(EndpointError::Invalid(
+            "header_methods: at least one method".into(),
+        ));
+    }
+    Ok(kept)
 }
 
 /// What a call to a URL gets from the endpoints matching it.
@@ -68,6 +98,8 @@ pub struct CallEndpoint {
     pub keys: Vec<Vec<u8>>,
     /// The longest matching endpoint's default headers.
     pub headers: BTreeMap<String, String>,
+    /// ... and the methods they go with.
+    pub header_methods: Vec<String>,
     /// An endpoint allows the call, and lets its host resolve privately.
     pub allowed: bool,
     pub private_ok: bool,
@@ -112,8 +144,9 @@ impl Endpoints {
         by: Option<&str>,
     ) -> Result<NewSecret, EndpointError> {
         let prefix = check_prefix(url_prefix)?;
+        let id = store::endpoint_next_id(&mut *conn).await?;
         let headers = match &settings.headers {
-            Some(h) if !h.is_empty() => Some(self.seal_headers(h)?),
+            Some(h) if !h.is_empty() => Some(self.seal_headers(id, h)?),
             _ => None,
         };
         let allowance = Allowance {
@@ -121,14 +154,25 @@ impl Endpoints {
             private_network: settings.private_network.unwrap_or(false),
         };
         check_allowance(allowance)?;
+        let header_methods = match &settings.header_methods {
+            Some(m) => check_methods(m)?,
+            None => store::HEADER_METHODS_DEFAULT
+                .iter()
+                .map(|m| m.to_string())
+                .collect(),
+        };
         let raw = new_secret();
         match store::endpoint_insert(
             conn,
+            id,
             &prefix,
-            &self.key.seal(&raw),
+            &self
+                .key
+                .seal_bound(&raw, &endpoint_context(id, SealedField::Secret)),
             self.key.id(),
             headers.as_ref(),
             allowance,
+            &header_methods,
             by,
         )
         .await
@@ -162,7 +206,9 @@ impl Endpoints {
         let endpoint = store::endpoint_rotate(
             conn,
             id,
-            &self.key.seal(&raw),
+            &self
+                .key
+                .seal_bound(&raw, &endpoint_context(id, SealedField::Secret)),
             self.key.id(),
             overlap.as_secs_f64(),
         )
@@ -184,14 +230,20 @@ impl Endpoints {
         let headers = match &change.headers {
             None => None,
             Some(h) if h.is_empty() => Some(None),
-            Some(h) => Some(Some(self.seal_headers(h)?)),
+            Some(h) => Some(Some(self.seal_headers(id, h)?)),
         };
+        let header_methods = change
+            .header_methods
+            .as_deref()
+            .map(check_methods)
+            .transpose()?;
         let row = store::endpoint_update(
             &mut *conn,
             id,
             headers.as_ref().map(Option::as_ref),
             change.allow_calls,
             change.private_network,
+            header_methods.as_deref(),
         )
         .await;
         match row {
@@ -205,14 +257,65 @@ impl Endpoints {
         }
     }
 
+    /// Seals again, bound to their endpoint, the values of the endpoints sealed before values were
+    /// bound (this server's key only: another key's rows stay as they are, unusable here as
+    /// before). Called at start, before the engine runs. Returns how many were bound; a row whose
+    /// values do not open is left unbound (it signs nothing) and reported.
+    pub async fn bind_sealed(&self) -> Result<(u64, Vec<(i64, String)>), EndpointError> {
+        let mut tx = self.pool.begin().await?;
+        let rows = store::endpoint_unbound_lock(&mut tx, self.key.id()).await?;
+        let (mut bound, mut failed) = (0, Vec::new());
+        for row in rows {
+            let secret_context = endpoint_context(row.id, SealedField::Secret);
+            let reseal = |sealed: &[u8], context: &str| -> Result<Vec<u8>, String> {
+                let plain = self.key.unseal_unbound(sealed)?;
+                Ok(self.key.seal_bound(&plain, context))
+            };
+            let secret = reseal(&row.secret, &secret_context);
+            // A previous secret that no longer opens is dropped (as `for_call` left it out).
+            let previous = row
+                .previous_secret
+                .as_deref()
+                .and_then(|p| reseal(p, &secret_context).ok());
+            let headers = match (&row.headers, &row.headers_key_id) {
+                (Some(h), Some(k)) if k == self.key.id() => {
+                    Some(reseal(h, &endpoint_context(row.id, SealedField::Headers)))
+                }
+                (Some(_), Some(k)) => {
+                    Some(Err(format!("its headers were sealed with the key {k}")))
+                }
+                _ => None,
+            };
+            match (secret, headers.transpose()) {
+                (Ok(secret), Ok(headers)) => {
+                    store::endpoint_set_bound(
+                        &mut tx,
+                        row.id,
+                        &secret,
+                        previous.as_deref(),
+                        headers.as_deref(),
+                    )
+                    .await?;
+                    bound += 1;
+                }
+                (Err(e), _) | (_, Err(e)) => failed.push((row.id, e)),
+            }
+        }
+        tx.commit().await?;
+        Ok((bound, failed))
+    }
+
     fn seal_headers(
         &self,
+        id: i64,
         headers: &BTreeMap<String, String>,
     ) -> Result<SealedHeaders, EndpointError> {
         let names = super::headers::check_defaults(headers).map_err(EndpointError::Invalid)?;
         let plain = serde_json::to_vec(headers).expect("a map of strings serializes");
         Ok(SealedHeaders {
-            sealed: self.key.seal(&plain),
+            sealed: self
+                .key
+                .seal_bound(&plain, &endpoint_context(id, SealedField::Headers)),
             key_id: self.key.id().to_string(),
             names,
         })
@@ -255,6 +358,7 @@ pub async fn for_call(
     let mut call = CallEndpoint {
         allowed: sealed.allowed,
         private_ok: sealed.private_ok,
+        header_methods: sealed.header_methods.clone(),
         ..CallEndpoint::default()
     };
     let Some(key) = key else {
@@ -268,13 +372,20 @@ pub async fn for_call(
     if sealed.key_id != key.id() {
         return Err(other_key(&sealed.key_id));
     }
+    if !sealed.bound {
+        return Err(EndpointError::Unsealing(format!(
+            "the values of endpoint {} are not bound to it yet: a node with its key binds them              when it starts",
+            sealed.id
+        )));
+    }
+    let secret_context = endpoint_context(sealed.id, SealedField::Secret);
     call.keys.push(
-        key.unseal(&sealed.secret)
+        key.unseal_bound(&sealed.secret, &secret_context)
             .map_err(EndpointError::Unsealing)?,
     );
     if let Some(previous) = &sealed.previous_secret {
         // A previous secret sealed under an older key (rotated since) is left out, not fatal.
-        if let Ok(raw) = key.unseal(previous) {
+        if let Ok(raw) = key.unseal_bound(previous, &secret_context) {
             call.keys.push(raw);
         }
     }
@@ -289,7 +400,9 @@ pub async fn for_call(
                 sealed.id
             )));
         }
-        let plain = key.unseal(headers).map_err(EndpointError::Unsealing)?;
+        let plain = key
+            .unseal_bound(headers, &endpoint_context(sealed.id, SealedField::Headers))
+            .map_err(EndpointError::Unsealing)?;
         call.headers = serde_json::from_slice(&plain).map_err(|e| {
             EndpointError::Unsealing(format!(
                 "the default headers of endpoint {}: {e}",
@@ -298,6 +411,28 @@ pub async fn for_call(
         })?;
     }
     Ok(Some(call))
+}
+
+/// Why a call to `url` with `method` may not carry its endpoint's default headers, if it may not
+/// (the longest matching endpoint has default headers and does not list the method).
+pub async fn header_methods_refusal<'e>(
+    db: impl sqlx::PgExecutor<'e>,
+    url: &str,
+    method: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    Ok(store::endpoint_header_methods(db, url)
+        .await?
+        .and_then(|methods| refusal_for_method(&methods, method)))
+}
+
+/// The refusal of `method` by an endpoint whose default headers go with `methods`, if any.
+pub fn refusal_for_method(methods: &[String], method: &str) -> Option<String> {
+    (!methods.iter().any(|m| m.eq_ignore_ascii_case(method))).then(|| {
+        format!(
+            "method: the webhook endpoint for this URL sends its default headers (credentials)              with {} only, not {method}: an admin may list more methods (header_methods)",
+            methods.join(", ")
+        )
+    })
 }
 
 /// Whether an endpoint allows calls to `url` (its URL as parsed): `None` for none, else whether
@@ -351,7 +486,7 @@ fn check_prefix(prefix: &str) -> Result<String, EndpointError> {
 
 #[cfg(test)]
 mod tests {
-    use super::check_prefix;
+    use super::*;
 
     #[test]
     fn prefixes_are_http_urls_with_a_host() {
@@ -381,5 +516,19 @@ mod tests {
         ] {
             assert!(check_prefix(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn header_methods_are_kept_upper_case_once_each_and_checked() {
+        let given: Vec<String> = ["put", " POST ", "put"]
+            .iter()
+            .map(|m| m.to_string())
+            .collect();
+        assert_eq!(check_methods(&given).unwrap(), ["POST", "PUT"]);
+        assert!(check_methods(&[]).is_err());
+        assert!(check_methods(&["TRACE".to_string()]).is_err());
+        let post = vec!["POST".to_string()];
+        assert!(refusal_for_method(&post, "POST").is_none());
+        assert!(refusal_for_method(&post, "DELETE").is_some_and(|r| r.contains("POST only")));
     }
 }

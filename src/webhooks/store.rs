@@ -25,10 +25,13 @@ pub struct EndpointRow {
     pub allow_calls: bool,
     /// A host name under the prefix may resolve to a private, loopback or link-local address.
     pub private_network: bool,
+    /// The methods the default headers go with: a webhook job under the prefix with another
+    /// method is refused while the endpoint has default headers.
+    pub header_methods: Vec<String>,
 }
 
 const COLUMNS: &str = "id, url_prefix, created_at, created_by, rotated_at, previous_until, \
-                       header_names, allow_calls, private_network";
+                       header_names, allow_calls, private_network, header_methods";
 
 /// The endpoints whose prefix `$1` (a call's URL, as parsed) starts with at a boundary: the whole
 /// URL, a prefix ending in `/`, or one followed by `/`, `?` or `#`. So `https://partner.example`
@@ -59,6 +62,9 @@ pub struct Allowance {
     pub private_network: bool,
 }
 
+/// The methods an endpoint's default headers go with (checked by the service).
+pub const HEADER_METHODS_DEFAULT: &[&str] = &["POST"];
+
 /// What signs the calls under one endpoint: its sealed secrets.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct SealedSecrets {
@@ -72,26 +78,42 @@ pub struct SealedSecrets {
     /// them.
     pub headers: Option<Vec<u8>>,
     pub headers_key_id: Option<String>,
+    /// Its values are sealed bound to it (see migration `20261214000002`).
+    pub bound: bool,
+    /// The methods its default headers go with.
+    pub header_methods: Vec<String>,
     /// Some endpoint matching the URL allows calls under it (not only this, the longest one).
     pub allowed: bool,
     /// ... and lets its host resolve to a private address.
     pub private_ok: bool,
 }
 
+/// The id the next endpoint gets (its sealed values are bound to it before the row exists).
+pub async fn endpoint_next_id<'e>(db: impl PgExecutor<'e>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT nextval(pg_get_serial_sequence('webhook_endpoints', 'id'))")
+        .fetch_one(db)
+        .await
+}
+
+/// Inserts endpoint `id` (from [`endpoint_next_id`]), its values sealed bound to it.
+#[allow(clippy::too_many_arguments)]
 pub async fn endpoint_insert<'e>(
     db: impl PgExecutor<'e>,
+    id: i64,
     url_prefix: &str,
     sealed: &[u8],
     key_id: &str,
     headers: Option<&SealedHeaders>,
     allowance: Allowance,
+    header_methods: &[String],
     created_by: Option<&str>,
 ) -> Result<EndpointRow, sqlx::Error> {
     sqlx::query_as(&format!(
-        "INSERT INTO webhook_endpoints (url_prefix, secret, key_id, created_by,
+        "INSERT INTO webhook_endpoints (id, url_prefix, secret, key_id, created_by,
                                         headers, headers_key_id, header_names,
-                                        allow_calls, private_network)
-         VALUES ($1, $2, $3, $4, $5, $6, coalesce($7, '{{}}'), $8, $9) RETURNING {COLUMNS}"
+                                        allow_calls, private_network, bound, header_methods)
+         VALUES ($10, $1, $2, $3, $4, $5, $6, coalesce($7, '{{}}'), $8, $9, true, $11)
+         RETURNING {COLUMNS}"
     ))
     .bind(url_prefix)
     .bind(sealed)
@@ -102,6 +124,8 @@ pub async fn endpoint_insert<'e>(
     .bind(headers.map(|h| &h.names))
     .bind(allowance.allow_calls)
     .bind(allowance.private_network)
+    .bind(id)
+    .bind(header_methods)
     .fetch_one(db)
     .await
 }
@@ -114,6 +138,7 @@ pub async fn endpoint_update<'e>(
     headers: Option<Option<&SealedHeaders>>,
     allow_calls: Option<bool>,
     private_network: Option<bool>,
+    header_methods: Option<&[String]>,
 ) -> Result<Option<EndpointRow>, sqlx::Error> {
     let (set_headers, sealed) = match headers {
         None => (false, None),
@@ -128,7 +153,8 @@ pub async fn endpoint_update<'e>(
              -- No calls allowed, none to private addresses: switching calls off needs no second
              -- field.
              private_network = CASE WHEN $6 IS FALSE AND $7 IS NULL THEN false
-                                    ELSE coalesce($7, private_network) END
+                                    ELSE coalesce($7, private_network) END,
+             header_methods = coalesce($8, header_methods)
          WHERE id = $1 RETURNING {COLUMNS}"
     ))
     .bind(id)
@@ -138,6 +164,7 @@ pub async fn endpoint_update<'e>(
     .bind(sealed.map(|h| &h.names))
     .bind(allow_calls)
     .bind(private_network)
+    .bind(header_methods)
     .fetch_optional(db)
     .await
 }
@@ -151,7 +178,8 @@ pub async fn endpoint_list<'e>(db: impl PgExecutor<'e>) -> Result<Vec<EndpointRo
 }
 
 /// Replaces an endpoint's secret; the current one signs too until `overlap_secs` from now (0: it
-/// stops at once). `None` for no such endpoint.
+/// stops at once), unless it was sealed before binding (it would not open as a bound value: it
+/// stops at once, and the row is bound from now). `None` for no such endpoint.
 pub async fn endpoint_rotate<'e>(
     db: impl PgExecutor<'e>,
     id: i64,
@@ -161,9 +189,9 @@ pub async fn endpoint_rotate<'e>(
 ) -> Result<Option<EndpointRow>, sqlx::Error> {
     sqlx::query_as(&format!(
         "UPDATE webhook_endpoints SET
-             previous_secret = CASE WHEN $4 > 0 THEN secret END,
-             previous_until = CASE WHEN $4 > 0 THEN now() + make_interval(secs => $4) END,
-             secret = $2, key_id = $3, rotated_at = now()
+             previous_secret = CASE WHEN $4 > 0 AND bound THEN secret END,
+             previous_until = CASE WHEN $4 > 0 AND bound THEN now() + make_interval(secs => $4) END,
+             secret = $2, key_id = $3, rotated_at = now(), bound = true
          WHERE id = $1 RETURNING {COLUMNS}"
     ))
     .bind(id)
@@ -207,7 +235,7 @@ pub async fn endpoint_for_call<'e>(
         "WITH matching AS ({MATCHING})
          SELECT id, url_prefix, key_id, secret,
                 CASE WHEN previous_until > now() THEN previous_secret END AS previous_secret,
-                headers, headers_key_id,
+                headers, headers_key_id, bound, header_methods,
                 (SELECT coalesce(bool_or(allow_calls), false) FROM matching) AS allowed,
                 (SELECT coalesce(bool_or(allow_calls AND private_network), false) FROM matching)
                     AS private_ok
@@ -217,6 +245,22 @@ pub async fn endpoint_for_call<'e>(
     .bind(url)
     .fetch_optional(db)
     .await
+}
+
+/// The methods the default headers of the endpoint with the longest prefix of `url` go with;
+/// `None` when that endpoint has no default headers (or none matches).
+pub async fn endpoint_header_methods<'e>(
+    db: impl PgExecutor<'e>,
+    url: &str,
+) -> Result<Option<Vec<String>>, sqlx::Error> {
+    let found: Option<Option<Vec<String>>> = sqlx::query_scalar(&format!(
+        "SELECT CASE WHEN headers IS NOT NULL THEN header_methods END FROM ({MATCHING}) m
+         ORDER BY char_length(url_prefix) DESC LIMIT 1"
+    ))
+    .bind(url)
+    .fetch_optional(db)
+    .await?;
+    Ok(found.flatten())
 }
 
 /// Whether an endpoint allows calls to `url` (a call's URL as parsed): `None` for none, else
@@ -231,4 +275,52 @@ pub async fn endpoint_allows<'e>(
     .bind(url)
     .fetch_one(db)
     .await
+}
+
+/// An endpoint sealed before its values were bound to it, as stored (locked until the end of the
+/// transaction).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct UnboundRow {
+    pub id: i64,
+    pub secret: Vec<u8>,
+    pub previous_secret: Option<Vec<u8>>,
+    pub headers: Option<Vec<u8>>,
+    pub headers_key_id: Option<String>,
+}
+
+/// The endpoints not yet bound whose secret was sealed with `key_id`, locked (others skipped: a
+/// node starting beside binds them).
+pub async fn endpoint_unbound_lock(
+    conn: &mut sqlx::PgConnection,
+    key_id: &str,
+) -> Result<Vec<UnboundRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, secret, previous_secret, headers, headers_key_id FROM webhook_endpoints
+         WHERE NOT bound AND key_id = $1 ORDER BY id FOR UPDATE SKIP LOCKED",
+    )
+    .bind(key_id)
+    .fetch_all(conn)
+    .await
+}
+
+/// Stores an endpoint's values sealed again, bound to it.
+pub async fn endpoint_set_bound(
+    conn: &mut sqlx::PgConnection,
+    id: i64,
+    secret: &[u8],
+    previous_secret: Option<&[u8]>,
+    headers: Option<&[u8]>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE webhook_endpoints SET secret = $2, previous_secret = $3, headers = $4,
+                bound = true
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(secret)
+    .bind(previous_secret)
+    .bind(headers)
+    .execute(conn)
+    .await
+    .map(drop)
 }

@@ -71,7 +71,7 @@ use serde_json::Value;
 use super::webhook_address::classify;
 use crate::engine::{ArgsRefused, BoxFuture, JobContext, WorkError, Worker};
 use crate::webhooks::deliveries::{
-    capped, NewDelivery, BODY_CHARS, HEADER_VALUE_CHARS, MAX_HEADERS,
+    capped, NewDelivery, BODY_CHARS, HEADER_NAME_CHARS, HEADER_VALUE_CHARS, MAX_HEADERS,
 };
 
 pub const KIND: &str = crate::webhooks::WEBHOOK_KIND;
@@ -231,12 +231,23 @@ impl WebhookWorker {
         })
     }
 
-    /// `call` as allowed, when the allowlist or an endpoint allows it (read on `conn`).
+    /// `call` as allowed, when the allowlist or an endpoint allows it (read on `conn`), and when
+    /// its method may carry the endpoint's default headers (see `webhooks::service::
+    /// header_methods_refusal`).
     async fn allowed(
         &self,
         conn: &mut sqlx::PgConnection,
         mut call: CheckedCall,
     ) -> Result<Result<CheckedCall, String>, sqlx::Error> {
+        if let Some(refusal) = crate::webhooks::service::header_methods_refusal(
+            &mut *conn,
+            call.url.as_str(),
+            call.method.as_str(),
+        )
+        .await?
+        {
+            return Ok(Err(refusal));
+        }
         if call.listed {
             return Ok(Ok(call));
         }
@@ -382,6 +393,7 @@ impl Worker for WebhookWorker {
             // Recorded whatever happened, the refusals before a call included. A record that
             // cannot be written does not undo the call: the attempt's outcome stands.
             let delivery = NewDelivery {
+                credentialed: seen.credentialed,
                 job_id: ctx.job.id.0,
                 attempt: ctx.job.attempt,
                 due_at: ctx.job.scheduled_at,
@@ -411,6 +423,9 @@ impl Worker for WebhookWorker {
 /// What one call saw, for the delivery record.
 #[derive(Default)]
 struct Seen {
+    /// The call carried its endpoint's default headers (its response is shown only to admins
+    /// and the job's creator).
+    credentialed: bool,
     address: Option<String>,
     status: Option<u16>,
     headers: Option<BTreeMap<String, String>>,
@@ -433,6 +448,16 @@ impl WebhookWorker {
         .unwrap_or_default();
         if !call.listed && !endpoint.allowed {
             return Err(WorkError::Fatal(call.refused()));
+        }
+        if !endpoint.headers.is_empty() {
+            // The endpoint may have changed since the insert.
+            if let Some(refusal) = crate::webhooks::service::refusal_for_method(
+                &endpoint.header_methods,
+                call.method.as_str(),
+            ) {
+                return Err(WorkError::Fatal(refusal));
+            }
+            seen.credentialed = true;
         }
         // Either allowlist may vouch for a private address.
         call.private_ok |= endpoint.allowed && endpoint.private_ok;
@@ -548,16 +573,26 @@ impl WebhookWorker {
         if status.is_success() {
             return Ok(());
         }
+        if seen.credentialed {
+            // The job's errors are shown to everyone; what the call read with the endpoint's
+            // credentials is shown to admins and the job's creator (the delivery record).
+            return Err(WorkError::Retryable(format!(
+                "HTTP {status} (the answer is in the delivery record, shown to admins and the \
+                 job's creator: the call carried its endpoint's default headers)"
+            )));
+        }
         Err(WorkError::Retryable(format!("HTTP {status}: {body}")))
     }
 }
 
-/// The response headers the delivery record keeps: the first [`MAX_HEADERS`] names, values cut
-/// to [`HEADER_VALUE_CHARS`], repeated names joined with `, `, and no `Set-Cookie` value (a
+/// The response headers the delivery record keeps: the first [`MAX_HEADERS`] names, each cut to
+/// [`HEADER_NAME_CHARS`], values cut to [`HEADER_VALUE_CHARS`], repeated names joined with `, `,
+/// and no `Set-Cookie` value (a
 /// receiver's session is not ours to keep).
 fn kept_headers(headers: &reqwest::header::HeaderMap) -> BTreeMap<String, String> {
     let mut kept: BTreeMap<String, String> = BTreeMap::new();
     for (name, value) in headers {
+        let name = capped(name.as_str(), HEADER_NAME_CHARS);
         let name = name.as_str();
         if !kept.contains_key(name) && kept.len() >= MAX_HEADERS {
             continue;
@@ -640,6 +675,21 @@ fn retry_after(value: &str, now: chrono::DateTime<chrono::Utc>) -> Option<Durati
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_delivery_record_keeps_bounded_header_names() {
+        let mut headers = reqwest::header::HeaderMap::new();
+        let long = "x".repeat(10_000);
+        for i in 0..80 {
+            headers.insert(
+                reqwest::header::HeaderName::from_bytes(format!("{long}{i}").as_bytes()).unwrap(),
+                reqwest::header::HeaderValue::from_static("v"),
+            );
+        }
+        let kept = kept_headers(&headers);
+        assert!(kept.len() <= MAX_HEADERS, "{}", kept.len());
+        assert!(kept.keys().all(|k| k.chars().count() <= HEADER_NAME_CHARS));
+    }
 
     #[test]
     fn retry_after_reads_seconds_and_http_dates_within_the_bound() {

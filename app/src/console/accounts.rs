@@ -107,6 +107,9 @@ pub struct NewToken {
 pub struct LoginInfo {
     /// False on a fresh install: the page points to the setup link in the server's output.
     pub has_users: bool,
+    /// The name a refused plain form post came back with (see [`login`]); empty otherwise.
+    #[serde(default)]
+    pub typed_name: String,
 }
 
 /// What the server provides for sign-in, setup, users, tokens and one's own account.
@@ -157,7 +160,64 @@ pub trait AccountsConsole: Send + Sync + 'static {
 
 #[server(prefix = "/_console", endpoint = "login_info")]
 pub async fn get_login_info() -> Result<LoginInfo, ServerFnError> {
-    console()?.login_info().await.map_err(fail)
+    let mut info = console()?.login_info().await.map_err(fail)?;
+    info.typed_name = take_typed_name();
+    Ok(info)
+}
+
+/// The cookie that carries a refused plain sign-in's name back to the login page: the browser's
+/// own (HttpOnly, for `/login` only, a minute at most), never the URL, where a password typed
+/// into the name field would stay in the history and the server's logs.
+#[cfg(feature = "ssr")]
+const TYPED_NAME_COOKIE: &str = "kickoff_login_name";
+
+/// The name [`back_to_login`] left in the request's cookie, and the cookie cleared.
+#[cfg(feature = "ssr")]
+fn take_typed_name() -> String {
+    let typed = use_context::<http::request::Parts>()
+        .into_iter()
+        .flat_map(|p| {
+            p.headers
+                .get_all(http::header::COOKIE)
+                .iter()
+                .cloned()
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|v| v.to_str().ok().map(str::to_string))
+        .flat_map(|v| {
+            v.split(';')
+                .map(|c| c.trim().to_string())
+                .collect::<Vec<_>>()
+        })
+        .find_map(|c| {
+            c.strip_prefix(TYPED_NAME_COOKIE)
+                .and_then(|rest| rest.strip_prefix('='))
+                .map(|value| {
+                    url::form_urlencoded::parse(format!("n={value}").as_bytes())
+                        .map(|(_, v)| v.into_owned())
+                        .next()
+                        .unwrap_or_default()
+                })
+        })
+        .unwrap_or_default();
+    if !typed.is_empty() {
+        set_typed_name_cookie("", 0);
+    }
+    typed.chars().take(200).collect()
+}
+
+#[cfg(feature = "ssr")]
+fn set_typed_name_cookie(name: &str, max_age_secs: u32) {
+    let value: String = url::form_urlencoded::byte_serialize(name.as_bytes()).collect();
+    let cookie = format!(
+        "{TYPED_NAME_COOKIE}={value}; Path=/login; Max-Age={max_age_secs}; HttpOnly; SameSite=Strict"
+    );
+    if let (Some(options), Ok(cookie)) = (
+        use_context::<leptos_axum::ResponseOptions>(),
+        http::HeaderValue::from_str(&cookie),
+    ) {
+        options.append_header(http::header::SET_COOKIE, cookie);
+    }
 }
 
 /// Where to go after signing in: a path of this site, else the overview.
@@ -219,8 +279,9 @@ pub async fn login(
 
 /// A refused sign-in sent as a plain form post (before the page's script ran, or without
 /// JavaScript) goes back to the login page with the reason, as any server function's does, and
-/// with the name typed, so that a second try needs only the password. Never the password. A call
-/// from the hydrated page keeps its form as it is and needs none of this.
+/// with the name typed (in a cookie for the login page, not in the URL), so that a second try
+/// needs only the password. Never the password. A call from the hydrated page keeps its form as
+/// it is and needs none of this.
 #[cfg(feature = "ssr")]
 fn back_to_login(name: &str, next: &str, refused: &ServerFnError) {
     use leptos::server_fn::error::ServerFnUrlError;
@@ -239,9 +300,8 @@ fn back_to_login(name: &str, next: &str, refused: &ServerFnError) {
         Ok(url) => url,
         Err(_) => return,
     };
-    back.query_pairs_mut()
-        .append_pair("next", next)
-        .append_pair("name", name.trim());
+    back.query_pairs_mut().append_pair("next", next);
+    set_typed_name_cookie(name.trim(), 60);
     // The error as the page reads it back (`__path`, `__err`), the way server functions say it.
     let Ok(back) =
         ServerFnUrlError::new(<Login as ServerFn>::PATH, refused.clone()).to_url(back.as_str())

@@ -24,6 +24,9 @@ pub struct EndpointInfo {
     pub allow_calls: bool,
     /// ... and its host may resolve to a private address.
     pub private_network: bool,
+    /// The methods the default headers go with.
+    #[serde(default)]
+    pub header_methods: Vec<String>,
 }
 
 /// An endpoint's settings as the form sends them: checkboxes, and default headers one per line
@@ -36,6 +39,10 @@ pub struct EndpointForm {
     pub headers: String,
     /// Changed: remove every default header.
     pub clear_headers: bool,
+    /// The methods the default headers go with, comma-separated (`POST, PUT`); empty: POST
+    /// (made), or as they are (changed).
+    #[serde(default)]
+    pub header_methods: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -106,6 +113,7 @@ pub async fn create_endpoint(
     #[server(default)] allow_calls: Option<String>,
     #[server(default)] private_network: Option<String>,
     #[server(default)] headers: Option<String>,
+    #[server(default)] header_methods: Option<String>,
 ) -> Result<NewEndpointSecret, ServerFnError> {
     // Checked by the server's session guard before this runs; carried here so the form's
     // field survives the browser's encoding of the arguments.
@@ -115,6 +123,7 @@ pub async fn create_endpoint(
         private_network: private_network.is_some(),
         headers: headers.unwrap_or_default(),
         clear_headers: false,
+        header_methods: header_methods.unwrap_or_default(),
     };
     console()?
         .create_endpoint(url_prefix, form)
@@ -131,6 +140,7 @@ pub async fn update_endpoint(
     #[server(default)] private_network: Option<String>,
     #[server(default)] headers: Option<String>,
     #[server(default)] clear_headers: Option<String>,
+    #[server(default)] header_methods: Option<String>,
 ) -> Result<(), ServerFnError> {
     let _ = csrf;
     let form = EndpointForm {
@@ -138,6 +148,7 @@ pub async fn update_endpoint(
         private_network: private_network.is_some(),
         headers: headers.unwrap_or_default(),
         clear_headers: clear_headers.is_some(),
+        header_methods: header_methods.unwrap_or_default(),
     };
     console()?.update_endpoint(id, form).await.map_err(fail)
 }

@@ -1,6 +1,7 @@
 //! Sign in (`/login`). Works without JavaScript, and before the page's script has run (the server
 //! answers a plain post with a redirect to where the operator was going, or back here with the
-//! reason and the name typed). On a fresh install it points to the setup link the server printed.
+//! reason and, in a cookie for this page, the name typed). On a fresh install it points to the
+//! setup link the server printed.
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
@@ -13,8 +14,6 @@ use crate::console::accounts::{get_login_info, safe_next, Login, LoginInfo};
 pub fn LoginPage() -> impl IntoView {
     let query = use_query_map();
     let next = move || safe_next(query.read().get("next").as_deref());
-    // The name a refused plain form post came back with (see `console::accounts::login`).
-    let typed = move || query.read().get("name").unwrap_or_default();
     let login = ServerAction::<Login>::new();
     let info = Resource::new(|| (), |_| get_login_info());
     load_when_signed_in(login.value());
@@ -29,37 +28,43 @@ pub fn LoginPage() -> impl IntoView {
                         _ => None,
                     })
             }}
+            // The form comes with the page's info: a refused plain post's name (see
+            // `console::accounts::login`) is in it, so the server renders it into the field.
             <Loaded resource=info render=move |i: LoginInfo| {
-                (!i.has_users).then(|| view! {
-                    <div class="confirm" role="note">
-                        <p class="question">"No operator account exists yet."</p>
-                        <p>
-                            "Open the setup link the server printed when it started ("
-                            <code>"http://…/setup?code=…"</code>
-                            "): it creates the first admin here, in the browser, once. Or create one on the server with "
-                            <code>"kickoff user add NAME --role admin"</code>
-                            " (with the embedded database, while the server is stopped), or start the server with "
-                            <code>"KICKOFF_ADMIN_PASSWORD"</code>
-                            " set: it then creates the user "<code>"admin"</code>"."
-                        </p>
-                    </div>
-                })
+                let typed = i.typed_name.clone();
+                let name_focus = typed.is_empty();
+                view! {
+                    {(!i.has_users).then(|| view! {
+                        <div class="confirm" role="note">
+                            <p class="question">"No operator account exists yet."</p>
+                            <p>
+                                "Open the setup link the server printed when it started ("
+                                <code>"http://…/setup?code=…"</code>
+                                "): it creates the first admin here, in the browser, once. Or create one on the server with "
+                                <code>"kickoff user add NAME --role admin"</code>
+                                " (with the embedded database, while the server is stopped), or start the server with "
+                                <code>"KICKOFF_ADMIN_PASSWORD"</code>
+                                " set: it then creates the user "<code>"admin"</code>"."
+                            </p>
+                        </div>
+                    })}
+                    <ActionForm action=login attr:class="form-card" attr:aria-label="Sign in">
+                        // An attribute, not a property: the server renders it, so a plain form
+                        // post (no JavaScript) carries it too.
+                        <input type="hidden" name="next" value=next/>
+                        // Attributes too: the server renders them for the page that comes back.
+                        <label>
+                            "Name"
+                            <input name="name" required autocomplete="username" value=typed autofocus=name_focus/>
+                        </label>
+                        <label>
+                            "Password"
+                            <input type="password" name="password" required autocomplete="current-password" autofocus=!name_focus/>
+                        </label>
+                        <button type="submit" class="primary">"Sign in"</button>
+                    </ActionForm>
+                }
             }/>
-            <ActionForm action=login attr:class="form-card" attr:aria-label="Sign in">
-                // An attribute, not a property: the server renders it, so a plain form post (no
-                // JavaScript) carries it too.
-                <input type="hidden" name="next" value=next/>
-                // Attributes too: the server renders them for the page that comes back.
-                <label>
-                    "Name"
-                    <input name="name" required autocomplete="username" value=typed autofocus=move || typed().is_empty()/>
-                </label>
-                <label>
-                    "Password"
-                    <input type="password" name="password" required autocomplete="current-password" autofocus=move || !typed().is_empty()/>
-                </label>
-                <button type="submit" class="primary">"Sign in"</button>
-            </ActionForm>
         </section>
     }
 }

@@ -41,7 +41,12 @@ fn NewSecretBox(made: NewEndpointSecret) -> impl IntoView {
 /// An endpoint's settings in a form: whether it allows calls (and to private addresses), and its
 /// default headers, one `Name: value` a line (when `changing`, an empty field keeps them).
 #[component]
-fn EndpointFields(allow_calls: bool, private_network: bool, changing: bool) -> impl IntoView {
+fn EndpointFields(
+    allow_calls: bool,
+    private_network: bool,
+    changing: bool,
+    header_methods: String,
+) -> impl IntoView {
     let hint = if changing {
         "One \"Name: value\" a line; replaces them all. Left empty: the headers stay as they are."
     } else {
@@ -69,8 +74,13 @@ fn EndpointFields(allow_calls: bool, private_network: bool, changing: bool) -> i
                     "Remove the default headers"
                 </label>
             })}
+            <label>
+                "Methods the headers go with"
+                <input name="header_methods" value=header_methods size="24" autocomplete="off" placeholder="POST"/>
+            </label>
         </div>
         <p class="muted">{hint}</p>
+        <p class="muted">"The default headers are credentials: a webhook job under this prefix with another method is refused. The answer to a call that carried them is shown to admins and the job's creator only."</p>
     }
 }
 
@@ -156,7 +166,10 @@ pub fn WebhooksPage() -> impl IntoView {
                                 let names = if e.header_names.is_empty() {
                                     view! { <span class="muted">"none"</span> }.into_any()
                                 } else {
-                                    view! { <code class="header-names">{e.header_names.join(", ")}</code> }
+                                    view! {
+                                        <code class="header-names">{e.header_names.join(", ")}</code>
+                                        <span class="muted">" with " {e.header_methods.join(", ")}</span>
+                                    }
                                         .into_any()
                                 };
                                 view! {
@@ -194,7 +207,7 @@ pub fn WebhooksPage() -> impl IntoView {
                                                 <ActionForm action=update attr:class="form-card" attr:aria-label=change_label>
                                                     <Csrf/>
                                                     <input type="hidden" name="id" value=e.id/>
-                                                    <EndpointFields allow_calls=e.allow_calls private_network=e.private_network changing=true/>
+                                                    <EndpointFields allow_calls=e.allow_calls private_network=e.private_network changing=true header_methods=e.header_methods.join(", ")/>
                                                     <button type="submit" aria-label=save_label>"Save"</button>
                                                 </ActionForm>
                                             </details>
@@ -215,7 +228,7 @@ pub fn WebhooksPage() -> impl IntoView {
                         <input name="url_prefix" required maxlength="2048" placeholder="https://partner.example/hooks/" autocomplete="off"/>
                     </label>
                 </div>
-                <EndpointFields allow_calls=false private_network=false changing=false/>
+                <EndpointFields allow_calls=false private_network=false changing=false header_methods="POST".to_string()/>
                 <button type="submit" class="primary">"Make endpoint"</button>
             </ActionForm>
             <ActionError error=failure(create.value())/>

@@ -46,7 +46,9 @@ pub async fn overlap_gate(pool: &PgPool, job: &Job) -> Result<(), WorkError> {
     match policy {
         Overlap::Allow => Ok(()),
         Overlap::Skip => {
-            let earlier = store::schedule_runs_unfinished_before(pool, schedule_id, job.id).await?;
+            let earlier =
+                store::schedule_runs_unfinished_before(pool, schedule_id, job.id, slot_ms(job))
+                    .await?;
             match earlier.last() {
                 None => Ok(()),
                 Some(previous) => {
@@ -60,7 +62,8 @@ pub async fn overlap_gate(pool: &PgPool, job: &Job) -> Result<(), WorkError> {
         Overlap::CancelPrevious => {
             let mut tx = pool.begin().await?;
             let earlier =
-                store::schedule_runs_unfinished_before(&mut *tx, schedule_id, job.id).await?;
+                store::schedule_runs_unfinished_before(&mut *tx, schedule_id, job.id, slot_ms(job))
+                    .await?;
             if !earlier.is_empty() {
                 let cancelled = job_store::job_cancel_many(&mut *tx, &earlier).await?;
                 notify_cancelled(&mut tx, &cancelled).await?;
@@ -70,4 +73,12 @@ pub async fn overlap_gate(pool: &PgPool, job: &Job) -> Result<(), WorkError> {
             Ok(())
         }
     }
+}
+
+/// The slot of a run (in ms): every run carries it in its meta; its due time otherwise.
+fn slot_ms(job: &Job) -> i64 {
+    job.meta
+        .get("slot_ms")
+        .and_then(Value::as_i64)
+        .unwrap_or_else(|| job.scheduled_at.timestamp_millis())
 }

@@ -19,6 +19,7 @@
 //! - Daylight saving: see [`rule`].
 
 pub mod gate;
+pub mod missed;
 pub mod rule;
 pub mod service;
 

@@ -2,7 +2,6 @@
 //! code): create, change, pause, resume, delete, trigger, preview, and insert the runs ahead.
 //! Every change locks the schedule's row first (see the module doc of `schedules`).
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -11,11 +10,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sqlx::PgConnection;
 
-use super::{CronError, JobTemplate, Missed, Overlap, Rule, ScheduleSpec, META_SCHEDULE_ID};
+use super::{
+    missed, CronError, JobTemplate, Missed, Overlap, Rule, ScheduleSpec, META_SCHEDULE_ID,
+};
 use crate::engine::client::{Client, ClientError};
 use crate::engine::job::{Job, JobId, NewJob, OnConflict};
 use crate::engine::store::jobs as job_store;
 use crate::engine::store::nodes as node_store;
+pub use crate::engine::store::schedules::RECONCILE_LOCK;
 use crate::engine::store::schedules::{self as store, ScheduleFields, ScheduleRow, ScheduleRuns};
 
 /// Runs due this soon are inserted ahead (the leader sets twice its failover time).
@@ -25,9 +27,6 @@ pub const DEFAULT_HORIZON: Duration = Duration::from_secs(12);
 pub const RUN_GRACE: Duration = Duration::from_secs(1);
 /// The most runs one fill inserts ahead.
 const MAX_RUNS_AHEAD: usize = 100;
-/// The most missed slots one fill walks through; the rest of a longer downtime counts as
-/// skipped in one step.
-const MAX_MISSED_WALK: usize = 100_000;
 /// The most slots a preview lists.
 pub const MAX_PREVIEW: usize = 100;
 
@@ -293,8 +292,11 @@ impl Schedules {
         Ok(row)
     }
 
-    /// Runs a schedule now, outside its slots (even while it is paused). `by` becomes the job's
-    /// creator (the schedule's creator when `None`).
+    /// Runs a schedule now, outside its slots (even while it is paused). The run is the
+    /// schedule's, like any of its runs: its creator is the schedule's creator, so whoever may see
+    /// the template's secrets sees them in the run, and nobody else (a trigger must not hand an
+    /// admin's header to the operator who clicked "run now"). `by`, who triggered it, goes in the
+    /// run's `meta.triggered_by` (and the caller's audit entry).
     pub async fn trigger(&self, name: &str, by: Option<&str>) -> Result<Job, ScheduleError> {
         let mut tx = self.client.pool().begin().await?;
         let job = self.trigger_with(&mut tx, name, by).await?;
@@ -314,12 +316,12 @@ impl Schedules {
         new.unique_key = None;
         if let Some(meta) = new.meta.as_object_mut() {
             meta.insert("trigger".into(), Value::Bool(true));
-        }
-        if let Some(by) = by {
-            new.created_by = Some(by.to_string());
+            if let Some(by) = by {
+                meta.insert("triggered_by".into(), json!(by));
+            }
         }
         let inserted = self.client.insert_with(&mut *conn, &new).await?;
-        store::schedule_record_slots(&mut *conn, row.id, None, 1, 0).await?;
+        store::schedule_record_slots(&mut *conn, row.id, None, 1, 0, None).await?;
         Ok(inserted.job)
     }
 
@@ -425,14 +427,17 @@ impl Schedules {
         Ok(view_of(row, runs.first()))
     }
 
-    /// Inserts the runs of every active schedule due within the horizon (the leader's tick), and
-    /// applies the missed-run policy to slots that passed with no run inserted. One schedule's
-    /// failure is reported and the others go on. Returns (runs inserted, slots skipped, failures).
+    /// Inserts the runs due within the horizon of every active schedule whose next slot enters it
+    /// (the leader's tick), and applies the missed-run policy to slots that passed with no run
+    /// inserted. Schedules whose next slot is further away are not touched: an idle schedule
+    /// costs no transaction. One schedule's failure is reported and the others go on. Returns
+    /// (runs inserted, slots skipped, failures).
     pub async fn fill_all(&self) -> Result<(usize, u64, Vec<(String, String)>), sqlx::Error> {
-        let names = store::schedule_names_active(self.client.pool()).await?;
+        let names =
+            store::schedule_names_due(self.client.pool(), self.horizon.as_secs_f64()).await?;
         let mut report = (0, 0, Vec::new());
         for name in names {
-            match self.fill_one(&name, false).await {
+            match self.fill_one(&name, None).await {
                 Ok((n, skipped)) => {
                     report.0 += n;
                     report.1 += skipped;
@@ -443,44 +448,68 @@ impl Schedules {
         Ok(report)
     }
 
-    /// When a node starts and no other node is alive (everything was down), the runs that missed
-    /// their slot meanwhile go by each schedule's missed-run policy: the ones inserted ahead before
-    /// the downtime and the slots never given a run alike. Called before the node claims.
-    /// Returns (runs inserted, slots skipped).
+    /// When a node starts, the runs that missed their slot while no node was running go by each
+    /// schedule's missed-run policy: the runs inserted ahead before the downtime whose slot passed
+    /// with no node to start them ([`store::schedule_runs_overdue`]: never the runs that waited
+    /// for a pause, a limit or a backlog, a run triggered by hand or a snoozed one), and the slots
+    /// never given a run. Called before the node claims.
+    ///
+    /// One node at a time (a transaction-scoped advisory lock, [`RECONCILE_LOCK`]): nodes that
+    /// start together wait for each other here, before claiming, so none starts a run another is
+    /// about to skip; the second finds the work done. A node alive since before a run's slot was
+    /// there to start it, so such a run is late, not missed. One schedule's failure is logged and
+    /// the others go on. Returns (runs inserted, slots skipped).
     pub async fn reconcile_missed(
         &self,
         node_id: &str,
         alive_within: Duration,
     ) -> Result<(usize, u64), ScheduleError> {
-        let alive =
-            node_store::node_list_alive(self.client.pool(), alive_within.as_secs_f64()).await?;
-        if alive.iter().any(|n| n.id != node_id) {
-            // Another node ran meanwhile: its runs were late, not missed.
-            return Ok((0, 0));
-        }
-        let names = store::schedule_names_active(self.client.pool()).await?;
+        let mut guard = self.client.pool().begin().await?;
+        store::schedule_reconcile_lock(&mut guard).await?;
+        let alive = node_store::node_list_alive(&mut *guard, alive_within.as_secs_f64()).await?;
+        let alive_since = alive
+            .iter()
+            .filter(|n| n.id != node_id)
+            .map(|n| n.started_at)
+            .min();
+        let names =
+            store::schedule_names_to_reconcile(&mut *guard, RUN_GRACE.as_secs_f64()).await?;
         let mut total = (0, 0);
         for name in names {
-            let (n, skipped) = self.fill_one(&name, true).await?;
-            total.0 += n;
-            total.1 += skipped;
+            match self.fill_one(&name, Some(Downtime { alive_since })).await {
+                Ok((n, skipped)) => {
+                    total.0 += n;
+                    total.1 += skipped;
+                }
+                Err(e) => {
+                    tracing::warn!(schedule = %name, error = %e, "schedules: applying the missed-run policy failed")
+                }
+            }
         }
+        guard.commit().await?;
         Ok(total)
     }
 
     async fn fill_one(
         &self,
         name: &str,
-        with_overdue: bool,
+        downtime: Option<Downtime>,
     ) -> Result<(usize, u64), ScheduleError> {
         let mut tx = self.client.pool().begin().await?;
         let Some(row) = store::schedule_lock(&mut tx, name).await? else {
             return Ok((0, 0));
         };
-        let overdue = if with_overdue && !row.paused {
-            store::schedule_runs_overdue(&mut tx, row.id, RUN_GRACE.as_secs_f64()).await?
-        } else {
-            Vec::new()
+        let overdue = match downtime {
+            Some(d) if !row.paused => {
+                store::schedule_runs_overdue(
+                    &mut tx,
+                    row.id,
+                    RUN_GRACE.as_secs_f64(),
+                    d.alive_since,
+                )
+                .await?
+            }
+            _ => Vec::new(),
         };
         let done = self.fill(&mut tx, &row, &overdue).await?;
         tx.commit().await?;
@@ -524,31 +553,17 @@ impl Schedules {
                 Missed::RunOnce => 1,
                 Missed::RunAll => row.missed_limit.max(1) as usize,
             };
-            let mut recent: VecDeque<DateTime<Utc>> = VecDeque::new();
-            let mut count = 0u64;
-            let mut at = not_before(l);
-            let mut walked = 0;
-            while let Some(next) = rule.next_after(at, zone, anchor) {
-                if next > floor || row.ends_at.is_some_and(|e| next >= e) {
-                    break;
-                }
-                walked += 1;
-                if walked > MAX_MISSED_WALK {
-                    // A very long downtime: the rest is skipped without walking it.
-                    at = floor;
-                    break;
-                }
-                count += 1;
-                recent.push_back(next);
-                if recent.len() > keep.max(1) {
-                    recent.pop_front();
-                }
-                at = next;
-            }
-            let listed = recent.len() as u64;
-            skipped += count - listed;
-            missed.extend(recent.into_iter().map(Missing::Slot));
-            last = Some(at.max(l));
+            // Bounded, but CPU work that may take milliseconds after a long downtime: off the
+            // async runtime.
+            let (walk_rule, ends_at, after) = (rule.clone(), row.ends_at, not_before(l));
+            let walk = tokio::task::spawn_blocking(move || {
+                missed::missed_slots(&walk_rule, zone, anchor, ends_at, after, floor, keep.max(1))
+            })
+            .await
+            .map_err(|e| ScheduleError::invalid("rule", format!("walking missed slots: {e}")))?;
+            skipped += walk.count - walk.latest.len() as u64;
+            last = Some(walk.latest.last().map_or(l, |at| (*at).max(l)));
+            missed.extend(walk.latest.into_iter().map(Missing::Slot));
         }
         if !missed.is_empty() {
             missed.sort_by_key(Missing::slot_ms);
@@ -594,11 +609,18 @@ impl Schedules {
             Some(l) => l.max(floor),
             None => now,
         });
-        for _ in 0..MAX_RUNS_AHEAD {
+        // The first slot left without a run: the tick comes back when it enters the horizon.
+        let mut pending = None;
+        for i in 0..=MAX_RUNS_AHEAD {
             let Some(at) = rule.next_after(after, zone, anchor) else {
                 break;
             };
-            if row.ends_at.is_some_and(|e| at >= e) || (ahead && at > until) {
+            if let Some(end) = row.ends_at.filter(|e| at >= *e) {
+                pending = Some(end);
+                break;
+            }
+            if (ahead && at > until) || i == MAX_RUNS_AHEAD {
+                pending = Some(at);
                 break;
             }
             ahead = true;
@@ -614,12 +636,28 @@ impl Schedules {
             last = Some(at);
             after = at;
         }
-        if inserted > 0 || skipped > 0 || last != row.last_slot {
-            store::schedule_record_slots(&mut *conn, row.id, last, inserted as i64, skipped as i64)
-                .await?;
+        // No slot found at all (a rule with none left): look again in a day.
+        let pending = pending.unwrap_or(now + chrono::Duration::days(1));
+        if inserted > 0 || skipped > 0 || last != row.last_slot || row.next_slot_at != Some(pending)
+        {
+            store::schedule_record_slots(
+                &mut *conn,
+                row.id,
+                last,
+                inserted as i64,
+                skipped as i64,
+                Some(pending),
+            )
+            .await?;
         }
         Ok((inserted, skipped))
     }
+}
+
+/// A reconciliation after a downtime: the earliest start among the other nodes alive now.
+#[derive(Debug, Clone, Copy)]
+struct Downtime {
+    alive_since: Option<DateTime<Utc>>,
 }
 
 /// A missed slot: a run inserted before (its job, its slot in ms), or a slot never given one.

@@ -15,7 +15,9 @@ pub struct NodeRow {
     pub heartbeat_at: DateTime<Utc>,
 }
 
-/// Records a node's heartbeat, registering it on the first call.
+/// Records a node's heartbeat, registering it on the first call. A process that takes over the
+/// row of a node id (a restart with a configured id) starts it again: `started_at` tells when
+/// the node now alive came up (the schedules' reconciliation relies on it).
 pub async fn node_heartbeat<'e>(
     db: impl PgExecutor<'e>,
     id: &str,
@@ -25,7 +27,10 @@ pub async fn node_heartbeat<'e>(
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO nodes (id, hostname, pid, queues) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), queues = $4",
+         ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), queues = $4,
+             started_at = CASE WHEN (nodes.hostname, nodes.pid) = (EXCLUDED.hostname, EXCLUDED.pid)
+                               THEN nodes.started_at ELSE now() END,
+             hostname = EXCLUDED.hostname, pid = EXCLUDED.pid",
     )
     .bind(id)
     .bind(hostname)

@@ -7,6 +7,19 @@ use sqlx::{PgConnection, PgExecutor};
 
 use crate::engine::job::{Job, JobId};
 
+/// The advisory lock a node holds (for one transaction) while it reconciles the slots missed
+/// during a downtime: nodes that start together take turns.
+pub const RECONCILE_LOCK: i64 = 0x6b69_636b_7265_636e;
+
+/// Takes [`RECONCILE_LOCK`] until the transaction ends (waiting for a node that holds it).
+pub async fn schedule_reconcile_lock(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(RECONCILE_LOCK)
+        .execute(tx)
+        .await
+        .map(drop)
+}
+
 /// A schedule as stored.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ScheduleRow {
@@ -35,6 +48,9 @@ pub struct ScheduleRow {
     pub last_run_id: Option<JobId>,
     pub last_run_late_ms: Option<f64>,
     pub runs_skipped: i64,
+    /// The first slot not yet given a run (NULL until the first fill): the leader's tick reads
+    /// the schedule again when it enters the horizon.
+    pub next_slot_at: Option<DateTime<Utc>>,
     pub created_by: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -172,35 +188,45 @@ pub async fn schedule_list<'e>(db: impl PgExecutor<'e>) -> Result<Vec<ScheduleRo
         .await
 }
 
-/// The names of the schedules that are not paused and not ended (by the database clock).
-pub async fn schedule_names_active<'e>(
+/// The names of the active schedules whose next slot comes due within `horizon_secs` (or passed,
+/// or is not known yet): the only ones the leader's tick needs to fill. Reads
+/// `schedules_next_slot_idx`; a schedule whose next run is hours away costs nothing until then.
+pub async fn schedule_names_due<'e>(
     db: impl PgExecutor<'e>,
+    horizon_secs: f64,
 ) -> Result<Vec<String>, sqlx::Error> {
     sqlx::query_scalar(
-        "SELECT name FROM schedules WHERE NOT paused AND (ends_at IS NULL OR ends_at > now())
+        "SELECT name FROM schedules
+         WHERE NOT paused AND (ends_at IS NULL OR ends_at > now())
+           AND (next_slot_at IS NULL OR next_slot_at <= now() + make_interval(secs => $1))
          ORDER BY name",
     )
+    .bind(horizon_secs)
     .fetch_all(db)
     .await
 }
 
-/// Records the slots given runs or passed over: `last_slot` and the counters.
+/// Records the slots given runs or passed over (`last_slot` and the counters) and the next slot
+/// to give a run (`next_slot`, kept as it is when `None`).
 pub async fn schedule_record_slots(
     conn: &mut PgConnection,
     id: i64,
     last_slot: Option<DateTime<Utc>>,
     enqueued: i64,
     skipped: i64,
+    next_slot: Option<DateTime<Utc>>,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
         "UPDATE schedules SET last_slot = coalesce($2, last_slot),
-                runs_enqueued = runs_enqueued + $3, runs_skipped = runs_skipped + $4
+                runs_enqueued = runs_enqueued + $3, runs_skipped = runs_skipped + $4,
+                next_slot_at = coalesce($5, next_slot_at)
          WHERE id = $1",
     )
     .bind(id)
     .bind(last_slot)
     .bind(enqueued)
     .bind(skipped)
+    .bind(next_slot)
     .execute(conn)
     .await?;
     Ok(())
@@ -265,8 +291,9 @@ pub async fn schedule_delete(conn: &mut PgConnection, id: i64) -> Result<(), sql
     Ok(())
 }
 
-/// Cancels the runs of schedule `id` inserted ahead that have not come due (state `scheduled`).
-/// Returns how many.
+/// Cancels the runs of schedule `id` inserted ahead that have not come due (state `scheduled`)
+/// and never started: a snoozed run (back in `scheduled`, with `meta.snoozes`) is in progress,
+/// not ahead, and is left alone. Returns how many.
 pub async fn schedule_runs_cancel_ahead(
     conn: &mut PgConnection,
     id: i64,
@@ -274,7 +301,8 @@ pub async fn schedule_runs_cancel_ahead(
     let r = sqlx::query(
         "UPDATE jobs SET state = 'cancelled', finalized_at = now()
          WHERE meta ? 'schedule_id' AND finalized_at IS NULL
-           AND (meta ->> 'schedule_id') = $1::text AND state = 'scheduled'",
+           AND (meta ->> 'schedule_id') = $1::text AND state = 'scheduled'
+           AND attempt = 0 AND NOT meta ? 'snoozes'",
     )
     .bind(id.to_string())
     .execute(conn)
@@ -282,43 +310,86 @@ pub async fn schedule_runs_cancel_ahead(
     Ok(r.rows_affected())
 }
 
-/// The runs of schedule `id` that missed their slot: not started, not triggered by hand, and due
-/// for longer than `grace_secs` by the database clock; oldest slot first.
+/// The runs of schedule `id` inserted ahead whose slot passed while no node was there to start
+/// them; oldest slot first. Such a run is still `scheduled`: a live node's timer stages every due
+/// row to `available` within its grace, whatever holds it afterwards (a paused queue or kind, a
+/// limit, a backlog), so a run that is `available` waited for something and was not missed. Left
+/// out too: a run triggered by hand (never "missed"), a run that started (a snoozed run is back in
+/// `scheduled` with `meta.snoozes`: in progress, not ahead), a run due within `grace_secs`, and,
+/// when `alive_since` is given (the earliest start of the nodes alive now), a run due after it:
+/// a node was up to stage it, so it is late behind a backlog, not missed.
 pub async fn schedule_runs_overdue(
     conn: &mut PgConnection,
     id: i64,
     grace_secs: f64,
+    alive_since: Option<DateTime<Utc>>,
 ) -> Result<Vec<(JobId, i64)>, sqlx::Error> {
     sqlx::query_as(
         "SELECT id, (meta ->> 'slot_ms')::bigint FROM jobs
          WHERE meta ? 'schedule_id' AND finalized_at IS NULL
            AND (meta ->> 'schedule_id') = $1::text AND meta ? 'slot_ms'
-           AND state IN ('scheduled', 'available') AND attempt = 0
+           AND state = 'scheduled' AND attempt = 0
+           AND NOT meta ? 'trigger' AND NOT meta ? 'snoozes'
            AND scheduled_at < now() - make_interval(secs => $2)
+           AND ($3::timestamptz IS NULL OR scheduled_at < $3)
          ORDER BY (meta ->> 'slot_ms')::bigint",
     )
     .bind(id.to_string())
     .bind(grace_secs)
+    .bind(alive_since)
     .fetch_all(conn)
     .await
 }
 
-/// The runs of schedule `id` inserted before run `before` that are not final and have come due
-/// (available, executing or retryable): the runs a new run overlaps.
+/// The names of the active schedules a node starting after a downtime must reconcile: those
+/// with a run inserted ahead still `scheduled` past its slot by more than `grace_secs`, or whose
+/// `last_slot` is older than that (slots never given a run). One statement, so that a start
+/// with thousands of schedules does not open a transaction for each.
+pub async fn schedule_names_to_reconcile<'e>(
+    db: impl PgExecutor<'e>,
+    grace_secs: f64,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT s.name FROM schedules s
+         WHERE NOT s.paused AND (s.ends_at IS NULL OR s.ends_at > now())
+           AND (s.last_slot IS NULL OR s.last_slot < now() - make_interval(secs => $1)
+                OR EXISTS (
+                    SELECT 1 FROM jobs
+                    WHERE meta ? 'schedule_id' AND finalized_at IS NULL
+                      AND (meta ->> 'schedule_id') = s.id::text AND state = 'scheduled'
+                      AND scheduled_at < now() - make_interval(secs => $1)))
+         ORDER BY s.name",
+    )
+    .bind(grace_secs)
+    .fetch_all(db)
+    .await
+}
+
+/// The runs of schedule `id` that came before run `before` (whose slot is `slot_ms`) and are not
+/// final and have come due (available, executing or retryable): the runs a new run overlaps.
+///
+/// "Before" is by slot, then id, not by id alone: a run triggered by hand is inserted after the
+/// next slot's run (inserted ahead), yet comes before it; ordered by id, the slot's run would not
+/// see it and the overlap policy would let them run side by side.
 pub async fn schedule_runs_unfinished_before<'e>(
     db: impl PgExecutor<'e>,
     id: i64,
     before: JobId,
+    slot_ms: i64,
 ) -> Result<Vec<JobId>, sqlx::Error> {
+    // `jobs_schedule_live_idx` finds the schedule's live runs (a handful); the order is checked
+    // on those rows.
     sqlx::query_scalar(
         "SELECT id FROM jobs
          WHERE meta ? 'schedule_id' AND finalized_at IS NULL
-           AND (meta ->> 'schedule_id') = $1::text AND id < $2
+           AND (meta ->> 'schedule_id') = $1::text AND id <> $2
+           AND (coalesce((meta ->> 'slot_ms')::bigint, 0), id) < ($3, $2)
            AND state IN ('available', 'executing', 'retryable')
-         ORDER BY id",
+         ORDER BY coalesce((meta ->> 'slot_ms')::bigint, 0), id",
     )
     .bind(id.to_string())
     .bind(before)
+    .bind(slot_ms)
     .fetch_all(db)
     .await
 }

@@ -396,7 +396,10 @@ impl AccountsConsole for ServerConsole {
 
     async fn login_info(&self) -> Result<LoginInfo, Refusal> {
         let has_users = self.accounts.count().await.map_err(refused)? > 0;
-        Ok(LoginInfo { has_users })
+        Ok(LoginInfo {
+            has_users,
+            typed_name: String::new(),
+        })
     }
 
     async fn login(&self, name: String, password: String) -> Result<(), Refusal> {
@@ -417,11 +420,16 @@ impl AccountsConsole for ServerConsole {
         let user = match refusal {
             Ok(user) => user,
             Err(refusal) => {
-                // The name as typed (cut): who tried, even if no such user exists.
-                let typed: String = name.trim().chars().take(100).collect();
+                // Who tried, when the name names an account; never a name nobody has (it may
+                // be a password typed into the name field).
+                let actor = self
+                    .accounts
+                    .name_for_audit(&name)
+                    .await
+                    .unwrap_or_else(|_| crate::accounts::UNKNOWN_NAME.into());
                 self.auditor
                     .record(AuditEntry {
-                        actor: if typed.is_empty() { "?".into() } else { typed },
+                        actor,
                         role: "none".into(),
                         action: "session.sign_in".into(),
                         target: None,

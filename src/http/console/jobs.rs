@@ -295,7 +295,7 @@ impl JobsConsole for ServerConsole {
                 .and_then(|s| s.as_str())
                 .map(String::from),
             held: self.held(&j).await?,
-            deliveries: self.deliveries(&j).await?,
+            deliveries: self.deliveries(&j, &op.sight()).await?,
         })
     }
 
@@ -546,8 +546,12 @@ impl JobsConsole for ServerConsole {
 impl ServerConsole {
     /// What holds a waiting job back besides its time: its kind paused, its queue paused, or its
     /// queue's limits across every node (which may or may not be full now).
-    /// A webhook job's delivery record.
-    async fn deliveries(&self, j: &Job) -> Result<Vec<DeliveryRow>, Refusal> {
+    /// A webhook job's delivery record, as `sight` sees it.
+    async fn deliveries(
+        &self,
+        j: &Job,
+        sight: &crate::http::redact::Sight<'_>,
+    ) -> Result<Vec<DeliveryRow>, Refusal> {
         if j.kind != crate::workers::webhook::KIND {
             return Ok(Vec::new());
         }
@@ -556,7 +560,10 @@ impl ServerConsole {
             .deliveries_of_job(j.id.0)
             .await
             .map_err(refused)?;
-        Ok(rows.into_iter().map(delivery_row).collect())
+        Ok(rows
+            .into_iter()
+            .map(|r| delivery_row(sight.delivery(r)))
+            .collect())
     }
 
     async fn held(&self, j: &Job) -> Result<Option<String>, Refusal> {

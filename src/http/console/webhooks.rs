@@ -28,6 +28,7 @@ fn info(e: &EndpointRow) -> EndpointInfo {
         header_names: e.header_names.clone(),
         allow_calls: e.allow_calls,
         private_network: e.private_network,
+        header_methods: e.header_methods.clone(),
     }
 }
 
@@ -40,10 +41,17 @@ fn settings(form: &EndpointForm, change: bool) -> Result<EndpointSettings, Refus
     } else {
         Some(crate::webhooks::headers::parse_lines(&form.headers).map_err(Refusal::invalid)?)
     };
+    let methods: Vec<String> = form
+        .header_methods
+        .split([',', ' '])
+        .filter(|m| !m.trim().is_empty())
+        .map(|m| m.trim().to_string())
+        .collect();
     Ok(EndpointSettings {
         headers,
         allow_calls: Some(form.allow_calls),
         private_network: Some(form.private_network),
+        header_methods: (!methods.is_empty()).then_some(methods),
     })
 }
 
@@ -56,6 +64,15 @@ fn described(form: &EndpointForm) -> String {
     } else {
         "signs only".to_string()
     }];
+    let methods: Vec<String> = form
+        .header_methods
+        .split([',', ' '])
+        .map(|m| m.trim().to_ascii_uppercase())
+        .filter(|m| crate::webhooks::service::METHODS.contains(&m.as_str()))
+        .collect();
+    if !methods.is_empty() {
+        parts.push(format!("headers with {}", methods.join(", ")));
+    }
     if form.clear_headers {
         parts.push("no default headers".into());
     } else if let Ok(headers) = crate::webhooks::headers::parse_lines(&form.headers) {
@@ -95,9 +112,11 @@ impl WebhooksConsole for ServerConsole {
     ) -> Result<NewEndpointSecret, Refusal> {
         let act = Act {
             action: "webhook_endpoint.create".into(),
+            // As a reader sees a webhook's URL: a pasted prefix may carry user info or a query
+            // with a credential, and the entry is written whether the prefix is taken or not.
             target: Some(format!(
                 "endpoint {} ({})",
-                url_prefix.trim(),
+                crate::http::redact::url_for_reader(url_prefix.trim()),
                 described(&form)
             )),
             filter: None,
@@ -201,7 +220,7 @@ impl WebhooksConsole for ServerConsole {
     }
 
     async fn calls(&self, query: CallsQuery) -> Result<CallsPage, Refusal> {
-        operator(Role::Viewer)?;
+        let op = operator(Role::Viewer)?;
         let status = query
             .status
             .as_deref()
@@ -224,7 +243,10 @@ impl WebhooksConsole for ServerConsole {
             .flatten();
         Ok(CallsPage {
             now_ms: self.now_ms().await?,
-            rows: rows.into_iter().map(delivery_row).collect(),
+            rows: rows
+                .into_iter()
+                .map(|r| delivery_row(op.sight().delivery(r)))
+                .collect(),
             next_before,
         })
     }
