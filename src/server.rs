@@ -309,6 +309,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
             engine.client().with_pool(web.clone()),
             notify_queue,
         )
+        .with_retention(Duration::from_secs(config.retention_hours * 3600))
         .run(
             Duration::from_millis(config.alert_interval_ms),
             engine.leader_check(),

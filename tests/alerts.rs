@@ -15,7 +15,7 @@ use common::receiver::Receiver;
 use common::{test_db, wait_for, TestDb};
 use kickoff::accounts::Role;
 use kickoff::alerts::{Alerts, Evaluator, RuleSpec};
-use kickoff::engine::{Engine, EngineConfig};
+use kickoff::engine::{Engine, EngineConfig, NewJob};
 
 struct Rig {
     db: TestDb,
@@ -28,11 +28,23 @@ struct Rig {
 /// An engine that runs only the `webhooks` queue (the notifications), calling the receiver; the
 /// jobs a test parks in other queues stay where they are.
 async fn rig() -> Rig {
+    rig_with("webhooks").await
+}
+
+/// [`rig`], its evaluator inserting the notifications in `notify_queue` (`webhooks`: run by the
+/// engine; another: parked, for a test to move them as the engine would). The receiver is allowed
+/// as `127.0.0.1:PORT` and as `localhost:PORT`: a name that resolves to a loopback address
+/// without `private:`, which the webhook worker refuses as fatal (an undeliverable
+/// notification).
+async fn rig_with(notify_queue: &str) -> Rig {
     let db = test_db().await;
     let receiver = Receiver::start().await;
     let engine = Engine::start(
         db.pool.clone(),
-        kickoff::workers::builtin(vec![receiver.addr.to_string()]),
+        kickoff::workers::builtin(vec![
+            receiver.addr.to_string(),
+            format!("localhost:{}", receiver.addr.port()),
+        ]),
         EngineConfig {
             queues: vec![("webhooks".into(), 4)],
             ..EngineConfig::default()
@@ -41,7 +53,7 @@ async fn rig() -> Rig {
     .await
     .unwrap();
     let alerts = Alerts::new(db.pool.clone(), engine.client());
-    let evaluator = Evaluator::new(db.pool.clone(), engine.client(), "webhooks");
+    let evaluator = Evaluator::new(db.pool.clone(), engine.client(), notify_queue);
     Rig {
         db,
         receiver,
@@ -53,8 +65,13 @@ async fn rig() -> Rig {
 
 impl Rig {
     async fn rule(&self, spec: Value) -> i64 {
+        self.rule_to(spec, &self.receiver.url("/alerts")).await
+    }
+
+    /// A rule whose notifications go to `url`.
+    async fn rule_to(&self, spec: Value, url: &str) -> i64 {
         let mut spec: RuleSpec = serde_json::from_value(spec).unwrap();
-        spec.notify_url = Some(self.receiver.url("/alerts"));
+        spec.notify_url = Some(url.to_string());
         let mut conn = self.db.pool.acquire().await.unwrap();
         self.alerts
             .create_rule_with(&mut conn, spec, Some("test"))
@@ -97,6 +114,21 @@ impl Rig {
         )
         .await;
         self.distinct()
+    }
+
+    async fn count(&self, query: &str) -> i64 {
+        sqlx::query_scalar(query)
+            .fetch_one(&self.db.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{query}: {e}"))
+    }
+
+    /// The bodies of the notification jobs inserted so far, oldest first.
+    async fn notification_bodies(&self) -> Vec<Value> {
+        sqlx::query_scalar("SELECT args -> 'body' FROM jobs WHERE kind = 'webhook' ORDER BY id")
+            .fetch_all(&self.db.pool)
+            .await
+            .unwrap()
     }
 
     fn distinct(&self) -> Vec<Value> {
@@ -151,6 +183,12 @@ async fn fires_once_and_resolves_once(spec: Value, subject: &str, make: &[&str],
 
 const PARKED_JOB: &str = "INSERT INTO jobs (id, queue, kind, state, scheduled_at)
     VALUES (9001, 'parked', 'noop', 'available', now())";
+
+/// Job 9001 discarded after one attempt that failed with `boom`.
+const DISCARD_PARKED_JOB: &str =
+    "UPDATE jobs SET state = 'discarded', finalized_at = now(), attempt = 1,
+    errors = '[{\"attempt\":1,\"at\":\"2026-12-02T10:00:00Z\",\"node\":null,\"message\":\"boom\"}]'
+    WHERE id = 9001";
 
 #[tokio::test]
 async fn a_discarded_job_fires_and_its_retry_resolves() {
@@ -550,4 +588,349 @@ async fn operators_and_viewers_cannot_manage_rules() {
     assert_eq!(status, StatusCode::FORBIDDEN, "{text}");
     let (status, text) = viewer.server_fn("alerts", "").await;
     assert_eq!(status, StatusCode::OK, "{text}");
+}
+
+/// Issue 30: a `job_discarded` rule whose notification could not be delivered (a host that
+/// resolves to a loopback address without `private:`) opened an incident for each discarded
+/// notification, which notified again, forever: 29 incidents in 15 s from one discarded job. A
+/// notification is never the subject of a rule; a job that only carries a notification's meta (as
+/// any API caller may write it) is no notification.
+#[tokio::test]
+async fn an_undeliverable_notification_is_never_the_subject_of_a_rule() {
+    let rig = rig().await;
+    let port = rig.receiver.addr.port();
+    rig.rule_to(
+        json!({ "name": "discards", "condition": "job_discarded" }),
+        &format!("http://localhost:{port}/alerts"),
+    )
+    .await;
+    rig.sql(PARKED_JOB).await;
+    rig.sql(DISCARD_PARKED_JOB).await;
+    assert_eq!(rig.evaluate().await, (vec!["job 9001".to_string()], vec![]));
+    for round in 0..3 {
+        // The webhook worker refuses the loopback address as fatal: the notification is
+        // discarded, as the issue saw it.
+        wait_for(
+            "the notification to be discarded",
+            Duration::from_secs(20),
+            || async {
+                rig.count(
+                    "SELECT count(*) FROM jobs WHERE kind = 'webhook' AND state <> 'discarded'",
+                )
+                .await
+                    == 0
+            },
+        )
+        .await;
+        assert_eq!(
+            rig.evaluate().await,
+            (vec![], vec![]),
+            "round {round}: a discarded notification fired the rule"
+        );
+    }
+    assert_eq!(rig.count("SELECT count(*) FROM alert_incidents").await, 1);
+    assert_eq!(
+        rig.count("SELECT count(*) FROM jobs WHERE kind = 'webhook'")
+            .await,
+        1
+    );
+    assert!(rig.receiver.calls_to("/alerts").is_empty());
+
+    // An operator's job that carries a notification's meta still alerts when it is discarded.
+    let forged = rig
+        .engine
+        .client()
+        .insert(
+            &NewJob::new("noop", json!({}))
+                .with_queue("parked")
+                .with_meta(json!({ "alert_incident": 1, "alert_event": "fired" }))
+                .created_by("ops"),
+        )
+        .await
+        .unwrap()
+        .job
+        .id
+        .0;
+    rig.sql(&format!(
+        "UPDATE jobs SET state = 'discarded', finalized_at = now(), attempt = 1 WHERE id = {forged}"
+    ))
+    .await;
+    assert_eq!(
+        rig.evaluate().await,
+        (vec![format!("job {forged}")], vec![])
+    );
+    rig.engine.stop().await;
+}
+
+/// A failed attempt of each job in `notify` counted in this minute's statistics, as the engine's
+/// count folder would.
+const THREE_FAILED_IN_NOTIFY: &str =
+    "INSERT INTO job_stats_minute (minute, queue, completed, failed)
+    VALUES (date_trunc('minute', now()), 'notify', 0, 3)
+    ON CONFLICT (minute, queue) DO UPDATE SET failed = job_stats_minute.failed + 3";
+
+/// The queue-wide conditions do not count notifications either (waiting, overdue or failing
+/// ones would keep their queue's incident firing and fire it again after it resolved, each
+/// time with a notification of its own), while the queue's other jobs still count.
+#[tokio::test]
+async fn notifications_make_no_backlog_overdue_or_failure_rate() {
+    let rig = rig_with("notify").await;
+    rig.rule(json!({ "name": "nodes", "condition": "node_lost", "threshold_ms": 10000 }))
+        .await;
+    rig.rule(
+        json!({ "name": "backlog", "condition": "queue_backlog", "queue": "notify",
+                     "threshold_n": 2, "for_secs": 0 }),
+    )
+    .await;
+    rig.rule(
+        json!({ "name": "overdue", "condition": "overdue", "queue": "notify",
+                     "threshold_ms": 30000 }),
+    )
+    .await;
+    rig.rule(
+        json!({ "name": "failing", "condition": "failure_rate", "queue": "notify",
+                     "percent": 50, "threshold_n": 3 }),
+    )
+    .await;
+    rig.sql(
+        "INSERT INTO nodes (id, hostname, pid, heartbeat_at)
+         SELECT 'ghost-' || i, 'ghost', i, now() - interval '1 min' FROM generate_series(1, 3) AS i",
+    )
+    .await;
+    assert_eq!(rig.evaluate().await.0.len(), 3);
+    // The three notifications wait in `notify`, due two minutes ago, each after a failed attempt.
+    rig.sql(
+        "UPDATE jobs SET scheduled_at = now() - interval '2 min', attempt = 1,
+             errors = jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now(), 'message', 'refused'))
+         WHERE queue = 'notify'",
+    )
+    .await;
+    rig.sql(THREE_FAILED_IN_NOTIFY).await;
+    for _ in 0..2 {
+        assert_eq!(
+            rig.evaluate().await,
+            (vec![], vec![]),
+            "the notifications made a backlog, were overdue or failed"
+        );
+    }
+    // Three jobs of the queue's own, in the same state: they count, and only they.
+    rig.sql(
+        "INSERT INTO jobs (queue, kind, state, scheduled_at, attempt, errors)
+         SELECT 'notify', 'noop', 'available', now() - interval '2 min', 1,
+                jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now(), 'message', 'boom'))
+         FROM generate_series(1, 3)",
+    )
+    .await;
+    rig.sql(THREE_FAILED_IN_NOTIFY).await;
+    let report = rig.evaluator.run_once().await.unwrap();
+    let mut fired: Vec<(String, String)> = report
+        .fired
+        .iter()
+        .map(|i| (i.rule.clone(), i.summary.clone()))
+        .collect();
+    fired.sort();
+    assert_eq!(fired.len(), 3, "{fired:?}");
+    assert_eq!(
+        fired[0],
+        ("backlog".into(), "3 jobs available in queue notify".into())
+    );
+    assert!(
+        fired[1].0 == "failing" && fired[1].1.starts_with("3 of 3 attempts failed"),
+        "{fired:?}"
+    );
+    assert_eq!(fired[2].0, "overdue");
+    rig.engine.stop().await;
+}
+
+/// Issue 30: N subjects made N notifications. Past ten per rule and evaluation, the rest go in one
+/// digest ("and N more"), for the firings and for the resolutions alike.
+#[tokio::test]
+async fn a_burst_of_subjects_notifies_ten_then_one_digest() {
+    let rig = rig_with("notify").await;
+    rig.rule(json!({ "name": "discards", "condition": "job_discarded", "queue": "parked" }))
+        .await;
+    rig.sql(
+        "INSERT INTO jobs (queue, kind, state, attempt, finalized_at)
+         SELECT 'parked', 'noop', 'discarded', 1, now() FROM generate_series(1, 25)",
+    )
+    .await;
+    assert_eq!(rig.evaluate().await.0.len(), 25);
+    let bodies = rig.notification_bodies().await;
+    assert_eq!(bodies.len(), 11, "ten notifications and a digest");
+    assert!(bodies[..10].iter().all(|b| b["type"] == "alert.fired"));
+    let digest = &bodies[10];
+    assert_eq!(digest["type"], "alert.digest", "{digest}");
+    assert_eq!(digest["data"]["event"], "fired", "{digest}");
+    assert_eq!(digest["data"]["count"], 15, "{digest}");
+    assert_eq!(digest["data"]["subjects"].as_array().unwrap().len(), 15);
+    let summary = digest["data"]["summary"].as_str().unwrap();
+    assert!(summary.starts_with("and 15 more: job "), "{summary}");
+
+    rig.sql("UPDATE jobs SET state = 'available', finalized_at = NULL WHERE queue = 'parked'")
+        .await;
+    assert_eq!(rig.evaluate().await.1.len(), 25);
+    let bodies = rig.notification_bodies().await;
+    assert_eq!(bodies.len(), 22);
+    assert!(bodies[11..21].iter().all(|b| b["type"] == "alert.resolved"));
+    assert_eq!(bodies[21]["data"]["event"], "resolved");
+    assert_eq!(bodies[21]["data"]["count"], 15);
+    rig.engine.stop().await;
+}
+
+/// Issue 30: `alert_incidents` was never pruned. The leader deletes resolved incidents once the
+/// retention (the pruner's `KICKOFF_RETENTION_HOURS`, 24 h by default) passed; firing ones stay,
+/// and the count of incidents a rule opened (a counter in `/metrics`) does not go down.
+#[tokio::test]
+async fn resolved_incidents_older_than_the_retention_are_pruned_by_the_leader() {
+    let rig = rig_with("notify").await;
+    rig.rule(json!({ "name": "nodes", "condition": "node_lost", "threshold_ms": 10000 }))
+        .await;
+    rig.sql(
+        "INSERT INTO nodes (id, hostname, pid, heartbeat_at)
+         SELECT 'ghost-' || i, 'ghost', i, now() - interval '1 min' FROM generate_series(1, 3) AS i",
+    )
+    .await;
+    assert_eq!(rig.evaluate().await.0.len(), 3);
+    rig.sql("UPDATE nodes SET heartbeat_at = now() WHERE id IN ('ghost-1', 'ghost-2')")
+        .await;
+    assert_eq!(rig.evaluate().await.1.len(), 2);
+    // ghost-1's incident resolved 25 hours ago; ghost-3's has fired for 30 hours.
+    rig.sql(
+        "UPDATE alert_incidents SET fired_at = now() - interval '26 hours',
+                                    resolved_at = now() - interval '25 hours'
+         WHERE subject = 'node ghost-1'",
+    )
+    .await;
+    rig.sql("UPDATE alert_incidents SET fired_at = now() - interval '30 hours' WHERE subject = 'node ghost-3'")
+        .await;
+    rig.evaluate().await;
+    let left: Vec<String> =
+        sqlx::query_scalar("SELECT subject FROM alert_incidents ORDER BY subject")
+            .fetch_all(&rig.db.pool)
+            .await
+            .unwrap();
+    assert_eq!(left, vec!["node ghost-2", "node ghost-3"]);
+    assert_eq!(
+        rig.alerts.counts().await.unwrap(),
+        vec![("nodes".to_string(), "node_lost".to_string(), 1, 3)],
+        "one firing, three ever opened"
+    );
+    // A rule deleted with a firing incident takes its incidents (and its counts) along.
+    rig.sql("DELETE FROM alert_rules").await;
+    assert_eq!(rig.count("SELECT count(*) FROM alert_incidents").await, 0);
+    rig.engine.stop().await;
+}
+
+/// A late lock fires once per question, ever, as long as its question is within the day the rule
+/// looks back: its resolved incident is the record of that, so it is kept for that day even when
+/// the retention is shorter.
+#[tokio::test]
+async fn a_late_locks_resolved_incident_is_kept_while_its_question_could_fire_again() {
+    let rig = rig_with("notify").await;
+    let evaluator = Evaluator::new(rig.db.pool.clone(), rig.engine.client(), "notify")
+        .with_retention(Duration::from_secs(3600));
+    rig.rule(json!({ "name": "late", "condition": "late_lock", "threshold_ms": 1000 }))
+        .await;
+    rig.rule(json!({ "name": "nodes", "condition": "node_lost", "threshold_ms": 10000 }))
+        .await;
+    // Made three hours ago: it watches questions from four hours ago on.
+    rig.sql("UPDATE alert_rules SET created_at = now() - interval '3 hours'")
+        .await;
+    // Question 7's lock started 3 s after game time, two hours ago; it is locked.
+    rig.sql(
+        "INSERT INTO jobs (id, queue, kind, state, attempt, scheduled_at, attempted_at, finalized_at, args)
+         VALUES (9001, 'parked', 'lock_question', 'completed', 1, now(), now() - interval '2 hours',
+                 now() - interval '2 hours', '{\"question_id\":7}')",
+    )
+    .await;
+    rig.sql(
+        "INSERT INTO questions (id, game, prompt, choices, game_time, lock_job_id, status, locked_at)
+         VALUES (7, 'g', 'p', '{a,b}', now() - interval '2 hours 3 s', 9001, 'locked', now() - interval '2 hours')",
+    )
+    .await;
+    rig.sql(
+        "INSERT INTO nodes (id, hostname, pid, heartbeat_at) VALUES ('ghost-1', 'ghost', 1, now() - interval '1 min')",
+    )
+    .await;
+    let report = evaluator.run_once().await.unwrap();
+    assert_eq!((report.fired.len(), report.resolved.len()), (2, 1));
+    rig.sql("UPDATE nodes SET heartbeat_at = now()").await;
+    assert_eq!(evaluator.run_once().await.unwrap().resolved.len(), 1);
+    rig.sql(
+        "UPDATE alert_incidents SET fired_at = now() - interval '2 hours', resolved_at = now() - interval '2 hours'",
+    )
+    .await;
+    let report = evaluator.run_once().await.unwrap();
+    assert_eq!(report.pruned, 1, "the node's incident, past the hour");
+    assert!(report.fired.is_empty(), "question 7 fired again");
+    let left: Vec<String> = sqlx::query_scalar("SELECT subject FROM alert_incidents")
+        .fetch_all(&rig.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, vec!["question 7"]);
+    rig.engine.stop().await;
+}
+
+/// Issue 30: every evaluation read every open incident of every rule (a `job_discarded` rule
+/// keeps one open per discarded job until the job goes). An evaluation checks a bounded page of a
+/// rule's open incidents, the next page the next time, round and round.
+#[tokio::test]
+async fn an_evaluation_checks_a_bounded_page_of_open_incidents() {
+    let rig = rig_with("notify").await;
+    let rule = rig
+        .rule(json!({ "name": "discards", "condition": "job_discarded", "queue": "parked" }))
+        .await;
+    // 1,200 incidents about discarded jobs since deleted: each resolves once checked.
+    rig.sql(&format!(
+        "INSERT INTO alert_incidents (rule_id, subject, summary)
+         SELECT {rule}, 'job ' || i, 'gone' FROM generate_series(1, 1200) AS i"
+    ))
+    .await;
+    let page = kickoff::alerts::evaluator::OPEN_INCIDENTS_PER_EVALUATION;
+    assert_eq!(page, 500);
+    let mut resolved = Vec::new();
+    for expected in [500, 500, 200, 0] {
+        let (_, r) = rig.evaluate().await;
+        assert_eq!(r.len(), expected);
+        resolved.extend(r);
+    }
+    resolved.sort();
+    resolved.dedup();
+    assert_eq!(resolved.len(), 1200);
+    assert_eq!(
+        rig.count("SELECT count(*) FROM jobs WHERE kind = 'webhook'")
+            .await,
+        33,
+        "ten and a digest per evaluation"
+    );
+    rig.engine.stop().await;
+}
+
+/// Issue 30: a Slack text did not escape `&`, `<` and `>`, so a discarded job's error could ping
+/// the channel (`<!channel>`) or disguise a link (`<https://evil|click>`).
+#[tokio::test]
+async fn a_slack_text_escapes_what_slack_reads_as_markup() {
+    let rig = rig_with("notify").await;
+    rig.rule(
+        json!({ "name": "slack", "condition": "job_discarded", "queue": "parked",
+                     "payload": "slack" }),
+    )
+    .await;
+    rig.sql(PARKED_JOB).await;
+    rig.sql(
+        "UPDATE jobs SET state = 'discarded', finalized_at = now(), attempt = 1,
+             errors = jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now(),
+                 'message', '<!channel> see <https://evil.example|the fix> & more'))
+         WHERE id = 9001",
+    )
+    .await;
+    rig.evaluate().await;
+    let bodies = rig.notification_bodies().await;
+    let text = bodies[0]["text"].as_str().unwrap();
+    assert!(
+        text.ends_with(": &lt;!channel&gt; see &lt;https://evil.example|the fix&gt; &amp; more"),
+        "{text}"
+    );
+    assert!(!text.contains('<') && !text.contains('>'), "{text}");
+    rig.engine.stop().await;
 }

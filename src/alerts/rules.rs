@@ -1,10 +1,19 @@
 //! What a rule watches and its thresholds: the conditions, the checks of a new rule (a field that
-//! does not apply to its condition is refused, not ignored), and the rule in words.
+//! does not apply to its condition is refused, not ignored), the rule as stored, and the rule in
+//! words. The store reads and writes these types; this module needs nothing of the store.
 
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 /// The most rules a database holds.
 pub const MAX_RULES: i64 = 200;
+
+/// How far back a rule whose subjects fire once ([`Condition::once_per_subject`]) looks: its
+/// resolved incidents are the record that a subject fired, so they are kept at least this long
+/// whatever the retention, or a subject would fire again.
+pub const ONCE_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 /// What a rule watches.
 #[derive(schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -12,7 +21,8 @@ pub const MAX_RULES: i64 = 200;
 pub enum Condition {
     /// A question's lock job started more than `threshold_ms` after game time, or has not started
     /// that long after it (scope: `game`). Resolves when the question is locked. Fires once per
-    /// question, for game times from an hour before the rule was made and within the last day.
+    /// question, for game times from an hour before the rule was made and within the last day
+    /// ([`ONCE_WINDOW`]).
     LateLock,
     /// A question still open `threshold_ms` after its game time (scope: `game`).
     QuestionOpen,
@@ -287,8 +297,46 @@ impl RuleSpec {
     }
 }
 
+/// A rule as stored.
+#[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct RuleRow {
+    pub id: i64,
+    pub name: String,
+    /// `late_lock`, `question_open`, `job_discarded`, `queue_backlog`, `failure_rate`,
+    /// `node_lost` or `overdue`.
+    pub condition: String,
+    pub queue: Option<String>,
+    pub kind: Option<String>,
+    pub game: Option<String>,
+    pub threshold_ms: Option<i64>,
+    pub threshold_n: Option<i64>,
+    pub for_secs: i32,
+    pub percent: Option<f64>,
+    pub notify_url: Option<String>,
+    /// `standard` or `slack`.
+    pub payload: String,
+    pub enabled: bool,
+    pub created_at: DateTime<Utc>,
+    pub created_by: Option<String>,
+    /// The rule in words.
+    #[sqlx(skip)]
+    pub words: String,
+}
+
+impl RuleRow {
+    pub fn condition(&self) -> Option<Condition> {
+        Condition::parse(&self.condition)
+    }
+
+    /// The row with its words filled in (they are not stored).
+    pub fn with_words(mut self) -> Self {
+        self.words = describe(&self);
+        self
+    }
+}
+
 /// A rule in words, as the dashboard and the notifications say it.
-pub fn describe(rule: &super::store::RuleRow) -> String {
+pub fn describe(rule: &RuleRow) -> String {
     let Some(condition) = rule.condition() else {
         return rule.condition.clone();
     };

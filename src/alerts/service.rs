@@ -3,8 +3,8 @@
 
 use sqlx::{PgConnection, PgPool};
 
-use super::rules::{RuleSpec, MAX_RULES};
-use super::store::{self, IncidentRow, RuleRow};
+use super::rules::{RuleRow, RuleSpec, MAX_RULES};
+use super::store::{self, IncidentRow};
 use crate::engine::{Client, NewJob};
 
 #[derive(Debug, thiserror::Error)]
@@ -125,7 +125,8 @@ impl Alerts {
         }
     }
 
-    /// Firing incidents by rule and condition, and every incident by rule, for `/metrics`.
+    /// Each rule's name, condition, incidents firing now and incidents opened since the rule was
+    /// made (a counter: pruning resolved incidents does not lower it), for `/metrics`.
     pub async fn counts(&self) -> Result<Vec<(String, String, i64, i64)>, AlertError> {
         Ok(store::incident_counts(&self.pool).await?)
     }

@@ -204,8 +204,9 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, AppError
         .into_response())
 }
 
-/// Each alert rule's firing incidents and every incident it opened (database-wide, like
-/// `kickoff_jobs`: every node reports the same numbers).
+/// Each alert rule's firing incidents and the incidents it opened (database-wide, like
+/// `kickoff_jobs`: every node reports the same numbers). Both are kept on the rule: a scrape reads
+/// the rules, never the incidents.
 async fn alert_metrics(state: &AppState, out: &mut String) -> Result<(), AppError> {
     let counts = state.alerts.counts().await?;
     family(
@@ -226,7 +227,7 @@ async fn alert_metrics(state: &AppState, out: &mut String) -> Result<(), AppErro
         out,
         "kickoff_alert_incidents_total",
         "counter",
-        "Alert incidents ever opened, by rule and condition (a deleted rule takes its incidents).",
+        "Alert incidents opened since the rule was made, by rule and condition (pruning resolved incidents does not lower it; a deleted rule takes it).",
     );
     for (rule, condition, _, total) in &counts {
         sample(
