@@ -32,7 +32,7 @@ test('an admin makes an endpoint, sees its secret once, rotates it and deletes i
   const row = page.locator('tr[data-endpoint]', { hasText: prefix });
   await row.waitFor();
   assert.equal((await row.locator('[data-calls]').textContent()).trim(), 'allowed');
-  assert.match(await row.locator('[data-header-names]').textContent(), /Authorization, X-Team/);
+  assert.match(await row.locator('[data-header-names]').textContent(), /Authorization, X-Team with POST/);
   // The form is empty again: the header's value does not stay on the screen.
   assert.equal(await form.getByLabel('Default headers').inputValue(), '');
   await page.screenshot({ path: path.join(screenshots, 'webhooks.png'), fullPage: true });
@@ -56,10 +56,12 @@ test('an admin makes an endpoint, sees its secret once, rotates it and deletes i
   await row.getByText('Change', { exact: true }).click();
   const change = row.getByRole('form', { name: /Change endpoint/ });
   await change.getByLabel('Webhook jobs may call URLs under this prefix').uncheck();
+  // The headers go with PUT too (they are credentials: POST only unless an admin says more).
+  await change.getByLabel('Methods the headers go with').fill('post, PUT');
   await change.getByRole('button', { name: /Save endpoint/ }).click();
   await eventually('the row to say signed only',
     async () => (await row.locator('[data-calls]').textContent()).trim(), (t) => t === 'signed only');
-  assert.match(await row.locator('[data-header-names]').textContent(), /Authorization/);
+  assert.match(await row.locator('[data-header-names]').textContent(), /Authorization, X-Team with POST, PUT/);
   const refused = await api('POST', '/jobs', hook);
   assert.equal(refused.status, 422, JSON.stringify(refused.body));
   assert.match(refused.body.error.message, /no webhook endpoint allows calls under this URL/);
