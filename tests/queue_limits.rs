@@ -879,7 +879,7 @@ async fn a_partitioned_claim_costs_little_behind_a_backlog_of_fifty_thousand() {
         let mut tx = sqlx::Connection::begin(&mut *conn).await.unwrap();
         let plan: Vec<String> = sqlx::query_scalar(
             "EXPLAIN (ANALYZE, BUFFERS)
-             SELECT * FROM kickoff_claim_limited($1, 10, 10, 'node-a', 60, 1, 1000, '{}')",
+             SELECT * FROM kickoff_claim_limited($1, 10, 10, 'node-a', 60, 1, 500, '{}')",
         )
         .bind(QUEUE)
         .fetch_all(&mut *tx)

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 /// The most keys with available jobs a partitioned claim (and its wait) looks at; with more, the
 /// next claim goes on from where this one stopped, so every key gets its turn.
-pub const PARTITION_KEYS: i32 = 1_000;
+pub const PARTITION_KEYS: i32 = 500;
 
 /// The most available jobs of a queue the dashboard reads (in claim order) to count those its
 /// limits hold back.
