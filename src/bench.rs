@@ -226,7 +226,7 @@ async fn insert_due(pool: &PgPool, n: usize, due: Option<DateTime<Utc>>) -> Resu
         })
         .collect();
     for chunk in jobs.chunks(5_000) {
-        job_store::job_insert_many(pool, chunk)
+        job_store::job_insert_many(pool, chunk, &[])
             .await
             .map_err(|e| e.to_string())?;
     }
@@ -441,7 +441,7 @@ async fn scheduled(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
             NewJob::new(KIND, json!({ "i": i })).at(at)
         })
         .collect();
-    job_store::job_insert_many(pool, &jobs)
+    job_store::job_insert_many(pool, &jobs, &[])
         .await
         .map_err(|e| e.to_string())?;
     let mut samples = Vec::with_capacity(N);

@@ -541,7 +541,7 @@ async fn a_running_engine_rescues_a_dead_nodes_job_within_seconds() {
     let j = {
         let client = kickoff::engine::Client::new(db.pool.clone(), Arc::new(Workers::new()));
         let _ = client;
-        job_store::job_insert_many(&db.pool, &[probe("ok")])
+        job_store::job_insert_many(&db.pool, &[probe("ok")], &[])
             .await
             .unwrap();
         job_store::job_claim(

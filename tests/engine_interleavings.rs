@@ -696,7 +696,9 @@ async fn handlers_holding_every_pooled_connection_keep_their_leases() {
     .unwrap();
     let client = engine_free_client(&db.pool);
     let batch: Vec<NewJob> = (0..4).map(|_| gated("hold_tx")).collect();
-    job_store::job_insert_many(&db.pool, &batch).await.unwrap();
+    job_store::job_insert_many(&db.pool, &batch, &[])
+        .await
+        .unwrap();
     let ids: Vec<JobId> = client
         .list(&Default::default(), None, 10)
         .await

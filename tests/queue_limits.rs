@@ -531,3 +531,378 @@ async fn a_buffer_under_a_global_concurrency_takes_at_most_half_the_room_left() 
         .unwrap();
     assert_eq!(jobs.len(), 10);
 }
+
+/// Waits, if need be, until the current hour has 30 s or more left, so that an hourly rate's
+/// window does not turn during a test.
+async fn clear_of_the_hour(pool: &PgPool) {
+    let left: f64 = sqlx::query_scalar(
+        "SELECT extract(epoch FROM date_trunc('hour', now()) + interval '1 hour' - now())::float8",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    if left < 30.0 {
+        tokio::time::sleep(Duration::from_secs_f64(left + 0.5)).await;
+    }
+}
+
+fn hourly(n: u32, per: Partition) -> QueueLimits {
+    QueueLimits {
+        rate: Some(Rate::new(n, Duration::from_secs(3600))),
+        per: Some(per),
+        ..QueueLimits::default()
+    }
+}
+
+/// A limited claim of `want` jobs of `queue` (as many free slots), by `node`.
+async fn claim(pool: &PgPool, queue: &str, want: i64) -> Vec<kickoff::engine::Job> {
+    kickoff::engine::store::jobs::job_claim_limited(
+        pool,
+        queue,
+        want,
+        want,
+        "node-a",
+        Duration::from_secs(60),
+        &[],
+    )
+    .await
+    .unwrap()
+}
+
+/// The host a rate `per: host` counts is the host the webhook calls, however its URL spells it
+/// and whichever way the job was inserted: the SQL once read it with a regex of its own, and
+/// these six spellings of one receiver (all accepted, all calling 127.0.0.1:9) were six keys,
+/// six starts in a window of one.
+#[tokio::test]
+async fn one_host_spelled_many_ways_and_inserted_any_way_shares_one_rate_key() {
+    use kickoff::engine::schedules::{JobTemplate, ScheduleSpec, Schedules};
+    use kickoff::workers::webhook::WebhookWorker;
+    let db = test_db().await;
+    let mut workers = Workers::new();
+    workers.register(WebhookWorker::new(vec!["127.0.0.1:9".into()]));
+    let client = Client::new(db.pool.clone(), Arc::new(workers));
+    let queue = "hooks";
+    client
+        .set_queue_limits(queue, &hourly(1, Partition::Host))
+        .await
+        .unwrap();
+    clear_of_the_hour(&db.pool).await;
+    let hook = |url: &str| NewJob::new("webhook", json!({ "url": url })).with_queue(queue);
+
+    // `Client::insert` (`insert_with`).
+    client
+        .insert(&hook("http://127.0.0.1:9/plain"))
+        .await
+        .unwrap();
+    // `insert_alone`, as the REST API inserts (with its audit entry beside it).
+    let no_companion = |_: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>, _: &str| {};
+    let _wakeup = client
+        .insert_alone(
+            &hook("http://127.0.0.1:9\\@k1.test/backslash"),
+            &no_companion,
+        )
+        .await
+        .unwrap()
+        .expect("inserted");
+    // `insert_quietly_with`, in a caller's transaction.
+    let mut tx = db.pool.begin().await.unwrap();
+    let (quiet, _wakeup) = client
+        .insert_quietly_with(&mut tx, &hook("http://u@k1.test@127.0.0.1:9/two-ats"))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // `insert_many`.
+    client
+        .insert_many(&[
+            hook("http://0x7f.1:9/hex"),
+            hook("http://127%2E0%2E0%2E1:9/escaped"),
+        ])
+        .await
+        .unwrap();
+    // A schedule's run (`insert_run_with`), triggered by hand.
+    let schedules = Schedules::new(client.clone());
+    let mut template = JobTemplate::new("webhook", json!({ "url": "http://2130706433:9/decimal" }));
+    template.queue = queue.into();
+    schedules
+        .create(
+            &ScheduleSpec::cron("nightly", "0 3 * * *", template),
+            Some("ops"),
+        )
+        .await
+        .unwrap();
+    schedules.trigger("nightly", None).await.unwrap();
+    // A clone of a job (`clone_job`).
+    client.clone_job(quiet.job.id).await.unwrap();
+
+    let available: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM jobs WHERE queue = $1 AND state = 'available'")
+            .bind(queue)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(available, 7);
+    let claimed = claim(&db.pool, queue, 10).await;
+    let urls: Vec<&str> = claimed
+        .iter()
+        .map(|j| j.args["url"].as_str().unwrap())
+        .collect();
+    assert_eq!(urls.len(), 1, "one host at 1/h started {urls:?}");
+    assert!(claim(&db.pool, queue, 10).await.is_empty());
+
+    // Each job keeps the host its call reads (the schedule's run ahead too; a retry or rerun
+    // keeps it: it is the row's).
+    let hosts: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT DISTINCT call_host FROM jobs WHERE queue = $1")
+            .bind(queue)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(hosts, [Some("127.0.0.1".to_string())]);
+}
+
+/// A key with room starts at the next claim however many jobs of another key wait ahead of it:
+/// the claim once looked at the first 5,000 available jobs only, so one job of key `b` behind
+/// 6,000 of key `a` waited until `a`'s backlog drained below 5,000 (at 1/h, for ever), while the
+/// job page said `b` had room. Here `a`'s backlog goes in through `insert_many`, as the engine
+/// keys it.
+#[tokio::test]
+async fn a_key_with_room_starts_behind_any_backlog_of_another_key() {
+    let db = test_db().await;
+    let client = Client::new(db.pool.clone(), Arc::new(workers()));
+    client
+        .set_queue_limits(QUEUE, &hourly(1, Partition::Host))
+        .await
+        .unwrap();
+    clear_of_the_hour(&db.pool).await;
+    let backlog: Vec<NewJob> = (0..6_000)
+        .map(|i| {
+            NewJob::new("hit", json!({ "url": "http://a.example/x", "i": i })).with_queue(QUEUE)
+        })
+        .collect();
+    client.insert_many(&backlog).await.unwrap();
+    let b = client
+        .insert(&NewJob::new("hit", json!({ "url": "http://b.example/x" })).with_queue(QUEUE))
+        .await
+        .unwrap()
+        .job;
+
+    let claimed = claim(&db.pool, QUEUE, 10).await;
+    let ids: Vec<_> = claimed.iter().map(|j| j.id).collect();
+    assert_eq!(claimed.len(), 2, "one of each key: {ids:?}");
+    assert!(
+        ids.contains(&b.id),
+        "b's job waited behind a's backlog: {ids:?}"
+    );
+    // Both keys are used up: the wait says so (until the window ends), and the next claim
+    // takes nothing.
+    let wait = kickoff::engine::store::jobs::limit_wait(&db.pool, QUEUE, &[])
+        .await
+        .unwrap()
+        .expect("jobs are available");
+    assert!(wait > Duration::from_secs(25), "{wait:?}");
+    assert!(claim(&db.pool, QUEUE, 10).await.is_empty());
+}
+
+/// The same with the backlog written by SQL outside the engine (as by jobs inserted before the
+/// key was kept with them): one statement of 6,000 rows.
+#[tokio::test]
+async fn a_key_with_room_starts_behind_a_backlog_written_by_sql() {
+    let db = test_db().await;
+    let client = Client::new(db.pool.clone(), Arc::new(workers()));
+    client
+        .set_queue_limits(QUEUE, &hourly(1, Partition::Arg("tenant".into())))
+        .await
+        .unwrap();
+    clear_of_the_hour(&db.pool).await;
+    sqlx::query(
+        "INSERT INTO jobs (queue, kind, args, state, scheduled_at)
+         SELECT $1, 'hit', jsonb_build_object('tenant', 'a', 'i', i), 'available',
+                now() - interval '1 hour' + i * interval '1 ms'
+         FROM generate_series(1, 6000) i",
+    )
+    .bind(QUEUE)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let b = client
+        .insert(&NewJob::new("hit", json!({ "tenant": "b" })).with_queue(QUEUE))
+        .await
+        .unwrap()
+        .job;
+    let claimed = claim(&db.pool, QUEUE, 10).await;
+    let ids: Vec<_> = claimed.iter().map(|j| j.id).collect();
+    assert_eq!(claimed.len(), 2, "one of each key: {ids:?}");
+    assert!(
+        ids.contains(&b.id),
+        "b's job waited behind a's backlog: {ids:?}"
+    );
+}
+
+/// When the free slots, not the rate, are short, the keys take turns: each key's first job
+/// before any key's second, however early one key's backlog came.
+#[tokio::test]
+async fn keys_take_turns_when_the_slots_are_short() {
+    let db = test_db().await;
+    let client = Client::new(db.pool.clone(), Arc::new(workers()));
+    client
+        .set_queue_limits(QUEUE, &hourly(100, Partition::Arg("tenant".into())))
+        .await
+        .unwrap();
+    clear_of_the_hour(&db.pool).await;
+    let a: Vec<NewJob> = (0..50)
+        .map(|i| NewJob::new("hit", json!({ "tenant": "a", "i": i })).with_queue(QUEUE))
+        .collect();
+    client.insert_many(&a).await.unwrap();
+    client
+        .insert(&NewJob::new("hit", json!({ "tenant": "b" })).with_queue(QUEUE))
+        .await
+        .unwrap();
+    let tenants: Vec<String> = claim(&db.pool, QUEUE, 2)
+        .await
+        .iter()
+        .map(|j| j.args["tenant"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(tenants, ["a", "b"]);
+}
+
+/// With more keys than one claim walks, the next claim walks on from where the last stopped, so
+/// every key gets its turn.
+#[tokio::test]
+async fn claims_walk_on_through_more_keys_than_one_claim_looks_at() {
+    let db = test_db().await;
+    let client = Client::new(db.pool.clone(), Arc::new(workers()));
+    client
+        .set_queue_limits(QUEUE, &hourly(1, Partition::Arg("tenant".into())))
+        .await
+        .unwrap();
+    clear_of_the_hour(&db.pool).await;
+    // Three of `a` first, then one each of `b` to `e`.
+    let jobs: Vec<NewJob> = ["a", "a", "a", "b", "c", "d", "e"]
+        .iter()
+        .enumerate()
+        .map(|(i, t)| NewJob::new("hit", json!({ "tenant": t, "i": i })).with_queue(QUEUE))
+        .collect();
+    client.insert_many(&jobs).await.unwrap();
+    // Two keys a claim (the engine walks `limits::PARTITION_KEYS`).
+    let claim_walking_two = || async {
+        let mut tenants: Vec<String> = sqlx::query_scalar(
+            "SELECT args ->> 'tenant' FROM kickoff_claim_limited($1, 10, 10, 'node-a', 60, 1, 2, '{}')",
+        )
+        .bind(QUEUE)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        tenants.sort();
+        tenants
+    };
+    assert_eq!(claim_walking_two().await, ["a", "b"]);
+    assert_eq!(claim_walking_two().await, ["c", "d"]);
+    assert_eq!(claim_walking_two().await, ["e"]);
+    assert!(claim_walking_two().await.is_empty());
+}
+
+/// A queue whose partition changes counts its waiting jobs by the new one at once.
+#[tokio::test]
+async fn a_changed_partition_keys_the_waiting_jobs_anew() {
+    let db = test_db().await;
+    let client = Client::new(db.pool.clone(), Arc::new(workers()));
+    client
+        .set_queue_limits(QUEUE, &hourly(1, Partition::Arg("tenant".into())))
+        .await
+        .unwrap();
+    clear_of_the_hour(&db.pool).await;
+    let jobs: Vec<NewJob> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|t| NewJob::new("hit", json!({ "tenant": t })).with_queue(QUEUE))
+        .collect();
+    client.insert_many(&jobs).await.unwrap();
+    // By kind, all four are one key.
+    client
+        .set_queue_limits(QUEUE, &hourly(1, Partition::Kind))
+        .await
+        .unwrap();
+    assert_eq!(claim(&db.pool, QUEUE, 10).await.len(), 1);
+    // Back by tenant: the three left are three keys.
+    client
+        .set_queue_limits(QUEUE, &hourly(1, Partition::Arg("tenant".into())))
+        .await
+        .unwrap();
+    assert_eq!(claim(&db.pool, QUEUE, 10).await.len(), 3);
+}
+
+/// What a partitioned claim costs does not grow with a key's backlog: 50,000 available jobs of
+/// one key ahead of one job each of five others. Measured inside a transaction that is rolled
+/// back, so that every run claims from the same rows; the figures are printed (`--nocapture`).
+#[tokio::test]
+async fn a_partitioned_claim_costs_little_behind_a_backlog_of_fifty_thousand() {
+    let db = test_db().await;
+    let client = Client::new(db.pool.clone(), Arc::new(workers()));
+    client
+        .set_queue_limits(QUEUE, &hourly(1, Partition::Arg("tenant".into())))
+        .await
+        .unwrap();
+    clear_of_the_hour(&db.pool).await;
+    sqlx::query(
+        "INSERT INTO jobs (queue, kind, args, state, scheduled_at, rate_key)
+         SELECT $1, 'hit', jsonb_build_object('tenant', 'a', 'i', i), 'available',
+                now() - interval '1 hour' + i * interval '1 ms', 'a'
+         FROM generate_series(1, 50000) i",
+    )
+    .bind(QUEUE)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    for t in ["b", "c", "d", "e", "f"] {
+        client
+            .insert(&NewJob::new("hit", json!({ "tenant": t })).with_queue(QUEUE))
+            .await
+            .unwrap();
+    }
+    sqlx::query("ANALYZE jobs").execute(&db.pool).await.unwrap();
+    let number_after = |plan: &str, label: &str| -> f64 {
+        let at = plan
+            .find(label)
+            .unwrap_or_else(|| panic!("{label} in {plan}"))
+            + label.len();
+        plan[at..]
+            .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    // One connection, whose first run (the function's compilation, the catalog caches) is left
+    // out.
+    let mut conn = db.pool.acquire().await.unwrap();
+    let mut runs = Vec::new();
+    for _ in 0..8 {
+        let mut tx = sqlx::Connection::begin(&mut *conn).await.unwrap();
+        let plan: Vec<String> = sqlx::query_scalar(
+            "EXPLAIN (ANALYZE, BUFFERS)
+             SELECT * FROM kickoff_claim_limited($1, 10, 10, 'node-a', 60, 1, 500, '{}')",
+        )
+        .bind(QUEUE)
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+        let claimed: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM jobs WHERE queue = $1 AND state = 'executing'",
+        )
+        .bind(QUEUE)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+        tx.rollback().await.unwrap();
+        let plan = plan.join("\n");
+        assert_eq!(claimed, 6, "one job of each key: {plan}");
+        runs.push((
+            number_after(&plan, "Execution Time: "),
+            number_after(&plan, "shared hit="),
+        ));
+    }
+    runs.remove(0);
+    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (ms, buffers) = runs[runs.len() / 2];
+    println!("partitioned claim behind 50,000 jobs of one key: median {ms:.2} ms, {buffers} buffers; runs {runs:?}");
+    assert!(buffers < 1_000.0, "{runs:?}");
+}

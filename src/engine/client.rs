@@ -168,6 +168,16 @@ impl Client {
         conn: &mut PgConnection,
         new: &NewJob,
     ) -> Result<(), ClientError> {
+        self.checked_with(conn, new).await.map(drop)
+    }
+
+    /// [`Self::validate_with`], then the host the job's call goes to as its worker reads it
+    /// (`Worker::call_host`), to be kept with the job: what a rate per host counts.
+    async fn checked_with(
+        &self,
+        conn: &mut PgConnection,
+        new: &NewJob,
+    ) -> Result<Option<String>, ClientError> {
         let worker = self.validate_shape(new)?;
         worker.validate(&new.args).map_err(|m| invalid("args", m))?;
         worker
@@ -176,7 +186,8 @@ impl Client {
             .map_err(|e| match e {
                 ArgsRefused::Invalid(m) => invalid("args", m),
                 ArgsRefused::Database(e) => ClientError::Database(e),
-            })
+            })?;
+        Ok(worker.call_host(&new.args))
     }
 
     /// [`Self::validate`] but for the worker's own check of the args: for the runs of a
@@ -282,8 +293,8 @@ impl Client {
         conn: &mut PgConnection,
         new: &NewJob,
     ) -> Result<Inserted, ClientError> {
-        self.validate_shape(new)?;
-        job_store::job_insert(conn, new)
+        let host = self.validate_shape(new)?.call_host(&new.args);
+        job_store::job_insert(conn, new, host.as_deref())
             .await
             .map_err(ClientError::from)
     }
@@ -302,8 +313,8 @@ impl Client {
         conn: &mut PgConnection,
         new: &NewJob,
     ) -> Result<Inserted, ClientError> {
-        self.validate_with(&mut *conn, new).await?;
-        job_store::job_insert(conn, new)
+        let host = self.checked_with(&mut *conn, new).await?;
+        job_store::job_insert(conn, new, host.as_deref())
             .await
             .map_err(ClientError::from)
     }
@@ -317,8 +328,9 @@ impl Client {
         conn: &mut PgConnection,
         new: &NewJob,
     ) -> Result<(Inserted, Wakeup), ClientError> {
-        self.validate_with(&mut *conn, new).await?;
-        let inserted = job_store::job_insert_notifying(&mut *conn, new, false).await?;
+        let host = self.checked_with(&mut *conn, new).await?;
+        let inserted =
+            job_store::job_insert_notifying(&mut *conn, new, host.as_deref(), false).await?;
         let wakeup = self.announcer.wakeup(&inserted.job, inserted.existing);
         Ok((inserted, wakeup))
     }
@@ -334,8 +346,10 @@ impl Client {
         companion: job_store::Companion<'_>,
     ) -> Result<Option<(Inserted, Wakeup)>, ClientError> {
         let mut conn = self.pool.acquire().await?;
-        self.validate_with(&mut conn, new).await?;
-        let Some(job) = job_store::job_insert_alone(&mut conn, new, companion).await? else {
+        let host = self.checked_with(&mut conn, new).await?;
+        let Some(job) =
+            job_store::job_insert_alone(&mut conn, new, host.as_deref(), companion).await?
+        else {
             return Ok(None);
         };
         let wakeup = self.announcer.wakeup(&job, false);
@@ -352,15 +366,22 @@ impl Client {
     #[tracing::instrument(level = "debug", skip_all, fields(jobs = jobs.len()))]
     pub async fn insert_many(&self, jobs: &[NewJob]) -> Result<u64, ClientError> {
         let mut tx = self.pool.begin().await?;
+        let mut hosts = Vec::with_capacity(jobs.len());
         for new in jobs {
-            self.validate_with(&mut tx, new).await?;
+            hosts.push(self.checked_with(&mut tx, new).await?);
         }
-        let (unique, plain): (Vec<&NewJob>, Vec<&NewJob>) =
-            jobs.iter().partition(|j| j.unique_key.is_some());
-        let plain: Vec<NewJob> = plain.into_iter().cloned().collect();
-        let mut n = job_store::job_insert_many(&mut *tx, &plain).await?;
-        for new in unique {
-            if !job_store::job_insert(&mut tx, new).await?.existing {
+        let (unique, plain): (Vec<_>, Vec<_>) = jobs
+            .iter()
+            .zip(hosts)
+            .partition(|(j, _)| j.unique_key.is_some());
+        let (plain, plain_hosts): (Vec<NewJob>, Vec<Option<String>>) =
+            plain.into_iter().map(|(j, host)| (j.clone(), host)).unzip();
+        let mut n = job_store::job_insert_many(&mut *tx, &plain, &plain_hosts).await?;
+        for (new, host) in unique {
+            if !job_store::job_insert(&mut tx, new, host.as_deref())
+                .await?
+                .existing
+            {
                 n += 1;
             }
         }
@@ -646,15 +667,14 @@ impl Client {
         Ok(queue_store::queue_limit_use(&self.pool, limits::PARTITION_SCAN).await?)
     }
 
-    /// The room `queue`'s limits leave now for a job of `kind` with `args` (its key's use of the
-    /// current rate window, the attempts executing on all nodes).
+    /// The room `queue`'s limits leave now for `job` (its key's use of the current rate window,
+    /// the attempts executing on all nodes).
     pub async fn queue_limit_room(
         &self,
         queue: &str,
-        kind: &str,
-        args: &serde_json::Value,
+        job: &Job,
     ) -> Result<Option<queue_store::LimitRoom>, ClientError> {
-        Ok(queue_store::queue_limit_room(&self.pool, queue, kind, args).await?)
+        Ok(queue_store::queue_limit_room(&self.pool, queue, job).await?)
     }
 
     /// The kinds paused on every node.

@@ -180,6 +180,18 @@ pub struct Job {
     #[serde(skip)]
     #[schemars(skip)]
     pub claim_token: Option<ClaimToken>,
+    /// The host its call goes to, as its worker read it at insert (`Worker::call_host`); absent
+    /// for kinds that name none, and rows written by SQL (engine-internal).
+    #[sqlx(default)]
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub call_host: Option<String>,
+    /// Its key under its queue's partitioned rate (see `limits`); absent when the queue has
+    /// none (engine-internal).
+    #[sqlx(default)]
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub rate_key: Option<String>,
 }
 
 impl Job {

@@ -10,13 +10,28 @@
 //! the limit stay `available`, lose no attempt, and are claimed when a window has room. A limited
 //! queue claims nothing ahead of its due jobs' time (the claim-ahead), so a run counts in the
 //! window it starts in; the fetch-ahead buffer still serves it (its jobs are claimed, and count).
+//!
+//! **Partitions.** Each job's key is kept with it (`jobs.rate_key`, migration `20261214000101`):
+//! written at insert from its queue's `per`, again when that changes (a trigger on `queues`) and
+//! when the job runs again. Under `per: host` the key is the host its worker says the call goes
+//! to ([`crate::engine::Worker::call_host`], kept in `jobs.call_host`): read once, by the parse
+//! the call uses, so that no spelling of a host is a key of its own. A partitioned claim walks
+//! the keys that have available jobs (one index probe each, however long a key's backlog), at
+//! most [`PARTITION_KEYS`] of them, from where the queue's last claim stopped; each key with room
+//! gives its next jobs, and the keys take turns (every key's first job before any key's second).
+//! So a job of a key with room starts at the next claim, whatever waits in other keys.
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// The most jobs a partitioned claim looks at for keys with room left (in claim order).
+/// The most keys with available jobs a partitioned claim (and its wait) looks at; with more, the
+/// next claim goes on from where this one stopped, so every key gets its turn.
+pub const PARTITION_KEYS: i32 = 500;
+
+/// The most available jobs of a queue the dashboard reads (in claim order) to count those its
+/// limits hold back.
 pub const PARTITION_SCAN: i32 = 5_000;
 
 pub use crate::rate::Rate;
@@ -26,7 +41,10 @@ pub use crate::rate::Rate;
 pub enum Partition {
     /// The job's kind.
     Kind,
-    /// The host of the job's `url` argument (webhooks), lower case, without port.
+    /// The host the job calls, as its worker reads it at insert ([`crate::engine::Worker::call_host`]:
+    /// for webhooks, the host of `url` as the call parses it), lower case, without port. Rows
+    /// without it (a kind that names none, SQL outside the engine) use the host of their `url`
+    /// argument as a regex reads it.
     Host,
     /// A top-level field of the job's args, as text.
     Arg(String),

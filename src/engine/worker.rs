@@ -87,6 +87,17 @@ pub trait Worker: Send + Sync + 'static {
         Box::pin(std::future::ready(Ok(())))
     }
 
+    /// The host a job of this kind calls, read from its args by the parse its call will use: the
+    /// key of a queue's rate partitioned `per: host` (see `limits`). The engine asks once, at
+    /// insert, after the checks passed, and keeps the answer with the job (`jobs.call_host`), so
+    /// that the rate counts the host the call reaches however the args spell it (a key read
+    /// apart from the call, by a regex, was passed by spelling one host several ways). Default:
+    /// none, and a rate per host reads the host of a `url` argument with a regex (as for rows
+    /// written by SQL).
+    fn call_host(&self, _args: &Value) -> Option<String> {
+        None
+    }
+
     /// How long one attempt may run before it counts as failed. Default: 60 s.
     fn timeout(&self) -> Duration {
         Duration::from_secs(60)

@@ -183,11 +183,8 @@ impl WebhookWorker {
     /// Checks the args, and whether `KICKOFF_WEBHOOK_ALLOWED_HOSTS` allows the host (the
     /// endpoints that allow calls are read from the database: [`Self::allowed`]).
     fn check(&self, args: &WebhookArgs) -> Result<CheckedCall, String> {
-        let url = Url::parse(&args.url).map_err(|e| format!("url: {e}"))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err("url: only http and https are allowed".into());
-        }
-        let host = url.host_str().ok_or("url: no host")?.to_ascii_lowercase();
+        let url = call_url(&args.url)?;
+        let host = host_of(&url).ok_or("url: no host")?;
         let port = url.port_or_known_default().unwrap_or(0);
         let host_port = format!("{host}:{port}");
         // An entry without a port allows the scheme's default port only (`Url::port` is `None`
@@ -261,6 +258,23 @@ impl WebhookWorker {
             },
         )
     }
+}
+
+/// A job's `url` as the call reads it: the `url` crate's parse (reqwest connects with it), http
+/// or https only.
+fn call_url(raw: &str) -> Result<Url, String> {
+    let url = Url::parse(raw).map_err(|e| format!("url: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err("url: only http and https are allowed".into());
+    }
+    Ok(url)
+}
+
+/// The host a call to `url` connects to, lower-cased (an IPv6 literal in brackets). The parser
+/// has read every spelling already: user info (up to the last `@`), a `\` (a path separator in an
+/// http URL), percent-escapes in the host, the other forms of an IPv4 address.
+fn host_of(url: &Url) -> Option<String> {
+    url.host_str().map(str::to_ascii_lowercase)
 }
 
 /// The URL host as an IP address, if it is a literal (`10.0.0.5`, `[::1]`). The URL parser has
@@ -378,6 +392,19 @@ impl Worker for WebhookWorker {
                 .await?
                 .map(drop)
                 .map_err(ArgsRefused::Invalid)
+        })
+    }
+
+    /// The host the call connects to, by the parse of [`Self::check`] (the args passed it at
+    /// insert, before the engine asks): `http://127.0.0.1:9\@k1.test/`,
+    /// `http://u@k1.test@127.0.0.1:9/` and `http://0x7f.1:9/` all call `127.0.0.1`. A domain's
+    /// one trailing dot goes (`k1.test.` is `k1.test` to the resolver).
+    fn call_host(&self, args: &Value) -> Option<String> {
+        let url = call_url(args.get("url")?.as_str()?).ok()?;
+        let host = host_of(&url)?;
+        Some(match host.strip_suffix('.') {
+            Some(name) if !name.is_empty() => name.to_string(),
+            _ => host,
         })
     }
 
@@ -723,6 +750,38 @@ mod tests {
             body: None,
             timeout_ms: None,
         })
+    }
+
+    #[test]
+    fn the_host_a_rate_counts_is_the_host_the_call_connects_to() {
+        let w = worker(&["127.0.0.1:9"]);
+        for url in [
+            "http://127.0.0.1:9/plain",
+            "http://127.0.0.1:9\\@k1.test/backslash",
+            "http://u@k1.test@127.0.0.1:9/two-ats",
+            "http://0x7f.1:9/hex",
+            "http://127%2E0%2E0%2E1:9/escaped",
+            "http://2130706433:9/decimal",
+            "HTTP://127.0.0.1.:9/trailing-dot",
+        ] {
+            let call = check(&w, url).unwrap();
+            assert!(call.listed, "{url}");
+            assert_eq!(call.host, "127.0.0.1", "{url}");
+            assert_eq!(
+                w.call_host(&serde_json::json!({ "url": url })).as_deref(),
+                Some("127.0.0.1"),
+                "{url}"
+            );
+        }
+        let host = |url: &str| w.call_host(&serde_json::json!({ "url": url }));
+        assert_eq!(
+            host("https://Hooks.Example.COM./x").as_deref(),
+            Some("hooks.example.com")
+        );
+        assert_eq!(host("http://k1%2Etest/").as_deref(), Some("k1.test"));
+        assert_eq!(host("http://[::1]:8080/").as_deref(), Some("[::1]"));
+        assert_eq!(host("ftp://k1.test/"), None);
+        assert_eq!(host("not a url"), None);
     }
 
     #[test]

@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgExecutor;
 
+use crate::engine::job::Job;
 use crate::engine::limits::{QueueLimits, Rate};
 
 /// A queue's shared settings.
@@ -236,7 +237,8 @@ pub async fn queue_limit_use<'e>(
                                                   ORDER BY c.priority, c.scheduled_at, c.id) AS nth
                    FROM (SELECT j.id, j.priority, j.scheduled_at,
                                 CASE WHEN q.rate_per IS NULL THEN ''
-                                     ELSE kickoff_partition_key(q.rate_per, j.kind, j.args) END AS k
+                                     ELSE coalesce(j.rate_key, kickoff_partition_key(
+                                              q.rate_per, j.kind, j.args, j.call_host)) END AS k
                          FROM jobs j
                          WHERE j.state = 'available' AND j.queue = q.name
                            AND NOT EXISTS (SELECT 1 FROM kind_pauses p WHERE p.kind = j.kind)
@@ -266,14 +268,13 @@ pub struct LimitRoom {
     pub executing: i64,
 }
 
-/// The room a queue's limits leave now for a job of `kind` with `args`: its key's use of the
-/// current window and the queue's attempts executing on all nodes. `None` for a queue without a
-/// row.
+/// The room a queue's limits leave now for `job`: its key's use of the current window (the key
+/// the claim counts it under: the one kept with it, else the one its row gives) and the queue's
+/// attempts executing on all nodes. `None` for a queue without a row.
 pub async fn queue_limit_room<'e>(
     db: impl PgExecutor<'e>,
     queue: &str,
-    kind: &str,
-    args: &serde_json::Value,
+    job: &Job,
 ) -> Result<Option<LimitRoom>, sqlx::Error> {
     sqlx::query_as(
         "SELECT k.key, coalesce(w.used, 0)::bigint AS used,
@@ -284,15 +285,18 @@ pub async fn queue_limit_room<'e>(
                 (SELECT count(*) FROM jobs WHERE state = 'executing' AND queue = q.name) AS executing
          FROM queues q
          CROSS JOIN LATERAL (SELECT CASE WHEN q.rate_per IS NULL THEN ''
-                                    ELSE kickoff_partition_key(q.rate_per, $2, $3) END AS key) k
+                                    ELSE coalesce($5, kickoff_partition_key(q.rate_per, $2, $3, $4))
+                                    END AS key) k
          LEFT JOIN queue_rate_windows w
                 ON q.rate_limit IS NOT NULL AND w.queue = q.name AND w.key = k.key
                AND w.window_start = kickoff_window_start(now(), q.rate_period_ms)
          WHERE q.name = $1",
     )
     .bind(queue)
-    .bind(kind)
-    .bind(args)
+    .bind(&job.kind)
+    .bind(&job.args)
+    .bind(&job.call_host)
+    .bind(&job.rate_key)
     .fetch_optional(db)
     .await
 }

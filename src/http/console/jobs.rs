@@ -601,7 +601,7 @@ impl ServerConsole {
         }
         let room = self
             .client
-            .queue_limit_room(&q.name, &j.kind, &j.args)
+            .queue_limit_room(&q.name, j)
             .await
             .map_err(refused)?;
         let Some(room) = room else {

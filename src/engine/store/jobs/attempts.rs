@@ -9,7 +9,7 @@ use sqlx::PgExecutor;
 
 use super::{secs, split_claims};
 use crate::engine::job::{Claim, ClaimToken, Job, JobId, JobState};
-use crate::engine::limits::PARTITION_SCAN;
+use crate::engine::limits::PARTITION_KEYS;
 
 /// Moves due `scheduled` and `retryable` jobs to `available`. Returns the queues of the moved jobs
 /// (one entry per job). `now` pins the clock in tests.
@@ -99,10 +99,11 @@ pub async fn job_claim_except<'e>(
 }
 
 /// Claims up to `limit` available jobs of a queue with limits across every node (a rate, a global
-/// concurrency), within them: see `kickoff_claim_limited` in migrations `20261210000001` and
-/// `20261211000002`, and the `limits` module. `free`: how many of them would start at once (the
-/// rest wait in the fetch-ahead buffer, and under a global concurrency take at most half of the
-/// room left). The claims of one limited queue take turns on its row's lock.
+/// concurrency), within them: see `kickoff_claim_limited` in migrations `20261210000001`,
+/// `20261211000002` and `20261214000101`, and the `limits` module. `free`: how many of them would
+/// start at once (the rest wait in the fetch-ahead buffer, and under a global concurrency take at
+/// most half of the room left). The claims of one limited queue take turns on its row's lock; a
+/// partitioned rate walks at most [`PARTITION_KEYS`] keys with available jobs.
 #[allow(clippy::too_many_arguments)]
 pub async fn job_claim_limited<'e>(
     db: impl PgExecutor<'e>,
@@ -120,7 +121,7 @@ pub async fn job_claim_limited<'e>(
         .bind(node)
         .bind(secs(lease))
         .bind(ClaimToken::random())
-        .bind(PARTITION_SCAN)
+        .bind(PARTITION_KEYS)
         .bind(paused)
         .fetch_all(db)
         .await
@@ -128,16 +129,19 @@ pub async fn job_claim_limited<'e>(
 
 /// After a limited claim got fewer jobs than its free slots: how long to wait before claiming
 /// again because a limit holds the available jobs back (until the rate window ends, or 50 ms under
-/// a global concurrency reached); zero when the limits leave room (jobs that came after the claim
-/// looked: their notification brings the next claim); `None` when none are available.
+/// a global concurrency reached; under a partitioned rate with more keys than a claim walks,
+/// 50 ms when the keys it looked at were full, or at once when the next turn has room); zero when
+/// the limits leave room (jobs that came after the claim looked: their notification brings the
+/// next claim); `None` when none are available.
 pub async fn limit_wait<'e>(
     db: impl PgExecutor<'e>,
     queue: &str,
     paused: &[String],
 ) -> Result<Option<Duration>, sqlx::Error> {
-    let ms: Option<f64> = sqlx::query_scalar("SELECT kickoff_limit_wait($1, $2)")
+    let ms: Option<f64> = sqlx::query_scalar("SELECT kickoff_limit_wait($1, $2, $3)")
         .bind(queue)
         .bind(paused)
+        .bind(PARTITION_KEYS)
         .fetch_one(db)
         .await?;
     Ok(ms.map(|ms| Duration::from_secs_f64(ms.clamp(0.0, 86_400_000.0) / 1000.0)))

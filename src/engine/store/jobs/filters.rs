@@ -293,7 +293,8 @@ pub async fn job_retry_matching<'e>(
              ORDER BY unique_key, id DESC)
          UPDATE jobs SET state = 'available', scheduled_at = statement_timestamp(),
                 finalized_at = NULL,
-                max_attempts = least(greatest(max_attempts, attempt + 1), 1000)
+                max_attempts = least(greatest(max_attempts, attempt + 1), 1000),
+                rate_key = kickoff_rate_key(queue, kind, args, call_host)
          WHERE state IN ('retryable', 'completed', 'discarded', 'cancelled')
            AND (unique_key IS NULL OR finalized_at IS NULL
                 OR (id IN (SELECT id FROM newest_per_key)

@@ -56,6 +56,7 @@ pub type Companion<'c> = &'c (dyn Fn(&mut QueryBuilder<'_, Postgres>, &str) + Sy
 pub async fn job_insert_alone(
     conn: &mut sqlx::PgConnection,
     new: &NewJob,
+    call_host: Option<&str>,
     companion: Companion<'_>,
 ) -> Result<Option<Job>, sqlx::Error> {
     let (at, in_secs) = schedule_params(new.schedule);
@@ -66,21 +67,22 @@ pub async fn job_insert_alone(
     qb.push_bind(at)
         .push("::timestamptz, statement_timestamp() + make_interval(secs => ")
         .push_bind(in_secs)
+        .push(")) AS at, ")
+        .push_bind(new.queue.clone())
+        .push("::text AS queue, ")
+        .push_bind(new.kind.clone())
+        .push("::text AS kind, ")
+        .push_bind(new.args.clone())
+        .push("::jsonb AS args, ")
+        .push_bind(call_host.map(str::to_string))
         .push(
-            ")) AS at),
+            "::text AS call_host),
               inserted AS (
                  INSERT INTO jobs (queue, kind, args, state, priority, max_attempts, scheduled_at,
-                                   unique_key, tags, meta, created_by)
-                 SELECT ",
-        )
-        .push_bind(new.queue.clone())
-        .push(", ")
-        .push_bind(new.kind.clone())
-        .push(", ")
-        .push_bind(new.args.clone())
-        .push(
-            ", CASE WHEN p.at <= statement_timestamp() THEN 'available'::job_state
-                     ELSE 'scheduled'::job_state END, ",
+                                   unique_key, tags, meta, created_by, call_host, rate_key)
+                 SELECT p.queue, p.kind, p.args,
+                        CASE WHEN p.at <= statement_timestamp() THEN 'available'::job_state
+                             ELSE 'scheduled'::job_state END, ",
         )
         .push_bind(new.priority)
         .push(", ")
@@ -94,7 +96,8 @@ pub async fn job_insert_alone(
         .push(", ")
         .push_bind(new.created_by.clone())
         .push(
-            " FROM p, quiet
+            ", p.call_host, kickoff_rate_key(p.queue, p.kind, p.args, p.call_host)
+                 FROM p, quiet
                  ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND finalized_at IS NULL
                  DO NOTHING
                  RETURNING *)",
@@ -108,8 +111,9 @@ pub async fn job_insert_alone(
 pub async fn job_insert(
     conn: &mut sqlx::PgConnection,
     new: &NewJob,
+    call_host: Option<&str>,
 ) -> Result<Inserted, sqlx::Error> {
-    job_insert_notifying(conn, new, true).await
+    job_insert_notifying(conn, new, call_host, true).await
 }
 
 /// [`job_insert`], whose insert statement sends no notifications from its transaction when
@@ -119,6 +123,7 @@ pub async fn job_insert(
 pub async fn job_insert_notifying(
     conn: &mut sqlx::PgConnection,
     new: &NewJob,
+    call_host: Option<&str>,
     notify: bool,
 ) -> Result<Inserted, sqlx::Error> {
     let (at, in_secs) = schedule_params(new.schedule);
@@ -131,11 +136,11 @@ pub async fn job_insert_notifying(
                   p AS (SELECT coalesce($7::timestamptz,
                                        statement_timestamp() + make_interval(secs => $8)) AS at)
              INSERT INTO jobs (queue, kind, args, state, priority, max_attempts, scheduled_at,
-                               unique_key, tags, meta, created_by)
+                               unique_key, tags, meta, created_by, call_host, rate_key)
              SELECT $1, $2, $3,
                     CASE WHEN p.at <= statement_timestamp() THEN 'available'::job_state
                          ELSE 'scheduled'::job_state END,
-                    $4, $5, p.at, $6, $9, $10, $11
+                    $4, $5, p.at, $6, $9, $10, $11, $13, kickoff_rate_key($1, $2, $3, $13)
              FROM p, quiet
              ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND finalized_at IS NULL DO NOTHING
              RETURNING *",
@@ -152,6 +157,7 @@ pub async fn job_insert_notifying(
         .bind(&new.meta)
         .bind(&new.created_by)
         .bind(notify)
+        .bind(call_host)
         .fetch_optional(&mut *conn)
         .await?;
         if let Some(job) = inserted {
@@ -209,11 +215,12 @@ pub async fn job_insert_notifying(
     ))
 }
 
-/// Inserts many jobs in one statement (no unique keys: use [`job_insert`] for those). Returns the
-/// number of rows inserted.
+/// Inserts many jobs in one statement (no unique keys: use [`job_insert`] for those), the `i`th
+/// with `call_hosts[i]` (none past its end). Returns the number of rows inserted.
 pub async fn job_insert_many<'e>(
     db: impl PgExecutor<'e>,
     jobs: &[NewJob],
+    call_hosts: &[Option<String>],
 ) -> Result<u64, sqlx::Error> {
     if jobs.is_empty() {
         return Ok(0);
@@ -228,7 +235,9 @@ pub async fn job_insert_many<'e>(
     let mut tags = Vec::with_capacity(jobs.len());
     let mut meta = Vec::with_capacity(jobs.len());
     let mut created_by = Vec::with_capacity(jobs.len());
-    for new in jobs {
+    let mut hosts: Vec<Option<&str>> = Vec::with_capacity(jobs.len());
+    for (i, new) in jobs.iter().enumerate() {
+        hosts.push(call_hosts.get(i).and_then(Option::as_deref));
         let (a, s) = schedule_params(new.schedule);
         queue.push(new.queue.as_str());
         kind.push(new.kind.as_str());
@@ -242,18 +251,23 @@ pub async fn job_insert_many<'e>(
         meta.push(&new.meta);
         created_by.push(new.created_by.as_deref());
     }
+    // The queues' partitions are joined once, not looked up row by row (`kickoff_rate_key`).
     let r = sqlx::query(
         "INSERT INTO jobs (queue, kind, args, state, priority, max_attempts, scheduled_at, tags, meta,
-                           created_by)
+                           created_by, call_host, rate_key)
          SELECT q, k, a, CASE WHEN t <= statement_timestamp() THEN 'available'::job_state
                               ELSE 'scheduled'::job_state END,
-                p, m, t, ARRAY(SELECT jsonb_array_elements_text(tg)), me, cb
+                p, m, t, ARRAY(SELECT jsonb_array_elements_text(tg)), me, cb, h,
+                CASE WHEN per.rate_per IS NOT NULL
+                     THEN kickoff_partition_key(per.rate_per, k, a, h) END
          FROM (SELECT q, k, a, p, m,
                       coalesce(at, statement_timestamp() + make_interval(secs => s)) AS t, tg, me,
-                      cb
+                      cb, h
                FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::int[],
-                           $6::timestamptz[], $7::float8[], $8::jsonb[], $9::jsonb[], $10::text[])
-                    AS u(q, k, a, p, m, at, s, tg, me, cb)) rows",
+                           $6::timestamptz[], $7::float8[], $8::jsonb[], $9::jsonb[], $10::text[],
+                           $11::text[])
+                    AS u(q, k, a, p, m, at, s, tg, me, cb, h)) rows
+         LEFT JOIN queues per ON per.name = rows.q AND per.rate_per IS NOT NULL",
     )
     .bind(&queue)
     .bind(&kind)
@@ -265,6 +279,7 @@ pub async fn job_insert_many<'e>(
     .bind(&tags)
     .bind(&meta)
     .bind(&created_by)
+    .bind(&hosts)
     .execute(db)
     .await?;
     Ok(r.rows_affected())
@@ -342,9 +357,11 @@ pub async fn job_cancel_many<'e>(
 /// Runs a final or retryable job again, now (retry / rerun). It gets at least one more attempt.
 pub async fn job_retry<'e>(db: impl PgExecutor<'e>, id: JobId) -> Result<Option<Job>, sqlx::Error> {
     sqlx::query_as(
+        // A final job's key was left as it was when its queue's partition changed: keyed anew.
         "UPDATE jobs SET state = 'available', scheduled_at = statement_timestamp(),
                 finalized_at = NULL,
-                max_attempts = least(greatest(max_attempts, attempt + 1), 1000)
+                max_attempts = least(greatest(max_attempts, attempt + 1), 1000),
+                rate_key = kickoff_rate_key(queue, kind, args, call_host)
          WHERE id = $1 AND state IN ('retryable', 'completed', 'discarded', 'cancelled')
          RETURNING *",
     )
