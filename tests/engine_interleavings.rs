@@ -28,12 +28,15 @@ use kickoff::engine::maintenance::rescuer::{JobRescuer, RescuerConfig};
 use kickoff::engine::metrics::Metrics;
 use kickoff::engine::node::{Attempts, DbClock, Pools, TimerSignal};
 use kickoff::engine::producer::{ClaimSettings, Producer};
+use kickoff::engine::queue_settings::QueueSettingsSync;
 use kickoff::engine::queue_state::Queues;
 use kickoff::engine::store::jobs as job_store;
+use kickoff::engine::store::kinds as kind_store;
+use kickoff::engine::store::queues as queue_store;
 use kickoff::engine::timer::{Tick, Timer};
 use kickoff::engine::{
-    BoxFuture, Client, Engine, EngineConfig, JobContext, JobId, JobState, NewJob, WorkError,
-    Worker, Workers,
+    BoxFuture, Client, Engine, EngineConfig, JobContext, JobId, JobState, NewJob, QueueRow,
+    WorkError, Worker, Workers,
 };
 
 // ---- the worker these tests drive -------------------------------------------------------------
@@ -424,6 +427,128 @@ async fn queue_settings_reach_a_node_that_missed_their_notification() {
         .unwrap();
     assert_eq!(h.started(held.id, Duration::from_secs(5)).await, Some(1));
     engine.stop().await;
+}
+
+/// A node's settings sync for the queue `default` (no engine around it), with the row applied once.
+async fn settings_sync(pool: &PgPool) -> (QueueSettingsSync, Arc<Queues>) {
+    let queues = Arc::new(Queues::new(&[("default".to_string(), 4)]));
+    queue_store::queue_ensure(pool, &["default".to_string()])
+        .await
+        .unwrap();
+    let sync = QueueSettingsSync::new(pool.clone(), queues.clone(), Duration::from_secs(1));
+    sync.run_once().await.unwrap();
+    (sync, queues)
+}
+
+/// Two writes of the queue's row whose commits come in the other order than their transactions
+/// began: `first` begins (its `now()` is fixed then), `second` begins later and commits at once,
+/// and the node applies it; then `first` writes and commits, and the node reads the row again.
+/// Returns the `updated_at` of each write.
+async fn settings_written_out_of_order(
+    pool: &PgPool,
+    sync: &QueueSettingsSync,
+    first: impl AsyncFnOnce(&mut sqlx::PgConnection) -> QueueRow,
+    second: impl AsyncFnOnce(&PgPool) -> QueueRow,
+) -> (DateTime<Utc>, DateTime<Utc>) {
+    // Held open on a connection of its own while the other write begins and commits.
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("SELECT now()").execute(&mut *tx).await.unwrap();
+    let later = second(pool).await;
+    sync.run_once().await.unwrap();
+    let earlier = first(&mut *tx).await;
+    tx.commit().await.unwrap();
+    sync.run_once().await.unwrap();
+    (earlier.updated_at, later.updated_at)
+}
+
+#[tokio::test]
+async fn a_pause_that_began_first_and_committed_last_is_applied() {
+    let db = test_db().await;
+    let (sync, queues) = settings_sync(&db.pool).await;
+    let client = engine_free_client(&db.pool);
+    let (paused_at, changed_at) = settings_written_out_of_order(
+        &db.pool,
+        &sync,
+        async |tx: &mut sqlx::PgConnection| {
+            client
+                .set_queue_paused_with(tx, "default", true)
+                .await
+                .unwrap()
+        },
+        async |pool: &PgPool| {
+            queue_store::queue_set_concurrency(pool, "default", Some(2))
+                .await
+                .unwrap()
+        },
+    )
+    .await;
+    // The stamps say the pause is the older write, though it committed last.
+    assert!(paused_at < changed_at);
+    let q = queues.get("default").unwrap();
+    assert_eq!(q.limit.load(Ordering::SeqCst), 2);
+    assert!(
+        q.paused.load(Ordering::SeqCst),
+        "the node skipped the pause, the newest settings: the paused queue keeps claiming"
+    );
+    // So does a notification's read of the row.
+    assert!(client.queue("default").await.unwrap().unwrap().paused);
+    sync.reload("default").await;
+    assert!(q.paused.load(Ordering::SeqCst));
+}
+
+#[tokio::test]
+async fn a_limit_that_began_first_and_committed_last_is_applied() {
+    let db = test_db().await;
+    let (sync, queues) = settings_sync(&db.pool).await;
+    let client = engine_free_client(&db.pool);
+    let limits = kickoff::engine::limits::QueueLimits {
+        global: Some(5),
+        ..Default::default()
+    };
+    settings_written_out_of_order(
+        &db.pool,
+        &sync,
+        async |tx: &mut sqlx::PgConnection| {
+            client
+                .set_queue_limits_with(tx, "default", &limits)
+                .await
+                .unwrap()
+        },
+        async |pool: &PgPool| {
+            queue_store::queue_set_concurrency(pool, "default", Some(2))
+                .await
+                .unwrap()
+        },
+    )
+    .await;
+    assert!(
+        queues
+            .get("default")
+            .unwrap()
+            .limited
+            .load(Ordering::SeqCst),
+        "the node skipped the new limit: the queue keeps the unlimited claim"
+    );
+}
+
+#[tokio::test]
+async fn an_older_read_of_the_paused_kinds_does_not_undo_a_newer_one() {
+    let db = test_db().await;
+    let queues = Queues::new(&[("default".to_string(), 4)]);
+    // The backstop poll reads the paused kinds (none) ...
+    let polled = kind_store::kind_pause_snapshot(&db.pool).await.unwrap();
+    // ... a kind is paused, and the notification's read applies it first ...
+    kind_store::kind_pause(&db.pool, "gated", None)
+        .await
+        .unwrap();
+    let notified = kind_store::kind_pause_snapshot(&db.pool).await.unwrap();
+    assert!(queues.kinds().set(notified.version, notified.kinds));
+    // ... then the slower poll's older read arrives.
+    queues.kinds().set(polled.version, polled.kinds);
+    assert!(
+        queues.kinds().holds("gated"),
+        "an older read of the paused kinds resumed the kind on this node"
+    );
 }
 
 // ---- 6. the attempt fence survives a lost claim ------------------------------------------------

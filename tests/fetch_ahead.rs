@@ -3,6 +3,8 @@
 //! claimed job: their rows say so (executing, this node, a lease the heartbeat renews), a cancel
 //! stops them before they start, a stopping node hands them back with their attempt restored, a
 //! dead node's are rescued, and a node never hoards jobs that another node's free slots could run.
+//! A pause holds them as it holds the jobs in the table: a buffered job, or one claimed ahead of its
+//! due time, of a queue or kind paused after its claim never starts, and goes back to the table.
 
 mod common;
 
@@ -185,7 +187,8 @@ struct Solo {
     executor: Executor,
     attempts: Arc<Attempts>,
     pools: Pools,
-    _outcomes: mpsc::UnboundedReceiver<kickoff::engine::completer::Completion>,
+    /// The attempts' outcomes (no completer writes them).
+    outcomes: mpsc::UnboundedReceiver<kickoff::engine::completer::Completion>,
 }
 
 fn solo(
@@ -227,7 +230,7 @@ fn solo(
         executor,
         attempts,
         pools,
-        _outcomes: outcomes,
+        outcomes,
     }
 }
 
@@ -328,6 +331,192 @@ async fn a_buffered_job_cancelled_while_it_waits_never_starts() {
     );
     assert_eq!(s.attempts.running_count(), 0, "nothing left registered");
     assert_eq!(state_of(&db.pool, ids[2]).await, JobState::Cancelled);
+    s.pools.close().await;
+}
+
+/// Makes the queue's pace say "short jobs, slow claims": its lead is its fetch-ahead, and a buffered
+/// job may wait seconds for a slot before it is handed back for having waited too long (so a test
+/// sees any other hand-back first).
+fn patient_pace(queue: &QueueState) {
+    queue.attempt_took(Duration::from_micros(10));
+    queue.claim_took(Duration::from_secs(1));
+}
+
+/// Pauses `queue` on every node, and on this one at once (as its settings sync would).
+async fn pause_queue_here(pool: &PgPool, queue: &QueueState, paused: bool) {
+    let row = kickoff::engine::store::queues::queue_set_paused(pool, &queue.name, paused)
+        .await
+        .unwrap();
+    assert!(queue.apply(&row), "the pause changed nothing");
+}
+
+/// Pauses `kind` on every node, and on this one at once (as its settings sync would).
+async fn pause_kind_here(pool: &PgPool, queue: &QueueState, kind: &str) {
+    use kickoff::engine::store::kinds;
+    kinds::kind_pause(pool, kind, None).await.unwrap();
+    let paused = kinds::kind_pause_snapshot(pool).await.unwrap();
+    assert!(queue.kinds.set(paused.version, paused.kinds));
+}
+
+/// `(state, lease held, attempt)` of a job.
+async fn row_of(pool: &PgPool, id: JobId) -> (JobState, bool, i32) {
+    let (state, _, lease, attempt) = rows(pool).await[&id].clone();
+    (state, lease, attempt)
+}
+
+/// Expects no start within 300 ms (after a slot freed, or a due time passed: a start would come
+/// within microseconds).
+async fn no_start_within_a_moment(starts: &mut mpsc::UnboundedReceiver<Start>, what: &str) {
+    if let Ok(Some(s)) = tokio::time::timeout(Duration::from_millis(300), starts.recv()).await {
+        panic!("{what}: job {} started", s.id);
+    }
+}
+
+#[tokio::test]
+async fn buffered_jobs_of_a_queue_paused_after_their_claim_never_start_and_go_back() {
+    let db = test_db().await;
+    let (workers, mut starts, gate) = probe_workers();
+    let workers = Arc::new(workers);
+    let client = Client::new(db.pool.clone(), workers.clone());
+    let mut s = solo(&db.pool, workers, 1, 3, Duration::from_secs(30));
+    patient_pace(&s.queue);
+    let mut ids = vec![client.insert(&probe("hold")).await.unwrap().job.id];
+    for _ in 0..2 {
+        ids.push(client.insert(&probe("quick")).await.unwrap().job.id);
+    }
+    s.producer.run_once().await.unwrap();
+    assert_eq!(next_start(&mut starts).await.id, ids[0]);
+    assert_eq!(s.queue.buffered(), 2);
+
+    // The queue is paused; then the running job ends and its slot frees.
+    pause_queue_here(&db.pool, &s.queue, true).await;
+    gate.open();
+    let outcome = tokio::time::timeout(Duration::from_secs(5), s.outcomes.recv())
+        .await
+        .expect("the running job ended")
+        .unwrap();
+    assert_eq!(outcome.claim.id, ids[0]);
+    no_start_within_a_moment(
+        &mut starts,
+        "a buffered job of a paused queue took the freed slot",
+    )
+    .await;
+
+    // The producer hands them back, as if never claimed.
+    assert!(!s.producer.run_once().await.unwrap());
+    assert_eq!(s.queue.buffered(), 0);
+    for id in &ids[1..] {
+        assert_eq!(
+            row_of(&db.pool, *id).await,
+            (JobState::Available, false, 0),
+            "job {id} is back in the table"
+        );
+    }
+    assert!(!s.attempts.held().iter().any(|c| ids[1..].contains(&c.id)));
+
+    // Resumed: claimed again, and they run.
+    pause_queue_here(&db.pool, &s.queue, false).await;
+    s.producer.run_once().await.unwrap();
+    let mut ran = vec![next_start(&mut starts).await.id];
+    ran.push(next_start(&mut starts).await.id);
+    assert_eq!(ran, ids[1..]);
+    assert!(s.executor.drain(Duration::from_secs(5)).await);
+    s.pools.close().await;
+}
+
+#[tokio::test]
+async fn a_buffered_job_of_a_kind_paused_after_its_claim_never_starts_and_the_next_passes_it() {
+    let db = test_db().await;
+    let (mut workers, mut starts, gate) = probe_workers();
+    let (tx, mut clocked_starts) = mpsc::unbounded_channel();
+    workers.register(Clocked(tx));
+    let workers = Arc::new(workers);
+    let client = Client::new(db.pool.clone(), workers.clone());
+    let mut s = solo(&db.pool, workers, 1, 3, Duration::from_secs(30));
+    patient_pace(&s.queue);
+    let long = client.insert(&probe("hold")).await.unwrap().job.id;
+    let paused = client.insert(&probe("quick")).await.unwrap().job.id;
+    let other = client
+        .insert(&NewJob::new("clocked", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
+    s.producer.run_once().await.unwrap();
+    assert_eq!(next_start(&mut starts).await.id, long);
+    assert_eq!(s.queue.buffered(), 2);
+
+    // The kind `probe` is paused between the claim and the start.
+    pause_kind_here(&db.pool, &s.queue, "probe").await;
+    gate.open();
+    s.outcomes.recv().await.unwrap();
+    // The freed slot goes to the job behind it, of a kind not paused.
+    let (started, _) = tokio::time::timeout(Duration::from_secs(5), clocked_starts.recv())
+        .await
+        .expect("the job of the kind not paused started")
+        .unwrap();
+    assert_eq!(started, other);
+    no_start_within_a_moment(&mut starts, "a buffered job of a paused kind started").await;
+
+    s.producer.run_once().await.unwrap();
+    assert_eq!(s.queue.buffered(), 0);
+    assert_eq!(
+        row_of(&db.pool, paused).await,
+        (JobState::Available, false, 0)
+    );
+    assert!(s.executor.drain(Duration::from_secs(5)).await);
+    s.pools.close().await;
+}
+
+#[tokio::test]
+async fn buffered_jobs_beyond_a_lowered_concurrency_wait_for_a_slot_under_it() {
+    let db = test_db().await;
+    let (workers, mut starts, gate) = probe_workers();
+    let workers = Arc::new(workers);
+    let client = Client::new(db.pool.clone(), workers.clone());
+    let s = solo(&db.pool, workers, 2, 3, Duration::from_secs(30));
+    patient_pace(&s.queue);
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        ids.push(client.insert(&probe("hold")).await.unwrap().job.id);
+    }
+    for _ in 0..3 {
+        ids.push(client.insert(&probe("quick")).await.unwrap().job.id);
+    }
+    s.producer.run_once().await.unwrap();
+    let mut running = vec![next_start(&mut starts).await.id];
+    running.push(next_start(&mut starts).await.id);
+    running.sort();
+    assert_eq!(running, ids[..2]);
+    assert_eq!(s.queue.buffered(), 3);
+
+    // Down to one slot; one of the two running jobs ends (stopped: cancelled, as the notifier
+    // would tell the node). One still runs: that is the whole new limit.
+    let row = kickoff::engine::store::queues::queue_set_concurrency(&db.pool, "default", Some(1))
+        .await
+        .unwrap();
+    assert!(s.queue.apply(&row));
+    s.attempts.stop_jobs(&[ids[0]]);
+    wait_for(
+        "the stopped job's slot to free",
+        Duration::from_secs(5),
+        || async { s.queue.in_flight.load(std::sync::atomic::Ordering::SeqCst) == 1 },
+    )
+    .await;
+    // Its producer, woken by the freed slot, fills the slots.
+    s.producer.run_once().await.unwrap();
+    no_start_within_a_moment(&mut starts, "a buffered job started beyond the new limit").await;
+    assert_eq!(s.queue.buffered(), 3);
+
+    // The other ends: the buffered jobs run one at a time.
+    gate.open();
+    let mut ran = Vec::new();
+    for _ in 0..3 {
+        ran.push(next_start(&mut starts).await.id);
+        assert!(s.queue.in_flight.load(std::sync::atomic::Ordering::SeqCst) <= 1);
+    }
+    assert_eq!(ran, ids[2..]);
+    assert!(s.executor.drain(Duration::from_secs(5)).await);
     s.pools.close().await;
 }
 
@@ -823,6 +1012,83 @@ async fn a_job_claimed_ahead_whose_instant_finds_every_slot_busy_starts_when_one
     gate.open();
     assert_eq!(next_start(&mut starts).await.id, timed.id);
     node.pools.close().await;
+}
+
+/// What a test pauses.
+enum Pause {
+    Queue,
+    Kind,
+}
+
+/// A node of one slot whose job, due 300 ms from now, it claimed ahead; then `pause` holds it.
+/// At its due time it must not start, and the producer hands it back.
+async fn claimed_ahead_then_paused(pause: Pause) {
+    let db = test_db().await;
+    let (workers, mut starts, _gate) = probe_workers();
+    let (node, job, due) = solo_claimed_ahead(
+        &db.pool,
+        Arc::new(workers),
+        1,
+        Duration::from_secs(30),
+        probe("quick"),
+        300,
+    )
+    .await;
+    match pause {
+        Pause::Queue => pause_queue_here(&db.pool, &node.queue, true).await,
+        Pause::Kind => pause_kind_here(&db.pool, &node.queue, "probe").await,
+    }
+    while db_now(&db.pool).await < due + chrono::Duration::milliseconds(100) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    no_start_within_a_moment(&mut starts, "a job claimed ahead started after a pause").await;
+    assert_eq!(
+        node.queue.timed.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "it no longer waits for its due time"
+    );
+    node.producer.run_once().await.unwrap();
+    assert_eq!(
+        row_of(&db.pool, job.id).await,
+        (JobState::Available, false, 0),
+        "handed back at its due time, as if never claimed"
+    );
+    assert_eq!(node.queue.buffered(), 0);
+    assert_eq!(node.attempts.running_count(), 0, "nothing left registered");
+    node.pools.close().await;
+}
+
+#[tokio::test]
+async fn a_job_claimed_ahead_of_a_queue_paused_before_its_due_time_never_starts() {
+    claimed_ahead_then_paused(Pause::Queue).await;
+}
+
+#[tokio::test]
+async fn a_job_claimed_ahead_of_a_kind_paused_before_its_due_time_never_starts() {
+    claimed_ahead_then_paused(Pause::Kind).await;
+}
+
+#[tokio::test]
+async fn a_job_claimed_ahead_then_paused_through_the_api_goes_back_and_runs_after_the_resume() {
+    let db = test_db().await;
+    let mut cfg = config("a", 2, 10);
+    cfg.claim_ahead = Duration::from_millis(300);
+    let (engine, client, job, due, mut rx) = claimed_ahead(&db.pool, cfg, 600).await;
+    assert!(db_now(&db.pool).await < due, "claimed only once due");
+    // Paused as an operator would: the node hears of it by its notification.
+    client.set_queue_paused("default", true).await.unwrap();
+    wait_for(
+        "the job handed back after its due time",
+        Duration::from_secs(3),
+        || async { state_of(&db.pool, job).await == JobState::Available },
+    )
+    .await;
+    assert!(rx.try_recv().is_err(), "the job of a paused queue started");
+    assert_eq!(row_of(&db.pool, job).await, (JobState::Available, false, 0));
+    client.set_queue_paused("default", false).await.unwrap();
+    let started = started_at(&mut rx, 1).await[&job];
+    assert!(started >= due);
+    engine.stop().await;
 }
 
 #[tokio::test]

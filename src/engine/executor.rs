@@ -3,6 +3,18 @@
 //! Each attempt runs in its own task under the worker's timeout; a panic fails only that attempt.
 //! Its outcome goes to the completer through a channel, and until the completer has written it
 //! the attempt's lease is renewed (see [`Attempts::outcome_pending`]).
+//!
+//! **A pause holds every job not yet started.** A job claimed before this node learnt of a pause
+//! of its queue or its kind (it waits in the fetch-ahead buffer, or for its due time after a claim
+//! ahead) never starts while the pause lasts: [`Executor::fill`] passes over it, and a job claimed
+//! ahead whose due time comes goes to the buffer instead of a slot. The producer then hands it
+//! back (`job_hand_back`: to `available`, or `scheduled`/`retryable` if not yet due, its attempt
+//! not counted), rather than keeping it until the resume: a pause may last hours, and a job kept
+//! would show as executing on this node, keep a lease renewed, and after the resume run only here
+//! (not on whichever node has a free slot). Back in the table it waits like any other, and the
+//! resume wakes every producer to claim it. The check is made at the start itself, the last moment
+//! before the handler: a pause this node learns of after that finds the attempt running, and
+//! a pause never stops a running attempt.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
@@ -110,7 +122,8 @@ impl Executor {
         })
     }
 
-    /// Starts buffered jobs of `queue` in its free slots, oldest first.
+    /// Starts buffered jobs of `queue` in its free slots, oldest first, but none that a pause
+    /// holds (see the module doc).
     pub fn fill(&self, queue: &Arc<QueueState>) {
         let mut gone = Vec::new();
         while queue.free_slots() > 0 {
@@ -236,6 +249,14 @@ async fn wait_for_due(me: Arc<Inner>, mut b: Buffered, mut guard: AttemptGuard) 
     // From here the attempt (or the buffer) owns the job: the guard must undo nothing.
     guard.armed = false;
     drop(guard);
+    if queue.holds(&b.job) {
+        // Its queue or kind was paused while it waited: it must not start. In the buffer, the
+        // producer (woken here) hands it back.
+        b.since = std::time::Instant::now();
+        queue.unpop_buffered(b);
+        queue.wake.notify_one();
+        return;
+    }
     if queue.try_take_slot() {
         Executor { inner: me }.start(queue, b);
         return;

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::executor::Executor;
 use super::metrics::Metrics;
-use super::queue_state::QueueState;
+use super::queue_state::{Buffered, QueueState};
 use super::store::jobs as job_store;
 
 /// Added to a limit's wait: the database said when its window ends by its clock, and the claim
@@ -111,6 +111,7 @@ impl Producer {
     pub async fn run_once(&self) -> Result<bool, sqlx::Error> {
         let q = &self.queue;
         self.hand_back_aged().await?;
+        self.hand_back_held().await?;
         if q.paused.load(Ordering::SeqCst) {
             return Ok(false);
         }
@@ -251,18 +252,37 @@ impl Producer {
         if aged.is_empty() {
             return Ok(());
         }
-        let claims: Vec<_> = aged.iter().map(|b| b.claim).collect();
         q.waited_too_long(aged[0].since.elapsed());
+        let n = self.hand_back(aged).await?;
+        tracing::debug!(queue = %q.name, handed_back = n, "buffered jobs waited too long: handed back");
+        Ok(())
+    }
+
+    /// Hands back the buffered jobs a pause holds (their queue or kind was paused after their
+    /// claim, or while they waited for their due time): they must not start, and go back to wait
+    /// in the table like any other (see `executor` on why not kept until the resume).
+    pub async fn hand_back_held(&self) -> Result<(), sqlx::Error> {
+        let held = self.queue.take_held();
+        if held.is_empty() {
+            return Ok(());
+        }
+        let n = self.hand_back(held).await?;
+        tracing::debug!(queue = %self.queue.name, handed_back = n, "buffered jobs held by a pause: handed back");
+        Ok(())
+    }
+
+    /// Hands back claimed jobs taken from the buffer; on an error they go back to its front.
+    async fn hand_back(&self, jobs: Vec<Buffered>) -> Result<u64, sqlx::Error> {
+        let claims: Vec<_> = jobs.iter().map(|b| b.claim).collect();
         let handed = job_store::job_hand_back(&self.pool, &claims, &self.settings.node_id).await;
         match handed {
             Ok(n) => {
-                self.executor.forget(&aged);
-                tracing::debug!(queue = %q.name, handed_back = n, "buffered jobs waited too long: handed back");
-                Ok(())
+                self.executor.forget(&jobs);
+                Ok(n)
             }
             Err(e) => {
-                // Still ours: they wait for a slot again (and are tried again later).
-                q.unpop_all(aged);
+                // Still ours: they wait in the buffer again (and are tried again later).
+                self.queue.unpop_all(jobs);
                 Err(e)
             }
         }

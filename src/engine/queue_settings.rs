@@ -7,6 +7,11 @@
 //! PostgreSQL restarts), in the start-up window before the node listens, or followed by a failed
 //! read. So the rows are also read again after every listener reconnect and on every backstop poll:
 //! a node never stays paused (or running) against the table for longer than one poll.
+//!
+//! Those reads race (a poll and a notification's read, on different tasks), and a write that began
+//! first may commit last: each row, and the set of paused kinds, carries a version the database
+//! draws under a row lock, in commit order, and a node applies only what is at least as new as
+//! what it has (`QueueState::apply`, `PausedKinds::set`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,7 +58,7 @@ impl QueueSettingsSync {
     pub async fn run_once(&self) -> Result<SettingsReport, sqlx::Error> {
         let rows = queue_store::queue_list_named(&self.pool, &self.queues.names()).await?;
         let mut report = SettingsReport::default();
-        if self.apply_kinds(kind_store::kind_pause_list(&self.pool).await?) {
+        if self.apply_kinds(kind_store::kind_pause_snapshot(&self.pool).await?) {
             report.changed.push("(paused kinds)".into());
         }
         for row in rows {
@@ -88,9 +93,9 @@ impl QueueSettingsSync {
     /// Reads the paused kinds again (a notification said they changed), and wakes every producer
     /// if they did.
     pub async fn reload_kinds(&self) {
-        match kind_store::kind_pause_list(&self.pool).await {
-            Ok(rows) => {
-                self.apply_kinds(rows);
+        match kind_store::kind_pause_snapshot(&self.pool).await {
+            Ok(snapshot) => {
+                self.apply_kinds(snapshot);
             }
             Err(e) => {
                 tracing::warn!(error = %e, "reloading paused kinds failed; the backstop poll retries")
@@ -98,12 +103,10 @@ impl QueueSettingsSync {
         }
     }
 
-    /// Applies the paused kinds; a change wakes every producer (a resumed kind's jobs wait).
-    fn apply_kinds(&self, rows: Vec<kind_store::KindPause>) -> bool {
-        let changed = self
-            .queues
-            .kinds()
-            .set(rows.into_iter().map(|r| r.kind).collect());
+    /// Applies the paused kinds (unless newer ones were applied); a change wakes every producer
+    /// (a resumed kind's jobs wait; a paused kind's claimed jobs are to be handed back).
+    fn apply_kinds(&self, snapshot: kind_store::KindPauses) -> bool {
+        let changed = self.queues.kinds().set(snapshot.version, snapshot.kinds);
         if changed {
             self.queues.wake_all();
         }

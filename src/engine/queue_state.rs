@@ -13,6 +13,16 @@
 //! claim is on its way, and none for jobs that take longer than a round trip (whose slots a
 //! claim refills in time anyway). A buffered job that waits longer than [`QueueState::max_wait`]
 //! is handed back, so that a node never hoards jobs another node's free slots could run.
+//!
+//! **Pauses.** A claimed job that has not started is held by a pause of its queue or of its kind
+//! that this node learnt of after the claim ([`QueueState::holds`]): no slot takes it
+//! ([`QueueState::pop_buffered`] passes over it), and the producer hands it back
+//! ([`QueueState::take_held`]; see `executor` on why back, not kept until the resume).
+//!
+//! **Settings versions.** Settings are applied only when at least as new as those applied last,
+//! by the version the database draws under the row's lock (see [`QueueState::apply`],
+//! [`PausedKinds::set`]): reads race (the backstop poll, a notification), and a write that began
+//! first may commit last, so neither the order of reads nor a timestamp says which is newer.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -44,24 +54,46 @@ pub struct Buffered {
 }
 
 /// Kinds paused on every node (the `kind_pauses` table), shared by the node's queues: no claim
-/// takes their jobs.
+/// takes their jobs, and no claimed job of theirs starts.
 #[derive(Default)]
-pub struct PausedKinds(Mutex<Arc<Vec<String>>>);
+pub struct PausedKinds(Mutex<AppliedKinds>);
+
+#[derive(Default)]
+struct AppliedKinds {
+    /// The version of the set applied last (none yet).
+    version: Option<i64>,
+    kinds: Arc<Vec<String>>,
+}
 
 impl PausedKinds {
-    /// The paused kinds now (usually none).
-    pub fn get(&self) -> Arc<Vec<String>> {
-        self.0.lock().expect("paused kinds lock poisoned").clone()
+    fn lock(&self) -> MutexGuard<'_, AppliedKinds> {
+        self.0.lock().expect("paused kinds lock poisoned")
     }
 
-    /// Replaces the paused kinds. Returns whether they changed.
-    pub fn set(&self, mut kinds: Vec<String>) -> bool {
+    /// The paused kinds now (usually none).
+    pub fn get(&self) -> Arc<Vec<String>> {
+        self.lock().kinds.clone()
+    }
+
+    /// Whether `kind` is paused.
+    pub fn holds(&self, kind: &str) -> bool {
+        self.lock().kinds.iter().any(|k| k == kind)
+    }
+
+    /// Replaces the paused kinds with the set of `version` (see `store::kinds::KindPauses`),
+    /// unless a newer set was applied already: a slower read of an older set (the backstop poll
+    /// racing a notification's read) must not undo a newer one. Returns whether they changed.
+    pub fn set(&self, version: i64, mut kinds: Vec<String>) -> bool {
         kinds.sort();
-        let mut current = self.0.lock().expect("paused kinds lock poisoned");
-        if **current == kinds {
+        let mut applied = self.lock();
+        if applied.version.is_some_and(|v| v > version) {
             return false;
         }
-        *current = Arc::new(kinds);
+        applied.version = Some(version);
+        if *applied.kinds == kinds {
+            return false;
+        }
+        applied.kinds = Arc::new(kinds);
         true
     }
 }
@@ -94,9 +126,10 @@ pub struct QueueState {
     /// The last claim took every slot it asked for: jobs may be waiting.
     pub saturated: AtomicBool,
     pub wake: Notify,
-    /// `updated_at` of the settings row applied last: a slower read of an older row (the backstop
-    /// poll racing a notification's read) must not undo a newer one.
-    applied: Mutex<Option<DateTime<Utc>>>,
+    /// `version` of the settings row applied last: a slower read of an older row (the backstop
+    /// poll racing a notification's read) must not undo a newer one. Held while a row is applied,
+    /// so that two applies never interleave.
+    applied: Mutex<Option<i64>>,
     /// Claimed jobs waiting for a slot, oldest first.
     buffer: Mutex<VecDeque<Buffered>>,
     /// The most jobs claimed ahead of the free slots (0: no fetch-ahead).
@@ -148,14 +181,18 @@ impl QueueState {
 
     /// Applies the shared settings of the `queues` table, unless a newer row was applied already.
     /// Returns whether anything changed.
+    ///
+    /// Newer is a larger `version`, never a later `updated_at`: that is the start of the writing
+    /// transaction, so a transaction that began first and committed last (a pause, say, after a
+    /// change of concurrency that began later) carries the older stamp, and was skipped until the
+    /// next change. The version is drawn while the row is locked, in the order writes commit.
     pub fn apply(&self, row: &QueueRow) -> bool {
-        {
-            let mut applied = self.applied.lock().expect("queue settings lock poisoned");
-            if applied.is_some_and(|at| at > row.updated_at) {
-                return false;
-            }
-            *applied = Some(row.updated_at);
+        // Held to the end: an older row's apply must not interleave with a newer one's.
+        let mut applied = self.applied.lock().expect("queue settings lock poisoned");
+        if applied.is_some_and(|v| v > row.version) {
+            return false;
         }
+        *applied = Some(row.version);
         let was_paused = self.paused.swap(row.paused, Ordering::SeqCst);
         let limits = row.limits();
         let limits_changed = {
@@ -182,7 +219,22 @@ impl QueueState {
             // A limit's hold was computed under the old settings.
             self.set_limit_retry(None);
         }
+        drop(applied);
         changed
+    }
+
+    /// Whether a pause holds this claimed job back: its queue or its kind is paused. A held job
+    /// must not start (see the module doc).
+    pub fn holds(&self, job: &Job) -> bool {
+        self.paused.load(Ordering::SeqCst) || self.kinds.holds(&job.kind)
+    }
+
+    /// [`QueueState::holds`] for many jobs: the pauses read once. `None` when nothing is paused.
+    fn pauses(&self) -> Option<impl Fn(&Job) -> bool> {
+        let paused = self.paused.load(Ordering::SeqCst);
+        let kinds = self.kinds.get();
+        (paused || !kinds.is_empty())
+            .then_some(move |job: &Job| paused || kinds.contains(&job.kind))
     }
 
     /// When the next claim of a limited queue may be made (none: at once).
@@ -264,17 +316,26 @@ impl QueueState {
         self.buffer().extend(jobs);
     }
 
-    /// The oldest buffered job (those whose job is gone are dropped and returned in `gone`).
-    /// When the buffer runs low while jobs may be waiting in the table, the producer is woken to
-    /// refill it.
+    /// The oldest buffered job that may start: those a pause holds ([`QueueState::holds`]) stay
+    /// where they are, for the producer to hand back; those whose job is gone are dropped and
+    /// returned in `gone`. When the buffer runs low while jobs may be waiting in the table, the
+    /// producer is woken to refill it.
     pub fn pop_buffered(&self, gone: &mut Vec<Buffered>) -> Option<Buffered> {
+        let held = self.pauses();
+        let held = |job: &Job| held.as_ref().is_some_and(|h| h(job));
         let mut buffer = self.buffer();
-        let next = loop {
-            match buffer.pop_front() {
-                Some(b) if b.cancel.is_cancelled() => gone.push(b),
-                other => break other,
+        let mut next = None;
+        let mut i = 0;
+        while i < buffer.len() {
+            if buffer[i].cancel.is_cancelled() {
+                gone.extend(buffer.remove(i));
+            } else if held(&buffer[i].job) {
+                i += 1;
+            } else {
+                next = buffer.remove(i);
+                break;
             }
-        };
+        }
         let low = buffer.len() <= self.lead() / 2;
         drop(buffer);
         if next.is_some() && low && self.saturated.load(Ordering::SeqCst) {
@@ -310,6 +371,20 @@ impl QueueState {
                 buffer.drain(..aged).collect()
             }
         }
+    }
+
+    /// Takes the buffered jobs a pause holds (every one, when the queue is paused), to hand back.
+    pub fn take_held(&self) -> Vec<Buffered> {
+        let Some(held) = self.pauses() else {
+            return Vec::new();
+        };
+        let mut buffer = self.buffer();
+        if !buffer.iter().any(|b| held(&b.job)) {
+            return Vec::new();
+        }
+        let (held, kept): (VecDeque<_>, VecDeque<_>) = buffer.drain(..).partition(|b| held(&b.job));
+        *buffer = kept;
+        held.into()
     }
 
     /// When the oldest buffered job was claimed.

@@ -45,3 +45,25 @@ pub async fn kind_pause_list<'e>(db: impl PgExecutor<'e>) -> Result<Vec<KindPaus
         .fetch_all(db)
         .await
 }
+
+/// The paused kinds as one snapshot, with the version of the set (see [`kind_pause_snapshot`]).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct KindPauses {
+    /// Raised by every change of `kind_pauses` under one row's lock (migration
+    /// `20261214000301`): a snapshot with a larger version holds every change of one with a
+    /// smaller one.
+    pub version: i64,
+    /// The paused kinds, by name.
+    pub kinds: Vec<String>,
+}
+
+/// The paused kinds and their version, read in one statement (one snapshot: the version says
+/// exactly which changes the list holds).
+pub async fn kind_pause_snapshot<'e>(db: impl PgExecutor<'e>) -> Result<KindPauses, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT v.version, ARRAY(SELECT kind FROM kind_pauses ORDER BY kind) AS kinds
+         FROM kind_pauses_version v",
+    )
+    .fetch_one(db)
+    .await
+}

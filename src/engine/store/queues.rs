@@ -25,6 +25,12 @@ pub struct QueueRow {
     pub global_concurrency: Option<i32>,
     /// Who set the limits: `config` (a node's KICKOFF_QUEUES, at its start) or `operator`.
     pub limits_by: String,
+    /// Drawn by every write of the row while it holds the row's lock (migration
+    /// `20261214000301`), so a later commit always has a larger one: what a node compares to
+    /// apply only settings at least as new as those it has (`updated_at`, the writing
+    /// transaction's start, can be older for a later commit). Internal: not in the API.
+    #[serde(skip)]
+    pub version: i64,
 }
 
 impl QueueRow {
