@@ -19,11 +19,18 @@
 -- room only as many jobs as it may start. The keys take turns in a claim too: each key's first
 -- job before any key's second (within a priority).
 --
--- The key is written at insert (from the queue's row as the insert reads it), again when the
--- queue's `per` changes (a trigger on `queues`, for the jobs not final) and when a job is run
--- again (retry, rerun). A row without a key in a partitioned queue (written by SQL outside the
--- engine, or inserted while `per` changed) is still claimed: each claim also looks at the first
--- 100 available jobs in claim order and keys those that have none as they stand.
+-- The key is written at insert (from the queue's row as the insert reads it) and when a job is
+-- run again (retry, rerun). When a queue's `per` changes, its waiting jobs are keyed anew in
+-- batches by its claims (`queues.rate_rekey_after`: the id the re-keying has reached; NULL when
+-- done): at most 1,000 rows a claim, under the queue row's lock the claim holds anyway, never in
+-- the transaction that changes the setting (a backlog of 500,000 would hold it for seconds) and
+-- never an executing row (its lease is renewed meanwhile). Until its turn a waiting job counts
+-- under the key of the old `per`. A row without a key in a partitioned queue (written by SQL
+-- outside the engine, or inserted while `per` changed) is still claimed: each claim also looks at
+-- the first 100 available jobs in claim order and keys those that have none as they stand.
+--
+-- The index `jobs_rate_key_idx` is built by the next migration, concurrently (writes go on while
+-- it builds on a large table).
 --
 -- Migrations are immutable once landed: change the schema in a new file.
 
@@ -45,14 +52,9 @@ LANGUAGE sql STABLE AS $$
     FROM queues q WHERE q.name = p_queue AND q.rate_per IS NOT NULL
 $$;
 
-UPDATE jobs j SET rate_key = kickoff_partition_key(q.rate_per, j.kind, j.args, NULL)
-FROM queues q
-WHERE q.name = j.queue AND q.rate_per IS NOT NULL AND j.finalized_at IS NULL;
-
--- The partitioned claim's walk over keys and its read of each key's next jobs. Partial: only the
--- available jobs of queues with a partitioned rate have entries.
-CREATE INDEX jobs_rate_key_idx ON jobs (queue, rate_key, priority, scheduled_at, id)
-    WHERE state = 'available' AND rate_key IS NOT NULL;
+-- The waiting jobs of partitioned queues are keyed by their queue's claims, in batches (below).
+ALTER TABLE queues ADD COLUMN rate_rekey_after bigint;
+UPDATE queues SET rate_rekey_after = 0 WHERE rate_per IS NOT NULL;
 
 -- Where the next partitioned claim of a queue starts its walk over keys, when the last one
 -- stopped at its bound before the last key (no row: at the first key).
@@ -61,27 +63,44 @@ CREATE TABLE queue_rate_cursors (
     after_key text NOT NULL
 );
 
--- A queue whose partition changed keys its jobs that are not final anew (a queue that lost its
--- partition clears their keys: kickoff_partition_key(NULL, ...) would be '', a key of its own).
+-- A queue whose partition changed has its waiting jobs keyed anew, from the first, by its claims
+-- (see the top of this file); its walk over keys starts again.
 CREATE FUNCTION kickoff_queue_rekey() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF NEW.rate_per IS NULL THEN
-        UPDATE jobs SET rate_key = NULL
-        WHERE queue = NEW.name AND finalized_at IS NULL AND rate_key IS NOT NULL;
-    ELSE
-        UPDATE jobs SET rate_key = kickoff_partition_key(NEW.rate_per, kind, args, call_host)
-        WHERE queue = NEW.name AND finalized_at IS NULL
-          AND rate_key IS DISTINCT FROM kickoff_partition_key(NEW.rate_per, kind, args, call_host);
+    IF TG_OP = 'INSERT' OR OLD.rate_per IS DISTINCT FROM NEW.rate_per THEN
+        NEW.rate_rekey_after := CASE WHEN NEW.rate_per IS NOT NULL THEN 0 END;
+        DELETE FROM queue_rate_cursors WHERE queue = NEW.name;
     END IF;
-    DELETE FROM queue_rate_cursors WHERE queue = NEW.name;
-    RETURN NULL;
+    RETURN NEW;
 END $$;
 
-CREATE TRIGGER queues_rekey_after_insert AFTER INSERT ON queues
-    FOR EACH ROW WHEN (NEW.rate_per IS NOT NULL) EXECUTE FUNCTION kickoff_queue_rekey();
-CREATE TRIGGER queues_rekey_after_update AFTER UPDATE OF rate_per ON queues
-    FOR EACH ROW WHEN (OLD.rate_per IS DISTINCT FROM NEW.rate_per)
-    EXECUTE FUNCTION kickoff_queue_rekey();
+CREATE TRIGGER queues_rekey_before_insert BEFORE INSERT ON queues
+    FOR EACH ROW EXECUTE FUNCTION kickoff_queue_rekey();
+CREATE TRIGGER queues_rekey_before_update BEFORE UPDATE OF rate_per ON queues
+    FOR EACH ROW EXECUTE FUNCTION kickoff_queue_rekey();
+
+-- Keys anew up to `p_max` waiting jobs of `p_queue` (not final, not executing) after id
+-- `p_after`, under `p_per`, skipping rows another transaction holds; returns the last id looked
+-- at, NULL when none was left (the re-keying is done). Called by the claim, under the queue row's
+-- lock.
+CREATE FUNCTION kickoff_rekey_batch(p_queue text, p_per text, p_after bigint, p_max integer)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    last_id bigint;
+BEGIN
+    WITH batch AS (
+        SELECT id FROM jobs
+        WHERE id > p_after AND queue = p_queue AND finalized_at IS NULL AND state <> 'executing'
+        ORDER BY id LIMIT p_max
+        FOR NO KEY UPDATE SKIP LOCKED),
+    keyed AS (
+        UPDATE jobs j SET rate_key = kickoff_partition_key(p_per, j.kind, j.args, j.call_host)
+        FROM batch
+        WHERE j.id = batch.id
+          AND j.rate_key IS DISTINCT FROM kickoff_partition_key(p_per, j.kind, j.args, j.call_host))
+    SELECT max(id) INTO last_id FROM batch;
+    RETURN last_id;
+END $$;
 
 -- The keys of a queue's available jobs in key order, after `p_after` (from the first when NULL)
 -- and up to `p_upto` (to the last when NULL), at most `p_max`: a loose index scan of
@@ -131,11 +150,13 @@ DECLARE
 BEGIN
     SELECT c.after_key INTO cursor_key FROM queue_rate_cursors c WHERE c.queue = p_queue;
     rotating := cursor_key IS NOT NULL;
-    keys := kickoff_rate_keys(p_queue, cursor_key, NULL, p_max);
-    IF cursor_key IS NOT NULL AND cardinality(keys) < p_max THEN
-        keys := keys || kickoff_rate_keys(p_queue, NULL, cursor_key, p_max - cardinality(keys));
+    -- One key more than it takes: a walk cut at its bound only when more keys are left.
+    keys := kickoff_rate_keys(p_queue, cursor_key, NULL, p_max + 1);
+    IF cursor_key IS NOT NULL AND cardinality(keys) <= p_max THEN
+        keys := keys || kickoff_rate_keys(p_queue, NULL, cursor_key, p_max + 1 - cardinality(keys));
     END IF;
-    cut := cardinality(keys) >= p_max;
+    cut := cardinality(keys) > p_max;
+    keys := keys[1:p_max];
 END $$;
 
 DROP FUNCTION kickoff_claim_limited(text, integer, integer, text, double precision, bigint, integer,
@@ -214,7 +235,13 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Partitioned: this claim's turn of keys, and where the next one starts.
+    -- Partitioned. A changed `per` first keys a batch of the waiting jobs anew (see the top).
+    IF q.rate_rekey_after IS NOT NULL THEN
+        UPDATE queues SET rate_rekey_after =
+                   kickoff_rekey_batch(p_queue, q.rate_per, q.rate_rekey_after, 1000)
+        WHERE name = p_queue;
+    END IF;
+    -- This claim's turn of keys, and where the next one starts.
     SELECT * INTO turn FROM kickoff_rate_turn(p_queue, p_scan);
     IF turn.cut THEN
         INSERT INTO queue_rate_cursors AS c (queue, after_key)
@@ -229,15 +256,21 @@ BEGIN
         FROM unnest(turn.keys) AS w(k)
         LEFT JOIN queue_rate_windows rw
                ON rw.queue = p_queue AND rw.key = w.k AND rw.window_start = win),
+    share AS (
+        -- What one key may give this claim: the room shared among the keys with room (at least
+        -- one each), so that a claim reads about `room` rows, not `room` for each of 500 keys.
+        SELECT greatest(1, ceil(room::numeric / greatest(count(*), 1)))::integer AS n
+        FROM keyed WHERE keyed.left_k > 0),
     candidates AS (
-        -- Each key with room: its next jobs, as many as it may start (and the claim may take).
+        -- Each key with room: its next jobs, as many as it may start (and its share).
         SELECT c.id, c.priority, c.scheduled_at, keyed.k
-        FROM keyed CROSS JOIN LATERAL (
+        FROM keyed CROSS JOIN share CROSS JOIN LATERAL (
             SELECT j.id, j.priority, j.scheduled_at FROM jobs j
             WHERE j.state = 'available' AND j.queue = p_queue AND j.rate_key = keyed.k
               AND j.kind <> ALL (p_paused)
             ORDER BY j.priority, j.scheduled_at, j.id
-            LIMIT least(keyed.left_k, room)) c
+            -- (A rate lowered within a window leaves `left_k` below zero: never a negative LIMIT.)
+            LIMIT greatest(least(keyed.left_k, room, share.n), 0)) c
         WHERE keyed.left_k > 0
         UNION ALL
         -- Rows without a key (see the top of this file), keyed as they stand.
@@ -254,13 +287,14 @@ BEGIN
                                        ORDER BY c.priority, c.scheduled_at, c.id) AS nth
         FROM candidates c),
     fitting AS (
-        -- Keys take turns: every key's first job, then every key's second, ... (by priority
-        -- first).
+        -- Keys take turns, within a priority, by what each has started in this window: the
+        -- key that used least goes first, across claims too (a claim with room for one starts
+        -- the key behind a long backlog of another as soon as that one has used more).
         SELECT r.id, r.k FROM ranked r
         LEFT JOIN queue_rate_windows rw
                ON rw.queue = p_queue AND rw.key = r.k AND rw.window_start = win
         WHERE r.nth <= q.rate_limit - coalesce(rw.used, 0)
-        ORDER BY r.priority, r.nth, r.scheduled_at, r.id
+        ORDER BY r.priority, coalesce(rw.used, 0) + r.nth, r.scheduled_at, r.id
         LIMIT room),
     picked AS (
         SELECT jobs.id, fitting.k FROM jobs JOIN fitting ON jobs.id = fitting.id
@@ -348,7 +382,11 @@ BEGIN
                           AND rw.window_start = win
                     WHERE h.rate_key IS NULL AND coalesce(rw.used, 0) < q.rate_limit);
             IF rate_full AND turn.cut THEN
-                RETURN 50;
+                -- Every key of this turn is full and more are left: the next claim walks on, but
+                -- not more than once a second (thousands of full keys must not mean a walk of 500
+                -- keys every 50 ms on every node), and at the window's end at the latest.
+                RETURN least(1000, greatest(extract(epoch FROM win
+                    + make_interval(secs => q.rate_period_ms / 1000.0) - t) * 1000, 0.001));
             ELSIF NOT rate_full AND turn.rotating AND NOT global_full THEN
                 RETURN 0.001;
             END IF;

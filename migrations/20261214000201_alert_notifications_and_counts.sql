@@ -83,3 +83,10 @@ CREATE TRIGGER alert_incidents_counts_after_update AFTER UPDATE ON alert_inciden
 CREATE TRIGGER alert_incidents_counts_after_delete AFTER DELETE ON alert_incidents
     REFERENCING OLD TABLE AS old_rows
     FOR EACH STATEMENT EXECUTE FUNCTION kickoff_alert_incident_counts();
+
+-- How far a `job_discarded` rule has read the discarded jobs (their `finalized_at`): each
+-- evaluation reads on from there (less a slack for transactions that committed late, and the
+-- rule's `for_secs`), oldest first, up to 100, leaving out jobs whose incident is open. A burst of
+-- 1,000 discarded jobs fires 100 an evaluation until all have fired, and an evaluation never walks
+-- every job discarded since the rule was made.
+ALTER TABLE alert_rules ADD COLUMN discarded_seen_at timestamptz;

@@ -162,7 +162,6 @@ fn api_token(config: &Config) -> Result<BootstrapToken, StartError> {
     Ok(token)
 }
 
-/// The key that seals the webhook endpoints' secrets, and a line about where it is kept.
 /// Seals again, bound to their endpoint, the endpoints' values sealed before binding (once, by
 /// the first node of this version to start; see `webhooks::service::Endpoints::bind_sealed`).
 async fn bind_sealed_values(
@@ -181,11 +180,12 @@ async fn bind_sealed_values(
         );
     }
     for (id, why) in failed {
-        tracing::warn!(endpoint = id, error = %why, "webhook endpoints: an endpoint's sealed values do not open with this key; it signs nothing until its secret is rotated");
+        tracing::warn!(endpoint = id, error = %why, "webhook endpoints: an endpoint's sealed values do not open with this key; it signs nothing until its secret is rotated and its default headers are given again");
     }
     Ok(())
 }
 
+/// The key that seals the webhook endpoints' secrets, and a line about where it is kept.
 fn secret_key(config: &Config) -> Result<crate::webhooks::SecretKey, StartError> {
     use crate::webhooks::key::{KeySource, KEY_FILE};
     let (key, source) =

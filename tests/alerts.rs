@@ -777,6 +777,32 @@ async fn a_burst_of_subjects_notifies_ten_then_one_digest() {
     rig.engine.stop().await;
 }
 
+/// Review of issue 30: a burst beyond the 100 subjects a rule reads in one evaluation fires whole
+/// over the next ones. Before, each evaluation read the newest 100 discarded jobs and left out those
+/// whose incident was open: of 150 discarded at once, 50 never fired while the newest 100 stayed
+/// discarded.
+#[tokio::test]
+async fn a_burst_past_one_evaluations_read_fires_whole_over_the_next_ones() {
+    let rig = rig_with("notify").await;
+    rig.rule(json!({ "name": "discards", "condition": "job_discarded", "queue": "parked" }))
+        .await;
+    rig.sql(
+        "INSERT INTO jobs (queue, kind, state, attempt, finalized_at)
+         SELECT 'parked', 'noop', 'discarded', 1, now() FROM generate_series(1, 150)",
+    )
+    .await;
+    assert_eq!(rig.evaluate().await.0.len(), 100);
+    assert_eq!(rig.evaluate().await.0.len(), 50, "the rest fires next");
+    assert_eq!(rig.evaluate().await.0.len(), 0, "and once");
+    let open: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM alert_incidents WHERE resolved_at IS NULL")
+            .fetch_one(&rig.db.pool)
+            .await
+            .unwrap();
+    assert_eq!(open, 150);
+    rig.engine.stop().await;
+}
+
 /// Issue 30: `alert_incidents` was never pruned. The leader deletes resolved incidents once the
 /// retention (the pruner's `KICKOFF_RETENTION_HOURS`, 24 h by default) passed; firing ones stay,
 /// and the count of incidents a rule opened (a counter in `/metrics`) does not go down.

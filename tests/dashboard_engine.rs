@@ -955,10 +955,10 @@ async fn nodes_lists_the_live_nodes_and_the_leader() {
     let client = client(&db.pool);
     let pool = &db.pool;
     assert_eq!(client.nodes().await.unwrap(), (vec![], None));
-    node_store::node_heartbeat(pool, "node-a", "host", 1, &json!({ "default": 10 }))
+    node_store::node_heartbeat(pool, "node-a", "host", 1, &json!({ "default": 10 }), true)
         .await
         .unwrap();
-    node_store::node_heartbeat(pool, "node-b", "host", 2, &json!({}))
+    node_store::node_heartbeat(pool, "node-b", "host", 2, &json!({}), true)
         .await
         .unwrap();
     assert!(leader_store::leader_attempt_elect(

@@ -761,3 +761,27 @@ async fn operator_actions_follow_the_state_machine() {
         Err(kickoff::engine::ClientError::NotFound(_))
     ));
 }
+
+/// Review of issue 30: a batch keeps the order it was given (its ids follow it, and so does first
+/// come first served among jobs due together), whether or not its queues have a partitioned rate
+/// (the insert joins the queues' settings, and a join alone may reorder rows).
+#[tokio::test]
+async fn a_batch_insert_keeps_the_order_it_was_given() {
+    let db = test_db().await;
+    let queues = ["default", "limited", "other"];
+    sqlx::query("INSERT INTO queues (name, rate_limit, rate_period_ms, rate_per) VALUES ('limited', 10, 1000, 'kind')")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let batch: Vec<NewJob> = (0..300)
+        .map(|i| NewJob::new("probe", json!({ "i": i })).with_queue(queues[i % 3]))
+        .collect();
+    job_store::job_insert_many(&db.pool, &batch, &[])
+        .await
+        .unwrap();
+    let order: Vec<i64> = sqlx::query_scalar("SELECT (args ->> 'i')::bigint FROM jobs ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(order, (0..300).collect::<Vec<i64>>());
+}

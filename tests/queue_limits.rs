@@ -765,6 +765,35 @@ async fn keys_take_turns_when_the_slots_are_short() {
     assert_eq!(tenants, ["a", "b"]);
 }
 
+/// Review of issue 30, point 5: keys take turns across claims too. With room for one job a claim
+/// (a global concurrency of one, say), ordering each claim first come first served started the
+/// oldest backlog's key every time, and a key with room waited behind all of it.
+#[tokio::test]
+async fn keys_take_turns_across_claims_of_one_job() {
+    let db = test_db().await;
+    let client = Client::new(db.pool.clone(), Arc::new(workers()));
+    client
+        .set_queue_limits(QUEUE, &hourly(100, Partition::Arg("tenant".into())))
+        .await
+        .unwrap();
+    clear_of_the_hour(&db.pool).await;
+    let a: Vec<NewJob> = (0..50)
+        .map(|i| NewJob::new("hit", json!({ "tenant": "a", "i": i })).with_queue(QUEUE))
+        .collect();
+    client.insert_many(&a).await.unwrap();
+    client
+        .insert(&NewJob::new("hit", json!({ "tenant": "b" })).with_queue(QUEUE))
+        .await
+        .unwrap();
+    let mut tenants = Vec::new();
+    for _ in 0..3 {
+        for j in claim(&db.pool, QUEUE, 1).await {
+            tenants.push(j.args["tenant"].as_str().unwrap().to_string());
+        }
+    }
+    assert_eq!(tenants, ["a", "b", "a"], "claims of one job each");
+}
+
 /// With more keys than one claim walks, the next claim walks on from where the last stopped, so
 /// every key gets its turn.
 #[tokio::test]

@@ -766,7 +766,7 @@ async fn nodes_starting_together_reconcile_the_missed_slots_once_and_wait_for_ea
     move_run_back(&db.pool, missed, 5.0, "scheduled").await;
     // Both nodes registered (each started its heartbeat before reconciling).
     for node in ["a", "b"] {
-        kickoff::engine::store::nodes::node_heartbeat(&db.pool, node, "host", 1, &json!({}))
+        kickoff::engine::store::nodes::node_heartbeat(&db.pool, node, "host", 1, &json!({}), true)
             .await
             .unwrap();
     }
@@ -964,4 +964,54 @@ async fn the_leaders_tick_leaves_schedules_whose_next_slot_is_far_alone() {
         },
     )
     .await;
+}
+
+/// Review of issue 30: the markers the missed-run policy, the overlap policy and a pause read on a
+/// run (`trigger`, `snoozes`, ...) are Kickoff's: a template may not set them (`{"trigger": true}`
+/// would exempt every run from the missed-run policy, `{"snoozes": 0}` keep runs ahead through a
+/// pause), and a template stored with one does not pass it on.
+#[tokio::test]
+async fn a_template_may_not_forge_the_markers_of_a_run() {
+    let db = test_db().await;
+    let s = schedules_on(&db.pool).with_horizon(Duration::ZERO);
+    for key in [
+        "trigger",
+        "snoozes",
+        "triggered_by",
+        "slot_ms",
+        "schedule_id",
+    ] {
+        let mut spec = every("forged", 60_000, json!({}));
+        spec.job.meta = json!({ key: true });
+        let refused = s.create(&spec, None).await;
+        assert!(
+            matches!(&refused, Err(kickoff::engine::schedules::ScheduleError::Invalid { field, .. }) if *field == "job.meta"),
+            "{key}: {refused:?}"
+        );
+    }
+    let mut spec = every("stored", 60_000, json!({}));
+    spec.missed = Missed::Skip;
+    s.create(&spec, None).await.unwrap();
+    sqlx::query("UPDATE schedules SET meta = '{\"trigger\": true, \"team\": \"blue\"}', next_slot_at = NULL, last_slot = now()")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE jobs SET state = 'cancelled', finalized_at = now() WHERE finalized_at IS NULL",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    s.fill_all().await.unwrap();
+    let metas: Vec<Value> = sqlx::query_scalar(
+        "SELECT meta FROM jobs WHERE meta ->> 'schedule' = 'stored' AND finalized_at IS NULL",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(!metas.is_empty());
+    for meta in metas {
+        assert!(meta.get("trigger").is_none(), "{meta}");
+        assert_eq!(meta["team"], "blue");
+    }
 }

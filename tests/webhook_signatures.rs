@@ -441,4 +441,19 @@ async fn sealed_values_copied_into_another_endpoint_do_not_open_there() {
         .unwrap();
     assert_eq!(call.headers["Authorization"], "Bearer old");
     assert_eq!(call.keys, [vec![7u8; 32]]);
+
+    // Once: an old unbound value pasted into a row later (from a dump, say) is never opened.
+    sqlx::query(
+        "UPDATE webhook_endpoints SET secret = $2, headers = $3, bound = false WHERE id = $1",
+    )
+    .bind(mine.endpoint.id)
+    .bind(&legacy_secret)
+    .bind(&legacy_headers)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(endpoints.bind_sealed().await.unwrap(), (0, Vec::new()));
+    assert!(for_call(&db.pool, Some(&key), "https://attacker.example/x")
+        .await
+        .is_err());
 }

@@ -22,6 +22,9 @@ pub struct Heartbeat {
     queues: Value,
     lease: Duration,
     interval: Duration,
+    /// The first beat registers the node: its row (maybe left by an earlier process with the
+    /// same id) says it started now.
+    registered: std::sync::atomic::AtomicBool,
 }
 
 impl Heartbeat {
@@ -50,6 +53,7 @@ impl Heartbeat {
             queues,
             lease,
             interval,
+            registered: Default::default(),
         }
     }
 
@@ -79,15 +83,19 @@ impl Heartbeat {
 
     /// One heartbeat: the leases first (they matter most), then the node row.
     pub async fn run_once(&self) -> Result<(), sqlx::Error> {
+        use std::sync::atomic::Ordering;
         let leases = self.renew_leases().await;
+        let first = !self.registered.load(Ordering::Relaxed);
         node_store::node_heartbeat(
             &self.pool,
             &self.node_id,
             &self.hostname,
             std::process::id() as i32,
             &self.queues,
+            first,
         )
         .await?;
+        self.registered.store(true, Ordering::Relaxed);
         leases
     }
 

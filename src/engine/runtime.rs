@@ -143,8 +143,10 @@ impl Engine {
             config.heartbeat,
         );
         heartbeat.run_once().await?;
-        // Schedules declared in code, then the slots missed while every node was down: before
-        // this node claims anything, so that a run the missed-run policy skips never starts.
+        // Beating from now on: the reconciliation below may wait for another node's.
+        services.spawn(heartbeat.run(stop_services.clone()));
+        // Schedules declared in code, then the slots missed while no node ran: before this node
+        // claims anything, so that a run the missed-run policy skips never starts.
         let schedules = Schedules::new(Client::new(pool.clone(), workers.clone()))
             .with_horizon(failover_horizon(config.leader_ttl));
         schedules
@@ -166,7 +168,6 @@ impl Engine {
         }
         services.spawn(notifier.run(stop_services.clone()));
         services.spawn(settings.run(stop_services.clone()));
-        services.spawn(heartbeat.run(stop_services.clone()));
         let maintenance = Maintenance {
             pool: pool.clone(),
             workers: workers.clone(),

@@ -146,9 +146,13 @@ pub fn url_for_reader(url: &str) -> String {
     }
     shown.push_str(parsed.path());
     if let Some(query) = parsed.query() {
+        // A pair's name stays; a bare word (`?sk_live_abc`) may be the credential itself.
         let names: Vec<String> = query
             .split('&')
-            .map(|pair| format!("{}={REDACTED}", pair.split('=').next().unwrap_or_default()))
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) => format!("{name}={REDACTED}"),
+                None => REDACTED.to_string(),
+            })
             .collect();
         shown.push('?');
         shown.push_str(&names.join("&"));
@@ -250,6 +254,11 @@ mod tests {
             url,
             "https://[redacted]@hooks.example.com/x?api_key=[redacted]&team=[redacted]"
         );
+        let bare = args_for_reader(
+            "webhook",
+            &json!({"url": "https://h.example/x?sk_live_abc&a=1"}),
+        );
+        assert_eq!(bare["url"], "https://h.example/x?[redacted]&a=[redacted]");
         let plain = args_for_reader("webhook", &json!({"url": "https://hooks.example.com/x"}));
         assert_eq!(plain["url"], "https://hooks.example.com/x");
         assert_eq!(

@@ -258,11 +258,16 @@ impl Endpoints {
     }
 
     /// Seals again, bound to their endpoint, the values of the endpoints sealed before values were
-    /// bound (this server's key only: another key's rows stay as they are, unusable here as
-    /// before). Called at start, before the engine runs. Returns how many were bound; a row whose
-    /// values do not open is left unbound (it signs nothing) and reported.
+    /// bound: once, by the first node of this version to start (called at start, before the
+    /// engine runs); after that it opens nothing, so an unbound value pasted into a row later
+    /// (from an old dump) is never opened. This server's key only: another key's rows stay
+    /// unbound and sign nothing (rotating the secret binds it; headers must be given again).
+    /// Returns how many were bound; a row whose values do not open is reported.
     pub async fn bind_sealed(&self) -> Result<(u64, Vec<(i64, String)>), EndpointError> {
         let mut tx = self.pool.begin().await?;
+        if store::binding_done_lock(&mut tx).await? {
+            return Ok((0, Vec::new()));
+        }
         let rows = store::endpoint_unbound_lock(&mut tx, self.key.id()).await?;
         let (mut bound, mut failed) = (0, Vec::new());
         for row in rows {
@@ -301,6 +306,7 @@ impl Endpoints {
                 (Err(e), _) | (_, Err(e)) => failed.push((row.id, e)),
             }
         }
+        store::binding_mark_done(&mut tx).await?;
         tx.commit().await?;
         Ok((bound, failed))
     }
@@ -374,7 +380,8 @@ pub async fn for_call(
     }
     if !sealed.bound {
         return Err(EndpointError::Unsealing(format!(
-            "the values of endpoint {} are not bound to it yet: a node with its key binds them              when it starts",
+            "the values of endpoint {} were sealed before binding and do not open: rotate its \
+             secret and give its default headers again",
             sealed.id
         )));
     }
@@ -429,7 +436,8 @@ pub async fn header_methods_refusal<'e>(
 pub fn refusal_for_method(methods: &[String], method: &str) -> Option<String> {
     (!methods.iter().any(|m| m.eq_ignore_ascii_case(method))).then(|| {
         format!(
-            "method: the webhook endpoint for this URL sends its default headers (credentials)              with {} only, not {method}: an admin may list more methods (header_methods)",
+            "method: the webhook endpoint for this URL sends its default headers (credentials) \
+             with {} only, not {method}: an admin may list more methods (header_methods)",
             methods.join(", ")
         )
     })

@@ -288,6 +288,22 @@ pub struct UnboundRow {
     pub headers_key_id: Option<String>,
 }
 
+/// Whether the one binding of values sealed before binding was done; locks the mark until the
+/// transaction ends (a node starting beside waits, then finds it done).
+pub async fn binding_done_lock(conn: &mut sqlx::PgConnection) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT done_at IS NOT NULL FROM webhook_binding WHERE id = 1 FOR UPDATE")
+        .fetch_one(conn)
+        .await
+}
+
+/// Marks the one binding done: from now on no unbound value is opened.
+pub async fn binding_mark_done(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE webhook_binding SET done_at = now() WHERE id = 1")
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
 /// The endpoints not yet bound whose secret was sealed with `key_id`, locked (others skipped: a
 /// node starting beside binds them).
 pub async fn endpoint_unbound_lock(

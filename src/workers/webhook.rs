@@ -402,6 +402,13 @@ impl Worker for WebhookWorker {
     fn call_host(&self, args: &Value) -> Option<String> {
         let url = call_url(args.get("url")?.as_str()?).ok()?;
         let host = host_of(&url)?;
+        // An IPv4 address written as IPv4-mapped IPv6 (`[::ffff:7f00:1]`) reaches that IPv4
+        // address: one key.
+        if let Some(IpAddr::V6(v6)) = ip_literal(&host) {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return Some(v4.to_string());
+            }
+        }
         Some(match host.strip_suffix('.') {
             Some(name) if !name.is_empty() => name.to_string(),
             _ => host,
@@ -780,6 +787,10 @@ mod tests {
         );
         assert_eq!(host("http://k1%2Etest/").as_deref(), Some("k1.test"));
         assert_eq!(host("http://[::1]:8080/").as_deref(), Some("[::1]"));
+        assert_eq!(
+            host("http://[::ffff:7f00:1]:9/mapped").as_deref(),
+            Some("127.0.0.1")
+        );
         assert_eq!(host("ftp://k1.test/"), None);
         assert_eq!(host("not a url"), None);
     }

@@ -19,8 +19,8 @@ use sqlx::PgConnection;
 
 use crate::alerts::rules::{Condition, RuleRow, ONCE_WINDOW};
 
-/// How many subjects one rule fires at most per evaluation (the newest discarded jobs, the
-/// questions longest open).
+/// How many subjects one rule fires at most per evaluation (the discarded jobs not yet read, oldest
+/// first; the questions longest open).
 pub const SUBJECTS_PER_RULE: i64 = 100;
 
 /// The start of the window `failure_rate` reads (`job_stats_minute`'s last five minutes, this one
@@ -104,20 +104,40 @@ pub async fn holding_now(
         .bind(ms)
         .bind(&rule.game)
         .bind(SUBJECTS_PER_RULE),
+        // Read on from where the last evaluation stopped (`discarded_seen_at`, less a slack for
+        // transactions that committed late and for the rule's `for_secs`), oldest first, leaving
+        // out the jobs whose incident is open, and the mark moved on: a burst of any size fires
+        // 100 an evaluation until all have fired, and no read walks every job discarded since the
+        // rule was made (`jobs_prune_idx`). Resolution is `still_holding`'s.
         Condition::JobDiscarded => sqlx::query_as(
-            "SELECT 'job ' || id,
+            "WITH found AS (
+                 SELECT id, kind, queue, attempt, errors, finalized_at FROM jobs
+                 WHERE finalized_at >= greatest($1, (SELECT discarded_seen_at FROM alert_rules
+                                                     WHERE id = $5)
+                                                    - make_interval(secs => 5 + $6))
+                   AND state = 'discarded'
+                   AND ($2::text IS NULL OR queue = $2) AND ($3::text IS NULL OR kind = $3)
+                   AND NOT EXISTS (SELECT 1 FROM alert_notifications n WHERE n.job_id = jobs.id)
+                   AND NOT EXISTS (SELECT 1 FROM alert_incidents i
+                                   WHERE i.rule_id = $5 AND i.subject = 'job ' || jobs.id
+                                     AND i.resolved_at IS NULL)
+                 ORDER BY finalized_at, id LIMIT $4),
+             seen AS (
+                 UPDATE alert_rules SET discarded_seen_at =
+                     CASE WHEN (SELECT count(*) FROM found) < $4 THEN now()
+                          ELSE (SELECT max(finalized_at) FROM found) END
+                 WHERE id = $5)
+             SELECT 'job ' || id,
                     format('job %s (%s in queue %s) was discarded after %s attempt(s)%s', id, kind, queue, attempt,
                            COALESCE(': ' || left(errors -> -1 ->> 'message', 200), ''))
-             FROM jobs
-             WHERE state = 'discarded' AND finalized_at >= $1
-               AND ($2::text IS NULL OR queue = $2) AND ($3::text IS NULL OR kind = $3)
-               AND NOT EXISTS (SELECT 1 FROM alert_notifications n WHERE n.job_id = jobs.id)
-             ORDER BY id DESC LIMIT $4",
+             FROM found ORDER BY finalized_at, id",
         )
         .bind(rule.created_at)
         .bind(&rule.queue)
         .bind(&rule.kind)
-        .bind(SUBJECTS_PER_RULE),
+        .bind(SUBJECTS_PER_RULE)
+        .bind(rule.id)
+        .bind(rule.for_secs as f64),
         // The counts less the notifications available (only those not settled can be).
         Condition::QueueBacklog => sqlx::query_as(
             "SELECT 'queue ' || queue, format('%s jobs available in queue %s', sum(n), queue)

@@ -12,8 +12,10 @@
 //!   (`maintenance::scheduler`). A schedule created or resumed through the API gets its runs in
 //!   the same transaction.
 //! - **Downtime** (slots that passed while no node ran): the missed-run policy picks what runs,
-//!   once, when the first node starts ([`service::Schedules::reconcile_missed`]) and on the
-//!   leader's tick for slots never inserted.
+//!   once, when a node starts (nodes starting together take turns:
+//!   [`service::Schedules::reconcile_missed`]) and on the leader's tick for slots never inserted.
+//!   A run held by something else (a pause, a limit, a backlog), triggered by hand or snoozed is
+//!   not missed.
 //! - **Overlap** (a run comes due while the previous one is not final): checked when the run
 //!   starts ([`gate`]): run anyway, skip it (cancelled with the reason), or cancel the previous.
 //! - Daylight saving: see [`rule`].
@@ -120,7 +122,8 @@ pub struct JobTemplate {
     pub max_attempts: i32,
     #[serde(default)]
     pub tags: Vec<String>,
-    /// A JSON object; each run's meta adds `schedule`, `schedule_id`, `slot` and `slot_ms`.
+    /// A JSON object; each run's meta adds `schedule`, `schedule_id`, `slot` and `slot_ms` (and
+    /// `overlap`, `trigger`, `triggered_by`), which it may not hold itself, nor `snoozes`.
     #[serde(default = "empty_object")]
     pub meta: Value,
 }
@@ -264,6 +267,19 @@ impl ScheduleSpec {
                 "must be between 1 and 1000",
             ));
         }
+        if let Some(key) = self.job.meta.as_object().and_then(|m| {
+            m.keys()
+                .find(|k| RESERVED_META.contains(&k.as_str()))
+                .cloned()
+        }) {
+            return Err(ScheduleError::invalid(
+                "job.meta",
+                format!(
+                    "`{key}` is set by Kickoff on each run (reserved: {})",
+                    RESERVED_META.join(", ")
+                ),
+            ));
+        }
         Ok((rule, zone))
     }
 }
@@ -278,3 +294,17 @@ pub fn valid_name(name: &str) -> bool {
 
 /// The meta key that marks a job as a run of a schedule (its id).
 pub const META_SCHEDULE_ID: &str = "schedule_id";
+
+/// The meta keys Kickoff sets on a schedule's runs, which its template may not: the missed-run and
+/// overlap policies and a pause read them (a template's `{"trigger": true}` would exempt every run
+/// from the missed-run policy, `{"snoozes": 0}` would keep runs ahead through a pause).
+pub const RESERVED_META: [&str; 8] = [
+    META_SCHEDULE_ID,
+    "schedule",
+    "slot",
+    "slot_ms",
+    "overlap",
+    "trigger",
+    "triggered_by",
+    "snoozes",
+];

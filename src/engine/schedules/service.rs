@@ -847,6 +847,10 @@ fn run_job(row: &ScheduleRow, slot: DateTime<Utc>, due_now: bool) -> NewJob {
         Value::Object(m) => m.clone(),
         _ => Default::default(),
     };
+    // A schedule stored before the template's check refused them: the markers are Kickoff's.
+    for key in super::RESERVED_META {
+        meta.remove(key);
+    }
     meta.insert(META_SCHEDULE_ID.into(), json!(row.id));
     meta.insert("schedule".into(), json!(row.name));
     meta.insert("slot".into(), json!(slot.to_rfc3339()));

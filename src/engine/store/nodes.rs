@@ -15,27 +15,28 @@ pub struct NodeRow {
     pub heartbeat_at: DateTime<Utc>,
 }
 
-/// Records a node's heartbeat, registering it on the first call. A process that takes over the
-/// row of a node id (a restart with a configured id) starts it again: `started_at` tells when
-/// the node now alive came up (the schedules' reconciliation relies on it).
+/// Records a node's heartbeat. `starting`: the process's first beat, which registers the node and
+/// says it started now, also over a row an earlier process with the same node id left (a restart
+/// with a configured id, a container's pid 1): the schedules' reconciliation reads `started_at`.
 pub async fn node_heartbeat<'e>(
     db: impl PgExecutor<'e>,
     id: &str,
     hostname: &str,
     pid: i32,
     queues: &Value,
+    starting: bool,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO nodes (id, hostname, pid, queues) VALUES ($1, $2, $3, $4)
          ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), queues = $4,
-             started_at = CASE WHEN (nodes.hostname, nodes.pid) = (EXCLUDED.hostname, EXCLUDED.pid)
-                               THEN nodes.started_at ELSE now() END,
-             hostname = EXCLUDED.hostname, pid = EXCLUDED.pid",
+             hostname = EXCLUDED.hostname, pid = EXCLUDED.pid,
+             started_at = CASE WHEN $5 THEN now() ELSE nodes.started_at END",
     )
     .bind(id)
     .bind(hostname)
     .bind(pid)
     .bind(queues)
+    .bind(starting)
     .execute(db)
     .await?;
     Ok(())

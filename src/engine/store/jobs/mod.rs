@@ -251,7 +251,9 @@ pub async fn job_insert_many<'e>(
         meta.push(&new.meta);
         created_by.push(new.created_by.as_deref());
     }
-    // The queues' partitions are joined once, not looked up row by row (`kickoff_rate_key`).
+    // The queues' partitions are joined once, not looked up row by row (`kickoff_rate_key`). The
+    // rows keep the order given (ids, and so first come first served among equals, follow it):
+    // the join alone may reorder them.
     let r = sqlx::query(
         "INSERT INTO jobs (queue, kind, args, state, priority, max_attempts, scheduled_at, tags, meta,
                            created_by, call_host, rate_key)
@@ -262,12 +264,13 @@ pub async fn job_insert_many<'e>(
                      THEN kickoff_partition_key(per.rate_per, k, a, h) END
          FROM (SELECT q, k, a, p, m,
                       coalesce(at, statement_timestamp() + make_interval(secs => s)) AS t, tg, me,
-                      cb, h
+                      cb, h, ord
                FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::int[],
                            $6::timestamptz[], $7::float8[], $8::jsonb[], $9::jsonb[], $10::text[],
                            $11::text[])
-                    AS u(q, k, a, p, m, at, s, tg, me, cb, h)) rows
-         LEFT JOIN queues per ON per.name = rows.q AND per.rate_per IS NOT NULL",
+                    WITH ORDINALITY AS u(q, k, a, p, m, at, s, tg, me, cb, h, ord)) rows
+         LEFT JOIN queues per ON per.name = rows.q AND per.rate_per IS NOT NULL
+         ORDER BY rows.ord",
     )
     .bind(&queue)
     .bind(&kind)
