@@ -4,7 +4,7 @@
 # playwright-core)
 #
 # The WebAssembly client needs a wasm32 std. Where `rustup target add wasm32-unknown-unknown`
-# works (and the toolchain is new enough for cargo-leptos), the rustup toolchain is used. Where it
+# works (and the toolchain is 1.96 or newer), the rustup toolchain is used. Where it
 # cannot download (these machines reach only the package registries), Debian's rustc-web (1.96),
 # its std sources and lld are installed and linked as the rustup toolchain `debian-web`, and std is
 # built from source (-Zbuild-std, see Cargo.toml). Everything is then built with that one toolchain.
@@ -13,7 +13,6 @@ cd "$(dirname "$0")/.."
 . scripts/env.sh
 WITH_E2E=0
 [ "${1:-}" = "--e2e" ] && WITH_E2E=1
-CARGO_LEPTOS_VERSION=0.3.11
 NEXTEST_VERSION=0.9.143
 STANDARDWEBHOOKS_VERSION=1.1.0
 BINARYEN_VERSION=132.0.0
@@ -75,19 +74,16 @@ fi
 # ---- 2b. libfaketime: a process test runs a node whose wall clock is moved ahead
 apt_install libfaketime
 
-# ---- 3. cargo tools: wasm-bindgen at exactly the version in Cargo.lock, and cargo-leptos
+# ---- 3. cargo tools: wasm-bindgen at exactly the version in Cargo.lock (scripts/build runs it; no
+# cargo-leptos: compiling it took about 12 minutes to run two cargo builds and a copy)
 wb_version="$(awk '/^name = "wasm-bindgen"$/{getline; gsub(/version = |"/, ""); print; exit}' Cargo.lock)"
 [ -n "$wb_version" ] || die "wasm-bindgen not found in Cargo.lock"
 if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$wb_version" ]; then
-  log "cargo install wasm-bindgen-cli $wb_version (about 15 min on 2 cores)"
+  log "cargo install wasm-bindgen-cli $wb_version (about 3 min on 2 cores)"
   # --locked would pin a webpki-roots release this registry lacks: resolve afresh.
-  cargo install wasm-bindgen-cli --version "$wb_version" --force
+  env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS cargo install wasm-bindgen-cli --version "$wb_version" --force
 fi
-if [ "$(cargo-leptos --version 2>/dev/null | awk '{print $2}')" != "$CARGO_LEPTOS_VERSION" ]; then
-  log "cargo install cargo-leptos $CARGO_LEPTOS_VERSION (about 20 min on 2 cores)"
-  cargo install cargo-leptos --version "$CARGO_LEPTOS_VERSION" --locked --force
-fi
-# wasm-opt (release builds only): cargo-leptos would download it; binaryen's npm build instead.
+# wasm-opt (release builds only, scripts/build): binaryen's npm build.
 if [ "${WITH_WASM_OPT:-0}" = 1 ] && ! command -v wasm-opt >/dev/null; then
   log "npm install binaryen@$BINARYEN_VERSION (wasm-opt)"
   npm install --prefix "$KICKOFF_CACHE/tools" --no-audit --no-fund --silent "binaryen@$BINARYEN_VERSION"
@@ -99,7 +95,7 @@ if [ $WITH_E2E = 1 ]; then
   # Any version will do; a missing one is installed at the version these scripts were tried with.
   if ! cargo nextest --version >/dev/null 2>&1; then
     log "cargo install cargo-nextest $NEXTEST_VERSION (about 10 min on 2 cores)"
-    cargo install cargo-nextest --version "$NEXTEST_VERSION" --locked
+    env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS cargo install cargo-nextest --version "$NEXTEST_VERSION" --locked
   fi
   apt_install chromium
   if [ ! -d end2end/node_modules/playwright-core ]; then

@@ -37,7 +37,9 @@ const PLAYERS: [&str; 12] = [
 ];
 
 pub async fn run(config: &Config) -> Result<(), String> {
-    let db = Database::open(config).await.map_err(|e| e.to_string())?;
+    let db = Database::open_beside_server(config)
+        .await
+        .map_err(|e| e.to_string())?;
     let result = seed(&db.pool).await;
     db.close().await;
     let summary = result?;

@@ -17,7 +17,7 @@ use crate::http::{
     self,
     state::{AppState, StateParts},
 };
-use crate::postgres::{Durability, EmbeddedPostgres, DATABASE};
+use crate::postgres::{Durability, EmbeddedError, EmbeddedPostgres, DATABASE};
 use crate::workers;
 
 /// A failure that stops the server, with what to do about it.
@@ -62,6 +62,35 @@ impl Database {
         let pool = connect(&url, config.db_pool).await?;
         MIGRATOR.run(&pool).await?;
         Ok(Database { pool, embedded })
+    }
+
+    /// As [`Database::open`], for a command run beside a server: when a running server holds the
+    /// embedded cluster's data directory, the command uses that server's cluster (and leaves it
+    /// running) instead of refusing.
+    pub async fn open_beside_server(config: &Config) -> Result<Database, StartError> {
+        match Database::open(config).await {
+            Err(StartError::Embedded(EmbeddedError::Locked(dir))) => {
+                let (url, dir) = tokio::task::spawn_blocking(move || {
+                    EmbeddedPostgres::running_url(&dir, DATABASE).map(|url| (url, dir))
+                })
+                .await
+                .map_err(|e| StartError::Config(e.to_string()))??;
+                let Some(url) = url else {
+                    return Err(EmbeddedError::Locked(dir).into());
+                };
+                tracing::info!(
+                    data_dir = %config.data_dir.display(),
+                    "a running Kickoff process holds the data directory: using its PostgreSQL"
+                );
+                let pool = connect(&url, config.db_pool).await?;
+                MIGRATOR.run(&pool).await?;
+                Ok(Database {
+                    pool,
+                    embedded: None,
+                })
+            }
+            other => other,
+        }
     }
 
     /// Closes the pool and stops the embedded cluster.

@@ -32,7 +32,8 @@ pub enum Command {
     Serve,
     /// Apply the database migrations and exit.
     Migrate,
-    /// Fill the database with a living fixture list (questions, predictions, jobs).
+    /// Fill the database with a living fixture list (questions, predictions, jobs); beside a
+    /// running server, on the embedded PostgreSQL it holds.
     Demo,
     /// Measure the engine; prints one JSON line.
     Bench {
@@ -188,7 +189,9 @@ impl UserAction {
                 let password = password_prompt::read_new_password()
                     .map_err(|e| format!("reading the password: {e}"))?;
                 crate::accounts::validate_password(&password).map_err(|e| e.to_string())?;
-                let db = Database::open(config).await.map_err(|e| e.to_string())?;
+                let db = Database::open_beside_server(config)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let created = Accounts::new(db.pool.clone())
                     .create(&name, &password, role)
                     .await;
@@ -198,7 +201,9 @@ impl UserAction {
                 Ok(())
             }
             UserAction::List => {
-                let db = Database::open(config).await.map_err(|e| e.to_string())?;
+                let db = Database::open_beside_server(config)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let listed = Accounts::new(db.pool.clone()).list().await;
                 db.close().await;
                 let users = listed.map_err(|e| e.to_string())?;

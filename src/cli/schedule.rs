@@ -126,7 +126,9 @@ impl ScheduleAction {
 
     async fn on_database(self, config: &Config) -> Result<(), String> {
         let spec = self.spec()?;
-        let db = Database::open(config).await.map_err(|e| e.to_string())?;
+        let db = Database::open_beside_server(config)
+            .await
+            .map_err(|e| e.to_string())?;
         let client = Client::new(
             db.pool.clone(),
             std::sync::Arc::new(crate::workers::builtin(config.allowed_hosts())),

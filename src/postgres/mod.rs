@@ -165,6 +165,36 @@ impl EmbeddedPostgres {
         Ok(cluster)
     }
 
+    /// The URL of `database` in the cluster that another Kickoff process holds in `data_dir` and
+    /// runs, for a command run beside a server (`kickoff demo`, `kickoff user`, `kickoff
+    /// schedule`): it uses that cluster and leaves it running. `None` when no process holds the
+    /// directory (the command then starts the cluster itself) or the holder's cluster is not
+    /// running (yet).
+    pub fn running_url(data_dir: &Path, database: &str) -> Result<Option<String>, EmbeddedError> {
+        let data_dir = data_dir.canonicalize().map_err(io_err(data_dir))?;
+        crate::data_dir::check(&data_dir)?;
+        let lock_path = data_dir.join("kickoff.lock");
+        let lock = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&lock_path)
+            .map_err(io_err(&lock_path))?;
+        if lock.try_lock().is_ok() {
+            return Ok(None);
+        }
+        let Some(port) = running_postmaster(&data_dir.join("pg")) else {
+            return Ok(None);
+        };
+        let pw_path = data_dir.join("pg-password");
+        let Some(password) = crate::data_dir::read_private(&pw_path)? else {
+            return Ok(None);
+        };
+        Ok(Some(format!(
+            "postgres://{SUPERUSER}:{}@127.0.0.1:{port}/{database}",
+            password.trim()
+        )))
+    }
+
     /// The URL of the maintenance database `postgres` (to create other databases).
     pub fn admin_url(&self) -> String {
         self.url_for("postgres")

@@ -1,0 +1,43 @@
+//! The integration tests, as one binary: one link of the library instead of one per file (on two
+//! cores, 36 links of a debug build were minutes and gigabytes). Each module is one area (see
+//! CONTRIBUTING.md); nextest runs every test in a process of its own all the same.
+//!
+//! One module's tests: `cargo nextest run -p kickoff --test it engine::`.
+
+mod common;
+
+mod accounts;
+mod alert_processes;
+mod alerts;
+mod api;
+mod api_fuzz;
+mod api_schedules;
+mod audit_all_or_nothing;
+mod chaos;
+mod console;
+mod console_queues;
+mod console_schedules;
+mod console_webhooks;
+mod dashboard_engine;
+mod engine;
+mod engine_interleavings;
+mod fetch_ahead;
+mod insert_notifications;
+mod listener;
+mod metrics;
+mod processes;
+mod questions;
+mod queue_limit_processes;
+mod queue_limits;
+mod request_limits;
+mod schedule_processes;
+mod schedules;
+mod secrets;
+mod setup_link;
+mod streams;
+mod users_and_tokens;
+mod webhook_deliveries;
+mod webhook_endpoint_settings;
+mod webhook_headers;
+mod webhook_safety;
+mod webhook_signatures;

@@ -1,0 +1,275 @@
+//! Who sees a job's secrets (webhook header values, args and meta fields named like secrets):
+//! its creator and admins, acting with a credential that may change things; every other operator
+//! sees them `[redacted]` like a viewer does, and cannot search for them. A clone keeps its
+//! original's creator, so copying a job reveals nothing.
+
+use axum::http::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use crate::common::dashboard::{dashboard_as, Dashboard, PASSWORD, TOKEN};
+use kickoff::accounts::{Accounts, Role, TokenScope};
+
+const HEADER: &str = "Bearer s3cr3t-header";
+
+/// A webhook job with a secret header and a secret field (and the unique key `key`), inserted
+/// with `token`; what the API answered.
+async fn insert_secret(d: &Dashboard, token: &str, key: &str) -> (StatusCode, Value) {
+    let (status, body) = d
+        .api_as(
+            token,
+            Method::POST,
+            "/jobs",
+            json!({"kind": "webhook", "schedule_in_ms": 600_000, "unique_key": key, "args": {
+                "url": "https://hooks.example.com/scores",
+                "headers": {"Authorization": HEADER},
+                "body": {"game": 7, "partner_token": "s3cr3t-field"},
+            }}),
+        )
+        .await;
+    (status, serde_json::from_str(&body).unwrap())
+}
+
+async fn secret_job(d: &Dashboard, token: &str, key: &str) -> i64 {
+    let (status, body) = insert_secret(d, token, key).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    body["job"]["id"].as_i64().unwrap()
+}
+
+/// A write token of a new user `name` with `role`.
+async fn write_token(d: &Dashboard, name: &str, role: Role) -> String {
+    let accounts = Accounts::new(d.pool.clone());
+    let user = accounts.create(name, PASSWORD, role).await.unwrap();
+    accounts
+        .create_token(&user, "write", TokenScope::Write)
+        .await
+        .unwrap()
+        .1
+}
+
+async fn get_job(d: &Dashboard, token: &str, id: i64) -> Value {
+    let (status, body) = d
+        .api_as(token, Method::GET, &format!("/jobs/{id}"), json!(null))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+#[tokio::test]
+async fn a_jobs_secrets_are_shown_to_its_creator_and_admins_only() {
+    // `ops` (an operator) is signed in to the dashboard.
+    let d = dashboard_as(Role::Operator).await;
+    let accounts = Accounts::new(d.pool.clone());
+    let ops = accounts.list().await.unwrap().remove(0);
+    let ops_token = accounts
+        .create_token(&ops, "write", TokenScope::Write)
+        .await
+        .unwrap()
+        .1;
+    let ana_token = write_token(&d, "ana", Role::Operator).await;
+    let admin_token = write_token(&d, "root", Role::Admin).await;
+    let mine = secret_job(&d, &ops_token, "mine").await;
+    let anas = secret_job(&d, &ana_token, "anas").await;
+    let bootstraps = secret_job(&d, TOKEN, "bootstraps").await;
+
+    // Each job names its creator.
+    for (id, creator) in [
+        (mine, "ops"),
+        (anas, "ana"),
+        (bootstraps, "(bootstrap token)"),
+    ] {
+        assert_eq!(get_job(&d, &admin_token, id).await["created_by"], creator);
+    }
+
+    // The creator and admins (the bootstrap token is one) see the secrets whole.
+    for (token, id) in [
+        (&ops_token, mine),
+        (&ana_token, anas),
+        (&admin_token, anas),
+        (&admin_token, bootstraps),
+        (&TOKEN.to_string(), anas),
+    ] {
+        let job = get_job(&d, token, id).await;
+        assert_eq!(job["args"]["headers"]["Authorization"], HEADER, "job {id}");
+        assert_eq!(job["args"]["body"]["partner_token"], "s3cr3t-field");
+    }
+    // Another operator does not, in the API or in the dashboard.
+    for (token, id) in [(&ops_token, anas), (&ana_token, bootstraps)] {
+        let job = get_job(&d, token, id).await;
+        assert_eq!(
+            job["args"]["headers"]["Authorization"], "[redacted]",
+            "job {id}"
+        );
+        assert_eq!(job["args"]["body"]["partner_token"], "[redacted]");
+        assert_eq!(job["args"]["body"]["game"], 7, "the rest is shown");
+    }
+    // Nor in what an action answers: inserting with the job's unique key (the live job comes
+    // back), rescheduling it, making it due now.
+    let (status, same) = insert_secret(&d, &ops_token, "anas").await;
+    assert_eq!(status, StatusCode::OK, "{same}");
+    assert_eq!(same["existing"], true);
+    assert_eq!(
+        same["job"]["args"]["headers"]["Authorization"],
+        "[redacted]"
+    );
+    let later = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    for (path, body) in [
+        (
+            format!("/jobs/{anas}/reschedule"),
+            json!({"scheduled_at": later}),
+        ),
+        (format!("/jobs/{anas}/run-now"), json!({})),
+        (format!("/jobs/{anas}/cancel"), json!({})),
+        (format!("/jobs/{anas}/retry"), json!({})),
+    ] {
+        let (status, answer) = d.api_as(&ops_token, Method::POST, &path, body).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {answer}");
+        assert!(!answer.contains("s3cr3t"), "{path}: {answer}");
+    }
+    let (_, page) = d.page(&format!("/jobs/{anas}")).await;
+    assert!(
+        !page.contains("s3cr3t"),
+        "another's secret on an operator's page"
+    );
+    assert!(page.contains("[redacted]"));
+    let (_, page) = d.page(&format!("/jobs/{mine}")).await;
+    assert!(
+        page.contains("s3cr3t-header"),
+        "the creator's own page shows it"
+    );
+    assert!(
+        page.contains("<span data-created-by=\"\">ops<"),
+        "the page says who created it"
+    );
+    let (_, list) = d.server_fn("jobs", "").await;
+    let list: Value = serde_json::from_str(&list).unwrap();
+    for row in list["rows"].as_array().unwrap() {
+        let whole = row["args_preview"]
+            .as_str()
+            .unwrap()
+            .contains("s3cr3t-field");
+        assert_eq!(whole, row["id"] == mine, "{row}");
+    }
+    let (status, body) = d
+        .api_as(&ops_token, Method::GET, "/jobs?kind=webhook", json!(null))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    for job in listed["jobs"].as_array().unwrap() {
+        let whole = job["args"]["headers"]["Authorization"] == HEADER;
+        assert_eq!(whole, job["id"] == mine, "{job}");
+    }
+
+    // A copy keeps its original's creator: cloning does not reveal the secrets.
+    let (status, clone) = d.server_fn("clone_job", &format!("id={anas}")).await;
+    assert_eq!(status, StatusCode::OK, "{clone}");
+    let clone: i64 = clone.trim().parse().unwrap();
+    let copy = get_job(&d, &ops_token, clone).await;
+    assert_eq!(copy["created_by"], "ana");
+    assert_eq!(copy["args"]["headers"]["Authorization"], "[redacted]");
+
+    // Only admins may search by a secret: a match (or a bulk count) would confirm a guess.
+    let guess = "%7B%22headers%22%3A%7B%22Authorization%22%3A%22Bearer%20s3%22%7D%7D";
+    for function in ["jobs", "bulk_preview"] {
+        let (status, text) = d.server_fn(function, &format!("query[args]={guess}")).await;
+        assert_eq!(
+            status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{function}: {text}"
+        );
+    }
+    let by_secret =
+        json!({"action": "cancel", "filter": {"args": {"headers": {"Authorization": HEADER}}}});
+    let state = d.state_of(anas).await;
+    let (status, text) = d
+        .api_as(&ops_token, Method::POST, "/jobs/bulk", by_secret.clone())
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{text}");
+    assert_eq!(d.state_of(anas).await, state, "nothing changed");
+    let (status, text) = d
+        .api_as(&admin_token, Method::POST, "/jobs/bulk", by_secret)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    // The admin's filter is in the audit log; an operator reads it hidden.
+    let (_, audit) = d.server_fn("audit", "").await;
+    assert!(
+        audit.contains("jobs/bulk") && !audit.contains("s3cr3t"),
+        "{audit}"
+    );
+
+    // Nobody can pass for the bootstrap token as a job's creator.
+    let refused = accounts
+        .create("api-token", PASSWORD, Role::Operator)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("bootstrap"), "{refused}");
+}
+
+/// Issue 30, point 3: "run now" on an admin's schedule whose webhook template carries a secret
+/// header: the run keeps the schedule's creator, so the operator who triggered it (through the
+/// API or the dashboard) sees the header redacted, in the answer and in the job; who triggered it
+/// is in the run's meta and the audit log.
+#[tokio::test]
+async fn a_triggered_run_keeps_its_schedules_creator_and_shows_no_secret_to_the_operator() {
+    let d = dashboard_as(Role::Operator).await;
+    let admin_token = write_token(&d, "root", Role::Admin).await;
+    let ana_token = write_token(&d, "ana", Role::Operator).await;
+    let (status, body) = d
+        .api_as(
+            &admin_token,
+            Method::POST,
+            "/schedules",
+            json!({"name": "partner-sync", "cron": "0 3 * * *", "job": {"kind": "webhook", "args": {
+                "url": "https://hooks.example.com/sync",
+                "headers": {"Authorization": HEADER},
+            }}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+
+    let (status, body) = d
+        .api_as(
+            &ana_token,
+            Method::POST,
+            "/schedules/partner-sync/trigger",
+            json!(null),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert!(!body.contains("s3cr3t"), "the trigger's answer: {body}");
+    let job: Value = serde_json::from_str(&body).unwrap();
+    let id = job["id"].as_i64().unwrap();
+    let seen = get_job(&d, &ana_token, id).await;
+    assert!(
+        !seen.to_string().contains("s3cr3t"),
+        "GET /jobs/{id}: {seen}"
+    );
+    assert_eq!(seen["created_by"], "root", "{seen}");
+    assert_eq!(seen["meta"]["triggered_by"], "ana", "{seen}");
+    // The admin still sees it whole.
+    let whole = get_job(&d, &admin_token, id).await;
+    assert_eq!(whole["args"]["headers"]["Authorization"], HEADER);
+
+    // From the dashboard, signed in as `ops`.
+    let (status, body) = d
+        .server_fn("schedule_action", "name=partner-sync&action=trigger")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let ops_run: i64 = sqlx::query_scalar(
+        "SELECT id FROM jobs WHERE meta ->> 'triggered_by' = 'ops' ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(&d.pool)
+    .await
+    .unwrap();
+    let ops_token = write_token(&d, "ops2", Role::Operator).await;
+    let seen = get_job(&d, &ops_token, ops_run).await;
+    assert!(!seen.to_string().contains("s3cr3t"), "{seen}");
+    assert_eq!(seen["created_by"], "root", "{seen}");
+    let (triggers,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM audit_log WHERE action LIKE '%trigger%'
+           AND actor IN ('ana', 'ops')",
+    )
+    .fetch_one(&d.pool)
+    .await
+    .unwrap();
+    assert_eq!(triggers, 2, "each trigger is audited under who did it");
+}
