@@ -79,9 +79,11 @@ apt_install libfaketime
 wb_version="$(awk '/^name = "wasm-bindgen"$/{getline; gsub(/version = |"/, ""); print; exit}' Cargo.lock)"
 [ -n "$wb_version" ] || die "wasm-bindgen not found in Cargo.lock"
 if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$wb_version" ]; then
-  log "cargo install wasm-bindgen-cli $wb_version (about 3 min on 2 cores)"
+  log "cargo install wasm-bindgen-cli $wb_version (about 2 min on 2 cores)"
   # --locked would pin a webpki-roots release this registry lacks: resolve afresh.
-  env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS cargo install wasm-bindgen-cli --version "$wb_version" --force
+  # Only the `wasm-bindgen` binary, without TLS (the test runner's downloads need it, not us).
+  env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS cargo install wasm-bindgen-cli --version "$wb_version" \
+    --force --no-default-features --bin wasm-bindgen
 fi
 # wasm-opt (release builds only, scripts/build): binaryen's npm build.
 if [ "${WITH_WASM_OPT:-0}" = 1 ] && ! command -v wasm-opt >/dev/null; then
