@@ -194,6 +194,11 @@ pub struct Config {
 }
 
 impl Config {
+    /// How long finished jobs, and resolved alert incidents, are kept (`retention_hours`).
+    pub fn retention(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.retention_hours * 3600)
+    }
+
     /// Reads the secrets given as files (`--api-token-file`, `--admin-password-file`); a secret
     /// given both ways is refused.
     pub fn read_secret_files(&mut self) -> Result<(), String> {

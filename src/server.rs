@@ -59,7 +59,16 @@ impl Database {
                 (pg.url_for(DATABASE), Some(pg))
             }
         };
-        let pool = connect(&url, config.db_pool).await?;
+        Database::migrated(&url, config, embedded).await
+    }
+
+    /// Connects to `url` and runs the migrations.
+    async fn migrated(
+        url: &str,
+        config: &Config,
+        embedded: Option<EmbeddedPostgres>,
+    ) -> Result<Database, StartError> {
+        let pool = connect(url, config.db_pool).await?;
         MIGRATOR.run(&pool).await?;
         Ok(Database { pool, embedded })
     }
@@ -82,12 +91,7 @@ impl Database {
                     data_dir = %config.data_dir.display(),
                     "a running Kickoff process holds the data directory: using its PostgreSQL"
                 );
-                let pool = connect(&url, config.db_pool).await?;
-                MIGRATOR.run(&pool).await?;
-                Ok(Database {
-                    pool,
-                    embedded: None,
-                })
+                Database::migrated(&url, config, None).await
             }
             other => other,
         }
@@ -158,7 +162,7 @@ pub fn engine_config(config: &Config) -> Result<EngineConfig, StartError> {
         fetch_ahead: config.fetch_ahead as usize,
         claim_ahead: Duration::from_millis(config.claim_ahead_ms),
         pruner: PrunerConfig {
-            retention: Duration::from_secs(config.retention_hours * 3600),
+            retention: config.retention(),
             ..PrunerConfig::default()
         },
         ..EngineConfig::default()
@@ -338,7 +342,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
             engine.client().with_pool(web.clone()),
             notify_queue,
         )
-        .with_retention(Duration::from_secs(config.retention_hours * 3600))
+        .with_retention(config.retention())
         .run(
             Duration::from_millis(config.alert_interval_ms),
             engine.leader_check(),

@@ -226,7 +226,7 @@ impl QueueState {
     /// Whether a pause holds this claimed job back: its queue or its kind is paused. A held job
     /// must not start (see the module doc).
     pub fn holds(&self, job: &Job) -> bool {
-        self.paused.load(Ordering::SeqCst) || self.kinds.holds(&job.kind)
+        self.pauses().is_some_and(|held| held(job))
     }
 
     /// [`QueueState::holds`] for many jobs: the pauses read once. `None` when nothing is paused.

@@ -189,10 +189,7 @@ impl EmbeddedPostgres {
         let Some(password) = crate::data_dir::read_private(&pw_path)? else {
             return Ok(None);
         };
-        Ok(Some(format!(
-            "postgres://{SUPERUSER}:{}@127.0.0.1:{port}/{database}",
-            password.trim()
-        )))
+        Ok(Some(cluster_url(password.trim(), port, database)))
     }
 
     /// The URL of the maintenance database `postgres` (to create other databases).
@@ -202,10 +199,7 @@ impl EmbeddedPostgres {
 
     /// The URL of a database in this cluster.
     pub fn url_for(&self, database: &str) -> String {
-        format!(
-            "postgres://{SUPERUSER}:{}@127.0.0.1:{}/{database}",
-            self.password, self.port
-        )
+        cluster_url(&self.password, self.port, database)
     }
 
     /// The port the cluster listens on (loopback only).
@@ -426,6 +420,11 @@ fn find_bin_dir() -> Option<PathBuf> {
 }
 
 /// The port of a live postmaster in `pg_dir`, read from its `postmaster.pid`.
+/// The URL of `database` in a cluster on this machine's loopback `port`, as its superuser.
+fn cluster_url(password: &str, port: u16, database: &str) -> String {
+    format!("postgres://{SUPERUSER}:{password}@127.0.0.1:{port}/{database}")
+}
+
 fn running_postmaster(pg_dir: &Path) -> Option<u16> {
     let text = fs::read_to_string(pg_dir.join("postmaster.pid")).ok()?;
     let mut lines = text.lines();

@@ -1,5 +1,6 @@
 //! Each condition's read: the subjects for which a rule's condition holds now, and which of a
-//! rule's open incidents still hold. Read-only, inside the evaluation's transaction.
+//! rule's open incidents still hold, inside the evaluation's transaction. Read-only but for
+//! `job_discarded`, which moves its rule's read cursor (`alert_rules.discarded_seen_at`).
 //!
 //! The notifications of the alerts are never subjects (issue 30: an undeliverable notification is
 //! a discarded `webhook` job, which a `job_discarded` rule fired on, whose notification was
