@@ -90,6 +90,32 @@ async fn main() -> std::process::ExitCode {
             action.run(&cli.config, target).await
         }
         Command::Token { action } => action.run(&cli.config),
+        Command::ChaosHistory {
+            seed,
+            steps,
+            nodes,
+            seeds,
+            minutes,
+            no_faults,
+            keep,
+            shrink,
+            dir,
+        } => {
+            let dir = dir.unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("kickoff-history-{}", std::process::id()))
+            });
+            let binary = std::env::current_exe().unwrap_or_else(|_| "kickoff".into());
+            let mut config = chaos::history::HistoryConfig::new(binary, dir, seed);
+            config.steps = steps as usize;
+            config.nodes = nodes as usize;
+            config.faults = !no_faults;
+            config.keep = keep;
+            let limit = minutes.map(|m| std::time::Duration::from_secs(m * 60));
+            chaos::history::run_seeds(config, seeds, limit, shrink, |report| {
+                print!("{}", report.text());
+            })
+            .await
+        }
         Command::Chaos {
             nodes,
             kills,

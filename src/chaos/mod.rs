@@ -17,9 +17,10 @@
 //! Its checks read the tables with queries of their own: they are the suite's instruments (like
 //! the bench's), not paths of the application, so they stay here rather than in the store layer.
 
+pub mod history;
 mod load;
 pub(crate) mod node;
-mod receiver;
+pub mod receiver;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -263,6 +264,8 @@ async fn run_on(
         lease_ms: config.lease.as_millis() as u64,
         webhook_host: receiver_addr.to_string(),
         log_dir,
+        queues: "default:20,webhooks:20,questions:10".into(),
+        secret_key: None,
     };
     let mut nodes = Vec::new();
     for slot in 0..config.nodes {
@@ -362,7 +365,7 @@ async fn run_on(
 
 /// Terminates every database connection of one node (it must reconnect on its own): its pool's,
 /// and the engine's own (named `<app_name>-<role>`: bookkeeping, claims, listener).
-async fn cut_connections(pool: &PgPool, app_name: &str) {
+pub(crate) async fn cut_connections(pool: &PgPool, app_name: &str) {
     let _ = sqlx::query(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
          WHERE application_name = $1 OR application_name LIKE $1 || '-%'",

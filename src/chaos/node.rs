@@ -6,6 +6,9 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+/// Every node's `KICKOFF_API_TOKEN` (the bootstrap token: an admin's).
+pub const BOOTSTRAP_TOKEN: &str = "chaos-token";
+
 /// What every node is started with.
 pub struct NodeEnv {
     pub binary: std::path::PathBuf,
@@ -14,6 +17,11 @@ pub struct NodeEnv {
     pub lease_ms: u64,
     pub webhook_host: String,
     pub log_dir: std::path::PathBuf,
+    /// `KICKOFF_QUEUES`.
+    pub queues: String,
+    /// `KICKOFF_SECRET_KEY`, the same for every node (webhook endpoints' secrets are sealed
+    /// with it); `None`: each node's own, in its data directory.
+    pub secret_key: Option<String>,
 }
 
 pub struct Node {
@@ -22,6 +30,8 @@ pub struct Node {
     pub id: String,
     /// The `application_name` of its database connections (to cut them).
     pub app_name: String,
+    /// Where it serves: `http://127.0.0.1:<port>`.
+    pub url: String,
     child: Child,
 }
 
@@ -33,16 +43,20 @@ impl Node {
         let log_path = env.log_dir.join(format!("{id}.log"));
         let log =
             std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
-        let mut child = Command::new(&env.binary)
+        let mut command = Command::new(&env.binary);
+        if let Some(key) = &env.secret_key {
+            command.env("KICKOFF_SECRET_KEY", key);
+        }
+        let mut child = command
             .arg("serve")
             .env(
                 "DATABASE_URL",
                 format!("{}?application_name={app_name}", env.database_url),
             )
             .env("LEPTOS_SITE_ADDR", "127.0.0.1:0")
-            .env("KICKOFF_API_TOKEN", "chaos-token")
+            .env("KICKOFF_API_TOKEN", BOOTSTRAP_TOKEN)
             .env("KICKOFF_NODE_ID", &id)
-            .env("KICKOFF_QUEUES", "default:20,webhooks:20,questions:10")
+            .env("KICKOFF_QUEUES", &env.queues)
             .env("KICKOFF_LEASE_MS", env.lease_ms.to_string())
             .env("KICKOFF_SHUTDOWN_GRACE_SECS", "3")
             .env("KICKOFF_WEBHOOK_ALLOWED_HOSTS", &env.webhook_host)
@@ -61,25 +75,26 @@ impl Node {
         let mut lines = BufReader::new(stdout).lines();
         let ready = tokio::time::timeout(Duration::from_secs(60), async {
             while let Ok(Some(line)) = lines.next_line().await {
-                if line.starts_with("Kickoff listening on") {
-                    return true;
+                if let Some(url) = line.strip_prefix("Kickoff listening on ") {
+                    return Some(url.trim().to_string());
                 }
             }
-            false
+            None
         })
         .await;
-        if ready != Ok(true) {
+        let Ok(Some(url)) = ready else {
             return Err(format!(
                 "node {id} did not start: see {}",
                 log_path.display()
             ));
-        }
+        };
         // Keep reading, so that a full pipe never blocks the node.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Ok(Node {
             slot,
             id,
             app_name,
+            url,
             child,
         })
     }

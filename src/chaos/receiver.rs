@@ -1,11 +1,14 @@
-//! The loopback endpoint the chaos suite's webhook jobs call: it counts deliveries per job.
+//! The loopback endpoint the chaos suite's webhook jobs call: it counts deliveries per job. The
+//! history checker's receiver is also unreliable, as partners are: by the job's id, a first
+//! attempt is answered 500, or 429 with `Retry-After: 1`, or only after 300 ms.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use chrono::{DateTime, Utc};
@@ -21,13 +24,20 @@ pub struct Delivery {
 #[derive(Clone, Default)]
 pub struct Deliveries(Arc<Mutex<HashMap<i64, Vec<Delivery>>>>);
 
+#[derive(Clone)]
+struct Receiver {
+    deliveries: Deliveries,
+    unreliable: bool,
+}
+
 impl Deliveries {
     pub fn snapshot(&self) -> HashMap<i64, Vec<Delivery>> {
         self.0.lock().map(|m| m.clone()).unwrap_or_default()
     }
 }
 
-async fn receive(State(d): State<Deliveries>, headers: HeaderMap) -> &'static str {
+async fn receive(State(r): State<Receiver>, headers: HeaderMap) -> Response {
+    let d = r.deliveries;
     let number = |name: &str| {
         headers
             .get(name)
@@ -41,11 +51,35 @@ async fn receive(State(d): State<Deliveries>, headers: HeaderMap) -> &'static st
             at: Utc::now(),
         });
     }
-    "ok"
+    match (r.unreliable, id, attempt) {
+        (true, Some(id), Some(1)) if id % 7 == 0 => {
+            (StatusCode::INTERNAL_SERVER_ERROR, "not now").into_response()
+        }
+        (true, Some(id), Some(1)) if id % 7 == 3 => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, "1")],
+            "slow down",
+        )
+            .into_response(),
+        (true, Some(id), _) if id % 7 == 5 => {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            "ok".into_response()
+        }
+        _ => "ok".into_response(),
+    }
 }
 
 /// Serves on a free loopback port until the runtime ends; returns its address and the counts.
 pub async fn start() -> Result<(SocketAddr, Deliveries), String> {
+    serve(false).await
+}
+
+/// [`start`], answering some first attempts with 500 or 429 and some calls slowly.
+pub async fn start_unreliable() -> Result<(SocketAddr, Deliveries), String> {
+    serve(true).await
+}
+
+async fn serve(unreliable: bool) -> Result<(SocketAddr, Deliveries), String> {
     let deliveries = Deliveries::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -53,7 +87,10 @@ pub async fn start() -> Result<(SocketAddr, Deliveries), String> {
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let app = Router::new()
         .route("/hook", post(receive))
-        .with_state(deliveries.clone());
+        .with_state(Receiver {
+            deliveries: deliveries.clone(),
+            unreliable,
+        });
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });

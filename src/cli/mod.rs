@@ -105,6 +105,40 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Random operator histories with faults, checked against Kickoff's promises: nodes on an
+    /// embedded PostgreSQL of their own driven through the REST API (docs/ARCHITECTURE.md,
+    /// "History checker"). Fails, with the command that replays the shortest failing history,
+    /// when a promise is broken.
+    ChaosHistory {
+        /// The first seed (each further history takes the next).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Steps drawn per history (1 to 100,000).
+        #[arg(long, default_value_t = 80,
+              value_parser = clap::value_parser!(u64).range(1..=100_000))]
+        steps: u64,
+        /// Server processes (1 to 5).
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=5))]
+        nodes: u64,
+        /// Histories to run (seed, seed + 1, ...), unless --minutes is given.
+        #[arg(long, default_value_t = 1)]
+        seeds: u64,
+        /// Run histories, seed after seed, for this many minutes (the long run).
+        #[arg(long)]
+        minutes: Option<u64>,
+        /// Operator actions only: no kills, restarts, database crashes or cut connections.
+        #[arg(long)]
+        no_faults: bool,
+        /// Only these steps of the plan (a shrunk history's replay), comma-separated indices.
+        #[arg(long, value_delimiter = ',')]
+        keep: Option<Vec<usize>>,
+        /// Shrink a failing history to its shortest failing subsequence (each try a whole run).
+        #[arg(long)]
+        shrink: bool,
+        /// Where the clusters and the nodes' logs go (default: a new temporary directory).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Manage the dashboard's accounts (in the database the server uses).
     User {
         #[command(subcommand)]

@@ -22,6 +22,7 @@ mod dashboard_engine;
 mod engine;
 mod engine_interleavings;
 mod fetch_ahead;
+mod history;
 mod insert_notifications;
 mod listener;
 mod metrics;

@@ -1,0 +1,448 @@
+//! Runs a plan's steps against the nodes: each action as the REST request an operator would send
+//! (to one node or another, with the token of the step's role), each fault on the processes or
+//! the database; every request and answer recorded.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::{json, Value};
+
+use super::plan::{
+    BulkAction, Fault, JobAction, ReadWhat, Role, ScheduleAction, Step, Work, KINDS, QUEUES,
+};
+use super::record::{Event, FaultEvent, History};
+use crate::chaos::node::{Node, NodeEnv};
+use crate::postgres::EmbeddedPostgres;
+
+/// Every question's choices.
+const CHOICES: [&str; 3] = ["Home", "Away", "Nobody"];
+
+/// The tokens of the three roles.
+pub struct Tokens {
+    pub admin: String,
+    pub operator: String,
+    pub viewer: String,
+}
+
+pub struct Driver<'a> {
+    pub http: reqwest::Client,
+    pub env: &'a NodeEnv,
+    pub cluster: &'a EmbeddedPostgres,
+    pub pool: sqlx::PgPool,
+    pub nodes: Vec<Node>,
+    pub generations: Vec<usize>,
+    pub tokens: Tokens,
+    pub hook_url: String,
+    /// Jobs whose insert was acknowledged, in order: a step's `pick` chooses among them.
+    pub jobs: Vec<i64>,
+    pub questions: Vec<i64>,
+    pub history: History,
+}
+
+impl Driver<'_> {
+    fn token(&self, role: Role) -> &str {
+        match role {
+            Role::Admin => &self.tokens.admin,
+            Role::Operator => &self.tokens.operator,
+            Role::Viewer => &self.tokens.viewer,
+        }
+    }
+
+    /// Sends one request to node `step % nodes` and records it.
+    #[allow(clippy::too_many_arguments)]
+    async fn send(
+        &mut self,
+        step: usize,
+        role: Role,
+        method: &'static str,
+        route: &'static str,
+        path: String,
+        body: Option<Value>,
+        subject: Option<i64>,
+    ) -> Event {
+        let node = step % self.nodes.len();
+        let url = format!("{}/api/v1{path}", self.nodes[node].url);
+        let mut request = match method {
+            "GET" => self.http.get(&url),
+            "PATCH" => self.http.patch(&url),
+            "DELETE" => self.http.delete(&url),
+            _ => self.http.post(&url),
+        }
+        .bearer_auth(self.token(role))
+        .timeout(Duration::from_secs(15));
+        if let Some(b) = &body {
+            request = request.json(b);
+        }
+        let sent = Utc::now();
+        let (status, answer) = match request.send().await {
+            Ok(r) => {
+                let status = r.status().as_u16();
+                let text = r.text().await.unwrap_or_default();
+                let answer = serde_json::from_str(&text).unwrap_or(Value::String(text));
+                (status, answer)
+            }
+            Err(e) => (0, Value::String(e.to_string())),
+        };
+        let event = Event {
+            step,
+            role,
+            node,
+            method,
+            route,
+            path,
+            body,
+            status,
+            answer,
+            sent,
+            answered: Utc::now(),
+            subject,
+        };
+        self.history.events.push(event.clone());
+        event
+    }
+
+    fn pick_job(&self, pick: usize) -> Option<i64> {
+        (!self.jobs.is_empty()).then(|| self.jobs[pick % self.jobs.len()])
+    }
+
+    fn pick_question(&self, pick: usize) -> Option<i64> {
+        (!self.questions.is_empty()).then(|| self.questions[pick % self.questions.len()])
+    }
+
+    /// Runs step `i`; `Err` only when the run itself cannot go on (a node that will not start).
+    pub async fn step(&mut self, i: usize, step: Step) -> Result<(), String> {
+        self.history.steps.push((i, step));
+        match step {
+            Step::Insert {
+                queue,
+                work,
+                delay_ms,
+                unique,
+                role,
+            } => {
+                let (kind, args) = match work {
+                    Work::Noop {
+                        sleep_ms,
+                        fail_attempts,
+                    } => (
+                        "noop",
+                        json!({ "tally": format!("h{}-{i}", self.history.seed),
+                                "sleep_ms": sleep_ms, "fail_attempts": fail_attempts }),
+                    ),
+                    Work::Webhook { secret } => {
+                        let mut args = json!({ "url": self.hook_url, "timeout_ms": 5000 });
+                        if secret {
+                            let value = format!("sekret-{}-{i}", self.history.seed);
+                            self.history.secrets.push(value.clone());
+                            args["headers"] = json!({ "authorization": format!("Bearer {value}") });
+                        }
+                        ("webhook", args)
+                    }
+                };
+                let mut body = json!({ "kind": kind, "args": args, "queue": QUEUES[queue],
+                                       "schedule_in_ms": delay_ms, "max_attempts": 3 });
+                if let Some(u) = unique {
+                    body["unique_key"] = json!(format!("u{u}"));
+                }
+                let e = self
+                    .send(i, role, "POST", "/jobs", "/jobs".into(), Some(body), None)
+                    .await;
+                if let (true, Some(id)) = (e.ok(), e.job_id()) {
+                    if !self.jobs.contains(&id) {
+                        self.jobs.push(id);
+                    }
+                }
+            }
+            Step::Job { action, pick, role } => {
+                let Some(id) = self.pick_job(pick) else {
+                    return Ok(());
+                };
+                let (method, route, path, body) = match action {
+                    JobAction::Cancel => ("POST", "/jobs/{id}/cancel", "cancel", None),
+                    JobAction::Retry => ("POST", "/jobs/{id}/retry", "retry", None),
+                    JobAction::RunNow => ("POST", "/jobs/{id}/run-now", "run-now", None),
+                    JobAction::Reschedule { delay_ms } => (
+                        "POST",
+                        "/jobs/{id}/reschedule",
+                        "reschedule",
+                        Some(json!({ "scheduled_at":
+                            (Utc::now() + chrono::Duration::milliseconds(delay_ms as i64)).to_rfc3339() })),
+                    ),
+                    JobAction::Delete => ("DELETE", "/jobs/{id}", "", None),
+                    JobAction::Read => ("GET", "/jobs/{id}", "", None),
+                };
+                let path = if path.is_empty() {
+                    format!("/jobs/{id}")
+                } else {
+                    format!("/jobs/{id}/{path}")
+                };
+                self.send(i, role, method, route, path, body, Some(id))
+                    .await;
+            }
+            Step::Bulk { action, queue } => {
+                let (action, states) = match action {
+                    BulkAction::Cancel => {
+                        ("cancel", json!(["scheduled", "available", "retryable"]))
+                    }
+                    BulkAction::Retry => ("retry", json!(["discarded", "cancelled"])),
+                    BulkAction::RunNow => ("run_now", json!(["scheduled", "retryable"])),
+                };
+                let body = json!({ "action": action,
+                                   "filter": { "queue": QUEUES[queue], "states": states } });
+                self.send(
+                    i,
+                    Role::Operator,
+                    "POST",
+                    "/jobs/bulk",
+                    "/jobs/bulk".into(),
+                    Some(body),
+                    None,
+                )
+                .await;
+            }
+            Step::PauseQueue { queue } | Step::ResumeQueue { queue } => {
+                let pause = matches!(step, Step::PauseQueue { .. });
+                let (route, verb) = if pause {
+                    ("/queues/{name}/pause", "pause")
+                } else {
+                    ("/queues/{name}/resume", "resume")
+                };
+                let path = format!("/queues/{}/{verb}", QUEUES[queue]);
+                self.send(i, Role::Operator, "POST", route, path, None, None)
+                    .await;
+            }
+            Step::PauseKind { kind } | Step::ResumeKind { kind } => {
+                let pause = matches!(step, Step::PauseKind { .. });
+                let (route, verb) = if pause {
+                    ("/kinds/{kind}/pause", "pause")
+                } else {
+                    ("/kinds/{kind}/resume", "resume")
+                };
+                let path = format!("/kinds/{}/{verb}", KINDS[kind]);
+                self.send(i, Role::Operator, "POST", route, path, None, None)
+                    .await;
+            }
+            Step::Limits {
+                queue,
+                concurrency,
+                global,
+            } => {
+                let body = json!({ "concurrency": concurrency, "global_concurrency": global });
+                let path = format!("/queues/{}", QUEUES[queue]);
+                self.send(
+                    i,
+                    Role::Operator,
+                    "PATCH",
+                    "/queues/{name}",
+                    path,
+                    Some(body),
+                    None,
+                )
+                .await;
+            }
+            Step::ScheduleCreate {
+                name,
+                every_ms,
+                queue,
+                overlap,
+                missed,
+            } => {
+                let body = json!({
+                    "name": format!("s{name}"), "every_ms": every_ms, "overlap": overlap,
+                    "missed": missed,
+                    "job": { "kind": "noop", "queue": QUEUES[queue],
+                             "args": { "sleep_ms": 50 } },
+                });
+                self.send(
+                    i,
+                    Role::Operator,
+                    "POST",
+                    "/schedules",
+                    "/schedules".into(),
+                    Some(body),
+                    None,
+                )
+                .await;
+            }
+            Step::Schedule { name, action } => {
+                let (method, route, verb) = match action {
+                    ScheduleAction::Pause => ("POST", "/schedules/{name}/pause", "/pause"),
+                    ScheduleAction::Resume => ("POST", "/schedules/{name}/resume", "/resume"),
+                    ScheduleAction::Trigger => ("POST", "/schedules/{name}/trigger", "/trigger"),
+                    ScheduleAction::Delete => ("DELETE", "/schedules/{name}", ""),
+                };
+                let path = format!("/schedules/s{name}{verb}");
+                let e = self
+                    .send(i, Role::Operator, method, route, path, None, None)
+                    .await;
+                if let (ScheduleAction::Trigger, true, Some(id)) = (action, e.ok(), e.job_id()) {
+                    self.jobs.push(id);
+                }
+            }
+            Step::QuestionCreate { game_in_ms } => {
+                let at = Utc::now() + chrono::Duration::milliseconds(game_in_ms as i64);
+                let body = json!({ "game": format!("Game {i}"), "prompt": "Who scores first?",
+                                   "choices": CHOICES,
+                                   "game_time": at.to_rfc3339() });
+                let e = self
+                    .send(
+                        i,
+                        Role::Operator,
+                        "POST",
+                        "/questions",
+                        "/questions".into(),
+                        Some(body),
+                        None,
+                    )
+                    .await;
+                if let (true, Some(id)) = (e.ok(), e.answer.get("id").and_then(Value::as_i64)) {
+                    self.questions.push(id);
+                    if let Some(job) = e
+                        .answer
+                        .get("lock_job")
+                        .and_then(|j| j.get("id"))
+                        .and_then(Value::as_i64)
+                    {
+                        self.jobs.push(job);
+                    }
+                }
+            }
+            Step::QuestionMove { pick, game_in_ms } => {
+                let Some(q) = self.pick_question(pick) else {
+                    return Ok(());
+                };
+                let at = Utc::now() + chrono::Duration::milliseconds(game_in_ms as i64);
+                self.send(
+                    i,
+                    Role::Operator,
+                    "PATCH",
+                    "/questions/{id}",
+                    format!("/questions/{q}"),
+                    Some(json!({ "game_time": at.to_rfc3339() })),
+                    Some(q),
+                )
+                .await;
+            }
+            Step::Predict {
+                pick,
+                player,
+                choice,
+            } => {
+                let Some(q) = self.pick_question(pick) else {
+                    return Ok(());
+                };
+                let body = json!({ "player": format!("p{player}"),
+                                   "choice": CHOICES[choice as usize % 3] });
+                self.send(
+                    i,
+                    Role::Operator,
+                    "POST",
+                    "/questions/{id}/predictions",
+                    format!("/questions/{q}/predictions"),
+                    Some(body),
+                    Some(q),
+                )
+                .await;
+            }
+            Step::Settle { pick, choice } => {
+                let Some(q) = self.pick_question(pick) else {
+                    return Ok(());
+                };
+                let body = json!({ "correct_choice": CHOICES[choice as usize % 2] });
+                self.send(
+                    i,
+                    Role::Operator,
+                    "POST",
+                    "/questions/{id}/settle",
+                    format!("/questions/{q}/settle"),
+                    Some(body),
+                    Some(q),
+                )
+                .await;
+            }
+            Step::QuestionDelete { pick } => {
+                let Some(q) = self.pick_question(pick) else {
+                    return Ok(());
+                };
+                self.send(
+                    i,
+                    Role::Operator,
+                    "DELETE",
+                    "/questions/{id}",
+                    format!("/questions/{q}"),
+                    None,
+                    Some(q),
+                )
+                .await;
+            }
+            Step::EndpointCreate => {
+                let value = format!("endpoint-sekret-{}-{i}", self.history.seed);
+                self.history.secrets.push(value.clone());
+                let body = json!({ "url_prefix": format!("{}/e{i}/", self.hook_url),
+                                   "headers": { "x-partner-key": value }, "allow_calls": true,
+                                   "private_network": true });
+                let e = self
+                    .send(
+                        i,
+                        Role::Admin,
+                        "POST",
+                        "/webhook-endpoints",
+                        "/webhook-endpoints".into(),
+                        Some(body),
+                        None,
+                    )
+                    .await;
+                if let Some(secret) = e.answer.get("secret").and_then(Value::as_str) {
+                    self.history.secrets.push(secret.to_string());
+                }
+            }
+            Step::Read { what, role } => {
+                let (route, path) = match what {
+                    ReadWhat::Jobs => ("/jobs", "/jobs?limit=500"),
+                    ReadWhat::Schedules => ("/schedules", "/schedules"),
+                    ReadWhat::Deliveries => ("/webhook-deliveries", "/webhook-deliveries"),
+                    ReadWhat::Endpoints => ("/webhook-endpoints", "/webhook-endpoints"),
+                };
+                self.send(i, role, "GET", route, path.into(), None, None)
+                    .await;
+            }
+            Step::Fault { fault } => {
+                self.history.faults.push(FaultEvent {
+                    step: i,
+                    fault,
+                    at: Utc::now(),
+                });
+                self.fault(fault).await?;
+            }
+            Step::Wait { ms } => tokio::time::sleep(Duration::from_millis(ms)).await,
+        }
+        Ok(())
+    }
+
+    async fn fault(&mut self, fault: Fault) -> Result<(), String> {
+        match fault {
+            Fault::Kill { node } | Fault::Restart { node } => {
+                let slot = node % self.nodes.len();
+                let victim = self.nodes.remove(slot);
+                if matches!(fault, Fault::Kill { .. }) {
+                    victim.kill9().await;
+                } else {
+                    victim.stop().await;
+                }
+                self.generations[slot] += 1;
+                let fresh = Node::start(self.env, slot, self.generations[slot]).await?;
+                self.nodes.insert(slot, fresh);
+            }
+            Fault::CrashDatabase => {
+                self.cluster
+                    .crash_and_restart()
+                    .map_err(|e| format!("restart PostgreSQL: {e}"))?;
+            }
+            Fault::CutConnections { node } => {
+                let app_name = self.nodes[node % self.nodes.len()].app_name.clone();
+                crate::chaos::cut_connections(&self.pool, &app_name).await;
+            }
+        }
+        Ok(())
+    }
+}

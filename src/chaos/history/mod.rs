@@ -1,0 +1,512 @@
+//! Random operator histories, with faults, checked against Kickoff's promises
+//! (`kickoff chaos history`).
+//!
+//! A seed draws a plan ([`plan`]): inserts, cancels, retries, runs now, reschedules and deletes,
+//! bulk actions on a filter, pauses and resumes of queues and kinds, limits, schedules made,
+//! paused, resumed, triggered and deleted, questions made, moved, predicted, settled and deleted,
+//! webhook endpoints with secrets, reads by each role; and faults: a node killed (SIGKILL) or
+//! restarted (SIGTERM), PostgreSQL crashed and restarted, a node's connections cut. The driver
+//! ([`drive`]) sends each action as a REST request to one of the `kickoff serve` nodes, with the
+//! token of the step's role, and records the request and its answer ([`record`]). Then it waits
+//! for quiet, reads the database, and checks every promise ([`promises`]) on the record and the
+//! database alone.
+//!
+//! A failing history is shrunk: steps are left out while it still fails ([`shrink`]), and the
+//! report ends with the command that replays the shortest one.
+
+pub mod drive;
+pub mod plan;
+pub mod promises;
+pub mod record;
+pub mod shrink;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+
+use crate::accounts::{Accounts, Role as AccountRole, TokenScope};
+use crate::chaos::node::{Node, NodeEnv};
+use crate::chaos::receiver;
+use crate::engine::MIGRATOR;
+use crate::postgres::{Durability, EmbeddedPostgres, DATABASE};
+use drive::{Driver, Tokens};
+use promises::Violation;
+use record::{AuditRow, History, JobRow, PredictionRow, QuestionRow, Snapshot};
+
+/// What a history run does.
+#[derive(Debug, Clone)]
+pub struct HistoryConfig {
+    /// The `kickoff` binary to start the nodes from.
+    pub binary: PathBuf,
+    /// Where the cluster and the nodes' logs go.
+    pub dir: PathBuf,
+    pub seed: u64,
+    /// Steps drawn from the seed.
+    pub steps: usize,
+    pub nodes: usize,
+    pub faults: bool,
+    /// Only these steps of the plan (a shrunk history's replay); `None`: all.
+    pub keep: Option<Vec<usize>>,
+    /// How long to wait for quiet (nothing due and unheld) before reading the database.
+    pub settle: Duration,
+}
+
+impl HistoryConfig {
+    pub fn new(binary: PathBuf, dir: PathBuf, seed: u64) -> Self {
+        HistoryConfig {
+            binary,
+            dir,
+            seed,
+            steps: 60,
+            nodes: 2,
+            faults: true,
+            keep: None,
+            settle: Duration::from_secs(20),
+        }
+    }
+
+    /// The plan's steps this run takes, with their indices.
+    pub fn steps(&self) -> Vec<(usize, plan::Step)> {
+        let all = plan::draw(self.seed, self.steps, self.nodes, self.faults);
+        all.into_iter()
+            .enumerate()
+            .filter(|(i, _)| self.keep.as_ref().is_none_or(|k| k.contains(i)))
+            .collect()
+    }
+
+    /// The command that replays this run.
+    pub fn replay_command(&self) -> String {
+        let mut c = format!(
+            "kickoff chaos-history --seed {} --steps {} --nodes {}",
+            self.seed, self.steps, self.nodes
+        );
+        if !self.faults {
+            c.push_str(" --no-faults");
+        }
+        if let Some(k) = &self.keep {
+            let k: Vec<String> = k.iter().map(ToString::to_string).collect();
+            c.push_str(&format!(" --keep {}", k.join(",")));
+        }
+        c
+    }
+}
+
+/// What a history run found.
+#[derive(Debug, Clone, Serialize)]
+pub struct HistoryReport {
+    pub seed: u64,
+    pub steps: usize,
+    pub requests: usize,
+    /// Requests by answer status.
+    pub statuses: std::collections::BTreeMap<u16, usize>,
+    pub faults: usize,
+    pub jobs: usize,
+    pub deliveries: usize,
+    pub seconds: f64,
+    /// Whether quiet came before the settle time ran out.
+    pub quiet: bool,
+    pub violations: Vec<Violation>,
+    pub replay: String,
+}
+
+impl HistoryReport {
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    pub fn text(&self) -> String {
+        let statuses: Vec<String> = self
+            .statuses
+            .iter()
+            .map(|(s, n)| format!("{s}: {n}"))
+            .collect();
+        let mut t = format!(
+            "history seed {}: {} steps, {} requests ({}), {} faults, {} jobs, {} webhook calls, \
+             {:.1} s{}\n",
+            self.seed,
+            self.steps,
+            self.requests,
+            statuses.join(", "),
+            self.faults,
+            self.jobs,
+            self.deliveries,
+            self.seconds,
+            if self.quiet { "" } else { " (never quiet)" }
+        );
+        if self.ok() {
+            t.push_str("every promise held\n");
+        } else {
+            for v in &self.violations {
+                t.push_str(&format!("broken {:?}: {}\n", v.promise, v.detail));
+            }
+            t.push_str(&format!("replay: {}\n", self.replay));
+        }
+        t
+    }
+}
+
+/// Runs one history: its own embedded cluster, `config.nodes` nodes, the plan, the checks.
+pub async fn run(config: &HistoryConfig) -> Result<(HistoryReport, History, Snapshot), String> {
+    let started = Instant::now();
+    let _ = std::fs::remove_dir_all(&config.dir);
+    std::fs::create_dir_all(&config.dir).map_err(|e| e.to_string())?;
+    let cluster = EmbeddedPostgres::start(&config.dir.join("cluster"), Durability::Durable)
+        .map_err(|e| e.to_string())?;
+    let result = run_on(config, &cluster, started).await;
+    let _ = cluster.stop();
+    result
+}
+
+async fn run_on(
+    config: &HistoryConfig,
+    cluster: &EmbeddedPostgres,
+    started: Instant,
+) -> Result<(HistoryReport, History, Snapshot), String> {
+    let url = cluster.url_for(DATABASE);
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(&url)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    MIGRATOR
+        .run(&pool)
+        .await
+        .map_err(|e| format!("migrate: {e}"))?;
+    let tokens = make_tokens(&pool).await?;
+    let (receiver_addr, deliveries) = receiver::start_unreliable().await?;
+    let log_dir = config.dir.join("nodes");
+    std::fs::create_dir_all(&log_dir).map_err(|e| e.to_string())?;
+    let env = NodeEnv {
+        binary: config.binary.clone(),
+        database_url: url.clone(),
+        lease_ms: 2000,
+        webhook_host: receiver_addr.to_string(),
+        log_dir,
+        queues: "default:10,limited:4,hooks:10,questions:5".into(),
+        secret_key: Some(secret_key(config.seed)),
+    };
+    let mut nodes = Vec::new();
+    for slot in 0..config.nodes.max(1) {
+        nodes.push(Node::start(&env, slot, 0).await?);
+    }
+    let mut driver = Driver {
+        http: reqwest::Client::new(),
+        env: &env,
+        cluster,
+        pool: pool.clone(),
+        generations: vec![0; nodes.len()],
+        nodes,
+        tokens,
+        hook_url: format!("http://{receiver_addr}/hook"),
+        jobs: Vec::new(),
+        questions: Vec::new(),
+        history: History {
+            seed: config.seed,
+            ..History::default()
+        },
+    };
+    let steps = config.steps();
+    let mut failure = None;
+    for (i, step) in &steps {
+        if let Err(e) = driver.step(*i, *step).await {
+            failure = Some(e);
+            break;
+        }
+    }
+    let quiet = match failure {
+        None => wait_for_quiet(&pool, config.settle).await,
+        Some(_) => false,
+    };
+    let snapshot = read_snapshot(&pool).await;
+    let nodes = std::mem::take(&mut driver.nodes);
+    for n in nodes {
+        n.stop().await;
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let snapshot = snapshot?;
+    let mut history = driver.history;
+    history.deliveries = deliveries.snapshot();
+    let violations = promises::check(&history, &snapshot);
+    let mut statuses = std::collections::BTreeMap::new();
+    for e in &history.events {
+        *statuses.entry(e.status).or_default() += 1;
+    }
+    let report = HistoryReport {
+        seed: config.seed,
+        steps: steps.len(),
+        requests: history.events.len(),
+        statuses,
+        faults: history.faults.len(),
+        jobs: snapshot.jobs.len(),
+        deliveries: history.deliveries.values().map(Vec::len).sum(),
+        seconds: started.elapsed().as_secs_f64(),
+        quiet,
+        violations,
+        replay: config.replay_command(),
+    };
+    Ok((report, history, snapshot))
+}
+
+/// A key for the nodes' `KICKOFF_SECRET_KEY` (base64 of 32 bytes), from the seed.
+fn secret_key(seed: u64) -> String {
+    use base64::Engine as _;
+    let mut rng = fastrand::Rng::with_seed(seed ^ 0x5eed);
+    let bytes: Vec<u8> = (0..32).map(|_| rng.u8(..)).collect();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The admin's is the bootstrap token every node is started with; an operator and a viewer are
+/// made as a deployment would.
+async fn make_tokens(pool: &PgPool) -> Result<Tokens, String> {
+    let accounts = Accounts::new(pool.clone());
+    let e = |e: crate::accounts::AccountError| format!("accounts: {e}");
+    let operator = accounts
+        .create(
+            "operator",
+            "history operator password",
+            AccountRole::Operator,
+        )
+        .await
+        .map_err(e)?;
+    let viewer = accounts
+        .create("viewer", "history viewer password", AccountRole::Viewer)
+        .await
+        .map_err(e)?;
+    let (_, operator) = accounts
+        .create_token(&operator, "history", TokenScope::Write)
+        .await
+        .map_err(e)?;
+    let (_, viewer) = accounts
+        .create_token(&viewer, "history", TokenScope::Read)
+        .await
+        .map_err(e)?;
+    Ok(Tokens {
+        admin: crate::chaos::node::BOOTSTRAP_TOKEN.to_string(),
+        operator,
+        viewer,
+    })
+}
+
+/// Waits until nothing is due and unheld: no job executing, none available or overdue outside a
+/// paused queue or kind. `false` when `limit` passed first.
+async fn wait_for_quiet(pool: &PgPool, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        let busy: Result<i64, _> = sqlx::query_scalar(
+            "SELECT count(*) FROM jobs j
+             WHERE j.state = 'executing'
+                OR (j.state IN ('available', 'scheduled', 'retryable')
+                    AND j.scheduled_at < now() - interval '1 second'
+                    AND NOT EXISTS (SELECT 1 FROM queues q WHERE q.name = j.queue AND q.paused)
+                    AND NOT EXISTS (SELECT 1 FROM kind_pauses k WHERE k.kind = j.kind))",
+        )
+        .fetch_one(pool)
+        .await;
+        if matches!(busy, Ok(0)) {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The database at the end (the checks' instruments, like the chaos suite's: queries of their own).
+async fn read_snapshot(pool: &PgPool) -> Result<Snapshot, String> {
+    let db = |e: sqlx::Error| format!("snapshot: {e}");
+    let now = sqlx::query_scalar("SELECT now()")
+        .fetch_one(pool)
+        .await
+        .map_err(db)?;
+    type Row = (
+        i64,
+        String,
+        String,
+        String,
+        i32,
+        chrono::DateTime<chrono::Utc>,
+        Option<chrono::DateTime<chrono::Utc>>,
+        Option<chrono::DateTime<chrono::Utc>>,
+        serde_json::Value,
+        serde_json::Value,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT id, queue, kind, state::text, attempt, scheduled_at, attempted_at, finalized_at,
+                args, meta
+         FROM jobs ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(db)?;
+    let jobs = rows
+        .into_iter()
+        .map(|r| JobRow {
+            id: r.0,
+            queue: r.1,
+            kind: r.2,
+            state: r.3,
+            attempt: r.4,
+            scheduled_at: r.5,
+            attempted_at: r.6,
+            finalized_at: r.7,
+            args: r.8,
+            meta: r.9,
+        })
+        .collect();
+    let tallies: HashMap<String, i64> = sqlx::query_as("SELECT name, count FROM tallies")
+        .fetch_all(pool)
+        .await
+        .map_err(db)?
+        .into_iter()
+        .collect();
+    let paused_queues = sqlx::query_scalar("SELECT name FROM queues WHERE paused")
+        .fetch_all(pool)
+        .await
+        .map_err(db)?;
+    let paused_kinds = sqlx::query_scalar("SELECT kind FROM kind_pauses")
+        .fetch_all(pool)
+        .await
+        .map_err(db)?;
+    let schedules = sqlx::query_as("SELECT id, name, overlap::text FROM schedules")
+        .fetch_all(pool)
+        .await
+        .map_err(db)?;
+    let questions = sqlx::query_as::<_, (i64, String, _, _, Option<i64>)>(
+        "SELECT id, status::text, game_time, locked_at, lock_job_id FROM questions",
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(db)?
+    .into_iter()
+    .map(|r| QuestionRow {
+        id: r.0,
+        status: r.1,
+        game_time: r.2,
+        locked_at: r.3,
+        lock_job_id: r.4,
+    })
+    .collect();
+    let predictions = sqlx::query_as::<_, (i64, String, String, _)>(
+        "SELECT question_id, player, choice, at FROM predictions",
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(db)?
+    .into_iter()
+    .map(|r| PredictionRow {
+        question_id: r.0,
+        player: r.1,
+        choice: r.2,
+        at: r.3,
+    })
+    .collect();
+    let audit = sqlx::query_as::<_, (String, String, bool)>(
+        "SELECT action, coalesce(target, ''), ok FROM audit_log",
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(db)?
+    .into_iter()
+    .map(|r| AuditRow {
+        action: r.0,
+        target: r.1,
+        ok: r.2,
+    })
+    .collect();
+    Ok(Snapshot {
+        now,
+        jobs,
+        tallies,
+        paused_queues,
+        paused_kinds,
+        schedules,
+        questions,
+        predictions,
+        audit,
+    })
+}
+
+/// Runs `config`'s history and, when it fails and `shrink` is set, its shortest failing
+/// subsequence (each try a whole run); returns the first report and the shrunk one.
+pub async fn run_and_shrink(
+    config: &HistoryConfig,
+    shrink: bool,
+) -> Result<(HistoryReport, Option<HistoryReport>), String> {
+    let (report, _, _) = run(config).await?;
+    if report.ok() || !shrink {
+        return Ok((report, None));
+    }
+    let promises: Vec<promises::Promise> = report.violations.iter().map(|v| v.promise).collect();
+    let all: Vec<usize> = config.steps().into_iter().map(|(i, _)| i).collect();
+    let mut last = None;
+    let kept = shrink::shrink(all, |candidate| {
+        let mut c = config.clone();
+        c.keep = Some(candidate.to_vec());
+        let handle = tokio::runtime::Handle::current();
+        let outcome = tokio::task::block_in_place(|| handle.block_on(run(&c)));
+        match outcome {
+            Ok((r, _, _)) if r.violations.iter().any(|v| promises.contains(&v.promise)) => {
+                last = Some(r);
+                true
+            }
+            _ => false,
+        }
+    });
+    let mut c = config.clone();
+    c.keep = Some(kept);
+    Ok((
+        report,
+        last.map(|mut r| {
+            r.replay = c.replay_command();
+            r
+        }),
+    ))
+}
+
+/// Runs histories seed after seed from `config.seed`: `seeds` of them, or as many as fit in
+/// `limit`; stops at the first that breaks a promise (shrunk when `shrink`). Each report goes to
+/// `print` as it comes.
+pub async fn run_seeds(
+    mut config: HistoryConfig,
+    seeds: u64,
+    limit: Option<Duration>,
+    shrink: bool,
+    mut print: impl FnMut(&HistoryReport),
+) -> Result<(), String> {
+    let started = Instant::now();
+    let base = config.dir.clone();
+    let mut n = 0u64;
+    loop {
+        let more = match limit {
+            Some(l) => started.elapsed() < l,
+            None => n < seeds,
+        };
+        if !more {
+            return Ok(());
+        }
+        config.dir = base.join(format!("seed-{}", config.seed));
+        let (report, shrunk) = run_and_shrink(&config, shrink).await?;
+        print(&report);
+        if !report.ok() {
+            if let Some(s) = shrunk {
+                print(&s);
+            }
+            return Err(format!(
+                "seed {} broke {} promise(s)",
+                config.seed,
+                report.violations.len()
+            ));
+        }
+        let _ = std::fs::remove_dir_all(&config.dir);
+        config.seed += 1;
+        n += 1;
+    }
+}

@@ -1,0 +1,330 @@
+//! The plan of a history: the operator actions and faults it will try, drawn from a seed before
+//! anything runs. A step names what it acts on by a number (`pick`) that the driver reduces to one
+//! of the things that exist when the step runs (the jobs acknowledged so far, the questions made,
+//! ...), so any subsequence of a plan is a plan too: that is what lets a failing history shrink.
+//!
+//! To add an action: a variant here (with its weight in [`draw`]), its request in `drive.rs`, and
+//! what it may explain or promise in `promises.rs` (docs/ARCHITECTURE.md, "History checker").
+
+use serde::Serialize;
+
+/// The queues a history's jobs go to; every node runs them all.
+pub const QUEUES: [&str; 3] = ["default", "limited", "hooks"];
+/// The kinds a history pauses and resumes (the built-in ones its jobs use).
+pub const KINDS: [&str; 2] = ["noop", "webhook"];
+/// How many schedule names a history draws from (a name may be made, deleted and made again).
+pub const SCHEDULE_NAMES: u8 = 4;
+
+/// Who sends a request: the bootstrap token (admin), an operator's token, a viewer's token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Admin,
+    Operator,
+    Viewer,
+}
+
+/// What an inserted job does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Work {
+    /// `noop` raising a tally of its own in its completing transaction (an effect that must happen
+    /// once per completion), sleeping `sleep_ms`, failing its first `fail_attempts` attempts.
+    Noop { sleep_ms: u64, fail_attempts: u8 },
+    /// `webhook` to the history's receiver; with `secret`, an `authorization` header holding a
+    /// planted secret (inserted by the admin: no other role may ever see it).
+    Webhook { secret: bool },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobAction {
+    Cancel,
+    Retry,
+    RunNow,
+    Delete,
+    /// To `delay_ms` from now (0: now).
+    Reschedule {
+        delay_ms: u64,
+    },
+    Read,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BulkAction {
+    Cancel,
+    Retry,
+    RunNow,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScheduleAction {
+    Pause,
+    Resume,
+    Trigger,
+    Delete,
+}
+
+/// What a read asks for (the answers are searched for secrets the role may not see).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadWhat {
+    Jobs,
+    Schedules,
+    Deliveries,
+    Endpoints,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    /// SIGKILL a node and start it again (a new node id, as after a real crash).
+    Kill { node: usize },
+    /// SIGTERM a node (its graceful stop) and start it again.
+    Restart { node: usize },
+    /// Crash PostgreSQL (immediate stop) and start it again.
+    CrashDatabase,
+    /// Terminate every database connection of one node.
+    CutConnections { node: usize },
+}
+
+/// One step of a history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum Step {
+    Insert {
+        queue: usize,
+        work: Work,
+        delay_ms: u64,
+        /// A unique key drawn from a few, so that inserts collide.
+        unique: Option<u8>,
+        role: Role,
+    },
+    Job {
+        action: JobAction,
+        pick: usize,
+        role: Role,
+    },
+    /// A bulk action on a filter: every job of a queue in the states it applies to.
+    Bulk {
+        action: BulkAction,
+        queue: usize,
+    },
+    PauseQueue {
+        queue: usize,
+    },
+    ResumeQueue {
+        queue: usize,
+    },
+    PauseKind {
+        kind: usize,
+    },
+    ResumeKind {
+        kind: usize,
+    },
+    /// `PATCH /queues/{name}`: a per-node concurrency, and a global concurrency or none.
+    Limits {
+        queue: usize,
+        concurrency: u32,
+        global: Option<u32>,
+    },
+    ScheduleCreate {
+        name: u8,
+        every_ms: u64,
+        queue: usize,
+        overlap: &'static str,
+        missed: &'static str,
+    },
+    Schedule {
+        name: u8,
+        action: ScheduleAction,
+    },
+    QuestionCreate {
+        game_in_ms: u64,
+    },
+    QuestionMove {
+        pick: usize,
+        game_in_ms: u64,
+    },
+    Predict {
+        pick: usize,
+        player: u8,
+        choice: u8,
+    },
+    Settle {
+        pick: usize,
+        choice: u8,
+    },
+    QuestionDelete {
+        pick: usize,
+    },
+    /// A webhook endpoint for the receiver with a default header holding a planted secret.
+    EndpointCreate,
+    Read {
+        what: ReadWhat,
+        role: Role,
+    },
+    Fault {
+        fault: Fault,
+    },
+    /// Nothing for a while: time for timers, leases and schedules to act.
+    Wait {
+        ms: u64,
+    },
+}
+
+/// Draws `steps` steps from `seed` for `nodes` nodes, with faults or without.
+pub fn draw(seed: u64, steps: usize, nodes: usize, faults: bool) -> Vec<Step> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let nodes = nodes.max(1);
+    (0..steps).map(|_| one(&mut rng, nodes, faults)).collect()
+}
+
+fn role(rng: &mut fastrand::Rng) -> Role {
+    // The viewer too: its attempts to act must be refused and change nothing.
+    match rng.u8(..20) {
+        0..=11 => Role::Operator,
+        12..=17 => Role::Admin,
+        _ => Role::Viewer,
+    }
+}
+
+fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
+    let queue = rng.usize(..QUEUES.len());
+    let pick = rng.usize(..usize::MAX);
+    match rng.u32(..100) {
+        0..=29 => {
+            let work = if rng.u8(..4) == 0 {
+                Work::Webhook { secret: rng.bool() }
+            } else {
+                Work::Noop {
+                    sleep_ms: [0, 0, 5, 50, 400][rng.usize(..5)],
+                    fail_attempts: [0, 0, 0, 1][rng.usize(..4)],
+                }
+            };
+            let role = match (work, role(rng)) {
+                // Planted secrets come from the admin only; a viewer's insert is refused anyway.
+                (Work::Webhook { secret: true }, _) => Role::Admin,
+                (_, r) => r,
+            };
+            Step::Insert {
+                queue,
+                work,
+                delay_ms: [0, 0, 20, 150, 700, 2_000][rng.usize(..6)],
+                unique: (rng.u8(..5) == 0).then(|| rng.u8(..3)),
+                role,
+            }
+        }
+        30..=44 => Step::Job {
+            action: match rng.u8(..12) {
+                0..=2 => JobAction::Cancel,
+                3..=4 => JobAction::Retry,
+                5..=6 => JobAction::RunNow,
+                7 => JobAction::Delete,
+                8..=9 => JobAction::Reschedule {
+                    delay_ms: [0, 100, 1_000][rng.usize(..3)],
+                },
+                _ => JobAction::Read,
+            },
+            pick,
+            role: role(rng),
+        },
+        45..=46 => Step::Bulk {
+            action: [BulkAction::Cancel, BulkAction::Retry, BulkAction::RunNow][rng.usize(..3)],
+            queue,
+        },
+        47..=50 => Step::PauseQueue { queue },
+        51..=55 => Step::ResumeQueue { queue },
+        56 => Step::PauseKind {
+            kind: rng.usize(..KINDS.len()),
+        },
+        57..=58 => Step::ResumeKind {
+            kind: rng.usize(..KINDS.len()),
+        },
+        59..=61 => Step::Limits {
+            queue,
+            concurrency: [1, 2, 5, 20][rng.usize(..4)],
+            global: [None, Some(1), Some(3)][rng.usize(..3)],
+        },
+        62..=64 => Step::ScheduleCreate {
+            name: rng.u8(..SCHEDULE_NAMES),
+            every_ms: [300, 700, 1_500][rng.usize(..3)],
+            queue,
+            overlap: ["allow", "skip", "cancel_previous"][rng.usize(..3)],
+            missed: ["skip", "run_once", "run_all"][rng.usize(..3)],
+        },
+        65..=68 => Step::Schedule {
+            name: rng.u8(..SCHEDULE_NAMES),
+            action: [
+                ScheduleAction::Pause,
+                ScheduleAction::Resume,
+                ScheduleAction::Trigger,
+                ScheduleAction::Trigger,
+                ScheduleAction::Delete,
+            ][rng.usize(..5)],
+        },
+        69..=72 => Step::QuestionCreate {
+            game_in_ms: [150, 400, 900, 2_500][rng.usize(..4)],
+        },
+        73 => Step::QuestionMove {
+            pick,
+            game_in_ms: [100, 600, 1_500][rng.usize(..3)],
+        },
+        74..=79 => Step::Predict {
+            pick,
+            player: rng.u8(..6),
+            choice: rng.u8(..3),
+        },
+        80 => Step::Settle {
+            pick,
+            choice: rng.u8(..2),
+        },
+        81 => Step::QuestionDelete { pick },
+        82 => Step::EndpointCreate,
+        83..=88 => Step::Read {
+            what: [
+                ReadWhat::Jobs,
+                ReadWhat::Schedules,
+                ReadWhat::Deliveries,
+                ReadWhat::Endpoints,
+            ][rng.usize(..4)],
+            role: [Role::Viewer, Role::Operator][rng.usize(..2)],
+        },
+        89..=92 if faults => Step::Fault {
+            fault: match rng.u8(..8) {
+                0..=2 => Fault::Kill {
+                    node: rng.usize(..nodes),
+                },
+                3..=4 => Fault::Restart {
+                    node: rng.usize(..nodes),
+                },
+                5 => Fault::CrashDatabase,
+                _ => Fault::CutConnections {
+                    node: rng.usize(..nodes),
+                },
+            },
+        },
+        _ => Step::Wait {
+            ms: [20, 100, 400][rng.usize(..3)],
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_draws_the_same_plan_and_another_seed_another() {
+        assert_eq!(draw(7, 200, 2, true), draw(7, 200, 2, true));
+        assert_ne!(draw(7, 200, 2, true), draw(8, 200, 2, true));
+        assert!(draw(7, 400, 2, false)
+            .iter()
+            .all(|s| !matches!(s, Step::Fault { .. })));
+        assert!(draw(7, 400, 2, true)
+            .iter()
+            .any(|s| matches!(s, Step::Fault { .. })));
+    }
+}

@@ -1,0 +1,816 @@
+//! The promises a history is checked against, each from the README or a guide, each a function of
+//! the history and the final database alone ([`History`], [`Snapshot`]), so that a planted
+//! violation (a record edited by hand) shows that the check can fail.
+//!
+//! To add a promise: a variant of [`Promise`] with the sentence it checks, a function below that
+//! returns its violations, a line in [`check`], and a test planting a violation of it.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Duration, Utc};
+use serde::Serialize;
+
+use super::plan::{Role, QUEUES};
+use super::record::{Event, History, JobRow, Snapshot};
+
+/// What Kickoff promises, and where it says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Promise {
+    /// README: every timed action "survives restarts and crashes, retries, is rescued": every
+    /// acknowledged job reaches a final state, or is still legitimately waiting and something
+    /// names what holds it (its queue or kind paused, its time not come).
+    JobsSettle,
+    /// docs/api.md: cancel stops a job; a job cancelled before it started never starts (no
+    /// attempt after the acknowledged cancel, unless an operator retried it).
+    CancelHolds,
+    /// docs/limits.md: a paused queue or kind starts no attempt until it is resumed (checked on
+    /// webhook calls: the receiver sees when an attempt really started).
+    PauseHolds,
+    /// Nothing cancels a job but an action or a policy that names it: a cancel (one or bulk), its
+    /// schedule's pause, change, deletion, overlap or missed-run policy, its question's deletion.
+    /// docs/schedules.md: a run triggered by hand is never counted as missed.
+    CancelExplained,
+    /// docs/schedules.md: exactly one run per slot.
+    SlotOnce,
+    /// docs/ARCHITECTURE.md: a database effect happens exactly once per completion (a counting
+    /// job's tally equals its completions: one, plus at most one per acknowledged retry).
+    EffectOnce,
+    /// README: a question stops taking predictions exactly at game time: every question whose
+    /// time passed is locked (never before its time), no prediction is kept from after it, and
+    /// every acknowledged prediction of a question still there is kept.
+    QuestionsLock,
+    /// docs/security.md: a secret is shown whole only to admins and to the job's creator.
+    SecretsHidden,
+    /// docs/security.md: a viewer only reads; every change it asks for is refused.
+    ViewersOnlyRead,
+    /// docs/dashboard.md: every state-changing REST call that succeeded has its audit entry.
+    AuditComplete,
+}
+
+impl Promise {
+    pub const ALL: [Promise; 10] = [
+        Promise::JobsSettle,
+        Promise::CancelHolds,
+        Promise::PauseHolds,
+        Promise::CancelExplained,
+        Promise::SlotOnce,
+        Promise::EffectOnce,
+        Promise::QuestionsLock,
+        Promise::SecretsHidden,
+        Promise::ViewersOnlyRead,
+        Promise::AuditComplete,
+    ];
+}
+
+/// A promise broken, with what shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    pub promise: Promise,
+    pub detail: String,
+}
+
+/// How long after its due time a job may still be on its way when the snapshot is read: the
+/// driver waits for quiet first, so this only covers what came due in the last moments.
+const SETTLE_GRACE: Duration = Duration::milliseconds(1_500);
+
+/// How long a webhook call may take from its attempt's start to the receiver (a connection on
+/// loopback, a busy machine): a call received this soon after a pause's answer may have started
+/// before it.
+const CALL_SLACK: Duration = Duration::milliseconds(100);
+
+/// Every promise's violations.
+pub fn check(h: &History, s: &Snapshot) -> Vec<Violation> {
+    let checks: [fn(&History, &Snapshot) -> Vec<String>; 10] = [
+        jobs_settle,
+        cancel_holds,
+        pause_holds,
+        cancel_explained,
+        slot_once,
+        effect_once,
+        questions_lock,
+        secrets_hidden,
+        viewers_only_read,
+        audit_complete,
+    ];
+    Promise::ALL
+        .iter()
+        .zip(checks)
+        .flat_map(|(p, f)| {
+            f(h, s).into_iter().map(|detail| Violation {
+                promise: *p,
+                detail,
+            })
+        })
+        .collect()
+}
+
+/// Jobs whose insert was acknowledged, with the time the answer came.
+fn acknowledged_jobs(h: &History) -> Vec<(i64, DateTime<Utc>)> {
+    let mut jobs: Vec<(i64, DateTime<Utc>)> = h
+        .events
+        .iter()
+        .filter(|e| {
+            e.ok() && e.method == "POST" && matches!(e.route, "/jobs" | "/schedules/{name}/trigger")
+        })
+        .filter_map(|e| Some((e.job_id()?, e.answered)))
+        .collect();
+    jobs.sort();
+    jobs.dedup_by_key(|j| j.0);
+    jobs
+}
+
+/// Acknowledged requests that named `job` on `route`.
+fn on_job<'a>(h: &'a History, route: &'static str, job: i64) -> impl Iterator<Item = &'a Event> {
+    h.acknowledged("POST", route)
+        .filter(move |e| e.subject == Some(job))
+}
+
+fn deleted(h: &History, job: i64) -> bool {
+    h.acknowledged("DELETE", "/jobs/{id}")
+        .any(|e| e.subject == Some(job))
+}
+
+fn jobs_settle(h: &History, s: &Snapshot) -> Vec<String> {
+    let mut out = Vec::new();
+    for (id, _) in acknowledged_jobs(h) {
+        if s.job(id).is_none() && !deleted(h, id) {
+            out.push(format!(
+                "job {id}: acknowledged, then gone without a delete"
+            ));
+        }
+    }
+    // Every job in the table, acknowledged or not (a schedule's runs, a question's lock, an
+    // insert whose answer was lost with its node).
+    for job in s.jobs.iter().filter(|j| !j.is_final()) {
+        let held_by_queue = s.paused_queues.contains(&job.queue);
+        let held_by_kind = s.paused_kinds.contains(&job.kind);
+        let waiting = matches!(job.state.as_str(), "scheduled" | "retryable" | "available")
+            && job.scheduled_at > s.now - SETTLE_GRACE;
+        if !(held_by_queue || held_by_kind || waiting) {
+            out.push(format!(
+                "job {} ({}, queue {}) is {} since {}, attempt {}: nothing holds it",
+                job.id, job.kind, job.queue, job.state, job.scheduled_at, job.attempt
+            ));
+        }
+    }
+    out
+}
+
+/// Retries acknowledged for `job` (one or bulk on its queue) after `t`.
+fn retried_after(h: &History, job: &JobRow, t: DateTime<Utc>) -> bool {
+    on_job(h, "/jobs/{id}/retry", job.id).any(|e| e.sent >= t)
+        || bulk_on(h, "retry", &job.queue).any(|e| e.sent >= t)
+}
+
+fn bulk_on<'a>(
+    h: &'a History,
+    action: &'static str,
+    queue: &'a str,
+) -> impl Iterator<Item = &'a Event> + 'a {
+    h.acknowledged("POST", "/jobs/bulk").filter(move |e| {
+        let body = e.body.as_ref();
+        body.and_then(|b| b.get("action")?.as_str()) == Some(action)
+            && body.and_then(|b| b.get("filter")?.get("queue")?.as_str()) == Some(queue)
+    })
+}
+
+fn cancel_holds(h: &History, s: &Snapshot) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in h.acknowledged("POST", "/jobs/{id}/cancel") {
+        let Some(id) = e.subject else { continue };
+        let Some(job) = s.job(id) else { continue };
+        let Some(attempt) = e.answer.get("attempt").and_then(serde_json::Value::as_i64) else {
+            continue;
+        };
+        if retried_after(h, job, e.sent) {
+            continue;
+        }
+        if i64::from(job.attempt) > attempt || job.state != "cancelled" {
+            out.push(format!(
+                "job {id}: cancelled at attempt {attempt} ({}), now {} at attempt {}",
+                e.answered, job.state, job.attempt
+            ));
+        }
+        // A call received for an attempt after the cancel: it started.
+        for d in h.deliveries.get(&id).into_iter().flatten() {
+            if i64::from(d.attempt) > attempt {
+                out.push(format!(
+                    "job {id}: cancelled at attempt {attempt}, then called for attempt {} at {}",
+                    d.attempt, d.at
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn pause_holds(h: &History, s: &Snapshot) -> Vec<String> {
+    let mut out = Vec::new();
+    let queues: HashMap<&str, Vec<Span>> = QUEUES
+        .iter()
+        .map(|q| (*q, paused_spans(h, "queues", q, s.now)))
+        .collect();
+    let webhook_kind = paused_spans(h, "kinds", "webhook", s.now);
+    for (id, calls) in &h.deliveries {
+        let Some(job) = s.job(*id) else { continue };
+        let by_queue = queues.get(job.queue.as_str()).map(Vec::as_slice);
+        for d in calls {
+            let held = [
+                ("queue", by_queue.unwrap_or_default()),
+                ("kind", webhook_kind.as_slice()),
+            ];
+            for (what, spans) in held {
+                let started = d.at - CALL_SLACK;
+                if let Some((from, to)) = spans.iter().find(|(f, t)| started > *f && d.at < *t) {
+                    out.push(format!(
+                        "job {id} ({}): attempt {} called at {} while its {what} was paused \
+                         ({from} until {to})",
+                        job.queue, d.attempt, d.at
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+type Span = (DateTime<Utc>, DateTime<Utc>);
+
+/// The spans during which a queue or a kind (`what`: `queues` or `kinds`) was paused: from each
+/// acknowledged pause's answer until the next acknowledged resume was sent (or the end).
+fn paused_spans(h: &History, what: &str, name: &str, end: DateTime<Utc>) -> Vec<Span> {
+    let pause = format!("/{what}/{name}/pause");
+    let resume = format!("/{what}/{name}/resume");
+    let mut changes: Vec<(&Event, bool)> = h
+        .events
+        .iter()
+        .filter(|e| e.ok() && e.method == "POST")
+        .filter_map(|e| {
+            if e.path == pause {
+                Some((e, true))
+            } else if e.path == resume {
+                Some((e, false))
+            } else {
+                None
+            }
+        })
+        .collect();
+    changes.sort_by_key(|(e, _)| e.sent);
+    let mut spans = Vec::new();
+    let mut since: Option<DateTime<Utc>> = None;
+    for (e, paused) in changes {
+        match (paused, since) {
+            (true, None) => since = Some(e.answered),
+            (false, Some(from)) => {
+                if e.sent > from {
+                    spans.push((from, e.sent));
+                }
+                since = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(from) = since {
+        spans.push((from, end));
+    }
+    spans
+}
+
+fn cancel_explained(h: &History, s: &Snapshot) -> Vec<String> {
+    let mut out = Vec::new();
+    // Overlap policies a schedule ever had that cancel runs (by schedule name).
+    let mut cancelling_overlap: HashSet<String> = HashSet::new();
+    for e in h
+        .events
+        .iter()
+        .filter(|e| e.ok() && matches!(e.route, "/schedules" | "/schedules/{name}"))
+    {
+        if let Some(b) = &e.body {
+            let overlap = b.get("overlap").and_then(|v| v.as_str()).unwrap_or("allow");
+            let name = b
+                .get("name")
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+                .or_else(|| e.path.strip_prefix("/schedules/").map(str::to_string));
+            if overlap != "allow" {
+                if let Some(n) = name {
+                    cancelling_overlap.insert(n);
+                }
+            }
+        }
+    }
+    let questions_ended: HashSet<i64> = h
+        .events
+        .iter()
+        .filter(|e| {
+            e.ok()
+                && ((e.method == "DELETE" && e.route == "/questions/{id}")
+                    || e.route == "/questions/{id}/settle")
+        })
+        .filter_map(|e| e.subject)
+        .collect();
+    for job in s.jobs.iter().filter(|j| j.state == "cancelled") {
+        let named = on_job(h, "/jobs/{id}/cancel", job.id).next().is_some()
+            || bulk_on(h, "cancel", &job.queue).next().is_some();
+        if named {
+            continue;
+        }
+        if job.kind == "lock_question" {
+            let q = job.args.get("question_id").and_then(|v| v.as_i64());
+            if q.is_some_and(|q| questions_ended.contains(&q)) {
+                continue;
+            }
+            out.push(format!(
+                "lock job {} of question {q:?} cancelled, the question neither deleted nor settled",
+                job.id
+            ));
+            continue;
+        }
+        if job.schedule_id().is_some() {
+            let schedule = job
+                .meta
+                .get("schedule")
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_string();
+            if !job.triggered() {
+                // A run ahead: its schedule's pause, change or deletion, its overlap policy or
+                // the missed-run policy may cancel it.
+                continue;
+            }
+            if cancelling_overlap.contains(&schedule) {
+                continue;
+            }
+            out.push(format!(
+                "run {} of schedule {schedule}, triggered by hand, cancelled (its overlap policy \
+                 was always allow, nothing cancelled it by name): counted as missed?",
+                job.id
+            ));
+            continue;
+        }
+        out.push(format!(
+            "job {} ({}, queue {}) cancelled, and no cancel named it",
+            job.id, job.kind, job.queue
+        ));
+    }
+    out
+}
+
+fn slot_once(_h: &History, s: &Snapshot) -> Vec<String> {
+    let mut seen: HashMap<(i64, i64), i64> = HashMap::new();
+    let mut out = Vec::new();
+    for job in &s.jobs {
+        let (Some(schedule), Some(slot)) = (
+            job.schedule_id(),
+            job.meta.get("slot_ms").and_then(|v| v.as_i64()),
+        ) else {
+            continue;
+        };
+        if job.triggered() {
+            continue;
+        }
+        if let Some(other) = seen.insert((schedule, slot), job.id) {
+            out.push(format!(
+                "schedule {schedule}: slot {slot} has two runs, jobs {other} and {}",
+                job.id
+            ));
+        }
+    }
+    out
+}
+
+/// The tally a counting job of a history raises: its own, named after the step that inserted it.
+pub fn tally_of(job: &JobRow) -> Option<&str> {
+    job.args.get("tally").and_then(|v| v.as_str())
+}
+
+fn effect_once(h: &History, s: &Snapshot) -> Vec<String> {
+    let mut out = Vec::new();
+    for job in &s.jobs {
+        let Some(tally) = tally_of(job) else { continue };
+        let count = s.tallies.get(tally).copied().unwrap_or(0);
+        let retries = (on_job(h, "/jobs/{id}/retry", job.id).count()
+            + bulk_on(h, "retry", &job.queue).count()) as i64;
+        let (low, high) = if job.state == "completed" {
+            (1, 1 + retries)
+        } else {
+            (0, retries)
+        };
+        if count < low || count > high {
+            out.push(format!(
+                "job {} ({}, {} acknowledged retries): its effect happened {count} times",
+                job.id, job.state, retries
+            ));
+        }
+    }
+    out
+}
+
+fn questions_lock(h: &History, s: &Snapshot) -> Vec<String> {
+    let mut out = Vec::new();
+    for q in &s.questions {
+        if q.game_time < s.now - SETTLE_GRACE && q.status == "open" {
+            out.push(format!(
+                "question {}: game time {} passed, still open",
+                q.id, q.game_time
+            ));
+        }
+        if let Some(locked) = q.locked_at {
+            if locked < q.game_time {
+                out.push(format!(
+                    "question {}: locked at {locked}, before its game time {}",
+                    q.id, q.game_time
+                ));
+            }
+        }
+    }
+    for p in &s.predictions {
+        if let Some(q) = s.questions.iter().find(|q| q.id == p.question_id) {
+            if p.at >= q.game_time {
+                out.push(format!(
+                    "question {}: {}'s prediction kept from {}, after game time {}",
+                    q.id, p.player, p.at, q.game_time
+                ));
+            }
+        }
+    }
+    for e in h.acknowledged("POST", "/questions/{id}/predictions") {
+        let Some(q) = e.subject else { continue };
+        if !s.questions.iter().any(|r| r.id == q) {
+            continue;
+        }
+        let player = e
+            .body
+            .as_ref()
+            .and_then(|b| b.get("player")?.as_str())
+            .unwrap_or_default();
+        if !s
+            .predictions
+            .iter()
+            .any(|p| p.question_id == q && p.player == player)
+        {
+            out.push(format!(
+                "question {q}: {player}'s acknowledged prediction is not kept"
+            ));
+        }
+    }
+    out
+}
+
+fn secrets_hidden(h: &History, _s: &Snapshot) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in h.events.iter().filter(|e| e.role != Role::Admin) {
+        let text = e.answer.to_string();
+        for secret in h.secrets.iter().filter(|s| text.contains(s.as_str())) {
+            out.push(format!(
+                "{:?}'s {} {} answered with the secret {secret}",
+                e.role, e.method, e.path
+            ));
+        }
+    }
+    out
+}
+
+fn viewers_only_read(h: &History, _s: &Snapshot) -> Vec<String> {
+    h.events
+        .iter()
+        .filter(|e| e.role == Role::Viewer && e.method != "GET" && e.status != 403)
+        .map(|e| {
+            format!(
+                "a viewer's {} {} answered {} (not 403)",
+                e.method, e.path, e.status
+            )
+        })
+        .collect()
+}
+
+fn audit_complete(h: &History, s: &Snapshot) -> Vec<String> {
+    // (action, target without the token's suffix) -> entries that say ok.
+    let mut entries: HashMap<(String, String), usize> = HashMap::new();
+    for a in s.audit.iter().filter(|a| a.ok) {
+        let target = a
+            .target
+            .split(" (token ")
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        *entries.entry((a.action.clone(), target)).or_default() += 1;
+    }
+    let mut wanted: HashMap<(String, String), usize> = HashMap::new();
+    for e in h
+        .events
+        .iter()
+        .filter(|e| e.ok() && e.method != "GET" && e.route != "/questions/{id}/predictions")
+    {
+        let key = (
+            format!("api.{} {}", e.method, e.route),
+            format!("/api/v1{}", e.path),
+        );
+        *wanted.entry(key).or_default() += 1;
+    }
+    let mut out = Vec::new();
+    for (key, n) in wanted {
+        let have = entries.get(&key).copied().unwrap_or(0);
+        if have < n {
+            out.push(format!(
+                "{} on {}: {n} acknowledged, {have} audit entries",
+                key.0, key.1
+            ));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Each promise's check, shown able to fail: a clean history and database pass every check, and
+/// one planted violation of each promise is reported as that promise, and only it.
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::chaos::history::record::{AuditRow, PredictionRow, QuestionRow};
+    use crate::chaos::receiver::Delivery;
+
+    fn t(ms: i64) -> DateTime<Utc> {
+        Utc.timestamp_millis_opt(1_800_000_000_000 + ms).unwrap()
+    }
+
+    fn event(role: Role, method: &'static str, route: &'static str, path: &str, at: i64) -> Event {
+        Event {
+            step: 0,
+            role,
+            node: 0,
+            method,
+            route,
+            path: path.to_string(),
+            body: None,
+            status: 200,
+            answer: Value::Null,
+            sent: t(at),
+            answered: t(at + 5),
+            subject: None,
+        }
+    }
+
+    fn job(id: i64, queue: &str, kind: &str, state: &str, attempt: i32) -> JobRow {
+        JobRow {
+            id,
+            queue: queue.into(),
+            kind: kind.into(),
+            state: state.into(),
+            attempt,
+            scheduled_at: t(0),
+            attempted_at: Some(t(10)),
+            finalized_at: Some(t(20)),
+            args: json!({}),
+            meta: json!({}),
+        }
+    }
+
+    fn audited(e: &Event) -> AuditRow {
+        AuditRow {
+            action: format!("api.{} {}", e.method, e.route),
+            target: format!("/api/v1{} (token 1)", e.path),
+            ok: true,
+        }
+    }
+
+    /// A history where every promise holds: a noop job inserted and completed, a webhook job
+    /// called once, a cancelled job, a queue paused and resumed, a question locked with a
+    /// prediction before its time, a schedule's runs, a viewer refused, a secret kept.
+    fn clean() -> (History, Snapshot) {
+        let mut h = History::default();
+        let insert = |id: i64, at: i64| {
+            let mut e = event(Role::Operator, "POST", "/jobs", "/jobs", at);
+            e.status = 201;
+            e.answer = json!({ "job": { "id": id }, "existing": false });
+            e
+        };
+        h.events.push(insert(1, 0));
+        h.events.push(insert(2, 10));
+        h.events.push(insert(3, 20));
+        let mut cancel = event(
+            Role::Operator,
+            "POST",
+            "/jobs/{id}/cancel",
+            "/jobs/3/cancel",
+            30,
+        );
+        cancel.subject = Some(3);
+        cancel.answer = json!({ "id": 3, "state": "cancelled", "attempt": 0 });
+        h.events.push(cancel);
+        h.events.push(event(
+            Role::Operator,
+            "POST",
+            "/queues/{name}/pause",
+            "/queues/hooks/pause",
+            100,
+        ));
+        h.events.push(event(
+            Role::Operator,
+            "POST",
+            "/queues/{name}/resume",
+            "/queues/hooks/resume",
+            1_000,
+        ));
+        let mut predict = event(
+            Role::Operator,
+            "POST",
+            "/questions/{id}/predictions",
+            "/questions/9/predictions",
+            300,
+        );
+        predict.status = 201;
+        predict.subject = Some(9);
+        predict.body = Some(json!({ "player": "p1", "choice": "Home" }));
+        h.events.push(predict);
+        let mut viewer = event(Role::Viewer, "POST", "/jobs", "/jobs", 400);
+        viewer.status = 403;
+        h.events.push(viewer);
+        let mut read = event(Role::Viewer, "GET", "/jobs", "/jobs?limit=500", 410);
+        read.answer = json!([{ "args": { "headers": { "authorization": "[redacted]" } } }]);
+        h.events.push(read);
+        h.secrets.push("sekret-1-5".into());
+        h.deliveries.insert(
+            2,
+            vec![Delivery {
+                attempt: 1,
+                at: t(1_250),
+            }],
+        );
+
+        let mut noop = job(1, "default", "noop", "completed", 1);
+        noop.args = json!({ "tally": "h1-0" });
+        let mut run = job(4, "default", "noop", "completed", 1);
+        run.meta = json!({ "schedule_id": 1, "schedule": "s0", "slot_ms": 1000 });
+        let mut run2 = run.clone();
+        run2.id = 5;
+        run2.meta["slot_ms"] = json!(2000);
+        let mut s = Snapshot {
+            now: t(10_000),
+            jobs: vec![
+                noop,
+                job(2, "hooks", "webhook", "completed", 1),
+                job(3, "default", "noop", "cancelled", 0),
+                run,
+                run2,
+            ],
+            questions: vec![QuestionRow {
+                id: 9,
+                status: "locked".into(),
+                game_time: t(500),
+                locked_at: Some(t(501)),
+                lock_job_id: None,
+            }],
+            predictions: vec![PredictionRow {
+                question_id: 9,
+                player: "p1".into(),
+                choice: "Home".into(),
+                at: t(300),
+            }],
+            ..Snapshot::default()
+        };
+        s.tallies.insert("h1-0".into(), 1);
+        s.audit = h
+            .events
+            .iter()
+            .filter(|e| e.ok() && e.method != "GET" && e.route != "/questions/{id}/predictions")
+            .map(audited)
+            .collect();
+        (h, s)
+    }
+
+    fn broken(h: &History, s: &Snapshot) -> Vec<Promise> {
+        let mut p: Vec<Promise> = check(h, s).into_iter().map(|v| v.promise).collect();
+        p.dedup();
+        p
+    }
+
+    #[test]
+    fn a_clean_history_breaks_nothing() {
+        let (h, s) = clean();
+        assert_eq!(check(&h, &s), vec![]);
+    }
+
+    #[test]
+    fn a_job_left_available_with_nothing_holding_it_is_reported() {
+        let (h, mut s) = clean();
+        s.jobs[0].state = "available".into();
+        s.jobs[0].finalized_at = None;
+        s.tallies.clear();
+        assert_eq!(broken(&h, &s), vec![Promise::JobsSettle]);
+        // Held by its paused queue, it is waiting legitimately.
+        s.paused_queues.push("default".into());
+        assert_eq!(broken(&h, &s), vec![]);
+        // An acknowledged job gone without a delete.
+        let (h, mut s) = clean();
+        s.jobs.remove(1);
+        assert_eq!(broken(&h, &s), vec![Promise::JobsSettle]);
+    }
+
+    #[test]
+    fn an_attempt_after_a_cancel_is_reported() {
+        let (mut h, mut s) = clean();
+        s.jobs[2].attempt = 1;
+        s.jobs[2].state = "completed".into();
+        assert_eq!(broken(&h, &s), vec![Promise::CancelHolds]);
+        // Unless an operator retried it after the cancel.
+        let mut retry = event(
+            Role::Operator,
+            "POST",
+            "/jobs/{id}/retry",
+            "/jobs/3/retry",
+            40,
+        );
+        retry.subject = Some(3);
+        s.audit.push(audited(&retry));
+        h.events.push(retry);
+        assert_eq!(broken(&h, &s), vec![]);
+    }
+
+    #[test]
+    fn a_call_while_the_queue_is_paused_is_reported() {
+        let (mut h, s) = clean();
+        h.deliveries.get_mut(&2).unwrap()[0].at = t(500);
+        assert_eq!(broken(&h, &s), vec![Promise::PauseHolds]);
+        // A call received 45 ms after the pause's answer may have started before it.
+        h.deliveries.get_mut(&2).unwrap()[0].at = t(150);
+        assert_eq!(broken(&h, &s), vec![]);
+    }
+
+    #[test]
+    fn a_cancel_nothing_asked_for_and_a_triggered_run_cancelled_are_reported() {
+        let (h, mut s) = clean();
+        s.jobs[0].state = "cancelled".into();
+        s.tallies.clear();
+        assert_eq!(broken(&h, &s), vec![Promise::CancelExplained]);
+        let (h, mut s) = clean();
+        s.jobs[3].state = "cancelled".into();
+        // A run ahead may be cancelled by its schedule's policies ...
+        assert_eq!(broken(&h, &s), vec![]);
+        // ... a run triggered by hand may not be counted as missed.
+        s.jobs[3].meta["trigger"] = json!(true);
+        assert_eq!(broken(&h, &s), vec![Promise::CancelExplained]);
+    }
+
+    #[test]
+    fn two_runs_of_one_slot_are_reported() {
+        let (h, mut s) = clean();
+        s.jobs[4].meta["slot_ms"] = json!(1000);
+        assert_eq!(broken(&h, &s), vec![Promise::SlotOnce]);
+    }
+
+    #[test]
+    fn an_effect_twice_or_missing_is_reported() {
+        let (h, mut s) = clean();
+        s.tallies.insert("h1-0".into(), 2);
+        assert_eq!(broken(&h, &s), vec![Promise::EffectOnce]);
+        s.tallies.insert("h1-0".into(), 0);
+        assert_eq!(broken(&h, &s), vec![Promise::EffectOnce]);
+    }
+
+    #[test]
+    fn a_question_open_after_its_time_or_a_late_prediction_is_reported() {
+        let (h, mut s) = clean();
+        s.questions[0].status = "open".into();
+        s.questions[0].locked_at = None;
+        assert_eq!(broken(&h, &s), vec![Promise::QuestionsLock]);
+        let (h, mut s) = clean();
+        s.predictions[0].at = t(600);
+        assert_eq!(broken(&h, &s), vec![Promise::QuestionsLock]);
+        let (h, mut s) = clean();
+        s.questions[0].locked_at = Some(t(499));
+        assert_eq!(broken(&h, &s), vec![Promise::QuestionsLock]);
+        let (h, mut s) = clean();
+        s.predictions.clear();
+        assert_eq!(broken(&h, &s), vec![Promise::QuestionsLock]);
+    }
+
+    #[test]
+    fn a_secret_in_a_viewers_answer_is_reported() {
+        let (mut h, s) = clean();
+        h.events[8].answer =
+            json!([{ "args": { "headers": { "authorization": "Bearer sekret-1-5" } } }]);
+        assert_eq!(broken(&h, &s), vec![Promise::SecretsHidden]);
+    }
+
+    #[test]
+    fn a_viewers_change_accepted_is_reported() {
+        let (mut h, mut s) = clean();
+        h.events[7].status = 201;
+        h.events[7].answer = json!({ "job": { "id": 77 } });
+        s.jobs.push(job(77, "default", "noop", "completed", 1));
+        s.audit.push(audited(&h.events[7]));
+        assert_eq!(broken(&h, &s), vec![Promise::ViewersOnlyRead]);
+    }
+
+    #[test]
+    fn a_change_without_its_audit_entry_is_reported() {
+        let (h, mut s) = clean();
+        s.audit.remove(0);
+        assert_eq!(broken(&h, &s), vec![Promise::AuditComplete]);
+    }
+}

@@ -1,0 +1,164 @@
+//! What a history recorded (every request with its answer, every fault, the secrets it planted,
+//! the webhook calls received) and what the database held at its end. The promises are checked on
+//! these two alone, so that a test can plant a violation by editing them.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::plan::{Fault, Role, Step};
+use crate::chaos::receiver::Delivery;
+
+/// One request and its answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    /// The step of the plan that sent it.
+    pub step: usize,
+    pub role: Role,
+    pub node: usize,
+    pub method: &'static str,
+    /// The route as the router and the audit log name it: `/jobs/{id}/cancel`.
+    pub route: &'static str,
+    /// The path sent, under `/api/v1`: `/jobs/42/cancel`.
+    pub path: String,
+    pub body: Option<Value>,
+    /// The answer's status; 0 when none came (the node died, the connection broke).
+    pub status: u16,
+    pub answer: Value,
+    pub sent: DateTime<Utc>,
+    pub answered: DateTime<Utc>,
+    /// The job or question the request acted on, when it names one.
+    pub subject: Option<i64>,
+}
+
+impl Event {
+    pub fn ok(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    /// The job an answer carries (`{"job": {...}}` or the job itself).
+    pub fn job_id(&self) -> Option<i64> {
+        self.answer
+            .get("job")
+            .unwrap_or(&self.answer)
+            .get("id")
+            .and_then(Value::as_i64)
+    }
+}
+
+/// A fault and when it was done.
+#[derive(Debug, Clone, Serialize)]
+pub struct FaultEvent {
+    pub step: usize,
+    pub fault: Fault,
+    pub at: DateTime<Utc>,
+}
+
+/// Everything a run sent, saw and planted.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct History {
+    pub seed: u64,
+    /// The plan's steps that ran, by their index in the plan.
+    pub steps: Vec<(usize, Step)>,
+    pub events: Vec<Event>,
+    pub faults: Vec<FaultEvent>,
+    /// Secret values planted by the admin (headers of webhook jobs and endpoints, endpoints'
+    /// signing secrets): no answer to another role may contain one.
+    pub secrets: Vec<String>,
+    /// Webhook calls received, by job id.
+    #[serde(skip)]
+    pub deliveries: HashMap<i64, Vec<Delivery>>,
+}
+
+impl History {
+    /// The acknowledged events of a route, in the order they were sent.
+    pub fn acknowledged<'a>(
+        &'a self,
+        method: &'a str,
+        route: &'a str,
+    ) -> impl Iterator<Item = &'a Event> + 'a {
+        self.events
+            .iter()
+            .filter(move |e| e.ok() && e.method == method && e.route == route)
+    }
+}
+
+/// A job as the database held it at the end.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobRow {
+    pub id: i64,
+    pub queue: String,
+    pub kind: String,
+    pub state: String,
+    pub attempt: i32,
+    pub scheduled_at: DateTime<Utc>,
+    pub attempted_at: Option<DateTime<Utc>>,
+    pub finalized_at: Option<DateTime<Utc>>,
+    pub args: Value,
+    pub meta: Value,
+}
+
+impl JobRow {
+    pub fn is_final(&self) -> bool {
+        matches!(self.state.as_str(), "completed" | "discarded" | "cancelled")
+    }
+
+    pub fn schedule_id(&self) -> Option<i64> {
+        self.meta
+            .get("schedule_id")
+            .and_then(Value::as_i64)
+            .or_else(|| self.meta.get("schedule_id")?.as_str()?.parse().ok())
+    }
+
+    pub fn triggered(&self) -> bool {
+        self.meta.get("trigger").and_then(Value::as_bool) == Some(true)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct QuestionRow {
+    pub id: i64,
+    pub status: String,
+    pub game_time: DateTime<Utc>,
+    pub locked_at: Option<DateTime<Utc>>,
+    pub lock_job_id: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PredictionRow {
+    pub question_id: i64,
+    pub player: String,
+    pub choice: String,
+    pub at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditRow {
+    pub action: String,
+    pub target: String,
+    pub ok: bool,
+}
+
+/// The database at the end of a history.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Snapshot {
+    /// The database's clock when it was read.
+    pub now: DateTime<Utc>,
+    pub jobs: Vec<JobRow>,
+    pub tallies: HashMap<String, i64>,
+    pub paused_queues: Vec<String>,
+    pub paused_kinds: Vec<String>,
+    /// Schedules that exist at the end: (id, name, overlap policy).
+    pub schedules: Vec<(i64, String, String)>,
+    pub questions: Vec<QuestionRow>,
+    pub predictions: Vec<PredictionRow>,
+    pub audit: Vec<AuditRow>,
+}
+
+impl Snapshot {
+    pub fn job(&self, id: i64) -> Option<&JobRow> {
+        self.jobs.iter().find(|j| j.id == id)
+    }
+}
