@@ -74,17 +74,10 @@ fi
 # ---- 2b. libfaketime: a process test runs a node whose wall clock is moved ahead
 apt_install libfaketime
 
-# ---- 3. cargo tools: wasm-bindgen at exactly the version in Cargo.lock (scripts/build runs it; no
-# cargo-leptos: compiling it took about 12 minutes to run two cargo builds and a copy)
-wb_version="$(awk '/^name = "wasm-bindgen"$/{getline; gsub(/version = |"/, ""); print; exit}' Cargo.lock)"
-[ -n "$wb_version" ] || die "wasm-bindgen not found in Cargo.lock"
-if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$wb_version" ]; then
-  log "cargo install wasm-bindgen-cli $wb_version (about 2 min on 2 cores)"
-  # --locked would pin a webpki-roots release this registry lacks: resolve afresh.
-  # Only the `wasm-bindgen` binary, without TLS (the test runner's downloads need it, not us).
-  env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS cargo install wasm-bindgen-cli --version "$wb_version" \
-    --force --no-default-features --bin wasm-bindgen
-fi
+# ---- 3. cargo tools: wasm-bindgen, at exactly the version in Cargo.lock, is installed by
+# scripts/build itself (scripts/install-wasm-bindgen) while the builds run: it is needed only once
+# the client is compiled, and compiling it first held the builds back by about 2 minutes on a fresh
+# machine. No cargo-leptos: compiling it took about 12 minutes to run two cargo builds and a copy.
 # wasm-opt (release builds only, scripts/build): binaryen's npm build.
 if [ "${WITH_WASM_OPT:-0}" = 1 ] && ! command -v wasm-opt >/dev/null; then
   log "npm install binaryen@$BINARYEN_VERSION (wasm-opt)"
