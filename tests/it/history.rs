@@ -17,7 +17,12 @@ async fn history_of(seed: u64, steps: usize, faults: bool) {
         .await
         .expect("the history could be run");
     eprintln!("{}", report.text());
-    assert!(report.ok(), "{}", report.text());
+    assert!(
+        report.ok(),
+        "{}(the record and the logs: {})",
+        report.text(),
+        dir.display()
+    );
     // The history did something: most requests were answered, and some were acted on.
     let answered = history.events.iter().filter(|e| e.ok()).count();
     assert!(answered * 2 > history.events.len(), "{}", report.text());

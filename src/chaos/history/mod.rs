@@ -234,6 +234,17 @@ async fn run_on(
     let mut history = driver.history;
     history.deliveries = deliveries.snapshot();
     let violations = promises::check(&history, &snapshot);
+    if !violations.is_empty() {
+        // The record and the database beside the nodes' logs, for a look.
+        for (name, json) in [
+            ("history.json", serde_json::to_string_pretty(&history)),
+            ("snapshot.json", serde_json::to_string_pretty(&snapshot)),
+        ] {
+            if let Ok(json) = json {
+                let _ = std::fs::write(config.dir.join(name), json);
+            }
+        }
+    }
     let mut statuses = std::collections::BTreeMap::new();
     for e in &history.events {
         *statuses.entry(e.status).or_default() += 1;

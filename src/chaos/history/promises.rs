@@ -416,7 +416,11 @@ fn questions_lock(h: &History, s: &Snapshot) -> Vec<String> {
                 q.id, q.game_time
             ));
         }
-        if let Some(locked) = q.locked_at {
+        // Settling an open question locks it first, whatever the time: an operator's choice.
+        let settled = h
+            .acknowledged("POST", "/questions/{id}/settle")
+            .any(|e| e.subject == Some(q.id));
+        if let (Some(locked), false) = (q.locked_at, settled) {
             if locked < q.game_time {
                 out.push(format!(
                     "question {}: locked at {locked}, before its game time {}",
