@@ -434,6 +434,7 @@ impl Client {
         conn: &mut PgConnection,
         id: JobId,
     ) -> Result<Job, ClientError> {
+        refuse_owned(&mut *conn, id, "cancel").await?;
         if self.cancel_with(&mut *conn, &[id]).await? == 0 {
             return Err(why_not(conn, id, "cancel", "it is already finished").await);
         }
@@ -521,6 +522,7 @@ impl Client {
         at: DateTime<Utc>,
     ) -> Result<Job, ClientError> {
         check_instant("scheduled_at", at)?;
+        refuse_owned(&mut *conn, id, "reschedule").await?;
         match job_store::job_reschedule(&mut *conn, id, at).await? {
             Some(job) => Ok(job),
             None => Err(why_not(
@@ -541,6 +543,7 @@ impl Client {
 
     /// [`Self::delete`] on the caller's connection or inside the caller's transaction.
     pub async fn delete_with(&self, conn: &mut PgConnection, id: JobId) -> Result<(), ClientError> {
+        refuse_owned(&mut *conn, id, "delete").await?;
         if job_store::job_delete(&mut *conn, id).await? {
             Ok(())
         } else {
@@ -879,7 +882,11 @@ impl Client {
         conn: &mut PgConnection,
         id: JobId,
     ) -> Result<Job, ClientError> {
-        let job = get_with(&mut *conn, id).await?;
+        let mut job = get_with(&mut *conn, id).await?;
+        // The copy belongs to nobody: its original's owner knows only the original.
+        if let Some(meta) = job.meta.as_object_mut() {
+            meta.remove("owner");
+        }
         let new = NewJob {
             kind: job.kind,
             args: job.args,
@@ -989,6 +996,19 @@ async fn why_not(conn: &mut PgConnection, id: JobId, op: &str, rule: &str) -> Cl
 
 /// One batch of a bulk action on `conn`: the listed jobs that still match `filter`. Returns how
 /// many changed.
+/// An operator's cancel, reschedule or delete of a job that belongs to something else (a question's
+/// lock job: `meta.owner`), while it lives: refused, because its owner's promise rests on it (a
+/// question locks at its game time). The owner's own code moves and ends it (`cancel_with`, an
+/// insert with `OnConflict::Reschedule`); a bulk action skips it.
+async fn refuse_owned(conn: &mut PgConnection, id: JobId, action: &str) -> Result<(), ClientError> {
+    match job_store::job_owner(conn, id).await? {
+        Some(owner) => Err(ClientError::Conflict(format!(
+            "job {id} belongs to {owner}, which moves and ends it: {action} {owner} instead"
+        ))),
+        None => Ok(()),
+    }
+}
+
 async fn bulk_batch(
     conn: &mut PgConnection,
     action: BulkAction,

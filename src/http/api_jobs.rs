@@ -53,6 +53,11 @@ impl CreateJob {
             (None, Some(ms)) => Schedule::In(std::time::Duration::from_millis(ms as u64)),
             (None, None) => Schedule::Now,
         };
+        if self.meta.as_ref().is_some_and(|m| m.get("owner").is_some()) {
+            return Err(AppError::invalid(
+                "meta.owner: set by Kickoff on the jobs a question owns (reserved)",
+            ));
+        }
         Ok(NewJob {
             kind: self.kind,
             args: self.args.unwrap_or_else(|| json!({})),

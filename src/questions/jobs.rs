@@ -34,9 +34,12 @@ pub fn lock_key(question_id: i64) -> String {
     format!("{LOCK_KIND}:{question_id}")
 }
 
-/// The job that locks question `question_id` at `game_time` (kept if one exists).
+/// The job that locks question `question_id` at `game_time` (kept if one exists). It belongs to
+/// the question (`meta.owner`): an operator cannot cancel, reschedule or delete it by itself, since
+/// the question's promise (locked at game time) rests on it; moving or deleting the question does.
 pub fn lock_job(question_id: i64, game_time: DateTime<Utc>) -> NewJob {
     NewJob::new(LOCK_KIND, json!({ "question_id": question_id }))
+        .with_meta(json!({ "owner": format!("question {question_id}") }))
         .with_queue(QUEUE)
         .at(game_time)
         .with_unique_key(lock_key(question_id), OnConflict::Keep)

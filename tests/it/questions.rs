@@ -556,3 +556,103 @@ async fn a_prediction_is_announced_to_live_pages() {
     assert_eq!(announced["questions"], json!([q.question.id]));
     assert_eq!(announced["n"], 1);
 }
+
+/// Found by the history checker (seed 1): an operator cancelled an open question's lock job
+/// through the jobs API, and the question stayed open for ever after its game time. The lock job
+/// belongs to its question: an operator's cancel, reschedule or delete of it is refused (409,
+/// naming the question), a bulk action on its queue skips it, and the question locks at its time.
+#[tokio::test]
+async fn an_operator_cannot_cancel_move_or_delete_a_questions_lock_job_by_itself() {
+    let db = test_db().await;
+    let app = crate::common::app(&db.pool, "t");
+    let (s, b) = call(
+        &app,
+        Method::POST,
+        "/api/v1/questions",
+        Some(
+            json!({"game": "Lions vs Tigers", "prompt": "First to score?",
+                    "choices": ["Lions", "Tigers"], "game_time": in_ms(1_500).to_rfc3339()}),
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    let question = b["id"].as_i64().unwrap();
+    let job = b["lock_job"]["id"].as_i64().unwrap();
+    let later = json!({ "scheduled_at": in_ms(3_600_000).to_rfc3339() });
+    for (method, path, body) in [
+        (Method::POST, format!("/api/v1/jobs/{job}/cancel"), None),
+        (
+            Method::POST,
+            format!("/api/v1/jobs/{job}/reschedule"),
+            Some(later),
+        ),
+        (Method::DELETE, format!("/api/v1/jobs/{job}"), None),
+    ] {
+        let (s, b) = call(&app, method.clone(), &path, body).await;
+        assert_eq!(s, StatusCode::CONFLICT, "{method} {path}: {b}");
+        let message = b["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(&format!("question {question}")),
+            "{message}"
+        );
+    }
+    for action in ["cancel", "delete"] {
+        let (s, b) = call(
+            &app,
+            Method::POST,
+            "/api/v1/jobs/bulk",
+            Some(json!({ "action": action, "filter": { "queue": "questions" } })),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+        assert_eq!(b["changed"], 0, "{action}: {b}");
+        let (s, b) = call(
+            &app,
+            Method::POST,
+            "/api/v1/jobs/bulk",
+            Some(json!({ "action": action, "ids": [job] })),
+        )
+        .await;
+        assert_eq!(
+            (s, &b["changed"]),
+            (StatusCode::OK, &json!(0)),
+            "{action}: {b}"
+        );
+    }
+    // A job inserted through the API may not claim an owner.
+    let (s, b) = call(
+        &app,
+        Method::POST,
+        "/api/v1/jobs",
+        Some(json!({ "kind": "noop", "meta": { "owner": "question 1" } })),
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    // The lock job still stands, and the question locks at its game time.
+    assert_eq!(
+        state_of(&db.pool, kickoff::engine::JobId(job)).await,
+        JobState::Scheduled
+    );
+    let engine = Engine::start(
+        db.pool.clone(),
+        kickoff::workers::builtin(vec![]),
+        engine_config(),
+    )
+    .await
+    .unwrap();
+    let svc = service(&db.pool);
+    wait_for("the question to lock", Duration::from_secs(10), || async {
+        svc.get(question).await.unwrap().question.status == QuestionStatus::Locked
+    })
+    .await;
+    // Deleting the question still ends its lock job.
+    let (s, _) = call(
+        &app,
+        Method::DELETE,
+        &format!("/api/v1/questions/{question}"),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    engine.stop().await;
+}

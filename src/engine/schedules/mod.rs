@@ -298,7 +298,7 @@ pub const META_SCHEDULE_ID: &str = "schedule_id";
 /// The meta keys Kickoff sets on a schedule's runs, which its template may not: the missed-run and
 /// overlap policies and a pause read them (a template's `{"trigger": true}` would exempt every run
 /// from the missed-run policy, `{"snoozes": 0}` would keep runs ahead through a pause).
-pub const RESERVED_META: [&str; 8] = [
+pub const RESERVED_META: [&str; 9] = [
     META_SCHEDULE_ID,
     "schedule",
     "slot",
@@ -307,4 +307,6 @@ pub const RESERVED_META: [&str; 8] = [
     "trigger",
     "triggered_by",
     "snoozes",
+    // A job another domain owns (a question's lock job: `engine::client::refuse_owned`).
+    "owner",
 ];

@@ -255,7 +255,7 @@ pub async fn job_cancel_matching<'e>(
     let mut qb = QueryBuilder::new(
         "WITH target AS (
              SELECT id, state AS before, claim_token FROM jobs
-             WHERE finalized_at IS NULL AND id = ANY(",
+             WHERE finalized_at IS NULL AND NOT meta ? 'owner' AND id = ANY(",
     );
     qb.push_bind(ids_param(ids)).push(")");
     push_filter(&mut qb, filter, &distinct_states(filter));
@@ -331,7 +331,11 @@ pub async fn job_delete_matching<'e>(
     ids: &[JobId],
     filter: &JobFilter,
 ) -> Result<u64, sqlx::Error> {
-    let mut qb = QueryBuilder::new("DELETE FROM jobs WHERE state <> 'executing' AND id = ANY(");
+    // A live job with an owner (`meta.owner`) ends with its owner: never by a bulk action.
+    let mut qb = QueryBuilder::new(
+        "DELETE FROM jobs WHERE state <> 'executing'
+           AND NOT (meta ? 'owner' AND finalized_at IS NULL) AND id = ANY(",
+    );
     qb.push_bind(ids_param(ids)).push(")");
     push_filter(&mut qb, filter, &distinct_states(filter));
     let r = qb.build().persistent(false).execute(db).await?;

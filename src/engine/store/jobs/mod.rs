@@ -407,6 +407,20 @@ pub async fn job_reschedule<'e>(
     .await
 }
 
+/// What job `id` belongs to while it has not finished (`meta.owner`, set by the domain that
+/// inserted it, e.g. `question 34`): an operator changes it through that owner.
+pub async fn job_owner<'e>(
+    db: impl PgExecutor<'e>,
+    id: JobId,
+) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT meta ->> 'owner' FROM jobs WHERE id = $1 AND finalized_at IS NULL AND meta ? 'owner'",
+    )
+    .bind(id)
+    .fetch_optional(db)
+    .await
+}
+
 /// Deletes a job that is not executing. Returns whether a row was deleted.
 pub async fn job_delete<'e>(db: impl PgExecutor<'e>, id: JobId) -> Result<bool, sqlx::Error> {
     let r = sqlx::query("DELETE FROM jobs WHERE id = $1 AND state <> 'executing'")
