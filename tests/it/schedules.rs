@@ -147,7 +147,17 @@ async fn runs_fire_on_their_slot_and_the_leader_keeps_them_coming() {
         .unwrap();
     // Past the 12 s inserted at creation: the leader must have inserted the later ones.
     tokio::time::sleep(Duration::from_millis(14_500)).await;
-    // The latest run's start is recorded with how late it started, by the node's clock.
+    // The latest run's start is recorded with how late it started, by the node's clock (a moment
+    // after the run starts: the read may fall between a run's claim and that record).
+    crate::common::wait_for(
+        "the latest run's lateness",
+        Duration::from_secs(2),
+        || async {
+            let view = schedules.get("each-second").await.unwrap();
+            view.last_run.is_some_and(|r| r.late_ms.is_some())
+        },
+    )
+    .await;
     let view = schedules.get("each-second").await.unwrap();
     let last = view.last_run.expect("a run came due");
     assert!(
