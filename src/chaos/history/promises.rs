@@ -42,7 +42,8 @@ pub enum Promise {
     QuestionsLock,
     /// docs/security.md: a secret is shown whole only to admins and to the job's creator.
     SecretsHidden,
-    /// docs/security.md: a viewer only reads; every change it asks for is refused.
+    /// docs/security.md: a viewer only reads; every change it asks for is refused (403; a 503 while
+    /// the database is unreachable changes nothing either).
     ViewersOnlyRead,
     /// docs/dashboard.md: every state-changing REST call that succeeded has its audit entry.
     AuditComplete,
@@ -477,9 +478,12 @@ fn secrets_hidden(h: &History, _s: &Snapshot) -> Vec<String> {
 }
 
 fn viewers_only_read(h: &History, _s: &Snapshot) -> Vec<String> {
+    // 403, or no verdict at all: with the database down (503, or no answer from a dying node) the
+    // server cannot tell who asks, and nothing changes.
     h.events
         .iter()
-        .filter(|e| e.role == Role::Viewer && e.method != "GET" && e.status != 403)
+        .filter(|e| e.role == Role::Viewer && e.method != "GET")
+        .filter(|e| !matches!(e.status, 403 | 503 | 0))
         .map(|e| {
             format!(
                 "a viewer's {} {} answered {} (not 403)",
