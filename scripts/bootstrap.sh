@@ -74,6 +74,9 @@ fi
 # ---- 2b. libfaketime: a process test runs a node whose wall clock is moved ahead
 apt_install libfaketime
 
+# ---- 2c. make: scripts/build runs the builds under its jobserver (scripts/build.mk)
+command -v make >/dev/null || apt_install make
+
 # ---- 3. cargo tools: wasm-bindgen, at exactly the version in Cargo.lock, is installed by
 # scripts/build itself (scripts/install-wasm-bindgen) while the builds run: it is needed only once
 # the client is compiled, and compiling it first held the builds back by about 2 minutes on a fresh

@@ -245,16 +245,7 @@ async fn run_on(
     started: Instant,
 ) -> Result<ChaosReport, String> {
     let url = cluster.url_for(DATABASE);
-    let pool = PgPoolOptions::new()
-        .max_connections(6)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect(&url)
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
-    MIGRATOR
-        .run(&pool)
-        .await
-        .map_err(|e| format!("migrate: {e}"))?;
+    let pool = connect_and_migrate(&url, 6).await?;
     let (receiver_addr, deliveries) = receiver::start().await?;
     let log_dir = config.dir.join("nodes");
     std::fs::create_dir_all(&log_dir).map_err(|e| e.to_string())?;
@@ -361,6 +352,21 @@ async fn run_on(
     check(&pool, &inserted, &deliveries, &disturbances, &mut report).await?;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// A pool of `size` on the run's cluster, its schema migrated.
+pub(crate) async fn connect_and_migrate(url: &str, size: u32) -> Result<PgPool, String> {
+    let pool = PgPoolOptions::new()
+        .max_connections(size)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect(url)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    MIGRATOR
+        .run(&pool)
+        .await
+        .map_err(|e| format!("migrate: {e}"))?;
+    Ok(pool)
 }
 
 /// Terminates every database connection of one node (it must reconnect on its own): its pool's,

@@ -25,13 +25,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 use crate::accounts::{Accounts, Role as AccountRole, TokenScope};
 use crate::chaos::node::{Node, NodeEnv};
 use crate::chaos::receiver;
-use crate::engine::MIGRATOR;
 use crate::postgres::{Durability, EmbeddedPostgres, DATABASE};
 use drive::{Driver, Tokens};
 use promises::Violation;
@@ -167,16 +165,7 @@ async fn run_on(
     started: Instant,
 ) -> Result<(HistoryReport, History, Snapshot), String> {
     let url = cluster.url_for(DATABASE);
-    let pool = PgPoolOptions::new()
-        .max_connections(4)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect(&url)
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
-    MIGRATOR
-        .run(&pool)
-        .await
-        .map_err(|e| format!("migrate: {e}"))?;
+    let pool = crate::chaos::connect_and_migrate(&url, 4).await?;
     let tokens = make_tokens(&pool).await?;
     let (receiver_addr, deliveries) = receiver::start_unreliable().await?;
     let log_dir = config.dir.join("nodes");
@@ -386,10 +375,6 @@ async fn read_snapshot(pool: &PgPool) -> Result<Snapshot, String> {
         .fetch_all(pool)
         .await
         .map_err(db)?;
-    let schedules = sqlx::query_as("SELECT id, name, overlap::text FROM schedules")
-        .fetch_all(pool)
-        .await
-        .map_err(db)?;
     let questions = sqlx::query_as::<_, (i64, String, _, _, Option<i64>)>(
         "SELECT id, status::text, game_time, locked_at, lock_job_id FROM questions",
     )
@@ -438,7 +423,6 @@ async fn read_snapshot(pool: &PgPool) -> Result<Snapshot, String> {
         tallies,
         paused_queues,
         paused_kinds,
-        schedules,
         questions,
         predictions,
         audit,

@@ -150,8 +150,6 @@ pub struct Snapshot {
     pub tallies: HashMap<String, i64>,
     pub paused_queues: Vec<String>,
     pub paused_kinds: Vec<String>,
-    /// Schedules that exist at the end: (id, name, overlap policy).
-    pub schedules: Vec<(i64, String, String)>,
     pub questions: Vec<QuestionRow>,
     pub predictions: Vec<PredictionRow>,
     pub audit: Vec<AuditRow>,
