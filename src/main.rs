@@ -100,6 +100,7 @@ async fn main() -> std::process::ExitCode {
             keep,
             shrink,
             dir,
+            records,
         } => {
             let dir = dir.unwrap_or_else(|| {
                 std::env::temp_dir().join(format!("kickoff-history-{}", std::process::id()))
@@ -110,6 +111,7 @@ async fn main() -> std::process::ExitCode {
             config.nodes = nodes as usize;
             config.faults = !no_faults;
             config.keep = keep;
+            config.records = records;
             let limit = minutes.map(|m| std::time::Duration::from_secs(m * 60));
             chaos::history::run_seeds(config, seeds, limit, shrink, |report| {
                 print!("{}", report.text());

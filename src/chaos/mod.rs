@@ -19,6 +19,7 @@
 
 pub mod history;
 mod load;
+pub use node::faketime_library;
 pub(crate) mod node;
 pub mod receiver;
 
@@ -257,6 +258,7 @@ async fn run_on(
         log_dir,
         queues: "default:20,webhooks:20,questions:10".into(),
         secret_key: None,
+        settings: Vec::new(),
     };
     let mut nodes = Vec::new();
     for slot in 0..config.nodes {
@@ -375,6 +377,20 @@ pub(crate) async fn cut_connections(pool: &PgPool, app_name: &str) {
     let _ = sqlx::query(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
          WHERE application_name = $1 OR application_name LIKE $1 || '-%'",
+    )
+    .bind(app_name)
+    .execute(pool)
+    .await;
+}
+
+/// Terminates only the listening connection of the node whose connections carry `app_name` (the
+/// one whose last statement was a `LISTEN`): the notifications sent until it listens again are
+/// lost to that node.
+pub(crate) async fn cut_listener(pool: &PgPool, app_name: &str) {
+    let _ = sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE (application_name = $1 OR application_name LIKE $1 || '-%')
+           AND query ILIKE 'LISTEN%'",
     )
     .bind(app_name)
     .execute(pool)

@@ -22,6 +22,8 @@ pub struct NodeEnv {
     /// `KICKOFF_SECRET_KEY`, the same for every node (webhook endpoints' secrets are sealed
     /// with it); `None`: each node's own, in its data directory.
     pub secret_key: Option<String>,
+    /// Further settings (`KICKOFF_ALERT_INTERVAL_MS`, ...), the same for every node.
+    pub settings: Vec<(&'static str, String)>,
 }
 
 pub struct Node {
@@ -38,6 +40,17 @@ pub struct Node {
 impl Node {
     /// Starts a node and waits until it serves.
     pub async fn start(env: &NodeEnv, slot: usize, generation: usize) -> Result<Node, String> {
+        Node::start_moved(env, slot, generation, 0).await
+    }
+
+    /// [`Node::start`], with the node's wall clock moved by `clock_secs` (Debian's libfaketime,
+    /// installed by scripts/bootstrap.sh; the monotonic clock, which timers use, is left alone).
+    pub async fn start_moved(
+        env: &NodeEnv,
+        slot: usize,
+        generation: usize,
+        clock_secs: i32,
+    ) -> Result<Node, String> {
         let id = format!("chaos-{slot}-{generation}");
         let app_name = format!("kickoff-{id}");
         let log_path = env.log_dir.join(format!("{id}.log"));
@@ -46,6 +59,13 @@ impl Node {
         let mut command = Command::new(&env.binary);
         if let Some(key) = &env.secret_key {
             command.env("KICKOFF_SECRET_KEY", key);
+        }
+        command.envs(env.settings.iter().map(|(k, v)| (*k, v.as_str())));
+        if clock_secs != 0 {
+            command
+                .env("LD_PRELOAD", faketime_library()?)
+                .env("FAKETIME", format!("{clock_secs:+}s"))
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
         }
         let mut child = command
             .arg("serve")
@@ -127,4 +147,18 @@ pub async fn stop_child(mut child: Child) {
         let _ = child.start_kill();
         let _ = child.wait().await;
     }
+}
+
+/// Debian's libfaketime (`/usr/lib/<arch>/faketime/libfaketime.so.1`).
+pub fn faketime_library() -> Result<String, String> {
+    std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|arch| arch.path().join("faketime/libfaketime.so.1"))
+        .find(|p| p.exists())
+        .map(|p| p.to_string_lossy().to_string())
+        .ok_or_else(|| {
+            "libfaketime.so.1 not found under /usr/lib/*/faketime: run scripts/bootstrap.sh".into()
+        })
 }

@@ -138,6 +138,10 @@ pub enum Command {
         /// Where the clusters and the nodes' logs go (default: a new temporary directory).
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// Keep every history's directory with its record (history.json, snapshot.json), not
+        /// only a failing one's.
+        #[arg(long)]
+        records: bool,
     },
     /// Manage the dashboard's accounts (in the database the server uses).
     User {

@@ -31,15 +31,15 @@ async fn history_of(seed: u64, steps: usize, faults: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_1_with_faults_keeps_every_promise() {
-    history_of(1, 120, true).await;
+    history_of(1, 200, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_2_with_faults_keeps_every_promise() {
-    history_of(2, 120, true).await;
+    history_of(2, 200, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_3_without_faults_keeps_every_promise() {
-    history_of(3, 160, false).await;
+    history_of(3, 200, false).await;
 }

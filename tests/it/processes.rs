@@ -471,21 +471,10 @@ async fn migrate_stops_the_embedded_database_before_it_exits() {
     );
 }
 
-/// Debian's libfaketime (installed by scripts/bootstrap.sh), which moves a process's wall clock.
-fn faketime_lib() -> String {
-    std::fs::read_dir("/usr/lib")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|arch| arch.path().join("faketime/libfaketime.so.1"))
-        .find(|p| p.exists())
-        .map(|p| p.to_string_lossy().to_string())
-        .expect("libfaketime.so.1 not found under /usr/lib/*/faketime: run scripts/bootstrap.sh")
-}
-
 #[tokio::test]
 async fn a_node_whose_clock_runs_ahead_prunes_by_the_database_clock() {
-    let faketime = faketime_lib();
+    // Debian's libfaketime (installed by scripts/bootstrap.sh) moves the node's wall clock.
+    let faketime = kickoff::chaos::faketime_library().expect("libfaketime");
     let db = test_db().await;
     // Finished an hour ago (kept for a day) and three days ago (due for pruning), by the
     // database's clock.

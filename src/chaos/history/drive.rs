@@ -8,7 +8,8 @@ use chrono::Utc;
 use serde_json::{json, Value};
 
 use super::plan::{
-    BulkAction, Fault, JobAction, ReadWhat, Role, ScheduleAction, Step, Work, KINDS, QUEUES,
+    BulkAction, Fault, JobAction, ReadWhat, Role, ScheduleAction, ScheduleSpec, Step, Work,
+    ALERT_RULES, KINDS, QUEUES,
 };
 use super::record::{Event, FaultEvent, History};
 use crate::chaos::node::{Node, NodeEnv};
@@ -31,11 +32,16 @@ pub struct Driver<'a> {
     pub pool: sqlx::PgPool,
     pub nodes: Vec<Node>,
     pub generations: Vec<usize>,
+    /// How far each node slot's wall clock is moved (seconds; 0: not), kept across its restarts.
+    pub clocks: Vec<i32>,
     pub tokens: Tokens,
     pub hook_url: String,
     /// Jobs whose insert was acknowledged, in order: a step's `pick` chooses among them.
     pub jobs: Vec<i64>,
     pub questions: Vec<i64>,
+    /// Webhook endpoints and alert rules made so far (their ids).
+    pub endpoints: Vec<i64>,
+    pub alert_rules: Vec<i64>,
     pub history: History,
 }
 
@@ -101,12 +107,40 @@ impl Driver<'_> {
         event
     }
 
+    /// Sends one request about `id` on `route`, its path the route with `{id}` filled in.
+    async fn send_about(
+        &mut self,
+        step: usize,
+        role: Role,
+        method: &'static str,
+        route: &'static str,
+        id: i64,
+        body: Option<Value>,
+    ) -> Event {
+        let path = route.replace("{id}", &id.to_string());
+        self.send(step, role, method, route, path, body, Some(id))
+            .await
+    }
+
+    /// Posts `body` to make something on `route` (its path too).
+    async fn post(&mut self, step: usize, role: Role, route: &'static str, body: Value) -> Event {
+        self.send(step, role, "POST", route, route.into(), Some(body), None)
+            .await
+    }
+
     fn pick_job(&self, pick: usize) -> Option<i64> {
         (!self.jobs.is_empty()).then(|| self.jobs[pick % self.jobs.len()])
     }
 
     fn pick_question(&self, pick: usize) -> Option<i64> {
-        (!self.questions.is_empty()).then(|| self.questions[pick % self.questions.len()])
+        pick_of(&self.questions, pick)
+    }
+
+    /// Starts (again) the node of `slot`, with its clock moved if a fault moved it.
+    async fn start_node(&mut self, slot: usize) -> Result<Node, String> {
+        self.generations[slot] += 1;
+        let clock = self.clocks[slot];
+        Node::start_moved(self.env, slot, self.generations[slot], clock).await
     }
 
     /// Runs step `i`; `Err` only when the run itself cannot go on (a node that will not start).
@@ -186,19 +220,16 @@ impl Driver<'_> {
                     }
                     BulkAction::Retry => ("retry", json!(["discarded", "cancelled"])),
                     BulkAction::RunNow => ("run_now", json!(["scheduled", "retryable"])),
+                    BulkAction::DeleteWaiting => {
+                        ("delete", json!(["scheduled", "available", "retryable"]))
+                    }
+                    BulkAction::DeleteFinal => {
+                        ("delete", json!(["completed", "discarded", "cancelled"]))
+                    }
                 };
                 let body = json!({ "action": action,
                                    "filter": { "queue": QUEUES[queue], "states": states } });
-                self.send(
-                    i,
-                    Role::Operator,
-                    "POST",
-                    "/jobs/bulk",
-                    "/jobs/bulk".into(),
-                    Some(body),
-                    None,
-                )
-                .await;
+                self.post(i, Role::Operator, "/jobs/bulk", body).await;
             }
             Step::PauseQueue { queue } | Step::ResumeQueue { queue } => {
                 let pause = matches!(step, Step::PauseQueue { .. });
@@ -226,8 +257,11 @@ impl Driver<'_> {
                 queue,
                 concurrency,
                 global,
+                rate,
+                per_kind,
             } => {
-                let body = json!({ "concurrency": concurrency, "global_concurrency": global });
+                let body = json!({ "concurrency": concurrency, "global_concurrency": global,
+                                   "rate": rate, "per": per_kind.then_some("kind") });
                 let path = format!("/queues/{}", QUEUES[queue]);
                 self.send(
                     i,
@@ -240,29 +274,12 @@ impl Driver<'_> {
                 )
                 .await;
             }
-            Step::ScheduleCreate {
-                name,
-                every_ms,
-                queue,
-                overlap,
-                missed,
-            } => {
-                let body = json!({
-                    "name": format!("s{name}"), "every_ms": every_ms, "overlap": overlap,
-                    "missed": missed,
-                    "job": { "kind": "noop", "queue": QUEUES[queue],
-                             "args": { "sleep_ms": 50 } },
-                });
-                self.send(
-                    i,
-                    Role::Operator,
-                    "POST",
-                    "/schedules",
-                    "/schedules".into(),
-                    Some(body),
-                    None,
-                )
-                .await;
+            Step::ScheduleCreate(spec) => {
+                let mut body = schedule_body(&spec);
+                body["name"] = json!(format!("s{}", spec.name));
+                body["job"] = json!({ "kind": "noop", "queue": QUEUES[spec.queue],
+                                      "args": { "sleep_ms": 50 } });
+                self.post(i, Role::Operator, "/schedules", body).await;
             }
             Step::Schedule { name, action } => {
                 let (method, route, verb) = match action {
@@ -279,22 +296,26 @@ impl Driver<'_> {
                     self.jobs.push(id);
                 }
             }
+            Step::ScheduleEdit(spec) => {
+                let mut body = schedule_body(&spec);
+                body["queue"] = json!(QUEUES[spec.queue]);
+                self.send(
+                    i,
+                    Role::Operator,
+                    "PATCH",
+                    "/schedules/{name}",
+                    format!("/schedules/s{}", spec.name),
+                    Some(body),
+                    None,
+                )
+                .await;
+            }
             Step::QuestionCreate { game_in_ms } => {
                 let at = Utc::now() + chrono::Duration::milliseconds(game_in_ms as i64);
                 let body = json!({ "game": format!("Game {i}"), "prompt": "Who scores first?",
                                    "choices": CHOICES,
                                    "game_time": at.to_rfc3339() });
-                let e = self
-                    .send(
-                        i,
-                        Role::Operator,
-                        "POST",
-                        "/questions",
-                        "/questions".into(),
-                        Some(body),
-                        None,
-                    )
-                    .await;
+                let e = self.post(i, Role::Operator, "/questions", body).await;
                 if let (true, Some(id)) = (e.ok(), e.answer.get("id").and_then(Value::as_i64)) {
                     self.questions.push(id);
                     if let Some(job) = e
@@ -312,14 +333,13 @@ impl Driver<'_> {
                     return Ok(());
                 };
                 let at = Utc::now() + chrono::Duration::milliseconds(game_in_ms as i64);
-                self.send(
+                self.send_about(
                     i,
                     Role::Operator,
                     "PATCH",
                     "/questions/{id}",
-                    format!("/questions/{q}"),
+                    q,
                     Some(json!({ "game_time": at.to_rfc3339() })),
-                    Some(q),
                 )
                 .await;
             }
@@ -333,14 +353,13 @@ impl Driver<'_> {
                 };
                 let body = json!({ "player": format!("p{player}"),
                                    "choice": CHOICES[choice as usize % 3] });
-                self.send(
+                self.send_about(
                     i,
                     Role::Operator,
                     "POST",
                     "/questions/{id}/predictions",
-                    format!("/questions/{q}/predictions"),
+                    q,
                     Some(body),
-                    Some(q),
                 )
                 .await;
             }
@@ -349,14 +368,13 @@ impl Driver<'_> {
                     return Ok(());
                 };
                 let body = json!({ "correct_choice": CHOICES[choice as usize % 2] });
-                self.send(
+                self.send_about(
                     i,
                     Role::Operator,
                     "POST",
                     "/questions/{id}/settle",
-                    format!("/questions/{q}/settle"),
+                    q,
                     Some(body),
-                    Some(q),
                 )
                 .await;
             }
@@ -364,16 +382,8 @@ impl Driver<'_> {
                 let Some(q) = self.pick_question(pick) else {
                     return Ok(());
                 };
-                self.send(
-                    i,
-                    Role::Operator,
-                    "DELETE",
-                    "/questions/{id}",
-                    format!("/questions/{q}"),
-                    None,
-                    Some(q),
-                )
-                .await;
+                self.send_about(i, Role::Operator, "DELETE", "/questions/{id}", q, None)
+                    .await;
             }
             Step::EndpointCreate => {
                 let value = format!("endpoint-sekret-{}-{i}", self.history.seed);
@@ -381,20 +391,72 @@ impl Driver<'_> {
                 let body = json!({ "url_prefix": format!("{}/e{i}/", self.hook_url),
                                    "headers": { "x-partner-key": value }, "allow_calls": true,
                                    "private_network": true });
+                let e = self.post(i, Role::Admin, "/webhook-endpoints", body).await;
+                if let Some(secret) = e.answer.get("secret").and_then(Value::as_str) {
+                    self.history.secrets.push(secret.to_string());
+                }
+                if let (true, Some(id)) = (e.ok(), e.answer.get("id").and_then(Value::as_i64)) {
+                    self.endpoints.push(id);
+                }
+            }
+            Step::EndpointEdit { pick } => {
+                let Some(id) = pick_of(&self.endpoints, pick) else {
+                    return Ok(());
+                };
+                let value = format!("endpoint-sekret-{}-{i}", self.history.seed);
+                self.history.secrets.push(value.clone());
+                let body = json!({ "headers": { "x-partner-key": value } });
+                self.send_about(
+                    i,
+                    Role::Admin,
+                    "PATCH",
+                    "/webhook-endpoints/{id}",
+                    id,
+                    Some(body),
+                )
+                .await;
+            }
+            Step::EndpointRotate { pick } => {
+                let Some(id) = pick_of(&self.endpoints, pick) else {
+                    return Ok(());
+                };
                 let e = self
-                    .send(
+                    .send_about(
                         i,
                         Role::Admin,
                         "POST",
-                        "/webhook-endpoints",
-                        "/webhook-endpoints".into(),
-                        Some(body),
-                        None,
+                        "/webhook-endpoints/{id}/rotate",
+                        id,
+                        Some(json!({ "overlap_secs": 0 })),
                     )
                     .await;
                 if let Some(secret) = e.answer.get("secret").and_then(Value::as_str) {
                     self.history.secrets.push(secret.to_string());
                 }
+            }
+            Step::AlertRuleCreate { rule } => {
+                let (name, condition) = ALERT_RULES[rule % ALERT_RULES.len()];
+                let mut body: Value = serde_json::from_str(condition).unwrap_or_default();
+                body["name"] = json!(name);
+                body["notify_url"] = json!(self.hook_url);
+                let e = self.post(i, Role::Admin, "/alert-rules", body).await;
+                if let (true, Some(id)) = (e.ok(), e.answer.get("id").and_then(Value::as_i64)) {
+                    self.alert_rules.push(id);
+                }
+            }
+            Step::AlertRuleSwitch { pick, enabled } => {
+                let Some(id) = pick_of(&self.alert_rules, pick) else {
+                    return Ok(());
+                };
+                self.send_about(
+                    i,
+                    Role::Admin,
+                    "PATCH",
+                    "/alert-rules/{id}",
+                    id,
+                    Some(json!({ "enabled": enabled })),
+                )
+                .await;
             }
             Step::Read { what, role } => {
                 let (route, path) = match what {
@@ -429,9 +491,19 @@ impl Driver<'_> {
                 } else {
                     victim.stop().await;
                 }
-                self.generations[slot] += 1;
-                let fresh = Node::start(self.env, slot, self.generations[slot]).await?;
+                let fresh = self.start_node(slot).await?;
                 self.nodes.insert(slot, fresh);
+            }
+            Fault::Clock { node, secs } => {
+                let slot = node % self.nodes.len();
+                self.nodes.remove(slot).stop().await;
+                self.clocks[slot] = secs;
+                let fresh = self.start_node(slot).await?;
+                self.nodes.insert(slot, fresh);
+            }
+            Fault::CutListener { node } => {
+                let app_name = self.nodes[node % self.nodes.len()].app_name.clone();
+                crate::chaos::cut_listener(&self.pool, &app_name).await;
             }
             Fault::CrashDatabase => {
                 self.cluster
@@ -445,4 +517,14 @@ impl Driver<'_> {
         }
         Ok(())
     }
+}
+
+/// What a schedule's creation and change both send: its interval and policies.
+fn schedule_body(spec: &ScheduleSpec) -> Value {
+    json!({ "every_ms": spec.every_ms, "overlap": spec.overlap, "missed": spec.missed })
+}
+
+/// The `pick`th of `ids` (modulo their number), if there are any.
+fn pick_of(ids: &[i64], pick: usize) -> Option<i64> {
+    (!ids.is_empty()).then(|| ids[pick % ids.len()])
 }

@@ -33,7 +33,7 @@ use crate::chaos::receiver;
 use crate::postgres::{Durability, EmbeddedPostgres, DATABASE};
 use drive::{Driver, Tokens};
 use promises::Violation;
-use record::{AuditRow, History, JobRow, PredictionRow, QuestionRow, Snapshot};
+use record::{AuditRow, History, IncidentRow, JobRow, PredictionRow, QuestionRow, Snapshot};
 
 /// What a history run does.
 #[derive(Debug, Clone)]
@@ -51,6 +51,9 @@ pub struct HistoryConfig {
     pub keep: Option<Vec<usize>>,
     /// How long to wait for quiet (nothing due and unheld) before reading the database.
     pub settle: Duration,
+    /// Keep every run's directory with its record (`history.json`, `snapshot.json`), not only a
+    /// failing one's.
+    pub records: bool,
 }
 
 impl HistoryConfig {
@@ -64,6 +67,7 @@ impl HistoryConfig {
             faults: true,
             keep: None,
             settle: Duration::from_secs(20),
+            records: false,
         }
     }
 
@@ -178,6 +182,8 @@ async fn run_on(
         log_dir,
         queues: "default:10,limited:4,hooks:10,questions:5".into(),
         secret_key: Some(secret_key(config.seed)),
+        // Alert rules evaluated as often as they may be, so that a short history sees incidents.
+        settings: vec![("KICKOFF_ALERT_INTERVAL_MS", "500".into())],
     };
     let mut nodes = Vec::new();
     for slot in 0..config.nodes.max(1) {
@@ -189,11 +195,14 @@ async fn run_on(
         cluster,
         pool: pool.clone(),
         generations: vec![0; nodes.len()],
+        clocks: vec![0; nodes.len()],
         nodes,
         tokens,
         hook_url: format!("http://{receiver_addr}/hook"),
         jobs: Vec::new(),
         questions: Vec::new(),
+        endpoints: Vec::new(),
+        alert_rules: Vec::new(),
         history: History {
             seed: config.seed,
             ..History::default()
@@ -223,7 +232,7 @@ async fn run_on(
     let mut history = driver.history;
     history.deliveries = deliveries.snapshot();
     let violations = promises::check(&history, &snapshot);
-    if !violations.is_empty() {
+    if !violations.is_empty() || config.records {
         // The record and the database beside the nodes' logs, for a look.
         for (name, json) in [
             ("history.json", serde_json::to_string_pretty(&history)),
@@ -417,8 +426,26 @@ async fn read_snapshot(pool: &PgPool) -> Result<Snapshot, String> {
         ok: r.2,
     })
     .collect();
+    let incidents =
+        sqlx::query_as::<_, (i64, i64, String)>("SELECT id, rule_id, subject FROM alert_incidents")
+            .fetch_all(pool)
+            .await
+            .map_err(db)?
+            .into_iter()
+            .map(|r| IncidentRow {
+                id: r.0,
+                rule_id: r.1,
+                subject: r.2,
+            })
+            .collect();
+    let alert_notifications = sqlx::query_scalar("SELECT job_id FROM alert_notifications")
+        .fetch_all(pool)
+        .await
+        .map_err(db)?;
     Ok(Snapshot {
         now,
+        incidents,
+        alert_notifications,
         jobs,
         tallies,
         paused_queues,
@@ -500,7 +527,9 @@ pub async fn run_seeds(
                 report.violations.len()
             ));
         }
-        let _ = std::fs::remove_dir_all(&config.dir);
+        if !config.records {
+            let _ = std::fs::remove_dir_all(&config.dir);
+        }
         config.seed += 1;
         n += 1;
     }

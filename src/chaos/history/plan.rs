@@ -56,6 +56,10 @@ pub enum BulkAction {
     Cancel,
     Retry,
     RunNow,
+    /// Delete the waiting jobs (a question's live lock job is skipped).
+    DeleteWaiting,
+    /// Delete the finished jobs.
+    DeleteFinal,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -77,6 +81,31 @@ pub enum ReadWhat {
     Endpoints,
 }
 
+/// The alert rules a history may make (each on the receiver), by the condition they watch.
+pub const ALERT_RULES: [(&str, &str); 6] = [
+    ("discards", r#"{"condition": "job_discarded"}"#),
+    (
+        "overdue",
+        r#"{"condition": "overdue", "threshold_ms": 500}"#,
+    ),
+    (
+        "backlog",
+        r#"{"condition": "queue_backlog", "threshold_n": 3, "for_secs": 0}"#,
+    ),
+    (
+        "failures",
+        r#"{"condition": "failure_rate", "percent": 10, "threshold_n": 2}"#,
+    ),
+    (
+        "late locks",
+        r#"{"condition": "late_lock", "threshold_ms": 100}"#,
+    ),
+    (
+        "open questions",
+        r#"{"condition": "question_open", "threshold_ms": 300}"#,
+    ),
+];
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Fault {
@@ -88,6 +117,22 @@ pub enum Fault {
     CrashDatabase,
     /// Terminate every database connection of one node.
     CutConnections { node: usize },
+    /// Terminate only the node's listening connection: the notifications sent until it listens
+    /// again are lost to it.
+    CutListener { node: usize },
+    /// Restart a node with its wall clock moved by `secs` (libfaketime; its monotonic clock, which
+    /// timers use, is left alone): everything that promises a time goes by the database's clock.
+    Clock { node: usize, secs: i32 },
+}
+
+/// A schedule as a history makes or changes it: `s<name>`, a `noop` every `every_ms` on a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ScheduleSpec {
+    pub name: u8,
+    pub every_ms: u64,
+    pub queue: usize,
+    pub overlap: &'static str,
+    pub missed: &'static str,
 }
 
 /// One step of a history.
@@ -124,23 +169,22 @@ pub enum Step {
     ResumeKind {
         kind: usize,
     },
-    /// `PATCH /queues/{name}`: a per-node concurrency, and a global concurrency or none.
+    /// `PATCH /queues/{name}`: a per-node concurrency, a global concurrency or none, a rate or
+    /// none, partitioned by kind or not.
     Limits {
         queue: usize,
         concurrency: u32,
         global: Option<u32>,
+        rate: Option<&'static str>,
+        per_kind: bool,
     },
-    ScheduleCreate {
-        name: u8,
-        every_ms: u64,
-        queue: usize,
-        overlap: &'static str,
-        missed: &'static str,
-    },
+    ScheduleCreate(ScheduleSpec),
     Schedule {
         name: u8,
         action: ScheduleAction,
     },
+    /// `PATCH /schedules/{name}`: its interval, queue and policies.
+    ScheduleEdit(ScheduleSpec),
     QuestionCreate {
         game_in_ms: u64,
     },
@@ -162,6 +206,23 @@ pub enum Step {
     },
     /// A webhook endpoint for the receiver with a default header holding a planted secret.
     EndpointCreate,
+    /// `PATCH` an endpoint made before: a new planted secret in its default header.
+    EndpointEdit {
+        pick: usize,
+    },
+    /// Rotate an endpoint's signing secret (the new one is a planted secret too).
+    EndpointRotate {
+        pick: usize,
+    },
+    /// An alert rule ([`ALERT_RULES`]) notifying the receiver.
+    AlertRuleCreate {
+        rule: usize,
+    },
+    /// Switch an alert rule made before on or off.
+    AlertRuleSwitch {
+        pick: usize,
+        enabled: bool,
+    },
     Read {
         what: ReadWhat,
         role: Role,
@@ -194,7 +255,9 @@ fn role(rng: &mut fastrand::Rng) -> Role {
 fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
     let queue = rng.usize(..QUEUES.len());
     let pick = rng.usize(..usize::MAX);
-    match rng.u32(..100) {
+    let overlap = ["allow", "skip", "cancel_previous"];
+    let missed = ["skip", "run_once", "run_all"];
+    match rng.u32(..108) {
         0..=29 => {
             let work = if rng.u8(..4) == 0 {
                 Work::Webhook { secret: rng.bool() }
@@ -231,31 +294,43 @@ fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
             pick,
             role: role(rng),
         },
-        45..=46 => Step::Bulk {
-            action: [BulkAction::Cancel, BulkAction::Retry, BulkAction::RunNow][rng.usize(..3)],
+        45..=47 => Step::Bulk {
+            action: [
+                BulkAction::Cancel,
+                BulkAction::Retry,
+                BulkAction::RunNow,
+                BulkAction::DeleteWaiting,
+                BulkAction::DeleteFinal,
+            ][rng.usize(..5)],
             queue,
         },
-        47..=50 => Step::PauseQueue { queue },
-        51..=55 => Step::ResumeQueue { queue },
-        56 => Step::PauseKind {
+        48..=51 => Step::PauseQueue { queue },
+        52..=56 => Step::ResumeQueue { queue },
+        57 => Step::PauseKind {
             kind: rng.usize(..KINDS.len()),
         },
-        57..=58 => Step::ResumeKind {
+        58..=59 => Step::ResumeKind {
             kind: rng.usize(..KINDS.len()),
         },
-        59..=61 => Step::Limits {
-            queue,
-            concurrency: [1, 2, 5, 20][rng.usize(..4)],
-            global: [None, Some(1), Some(3)][rng.usize(..3)],
-        },
-        62..=64 => Step::ScheduleCreate {
+        60..=63 => {
+            let rate = [None, None, Some("4/s"), Some("3/500ms"), Some("10/s")][rng.usize(..5)];
+            Step::Limits {
+                queue,
+                concurrency: [1, 2, 5, 20][rng.usize(..4)],
+                global: [None, Some(1), Some(3)][rng.usize(..3)],
+                rate,
+                per_kind: rate.is_some() && rng.bool(),
+            }
+        }
+        // A schedule's interval is a second at least (an edit tries a shorter one, refused).
+        64..=66 => Step::ScheduleCreate(ScheduleSpec {
             name: rng.u8(..SCHEDULE_NAMES),
-            every_ms: [300, 700, 1_500][rng.usize(..3)],
+            every_ms: [1_000, 1_500, 3_000][rng.usize(..3)],
             queue,
-            overlap: ["allow", "skip", "cancel_previous"][rng.usize(..3)],
-            missed: ["skip", "run_once", "run_all"][rng.usize(..3)],
-        },
-        65..=68 => Step::Schedule {
+            overlap: overlap[rng.usize(..3)],
+            missed: missed[rng.usize(..3)],
+        }),
+        67..=70 => Step::Schedule {
             name: rng.u8(..SCHEDULE_NAMES),
             action: [
                 ScheduleAction::Pause,
@@ -265,25 +340,46 @@ fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
                 ScheduleAction::Delete,
             ][rng.usize(..5)],
         },
-        69..=72 => Step::QuestionCreate {
+        71..=72 => Step::ScheduleEdit(ScheduleSpec {
+            name: rng.u8(..SCHEDULE_NAMES),
+            every_ms: [1_000, 2_000, 500][rng.usize(..3)],
+            queue,
+            overlap: overlap[rng.usize(..3)],
+            missed: missed[rng.usize(..3)],
+        }),
+        73..=76 => Step::QuestionCreate {
             game_in_ms: [150, 400, 900, 2_500][rng.usize(..4)],
         },
-        73 => Step::QuestionMove {
+        77 => Step::QuestionMove {
             pick,
             game_in_ms: [100, 600, 1_500][rng.usize(..3)],
         },
-        74..=79 => Step::Predict {
+        78..=83 => Step::Predict {
             pick,
             player: rng.u8(..6),
             choice: rng.u8(..3),
         },
-        80 => Step::Settle {
+        84 => Step::Settle {
             pick,
             choice: rng.u8(..2),
         },
-        81 => Step::QuestionDelete { pick },
-        82 => Step::EndpointCreate,
-        83..=88 => Step::Read {
+        85 => Step::QuestionDelete { pick },
+        86 => Step::EndpointCreate,
+        87 => {
+            if rng.bool() {
+                Step::EndpointEdit { pick }
+            } else {
+                Step::EndpointRotate { pick }
+            }
+        }
+        88 => Step::AlertRuleCreate {
+            rule: rng.usize(..ALERT_RULES.len()),
+        },
+        89 => Step::AlertRuleSwitch {
+            pick,
+            enabled: rng.bool(),
+        },
+        90..=95 => Step::Read {
             what: [
                 ReadWhat::Jobs,
                 ReadWhat::Schedules,
@@ -292,18 +388,20 @@ fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
             ][rng.usize(..4)],
             role: [Role::Viewer, Role::Operator][rng.usize(..2)],
         },
-        89..=92 if faults => Step::Fault {
-            fault: match rng.u8(..8) {
-                0..=2 => Fault::Kill {
-                    node: rng.usize(..nodes),
-                },
-                3..=4 => Fault::Restart {
-                    node: rng.usize(..nodes),
-                },
-                5 => Fault::CrashDatabase,
-                _ => Fault::CutConnections {
-                    node: rng.usize(..nodes),
-                },
+        96..=100 if faults => Step::Fault {
+            fault: {
+                let node = rng.usize(..nodes);
+                match rng.u8(..11) {
+                    0..=2 => Fault::Kill { node },
+                    3..=4 => Fault::Restart { node },
+                    5 => Fault::CrashDatabase,
+                    6..=7 => Fault::CutConnections { node },
+                    8..=9 => Fault::CutListener { node },
+                    _ => Fault::Clock {
+                        node,
+                        secs: [-90, -5, 5, 90][rng.usize(..4)],
+                    },
+                }
             },
         },
         _ => Step::Wait {

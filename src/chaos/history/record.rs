@@ -141,6 +141,13 @@ pub struct AuditRow {
     pub ok: bool,
 }
 
+#[derive(Debug, Clone, Serialize)]
+pub struct IncidentRow {
+    pub id: i64,
+    pub rule_id: i64,
+    pub subject: String,
+}
+
 /// The database at the end of a history.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Snapshot {
@@ -153,6 +160,9 @@ pub struct Snapshot {
     pub questions: Vec<QuestionRow>,
     pub predictions: Vec<PredictionRow>,
     pub audit: Vec<AuditRow>,
+    pub incidents: Vec<IncidentRow>,
+    /// The jobs marked as alerts' notifications.
+    pub alert_notifications: Vec<i64>,
 }
 
 impl Snapshot {

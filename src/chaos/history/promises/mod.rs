@@ -2,8 +2,12 @@
 //! the history and the final database alone ([`History`], [`Snapshot`]), so that a planted
 //! violation (a record edited by hand) shows that the check can fail.
 //!
-//! To add a promise: a variant of [`Promise`] with the sentence it checks, a function below that
-//! returns its violations, a line in [`check`], and a test planting a violation of it.
+//! To add a promise: a variant of [`Promise`] with the sentence it checks, a function below (or
+//! in a module of its own) that returns its violations, a line in [`check`], and a test planting
+//! a violation of it.
+
+mod alerts;
+mod limits;
 
 use std::collections::{HashMap, HashSet};
 
@@ -31,7 +35,9 @@ pub enum Promise {
     /// schedule's pause, change, deletion, overlap or missed-run policy, its question's deletion.
     /// docs/schedules.md: a run triggered by hand is never counted as missed.
     CancelExplained,
-    /// docs/schedules.md: exactly one run per slot.
+    /// docs/schedules.md: exactly one run per slot (a run cancelled before it started, by a
+    /// change of its schedule that makes the runs ahead anew, never ran; a run an operator
+    /// retried, ran now or rescheduled left its slot because they asked).
     SlotOnce,
     /// docs/ARCHITECTURE.md: a database effect happens exactly once per completion (a counting
     /// job's tally equals its completions: one, plus at most one per acknowledged retry).
@@ -47,10 +53,20 @@ pub enum Promise {
     ViewersOnlyRead,
     /// docs/dashboard.md: every state-changing REST call that succeeded has its audit entry.
     AuditComplete,
+    /// docs/limits.md: at most N attempts of a queue start in each window of its rate (per key
+    /// when partitioned), and at most its global concurrency execute at once, on all nodes
+    /// together, by the database clock (from a change's answer plus the 1 s backstop poll).
+    LimitsHold,
+    /// docs/webhooks-and-alerts.md: an incident notifies at most once when it fires and once
+    /// when it resolves, and an alert's own notification is never the subject of an incident.
+    AlertsNotifyOnce,
+    /// README and docs/api.md: a job's time goes by the database's clock, whatever a node's
+    /// clock says: `schedule_in_ms` counts from the insert, and no attempt starts before its time.
+    DueByDatabaseClock,
 }
 
 impl Promise {
-    pub const ALL: [Promise; 10] = [
+    pub const ALL: [Promise; 13] = [
         Promise::JobsSettle,
         Promise::CancelHolds,
         Promise::PauseHolds,
@@ -61,6 +77,9 @@ impl Promise {
         Promise::SecretsHidden,
         Promise::ViewersOnlyRead,
         Promise::AuditComplete,
+        Promise::LimitsHold,
+        Promise::AlertsNotifyOnce,
+        Promise::DueByDatabaseClock,
     ];
 }
 
@@ -82,7 +101,7 @@ const CALL_SLACK: Duration = Duration::milliseconds(100);
 
 /// Every promise's violations.
 pub fn check(h: &History, s: &Snapshot) -> Vec<Violation> {
-    let checks: [fn(&History, &Snapshot) -> Vec<String>; 10] = [
+    let checks: [fn(&History, &Snapshot) -> Vec<String>; 13] = [
         jobs_settle,
         cancel_holds,
         pause_holds,
@@ -93,6 +112,9 @@ pub fn check(h: &History, s: &Snapshot) -> Vec<Violation> {
         secrets_hidden,
         viewers_only_read,
         audit_complete,
+        limits::limits_hold,
+        alerts::alerts_notify_once,
+        due_by_database_clock,
     ];
     Promise::ALL
         .iter()
@@ -127,15 +149,21 @@ fn on_job<'a>(h: &'a History, route: &'static str, job: i64) -> impl Iterator<It
         .filter(move |e| e.subject == Some(job))
 }
 
-fn deleted(h: &History, job: i64) -> bool {
+/// Whether `job` (acknowledged at `at`) may have been deleted: by name, or by a bulk delete sent
+/// after it (its queue is not known once it is gone).
+fn deleted(h: &History, job: i64, at: DateTime<Utc>) -> bool {
     h.acknowledged("DELETE", "/jobs/{id}")
         .any(|e| e.subject == Some(job))
+        || h.acknowledged("POST", "/jobs/bulk").any(|e| {
+            e.answered >= at
+                && e.body.as_ref().and_then(|b| b.get("action")?.as_str()) == Some("delete")
+        })
 }
 
 fn jobs_settle(h: &History, s: &Snapshot) -> Vec<String> {
     let mut out = Vec::new();
-    for (id, _) in acknowledged_jobs(h) {
-        if s.job(id).is_none() && !deleted(h, id) {
+    for (id, at) in acknowledged_jobs(h) {
+        if s.job(id).is_none() && !deleted(h, id, at) {
             out.push(format!(
                 "job {id}: acknowledged, then gone without a delete"
             ));
@@ -148,7 +176,12 @@ fn jobs_settle(h: &History, s: &Snapshot) -> Vec<String> {
         let held_by_kind = s.paused_kinds.contains(&job.kind);
         let waiting = matches!(job.state.as_str(), "scheduled" | "retryable" | "available")
             && job.scheduled_at > s.now - SETTLE_GRACE;
-        if !(held_by_queue || held_by_kind || waiting) {
+        // Came due as the database was read, and started.
+        let just_started = job.state == "executing"
+            && job.attempted_at.is_some_and(|at| {
+                at > s.now - SETTLE_GRACE && job.scheduled_at > s.now - SETTLE_GRACE
+            });
+        if !(held_by_queue || held_by_kind || waiting || just_started) {
             out.push(format!(
                 "job {} ({}, queue {}) is {} since {}, attempt {}: nothing holds it",
                 job.id, job.kind, job.queue, job.state, job.scheduled_at, job.attempt
@@ -162,6 +195,20 @@ fn jobs_settle(h: &History, s: &Snapshot) -> Vec<String> {
 fn retried_after(h: &History, job: &JobRow, t: DateTime<Utc>) -> bool {
     on_job(h, "/jobs/{id}/retry", job.id).any(|e| e.sent >= t)
         || bulk_on(h, "retry", &job.queue).any(|e| e.sent >= t)
+}
+
+/// Whether an operator retried, ran now or rescheduled `job`, by name or on a filter.
+fn moved_by_hand(h: &History, job: &JobRow) -> bool {
+    [
+        "/jobs/{id}/retry",
+        "/jobs/{id}/run-now",
+        "/jobs/{id}/reschedule",
+    ]
+    .into_iter()
+    .any(|route| on_job(h, route, job.id).next().is_some())
+        || ["retry", "run_now"]
+            .into_iter()
+            .any(|action| bulk_on(h, action, &job.queue).next().is_some())
 }
 
 fn bulk_on<'a>(
@@ -193,9 +240,11 @@ fn cancel_holds(h: &History, s: &Snapshot) -> Vec<String> {
                 e.answered, job.state, job.attempt
             ));
         }
-        // A call received for an attempt after the cancel: it started.
+        // A call received after the cancel, for a later attempt than the cancel saw: it started
+        // after. (One received before it may carry a higher number: a snoozed attempt's number
+        // is given back.)
         for d in h.deliveries.get(&id).into_iter().flatten() {
-            if i64::from(d.attempt) > attempt {
+            if d.at > e.sent && i64::from(d.attempt) > attempt {
                 out.push(format!(
                     "job {id}: cancelled at attempt {attempt}, then called for attempt {} at {}",
                     d.attempt, d.at
@@ -358,7 +407,7 @@ fn cancel_explained(h: &History, s: &Snapshot) -> Vec<String> {
     out
 }
 
-fn slot_once(_h: &History, s: &Snapshot) -> Vec<String> {
+fn slot_once(h: &History, s: &Snapshot) -> Vec<String> {
     let mut seen: HashMap<(i64, i64), i64> = HashMap::new();
     let mut out = Vec::new();
     for job in &s.jobs {
@@ -368,7 +417,12 @@ fn slot_once(_h: &History, s: &Snapshot) -> Vec<String> {
         ) else {
             continue;
         };
-        if job.triggered() {
+        // A run triggered by hand is outside the slots; one an operator retried, ran now or
+        // rescheduled (by name or on a filter) left its slot because they said so.
+        if job.triggered()
+            || (job.state == "cancelled" && job.attempt == 0)
+            || moved_by_hand(h, job)
+        {
             continue;
         }
         if let Some(other) = seen.insert((schedule, slot), job.id) {
@@ -531,6 +585,61 @@ fn audit_complete(h: &History, s: &Snapshot) -> Vec<String> {
     out
 }
 
+/// How far apart two readings of one clock may be and still be read as the same instant here: the
+/// driver's clock and the database's are the machine's, read a moment apart.
+const CLOCK_SLACK: Duration = Duration::milliseconds(50);
+
+fn due_by_database_clock(h: &History, _s: &Snapshot) -> Vec<String> {
+    let mut out = Vec::new();
+    let instant = |v: Option<&serde_json::Value>| {
+        v.and_then(|v| v.as_str())
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&Utc))
+    };
+    for e in h.acknowledged("POST", "/jobs") {
+        let job = e.answer.get("job").unwrap_or(&e.answer);
+        if e.answer.get("existing").and_then(|v| v.as_bool()) == Some(true) {
+            continue;
+        }
+        let (Some(id), Some(due), Some(delay)) = (
+            e.job_id(),
+            instant(job.get("scheduled_at")),
+            e.body
+                .as_ref()
+                .and_then(|b| b.get("schedule_in_ms")?.as_i64()),
+        ) else {
+            continue;
+        };
+        let delay = Duration::milliseconds(delay);
+        if due < e.sent + delay - CLOCK_SLACK || due > e.answered + delay + CLOCK_SLACK {
+            out.push(format!(
+                "job {id}: asked for in {} ms at {}, due at {due}",
+                delay.num_milliseconds(),
+                e.sent
+            ));
+            continue;
+        }
+        // Its first call came no sooner than its time, unless an operator moved it.
+        let moved = on_job(h, "/jobs/{id}/run-now", id).next().is_some()
+            || on_job(h, "/jobs/{id}/reschedule", id).next().is_some()
+            || h.acknowledged("POST", "/jobs/bulk").any(|b| {
+                b.body.as_ref().and_then(|b| b.get("action")?.as_str()) == Some("run_now")
+            });
+        let first = h
+            .deliveries
+            .get(&id)
+            .and_then(|calls| calls.iter().filter(|d| d.attempt == 1).map(|d| d.at).min());
+        if let (Some(called), false) = (first, moved) {
+            if called < due {
+                out.push(format!(
+                    "job {id}: due at {due}, its first attempt called at {called}"
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// Each promise's check, shown able to fail: a clean history and database pass every check, and
 /// one planted violation of each promise is reported as that promise, and only it.
 #[cfg(test)]
@@ -539,7 +648,7 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
-    use crate::chaos::history::record::{AuditRow, PredictionRow, QuestionRow};
+    use crate::chaos::history::record::{AuditRow, IncidentRow, PredictionRow, QuestionRow};
     use crate::chaos::receiver::Delivery;
 
     fn t(ms: i64) -> DateTime<Utc> {
@@ -657,12 +766,15 @@ mod tests {
         let mut run2 = run.clone();
         run2.id = 5;
         run2.meta["slot_ms"] = json!(2000);
+        // Cancelled before it ever started.
+        let mut never = job(3, "default", "noop", "cancelled", 0);
+        never.attempted_at = None;
         let mut s = Snapshot {
             now: t(10_000),
             jobs: vec![
                 noop,
                 job(2, "hooks", "webhook", "completed", 1),
-                job(3, "default", "noop", "cancelled", 0),
+                never,
                 run,
                 run2,
             ],
@@ -691,6 +803,15 @@ mod tests {
         (h, s)
     }
 
+    /// An operator's acknowledged (and audited) retry of `job` at 40 ms.
+    fn retry(h: &mut History, s: &mut Snapshot, job: i64) {
+        let path = format!("/jobs/{job}/retry");
+        let mut e = event(Role::Operator, "POST", "/jobs/{id}/retry", &path, 40);
+        e.subject = Some(job);
+        s.audit.push(audited(&e));
+        h.events.push(e);
+    }
+
     fn broken(h: &History, s: &Snapshot) -> Vec<Promise> {
         let mut p: Vec<Promise> = check(h, s).into_iter().map(|v| v.promise).collect();
         p.dedup();
@@ -713,6 +834,15 @@ mod tests {
         // Held by its paused queue, it is waiting legitimately.
         s.paused_queues.push("default".into());
         assert_eq!(broken(&h, &s), vec![]);
+        // Executing long after its time: nothing finished it. Just due and started: on its way.
+        let (h, mut s) = clean();
+        s.jobs[0].state = "executing".into();
+        s.jobs[0].finalized_at = None;
+        s.tallies.clear();
+        assert_eq!(broken(&h, &s), vec![Promise::JobsSettle]);
+        s.jobs[0].scheduled_at = t(9_500);
+        s.jobs[0].attempted_at = Some(t(9_600));
+        assert_eq!(broken(&h, &s), vec![]);
         // An acknowledged job gone without a delete.
         let (h, mut s) = clean();
         s.jobs.remove(1);
@@ -726,17 +856,27 @@ mod tests {
         s.jobs[2].state = "completed".into();
         assert_eq!(broken(&h, &s), vec![Promise::CancelHolds]);
         // Unless an operator retried it after the cancel.
-        let mut retry = event(
-            Role::Operator,
-            "POST",
-            "/jobs/{id}/retry",
-            "/jobs/3/retry",
-            40,
-        );
-        retry.subject = Some(3);
-        s.audit.push(audited(&retry));
-        h.events.push(retry);
+        retry(&mut h, &mut s, 3);
         assert_eq!(broken(&h, &s), vec![]);
+        // A call after the cancel, for an attempt it had not seen; but not one before it (an
+        // attempt snoozed by the receiver gives its number back: the cancel saw attempt 0).
+        let (mut h, s) = clean();
+        h.deliveries.insert(
+            3,
+            vec![Delivery {
+                attempt: 1,
+                at: t(20),
+            }],
+        );
+        assert_eq!(broken(&h, &s), vec![]);
+        h.deliveries.insert(
+            3,
+            vec![Delivery {
+                attempt: 1,
+                at: t(40),
+            }],
+        );
+        assert_eq!(broken(&h, &s), vec![Promise::CancelHolds]);
     }
 
     #[test]
@@ -769,6 +909,17 @@ mod tests {
         let (h, mut s) = clean();
         s.jobs[4].meta["slot_ms"] = json!(1000);
         assert_eq!(broken(&h, &s), vec![Promise::SlotOnce]);
+        // A run made again after its schedule changed: the first was cancelled before it started.
+        s.jobs[3].state = "cancelled".into();
+        s.jobs[3].attempt = 0;
+        assert_eq!(broken(&h, &s), vec![]);
+        // One that had started was a run.
+        s.jobs[3].attempt = 1;
+        assert_eq!(broken(&h, &s), vec![Promise::SlotOnce]);
+        // Unless an operator retried it: it ran again because they asked.
+        let mut h = h;
+        retry(&mut h, &mut s, 4);
+        assert_eq!(broken(&h, &s), vec![]);
     }
 
     #[test]
@@ -820,5 +971,99 @@ mod tests {
         let (h, mut s) = clean();
         s.audit.remove(0);
         assert_eq!(broken(&h, &s), vec![Promise::AuditComplete]);
+    }
+
+    /// An acknowledged `PATCH /queues/default` (audited) setting `body`.
+    fn limit(h: &mut History, s: &mut Snapshot, body: Value) {
+        let mut e = event(
+            Role::Operator,
+            "PATCH",
+            "/queues/{name}",
+            "/queues/default",
+            -5_000,
+        );
+        e.body = Some(body);
+        s.audit.push(audited(&e));
+        h.events.push(e);
+    }
+
+    #[test]
+    fn attempts_past_a_global_concurrency_or_a_rate_are_reported() {
+        // Three attempts of `default` run together from 10 ms to 20 ms.
+        let (mut h, mut s) = clean();
+        limit(&mut h, &mut s, json!({ "global_concurrency": 3 }));
+        assert_eq!(broken(&h, &s), vec![]);
+        limit(&mut h, &mut s, json!({ "global_concurrency": 2 }));
+        assert_eq!(broken(&h, &s), vec![Promise::LimitsHold]);
+        // One of them ended before the others started: two at once.
+        s.jobs[3].attempted_at = Some(t(0));
+        s.jobs[3].finalized_at = Some(t(9));
+        assert_eq!(broken(&h, &s), vec![]);
+        // Three starts in the second from 0 ms, by one key or by kind.
+        limit(&mut h, &mut s, json!({ "rate": "2/s" }));
+        assert_eq!(broken(&h, &s), vec![Promise::LimitsHold]);
+        limit(&mut h, &mut s, json!({ "rate": "2/s", "per": "kind" }));
+        assert_eq!(broken(&h, &s), vec![Promise::LimitsHold]);
+        s.jobs[3].kind = "webhook".into();
+        assert_eq!(broken(&h, &s), vec![]);
+        limit(&mut h, &mut s, json!({ "rate": "3/s" }));
+        assert_eq!(broken(&h, &s), vec![]);
+        // A change without a verdict leaves the limits unknown: nothing is claimed of them.
+        limit(&mut h, &mut s, json!({ "rate": "1/s" }));
+        h.events.last_mut().unwrap().status = 0;
+        assert_eq!(broken(&h, &s), vec![]);
+    }
+
+    #[test]
+    fn an_incident_notified_twice_or_about_a_notification_is_reported() {
+        let notification = |id: i64, incident: i64| {
+            let mut j = job(id, "default", "webhook", "discarded", 3);
+            j.meta = json!({ "alert_incident": incident, "alert_event": "fired" });
+            j
+        };
+        let (h, mut s) = clean();
+        s.jobs.push(notification(20, 7));
+        s.incidents.push(IncidentRow {
+            id: 7,
+            rule_id: 1,
+            subject: "question 9".into(),
+        });
+        assert_eq!(broken(&h, &s), vec![]);
+        s.jobs.push(notification(21, 7));
+        assert_eq!(broken(&h, &s), vec![Promise::AlertsNotifyOnce]);
+        // A digest naming an incident notified by itself.
+        s.jobs.pop();
+        let mut digest = job(22, "default", "webhook", "completed", 1);
+        digest.meta = json!({ "alert_rule": 1, "alert_event": "fired", "alert_digest": 1 });
+        digest.args = json!({ "body": { "data": { "incident_ids": [7] } } });
+        s.jobs.push(digest);
+        assert_eq!(broken(&h, &s), vec![Promise::AlertsNotifyOnce]);
+        s.jobs.pop();
+        // An incident about a discarded notification (marked, or named by its meta).
+        s.incidents.push(IncidentRow {
+            id: 8,
+            rule_id: 2,
+            subject: "job 20".into(),
+        });
+        assert_eq!(broken(&h, &s), vec![Promise::AlertsNotifyOnce]);
+        s.jobs.pop();
+        s.alert_notifications.push(20);
+        assert_eq!(broken(&h, &s), vec![Promise::AlertsNotifyOnce]);
+    }
+
+    #[test]
+    fn a_delay_counted_from_another_clock_or_a_call_before_its_time_is_reported() {
+        let (mut h, s) = clean();
+        // Job 2 (a webhook) was asked for in 1 s; it was called at 1,250 ms.
+        h.events[1].body = Some(json!({ "kind": "webhook", "schedule_in_ms": 1_000 }));
+        h.events[1].answer = json!({ "job": { "id": 2, "scheduled_at": t(1_010).to_rfc3339() } });
+        assert_eq!(broken(&h, &s), vec![]);
+        // Due 90 s later: the node counted from its own clock.
+        h.events[1].answer["job"]["scheduled_at"] = json!(t(91_010).to_rfc3339());
+        assert_eq!(broken(&h, &s), vec![Promise::DueByDatabaseClock]);
+        // Called before its time.
+        h.events[1].answer["job"]["scheduled_at"] = json!(t(1_010).to_rfc3339());
+        h.deliveries.get_mut(&2).unwrap()[0].at = t(50);
+        assert_eq!(broken(&h, &s), vec![Promise::DueByDatabaseClock]);
     }
 }
