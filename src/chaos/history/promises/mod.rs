@@ -8,6 +8,7 @@
 
 mod alerts;
 mod limits;
+mod slots;
 
 use std::collections::{HashMap, HashSet};
 
@@ -63,10 +64,13 @@ pub enum Promise {
     /// README and docs/api.md: a job's time goes by the database's clock, whatever a node's
     /// clock says: `schedule_in_ms` counts from the insert, and no attempt starts before its time.
     DueByDatabaseClock,
+    /// docs/schedules.md: every slot of a schedule that is there and not paused gets its run
+    /// (made ahead; cancelled by a policy perhaps, but made), whatever nodes or the database do.
+    SlotsComplete,
 }
 
 impl Promise {
-    pub const ALL: [Promise; 13] = [
+    pub const ALL: [Promise; 14] = [
         Promise::JobsSettle,
         Promise::CancelHolds,
         Promise::PauseHolds,
@@ -80,6 +84,7 @@ impl Promise {
         Promise::LimitsHold,
         Promise::AlertsNotifyOnce,
         Promise::DueByDatabaseClock,
+        Promise::SlotsComplete,
     ];
 }
 
@@ -101,12 +106,12 @@ const CALL_SLACK: Duration = Duration::milliseconds(100);
 
 /// Every promise's violations.
 pub fn check(h: &History, s: &Snapshot) -> Vec<Violation> {
-    let checks: [fn(&History, &Snapshot) -> Vec<String>; 13] = [
+    let checks: [fn(&History, &Snapshot) -> Vec<String>; 14] = [
         jobs_settle,
         cancel_holds,
         pause_holds,
         cancel_explained,
-        slot_once,
+        slots::slot_once,
         effect_once,
         questions_lock,
         secrets_hidden,
@@ -115,6 +120,7 @@ pub fn check(h: &History, s: &Snapshot) -> Vec<Violation> {
         limits::limits_hold,
         alerts::alerts_notify_once,
         due_by_database_clock,
+        slots::slots_complete,
     ];
     Promise::ALL
         .iter()
@@ -403,34 +409,6 @@ fn cancel_explained(h: &History, s: &Snapshot) -> Vec<String> {
             "job {} ({}, queue {}) cancelled, and no cancel named it",
             job.id, job.kind, job.queue
         ));
-    }
-    out
-}
-
-fn slot_once(h: &History, s: &Snapshot) -> Vec<String> {
-    let mut seen: HashMap<(i64, i64), i64> = HashMap::new();
-    let mut out = Vec::new();
-    for job in &s.jobs {
-        let (Some(schedule), Some(slot)) = (
-            job.schedule_id(),
-            job.meta.get("slot_ms").and_then(|v| v.as_i64()),
-        ) else {
-            continue;
-        };
-        // A run triggered by hand is outside the slots; one an operator retried, ran now or
-        // rescheduled (by name or on a filter) left its slot because they said so.
-        if job.triggered()
-            || (job.state == "cancelled" && job.attempt == 0)
-            || moved_by_hand(h, job)
-        {
-            continue;
-        }
-        if let Some(other) = seen.insert((schedule, slot), job.id) {
-            out.push(format!(
-                "schedule {schedule}: slot {slot} has two runs, jobs {other} and {}",
-                job.id
-            ));
-        }
     }
     out
 }
@@ -1065,5 +1043,43 @@ mod tests {
         h.events[1].answer["job"]["scheduled_at"] = json!(t(1_010).to_rfc3339());
         h.deliveries.get_mut(&2).unwrap()[0].at = t(50);
         assert_eq!(broken(&h, &s), vec![Promise::DueByDatabaseClock]);
+    }
+
+    #[test]
+    fn a_slot_without_a_run_while_its_schedule_ran_is_reported() {
+        // Schedule s0 (id 1), every second from 500 ms; runs for 1 s and 2 s (jobs 4 and 5).
+        let (mut h, mut s) = clean();
+        s.jobs[3].meta["slot_ms"] = json!(t(1_000).timestamp_millis());
+        s.jobs[4].meta["slot_ms"] = json!(t(2_000).timestamp_millis());
+        let mut create = event(Role::Operator, "POST", "/schedules", "/schedules", 495);
+        create.status = 201;
+        create.body =
+            Some(json!({ "name": "s0", "every_ms": 1000, "job": { "queue": "default" } }));
+        create.answer = json!({ "id": 1 });
+        let mut pause = event(
+            Role::Operator,
+            "POST",
+            "/schedules/{name}/pause",
+            "/schedules/s0/pause",
+            2_500,
+        );
+        pause.answer = json!({ "paused": true });
+        for e in [&create, &pause] {
+            s.audit.push(audited(e));
+        }
+        h.events.extend([create, pause]);
+        assert_eq!(broken(&h, &s), vec![]);
+        // The run of 2 s is missing.
+        s.jobs.remove(4);
+        assert_eq!(broken(&h, &s), vec![Promise::SlotsComplete]);
+        // Paused before 2 s: that slot is the pause's.
+        h.events.last_mut().unwrap().sent = t(1_500);
+        assert_eq!(broken(&h, &s), vec![]);
+        // A pause without a verdict: nothing is known after it.
+        h.events.last_mut().unwrap().sent = t(2_500);
+        h.events.last_mut().unwrap().status = 503;
+        assert_eq!(broken(&h, &s), vec![Promise::SlotsComplete]);
+        h.events.last_mut().unwrap().sent = t(1_500);
+        assert_eq!(broken(&h, &s), vec![]);
     }
 }
