@@ -385,6 +385,7 @@ impl Driver<'_> {
                 self.send_about(i, Role::Operator, "DELETE", "/questions/{id}", q, None)
                     .await;
             }
+            Step::SqlInsert { queue, delay_ms } => self.sql_insert(i, queue, delay_ms).await,
             Step::EndpointCreate => {
                 let value = format!("endpoint-sekret-{}-{i}", self.history.seed);
                 self.history.secrets.push(value.clone());
@@ -479,6 +480,51 @@ impl Driver<'_> {
             Step::Wait { ms } => tokio::time::sleep(Duration::from_millis(ms)).await,
         }
         Ok(())
+    }
+
+    /// Inserts a counting `noop` job with plain SQL, recorded as an event of method `SQL` (status
+    /// 201 when it committed, 0 when the database did not answer).
+    async fn sql_insert(&mut self, i: usize, queue: usize, delay_ms: u64) {
+        let args = json!({ "tally": format!("h{}-{i}", self.history.seed), "sleep_ms": 0,
+                           "fail_attempts": 0 });
+        let sent = Utc::now();
+        let inserted: Result<(i64, chrono::DateTime<Utc>), _> = sqlx::query_as(
+            "INSERT INTO jobs (kind, queue, args, state, scheduled_at, max_attempts)
+             VALUES ('noop', $1, $2,
+                     CASE WHEN $3 > 0 THEN 'scheduled' ELSE 'available' END::job_state,
+                     now() + make_interval(secs => $3 / 1000.0), 3)
+             RETURNING id, scheduled_at",
+        )
+        .bind(QUEUES[queue])
+        .bind(&args)
+        .bind(delay_ms as f64)
+        .fetch_one(&self.pool)
+        .await;
+        let (status, answer) = match inserted {
+            Ok((id, due)) => {
+                self.jobs.push(id);
+                (
+                    201,
+                    json!({ "job": { "id": id, "scheduled_at": due.to_rfc3339() } }),
+                )
+            }
+            Err(e) => (0, Value::String(e.to_string())),
+        };
+        self.history.events.push(Event {
+            step: i,
+            role: Role::Admin,
+            node: 0,
+            method: "SQL",
+            route: "/jobs",
+            path: "/jobs".into(),
+            body: Some(json!({ "queue": QUEUES[queue], "args": args,
+                               "schedule_in_ms": delay_ms })),
+            status,
+            answer,
+            sent,
+            answered: Utc::now(),
+            subject: None,
+        });
     }
 
     async fn fault(&mut self, fault: Fault) -> Result<(), String> {

@@ -494,8 +494,9 @@ pub async fn run_and_shrink(
 }
 
 /// Runs histories seed after seed from `config.seed`: `seeds` of them, or as many as fit in
-/// `limit`; stops at the first that breaks a promise (shrunk when `shrink`). Each report goes to
-/// `print` as it comes.
+/// `limit`; a history that breaks a promise is shrunk when `shrink`, and the run goes on with the
+/// next seed (a long run reports every failing seed, not only the first). Each report goes to
+/// `print` as it comes; `Err` names the failing seeds.
 pub async fn run_seeds(
     mut config: HistoryConfig,
     seeds: u64,
@@ -506,31 +507,39 @@ pub async fn run_seeds(
     let started = Instant::now();
     let base = config.dir.clone();
     let mut n = 0u64;
+    let mut failed = Vec::new();
     loop {
         let more = match limit {
             Some(l) => started.elapsed() < l,
             None => n < seeds,
         };
         if !more {
-            return Ok(());
+            break;
         }
         config.dir = base.join(format!("seed-{}", config.seed));
         let (report, shrunk) = run_and_shrink(&config, shrink).await?;
         print(&report);
-        if !report.ok() {
+        if report.ok() {
+            if !config.records {
+                let _ = std::fs::remove_dir_all(&config.dir);
+            }
+        } else {
             if let Some(s) = shrunk {
                 print(&s);
             }
-            return Err(format!(
-                "seed {} broke {} promise(s)",
-                config.seed,
-                report.violations.len()
-            ));
-        }
-        if !config.records {
-            let _ = std::fs::remove_dir_all(&config.dir);
+            failed.push(config.seed.to_string());
         }
         config.seed += 1;
         n += 1;
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} of {n} histories broke a promise: seeds {} (records in {})",
+            failed.len(),
+            failed.join(", "),
+            base.display()
+        ))
     }
 }

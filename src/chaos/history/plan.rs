@@ -147,6 +147,12 @@ pub enum Step {
         unique: Option<u8>,
         role: Role,
     },
+    /// A `noop` job inserted with plain SQL, as an application inserts one in its own
+    /// transaction (no API, no audit): the engine must run it like any other.
+    SqlInsert {
+        queue: usize,
+        delay_ms: u64,
+    },
     Job {
         action: JobAction,
         pick: usize,
@@ -258,8 +264,12 @@ fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
     let overlap = ["allow", "skip", "cancel_previous"];
     let missed = ["skip", "run_once", "run_all"];
     match rng.u32(..108) {
-        0..=29 => {
-            let work = if rng.u8(..4) == 0 {
+        0..=2 => Step::SqlInsert {
+            queue,
+            delay_ms: [0, 150, 700][rng.usize(..3)],
+        },
+        3..=29 => {
+            let work = if rng.u8(..3) == 0 {
                 Work::Webhook { secret: rng.bool() }
             } else {
                 Work::Noop {

@@ -140,7 +140,11 @@ fn acknowledged_jobs(h: &History) -> Vec<(i64, DateTime<Utc>)> {
         .events
         .iter()
         .filter(|e| {
-            e.ok() && e.method == "POST" && matches!(e.route, "/jobs" | "/schedules/{name}/trigger")
+            e.ok()
+                && matches!(
+                    (e.method, e.route),
+                    ("POST" | "SQL", "/jobs") | ("POST", "/schedules/{name}/trigger")
+                )
         })
         .filter_map(|e| Some((e.job_id()?, e.answered)))
         .collect();
@@ -538,11 +542,10 @@ fn audit_complete(h: &History, s: &Snapshot) -> Vec<String> {
         *entries.entry((a.action.clone(), target)).or_default() += 1;
     }
     let mut wanted: HashMap<(String, String), usize> = HashMap::new();
-    for e in h
-        .events
-        .iter()
-        .filter(|e| e.ok() && e.method != "GET" && e.route != "/questions/{id}/predictions")
-    {
+    // Reads, predictions (the players' own, not an operator's) and plain SQL are not audited.
+    for e in h.events.iter().filter(|e| {
+        e.ok() && !matches!(e.method, "GET" | "SQL") && e.route != "/questions/{id}/predictions"
+    }) {
         let key = (
             format!("api.{} {}", e.method, e.route),
             format!("/api/v1{}", e.path),
@@ -574,7 +577,10 @@ fn due_by_database_clock(h: &History, _s: &Snapshot) -> Vec<String> {
             .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
             .map(|t| t.with_timezone(&Utc))
     };
-    for e in h.acknowledged("POST", "/jobs") {
+    for e in h
+        .acknowledged("POST", "/jobs")
+        .chain(h.acknowledged("SQL", "/jobs"))
+    {
         let job = e.answer.get("job").unwrap_or(&e.answer);
         if e.answer.get("existing").and_then(|v| v.as_bool()) == Some(true) {
             continue;
@@ -597,11 +603,18 @@ fn due_by_database_clock(h: &History, _s: &Snapshot) -> Vec<String> {
             ));
             continue;
         }
-        // Its first call came no sooner than its time, unless an operator moved it.
-        let moved = on_job(h, "/jobs/{id}/run-now", id).next().is_some()
-            || on_job(h, "/jobs/{id}/reschedule", id).next().is_some()
+        // Its first call came no sooner than its time, unless an operator moved it (a retry of
+        // a cancelled job runs it at once).
+        let moved = [
+            "/jobs/{id}/run-now",
+            "/jobs/{id}/reschedule",
+            "/jobs/{id}/retry",
+        ]
+        .into_iter()
+        .any(|route| on_job(h, route, id).next().is_some())
             || h.acknowledged("POST", "/jobs/bulk").any(|b| {
-                b.body.as_ref().and_then(|b| b.get("action")?.as_str()) == Some("run_now")
+                let action = b.body.as_ref().and_then(|b| b.get("action")?.as_str());
+                matches!(action, Some("run_now" | "retry"))
             });
         let first = h
             .deliveries
@@ -1043,6 +1056,10 @@ mod tests {
         h.events[1].answer["job"]["scheduled_at"] = json!(t(1_010).to_rfc3339());
         h.deliveries.get_mut(&2).unwrap()[0].at = t(50);
         assert_eq!(broken(&h, &s), vec![Promise::DueByDatabaseClock]);
+        // Unless an operator retried it (a cancelled job retried runs at once).
+        let mut s = s;
+        retry(&mut h, &mut s, 2);
+        assert_eq!(broken(&h, &s), vec![]);
     }
 
     #[test]
