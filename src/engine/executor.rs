@@ -299,25 +299,48 @@ async fn run_attempt(
             UNKNOWN_KIND_BACKOFF,
         ),
         Some(worker) => {
-            let ctx = JobContext::new(job.clone(), me.parts.pool.clone(), cancel);
+            let ctx = JobContext::new(job.clone(), me.parts.pool.clone(), cancel.clone());
             let timeout = worker.timeout();
-            let work = AssertUnwindSafe(async {
-                // A run of a schedule with an overlap policy may be skipped, or cancel the runs
-                // it overlaps, before its handler starts.
-                overlap_gate(&me.parts.pool, &job).await?;
-                worker.work(ctx.clone()).await
-            })
-            .catch_unwind();
-            let result = match tokio::time::timeout(timeout, work).await {
-                Err(_) => Err(WorkError::Retryable(format!(
-                    "timed out after {} ms",
-                    timeout.as_millis()
-                ))),
-                Ok(Err(panic)) => Err(WorkError::Retryable(format!(
-                    "panicked: {}",
-                    panic_message(panic.as_ref())
-                ))),
-                Ok(Ok(r)) => r,
+            let deadline = tokio::time::Instant::now() + timeout;
+            let mut runs = 0;
+            let result = loop {
+                runs += 1;
+                let work = AssertUnwindSafe(async {
+                    // A run of a schedule with an overlap policy may be skipped, or cancel the
+                    // runs it overlaps, before its handler starts.
+                    overlap_gate(&me.parts.pool, &job).await?;
+                    worker.work(ctx.clone()).await
+                })
+                .catch_unwind();
+                let result = match tokio::time::timeout_at(deadline, work).await {
+                    Err(_) => Err(WorkError::Retryable(format!(
+                        "timed out after {} ms",
+                        timeout.as_millis()
+                    ))),
+                    Ok(Err(panic)) => Err(WorkError::Retryable(format!(
+                        "panicked: {}",
+                        panic_message(panic.as_ref())
+                    ))),
+                    Ok(Ok(r)) => r,
+                };
+                // A connection the database had dropped: nothing the handler wrote on it
+                // committed. The pool's other dead connections go, and the handler runs again
+                // at once (an attempt and a backoff spent on it would make a lock late).
+                match result {
+                    Err(WorkError::ConnectionLost(_))
+                        if runs <= CONNECTION_RERUNS
+                            && !ctx.already_completed()
+                            && !cancel.is_cancelled() =>
+                    {
+                        drop_dead_connections(&me.parts.pool).await;
+                    }
+                    Err(WorkError::ConnectionLost(e)) => {
+                        break Err(WorkError::Retryable(format!(
+                            "database connection lost: {e}"
+                        )))
+                    }
+                    r => break r,
+                }
             };
             (result, ctx.already_completed(), worker.backoff(job.attempt))
         }
@@ -329,6 +352,7 @@ async fn run_attempt(
         Err(WorkError::Cancel(_)) => Outcome::Cancelled,
         Err(WorkError::Snooze(_)) => Outcome::Snoozed,
         Err(WorkError::Fenced) => Outcome::Fenced,
+        Err(WorkError::ConnectionLost(_)) => Outcome::Failed,
     };
     let took = started.elapsed();
     me.parts.metrics.finished(&job.kind, outcome, took);
@@ -346,6 +370,26 @@ async fn run_attempt(
     let queue = guard.queue.clone();
     drop(guard);
     Executor { inner: me }.fill(&queue);
+}
+
+/// How many times a handler whose database connection was gone runs again within its attempt.
+const CONNECTION_RERUNS: usize = 2;
+
+/// Takes the pool's idle connections one by one and pings each (within a second): those that do
+/// not answer are closed, the others go back. After a database restart or a cut, a pool that
+/// does not ping on checkout (a round trip per job) holds dead connections that would each fail
+/// one handler; this drops them all at the first failure.
+async fn drop_dead_connections(pool: &sqlx::PgPool) {
+    use sqlx::Connection as _;
+    let mut alive = Vec::new();
+    while let Some(mut conn) = pool.try_acquire() {
+        let answered = tokio::time::timeout(std::time::Duration::from_secs(1), conn.ping()).await;
+        if matches!(answered, Ok(Ok(()))) {
+            alive.push(conn);
+        } else {
+            conn.close_on_drop();
+        }
+    }
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

@@ -34,6 +34,12 @@ pub enum WorkError {
     /// Not ready yet: run again after this delay, without spending an attempt.
     #[error("snoozed for {0:?}")]
     Snooze(Duration),
+    /// The handler's database connection was gone (dropped by a restart of the database or a
+    /// cut): nothing it wrote on it committed. The engine runs the handler again at once, within
+    /// the same attempt, after dropping the pool's dead connections; only when that fails too
+    /// is the attempt failed, as [`WorkError::Retryable`].
+    #[error("database connection lost: {0}")]
+    ConnectionLost(String),
     /// The attempt lost its job (cancelled, rescued after its lease expired, or taken by a newer
     /// attempt); its effects were rolled back.
     #[error("the attempt lost its job (cancelled or rescued); its effects were rolled back")]
@@ -51,7 +57,11 @@ impl WorkError {
 
 impl From<sqlx::Error> for WorkError {
     fn from(e: sqlx::Error) -> Self {
-        WorkError::Retryable(format!("database error: {e}"))
+        if super::store::errors::is_connection_lost(&e) {
+            WorkError::ConnectionLost(e.to_string())
+        } else {
+            WorkError::Retryable(format!("database error: {e}"))
+        }
     }
 }
 

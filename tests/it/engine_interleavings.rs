@@ -1319,3 +1319,77 @@ async fn the_producer_claims_into_free_slots_and_no_more() {
     assert!(executor.drain(Duration::from_secs(5)).await);
     p.pools.close().await;
 }
+
+/// Runs one query on the handlers' pool.
+struct Queries;
+
+impl Worker for Queries {
+    fn kind(&self) -> &'static str {
+        "query"
+    }
+    fn work(&self, ctx: JobContext) -> BoxFuture<'_, Result<(), WorkError>> {
+        Box::pin(async move {
+            sqlx::query("SELECT 1").execute(ctx.pool()).await?;
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_handler_given_a_connection_the_database_dropped_runs_again_at_once_uncounted() {
+    // After a database restart or a cut, the handlers' pool still holds the dropped connections
+    // (no ping before a checkout, as the server's pools): the first queries to take them fail.
+    // Such an attempt never reached the database: it must not cost an attempt and a backoff (a
+    // question's lock would wait for its retry, past its game time).
+    let db = test_db().await;
+    let options: PgConnectOptions = db.url.parse().unwrap();
+    let handlers = PgPoolOptions::new()
+        .max_connections(4)
+        .test_before_acquire(false)
+        .connect_with(options.application_name("handlers-dropped"))
+        .await
+        .unwrap();
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(handlers.acquire().await.unwrap());
+    }
+    drop(held);
+    let mut workers = Workers::new();
+    workers.register(Queries);
+    let engine = Engine::start(handlers.clone(), workers, config(2))
+        .await
+        .unwrap();
+    let dropped: i64 = sqlx::query_scalar(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+         WHERE application_name = 'handlers-dropped' AND state = 'idle'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(dropped >= 1, "no idle handler connection to drop");
+    // Inserted on another pool: the client's shares the handlers'.
+    let id = JobId(
+        sqlx::query_scalar(
+            "INSERT INTO jobs (kind, state) VALUES ('query', 'available') RETURNING id",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap(),
+    );
+    wait_for("the job to finish", Duration::from_secs(10), || async {
+        state_of(&db.pool, id).await == JobState::Completed
+    })
+    .await;
+    let (attempt, errors): (i32, serde_json::Value) =
+        sqlx::query_as("SELECT attempt, errors FROM jobs WHERE id = $1")
+            .bind(id.0)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (attempt, errors),
+        (1, json!([])),
+        "a dropped connection cost the job an attempt"
+    );
+    engine.stop().await;
+}

@@ -304,13 +304,17 @@ async fn make_tokens(pool: &PgPool) -> Result<Tokens, String> {
 }
 
 /// Waits until nothing is due and unheld: no job executing, none available or overdue outside a
-/// paused queue or kind. `false` when `limit` passed first.
+/// paused queue or kind, no failed attempt whose retry comes within 5 s (a job that failed in a
+/// fault's wake runs again before the database is read). `false` when `limit` passed first.
 async fn wait_for_quiet(pool: &PgPool, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     loop {
         let busy: Result<i64, _> = sqlx::query_scalar(
             "SELECT count(*) FROM jobs j
              WHERE j.state = 'executing'
+                OR (j.state = 'retryable' AND j.scheduled_at < now() + interval '5 seconds'
+                    AND NOT EXISTS (SELECT 1 FROM queues q WHERE q.name = j.queue AND q.paused)
+                    AND NOT EXISTS (SELECT 1 FROM kind_pauses k WHERE k.kind = j.kind))
                 OR (j.state IN ('available', 'scheduled', 'retryable')
                     AND j.scheduled_at < now() - interval '1 second'
                     AND NOT EXISTS (SELECT 1 FROM queues q WHERE q.name = j.queue AND q.paused)
@@ -331,8 +335,15 @@ async fn wait_for_quiet(pool: &PgPool, limit: Duration) -> bool {
 /// The database at the end (the checks' instruments, like the chaos suite's: queries of their own).
 async fn read_snapshot(pool: &PgPool) -> Result<Snapshot, String> {
     let db = |e: sqlx::Error| format!("snapshot: {e}");
+    // One snapshot of the database for every table (and its `now()`): read one after another
+    // without it, a job seen executing may have completed, tally raised, by the tallies' read.
+    let mut tx = pool.begin().await.map_err(db)?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
     let now = sqlx::query_scalar("SELECT now()")
-        .fetch_one(pool)
+        .fetch_one(&mut *tx)
         .await
         .map_err(db)?;
     type Row = (
@@ -352,7 +363,7 @@ async fn read_snapshot(pool: &PgPool) -> Result<Snapshot, String> {
                 args, meta
          FROM jobs ORDER BY id",
     )
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await
     .map_err(db)?;
     let jobs = rows
@@ -371,23 +382,23 @@ async fn read_snapshot(pool: &PgPool) -> Result<Snapshot, String> {
         })
         .collect();
     let tallies: HashMap<String, i64> = sqlx::query_as("SELECT name, count FROM tallies")
-        .fetch_all(pool)
+        .fetch_all(&mut *tx)
         .await
         .map_err(db)?
         .into_iter()
         .collect();
     let paused_queues = sqlx::query_scalar("SELECT name FROM queues WHERE paused")
-        .fetch_all(pool)
+        .fetch_all(&mut *tx)
         .await
         .map_err(db)?;
     let paused_kinds = sqlx::query_scalar("SELECT kind FROM kind_pauses")
-        .fetch_all(pool)
+        .fetch_all(&mut *tx)
         .await
         .map_err(db)?;
     let questions = sqlx::query_as::<_, (i64, String, _, _, Option<i64>)>(
         "SELECT id, status::text, game_time, locked_at, lock_job_id FROM questions",
     )
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await
     .map_err(db)?
     .into_iter()
@@ -402,7 +413,7 @@ async fn read_snapshot(pool: &PgPool) -> Result<Snapshot, String> {
     let predictions = sqlx::query_as::<_, (i64, String, String, _)>(
         "SELECT question_id, player, choice, at FROM predictions",
     )
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await
     .map_err(db)?
     .into_iter()
@@ -416,7 +427,7 @@ async fn read_snapshot(pool: &PgPool) -> Result<Snapshot, String> {
     let audit = sqlx::query_as::<_, (String, String, bool)>(
         "SELECT action, coalesce(target, ''), ok FROM audit_log",
     )
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await
     .map_err(db)?
     .into_iter()
@@ -428,7 +439,7 @@ async fn read_snapshot(pool: &PgPool) -> Result<Snapshot, String> {
     .collect();
     let incidents =
         sqlx::query_as::<_, (i64, i64, String)>("SELECT id, rule_id, subject FROM alert_incidents")
-            .fetch_all(pool)
+            .fetch_all(&mut *tx)
             .await
             .map_err(db)?
             .into_iter()
@@ -439,7 +450,7 @@ async fn read_snapshot(pool: &PgPool) -> Result<Snapshot, String> {
             })
             .collect();
     let alert_notifications = sqlx::query_scalar("SELECT job_id FROM alert_notifications")
-        .fetch_all(pool)
+        .fetch_all(&mut *tx)
         .await
         .map_err(db)?;
     Ok(Snapshot {

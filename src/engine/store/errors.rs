@@ -15,6 +15,20 @@ pub fn is_transient(e: &sqlx::Error) -> bool {
     }
 }
 
+/// Whether `e` says the connection itself is gone (closed, reset, shut down by the server): the
+/// statement never ran to its end, and the same statement on another connection may well work.
+/// Not a timeout, a lock or a conflict: those are answers of a live connection.
+pub fn is_connection_lost(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|code| code.starts_with("08") || code.starts_with("57P0")),
+        _ => false,
+    }
+}
+
 /// SQLSTATE codes of errors that a retry may get past.
 fn is_transient_code(code: &str) -> bool {
     matches!(

@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 
-use super::plan::{Role, QUEUES};
+use super::plan::{Role, KINDS, QUEUES};
 use super::record::{Event, History, JobRow, Snapshot};
 
 /// What Kickoff promises, and where it says so.
@@ -272,6 +272,38 @@ fn pause_holds(h: &History, s: &Snapshot) -> Vec<String> {
         .map(|q| (*q, paused_spans(h, "queues", q, s.now)))
         .collect();
     let webhook_kind = paused_spans(h, "kinds", "webhook", s.now);
+    let kinds: HashMap<&str, Vec<Span>> = KINDS
+        .iter()
+        .map(|k| (*k, paused_spans(h, "kinds", k, s.now)))
+        .collect();
+    // The claim of a finished job's last attempt (the attempt that ran: a claim handed back is
+    // claimed again, and written again).
+    for job in s
+        .jobs
+        .iter()
+        .filter(|j| matches!(j.state.as_str(), "completed" | "discarded"))
+    {
+        let Some(claimed) = job.attempted_at else {
+            continue;
+        };
+        let held = [
+            ("queue", queues.get(job.queue.as_str())),
+            ("kind", kinds.get(job.kind.as_str())),
+        ];
+        for (what, spans) in held {
+            let spans = spans.map(Vec::as_slice).unwrap_or_default();
+            if let Some((from, to)) = spans
+                .iter()
+                .find(|(f, t)| claimed > *f + CALL_SLACK && claimed < *t)
+            {
+                out.push(format!(
+                    "job {} ({}, queue {}): attempt {} claimed at {claimed} while its {what} was \
+                     paused ({from} until {to})",
+                    job.id, job.kind, job.queue, job.attempt
+                ));
+            }
+        }
+    }
     for (id, calls) in &h.deliveries {
         let Some(job) = s.job(*id) else { continue };
         let by_queue = queues.get(job.queue.as_str()).map(Vec::as_slice);
@@ -298,16 +330,17 @@ fn pause_holds(h: &History, s: &Snapshot) -> Vec<String> {
 type Span = (DateTime<Utc>, DateTime<Utc>);
 
 /// The spans during which a queue or a kind (`what`: `queues` or `kinds`) was paused: from each
-/// acknowledged pause's answer until the next acknowledged resume was sent (or the end).
+/// acknowledged pause's answer until the next resume was sent that may have been done (one
+/// acknowledged, or without a verdict), or the end.
 fn paused_spans(h: &History, what: &str, name: &str, end: DateTime<Utc>) -> Vec<Span> {
     let pause = format!("/{what}/{name}/pause");
     let resume = format!("/{what}/{name}/resume");
     let mut changes: Vec<(&Event, bool)> = h
         .events
         .iter()
-        .filter(|e| e.ok() && e.method == "POST")
+        .filter(|e| e.method == "POST" && !(400..500).contains(&e.status))
         .filter_map(|e| {
-            if e.path == pause {
+            if e.path == pause && e.ok() {
                 Some((e, true))
             } else if e.path == resume {
                 Some((e, false))
@@ -878,6 +911,35 @@ mod tests {
         // A call received 45 ms after the pause's answer may have started before it.
         h.deliveries.get_mut(&2).unwrap()[0].at = t(150);
         assert_eq!(broken(&h, &s), vec![]);
+    }
+
+    #[test]
+    fn a_claim_while_the_queue_or_kind_is_paused_is_reported() {
+        // Job 2 (hooks, webhook) ran from a claim at 10 ms; hooks was paused from 105 ms.
+        let (h, mut s) = clean();
+        s.jobs[1].attempted_at = Some(t(500));
+        assert_eq!(broken(&h, &s), vec![Promise::PauseHolds]);
+        // A resume without a verdict may have been done: nothing is known after it was sent.
+        let (mut h, mut s) = clean();
+        h.events[5].status = 503;
+        s.audit.retain(|a| !a.target.contains("resume"));
+        s.jobs[1].attempted_at = Some(t(1_100));
+        assert_eq!(broken(&h, &s), vec![]);
+        // A kind paused.
+        let (mut h, mut s) = clean();
+        let mut pause = event(
+            Role::Operator,
+            "POST",
+            "/kinds/{kind}/pause",
+            "/kinds/noop/pause",
+            2_000,
+        );
+        pause.answer = json!({ "kind": "noop", "paused": true });
+        s.audit.push(audited(&pause));
+        h.events.push(pause);
+        assert_eq!(broken(&h, &s), vec![]);
+        s.jobs[0].attempted_at = Some(t(3_000));
+        assert_eq!(broken(&h, &s), vec![Promise::PauseHolds]);
     }
 
     #[test]
