@@ -470,12 +470,15 @@ impl Driver<'_> {
                     .await;
             }
             Step::Fault { fault } => {
+                let at = Utc::now();
+                let done = self.fault(fault).await;
                 self.history.faults.push(FaultEvent {
                     step: i,
                     fault,
-                    at: Utc::now(),
+                    at,
+                    done: Utc::now(),
                 });
-                self.fault(fault).await?;
+                done?;
             }
             Step::Wait { ms } => tokio::time::sleep(Duration::from_millis(ms)).await,
         }

@@ -48,12 +48,14 @@ impl Event {
     }
 }
 
-/// A fault and when it was done.
+/// A fault, from when it began (`at`) to when it was over (`done`: the node it restarted
+/// answered again, PostgreSQL accepted connections again).
 #[derive(Debug, Clone, Serialize)]
 pub struct FaultEvent {
     pub step: usize,
     pub fault: Fault,
     pub at: DateTime<Utc>,
+    pub done: DateTime<Utc>,
 }
 
 /// Everything a run sent, saw and planted.

@@ -34,7 +34,9 @@ pub enum Promise {
     PauseHolds,
     /// Nothing cancels a job but an action or a policy that names it: a cancel (one or bulk), its
     /// schedule's pause, change, deletion, overlap or missed-run policy, its question's deletion.
-    /// docs/schedules.md: a run triggered by hand is never counted as missed.
+    /// docs/schedules.md: a run triggered by hand is never counted as missed, nor a run held by
+    /// a paused queue or kind, a limit or a backlog: the missed-run policy cancels a run only when
+    /// its slot passed while a fault left no node to start it.
     CancelExplained,
     /// docs/schedules.md: exactly one run per slot (a run cancelled before it started, by a
     /// change of its schedule that makes the runs ahead anew, never ran; a run an operator
@@ -427,12 +429,14 @@ fn cancel_explained(h: &History, s: &Snapshot) -> Vec<String> {
                 .and_then(|v| v.as_str())
                 .unwrap_or_default()
                 .to_string();
-            if !job.triggered() {
-                // A run ahead: its schedule's pause, change or deletion, its overlap policy or
-                // the missed-run policy may cancel it.
+            if cancelling_overlap.contains(&schedule) {
                 continue;
             }
-            if cancelling_overlap.contains(&schedule) {
+            if !job.triggered() {
+                // A run of a slot: its schedule's pause, change or deletion may cancel it, and
+                // the missed-run policy when its slot passed with no node to start it; never
+                // while it was held (a paused queue or kind, a limit, a backlog).
+                out.extend(slots::run_cancel_unexplained(h, job, &schedule));
                 continue;
             }
             out.push(format!(
@@ -672,7 +676,10 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
-    use crate::chaos::history::record::{AuditRow, IncidentRow, PredictionRow, QuestionRow};
+    use crate::chaos::history::plan::Fault;
+    use crate::chaos::history::record::{
+        AuditRow, FaultEvent, IncidentRow, PredictionRow, QuestionRow,
+    };
     use crate::chaos::receiver::Delivery;
 
     fn t(ms: i64) -> DateTime<Utc> {
@@ -948,11 +955,37 @@ mod tests {
         s.jobs[0].state = "cancelled".into();
         s.tallies.clear();
         assert_eq!(broken(&h, &s), vec![Promise::CancelExplained]);
-        let (h, mut s) = clean();
+        let (mut h, mut s) = clean();
         s.jobs[3].state = "cancelled".into();
-        // A run ahead may be cancelled by its schedule's policies ...
+        s.jobs[3].attempt = 0;
+        s.jobs[3].meta["slot_ms"] = json!(t(1_000).timestamp_millis());
+        // A run whose slot passed with a node there to start it was held (a paused queue, a
+        // limit, a backlog), not missed: the missed-run policy may not cancel it ...
+        assert_eq!(broken(&h, &s), vec![Promise::CancelExplained]);
+        // ... unless its slot passed while a fault stopped the nodes or the database ...
+        h.faults.push(FaultEvent {
+            step: 0,
+            fault: Fault::Kill { node: 0 },
+            at: t(900),
+            done: t(1_400),
+        });
         assert_eq!(broken(&h, &s), vec![]);
-        // ... a run triggered by hand may not be counted as missed.
+        // ... which cannot explain a run that had started.
+        s.jobs[3].attempt = 1;
+        assert_eq!(broken(&h, &s), vec![Promise::CancelExplained]);
+        // Its schedule's pause, change or deletion, sent before the cancel, may cancel it.
+        h.faults.clear();
+        let pause = event(
+            Role::Operator,
+            "POST",
+            "/schedules/{name}/pause",
+            "/schedules/s0/pause",
+            15,
+        );
+        s.audit.push(audited(&pause));
+        h.events.push(pause);
+        assert_eq!(broken(&h, &s), vec![]);
+        // A run triggered by hand may not be counted as missed.
         s.jobs[3].meta["trigger"] = json!(true);
         assert_eq!(broken(&h, &s), vec![Promise::CancelExplained]);
     }
@@ -963,6 +996,17 @@ mod tests {
         s.jobs[4].meta["slot_ms"] = json!(1000);
         assert_eq!(broken(&h, &s), vec![Promise::SlotOnce]);
         // A run made again after its schedule changed: the first was cancelled before it started.
+        let mut h = h;
+        let mut change = event(
+            Role::Operator,
+            "PATCH",
+            "/schedules/{name}",
+            "/schedules/s0",
+            15,
+        );
+        change.body = Some(json!({ "every_ms": 1000 }));
+        s.audit.push(audited(&change));
+        h.events.push(change);
         s.jobs[3].state = "cancelled".into();
         s.jobs[3].attempt = 0;
         assert_eq!(broken(&h, &s), vec![]);
@@ -970,7 +1014,6 @@ mod tests {
         s.jobs[3].attempt = 1;
         assert_eq!(broken(&h, &s), vec![Promise::SlotOnce]);
         // Unless an operator retried it: it ran again because they asked.
-        let mut h = h;
         retry(&mut h, &mut s, 4);
         assert_eq!(broken(&h, &s), vec![]);
     }

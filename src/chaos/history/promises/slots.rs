@@ -8,8 +8,9 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::moved_by_hand;
+use crate::chaos::history::plan::Fault;
 use crate::chaos::history::plan::SCHEDULE_NAMES;
-use crate::chaos::history::record::{Event, History, Snapshot};
+use crate::chaos::history::record::{Event, History, JobRow, Snapshot};
 
 pub(super) fn slot_once(h: &History, s: &Snapshot) -> Vec<String> {
     let mut seen: HashMap<(i64, i64), i64> = HashMap::new();
@@ -37,6 +38,48 @@ pub(super) fn slot_once(h: &History, s: &Snapshot) -> Vec<String> {
         }
     }
     out
+}
+
+/// How close to a fault a slot must pass for its run to be missed: a node starts a run within
+/// its grace (1 s, `RUN_GRACE`) of its slot, and a node that lost its database reconnects (its
+/// pool, then its timer) within a few seconds of PostgreSQL's return.
+const MISSED_BEFORE_FAULT_MS: i64 = 1_500;
+const MISSED_AFTER_FAULT_MS: i64 = 5_000;
+
+/// Why the run `job` of schedule `name`, cancelled, was cancelled, if the history does not show
+/// it: a request on its schedule sent before the cancel (a pause, a change, a deletion, even one
+/// without a verdict) explains it, and so does its slot passing during a fault that stopped a
+/// node or the database (the missed-run policy, applied by the next node to start). A run held
+/// after its slot by a paused queue or kind, a limit or a backlog was there to be started: the
+/// policy must leave it alone.
+pub(super) fn run_cancel_unexplained(h: &History, job: &JobRow, name: &str) -> Option<String> {
+    let slot = job.meta.get("slot_ms").and_then(Value::as_i64)?;
+    let asked = h.events.iter().any(|e| {
+        on_schedule(e, name)
+            && e.method != "GET"
+            && !e.route.ends_with("/trigger")
+            && job.finalized_at.is_none_or(|f| e.sent <= f)
+    });
+    if asked {
+        return None;
+    }
+    if job.attempt == 0 {
+        let missed = h.faults.iter().any(|f| {
+            !matches!(f.fault, Fault::CutListener { .. })
+                && f.at.timestamp_millis() - MISSED_BEFORE_FAULT_MS <= slot
+                && slot <= f.done.timestamp_millis() + MISSED_AFTER_FAULT_MS
+        });
+        if missed {
+            return None;
+        }
+    }
+    let at = DateTime::<Utc>::from_timestamp_millis(slot).unwrap_or_default();
+    Some(format!(
+        "run {} of schedule {name} (slot {at}, attempt {}) cancelled: no request on its schedule \
+         and no fault near its slot, so it was held, not missed (its overlap policy was always \
+         allow, nothing cancelled it by name)",
+        job.id, job.attempt
+    ))
 }
 
 /// What the history knows of one schedule name at a point of its record: which schedule holds
