@@ -12,8 +12,11 @@
 //! window it starts in; the fetch-ahead buffer still serves it (its jobs are claimed, and count).
 //!
 //! **Partitions.** Each job's key is kept with it (`jobs.rate_key`, migration `20261214000101`):
-//! written at insert from its queue's `per`, again when that changes (a trigger on `queues`) and
-//! when the job runs again. Under `per: host` the key is the host its worker says the call goes
+//! written at insert from its queue's `per`, again when that changes (a trigger on `queues` starts
+//! the claims keying the waiting jobs in batches, which pass over executing ones) and whenever
+//! the job goes back to waiting: an operator's retry, a failure to be retried, a snooze, a
+//! hand-back, a rescue (`store::jobs`), so that a job executing at the change never comes back
+//! under its old key. Under `per: host` the key is the host its worker says the call goes
 //! to ([`crate::engine::Worker::call_host`], kept in `jobs.call_host`): read once, by the parse
 //! the call uses, so that no spelling of a host is a key of its own. A partitioned claim walks
 //! the keys that have available jobs (one index probe each, however long a key's backlog), at

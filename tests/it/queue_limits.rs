@@ -857,6 +857,71 @@ async fn a_changed_partition_keys_the_waiting_jobs_anew() {
     assert_eq!(claim(&db.pool, QUEUE, 10).await.len(), 3);
 }
 
+/// A job executing when its queue's partition changed is keyed anew when it goes back to wait:
+/// failed to retry, snoozed, handed back or rescued. The claims' re-keying passes over executing
+/// jobs; before, such a job came back under its old key and, that key's window having room,
+/// started past the new key's rate (a third start of tenant `a` in an hour of two).
+#[tokio::test]
+async fn a_job_executing_when_its_partition_changed_comes_back_under_the_new_key() {
+    use chrono::Utc;
+    use kickoff::engine::store::jobs as job_store;
+
+    let db = test_db().await;
+    let client = Client::new(db.pool.clone(), Arc::new(workers()));
+    clear_of_the_hour(&db.pool).await;
+    let mut past_the_rate = Vec::new();
+    for back in ["fail", "snooze", "hand-back", "rescue"] {
+        let queue = format!("limited-{back}");
+        let of_a = || NewJob::new("hit", json!({ "tenant": "a" })).with_queue(&queue);
+        client
+            .set_queue_limits(&queue, &hourly(2, Partition::Kind))
+            .await
+            .unwrap();
+        client.insert(&of_a()).await.unwrap();
+        let first = claim(&db.pool, &queue, 10).await;
+        assert_eq!(first.len(), 1, "{back}");
+        // By tenant now: two more jobs of tenant a fill its hour while the first one runs.
+        client
+            .set_queue_limits(&queue, &hourly(2, Partition::Arg("tenant".into())))
+            .await
+            .unwrap();
+        client.insert_many(&[of_a(), of_a()]).await.unwrap();
+        assert_eq!(claim(&db.pool, &queue, 10).await.len(), 2, "{back}");
+        let running = first[0].claim().unwrap();
+        match back {
+            "fail" => {
+                let retry = job_store::FailAs::Retry {
+                    backoff: Duration::ZERO,
+                };
+                let state = job_store::job_fail(&db.pool, running, "node-a", "boom", retry);
+                assert!(state.await.unwrap().is_some());
+            }
+            "snooze" => {
+                let snoozed = job_store::job_snooze(&db.pool, running, Duration::ZERO);
+                assert!(snoozed.await.unwrap());
+            }
+            "hand-back" => {
+                let handed = [running];
+                let n = job_store::job_hand_back(&db.pool, &handed, "node-a");
+                assert_eq!(n.await.unwrap(), 1);
+            }
+            _ => {
+                let later = Utc::now() + chrono::Duration::hours(1);
+                let rescued = job_store::job_rescue_expired(&db.pool, Some(later), 100);
+                assert!(!rescued.await.unwrap().is_empty());
+            }
+        }
+        job_store::job_stage_due(&db.pool, None, 100).await.unwrap();
+        if !claim(&db.pool, &queue, 10).await.is_empty() {
+            past_the_rate.push(back);
+        }
+    }
+    assert!(
+        past_the_rate.is_empty(),
+        "tenant a started a third time in an hour of two, after: {past_the_rate:?}"
+    );
+}
+
 /// Review of issue 30: a change of `per` keys the waiting jobs anew in batches, by the claims,
 /// never in the change's own transaction. Before, a trigger re-keyed every job not final inside
 /// the change: with a backlog it held the settings write for seconds (past the API's statement

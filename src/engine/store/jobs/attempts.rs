@@ -339,6 +339,9 @@ pub async fn job_fail<'e>(
                 scheduled_at = CASE WHEN next.state = 'retryable'
                                     THEN now() + make_interval(secs => $6) ELSE scheduled_at END,
                 finalized_at = CASE WHEN next.state = 'retryable' THEN NULL ELSE now() END,
+                rate_key = CASE WHEN next.state = 'retryable'
+                                THEN kickoff_rate_key(queue, kind, args, call_host)
+                                ELSE rate_key END,
                 lease_expires_at = NULL, claim_token = NULL,
                 errors = errors || jsonb_build_array(jsonb_build_object(
                     'attempt', attempt, 'started_at', attempted_at, 'at', now(), 'node', $3::text,
@@ -371,6 +374,7 @@ pub async fn job_snooze<'e>(
         "UPDATE jobs SET state = 'scheduled',
                 scheduled_at = statement_timestamp() + make_interval(secs => $3),
                 lease_expires_at = NULL, claim_token = NULL, attempt = attempt - 1,
+                rate_key = kickoff_rate_key(queue, kind, args, call_host),
                 meta = jsonb_set(meta, '{snoozes}', to_jsonb(
                     CASE WHEN jsonb_typeof(meta->'snoozes') = 'number'
                          THEN (meta->>'snoozes')::numeric + 1 ELSE 1 END))
@@ -407,7 +411,8 @@ pub async fn job_hand_back<'e>(
                     WHEN jobs.scheduled_at <= now() THEN 'available'::job_state
                     WHEN jobs.attempt > 1 THEN 'retryable'::job_state
                     ELSE 'scheduled'::job_state END,
-                lease_expires_at = NULL, claim_token = NULL, attempt = attempt - 1
+                lease_expires_at = NULL, claim_token = NULL, attempt = attempt - 1,
+                rate_key = kickoff_rate_key(jobs.queue, jobs.kind, jobs.args, jobs.call_host)
          FROM held WHERE jobs.id = held.id",
     )
     .bind(&ids)
@@ -540,6 +545,8 @@ pub async fn job_rescue_expired<'e>(
                              ELSE 'retryable'::job_state END,
                 finalized_at = CASE WHEN attempt >= max_attempts THEN now() END,
                 scheduled_at = CASE WHEN attempt >= max_attempts THEN scheduled_at ELSE now() END,
+                rate_key = CASE WHEN attempt >= max_attempts THEN rate_key
+                                ELSE kickoff_rate_key(queue, kind, args, call_host) END,
                 lease_expires_at = NULL, claim_token = NULL,
                 errors = errors || jsonb_build_array(jsonb_build_object(
                     'attempt', attempt, 'started_at', attempted_at, 'at', now(), 'node', attempted_by,
