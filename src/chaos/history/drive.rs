@@ -258,10 +258,10 @@ impl Driver<'_> {
                 concurrency,
                 global,
                 rate,
-                per_kind,
+                per,
             } => {
                 let body = json!({ "concurrency": concurrency, "global_concurrency": global,
-                                   "rate": rate, "per": per_kind.then_some("kind") });
+                                   "rate": rate, "per": per });
                 let path = format!("/queues/{}", QUEUES[queue]);
                 self.send(
                     i,

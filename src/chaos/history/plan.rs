@@ -176,13 +176,13 @@ pub enum Step {
         kind: usize,
     },
     /// `PATCH /queues/{name}`: a per-node concurrency, a global concurrency or none, a rate or
-    /// none, partitioned by kind or not.
+    /// none, partitioned (by kind, by the webhook's host, by an argument) or not.
     Limits {
         queue: usize,
         concurrency: u32,
         global: Option<u32>,
         rate: Option<&'static str>,
-        per_kind: bool,
+        per: Option<&'static str>,
     },
     ScheduleCreate(ScheduleSpec),
     Schedule {
@@ -329,7 +329,11 @@ fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
                 concurrency: [1, 2, 5, 20][rng.usize(..4)],
                 global: [None, Some(1), Some(3)][rng.usize(..3)],
                 rate,
-                per_kind: rate.is_some() && rng.bool(),
+                per: if rate.is_some() {
+                    [None, Some("kind"), Some("host"), Some("args.sleep_ms")][rng.usize(..4)]
+                } else {
+                    None
+                },
             }
         }
         // A schedule's interval is a second at least (an edit tries a shorter one, refused).

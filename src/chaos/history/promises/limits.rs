@@ -13,7 +13,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::Value;
 
 use crate::chaos::history::plan::QUEUES;
-use crate::chaos::history::record::{History, Snapshot};
+use crate::chaos::history::record::{History, JobRow, Snapshot};
 
 /// How long after a change's answer every node surely claims under it: a node learns of it by
 /// a notification at once, or by its backstop poll (1 s) when the notification was lost.
@@ -23,12 +23,40 @@ const APPLIED: Duration = Duration::milliseconds(1_500);
 /// an instant a little before it (the completion's commit lies between).
 const COMMIT_SLACK: Duration = Duration::milliseconds(5);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Limits {
     global: Option<i64>,
     /// Attempts per period (ms).
     rate: Option<(i64, i64)>,
-    per_kind: bool,
+    /// What the rate is partitioned by (docs/limits.md, "Per key"): `kind`, `host`,
+    /// `args.<field>`.
+    per: Option<String>,
+}
+
+/// A job's key under `per`, as docs/limits.md defines it: its kind, the host its webhook calls
+/// (lower case, no port or user info; none for a job without a `url`) or a top-level argument
+/// as text (none when absent or null); a job without one counts under the empty key.
+fn key_of(per: &str, job: &JobRow) -> String {
+    let text = match per {
+        "kind" => Some(job.kind.clone()),
+        "host" => job
+            .args
+            .get("url")
+            .and_then(Value::as_str)
+            .and_then(|u| reqwest::Url::parse(u).ok())
+            .and_then(|u| u.host_str().map(str::to_lowercase)),
+        field => match field.strip_prefix("args.").and_then(|f| job.args.get(f)) {
+            Some(Value::String(v)) => Some(v.clone()),
+            Some(Value::Null) | None => None,
+            Some(v) => Some(v.to_string()),
+        },
+    };
+    text.unwrap_or_default()
+}
+
+/// Whether the checker knows how to key by `per`.
+fn readable_per(per: &str) -> bool {
+    matches!(per, "kind" | "host") || per.strip_prefix("args.").is_some_and(|f| !f.is_empty())
 }
 
 /// A time during which a queue's limits were surely `limits` on every node.
@@ -71,10 +99,10 @@ fn spans(h: &History, queue: &str, end: DateTime<Utc>) -> Vec<Span> {
     let none = Limits {
         global: None,
         rate: None,
-        per_kind: false,
+        per: None,
     };
-    let mut known = Some(none);
-    let mut current = Some((DateTime::<Utc>::MIN_UTC, none));
+    let mut known = Some(none.clone());
+    let mut current = Some((DateTime::<Utc>::MIN_UTC, none.clone()));
     let mut out = Vec::new();
     for e in changes {
         if let Some((from, limits)) = current.take() {
@@ -91,7 +119,7 @@ fn spans(h: &History, queue: &str, end: DateTime<Utc>) -> Vec<Span> {
         let set = |field: &str| body.get(field).is_some();
         let mut limits = match (known, set("global_concurrency"), set("rate"), set("per")) {
             (Some(l), _, _, _) => Some(l),
-            (None, true, true, true) => Some(none),
+            (None, true, true, true) => Some(none.clone()),
             _ => None,
         };
         if let Some(l) = &mut limits {
@@ -104,15 +132,16 @@ fn spans(h: &History, queue: &str, end: DateTime<Utc>) -> Vec<Span> {
                 None => {}
             }
             if let Some(v) = body.get("per") {
-                l.per_kind = v.as_str() == Some("kind");
+                l.per = v.as_str().map(str::to_string);
             }
             if l.rate.is_none() {
-                l.per_kind = false;
+                l.per = None;
             }
         }
-        let unreadable = matches!(body.get("rate"), Some(Value::String(r)) if rate(r).is_none());
+        let unreadable = matches!(body.get("rate"), Some(Value::String(r)) if rate(r).is_none())
+            || matches!(body.get("per"), Some(Value::String(p)) if !readable_per(p));
         known = if e.ok() && !unreadable { limits } else { None };
-        current = known.map(|l| (e.answered + APPLIED, l));
+        current = known.clone().map(|l| (e.answered + APPLIED, l));
     }
     if let Some((from, limits)) = current {
         if from < end {
@@ -143,12 +172,8 @@ pub(super) fn limits_hold(h: &History, s: &Snapshot) -> Vec<String> {
             }
             if let Some((n, period_ms)) = span.limits.rate {
                 let starts = jobs.iter().filter_map(|j| {
-                    let key = if span.limits.per_kind {
-                        j.kind.as_str()
-                    } else {
-                        ""
-                    };
-                    Some((j.attempted_at?, key))
+                    let key = span.limits.per.as_deref().map(|p| key_of(p, j));
+                    Some((j.attempted_at?, key.unwrap_or_default()))
                 });
                 out.extend(rate_held(queue, &span, n, period_ms, starts));
             }
@@ -190,14 +215,14 @@ fn global_held(
 
 /// In each whole window of `period_ms` inside the span (aligned to the period by the database
 /// clock), at most `n` starts per key.
-fn rate_held<'a>(
+fn rate_held(
     queue: &str,
     span: &Span,
     n: i64,
     period_ms: i64,
-    starts: impl Iterator<Item = (DateTime<Utc>, &'a str)>,
+    starts: impl Iterator<Item = (DateTime<Utc>, String)>,
 ) -> Vec<String> {
-    let mut windows: HashMap<(i64, &str), i64> = HashMap::new();
+    let mut windows: HashMap<(i64, String), i64> = HashMap::new();
     let (from, to) = (span.from.timestamp_millis(), span.to.timestamp_millis());
     for (at, key) in starts {
         let w = at.timestamp_millis().div_euclid(period_ms);

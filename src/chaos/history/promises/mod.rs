@@ -1102,6 +1102,27 @@ mod tests {
         assert_eq!(broken(&h, &s), vec![Promise::LimitsHold]);
         s.jobs[3].kind = "webhook".into();
         assert_eq!(broken(&h, &s), vec![]);
+        // By an argument: the three are of one tenant, then of two (a number is a key as text).
+        for j in [0, 3, 4] {
+            s.jobs[j].args["tenant"] = json!("7");
+        }
+        limit(
+            &mut h,
+            &mut s,
+            json!({ "rate": "2/s", "per": "args.tenant" }),
+        );
+        assert_eq!(broken(&h, &s), vec![Promise::LimitsHold]);
+        s.jobs[4].args["tenant"] = json!(8);
+        assert_eq!(broken(&h, &s), vec![]);
+        s.jobs[4].args["tenant"] = json!(7);
+        assert_eq!(broken(&h, &s), vec![Promise::LimitsHold]);
+        // By host: calls to one host, however spelled (a job without a URL has the empty key).
+        s.jobs[0].args["url"] = json!("http://Hooks.example:8080/a");
+        s.jobs[3].args["url"] = json!("http://user@hooks.example/b");
+        limit(&mut h, &mut s, json!({ "rate": "2/s", "per": "host" }));
+        assert_eq!(broken(&h, &s), vec![]);
+        s.jobs[4].args["url"] = json!("http://hooks.EXAMPLE:9/c");
+        assert_eq!(broken(&h, &s), vec![Promise::LimitsHold]);
         limit(&mut h, &mut s, json!({ "rate": "3/s" }));
         assert_eq!(broken(&h, &s), vec![]);
         // A change without a verdict leaves the limits unknown: nothing is claimed of them.
