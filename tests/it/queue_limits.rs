@@ -425,6 +425,80 @@ async fn a_paused_kind_is_held_on_every_node_until_it_is_resumed() {
     assert!(client.paused_kinds().await.unwrap().is_empty());
 }
 
+/// A pause holds from its commit, by the database, on a node that has not heard of it yet (its
+/// notification lost while its listener reconnected after a PostgreSQL restart: found by the
+/// history checker, seed 6046, a webhook claimed and called 400 ms after its kind's pause was
+/// acknowledged). Every claim (now, ahead of the due time, under limits) reads the pauses itself;
+/// before, each took only the node's own list of paused kinds and queues.
+#[tokio::test]
+async fn a_claim_by_a_node_that_missed_a_pause_takes_nothing_it_holds() {
+    use chrono::Utc;
+    use kickoff::engine::store::jobs as job_store;
+
+    let db = test_db().await;
+    let client = Client::new(db.pool.clone(), Arc::new(workers()));
+    let lease = Duration::from_secs(60);
+    let soon = Utc::now() + chrono::Duration::seconds(5);
+    // Each claim as a node that knows of no pause: (now, ahead, limited) on a queue of its own.
+    let claims = |queue: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            let now = job_store::job_claim_except(&pool, queue, 10, "node-a", lease, &[]);
+            let ahead = job_store::job_claim_soon(&pool, queue, 10, "node-a", lease, soon, &[]);
+            let limited = job_store::job_claim_limited(&pool, queue, 10, 10, "node-a", lease, &[]);
+            [
+                now.await.unwrap(),
+                ahead.await.unwrap(),
+                limited.await.unwrap(),
+            ]
+            .map(|c| c.len())
+        }
+    };
+    for queue in ["plain", "limited"] {
+        if queue == "limited" {
+            client
+                .set_queue_limits(queue, &hourly(1_000, Partition::Kind))
+                .await
+                .unwrap();
+        }
+        let jobs: Vec<NewJob> = (0..3)
+            .map(|_| NewJob::new("hit", json!({})).with_queue(queue))
+            .chain([NewJob::new("hit", json!({}))
+                .with_queue(queue)
+                .after(Duration::from_secs(1))])
+            .collect();
+        client.insert_many(&jobs).await.unwrap();
+    }
+    client.pause_kind("hit", None).await.unwrap();
+    assert_eq!(
+        claims("plain").await,
+        [0, 0, 0],
+        "a paused kind was claimed"
+    );
+    assert_eq!(
+        claims("limited").await,
+        [0, 0, 0],
+        "a paused kind was claimed"
+    );
+    client.resume_kind("hit").await.unwrap();
+    client.set_queue_paused("plain", true).await.unwrap();
+    client.set_queue_paused("limited", true).await.unwrap();
+    assert_eq!(
+        claims("plain").await,
+        [0, 0, 0],
+        "a paused queue was claimed"
+    );
+    assert_eq!(
+        claims("limited").await,
+        [0, 0, 0],
+        "a paused queue was claimed"
+    );
+    client.set_queue_paused("plain", false).await.unwrap();
+    // Resumed, the queue's jobs are claimed again.
+    let [now, ahead, _] = claims("plain").await;
+    assert_eq!((now, ahead), (3, 1));
+}
+
 /// A rate raised while jobs wait for the next window lets them start at once, not when the old
 /// window ends (the node's hold was computed under the old rate).
 #[tokio::test]

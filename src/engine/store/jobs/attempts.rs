@@ -60,7 +60,9 @@ pub async fn job_claim<'e>(
     job_claim_except(db, queue, limit, node, lease, &[]).await
 }
 
-/// [`job_claim`], leaving the jobs of the `paused` kinds where they are.
+/// [`job_claim`], leaving the jobs of the `paused` kinds where they are. Every claim also reads
+/// the pauses of kinds and of its queue itself, so that a pause holds from its commit on a node
+/// whose notification of it was lost (its listener reconnecting), not from its next poll.
 pub async fn job_claim_except<'e>(
     db: impl PgExecutor<'e>,
     queue: &str,
@@ -75,7 +77,9 @@ pub async fn job_claim_except<'e>(
     sqlx::query_as(
         "WITH picked AS (
              SELECT id FROM jobs
-             WHERE state = 'available' AND queue = $1 AND kind <> ALL ($6)
+             WHERE state = 'available' AND queue = $1
+               AND kind <> ALL ($6::text[] || ARRAY(SELECT kind FROM kind_pauses))
+               AND NOT EXISTS (SELECT 1 FROM queues q WHERE q.name = $1 AND q.paused)
              ORDER BY priority, scheduled_at, id
              LIMIT $2
              FOR UPDATE SKIP LOCKED)
@@ -114,17 +118,20 @@ pub async fn job_claim_limited<'e>(
     lease: Duration,
     paused: &[String],
 ) -> Result<Vec<Job>, sqlx::Error> {
-    sqlx::query_as("SELECT * FROM kickoff_claim_limited($1, $2, $3, $4, $5, $6, $7, $8)")
-        .bind(queue)
-        .bind(limit.min(i32::MAX as i64) as i32)
-        .bind(free.clamp(0, limit).min(i32::MAX as i64) as i32)
-        .bind(node)
-        .bind(secs(lease))
-        .bind(ClaimToken::random())
-        .bind(PARTITION_KEYS)
-        .bind(paused)
-        .fetch_all(db)
-        .await
+    sqlx::query_as(
+        "SELECT * FROM kickoff_claim_limited($1, $2, $3, $4, $5, $6, $7,
+                                             $8::text[] || ARRAY(SELECT kind FROM kind_pauses))",
+    )
+    .bind(queue)
+    .bind(limit.min(i32::MAX as i64) as i32)
+    .bind(free.clamp(0, limit).min(i32::MAX as i64) as i32)
+    .bind(node)
+    .bind(secs(lease))
+    .bind(ClaimToken::random())
+    .bind(PARTITION_KEYS)
+    .bind(paused)
+    .fetch_all(db)
+    .await
 }
 
 /// After a limited claim got fewer jobs than its free slots: how long to wait before claiming
@@ -138,12 +145,14 @@ pub async fn limit_wait<'e>(
     queue: &str,
     paused: &[String],
 ) -> Result<Option<Duration>, sqlx::Error> {
-    let ms: Option<f64> = sqlx::query_scalar("SELECT kickoff_limit_wait($1, $2, $3)")
-        .bind(queue)
-        .bind(paused)
-        .bind(PARTITION_KEYS)
-        .fetch_one(db)
-        .await?;
+    let ms: Option<f64> = sqlx::query_scalar(
+        "SELECT kickoff_limit_wait($1, $2::text[] || ARRAY(SELECT kind FROM kind_pauses), $3)",
+    )
+    .bind(queue)
+    .bind(paused)
+    .bind(PARTITION_KEYS)
+    .fetch_one(db)
+    .await?;
     Ok(ms.map(|ms| Duration::from_secs_f64(ms.clamp(0.0, 86_400_000.0) / 1000.0)))
 }
 
@@ -163,7 +172,8 @@ pub async fn job_claim_soon<'e>(
         "WITH picked AS (
              SELECT id FROM jobs
              WHERE state IN ('scheduled', 'retryable') AND scheduled_at <= $6 AND queue = $1
-               AND kind <> ALL ($7)
+               AND kind <> ALL ($7::text[] || ARRAY(SELECT kind FROM kind_pauses))
+               AND NOT EXISTS (SELECT 1 FROM queues q WHERE q.name = $1 AND q.paused)
              ORDER BY scheduled_at, priority, id
              LIMIT $2
              FOR UPDATE SKIP LOCKED)
