@@ -12,6 +12,16 @@ use crate::rate::Rate;
 /// Everything `kickoff serve` needs. Each field's doc gives its variable and default.
 #[derive(Debug, Clone, Args)]
 pub struct Config {
+    /// A configuration file (TOML) with any of the settings below, named after their variables
+    /// (see `config_file`); the environment and the flags override it. Default: none.
+    #[arg(
+        long = "config",
+        env = "KICKOFF_CONFIG",
+        value_name = "FILE",
+        global = true
+    )]
+    pub config_file: Option<PathBuf>,
+
     /// PostgreSQL to use. Default: none, which starts an embedded cluster in the data directory.
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: Option<String>,

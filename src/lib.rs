@@ -12,6 +12,7 @@ pub mod bench;
 pub mod chaos;
 pub mod cli;
 pub mod config;
+pub mod config_file;
 pub mod data_dir;
 pub mod demo;
 pub mod engine;

@@ -1,11 +1,33 @@
-use clap::Parser;
-use kickoff::cli::{Cli, Command, PostgresAction};
+use kickoff::cli::{Command, ConfigAction, PostgresAction};
+use kickoff::config::Config;
+use kickoff::config_file::LoadError;
 use kickoff::postgres::{Durability, EmbeddedPostgres};
 use kickoff::{bench, chaos, server};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let mut cli = Cli::parse();
+    let loaded = match kickoff::config_file::load() {
+        Ok(l) => l,
+        Err(LoadError::Cli(e)) => e.exit(),
+        Err(LoadError::File(e)) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    if let Some(Command::Config {
+        action: ConfigAction::Check,
+    }) = loaded.cli.command
+    {
+        print!("{}", loaded.report());
+        return match check(&loaded.cli.config) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                std::process::ExitCode::from(2)
+            }
+        };
+    }
+    let mut cli = loaded.cli;
     kickoff::logging::init(&cli.config.log_format);
     if let Err(e) = cli.config.read_secret_files() {
         eprintln!("error: {e}");
@@ -57,6 +79,8 @@ async fn main() -> std::process::ExitCode {
             };
             bench::run(workload, url, options, &cli.config).await
         }
+        // Answered above, before the logging starts.
+        Command::Config { .. } => Ok(()),
         Command::Postgres {
             action,
             dir,
@@ -162,4 +186,14 @@ async fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// What `kickoff config check` checks beyond the command line's own parsing: the secrets given
+/// as files can be read, the queues and the request limits parse.
+fn check(config: &Config) -> Result<(), String> {
+    let mut config = config.clone();
+    config.read_secret_files()?;
+    config.queue_limits()?;
+    config.request_limits()?;
+    Ok(())
 }

@@ -71,6 +71,12 @@ pub enum Command {
               value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
         count: u64,
     },
+    /// The configuration: `kickoff config check` prints every setting in force, where it came
+    /// from (flag, environment, configuration file, default) and its value, secrets masked.
+    Config {
+        #[arg(value_enum)]
+        action: ConfigAction,
+    },
     /// Start or stop the embedded PostgreSQL cluster on its own.
     Postgres {
         #[arg(value_enum)]
@@ -292,6 +298,12 @@ pub enum BenchWorkload {
     /// Live updates: 100, 1,000 and 5,000 (`--streams`) open event streams on one server process;
     /// delivery time of one change to every stream, the server's RSS and CPU.
     Streams,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ConfigAction {
+    /// Read the configuration file and the environment, and print the settings in force.
+    Check,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -14,6 +14,7 @@ mod api_fuzz;
 mod api_schedules;
 mod audit_all_or_nothing;
 mod chaos;
+mod config_file;
 mod console;
 mod console_queues;
 mod console_schedules;
