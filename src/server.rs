@@ -12,7 +12,7 @@ use crate::accounts::bootstrap_token::{BootstrapToken, Opened};
 use crate::accounts::SetupLink;
 use crate::config::Config;
 use crate::engine::maintenance::pruner::PrunerConfig;
-use crate::engine::{Engine, EngineConfig, MIGRATOR};
+use crate::engine::{Engine, EngineConfig};
 use crate::http::{
     self,
     state::{AppState, StateParts},
@@ -29,6 +29,8 @@ pub enum StartError {
     Connect(sqlx::Error),
     #[error("migrations failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error(transparent)]
+    Schema(#[from] crate::engine::schema::SchemaError),
     #[error(transparent)]
     Engine(#[from] crate::engine::EngineError),
     #[error("configuration: {0}")]
@@ -62,14 +64,15 @@ impl Database {
         Database::migrated(&url, config, embedded).await
     }
 
-    /// Connects to `url` and runs the migrations.
+    /// Connects to `url` and runs the migrations this release knows; a database a newer release
+    /// migrated is run on if its schema allows it (`engine::schema`).
     async fn migrated(
         url: &str,
         config: &Config,
         embedded: Option<EmbeddedPostgres>,
     ) -> Result<Database, StartError> {
         let pool = connect(url, config.db_pool).await?;
-        MIGRATOR.run(&pool).await?;
+        crate::engine::schema::migrate(&pool).await?;
         Ok(Database { pool, embedded })
     }
 

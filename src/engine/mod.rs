@@ -39,6 +39,7 @@ pub mod queue_settings;
 pub mod queue_state;
 pub mod runtime;
 pub mod schedules;
+pub mod schema;
 /// The engine's SQL. Application code goes through [`Client`] and the types re-exported here;
 /// the store is public only for the integration tests of its guarded statements.
 #[doc(hidden)]

@@ -517,3 +517,48 @@ async fn a_node_whose_clock_runs_ahead_prunes_by_the_database_clock() {
         "a job finished an hour ago was pruned: the pruner went by the node's clock"
     );
 }
+
+/// Rolling upgrades: a node of this release starts on a database a newer release migrated with
+/// expand-only changes (its migrations unknown here), and refuses, saying why, one whose schema
+/// a newer release contracted past what this one knows. Before, any unknown migration stopped
+/// it ("previously applied but is missing"): an old node that restarted during a rolling
+/// upgrade could not come back.
+#[tokio::test]
+async fn a_node_runs_on_a_schema_a_newer_release_expanded_and_refuses_one_it_contracted() {
+    let db = crate::common::test_db().await;
+    let newer: i64 = 99_990_101_000_000;
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+         VALUES ($1, 'a newer release', true, '\\x00', 0)",
+    )
+    .bind(newer)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let migrate = || {
+        Command::new(env!("CARGO_BIN_EXE_kickoff"))
+            .arg("migrate")
+            .env("DATABASE_URL", &db.url)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("run kickoff migrate")
+    };
+    let out = migrate();
+    assert!(
+        out.status.success(),
+        "an expanded schema refused: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    sqlx::query("UPDATE kickoff_schema SET oldest_migration = $1")
+        .bind(newer)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let out = migrate();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a contracted schema accepted");
+    assert!(
+        said.contains(&newer.to_string()) && said.contains("newer release"),
+        "{said}"
+    );
+}
