@@ -242,18 +242,46 @@ fn settings(matches: &ArgMatches, from_file: &HashSet<String>) -> Vec<Setting> {
     out
 }
 
-/// `value` with any password it holds (a database URL's) replaced by `***`.
+/// `value` with any password a URL holds (in its user info, or as a `password` or
+/// `sslpassword` parameter) replaced by `***`. A URL that does not parse, or whose user info
+/// does not read as one, is not shown at all: a password with an unescaped `#` or `/` is what
+/// makes it so.
 fn masked(variable: &str, value: &str) -> String {
-    if !variable.ends_with("_URL") {
+    if !variable.ends_with("_URL") || value.is_empty() {
         return value.to_string();
     }
-    match reqwest::Url::parse(value) {
-        Ok(mut url) if url.password().is_some() => {
-            let _ = url.set_password(Some("***"));
-            url.to_string()
-        }
-        _ => value.to_string(),
+    let hidden = || "(set, not shown: not a URL that can be masked)".to_string();
+    let Ok(mut url) = reqwest::Url::parse(value) else {
+        return hidden();
+    };
+    // A `user:...@` written where the parser found no password (it read the `@` as part of the
+    // path, say): the text before the `@` may be one.
+    let written_password = value
+        .split_once("://")
+        .and_then(|(_, rest)| rest.rsplit_once('@'))
+        .is_some_and(|(info, _)| info.contains(':'));
+    if written_password && url.password().is_none() {
+        return hidden();
     }
+    if url.password().is_some() {
+        let _ = url.set_password(Some("***"));
+    }
+    let secret = |k: &str| matches!(k, "password" | "sslpassword");
+    if url.query_pairs().any(|(k, _)| secret(&k)) {
+        let pairs: Vec<(String, String)> = url
+            .query_pairs()
+            .map(|(k, v)| {
+                let v = if secret(&k) {
+                    "***".into()
+                } else {
+                    v.into_owned()
+                };
+                (k.into_owned(), v)
+            })
+            .collect();
+        url.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    url.to_string()
 }
 
 impl Loaded {
@@ -315,5 +343,25 @@ mod tests {
             "postgres://kick:***@db:5432/k"
         );
         assert_eq!(masked("KICKOFF_QUEUES", "a:s3cret@b"), "a:s3cret@b");
+        assert_eq!(
+            masked(
+                "DATABASE_URL",
+                "postgres://kick@db/k?password=s3cret&sslmode=require"
+            ),
+            "postgres://kick@db/k?password=***&sslmode=require"
+        );
+        // Unparseable, or parsed as something else than a password: not shown at all.
+        for url in [
+            "postgres://u:pa#ss@db/k",
+            "postgres://u:12/34@db/k",
+            "postgres://u:s3cr et@db",
+        ] {
+            let shown = masked("DATABASE_URL", url);
+            assert!(
+                !shown.contains("ss@") && !shown.contains("34") && !shown.contains("s3cr"),
+                "{url}: {shown}"
+            );
+        }
+        assert_eq!(masked("DATABASE_URL", "postgres://db/k"), "postgres://db/k");
     }
 }

@@ -41,19 +41,10 @@ pub fn newest_known() -> i64 {
 /// unless the schema's floor says this release may not run on it.
 pub async fn migrate(pool: &PgPool) -> Result<SchemaReport, SchemaError> {
     let knows = newest_known();
-    // Before the migrations: on a contracted schema, this release's own would be wrong to apply.
-    let floor: Option<i64> = match sqlx::query_scalar("SELECT oldest_migration FROM kickoff_schema")
-        .fetch_optional(pool)
-        .await
-    {
-        Ok(floor) => floor,
-        // A database from before the floor (or an empty one): no newer release has been there.
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => None,
-        Err(e) => return Err(e.into()),
-    };
-    if let Some(needs) = floor.filter(|f| *f > knows) {
-        return Err(SchemaError::TooNew { needs, knows });
-    }
+    // Before the migrations (on a contracted schema, this release's own would be wrong to
+    // apply) and again after them: a newer node's contract may have committed while this one
+    // waited for the migrations' lock.
+    check_floor(pool, knows).await?;
     let migrator = Migrator {
         migrations: MIGRATOR.migrations.clone(),
         // Migrations of a newer release (expand-only, by the floor above) are left as they are.
@@ -62,6 +53,7 @@ pub async fn migrate(pool: &PgPool) -> Result<SchemaReport, SchemaError> {
         no_tx: MIGRATOR.no_tx,
     };
     migrator.run(pool).await?;
+    check_floor(pool, knows).await?;
     let ahead: Vec<i64> =
         sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE version > $1 ORDER BY 1")
             .bind(knows)
@@ -75,4 +67,21 @@ pub async fn migrate(pool: &PgPool) -> Result<SchemaReport, SchemaError> {
         );
     }
     Ok(SchemaReport { ahead })
+}
+
+/// Refuses a schema whose floor is past `knows`, the newest migration this release knows.
+async fn check_floor(pool: &PgPool, knows: i64) -> Result<(), SchemaError> {
+    let floor: Option<i64> = match sqlx::query_scalar("SELECT oldest_migration FROM kickoff_schema")
+        .fetch_optional(pool)
+        .await
+    {
+        Ok(floor) => floor,
+        // A database from before the floor (or an empty one): no newer release has been there.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => None,
+        Err(e) => return Err(e.into()),
+    };
+    match floor {
+        Some(needs) if needs > knows => Err(SchemaError::TooNew { needs, knows }),
+        _ => Ok(()),
+    }
 }

@@ -959,6 +959,31 @@ mod tests {
         s.jobs[3].state = "cancelled".into();
         s.jobs[3].attempt = 0;
         s.jobs[3].meta["slot_ms"] = json!(t(1_000).timestamp_millis());
+        // Its schedule's creation, a resume and a refused pause explain nothing.
+        let mut create = event(Role::Operator, "POST", "/schedules", "/schedules", -500);
+        create.status = 201;
+        create.body = Some(json!({ "name": "s0" }));
+        let resume = event(
+            Role::Operator,
+            "POST",
+            "/schedules/{name}/resume",
+            "/schedules/s0/resume",
+            12,
+        );
+        let mut refused = event(
+            Role::Operator,
+            "POST",
+            "/schedules/{name}/pause",
+            "/schedules/s0/pause",
+            13,
+        );
+        refused.status = 404;
+        for e in [create, resume, refused] {
+            if e.ok() {
+                s.audit.push(audited(&e));
+            }
+            h.events.push(e);
+        }
         // A run whose slot passed with a node there to start it was held (a paused queue, a
         // limit, a backlog), not missed: the missed-run policy may not cancel it ...
         assert_eq!(broken(&h, &s), vec![Promise::CancelExplained]);

@@ -47,17 +47,21 @@ const MISSED_BEFORE_FAULT_MS: i64 = 1_500;
 const MISSED_AFTER_FAULT_MS: i64 = 5_000;
 
 /// Why the run `job` of schedule `name`, cancelled, was cancelled, if the history does not show
-/// it: a request on its schedule sent before the cancel (a pause, a change, a deletion, even one
-/// without a verdict) explains it, and so does its slot passing during a fault that stopped a
-/// node or the database (the missed-run policy, applied by the next node to start). A run held
-/// after its slot by a paused queue or kind, a limit or a backlog was there to be started: the
-/// policy must leave it alone.
+/// it: a pause, a change or a deletion of its schedule sent before the cancel and not refused
+/// (acknowledged, or without a verdict) explains it, and so does its slot passing during a fault
+/// that stopped a node or the database (the missed-run policy, applied by the next node to
+/// start). Its creation, a resume, a trigger or a refused request do not. A run held after its
+/// slot by a paused queue or kind, a limit or a backlog was there to be started: the policy must
+/// leave it alone.
 pub(super) fn run_cancel_unexplained(h: &History, job: &JobRow, name: &str) -> Option<String> {
     let slot = job.meta.get("slot_ms").and_then(Value::as_i64)?;
     let asked = h.events.iter().any(|e| {
         on_schedule(e, name)
-            && e.method != "GET"
-            && !e.route.ends_with("/trigger")
+            && matches!(
+                (e.method, e.route),
+                ("PATCH" | "DELETE", "/schedules/{name}") | ("POST", "/schedules/{name}/pause")
+            )
+            && !(400..500).contains(&e.status)
             && job.finalized_at.is_none_or(|f| e.sent <= f)
     });
     if asked {
