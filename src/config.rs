@@ -26,6 +26,12 @@ pub struct Config {
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: Option<String>,
 
+    /// PostgreSQL for the node's listening connection alone (`LISTEN` needs a session of its
+    /// own): the database directly when `DATABASE_URL` goes through a transaction pooler.
+    /// Default: none (the listener connects like the others).
+    #[arg(long, env = "KICKOFF_LISTEN_DATABASE_URL")]
+    pub listen_database_url: Option<String>,
+
     /// Where the embedded cluster and the generated API token live. Default: `./.kickoff`.
     #[arg(long, env = "KICKOFF_DATA_DIR", default_value = ".kickoff")]
     pub data_dir: PathBuf,

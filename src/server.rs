@@ -173,6 +173,7 @@ pub fn engine_config(config: &Config) -> Result<EngineConfig, StartError> {
     if let Some(id) = &config.node_id {
         ec.node_id = id.clone();
     }
+    ec.listen_url = config.listen_database_url.clone();
     ec.heartbeat = (ec.lease / 5).max(Duration::from_millis(100));
     ec.validate().map_err(StartError::Config)?;
     Ok(ec)

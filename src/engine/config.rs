@@ -68,6 +68,10 @@ pub struct EngineConfig {
     /// the API or the dashboard) at start; `false` leaves a stored schedule as it is and only
     /// creates the missing ones. A pause set by an operator survives either way. Default: true.
     pub schedules_code_wins: bool,
+    /// A PostgreSQL URL for the node's listening connection alone: `LISTEN` needs a session of
+    /// its own, so behind a transaction pooler (PgBouncer) it points at the database directly.
+    /// Default: none (the listener connects like the node's other connections).
+    pub listen_url: Option<String>,
 }
 
 impl Default for EngineConfig {
@@ -89,6 +93,7 @@ impl Default for EngineConfig {
             queue_limits: Vec::new(),
             schedules: Vec::new(),
             schedules_code_wins: true,
+            listen_url: None,
         }
     }
 }
@@ -96,6 +101,10 @@ impl Default for EngineConfig {
 impl EngineConfig {
     /// Fails at startup on settings that cannot work.
     pub fn validate(&self) -> Result<(), String> {
+        if let Some(url) = &self.listen_url {
+            url.parse::<sqlx::postgres::PgConnectOptions>()
+                .map_err(|e| format!("the listening connection's URL: {e}"))?;
+        }
         if self.node_id.is_empty() || self.node_id.len() > 200 {
             return Err("node id must be 1 to 200 characters".into());
         }

@@ -115,7 +115,11 @@ impl Pools {
 /// The pool's connect options with `application_name` extended by `role` (`<name>-<role>`, or
 /// `kickoff-<role>`), so that `pg_stat_activity` tells a node's connections and their use apart.
 pub fn named_options(pool: &PgPool, role: &str) -> PgConnectOptions {
-    let options = (*pool.connect_options()).clone();
+    with_role((*pool.connect_options()).clone(), role)
+}
+
+/// `options` named for `role`: their application name (or `kickoff`) followed by `-<role>`.
+pub fn with_role(options: PgConnectOptions, role: &str) -> PgConnectOptions {
     let name = match options.get_application_name() {
         Some(base) => format!("{base}-{role}"),
         None => format!("kickoff-{role}"),

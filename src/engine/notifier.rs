@@ -19,13 +19,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
-use sqlx::postgres::{PgListener, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::PgPool;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::control::{self, Control};
-use super::node::{named_options, Attempts, TimerSignal};
+use super::node::{named_options, with_role, Attempts, TimerSignal};
 use super::queue_settings::QueueSettingsSync;
 use super::queue_state::Queues;
 
@@ -62,9 +62,17 @@ pub struct Notifier {
 }
 
 impl Notifier {
-    /// Listens on a connection of its own, opened with the options of `pool`.
-    pub async fn connect(pool: &PgPool, to: Listeners) -> Result<Self, sqlx::Error> {
-        let options = named_options(pool, "listener");
+    /// Listens on a connection of its own, opened with the options of `pool`, or those of
+    /// `url` when given (a direct connection beside a transaction pooler).
+    pub async fn connect(
+        pool: &PgPool,
+        url: Option<&str>,
+        to: Listeners,
+    ) -> Result<Self, sqlx::Error> {
+        let options = match url {
+            Some(url) => with_role(url.parse::<PgConnectOptions>()?, "listener"),
+            None => named_options(pool, "listener"),
+        };
         let pool = PgPoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(10))

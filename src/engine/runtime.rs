@@ -124,6 +124,7 @@ impl Engine {
         );
         let notifier = Notifier::connect(
             &pool,
+            config.listen_url.as_deref(),
             Listeners {
                 queues: queues.clone(),
                 timer: timer_signal.clone(),

@@ -783,3 +783,47 @@ async fn a_batch_insert_keeps_the_order_it_was_given() {
         .unwrap();
     assert_eq!(order, (0..300).collect::<Vec<i64>>());
 }
+
+/// `listen_url` (`KICKOFF_LISTEN_DATABASE_URL`) gives the node's listening connection a URL of
+/// its own (a direct one beside a transaction pooler): that connection is the one that
+/// listens, named after it, and its notifications wake the node at once.
+#[tokio::test]
+async fn the_listening_connection_uses_its_own_url_when_given() {
+    let db = test_db().await;
+    let (workers, mut rx) = probe_workers();
+    let separator = if db.url.contains('?') { '&' } else { '?' };
+    let engine = Engine::start(
+        db.pool.clone(),
+        workers,
+        EngineConfig {
+            listen_url: Some(format!("{}{separator}application_name=direct", db.url)),
+            // Only a notification can start the job within the test's wait.
+            backstop_poll: Duration::from_secs(30),
+            ..config()
+        },
+    )
+    .await
+    .unwrap();
+    let listening: Vec<String> = sqlx::query_scalar(
+        "SELECT application_name FROM pg_stat_activity
+         WHERE datname = current_database() AND query ILIKE 'LISTEN%'",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(listening, ["direct-listener"]);
+    let job = engine.client().insert(&probe("ok")).await.unwrap().job;
+    let s = tokio::time::timeout(Duration::from_secs(5), next_start(&mut rx))
+        .await
+        .expect("the notification did not wake the node");
+    assert_eq!(s.id, job.id);
+    engine.stop().await;
+
+    let bad = EngineConfig {
+        listen_url: Some("not a url".into()),
+        ..config()
+    };
+    assert!(Engine::start(db.pool.clone(), probe_workers().0, bad)
+        .await
+        .is_err());
+}
