@@ -19,6 +19,12 @@ pub enum SchemaError {
          migrations up to {knows}; run the newer release (docs/deployment.md, rolling upgrades)"
     )]
     TooNew { needs: i64, knows: i64 },
+    #[error(
+        "this database holds migration {0}, which this release of Kickoff does not know and which \
+         is older than its own newest ({1}): it is another application's database, or one a \
+         different build of Kickoff migrated"
+    )]
+    Foreign(i64, i64),
     #[error("migrations failed: {0}")]
     Migrate(#[from] MigrateError),
     #[error("reading the schema's floor: {0}")]
@@ -45,6 +51,7 @@ pub async fn migrate(pool: &PgPool) -> Result<SchemaReport, SchemaError> {
     // apply) and again after them: a newer node's contract may have committed while this one
     // waited for the migrations' lock.
     check_floor(pool, knows).await?;
+    check_unknown(pool, knows).await?;
     let migrator = Migrator {
         migrations: MIGRATOR.migrations.clone(),
         // Migrations of a newer release (expand-only, by the floor above) are left as they are.
@@ -83,5 +90,28 @@ async fn check_floor(pool: &PgPool, knows: i64) -> Result<(), SchemaError> {
     match floor {
         Some(needs) if needs > knows => Err(SchemaError::TooNew { needs, knows }),
         _ => Ok(()),
+    }
+}
+
+/// Refuses a database holding a migration this release does not know that is older than its
+/// newest: a newer release's migrations come after this one's, so such a migration is another
+/// application's or another build's (the check `ignore_missing` did before it was set).
+async fn check_unknown(pool: &PgPool, knows: i64) -> Result<(), SchemaError> {
+    let applied: Vec<i64> = match sqlx::query_scalar("SELECT version FROM _sqlx_migrations")
+        .fetch_all(pool)
+        .await
+    {
+        Ok(v) => v,
+        // No migrations yet: a new database.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    match applied
+        .into_iter()
+        .filter(|v| *v < knows && !MIGRATOR.version_exists(*v))
+        .min()
+    {
+        Some(v) => Err(SchemaError::Foreign(v, knows)),
+        None => Ok(()),
     }
 }

@@ -561,4 +561,22 @@ async fn a_node_runs_on_a_schema_a_newer_release_expanded_and_refuses_one_it_con
         said.contains(&newer.to_string()) && said.contains("newer release"),
         "{said}"
     );
+
+    // A migration it does not know that is older than its own newest is no newer release's:
+    // another application's database, refused as before.
+    sqlx::query("UPDATE kickoff_schema SET oldest_migration = 0")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+         VALUES (20200101000000, 'another application', true, '\\x00', 0)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let out = migrate();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a foreign migration accepted");
+    assert!(said.contains("20200101000000"), "{said}");
 }
