@@ -270,6 +270,8 @@ fn engine_queue_for_notifications(config: &Config) -> String {
 }
 
 pub async fn serve(config: Config) -> Result<(), StartError> {
+    // First: a stop asked for while the server starts is kept, and honoured once it is up.
+    let stop_signals = StopSignals::install()?;
     // Settings checked before anything starts.
     let proxies = http::client_address::TrustedProxies::parse(&config.trusted_proxies)
         .map_err(StartError::Config)?;
@@ -372,7 +374,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     tokio::spawn({
         let shutdown = shutdown.clone();
         async move {
-            shutdown_signal().await;
+            stop_signals.recv().await;
             shutdown.cancel();
         }
     });
@@ -398,20 +400,28 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+/// SIGTERM and SIGINT, registered before the server connects to anything: one that comes while
+/// it starts is kept (not the default action, which kills the process) and stops the server
+/// gracefully as soon as it is up. Registered later, by the task that waits for them, a stop sent
+/// right after the server said it listened could still kill it.
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> std::io::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn recv(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.interrupt.recv() => {}
         }
-    };
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
     }
 }

@@ -580,3 +580,59 @@ async fn a_node_runs_on_a_schema_a_newer_release_expanded_and_refuses_one_it_con
     assert!(!out.status.success(), "a foreign migration accepted");
     assert!(said.contains("20200101000000"), "{said}");
 }
+
+/// A stop sent while the server starts is kept and honoured once it is up: exit 0, never the
+/// signal's default action. Before, SIGTERM was registered by a task spawned after the server
+/// printed that it listens, so a stop sent then (a test stopping a server right after its first
+/// job, on a busy machine) could kill it: "graceful stop exits 0, got signal: 15". Here the
+/// server is held in its start (its read of the schema waits on a lock this test holds) while
+/// the signal is sent.
+#[tokio::test]
+async fn a_stop_sent_while_the_server_starts_stops_it_gracefully_once_up() {
+    let db = crate::common::test_db().await;
+    let name = format!("stop-test-{:08x}", fastrand::u32(..));
+    let separator = if db.url.contains('?') { '&' } else { '?' };
+    let mut holder = db.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE kickoff_schema IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let dir = temp_data_dir();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kickoff"))
+        .arg("serve")
+        .env(
+            "DATABASE_URL",
+            format!("{}{separator}application_name={name}", db.url),
+        )
+        .env("LEPTOS_SITE_ADDR", "127.0.0.1:0")
+        .env("KICKOFF_DATA_DIR", &dir)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start kickoff serve");
+    crate::common::wait_for(
+        "the server to wait on the schema's lock",
+        Duration::from_secs(20),
+        || async {
+            sqlx::query_scalar::<_, bool>(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                                WHERE application_name LIKE $1 AND wait_event_type = 'Lock')",
+            )
+            .bind(format!("{name}%"))
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+        },
+    )
+    .await;
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    holder.rollback().await.unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(status.success(), "a stop during the start: {status}");
+}
