@@ -9,6 +9,7 @@
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::PgPool;
 
+use super::store::schema as store;
 use super::MIGRATOR;
 
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +52,15 @@ pub async fn migrate(pool: &PgPool) -> Result<SchemaReport, SchemaError> {
     // apply) and again after them: a newer node's contract may have committed while this one
     // waited for the migrations' lock.
     check_floor(pool, knows).await?;
-    check_unknown(pool, knows).await?;
+    // A migration unknown here and older than this release's newest is no newer release's: it is
+    // another application's or another build's (the check `ignore_missing` did before it was set).
+    let foreign = store::schema_applied(pool)
+        .await?
+        .into_iter()
+        .find(|v| *v < knows && !MIGRATOR.version_exists(*v));
+    if let Some(v) = foreign {
+        return Err(SchemaError::Foreign(v, knows));
+    }
     let migrator = Migrator {
         migrations: MIGRATOR.migrations.clone(),
         // Migrations of a newer release (expand-only, by the floor above) are left as they are.
@@ -61,11 +70,11 @@ pub async fn migrate(pool: &PgPool) -> Result<SchemaReport, SchemaError> {
     };
     migrator.run(pool).await?;
     check_floor(pool, knows).await?;
-    let ahead: Vec<i64> =
-        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE version > $1 ORDER BY 1")
-            .bind(knows)
-            .fetch_all(pool)
-            .await?;
+    let ahead: Vec<i64> = store::schema_applied(pool)
+        .await?
+        .into_iter()
+        .filter(|v| *v > knows)
+        .collect();
     if !ahead.is_empty() {
         tracing::warn!(
             newer = ?ahead,
@@ -78,40 +87,8 @@ pub async fn migrate(pool: &PgPool) -> Result<SchemaReport, SchemaError> {
 
 /// Refuses a schema whose floor is past `knows`, the newest migration this release knows.
 async fn check_floor(pool: &PgPool, knows: i64) -> Result<(), SchemaError> {
-    let floor: Option<i64> = match sqlx::query_scalar("SELECT oldest_migration FROM kickoff_schema")
-        .fetch_optional(pool)
-        .await
-    {
-        Ok(floor) => floor,
-        // A database from before the floor (or an empty one): no newer release has been there.
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => None,
-        Err(e) => return Err(e.into()),
-    };
-    match floor {
+    match store::schema_floor(pool).await? {
         Some(needs) if needs > knows => Err(SchemaError::TooNew { needs, knows }),
         _ => Ok(()),
-    }
-}
-
-/// Refuses a database holding a migration this release does not know that is older than its
-/// newest: a newer release's migrations come after this one's, so such a migration is another
-/// application's or another build's (the check `ignore_missing` did before it was set).
-async fn check_unknown(pool: &PgPool, knows: i64) -> Result<(), SchemaError> {
-    let applied: Vec<i64> = match sqlx::query_scalar("SELECT version FROM _sqlx_migrations")
-        .fetch_all(pool)
-        .await
-    {
-        Ok(v) => v,
-        // No migrations yet: a new database.
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => return Ok(()),
-        Err(e) => return Err(e.into()),
-    };
-    match applied
-        .into_iter()
-        .filter(|v| *v < knows && !MIGRATOR.version_exists(*v))
-        .min()
-    {
-        Some(v) => Err(SchemaError::Foreign(v, knows)),
-        None => Ok(()),
     }
 }

@@ -8,4 +8,5 @@ pub mod leader;
 pub mod nodes;
 pub mod queues;
 pub mod schedules;
+pub mod schema;
 pub mod stats;
