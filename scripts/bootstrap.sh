@@ -96,6 +96,8 @@ if [ $WITH_E2E = 1 ]; then
     env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS cargo install cargo-nextest --version "$NEXTEST_VERSION" --locked
   fi
   apt_install chromium
+  # PgBouncer: the suites that run behind a transaction pooler start one each (apt starts none).
+  apt_install pgbouncer
   if [ ! -d end2end/node_modules/playwright-core ]; then
     log "npm ci in end2end/"
     (cd end2end && npm ci --no-audit --no-fund --silent)

@@ -10,10 +10,11 @@ use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+use crate::engine::db::Db;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, PgPool};
+use sqlx::ConnectOptions;
 use tokio::sync::mpsc;
 
 use crate::cli::BenchWorkload;
@@ -103,6 +104,7 @@ pub async fn run(
         .map_err(|e| e.to_string())?;
     let result = async {
         MIGRATOR.run(&pool).await.map_err(|e| e.to_string())?;
+        let pool = Db::from(pool.clone());
         match workload {
             BenchWorkload::Throughput => throughput(&pool, &options).await,
             BenchWorkload::Pages => pages::pages(&pool, options.rows, options.samples).await,
@@ -187,7 +189,7 @@ fn engine_config(concurrency: usize, o: &BenchOptions) -> EngineConfig {
     }
 }
 
-async fn throughput(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
+async fn throughput(pool: &Db, o: &BenchOptions) -> Result<Value, String> {
     let concurrency = o.concurrency;
     const N: usize = 20_000;
     let t = Instant::now();
@@ -215,7 +217,7 @@ async fn throughput(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
 }
 
 /// Inserts `n` jobs due at `due` (now when `None`), in bulk, before any engine runs.
-async fn insert_due(pool: &PgPool, n: usize, due: Option<DateTime<Utc>>) -> Result<(), String> {
+async fn insert_due(pool: &Db, n: usize, due: Option<DateTime<Utc>>) -> Result<(), String> {
     let jobs: Vec<NewJob> = (0..n)
         .map(|i| {
             let job = NewJob::new(KIND, json!({ "i": i }));
@@ -234,7 +236,7 @@ async fn insert_due(pool: &PgPool, n: usize, due: Option<DateTime<Utc>>) -> Resu
 }
 
 /// Waits until no job is left unfinished; the time it took from `since`.
-async fn until_all_completed(pool: &PgPool, since: Instant) -> Result<f64, String> {
+async fn until_all_completed(pool: &Db, since: Instant) -> Result<f64, String> {
     let deadline = since + Duration::from_secs(300);
     loop {
         let left: i64 = job_store::job_count_by_queue_state(pool)
@@ -256,7 +258,7 @@ async fn until_all_completed(pool: &PgPool, since: Instant) -> Result<f64, Strin
 
 /// Jobs overdue when a node starts (10,000 unless `--overdue`; it was down while they came due):
 /// the time from the engine's start until every one completed.
-async fn recovery(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
+async fn recovery(pool: &Db, o: &BenchOptions) -> Result<Value, String> {
     let concurrency = o.concurrency;
     let n = o.overdue;
     let db_now = job_store::db_now(pool).await.map_err(|e| e.to_string())?;
@@ -282,7 +284,7 @@ async fn recovery(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
 
 /// Throughput with 1, 2 and 3 nodes on one database (each `concurrency` slots), 20,000 jobs each
 /// time.
-async fn nodes(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
+async fn nodes(pool: &Db, o: &BenchOptions) -> Result<Value, String> {
     let concurrency = o.concurrency;
     const N: usize = 20_000;
     let mut results = Vec::new();
@@ -325,7 +327,7 @@ async fn nodes(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
     }))
 }
 
-async fn latency(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
+async fn latency(pool: &Db, o: &BenchOptions) -> Result<Value, String> {
     const N: usize = 500;
     let (workers, mut rx) = workers();
     let engine = Engine::start(pool.clone(), workers, engine_config(10, o))
@@ -385,7 +387,7 @@ async fn latency(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
 }
 
 /// A schedule every second for a minute: how late each of its 60 runs started after its slot.
-async fn schedule(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
+async fn schedule(pool: &Db, o: &BenchOptions) -> Result<Value, String> {
     use crate::engine::schedules::{JobTemplate, ScheduleSpec, Schedules};
     const RUNS: usize = 60;
     let (workers, mut rx) = workers();
@@ -425,7 +427,7 @@ async fn schedule(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
     ))
 }
 
-async fn scheduled(pool: &PgPool, o: &BenchOptions) -> Result<Value, String> {
+async fn scheduled(pool: &Db, o: &BenchOptions) -> Result<Value, String> {
     const N: usize = 1_000;
     let (workers, mut rx) = workers();
     let engine = Engine::start(pool.clone(), workers, engine_config(10, o))

@@ -32,6 +32,21 @@ pub struct Config {
     #[arg(long, env = "KICKOFF_LISTEN_DATABASE_URL")]
     pub listen_database_url: Option<String>,
 
+    /// How `DATABASE_URL` reaches PostgreSQL: `direct` (PostgreSQL itself, or a pooler in
+    /// session mode) or `transaction` (a pooler in transaction mode, e.g. PgBouncer
+    /// `pool_mode = transaction`: every statement in a transaction, no session state; migrations
+    /// and LISTEN go through `KICKOFF_LISTEN_DATABASE_URL`, and without it the node polls).
+    /// Default: `direct`.
+    #[arg(long, env = "KICKOFF_DATABASE_POOL_MODE", default_value = "direct")]
+    pub database_pool_mode: crate::engine::PoolMode,
+
+    /// How often a node that cannot LISTEN looks for work, in milliseconds: behind a transaction
+    /// pooler without `KICKOFF_LISTEN_DATABASE_URL`. A job inserted by another process starts up
+    /// to this late. Default: 100 (10 to 1000).
+    #[arg(long, env = "KICKOFF_POLL_INTERVAL_MS", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(10..=1000))]
+    pub poll_interval_ms: u64,
+
     /// Where the embedded cluster and the generated API token live. Default: `./.kickoff`.
     #[arg(long, env = "KICKOFF_DATA_DIR", default_value = ".kickoff")]
     pub data_dir: PathBuf,

@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::PgPoolOptions;
-use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::engine::db::{Db, PoolMode};
 
 use crate::accounts::bootstrap_token::{BootstrapToken, Opened};
 use crate::accounts::SetupLink;
@@ -41,7 +42,7 @@ pub enum StartError {
 
 /// The database the server uses, and the embedded cluster behind it if any.
 pub struct Database {
-    pub pool: PgPool,
+    pub pool: Db,
     pub embedded: Option<EmbeddedPostgres>,
 }
 
@@ -71,7 +72,15 @@ impl Database {
         config: &Config,
         embedded: Option<EmbeddedPostgres>,
     ) -> Result<Database, StartError> {
-        let pool = connect(url, config.db_pool).await?;
+        let mode = config.database_pool_mode;
+        if let (PoolMode::Transaction, Some(direct)) = (mode, &config.listen_database_url) {
+            // The migrator's lock is a session's: it runs on a direct connection of its own.
+            let direct = connect(direct, 1, PoolMode::Direct).await?;
+            let migrated = crate::engine::schema::migrate(&direct).await;
+            direct.close().await;
+            migrated?;
+        }
+        let pool = connect(url, config.db_pool, mode).await?;
         crate::engine::schema::migrate(&pool).await?;
         Ok(Database { pool, embedded })
     }
@@ -117,19 +126,25 @@ impl Database {
 /// The dashboard's and the API's own pool, on the same database as `pool`: `max` connections,
 /// each statement cut at `statement_timeout_ms`, a free connection waited for 2 s at most (then
 /// 503). Named `<application_name>-web` in `pg_stat_activity`.
-pub fn web_pool(pool: &PgPool, max: u32, statement_timeout_ms: u64) -> PgPool {
-    let options = crate::engine::node::named_options(pool, "web")
-        .options([("statement_timeout", statement_timeout_ms.to_string())]);
-    PgPoolOptions::new()
-        .max_connections(max)
-        .min_connections(1)
-        .test_before_acquire(false)
-        .acquire_timeout(Duration::from_secs(2))
-        .connect_lazy_with(options)
+pub fn web_pool(pool: &Db, max: u32, statement_timeout_ms: u64) -> Db {
+    pool.beside(
+        "web",
+        &[("statement_timeout", statement_timeout_ms.to_string())],
+        PgPoolOptions::new()
+            .max_connections(max)
+            .min_connections(1)
+            .test_before_acquire(false)
+            .acquire_timeout(Duration::from_secs(2)),
+    )
 }
 
-/// Opens a pool, waiting up to 30 s for the server to accept connections.
-pub async fn connect(url: &str, max: u32) -> Result<PgPool, StartError> {
+/// Opens a pool reaching the database as `mode` says, waiting up to 30 s for the server to
+/// accept connections.
+pub async fn connect(url: &str, max: u32, mode: PoolMode) -> Result<Db, StartError> {
+    let options = mode.connect_options(
+        url.parse::<PgConnectOptions>()
+            .map_err(StartError::Connect)?,
+    );
     let mut last = None;
     for _ in 0..60 {
         match PgPoolOptions::new()
@@ -139,10 +154,10 @@ pub async fn connect(url: &str, max: u32) -> Result<PgPool, StartError> {
             // connection fails its one query instead (and the pool replaces it).
             .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(10))
-            .connect(url)
+            .connect_with(options.clone())
             .await
         {
-            Ok(pool) => return Ok(pool),
+            Ok(pool) => return Ok(Db::new(pool, mode)),
             Err(e @ (sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut)) => {
                 last = Some(e);
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -174,6 +189,7 @@ pub fn engine_config(config: &Config) -> Result<EngineConfig, StartError> {
         ec.node_id = id.clone();
     }
     ec.listen_url = config.listen_database_url.clone();
+    ec.poll_only_interval = Duration::from_millis(config.poll_interval_ms);
     ec.heartbeat = (ec.lease / 5).max(Duration::from_millis(100));
     ec.validate().map_err(StartError::Config)?;
     Ok(ec)
@@ -202,7 +218,7 @@ fn api_token(config: &Config) -> Result<BootstrapToken, StartError> {
 /// Seals again, bound to their endpoint, the endpoints' values sealed before binding (once, by
 /// the first node of this version to start; see `webhooks::service::Endpoints::bind_sealed`).
 async fn bind_sealed_values(
-    pool: &sqlx::PgPool,
+    pool: &crate::engine::db::Db,
     key: &Arc<crate::webhooks::SecretKey>,
 ) -> Result<(), StartError> {
     let endpoints = crate::webhooks::service::Endpoints::new(pool.clone(), key.clone());

@@ -23,7 +23,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::engine::db::Db;
 
 use super::request_limit::{address_key, RequestLimiter, Requester};
 use super::store::{self, LoginCounter, LoginScope};
@@ -44,7 +44,7 @@ pub const LOCK_DURATION: Duration = Duration::from_secs(15 * 60);
 /// Counts login attempts and decides which may be checked.
 #[derive(Clone)]
 pub(crate) struct LoginThrottle {
-    pool: PgPool,
+    pool: Db,
     /// The rate of attempts per address, before any count (see `request_limit`).
     limiter: RequestLimiter,
 }
@@ -52,13 +52,13 @@ pub(crate) struct LoginThrottle {
 /// An attempt admitted for checking, holding its places in the counts until it reports the outcome.
 #[must_use = "report the outcome with succeeded() or failed()"]
 pub(crate) struct Admission {
-    pool: PgPool,
+    pool: Db,
     by_address: (String, LoginCounter),
     by_name: Option<(String, LoginCounter)>,
 }
 
 impl LoginThrottle {
-    pub(crate) fn new(pool: PgPool, limiter: RequestLimiter) -> Self {
+    pub(crate) fn new(pool: Db, limiter: RequestLimiter) -> Self {
         LoginThrottle { pool, limiter }
     }
 

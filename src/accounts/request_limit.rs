@@ -22,7 +22,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use sqlx::PgPool;
+use crate::engine::db::Db;
 
 use super::store;
 use crate::rate::Rate;
@@ -88,7 +88,7 @@ impl Taken {
 /// Counts requests against [`RequestLimits`] in the database.
 #[derive(Clone)]
 pub(crate) struct RequestLimiter {
-    pool: PgPool,
+    pool: Db,
     limits: RequestLimits,
     refused: Arc<Refused>,
 }
@@ -109,7 +109,7 @@ pub enum Requester {
 }
 
 impl RequestLimiter {
-    pub(crate) fn new(pool: PgPool, limits: RequestLimits) -> Self {
+    pub(crate) fn new(pool: Db, limits: RequestLimits) -> Self {
         RequestLimiter {
             pool,
             limits,

@@ -3,7 +3,8 @@
 
 use std::net::IpAddr;
 
-use sqlx::{PgConnection, PgPool};
+use crate::engine::db::Db;
+use sqlx::PgConnection;
 
 use super::api_token::{self, MAX_TOKEN_NAME_CHARS};
 use super::login_throttle::LoginThrottle;
@@ -74,7 +75,7 @@ pub struct NewPassword {
 /// The accounts of the dashboard, in the database behind `pool`.
 #[derive(Clone)]
 pub struct Accounts {
-    pool: PgPool,
+    pool: Db,
     throttle: LoginThrottle,
     limiter: RequestLimiter,
     setup_link: SetupLink,
@@ -83,7 +84,7 @@ pub struct Accounts {
 impl Accounts {
     /// The accounts, with no setup link (see [`Self::with_setup_link`]) and the default request
     /// limits (see [`Self::with_request_limits`]).
-    pub fn new(pool: PgPool) -> Self {
+    pub fn new(pool: Db) -> Self {
         let limiter = RequestLimiter::new(pool.clone(), RequestLimits::default());
         Accounts {
             throttle: LoginThrottle::new(pool.clone(), limiter.clone()),
@@ -145,8 +146,7 @@ impl Accounts {
     ) -> Result<User, AccountError> {
         refuse_reserved(&normalize_name(name)?)?;
         let password = self.new_password(password).await?;
-        self.create_with(&mut *self.pool.acquire().await?, name, &password, role)
-            .await
+        crate::engine::in_transaction!(self, |tx| self.create_with(tx, name, &password, role))
     }
 
     /// Checks and hashes a new password.
@@ -238,8 +238,7 @@ impl Accounts {
     /// sessions signed in before now end at their next request.
     pub async fn set_password(&self, id: i64, password: &str) -> Result<User, AccountError> {
         let password = self.new_password(password).await?;
-        self.set_password_with(&mut *self.pool.acquire().await?, id, &password)
-            .await
+        crate::engine::in_transaction!(self, |tx| self.set_password_with(tx, id, &password))
     }
 
     /// [`Self::set_password`] on the caller's connection or inside the caller's transaction.
@@ -436,8 +435,7 @@ impl Accounts {
         name: &str,
         scope: TokenScope,
     ) -> Result<(ApiToken, String), AccountError> {
-        self.create_token_with(&mut *self.pool.acquire().await?, user, name, scope)
-            .await
+        crate::engine::in_transaction!(self, |tx| self.create_token_with(tx, user, name, scope))
     }
 
     /// [`Self::create_token`] on the caller's connection or inside the caller's transaction.
@@ -494,8 +492,7 @@ impl Accounts {
 
     /// Revokes a token: the next request that presents it is refused.
     pub async fn revoke_token(&self, id: i64) -> Result<ApiToken, AccountError> {
-        self.revoke_token_with(&mut *self.pool.acquire().await?, id)
-            .await
+        crate::engine::in_transaction!(self, |tx| self.revoke_token_with(tx, id))
     }
 
     /// [`Self::revoke_token`] on the caller's connection or inside the caller's transaction.

@@ -18,7 +18,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqlx::{PgConnection, PgPool};
+use crate::engine::db::Db;
+use sqlx::PgConnection;
 use tokio_util::sync::CancellationToken;
 
 use super::notifier::Notifier;
@@ -52,7 +53,7 @@ pub struct Report {
 
 #[derive(Clone)]
 pub struct Evaluator {
-    pool: PgPool,
+    pool: Db,
     notifier: Notifier,
     /// How long a resolved incident is kept. Default: the pruner's (24 h).
     retention: Duration,
@@ -64,7 +65,7 @@ pub struct Evaluator {
 
 impl Evaluator {
     /// Notifications go in `notify_queue`.
-    pub fn new(pool: PgPool, client: Client, notify_queue: impl Into<String>) -> Self {
+    pub fn new(pool: Db, client: Client, notify_queue: impl Into<String>) -> Self {
         Evaluator {
             pool,
             notifier: Notifier::new(client, notify_queue),

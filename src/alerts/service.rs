@@ -1,7 +1,8 @@
 //! Managing rules (admins) and incidents (acknowledging: operators), inside the caller's
 //! transaction so that each change commits with its audit entry.
 
-use sqlx::{PgConnection, PgPool};
+use crate::engine::db::Db;
+use sqlx::PgConnection;
 
 use super::rules::{RuleRow, RuleSpec, MAX_RULES};
 use super::store::{self, IncidentRow};
@@ -24,12 +25,12 @@ pub const MAX_PAGE: i64 = 500;
 
 #[derive(Clone)]
 pub struct Alerts {
-    pool: PgPool,
+    pool: Db,
     client: Client,
 }
 
 impl Alerts {
-    pub fn new(pool: PgPool, client: Client) -> Self {
+    pub fn new(pool: Db, client: Client) -> Self {
         Alerts { pool, client }
     }
 

@@ -6,8 +6,9 @@ pub mod store;
 
 use std::net::IpAddr;
 
+use crate::engine::db::Db;
 use serde_json::Value;
-use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Transaction};
+use sqlx::{PgConnection, Postgres, QueryBuilder, Transaction};
 
 pub use store::{AuditFilter, AuditRow};
 
@@ -34,7 +35,7 @@ pub struct NotRecorded(#[source] pub sqlx::Error);
 /// [`Work::conn`] (so an action can check and hash first without holding a connection), and
 /// committed by [`Auditor::run`] only together with the action's entry.
 pub struct Work {
-    pool: PgPool,
+    pool: Db,
     tx: Option<Transaction<'static, Postgres>>,
 }
 
@@ -59,11 +60,11 @@ fn cut(s: &str) -> String {
 /// Records and lists audit entries. Cheap to clone.
 #[derive(Clone)]
 pub struct Auditor {
-    pool: PgPool,
+    pool: Db,
 }
 
 impl Auditor {
-    pub fn new(pool: PgPool) -> Self {
+    pub fn new(pool: Db) -> Self {
         Auditor { pool }
     }
 
@@ -126,8 +127,9 @@ impl Auditor {
     /// Writes an entry on its own, before an action that is not a database change of ours (a
     /// session starting): when it fails, the caller must not go on.
     pub async fn record_first(&self, entry: &AuditEntry) -> Result<(), NotRecorded> {
-        let mut conn = self.pool.acquire().await.map_err(NotRecorded)?;
-        insert(&mut conn, entry).await.map_err(NotRecorded)
+        let mut tx = self.pool.begin().await.map_err(NotRecorded)?;
+        insert(&mut tx, entry).await.map_err(NotRecorded)?;
+        tx.commit().await.map_err(NotRecorded)
     }
 
     /// Records an entry on its own: a refusal (which changed nothing), or the end of an action

@@ -10,8 +10,8 @@
 
 use std::time::Instant;
 
+use crate::engine::db::Db;
 use serde_json::{json, Value};
-use sqlx::PgPool;
 
 use crate::alerts::{Alerts, Condition, Evaluator, RuleSpec};
 use crate::engine::Client;
@@ -21,7 +21,7 @@ const QUESTIONS: i64 = 20_000;
 /// Jobs overdue (due a minute to an hour ago, never started).
 const OVERDUE: i64 = 10_000;
 
-async fn seed_game(pool: &PgPool) -> Result<(), String> {
+async fn seed_game(pool: &Db) -> Result<(), String> {
     // A quarter still open past game time (the `question_open` and `late_lock` reads), the rest
     // locked or ahead.
     sqlx::query(
@@ -78,7 +78,7 @@ fn rules() -> Vec<RuleSpec> {
     ]
 }
 
-pub async fn alerts(pool: &PgPool, rows: i64, samples: usize) -> Result<Value, String> {
+pub async fn alerts(pool: &Db, rows: i64, samples: usize) -> Result<Value, String> {
     let seed_started = Instant::now();
     super::pages::seed(pool, rows).await?;
     seed_game(pool).await?;
@@ -92,7 +92,7 @@ pub async fn alerts(pool: &PgPool, rows: i64, samples: usize) -> Result<Value, S
     );
     let alerts = Alerts::new(pool.clone(), client.clone());
     {
-        let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
+        let mut conn = pool.pool().acquire().await.map_err(|e| e.to_string())?;
         for spec in rules() {
             alerts
                 .create_rule_with(&mut conn, spec, Some("bench"))

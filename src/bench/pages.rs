@@ -9,8 +9,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::engine::db::Db;
 use serde_json::{json, Value};
-use sqlx::PgPool;
 
 use crate::engine::store::jobs as job_store;
 use crate::engine::{Engine, EngineConfig};
@@ -24,7 +24,7 @@ const SEED_CHUNK: i64 = 100_000;
 
 /// Fills `jobs` with `rows` jobs: 80 % completed, 5 % discarded, 3 % cancelled, 2 % retryable,
 /// 10 % scheduled over the next day; three queues and kinds; args with a `game_id` (5,000 games).
-pub(super) async fn seed(pool: &PgPool, rows: i64) -> Result<(), String> {
+pub(super) async fn seed(pool: &Db, rows: i64) -> Result<(), String> {
     let mut done = 0;
     while done < rows {
         let n = SEED_CHUNK.min(rows - done);
@@ -89,7 +89,7 @@ fn rss_kib() -> Option<u64> {
         .ok()
 }
 
-pub async fn pages(pool: &PgPool, rows: i64, samples: usize) -> Result<Value, String> {
+pub async fn pages(pool: &Db, rows: i64, samples: usize) -> Result<Value, String> {
     let seed_started = Instant::now();
     seed(pool, rows).await?;
     let seed_secs = seed_started.elapsed().as_secs_f64();

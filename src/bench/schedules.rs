@@ -9,9 +9,9 @@
 
 use std::time::{Duration, Instant};
 
+use crate::engine::db::Db;
 use chrono::Timelike;
 use serde_json::{json, Value};
-use sqlx::PgPool;
 
 use crate::engine::schedules::{JobTemplate, ScheduleSpec, Schedules};
 use crate::engine::{Engine, EngineConfig};
@@ -23,7 +23,7 @@ const RUNS: usize = 30;
 
 /// The database's committed transactions so far (PostgreSQL's statistics, flushed by each
 /// backend about once a second: over [`IDLE`] the error is a second's worth at most).
-async fn commits(pool: &PgPool) -> Result<i64, String> {
+async fn commits(pool: &Db) -> Result<i64, String> {
     sqlx::query_scalar(
         "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
     )
@@ -32,7 +32,7 @@ async fn commits(pool: &PgPool) -> Result<i64, String> {
     .map_err(|e| format!("reading pg_stat_database: {e}"))
 }
 
-async fn commits_per_second(pool: &PgPool) -> Result<f64, String> {
+async fn commits_per_second(pool: &Db) -> Result<f64, String> {
     let (before, started) = (commits(pool).await?, Instant::now());
     tokio::time::sleep(IDLE).await;
     let after = commits(pool).await?;
@@ -40,7 +40,7 @@ async fn commits_per_second(pool: &PgPool) -> Result<f64, String> {
 }
 
 /// `count` daily schedules whose slots are 2 to 20 hours away, made in one statement.
-async fn seed(pool: &PgPool, count: usize) -> Result<(), String> {
+async fn seed(pool: &Db, count: usize) -> Result<(), String> {
     let first_hour = (chrono::Utc::now().hour() as i64 + 3) % 24;
     sqlx::query(
         "INSERT INTO schedules (name, cron, kind, args)
@@ -57,7 +57,7 @@ async fn seed(pool: &PgPool, count: usize) -> Result<(), String> {
     Ok(())
 }
 
-pub async fn schedules(pool: &PgPool, count: usize, config: EngineConfig) -> Result<Value, String> {
+pub async fn schedules(pool: &Db, count: usize, config: EngineConfig) -> Result<Value, String> {
     let (workers, mut started) = super::workers();
     let engine = Engine::start(pool.clone(), workers, config)
         .await

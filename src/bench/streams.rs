@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::engine::db::Db;
 use serde_json::{json, Value};
-use sqlx::PgPool;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
@@ -42,7 +42,7 @@ const OPENING_AT_ONCE: usize = 200;
 /// A change that reached one stream: (stream, job id, when).
 type Arrival = (usize, i64, Instant);
 
-pub async fn streams(pool: &PgPool, database_url: &str, counts: &[usize]) -> Result<Value, String> {
+pub async fn streams(pool: &Db, database_url: &str, counts: &[usize]) -> Result<Value, String> {
     let most = counts.iter().copied().max().unwrap_or(0);
     let tokens = tokens(pool, most.div_ceil(MAX_STREAMS_PER_HOLDER)).await?;
     let mut runs = Vec::new();
@@ -53,7 +53,7 @@ pub async fn streams(pool: &PgPool, database_url: &str, counts: &[usize]) -> Res
 }
 
 /// `n` read tokens of one viewer.
-async fn tokens(pool: &PgPool, n: usize) -> Result<Vec<String>, String> {
+async fn tokens(pool: &Db, n: usize) -> Result<Vec<String>, String> {
     let accounts = Accounts::new(pool.clone());
     let user = accounts
         .create("bench-streams", "bench-password-not-secret", Role::Viewer)
@@ -200,9 +200,11 @@ async fn measure(
     tokens: &[String],
     n: usize,
 ) -> Result<Value, String> {
-    let pool = PgPool::connect(database_url)
-        .await
-        .map_err(|e| e.to_string())?;
+    let pool = Db::from(
+        sqlx::PgPool::connect(database_url)
+            .await
+            .map_err(|e| e.to_string())?,
+    );
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
         .build()

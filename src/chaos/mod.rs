@@ -27,10 +27,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::engine::db::Db;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::postgres::PgPoolOptions;
-use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Client, MIGRATOR};
@@ -357,7 +357,7 @@ async fn run_on(
 }
 
 /// A pool of `size` on the run's cluster, its schema migrated.
-pub(crate) async fn connect_and_migrate(url: &str, size: u32) -> Result<PgPool, String> {
+pub(crate) async fn connect_and_migrate(url: &str, size: u32) -> Result<Db, String> {
     let pool = PgPoolOptions::new()
         .max_connections(size)
         .acquire_timeout(Duration::from_secs(5))
@@ -368,12 +368,12 @@ pub(crate) async fn connect_and_migrate(url: &str, size: u32) -> Result<PgPool, 
         .run(&pool)
         .await
         .map_err(|e| format!("migrate: {e}"))?;
-    Ok(pool)
+    Ok(Db::from(pool))
 }
 
 /// Terminates every database connection of one node (it must reconnect on its own): its pool's,
 /// and the engine's own (named `<app_name>-<role>`: bookkeeping, claims, listener).
-pub(crate) async fn cut_connections(pool: &PgPool, app_name: &str) {
+pub(crate) async fn cut_connections(pool: &Db, app_name: &str) {
     let _ = sqlx::query(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
          WHERE application_name = $1 OR application_name LIKE $1 || '-%'",
@@ -386,7 +386,7 @@ pub(crate) async fn cut_connections(pool: &PgPool, app_name: &str) {
 /// Terminates only the listening connection of the node whose connections carry `app_name` (the
 /// one whose last statement was a `LISTEN`): the notifications sent until it listens again are
 /// lost to that node.
-pub(crate) async fn cut_listener(pool: &PgPool, app_name: &str) {
+pub(crate) async fn cut_listener(pool: &Db, app_name: &str) {
     let _ = sqlx::query(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
          WHERE (application_name = $1 OR application_name LIKE $1 || '-%')
@@ -399,7 +399,7 @@ pub(crate) async fn cut_listener(pool: &PgPool, app_name: &str) {
 
 /// Ms from the kill until no job is executing on the dead node any more; `None` when it held
 /// none (nothing to rescue), or not within a minute, or the database was unreachable.
-async fn time_to_rescue(pool: PgPool, node: String, killed_at: Instant) -> Option<f64> {
+async fn time_to_rescue(pool: Db, node: String, killed_at: Instant) -> Option<f64> {
     let deadline = killed_at + Duration::from_secs(60);
     let mut first = true;
     while Instant::now() < deadline {
@@ -418,7 +418,7 @@ async fn time_to_rescue(pool: PgPool, node: String, killed_at: Instant) -> Optio
     None
 }
 
-async fn count_not_final(pool: &PgPool, ids: &[i64]) -> Option<i64> {
+async fn count_not_final(pool: &Db, ids: &[i64]) -> Option<i64> {
     sqlx::query_scalar(
         "SELECT count(*) FROM jobs WHERE id = ANY($1)
            AND state NOT IN ('completed', 'discarded', 'cancelled')",
@@ -467,7 +467,7 @@ fn unexplained(calls: &[receiver::Delivery], rescued: &[i32], crashes: &[DateTim
 
 /// Fills the report's checks from the database and the receiver.
 async fn check(
-    pool: &PgPool,
+    pool: &Db,
     inserted: &load::Inserted,
     deliveries: &receiver::Deliveries,
     disturbances: &[Disturbance],

@@ -13,13 +13,12 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
+use crate::engine::db::Db;
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
-use sqlx::PgPool;
 use tokio::sync::mpsc;
 
 use super::job::{Job, JobId, JobState};
-use super::node::named_options;
 use super::notifier::{CHANNEL_DUE, CHANNEL_EVENTS};
 use super::store::jobs as job_store;
 
@@ -56,18 +55,19 @@ struct Note {
 /// and ends when the last clone is dropped.
 #[derive(Clone)]
 pub struct Announcer {
-    pool: PgPool,
+    pool: Db,
     tx: Arc<OnceLock<mpsc::UnboundedSender<Note>>>,
 }
 
 impl Announcer {
     /// An announcer sending on a connection of its own to `pool`'s database.
-    pub fn new(pool: &PgPool) -> Self {
-        let options = named_options(pool, "announcer").options([("synchronous_commit", "off")]);
+    pub fn new(pool: &Db) -> Self {
         Announcer {
-            pool: PgPoolOptions::new()
-                .max_connections(1)
-                .connect_lazy_with(options),
+            pool: pool.beside(
+                "announcer",
+                &[("synchronous_commit", "off".to_string())],
+                PgPoolOptions::new().max_connections(1),
+            ),
             tx: Arc::new(OnceLock::new()),
         }
     }
@@ -97,7 +97,7 @@ impl Announcer {
     }
 }
 
-async fn run(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Note>) {
+async fn run(pool: Db, mut rx: mpsc::UnboundedReceiver<Note>) {
     let mut notes = Vec::new();
     while rx.recv_many(&mut notes, BATCH).await > 0 {
         let (channels, payloads) = payloads(&notes);

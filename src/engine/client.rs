@@ -4,9 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::db::Db;
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 
 use super::announcer::{Announcer, Wakeup};
 use super::control::Control;
@@ -123,13 +124,13 @@ fn invalid(field: &'static str, message: impl Into<String>) -> ClientError {
 /// Inserts jobs and acts on them. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
-    pool: PgPool,
+    pool: Db,
     workers: Arc<Workers>,
     announcer: Announcer,
 }
 
 impl Client {
-    pub fn new(pool: PgPool, workers: Arc<Workers>) -> Self {
+    pub fn new(pool: Db, workers: Arc<Workers>) -> Self {
         Client {
             announcer: Announcer::new(&pool),
             pool,
@@ -137,12 +138,12 @@ impl Client {
         }
     }
 
-    pub fn pool(&self) -> &PgPool {
+    pub fn pool(&self) -> &Db {
         &self.pool
     }
 
     /// This client's workers over another pool (the web side's, say).
-    pub fn with_pool(&self, pool: PgPool) -> Client {
+    pub fn with_pool(&self, pool: Db) -> Client {
         Client {
             pool,
             workers: self.workers.clone(),
@@ -157,8 +158,9 @@ impl Client {
     /// Checks a new job before anything is written (on a connection of the pool, if its worker
     /// reads the database to check).
     pub async fn validate(&self, new: &NewJob) -> Result<(), ClientError> {
-        let mut conn = self.pool.acquire().await?;
-        self.validate_with(&mut conn, new).await
+        let mut conn = self.pool.unit().await?;
+        self.validate_with(&mut conn, new).await?;
+        Ok(conn.commit().await?)
     }
 
     /// [`Self::validate`] on the caller's connection (a worker's check that reads the database
@@ -301,8 +303,10 @@ impl Client {
 
     /// Inserts a job (or returns the live job holding its unique key).
     pub async fn insert(&self, new: &NewJob) -> Result<Inserted, ClientError> {
-        let mut conn = self.pool.acquire().await?;
-        self.insert_with(&mut conn, new).await
+        let mut conn = self.pool.unit().await?;
+        let inserted = self.insert_with(&mut conn, new).await?;
+        conn.commit().await?;
+        Ok(inserted)
     }
 
     /// Inserts a job on the caller's connection or inside the caller's transaction
@@ -345,11 +349,11 @@ impl Client {
         new: &NewJob,
         companion: job_store::Companion<'_>,
     ) -> Result<Option<(Inserted, Wakeup)>, ClientError> {
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.pool.unit().await?;
         let host = self.checked_with(&mut conn, new).await?;
-        let Some(job) =
-            job_store::job_insert_alone(&mut conn, new, host.as_deref(), companion).await?
-        else {
+        let job = job_store::job_insert_alone(&mut conn, new, host.as_deref(), companion).await?;
+        conn.commit().await?;
+        let Some(job) = job else {
             return Ok(None);
         };
         let wakeup = self.announcer.wakeup(&job, false);
@@ -907,7 +911,7 @@ impl Client {
 
 /// A bulk action on a filter, walked one batch at a time (see [`Client::bulk_walk`]).
 pub struct BulkWalk {
-    pool: PgPool,
+    pool: Db,
     action: BulkAction,
     filter: JobFilter,
     /// Where the next batch starts (the last batch's oldest id).

@@ -16,12 +16,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::engine::db::Db;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::job::{Claim, JobState};
-use super::node::Attempts;
+use super::node::{Attempts, TimerSignal};
 use super::store::errors::is_transient;
 use super::store::jobs::{self as job_store, FailAs};
 use super::worker::WorkError;
@@ -68,13 +68,16 @@ enum Written {
 /// failing, never holds up the outcomes of the rest of the node.
 pub struct Completer {
     /// The bookkeeping pool.
-    pool: PgPool,
+    pool: Db,
     attempts: Arc<Attempts>,
     node_id: String,
     shutdown_grace: Duration,
     rx: mpsc::UnboundedReceiver<Completion>,
     stop: CancellationToken,
     deferred: Vec<Deferred>,
+    /// Set on a node that cannot LISTEN (see `engine::db`): the timer is told of the retries and
+    /// snoozes written here, which the database's notification would otherwise bring.
+    wake_timer: Option<Arc<TimerSignal>>,
 }
 
 impl Completer {
@@ -82,7 +85,7 @@ impl Completer {
     /// `rx`, as node `node_id`, for the attempts of `attempts`. It runs until `stop`, then writes
     /// what is left (for at most `shutdown_grace`) and ends.
     pub fn new(
-        pool: PgPool,
+        pool: Db,
         attempts: Arc<Attempts>,
         node_id: String,
         shutdown_grace: Duration,
@@ -97,6 +100,7 @@ impl Completer {
             rx,
             stop,
             deferred: Vec::new(),
+            wake_timer: None,
         }
     }
 
@@ -191,10 +195,17 @@ impl Completer {
         }
     }
 
+    /// Tells `timer` of every retry and snooze this completer writes (a node that does not
+    /// LISTEN hears of them no other way before its next poll).
+    pub fn waking(mut self, timer: Option<Arc<TimerSignal>>) -> Self {
+        self.wake_timer = timer;
+        self
+    }
+
     /// Writes the batch's outcomes on one bookkeeping connection; says for each whether it is done.
     async fn write_outcomes(&self, batch: &[(Completion, u32)], limit: Duration) -> Vec<Written> {
         let mut results: Vec<Written> = batch.iter().map(|_| Written::Again).collect();
-        let acquired = tokio::time::timeout(limit, self.pool.acquire()).await;
+        let acquired = tokio::time::timeout(limit, self.pool.connection()).await;
         let mut conn = match acquired {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => {
@@ -263,7 +274,7 @@ impl Completer {
                 Ok(()) => continue,
                 Err(WorkError::Fenced) => Some(Written::Done),
                 Err(WorkError::Snooze(d)) => {
-                    let snoozed = job_store::job_snooze(&mut *conn, c.claim, *d);
+                    let snoozed = job_store::job_snooze(&mut conn, c.claim, *d);
                     settle("snooze", tokio::time::timeout(limit, snoozed).await)
                 }
                 Err(e) => {
@@ -274,7 +285,7 @@ impl Completer {
                     };
                     // Postgres text cannot hold NUL bytes (a webhook's body may).
                     let message = e.to_string().replace('\0', "\u{FFFD}");
-                    let failed = job_store::job_fail(&mut *conn, c.claim, node, &message, fail_as);
+                    let failed = job_store::job_fail(&mut conn, c.claim, node, &message, fail_as);
                     settle("fail", tokio::time::timeout(limit, failed).await)
                 }
             };
@@ -285,6 +296,14 @@ impl Completer {
                 return results;
             };
             results[i] = result;
+        }
+        if let Some(timer) = &self.wake_timer {
+            let comes_back = batch.iter().any(|(c, _)| {
+                matches!(&c.result, Err(e) if !matches!(e, WorkError::Fenced | WorkError::Fatal(_) | WorkError::Cancel(_)))
+            });
+            if comes_back {
+                timer.refresh();
+            }
         }
         results
     }

@@ -19,6 +19,8 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(5);
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
 /// Default backstop poll: covers notifications lost while the listener reconnects.
 pub const DEFAULT_BACKSTOP_POLL: Duration = Duration::from_secs(1);
+/// How often a node that cannot LISTEN looks for work (see [`EngineConfig::poll_only_interval`]).
+pub const DEFAULT_POLL_ONLY_INTERVAL: Duration = Duration::from_millis(100);
 /// Default largest claim in one statement.
 pub const DEFAULT_CLAIM_BATCH: usize = 200;
 /// Default most jobs a queue claims ahead of its free slots (see `queue_state`).
@@ -72,6 +74,10 @@ pub struct EngineConfig {
     /// its own, so behind a transaction pooler (PgBouncer) it points at the database directly.
     /// Default: none (the listener connects like the node's other connections).
     pub listen_url: Option<String>,
+    /// Behind a transaction pooler without `listen_url` the node cannot LISTEN: it looks for work
+    /// this often instead (each producer claims, the timer reads the next due time). A job
+    /// inserted by another process starts up to this late.
+    pub poll_only_interval: Duration,
 }
 
 impl Default for EngineConfig {
@@ -94,6 +100,7 @@ impl Default for EngineConfig {
             schedules: Vec::new(),
             schedules_code_wins: true,
             listen_url: None,
+            poll_only_interval: DEFAULT_POLL_ONLY_INTERVAL,
         }
     }
 }

@@ -21,9 +21,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::db::Db;
 use chrono::{DateTime, Utc};
 use futures_util::FutureExt;
-use sqlx::PgPool;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -62,7 +62,7 @@ struct Inner {
 pub struct ExecutorParts {
     pub workers: Arc<Workers>,
     /// The pool handlers get in their [`JobContext`].
-    pub pool: PgPool,
+    pub pool: Db,
     pub attempts: Arc<Attempts>,
     pub clock: Arc<DbClock>,
     pub metrics: Arc<Metrics>,
@@ -379,10 +379,10 @@ const CONNECTION_RERUNS: usize = 2;
 /// not answer are closed, the others go back. After a database restart or a cut, a pool that
 /// does not ping on checkout (a round trip per job) holds dead connections that would each fail
 /// one handler; this drops them all at the first failure.
-async fn drop_dead_connections(pool: &sqlx::PgPool) {
+async fn drop_dead_connections(pool: &crate::engine::db::Db) {
     use sqlx::Connection as _;
     let mut alive = Vec::new();
-    while let Some(mut conn) = pool.try_acquire() {
+    while let Some(mut conn) = pool.pool().try_acquire() {
         let answered = tokio::time::timeout(std::time::Duration::from_secs(1), conn.ping()).await;
         if matches!(answered, Ok(Ok(()))) {
             alive.push(conn);

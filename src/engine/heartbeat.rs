@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::db::Db;
 use serde_json::{json, Value};
-use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::node::{Attempts, BOOKKEEPING_LOCK_WAIT};
@@ -15,7 +15,7 @@ use super::store::{jobs as job_store, nodes as node_store};
 
 pub struct Heartbeat {
     /// The bookkeeping pool, which handlers cannot exhaust.
-    pool: PgPool,
+    pool: Db,
     attempts: Arc<Attempts>,
     node_id: String,
     hostname: String,
@@ -31,7 +31,7 @@ impl Heartbeat {
     /// The heartbeat of node `node_id` running `queues` (name, concurrency), renewing the leases
     /// of `attempts` by `lease` every `interval`.
     pub fn new(
-        pool: PgPool,
+        pool: Db,
         attempts: Arc<Attempts>,
         node_id: String,
         queues: &[(String, usize)],
@@ -105,7 +105,7 @@ impl Heartbeat {
         if held.is_empty() {
             return Ok(());
         }
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.pool.connection().await?;
         let renewal =
             job_store::job_renew_leases(&mut conn, &held, self.lease, self.renew_below()).await?;
         drop(conn);

@@ -22,7 +22,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::engine::db::Db;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -44,7 +44,7 @@ pub const RENEW_INTERVAL: Duration = Duration::from_secs(1);
 #[derive(Clone)]
 pub struct Maintenance {
     /// The pool the services work on (the handlers' pool: their statements are long and few).
-    pub pool: PgPool,
+    pub pool: Db,
     /// For the schedules' runs (their kinds must be known).
     pub workers: Arc<Workers>,
     pub pruner: PrunerConfig,
@@ -53,7 +53,7 @@ pub struct Maintenance {
 
 pub struct LeaderElector {
     /// The bookkeeping pool.
-    pool: PgPool,
+    pool: Db,
     node_id: String,
     ttl: Duration,
     leader: Arc<LeaderFlag>,
@@ -69,7 +69,7 @@ impl LeaderElector {
     /// Elects node `node_id` on `pool` (the bookkeeping pool) for leases of `ttl`, showing the
     /// outcome in `leader`, and runs `maintenance` while it leads.
     pub fn new(
-        pool: PgPool,
+        pool: Db,
         node_id: String,
         ttl: Duration,
         leader: Arc<LeaderFlag>,

@@ -25,6 +25,7 @@ pub mod client;
 pub mod completer;
 pub mod config;
 pub mod control;
+pub mod db;
 pub mod executor;
 pub mod heartbeat;
 pub mod job;
@@ -49,6 +50,7 @@ pub mod worker;
 
 pub use client::{BulkAction, BulkBatch, BulkReport, BulkWalk, Client, ClientError};
 pub use config::EngineConfig;
+pub use db::{Db, PoolMode};
 pub use job::{Claim, ClaimToken, Inserted, Job, JobId, JobState, NewJob, OnConflict, Schedule};
 pub use runtime::{Engine, EngineError};
 pub use store::errors::is_transient;

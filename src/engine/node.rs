@@ -12,11 +12,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::db::{Db, PoolMode};
 use super::job::{Claim, JobId};
 use super::metrics::Metrics;
 use super::store::jobs as job_store;
@@ -25,11 +25,11 @@ use super::store::jobs as job_store;
 #[derive(Clone)]
 pub struct Pools {
     /// The handlers' pool (the one the node was started with; the application's too).
-    pub handlers: PgPool,
+    pub handlers: Db,
     /// Claiming and staging only; see [`Pools::new`].
-    pub claims: PgPool,
+    pub claims: Db,
     /// The engine's bookkeeping only (heartbeat, completer, rescuer, elector, settings sync).
-    pub bookkeeping: PgPool,
+    pub bookkeeping: Db,
 }
 
 /// The bookkeeping pool: the heartbeat, the completer, the rescuer, the leader elector, the queue
@@ -58,30 +58,36 @@ impl Pools {
     /// - no bitmap or sequential scans: a queue table's statistics are nearly always stale (a bulk
     ///   insert into a small table), and the planner then sorts every available row to take ten.
     ///   The claim and stage indexes already return rows in the order wanted.
-    pub fn new(pool: &PgPool, queues: usize) -> Self {
+    pub fn new(pool: &Db, queues: usize) -> Self {
         // (Each producer and the timer use one connection at a time; two more for the warm-up's
         // parallel checkouts and a producer retrying.)
-        let claims = named_options(pool, "claims").options([
-            ("synchronous_commit", "off"),
-            ("enable_bitmapscan", "off"),
-            ("enable_seqscan", "off"),
-        ]);
-        let bookkeeping = named_options(pool, "bookkeeping").options([(
+        let claims = [
+            ("synchronous_commit", "off".to_string()),
+            ("enable_bitmapscan", "off".to_string()),
+            ("enable_seqscan", "off".to_string()),
+        ];
+        let bookkeeping = [(
             "lock_timeout",
             format!("{}ms", BOOKKEEPING_LOCK_WAIT.as_millis()),
-        )]);
+        )];
         Pools {
             handlers: pool.clone(),
-            claims: PgPoolOptions::new()
-                .max_connections(queues as u32 + 2)
-                .min_connections(queues as u32 + 2)
-                .acquire_timeout(Duration::from_secs(10))
-                .connect_lazy_with(claims),
-            bookkeeping: PgPoolOptions::new()
-                .max_connections(BOOKKEEPING_CONNECTIONS)
-                .min_connections(2)
-                .acquire_timeout(Duration::from_secs(10))
-                .connect_lazy_with(bookkeeping),
+            claims: pool.beside(
+                "claims",
+                &claims,
+                PgPoolOptions::new()
+                    .max_connections(queues as u32 + 2)
+                    .min_connections(queues as u32 + 2)
+                    .acquire_timeout(Duration::from_secs(10)),
+            ),
+            bookkeeping: pool.beside(
+                "bookkeeping",
+                &bookkeeping,
+                PgPoolOptions::new()
+                    .max_connections(BOOKKEEPING_CONNECTIONS)
+                    .min_connections(2)
+                    .acquire_timeout(Duration::from_secs(10)),
+            ),
         }
     }
 
@@ -90,10 +96,14 @@ impl Pools {
     /// (SCRAM costs milliseconds), load the table's and its triggers' catalog entries into a fresh
     /// backend, and plan its statement fired the first due jobs about 20 ms late.
     pub async fn warm_up(&self, lease: Duration) -> Result<(), sqlx::Error> {
-        let n = self.claims.options().get_max_connections() as usize;
+        if self.claims.mode() == PoolMode::Transaction {
+            // Behind a pooler this would warm client connections, not the servers.
+            return Ok(());
+        }
+        let n = self.claims.pool().options().get_max_connections() as usize;
         let mut held = Vec::with_capacity(n);
         for _ in 0..n {
-            let mut conn = self.claims.acquire().await?;
+            let mut conn = self.claims.pool().acquire().await?;
             let mut tx = sqlx::Connection::begin(&mut *conn).await?;
             // Queue names are never empty, and nothing is due before the epoch.
             job_store::job_claim(&mut *tx, "", 1, "warm-up", lease).await?;
@@ -110,21 +120,6 @@ impl Pools {
         self.bookkeeping.close().await;
         self.claims.close().await;
     }
-}
-
-/// The pool's connect options with `application_name` extended by `role` (`<name>-<role>`, or
-/// `kickoff-<role>`), so that `pg_stat_activity` tells a node's connections and their use apart.
-pub fn named_options(pool: &PgPool, role: &str) -> PgConnectOptions {
-    with_role((*pool.connect_options()).clone(), role)
-}
-
-/// `options` named for `role`: their application name (or `kickoff`) followed by `-<role>`.
-pub fn with_role(options: PgConnectOptions, role: &str) -> PgConnectOptions {
-    let name = match options.get_application_name() {
-        Some(base) => format!("{base}-{role}"),
-        None => format!("kickoff-{role}"),
-    };
-    options.application_name(&name)
 }
 
 /// An attempt running on this node.

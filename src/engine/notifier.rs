@@ -21,11 +21,14 @@ use std::time::Duration;
 use serde::Deserialize;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::PgPool;
+
+use crate::engine::db::Db;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::control::{self, Control};
-use super::node::{named_options, with_role, Attempts, TimerSignal};
+use super::db::with_role;
+use super::node::{Attempts, TimerSignal};
 use super::queue_settings::QueueSettingsSync;
 use super::queue_state::Queues;
 
@@ -64,14 +67,10 @@ pub struct Notifier {
 impl Notifier {
     /// Listens on a connection of its own, opened with the options of `pool`, or those of
     /// `url` when given (a direct connection beside a transaction pooler).
-    pub async fn connect(
-        pool: &PgPool,
-        url: Option<&str>,
-        to: Listeners,
-    ) -> Result<Self, sqlx::Error> {
+    pub async fn connect(pool: &Db, url: Option<&str>, to: Listeners) -> Result<Self, sqlx::Error> {
         let options = match url {
             Some(url) => with_role(url.parse::<PgConnectOptions>()?, "listener"),
-            None => named_options(pool, "listener"),
+            None => with_role((*pool.pool().connect_options()).clone(), "listener"),
         };
         let pool = PgPoolOptions::new()
             .max_connections(1)

@@ -22,7 +22,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::engine::db::Db;
 use tokio_util::sync::CancellationToken;
 
 use super::executor::Executor;
@@ -51,7 +51,7 @@ pub struct ClaimSettings {
 pub struct Producer {
     queue: Arc<QueueState>,
     /// The claim pool.
-    pool: PgPool,
+    pool: Db,
     settings: ClaimSettings,
     executor: Executor,
     metrics: Arc<Metrics>,
@@ -60,7 +60,7 @@ pub struct Producer {
 impl Producer {
     pub fn new(
         queue: Arc<QueueState>,
-        pool: PgPool,
+        pool: Db,
         settings: ClaimSettings,
         executor: Executor,
         metrics: Arc<Metrics>,

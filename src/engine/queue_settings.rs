@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::engine::db::Db;
 use tokio_util::sync::CancellationToken;
 
 use super::maintenance::{run_every, Report};
@@ -39,14 +39,14 @@ impl Report for SettingsReport {
 #[derive(Clone)]
 pub struct QueueSettingsSync {
     /// The bookkeeping pool.
-    pool: PgPool,
+    pool: Db,
     queues: Arc<Queues>,
     interval: Duration,
 }
 
 impl QueueSettingsSync {
     /// Reads on `pool` the settings of `queues`, every `interval` (the backstop poll).
-    pub fn new(pool: PgPool, queues: Arc<Queues>, interval: Duration) -> Self {
+    pub fn new(pool: Db, queues: Arc<Queues>, interval: Duration) -> Self {
         QueueSettingsSync {
             pool,
             queues,

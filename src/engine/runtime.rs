@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::engine::db::Db;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -29,6 +29,7 @@ use super::client::Client;
 use super::completer::Completer;
 use super::config::EngineConfig;
 use super::control::Control;
+use super::db::PoolMode;
 use super::executor::{Executor, ExecutorParts};
 use super::heartbeat::Heartbeat;
 use super::leadership::{failover_horizon, LeaderElector, Maintenance};
@@ -79,7 +80,7 @@ pub struct Engine {
 impl Engine {
     /// Starts a node on `pool` with these workers.
     pub async fn start(
-        pool: PgPool,
+        pool: Db,
         workers: Workers,
         config: EngineConfig,
     ) -> Result<Engine, EngineError> {
@@ -115,25 +116,36 @@ impl Engine {
         let stop_services = CancellationToken::new();
         let services = TaskTracker::new();
 
+        // Behind a transaction pooler LISTEN needs a direct connection of its own; without one
+        // the node polls (`poll_only_interval`) instead of waiting to be woken.
+        let poll_only = pool.mode() == PoolMode::Transaction && config.listen_url.is_none();
+        let backstop_poll = if poll_only {
+            tracing::warn!(
+                poll_ms = config.poll_only_interval.as_millis() as u64,
+                "behind a transaction pooler without KICKOFF_LISTEN_DATABASE_URL: no LISTEN. The \
+                 node polls for work; jobs inserted elsewhere start up to one poll late, a cancel \
+                 stops a running attempt at the next heartbeat, and the dashboard is not live"
+            );
+            config.poll_only_interval.min(config.backstop_poll)
+        } else {
+            config.backstop_poll
+        };
         // The listener first, so that no notification of the start-up period is missed; then the
         // queue settings as they are now.
-        let settings = QueueSettingsSync::new(
-            pools.bookkeeping.clone(),
-            queues.clone(),
-            config.backstop_poll,
-        );
-        let notifier = Notifier::connect(
-            &pool,
-            config.listen_url.as_deref(),
-            Listeners {
-                queues: queues.clone(),
-                timer: timer_signal.clone(),
-                attempts: attempts.clone(),
-                settings: settings.clone(),
-                events: events.clone(),
-            },
-        )
-        .await?;
+        let settings =
+            QueueSettingsSync::new(pools.bookkeeping.clone(), queues.clone(), backstop_poll);
+        let listeners = Listeners {
+            queues: queues.clone(),
+            timer: timer_signal.clone(),
+            attempts: attempts.clone(),
+            settings: settings.clone(),
+            events: events.clone(),
+        };
+        let notifier = if poll_only {
+            None
+        } else {
+            Some(Notifier::connect(&pool, config.listen_url.as_deref(), listeners).await?)
+        };
         settings.run_once().await?;
         let heartbeat = Heartbeat::new(
             pools.bookkeeping.clone(),
@@ -167,7 +179,9 @@ impl Engine {
                 tracing::warn!(error = %e, "schedules: applying the missed-run policies failed")
             }
         }
-        services.spawn(notifier.run(stop_services.clone()));
+        if let Some(notifier) = notifier {
+            services.spawn(notifier.run(stop_services.clone()));
+        }
         services.spawn(settings.run(stop_services.clone()));
         let maintenance = Maintenance {
             pool: pool.clone(),
@@ -194,10 +208,10 @@ impl Engine {
         claimers.spawn(
             Timer::new(
                 pools.claims.clone(),
-                timer_signal,
+                timer_signal.clone(),
                 clock,
                 queues.clone(),
-                config.backstop_poll,
+                backstop_poll,
             )
             .with_claim_ahead(config.claim_ahead)
             .run(stop_claiming.clone()),
@@ -206,7 +220,7 @@ impl Engine {
             node_id: node_id.clone(),
             lease: config.lease,
             batch: config.claim_batch,
-            backstop_poll: config.backstop_poll,
+            backstop_poll,
         };
         for q in queues.iter() {
             let producer = Producer::new(
@@ -229,6 +243,7 @@ impl Engine {
                 completions_rx,
                 stop_completer.clone(),
             )
+            .waking(poll_only.then(|| timer_signal.clone()))
             .run(),
         );
 
@@ -373,7 +388,7 @@ impl Engine {
 /// Writes the limits this node's configuration gives its queues (none, for a queue it names
 /// without any) where no operator set them, and tells every node; rows that already hold them
 /// are left alone, so a node's start does not wake the others.
-async fn apply_config_limits(pool: &PgPool, config: &EngineConfig) -> Result<(), sqlx::Error> {
+async fn apply_config_limits(pool: &Db, config: &EngineConfig) -> Result<(), sqlx::Error> {
     for (name, _) in &config.queues {
         let limits = config.limits_of(name);
         let mut tx = pool.begin().await?;

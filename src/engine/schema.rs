@@ -7,7 +7,8 @@
 //! failing mid-way on a column that is gone.
 
 use sqlx::migrate::{MigrateError, Migrator};
-use sqlx::PgPool;
+
+use super::db::{Db, PoolMode};
 
 use super::store::schema as store;
 use super::MIGRATOR;
@@ -26,6 +27,13 @@ pub enum SchemaError {
          different build of Kickoff migrated"
     )]
     Foreign(i64, i64),
+    #[error(
+        "{0} migration(s) of this release are not applied, and the migrations cannot run through \
+         a transaction pooler (their lock is a session's): set KICKOFF_LISTEN_DATABASE_URL to a \
+         direct connection, or run `kickoff migrate` with DATABASE_URL pointing at PostgreSQL \
+         itself (docs/deployment.md, behind PgBouncer)"
+    )]
+    NeedsDirect(usize),
     #[error("migrations failed: {0}")]
     Migrate(#[from] MigrateError),
     #[error("reading the schema's floor: {0}")]
@@ -45,9 +53,13 @@ pub fn newest_known() -> i64 {
 }
 
 /// Applies the migrations this release knows and returns the ones a newer release applied,
-/// unless the schema's floor says this release may not run on it.
-pub async fn migrate(pool: &PgPool) -> Result<SchemaReport, SchemaError> {
+/// unless the schema's floor says this release may not run on it. Through a transaction pooler
+/// nothing is applied: the schema must hold every migration of this release already.
+pub async fn migrate(pool: &Db) -> Result<SchemaReport, SchemaError> {
     let knows = newest_known();
+    if pool.mode() == PoolMode::Transaction {
+        return check_migrated(pool, knows).await;
+    }
     // Before the migrations (on a contracted schema, this release's own would be wrong to
     // apply) and again after them: a newer node's contract may have committed while this one
     // waited for the migrations' lock.
@@ -68,8 +80,28 @@ pub async fn migrate(pool: &PgPool) -> Result<SchemaReport, SchemaError> {
         locking: MIGRATOR.locking,
         no_tx: MIGRATOR.no_tx,
     };
-    migrator.run(pool).await?;
+    migrator.run(pool.pool()).await?;
     check_floor(pool, knows).await?;
+    report(pool, knows).await
+}
+
+/// Behind a transaction pooler: the schema holds every migration of this release (and it may
+/// run on it), or the node refuses to start.
+async fn check_migrated(pool: &Db, knows: i64) -> Result<SchemaReport, SchemaError> {
+    check_floor(pool, knows).await?;
+    let applied = store::schema_applied(pool).await?;
+    let missing = MIGRATOR
+        .iter()
+        .filter(|m| !applied.contains(&m.version))
+        .count();
+    if missing > 0 {
+        return Err(SchemaError::NeedsDirect(missing));
+    }
+    report(pool, knows).await
+}
+
+/// The migrations of a newer release found applied.
+async fn report(pool: &Db, knows: i64) -> Result<SchemaReport, SchemaError> {
     let ahead: Vec<i64> = store::schema_applied(pool)
         .await?
         .into_iter()
@@ -86,7 +118,7 @@ pub async fn migrate(pool: &PgPool) -> Result<SchemaReport, SchemaError> {
 }
 
 /// Refuses a schema whose floor is past `knows`, the newest migration this release knows.
-async fn check_floor(pool: &PgPool, knows: i64) -> Result<(), SchemaError> {
+async fn check_floor(pool: &Db, knows: i64) -> Result<(), SchemaError> {
     match store::schema_floor(pool).await? {
         Some(needs) if needs > knows => Err(SchemaError::TooNew { needs, knows }),
         _ => Ok(()),

@@ -15,8 +15,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::db::Db;
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::node::{DbClock, TimerSignal};
@@ -40,7 +40,7 @@ pub enum Tick {
 
 pub struct Timer {
     /// The claim pool.
-    pool: PgPool,
+    pool: Db,
     signal: Arc<TimerSignal>,
     clock: Arc<DbClock>,
     queues: Arc<Queues>,
@@ -65,7 +65,7 @@ impl Timer {
     /// A timer staging on `pool` (the claim pool), woken by `signal`, measuring `clock`, waking
     /// the producers of `queues`, and looking at the table at least every `backstop`.
     pub fn new(
-        pool: PgPool,
+        pool: Db,
         signal: Arc<TimerSignal>,
         clock: Arc<DbClock>,
         queues: Arc<Queues>,

@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::db::Db;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, Postgres, Transaction};
 use tokio_util::sync::CancellationToken;
 
 use super::job::Job;
@@ -131,13 +132,13 @@ pub trait Worker: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct JobContext {
     pub job: Arc<Job>,
-    pool: PgPool,
+    pool: Db,
     cancel: CancellationToken,
     completed: Arc<AtomicBool>,
 }
 
 impl JobContext {
-    pub(crate) fn new(job: Arc<Job>, pool: PgPool, cancel: CancellationToken) -> Self {
+    pub(crate) fn new(job: Arc<Job>, pool: Db, cancel: CancellationToken) -> Self {
         JobContext {
             job,
             pool,
@@ -153,7 +154,7 @@ impl JobContext {
     }
 
     /// The database pool, for reads and for writes that need no exactly-once guarantee.
-    pub fn pool(&self) -> &PgPool {
+    pub fn pool(&self) -> &Db {
         &self.pool
     }
 

@@ -116,8 +116,8 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, AppError
         if snap.leader { 1.0 } else { 0.0 },
     );
 
-    let size = state.pool.size() as f64;
-    let idle = state.pool.num_idle() as f64;
+    let size = state.pool.pool().size() as f64;
+    let idle = state.pool.pool().num_idle() as f64;
     family(
         &mut out,
         "kickoff_db_pool_connections",
@@ -146,7 +146,7 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, AppError
         &mut out,
         "kickoff_db_pool_max_connections",
         &[],
-        state.pool.options().get_max_connections() as f64,
+        state.pool.pool().options().get_max_connections() as f64,
     );
     family(
         &mut out,

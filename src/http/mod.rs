@@ -21,6 +21,7 @@ pub mod openapi;
 pub mod rechecks;
 pub mod redact;
 pub mod session;
+pub mod session_store;
 pub mod sse;
 pub mod state;
 

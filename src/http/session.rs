@@ -20,6 +20,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use super::session_store::PgSessionStore;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
@@ -30,7 +31,6 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, Session, SessionManagerLayer};
-use tower_sessions_sqlx_store::PostgresStore;
 
 use super::state::AppState;
 use crate::accounts::{Role, User};
@@ -116,9 +116,9 @@ impl Operator {
 }
 
 /// The session layer. `secure`: the cookie is sent over HTTPS only (set it behind HTTPS).
-pub fn layer(pool: sqlx::PgPool, secure: bool) -> SessionManagerLayer<PostgresStore> {
+pub fn layer(pool: crate::engine::db::Db, secure: bool) -> SessionManagerLayer<PgSessionStore> {
     // The table is made by the migrations (20261202000002_sessions.sql), not by the store.
-    SessionManagerLayer::new(PostgresStore::new(pool))
+    SessionManagerLayer::new(PgSessionStore::new(pool))
         .with_name(COOKIE)
         .with_same_site(SameSite::Strict)
         .with_http_only(true)
@@ -130,10 +130,10 @@ pub fn layer(pool: sqlx::PgPool, secure: bool) -> SessionManagerLayer<PostgresSt
 
 /// Deletes expired sessions (and stale sign-in failure counters and request counts) now and then, until `shutdown`. Every node may run it: deleting what
 /// another node deleted already is harmless.
-pub async fn sweep_expired(pool: sqlx::PgPool, shutdown: CancellationToken) {
+pub async fn sweep_expired(pool: crate::engine::db::Db, shutdown: CancellationToken) {
     use tower_sessions::ExpiredDeletion;
     let accounts = crate::accounts::Accounts::new(pool.clone());
-    let store = PostgresStore::new(pool);
+    let store = PgSessionStore::new(pool);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -164,7 +164,7 @@ pub async fn still_signed_in(
     epoch: i32,
 ) -> Option<bool> {
     use tower_sessions::SessionStore;
-    let record = match PostgresStore::new(state.pool.clone()).load(&id).await {
+    let record = match PgSessionStore::new(state.pool.clone()).load(&id).await {
         Ok(Some(record)) => record,
         Ok(None) => return Some(false),
         Err(e) => {

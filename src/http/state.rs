@@ -3,7 +3,7 @@
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
-use sqlx::PgPool;
+use crate::engine::db::Db;
 use tokio::sync::broadcast;
 
 use crate::accounts::Accounts;
@@ -22,7 +22,7 @@ pub struct AppState {
     pub auditor: Auditor,
     /// Session cookies only over HTTPS (`KICKOFF_SECURE_COOKIES`).
     pub secure_cookies: bool,
-    pub pool: PgPool,
+    pub pool: Db,
     /// State changes of jobs on every node (see `engine::notifier`).
     pub events: broadcast::Sender<String>,
     /// The bearer token of the REST API.
@@ -57,7 +57,7 @@ pub struct AppState {
 /// service, the auditor, the stream count). The server, the page bench and the tests all build
 /// their state this way.
 pub struct StateParts {
-    pub pool: PgPool,
+    pub pool: Db,
     pub client: Client,
     pub accounts: Accounts,
     pub events: broadcast::Sender<String>,

@@ -453,7 +453,8 @@ fn is_root() -> bool {
     crate::data_dir::effective_uid() == 0
 }
 
-fn postgres_user() -> Result<(u32, u32), EmbeddedError> {
+/// The `postgres` system user (uid, gid), as whom root runs what refuses to run as root.
+pub fn postgres_user() -> Result<(u32, u32), EmbeddedError> {
     let passwd = fs::read_to_string("/etc/passwd")
         .map_err(|e| EmbeddedError::NoPostgresUser(e.to_string()))?;
     passwd

@@ -1,9 +1,10 @@
 //! What the API does with questions: each operation validates first, then writes the question and
 //! its jobs in one transaction.
 
+use crate::engine::db::Db;
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use serde::Serialize;
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 
 use super::jobs::{lock_job, lock_key, settle_job};
 use super::store::{self, ChoiceCount, Prediction, Question, QuestionStatus};
@@ -55,7 +56,7 @@ pub struct QuestionDetail {
 
 #[derive(Clone)]
 pub struct QuestionService {
-    pool: PgPool,
+    pool: Db,
     client: Client,
 }
 
@@ -104,7 +105,7 @@ impl QuestionService {
     }
 
     pub async fn get(&self, id: i64) -> Result<QuestionDetail, QuestionError> {
-        get_with(&mut *self.pool.acquire().await?, id).await
+        crate::engine::in_transaction!(self, |tx| get_with(tx, id))
     }
 
     pub async fn list(

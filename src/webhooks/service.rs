@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::db::Db;
 use password_hash::rand_core::{OsRng, RngCore};
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 
 use super::deliveries::{self, DeliveryRow, DeliverySearch};
 use super::key::{endpoint_context, SealedField, SecretKey};
@@ -108,12 +109,12 @@ pub struct CallEndpoint {
 /// The endpoints in the database behind `pool`, sealed with `key`.
 #[derive(Clone)]
 pub struct Endpoints {
-    pool: PgPool,
+    pool: Db,
     key: Arc<SecretKey>,
 }
 
 impl Endpoints {
-    pub fn new(pool: PgPool, key: Arc<SecretKey>) -> Self {
+    pub fn new(pool: Db, key: Arc<SecretKey>) -> Self {
         Endpoints { pool, key }
     }
 
@@ -354,7 +355,7 @@ fn check_allowance(allowance: Allowance) -> Result<(), EndpointError> {
 /// default headers (opened with `key`; none without one), and whether an endpoint allows it.
 /// `None` when no endpoint's prefix matches it.
 pub async fn for_call(
-    pool: &PgPool,
+    pool: &Db,
     key: Option<&SecretKey>,
     url: &str,
 ) -> Result<Option<CallEndpoint>, EndpointError> {

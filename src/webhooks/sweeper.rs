@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::engine::db::Db;
 use tokio_util::sync::CancellationToken;
 
 use super::store;
@@ -17,11 +17,11 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
 
 #[derive(Clone)]
 pub struct SecretSweeper {
-    pool: PgPool,
+    pool: Db,
 }
 
 impl SecretSweeper {
-    pub fn new(pool: PgPool) -> Self {
+    pub fn new(pool: Db) -> Self {
         SecretSweeper { pool }
     }
 

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
+use kickoff::engine::Db;
 
 use crate::common::test_db;
 use kickoff::accounts::store::{self, LoginScope};
@@ -29,7 +29,7 @@ async fn user(accounts: &Accounts, name: &str) -> User {
         .unwrap()
 }
 
-async fn counter(pool: &PgPool, scope: LoginScope, key: &str) -> i32 {
+async fn counter(pool: &Db, scope: LoginScope, key: &str) -> i32 {
     store::login_failure_get(pool, scope, key, None)
         .await
         .unwrap()
@@ -472,11 +472,7 @@ async fn two_nodes_starting_at_once_make_one_admin() {
     let db = test_db().await;
     // Two services, as two nodes have, each on its own connections to the same database.
     let node_a = Accounts::new(db.pool.clone());
-    let other_pool = sqlx::postgres::PgPoolOptions::new()
-        .connect(&db.url)
-        .await
-        .unwrap();
-    let node_b = Accounts::new(other_pool);
+    let node_b = Accounts::new(db.other_pool(10).await);
     for round in 0..3 {
         let (a, b) = tokio::join!(
             node_a.ensure_first_admin(Some(PASSWORD)),
@@ -541,7 +537,7 @@ async fn role_disabled_flag_and_password_can_be_changed() {
 /// it), commits that insert once `decide` waits for it, and returns what `decide` answered. Fails
 /// if `decide` answers without waiting.
 async fn decided_beside_a_user_being_added<T>(
-    pool: &PgPool,
+    pool: &Db,
     decide: impl std::future::Future<Output = T> + Send + 'static,
 ) -> T
 where

@@ -31,7 +31,7 @@ fn received(receiver: &Receiver) -> Vec<(String, String)> {
 /// Proves the leader has evaluated every rule since now: a node silent for 4 minutes appears (the
 /// pruner removes nodes silent for 5), the marker rule's notification for it arrives (the rules
 /// are evaluated together, in one transaction), and every notification made so far is delivered.
-async fn evaluated_since_now(pool: &sqlx::PgPool, receiver: &Receiver, marker: &str) {
+async fn evaluated_since_now(pool: &kickoff::engine::Db, receiver: &Receiver, marker: &str) {
     sqlx::query(
         "INSERT INTO nodes (id, hostname, pid, heartbeat_at)
          VALUES ($1, 'ghost', 1, now() - interval '4 minutes')",
@@ -63,7 +63,7 @@ fn backlog(receiver: &Receiver) -> Vec<(String, String)> {
     got
 }
 
-async fn leader(pool: &sqlx::PgPool) -> Option<String> {
+async fn leader(pool: &kickoff::engine::Db) -> Option<String> {
     sqlx::query_scalar("SELECT node_id FROM leader WHERE expires_at > now()")
         .fetch_optional(pool)
         .await

@@ -70,7 +70,7 @@ impl Rig {
     async fn rule_to(&self, spec: Value, url: &str) -> i64 {
         let mut spec: RuleSpec = serde_json::from_value(spec).unwrap();
         spec.notify_url = Some(url.to_string());
-        let mut conn = self.db.pool.acquire().await.unwrap();
+        let mut conn = self.db.pool.pool().acquire().await.unwrap();
         self.alerts
             .create_rule_with(&mut conn, spec, Some("test"))
             .await

@@ -16,7 +16,7 @@ const TOKEN: &str = "test-token-123";
 
 struct Api {
     app: Router,
-    pool: sqlx::PgPool,
+    pool: kickoff::engine::Db,
 }
 
 async fn api() -> Api {

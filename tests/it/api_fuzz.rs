@@ -17,7 +17,7 @@ const TOKEN: &str = "fuzz-test-token";
 
 struct Fuzzer {
     app: axum::Router,
-    pool: sqlx::PgPool,
+    pool: kickoff::engine::Db,
     rng: fastrand::Rng,
     schemas: Map<String, Value>,
 }

@@ -13,7 +13,7 @@ const TOKEN: &str = "schedules-token-123";
 
 struct Api {
     app: Router,
-    pool: sqlx::PgPool,
+    pool: kickoff::engine::Db,
 }
 
 async fn api() -> Api {

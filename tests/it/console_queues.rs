@@ -27,7 +27,7 @@ async fn held(d: &crate::common::dashboard::Dashboard, id: i64) -> String {
 }
 
 /// Marks `used` attempts started in the current window of `queue` for `key`.
-async fn window_used(pool: &sqlx::PgPool, queue: &str, key: &str, used: i32) {
+async fn window_used(pool: &kickoff::engine::Db, queue: &str, key: &str, used: i32) {
     sqlx::query(
         "INSERT INTO queue_rate_windows (queue, key, window_start, used)
          SELECT $1, $2, kickoff_window_start(now(), rate_period_ms), $3 FROM queues WHERE name = $1

@@ -42,7 +42,7 @@ fn workers() -> Workers {
     w
 }
 
-fn client(pool: &sqlx::PgPool) -> Client {
+fn client(pool: &kickoff::engine::Db) -> Client {
     Client::new(pool.clone(), Arc::new(workers()))
 }
 
@@ -54,7 +54,7 @@ fn later(job: NewJob) -> NewJob {
     job.after(Duration::from_secs(3600))
 }
 
-fn folder(pool: &sqlx::PgPool) -> CountFolder {
+fn folder(pool: &kickoff::engine::Db) -> CountFolder {
     CountFolder::new(pool.clone(), CountFolderConfig::default())
 }
 
@@ -85,13 +85,13 @@ async fn assert_counts_exact_around_a_fold(client: &Client, step: &str) {
     assert_counts_exact(client, &format!("{step} (folded)")).await;
 }
 
-async fn claim(pool: &sqlx::PgPool, queue: &str, n: i64) -> Vec<kickoff::engine::Job> {
+async fn claim(pool: &kickoff::engine::Db, queue: &str, n: i64) -> Vec<kickoff::engine::Job> {
     job_store::job_claim(pool, queue, n, "node-a", Duration::from_secs(60))
         .await
         .unwrap()
 }
 
-async fn fail(pool: &sqlx::PgPool, job: &kickoff::engine::Job, fail_as: FailAs) -> JobState {
+async fn fail(pool: &kickoff::engine::Db, job: &kickoff::engine::Job, fail_as: FailAs) -> JobState {
     job_store::job_fail(pool, job.claim().unwrap(), "node-a", "boom", fail_as)
         .await
         .unwrap()
@@ -644,7 +644,7 @@ async fn bulk_filter_acts_on_exactly_the_matching_jobs_up_to_the_snapshot() {
         }
         v
     };
-    let mut control = PgListener::connect_with(pool).await.unwrap();
+    let mut control = PgListener::connect_with(pool.pool()).await.unwrap();
     control.listen("kickoff_control").await.unwrap();
 
     let report = client

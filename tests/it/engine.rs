@@ -125,7 +125,7 @@ async fn next_start(rx: &mut mpsc::UnboundedReceiver<Started>) -> Started {
         .expect("channel open")
 }
 
-async fn wait_state(pool: &sqlx::PgPool, id: JobId, want: JobState) {
+async fn wait_state(pool: &kickoff::engine::Db, id: JobId, want: JobState) {
     wait_for(
         &format!("job {id} to be {want:?}"),
         Duration::from_secs(15),
@@ -791,12 +791,19 @@ async fn a_batch_insert_keeps_the_order_it_was_given() {
 async fn the_listening_connection_uses_its_own_url_when_given() {
     let db = test_db().await;
     let (workers, mut rx) = probe_workers();
-    let separator = if db.url.contains('?') { '&' } else { '?' };
+    let separator = if db.direct_url.contains('?') {
+        '&'
+    } else {
+        '?'
+    };
     let engine = Engine::start(
         db.pool.clone(),
         workers,
         EngineConfig {
-            listen_url: Some(format!("{}{separator}application_name=direct", db.url)),
+            listen_url: Some(format!(
+                "{}{separator}application_name=direct",
+                db.direct_url
+            )),
             // Only a notification can start the job within the test's wait.
             backstop_poll: Duration::from_secs(30),
             ..config()

@@ -13,10 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use kickoff::engine::Db;
 use serde::Deserialize;
 use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::PgPool;
 use tokio::sync::{mpsc, Notify};
 
 use crate::common::proxy::{Arrival, Proxy};
@@ -285,14 +285,14 @@ fn config(concurrency: usize) -> EngineConfig {
     }
 }
 
-async fn effects_table(pool: &PgPool) {
+async fn effects_table(pool: &Db) {
     sqlx::query("CREATE TABLE effects (job_id bigint NOT NULL)")
         .execute(pool)
         .await
         .unwrap();
 }
 
-async fn effects_of(pool: &PgPool, id: JobId) -> i64 {
+async fn effects_of(pool: &Db, id: JobId) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM effects WHERE job_id = $1")
         .bind(id)
         .fetch_one(pool)
@@ -301,12 +301,8 @@ async fn effects_of(pool: &PgPool, id: JobId) -> i64 {
 }
 
 /// A pool of `size` connections to the test database, as an engine of its own would have.
-async fn pool_of(db: &TestDb, size: u32) -> PgPool {
-    PgPoolOptions::new()
-        .max_connections(size)
-        .connect(&db.url)
-        .await
-        .unwrap()
+async fn pool_of(db: &TestDb, size: u32) -> Db {
+    db.other_pool(size).await
 }
 
 /// Puts a claimed job back as it was before its claim, as if the claim's commit (made with
@@ -428,7 +424,7 @@ async fn queue_settings_reach_a_node_that_missed_their_notification() {
 }
 
 /// A node's settings sync for the queue `default` (no engine around it), with the row applied once.
-async fn settings_sync(pool: &PgPool) -> (QueueSettingsSync, Arc<Queues>) {
+async fn settings_sync(pool: &Db) -> (QueueSettingsSync, Arc<Queues>) {
     let queues = Arc::new(Queues::new(&[("default".to_string(), 4)]));
     queue_store::queue_ensure(pool, &["default".to_string()])
         .await
@@ -443,10 +439,10 @@ async fn settings_sync(pool: &PgPool) -> (QueueSettingsSync, Arc<Queues>) {
 /// and the node applies it; then `first` writes and commits, and the node reads the row again.
 /// Returns the `updated_at` of each write.
 async fn settings_written_out_of_order(
-    pool: &PgPool,
+    pool: &Db,
     sync: &QueueSettingsSync,
     first: impl AsyncFnOnce(&mut sqlx::PgConnection) -> QueueRow,
-    second: impl AsyncFnOnce(&PgPool) -> QueueRow,
+    second: impl AsyncFnOnce(&Db) -> QueueRow,
 ) -> (DateTime<Utc>, DateTime<Utc>) {
     // Held open on a connection of its own while the other write begins and commits.
     let mut tx = pool.begin().await.unwrap();
@@ -473,7 +469,7 @@ async fn a_pause_that_began_first_and_committed_last_is_applied() {
                 .await
                 .unwrap()
         },
-        async |pool: &PgPool| {
+        async |pool: &Db| {
             queue_store::queue_set_concurrency(pool, "default", Some(2))
                 .await
                 .unwrap()
@@ -512,7 +508,7 @@ async fn a_limit_that_began_first_and_committed_last_is_applied() {
                 .await
                 .unwrap()
         },
-        async |pool: &PgPool| {
+        async |pool: &Db| {
             queue_store::queue_set_concurrency(pool, "default", Some(2))
                 .await
                 .unwrap()
@@ -623,8 +619,9 @@ async fn a_reclaimed_job_on_the_same_node_stays_registered_and_cancellable() {
     let client = engine.client();
     let job = client.insert(&gated("hold")).await.unwrap().job;
     assert_eq!(h.started(job.id, Duration::from_secs(5)).await, Some(1));
-    let mut conn = db.pool.acquire().await.unwrap();
-    rewind_claim(&mut conn, job.id).await;
+    let mut tx = db.pool.begin().await.unwrap();
+    rewind_claim(&mut tx, job.id).await;
+    tx.commit().await.unwrap();
     // The same node claims it again (it has a free slot); the older attempt is stopped.
     let (mut restarted, mut older_ended) = (false, false);
     while !(restarted && older_ended) {
@@ -698,7 +695,7 @@ async fn cancelling_hundreds_of_executing_jobs_at_once_stops_every_attempt() {
 
 /// Makes every update of a job into `state` fail with each of `codes` once, in order (a sequence
 /// counts the calls: it is not rolled back with the failed statement).
-async fn fail_updates_once(pool: &PgPool, state: &str, codes: &[&str]) {
+async fn fail_updates_once(pool: &Db, state: &str, codes: &[&str]) {
     sqlx::query("CREATE SEQUENCE fail_calls")
         .execute(pool)
         .await
@@ -791,11 +788,11 @@ async fn a_failure_refused_by_a_transient_error_is_recorded_as_the_handler_said(
 // ---- 8. the engine's own connections and leases ------------------------------------------------
 
 /// A client that runs nothing.
-fn engine_free_client(pool: &PgPool) -> Client {
+fn engine_free_client(pool: &Db) -> Client {
     Client::new(pool.clone(), Arc::new(Workers::new()))
 }
 
-fn client_of(pool: &PgPool) -> Client {
+fn client_of(pool: &Db) -> Client {
     let (workers, _h) = gated_workers();
     Client::new(pool.clone(), Arc::new(workers))
 }
@@ -932,7 +929,7 @@ async fn a_renewal_writes_only_leases_near_their_end() {
             .unwrap()
     };
     let before = lease_of().await;
-    let mut conn = db.pool.acquire().await.unwrap();
+    let mut conn = db.pool.connection().await.unwrap();
     let fresh = job_store::job_renew_leases(&mut conn, &[claim], lease, Duration::from_secs(10))
         .await
         .unwrap();
@@ -1043,7 +1040,7 @@ async fn snoozes_never_use_up_a_jobs_attempts() {
 #[tokio::test]
 async fn a_notification_sent_while_the_listener_reconnects_is_not_lost() {
     let db = test_db().await;
-    let direct: PgConnectOptions = db.url.parse().unwrap();
+    let direct: PgConnectOptions = db.direct_url.parse().unwrap();
     let upstream = format!("{}:{}", direct.get_host(), direct.get_port())
         .parse()
         .unwrap();
@@ -1057,7 +1054,7 @@ async fn a_notification_sent_while_the_listener_reconnects_is_not_lost() {
     // No backstop poll within the test: only a notification, or the look at the table that
     // follows a reconnect, can start the job.
     let engine = Engine::start(
-        engine_pool,
+        Db::from(engine_pool),
         workers,
         EngineConfig {
             backstop_poll: Duration::from_secs(60),
@@ -1116,7 +1113,7 @@ impl Parts {
     }
 }
 
-fn parts(pool: &PgPool, concurrency: usize) -> Parts {
+fn parts(pool: &Db, concurrency: usize) -> Parts {
     Parts {
         pools: Pools::new(pool, 1),
         queues: Arc::new(Queues::new(&[("default".to_string(), concurrency)])),
@@ -1342,7 +1339,7 @@ async fn a_handler_given_a_connection_the_database_dropped_runs_again_at_once_un
     // Such an attempt never reached the database: it must not cost an attempt and a backoff (a
     // question's lock would wait for its retry, past its game time).
     let db = test_db().await;
-    let options: PgConnectOptions = db.url.parse().unwrap();
+    let options: PgConnectOptions = db.direct_url.parse().unwrap();
     let handlers = PgPoolOptions::new()
         .max_connections(4)
         .test_before_acquire(false)
@@ -1356,7 +1353,7 @@ async fn a_handler_given_a_connection_the_database_dropped_runs_again_at_once_un
     drop(held);
     let mut workers = Workers::new();
     workers.register(Queries);
-    let engine = Engine::start(handlers.clone(), workers, config(2))
+    let engine = Engine::start(Db::from(handlers.clone()), workers, config(2))
         .await
         .unwrap();
     let dropped: i64 = sqlx::query_scalar(

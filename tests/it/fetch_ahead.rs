@@ -10,9 +10,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kickoff::engine::Db;
 use serde::Deserialize;
 use serde_json::json;
-use sqlx::PgPool;
 use tokio::sync::{mpsc, Notify};
 
 use crate::common::{state_of, test_db, wait_for};
@@ -130,7 +130,7 @@ fn config(node: &str, concurrency: usize, fetch_ahead: usize) -> EngineConfig {
 }
 
 /// `(state, attempted_by, lease held, attempt)` of every job, by id.
-async fn rows(pool: &PgPool) -> HashMap<JobId, (JobState, Option<String>, bool, i32)> {
+async fn rows(pool: &Db) -> HashMap<JobId, (JobState, Option<String>, bool, i32)> {
     let rows: Vec<(JobId, JobState, Option<String>, bool, i32)> = sqlx::query_as(
         "SELECT id, state, attempted_by, lease_expires_at IS NOT NULL, attempt FROM jobs",
     )
@@ -142,7 +142,7 @@ async fn rows(pool: &PgPool) -> HashMap<JobId, (JobState, Option<String>, bool, 
         .collect()
 }
 
-async fn count_in(pool: &PgPool, state: &str) -> i64 {
+async fn count_in(pool: &Db, state: &str) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state::text = $1")
         .bind(state)
         .fetch_one(pool)
@@ -161,7 +161,7 @@ async fn next_start(rx: &mut mpsc::UnboundedReceiver<Start>) -> Start {
 /// Runs `n` quick jobs on the engine whose starts `starts` reports, until all completed: its
 /// queue's pace then says "jobs far shorter than a claim".
 async fn warm_up(
-    pool: &PgPool,
+    pool: &Db,
     client: &Client,
     starts: &mut mpsc::UnboundedReceiver<Start>,
     n: usize,
@@ -190,7 +190,7 @@ struct Solo {
 }
 
 fn solo(
-    pool: &PgPool,
+    pool: &Db,
     workers: Arc<Workers>,
     slots: usize,
     fetch_ahead: usize,
@@ -341,7 +341,7 @@ fn patient_pace(queue: &QueueState) {
 }
 
 /// Pauses `queue` on every node, and on this one at once (as its settings sync would).
-async fn pause_queue_here(pool: &PgPool, queue: &QueueState, paused: bool) {
+async fn pause_queue_here(pool: &Db, queue: &QueueState, paused: bool) {
     let row = kickoff::engine::store::queues::queue_set_paused(pool, &queue.name, paused)
         .await
         .unwrap();
@@ -349,7 +349,7 @@ async fn pause_queue_here(pool: &PgPool, queue: &QueueState, paused: bool) {
 }
 
 /// Pauses `kind` on every node, and on this one at once (as its settings sync would).
-async fn pause_kind_here(pool: &PgPool, queue: &QueueState, kind: &str) {
+async fn pause_kind_here(pool: &Db, queue: &QueueState, kind: &str) {
     use kickoff::engine::store::kinds;
     kinds::kind_pause(pool, kind, None).await.unwrap();
     let paused = kinds::kind_pause_snapshot(pool).await.unwrap();
@@ -357,7 +357,7 @@ async fn pause_kind_here(pool: &PgPool, queue: &QueueState, kind: &str) {
 }
 
 /// `(state, lease held, attempt)` of a job.
-async fn row_of(pool: &PgPool, id: JobId) -> (JobState, bool, i32) {
+async fn row_of(pool: &Db, id: JobId) -> (JobState, bool, i32) {
     let (state, _, lease, attempt) = rows(pool).await[&id].clone();
     (state, lease, attempt)
 }
@@ -687,14 +687,14 @@ fn clocked() -> (
     (w, rx)
 }
 
-async fn db_now(pool: &PgPool) -> chrono::DateTime<chrono::Utc> {
+async fn db_now(pool: &Db) -> chrono::DateTime<chrono::Utc> {
     kickoff::engine::store::jobs::db_now(pool).await.unwrap()
 }
 
 /// A node of `slots` slots (no engine around it: the test drives each claim) whose one job, due
 /// `in_ms` from now, it has claimed ahead of its due time.
 async fn solo_claimed_ahead(
-    pool: &PgPool,
+    pool: &Db,
     workers: Arc<Workers>,
     slots: usize,
     lease: Duration,
@@ -764,7 +764,7 @@ async fn jobs_claimed_ahead_start_at_their_due_time_and_never_before() {
 
 /// An engine with `cfg` and one job due `in_ms` from now, waited for until it is claimed ahead.
 async fn claimed_ahead(
-    pool: &PgPool,
+    pool: &Db,
     cfg: EngineConfig,
     in_ms: i64,
 ) -> (
@@ -837,7 +837,7 @@ async fn a_job_claimed_ahead_and_interrupted_at_shutdown_waits_for_its_due_time_
 /// An engine `a` with two slots and claim-ahead, one of them held by a long job, and a job
 /// claimed ahead, due `in_ms` from now; then a second long job takes the other slot.
 async fn claimed_ahead_with_every_slot_busy(
-    pool: &PgPool,
+    pool: &Db,
     in_ms: i64,
 ) -> (
     Engine,

@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use axum::http::{Method, StatusCode};
+use kickoff::engine::Db;
 use serde_json::{json, Value};
 use sqlx::postgres::PgListener;
-use sqlx::PgPool;
 
 use crate::common::rest::call;
 use crate::common::{state_of, test_db, wait_for};
@@ -18,7 +18,7 @@ const TOKEN: &str = "insert-notifications-token";
 
 /// The next notification on `listener`, within 5 s: its channel, payload and the name of the
 /// session that sent it.
-async fn next_notification(listener: &mut PgListener, pool: &PgPool) -> (String, Value, String) {
+async fn next_notification(listener: &mut PgListener, pool: &Db) -> (String, Value, String) {
     let n = tokio::time::timeout(Duration::from_secs(5), listener.recv())
         .await
         .expect("a notification within 5 s")

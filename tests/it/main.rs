@@ -27,6 +27,7 @@ mod history;
 mod insert_notifications;
 mod listener;
 mod metrics;
+mod pooler;
 mod processes;
 mod questions;
 mod queue_limit_processes;

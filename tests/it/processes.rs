@@ -17,7 +17,7 @@ use crate::common::{test_db, wait_for};
 use kickoff::engine::store::jobs as job_store;
 use kickoff::engine::{JobState, NewJob};
 
-async fn count_in(pool: &sqlx::PgPool, state: JobState) -> i64 {
+async fn count_in(pool: &kickoff::engine::Db, state: JobState) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state = $1")
         .bind(state)
         .fetch_one(pool)

@@ -22,7 +22,7 @@ fn in_ms(ms: i64) -> DateTime<Utc> {
     Utc::now() + chrono::Duration::milliseconds(ms)
 }
 
-fn service(pool: &sqlx::PgPool) -> QuestionService {
+fn service(pool: &kickoff::engine::Db) -> QuestionService {
     let workers = kickoff::workers::builtin(vec![]);
     QuestionService::new(Client::new(pool.clone(), Arc::new(workers)))
 }
@@ -34,7 +34,7 @@ fn engine_config() -> EngineConfig {
     }
 }
 
-async fn count(pool: &sqlx::PgPool, table: &str) -> i64 {
+async fn count(pool: &kickoff::engine::Db, table: &str) -> i64 {
     sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
         .fetch_one(pool)
         .await
@@ -534,7 +534,7 @@ async fn a_prediction_is_announced_to_live_pages() {
         .create("Owls vs Hawks", "Toss?", &choices(), in_ms(3_600_000))
         .await
         .unwrap();
-    let mut listener = sqlx::postgres::PgListener::connect_with(&db.pool)
+    let mut listener = sqlx::postgres::PgListener::connect(&db.direct_url)
         .await
         .unwrap();
     listener.listen("kickoff_events").await.unwrap();

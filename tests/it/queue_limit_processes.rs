@@ -20,7 +20,7 @@ fn three(db_url: &str) -> Vec<Server> {
     (0..3).map(|_| Server::start(&envs)).collect()
 }
 
-async fn insert(pool: &sqlx::PgPool, queue: &str, n: usize) {
+async fn insert(pool: &kickoff::engine::Db, queue: &str, n: usize) {
     let client = Client::new(
         pool.clone(),
         Arc::new(kickoff::workers::builtin(Vec::new())),
@@ -31,7 +31,7 @@ async fn insert(pool: &sqlx::PgPool, queue: &str, n: usize) {
     client.insert_many(&jobs).await.unwrap();
 }
 
-async fn left(pool: &sqlx::PgPool, queue: &str) -> i64 {
+async fn left(pool: &kickoff::engine::Db, queue: &str) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM jobs WHERE queue = $1 AND state <> 'completed'")
         .bind(queue)
         .fetch_one(pool)

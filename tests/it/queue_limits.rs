@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use kickoff::engine::Db;
 use serde_json::{json, Value};
-use sqlx::PgPool;
 
 use crate::common::test_db;
 use kickoff::engine::limits::{Partition, QueueLimits, Rate};
@@ -64,7 +64,7 @@ fn config(node: &str, limits: &QueueLimits) -> EngineConfig {
     }
 }
 
-async fn three_nodes(pool: &PgPool, limits: &QueueLimits) -> Vec<Engine> {
+async fn three_nodes(pool: &Db, limits: &QueueLimits) -> Vec<Engine> {
     let mut nodes = Vec::new();
     for n in ["node-a", "node-b", "node-c"] {
         nodes.push(
@@ -76,7 +76,7 @@ async fn three_nodes(pool: &PgPool, limits: &QueueLimits) -> Vec<Engine> {
     nodes
 }
 
-async fn insert(pool: &PgPool, args: impl Iterator<Item = Value>) {
+async fn insert(pool: &Db, args: impl Iterator<Item = Value>) {
     let client = Client::new(pool.clone(), Arc::new(workers()));
     let jobs: Vec<NewJob> = args
         .map(|a| NewJob::new("hit", a).with_queue(QUEUE))
@@ -85,7 +85,7 @@ async fn insert(pool: &PgPool, args: impl Iterator<Item = Value>) {
 }
 
 /// Waits until no job of the queue is left unfinished (or `within` passed).
-async fn drain(pool: &PgPool, within: Duration) {
+async fn drain(pool: &Db, within: Duration) {
     let deadline = std::time::Instant::now() + within;
     loop {
         let left: i64 = sqlx::query_scalar(
@@ -105,7 +105,7 @@ async fn drain(pool: &PgPool, within: Duration) {
 
 /// `(second, key, count)` of the queue's jobs by the whole second of `column`, and by `key` (an
 /// SQL expression; `''` for none), the first and the last second left out (partial).
-async fn per_second(pool: &PgPool, column: &str, key: &str) -> Vec<(i64, String, i64)> {
+async fn per_second(pool: &Db, column: &str, key: &str) -> Vec<(i64, String, i64)> {
     let rows: Vec<(i64, String, i64)> = sqlx::query_as(&format!(
         "SELECT floor(extract(epoch FROM {column}))::bigint AS s, {key} AS k, count(*)
          FROM jobs WHERE queue = $1 GROUP BY 1, 2 ORDER BY 1, 2"
@@ -121,7 +121,7 @@ async fn per_second(pool: &PgPool, column: &str, key: &str) -> Vec<(i64, String,
         .collect()
 }
 
-async fn attempts_above_one(pool: &PgPool) -> i64 {
+async fn attempts_above_one(pool: &Db) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM jobs WHERE queue = $1 AND attempt <> 1")
         .bind(QUEUE)
         .fetch_one(pool)
@@ -364,7 +364,7 @@ async fn the_pruner_deletes_rate_windows_that_ended() {
 }
 
 /// `(kind, state, count)` of the queue's jobs.
-async fn by_kind(pool: &PgPool) -> Vec<(String, String, i64)> {
+async fn by_kind(pool: &Db) -> Vec<(String, String, i64)> {
     sqlx::query_as(
         "SELECT kind, state::text, count(*) FROM jobs WHERE queue = $1 GROUP BY 1, 2 ORDER BY 1, 2",
     )
@@ -606,7 +606,7 @@ async fn a_buffer_under_a_global_concurrency_takes_at_most_half_the_room_left() 
 
 /// Waits, if need be, until the current hour has 30 s or more left, so that an hourly rate's
 /// window does not turn during a test.
-async fn clear_of_the_hour(pool: &PgPool) {
+async fn clear_of_the_hour(pool: &Db) {
     let left: f64 = sqlx::query_scalar(
         "SELECT extract(epoch FROM date_trunc('hour', now()) + interval '1 hour' - now())::float8",
     )
@@ -627,7 +627,7 @@ fn hourly(n: u32, per: Partition) -> QueueLimits {
 }
 
 /// A limited claim of `want` jobs of `queue` (as many free slots), by `node`.
-async fn claim(pool: &PgPool, queue: &str, want: i64) -> Vec<kickoff::engine::Job> {
+async fn claim(pool: &Db, queue: &str, want: i64) -> Vec<kickoff::engine::Job> {
     kickoff::engine::store::jobs::job_claim_limited(
         pool,
         queue,
@@ -1093,10 +1093,12 @@ async fn a_partitioned_claim_costs_little_behind_a_backlog_of_fifty_thousand() {
     };
     // One connection, whose first run (the function's compilation, the catalog caches) is left
     // out.
-    let mut conn = db.pool.acquire().await.unwrap();
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&db.direct_url)
+        .await
+        .unwrap();
     let mut runs = Vec::new();
     for _ in 0..8 {
-        let mut tx = sqlx::Connection::begin(&mut *conn).await.unwrap();
+        let mut tx = sqlx::Connection::begin(&mut conn).await.unwrap();
         let plan: Vec<String> = sqlx::query_scalar(
             "EXPLAIN (ANALYZE, BUFFERS)
              SELECT * FROM kickoff_claim_limited($1, 10, 10, 'node-a', 60, 1, 500, '{}')",

@@ -14,7 +14,7 @@ const PASSWORD: &str = "a long enough password";
 
 /// Waits, if need be, until the database clock is at least `margin` away from the end of the
 /// current hour, so that a test's calls all fall in one window of an hourly limit.
-async fn clear_of_the_hours_end(pool: &sqlx::PgPool, margin: Duration) {
+async fn clear_of_the_hours_end(pool: &kickoff::engine::Db, margin: Duration) {
     let left: f64 = sqlx::query_scalar(
         "SELECT extract(epoch FROM date_trunc('hour', now()) + interval '1 hour' - now())::float8",
     )
@@ -41,7 +41,7 @@ fn header(res: &Response, name: &str) -> Option<u64> {
         .map(|v| v.to_str().unwrap().parse().unwrap())
 }
 
-async fn job_count(pool: &sqlx::PgPool) -> i64 {
+async fn job_count(pool: &kickoff::engine::Db) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM jobs")
         .fetch_one(pool)
         .await

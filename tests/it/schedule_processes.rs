@@ -11,7 +11,7 @@ use crate::common::server::{Server, TOKEN};
 use crate::common::test_db;
 
 /// `(slot_ms, runs of that slot, completed runs of it)` of schedule `name`, by slot.
-async fn slots(pool: &sqlx::PgPool, name: &str) -> Vec<(i64, i64, i64)> {
+async fn slots(pool: &kickoff::engine::Db, name: &str) -> Vec<(i64, i64, i64)> {
     sqlx::query_as(
         "SELECT (meta ->> 'slot_ms')::bigint AS slot, count(*),
                 count(*) FILTER (WHERE state = 'completed')

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use kickoff::engine::Db;
 use serde_json::{json, Value};
-use sqlx::PgPool;
 
 use crate::common::test_db;
 use kickoff::engine::schedules::{JobTemplate, Missed, Overlap, ScheduleSpec, Schedules};
@@ -60,7 +60,7 @@ fn tick_workers() -> (Workers, Arc<Mutex<Vec<Start>>>) {
     (w, starts)
 }
 
-fn schedules_on(pool: &PgPool) -> Schedules {
+fn schedules_on(pool: &Db) -> Schedules {
     let (w, _) = tick_workers();
     Schedules::new(Client::new(pool.clone(), Arc::new(w)))
 }
@@ -86,7 +86,7 @@ fn config(node: &str) -> EngineConfig {
 }
 
 /// `(slot_ms, state, live)` of every run of schedule `name`, by slot.
-async fn runs(pool: &PgPool, name: &str) -> Vec<(i64, String, Option<String>)> {
+async fn runs(pool: &Db, name: &str) -> Vec<(i64, String, Option<String>)> {
     sqlx::query_as(
         "SELECT (meta ->> 'slot_ms')::bigint, state::text, errors -> -1 ->> 'message' FROM jobs
          WHERE meta ->> 'schedule' = $1 AND NOT meta ? 'trigger' ORDER BY 1, id",
@@ -97,7 +97,7 @@ async fn runs(pool: &PgPool, name: &str) -> Vec<(i64, String, Option<String>)> {
     .unwrap()
 }
 
-async fn db_now(pool: &PgPool) -> DateTime<Utc> {
+async fn db_now(pool: &Db) -> DateTime<Utc> {
     kickoff::engine::store::jobs::db_now(pool).await.unwrap()
 }
 
@@ -569,7 +569,7 @@ async fn one_schedule_that_fails_to_insert_its_runs_does_not_stop_the_others() {
 
 /// Moves run `id` of a schedule back in time: due (and its slot) `secs_ago` seconds ago, in
 /// `state`, as if time had passed.
-async fn move_run_back(pool: &PgPool, id: i64, secs_ago: f64, state: &str) {
+async fn move_run_back(pool: &Db, id: i64, secs_ago: f64, state: &str) {
     sqlx::query(
         "UPDATE jobs SET scheduled_at = now() - make_interval(secs => $2), state = $3::job_state,
                 meta = meta || jsonb_build_object('slot_ms',
@@ -585,7 +585,7 @@ async fn move_run_back(pool: &PgPool, id: i64, secs_ago: f64, state: &str) {
 }
 
 /// The ids of the runs of schedule `name` not final (triggered ones included), oldest first.
-async fn live_runs(pool: &PgPool, name: &str) -> Vec<i64> {
+async fn live_runs(pool: &Db, name: &str) -> Vec<i64> {
     sqlx::query_scalar(
         "SELECT id FROM jobs WHERE meta ->> 'schedule' = $1 AND finalized_at IS NULL ORDER BY id",
     )
@@ -595,7 +595,7 @@ async fn live_runs(pool: &PgPool, name: &str) -> Vec<i64> {
     .unwrap()
 }
 
-async fn state_of_run(pool: &PgPool, id: i64) -> String {
+async fn state_of_run(pool: &Db, id: i64) -> String {
     sqlx::query_scalar("SELECT state::text FROM jobs WHERE id = $1")
         .bind(id)
         .fetch_one(pool)
@@ -703,7 +703,7 @@ async fn runs_held_by_a_paused_queue_run_after_a_restart_and_a_resume() {
     s.create(&spec, Some("ops")).await.unwrap();
     let triggered = s.trigger("paused", None).await.unwrap().id.0;
     // Two slots come due and are held by the pause.
-    let held = |pool: PgPool| async move {
+    let held = |pool: Db| async move {
         sqlx::query_scalar::<_, i64>(
             "SELECT count(*) FROM jobs WHERE meta ->> 'schedule' = 'paused'
                AND NOT meta ? 'trigger' AND state = 'available'",

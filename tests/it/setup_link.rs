@@ -6,7 +6,7 @@
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
 use axum::Router;
-use sqlx::PgPool;
+use kickoff::engine::Db;
 
 use crate::common::dashboard::{get_as, send, send_for_session};
 use crate::common::{app, app_with_setup_link, test_db};
@@ -64,7 +64,7 @@ async fn get(app: &Router, path: &str) -> (StatusCode, String) {
 }
 
 /// Every user as `name role`.
-async fn users(pool: &PgPool) -> Vec<String> {
+async fn users(pool: &Db) -> Vec<String> {
     sqlx::query_scalar("SELECT name || ' ' || role::text FROM users ORDER BY id")
         .fetch_all(pool)
         .await
@@ -244,10 +244,7 @@ async fn setups_racing_on_two_nodes_and_a_first_start_make_one_admin() {
         let db = test_db().await;
         // Two nodes, each with its own link and its own connections; a third node starting with
         // KICKOFF_ADMIN_PASSWORD at the same moment.
-        let pool_b = sqlx::postgres::PgPoolOptions::new()
-            .connect(&db.url)
-            .await
-            .unwrap();
+        let pool_b = db.other_pool(10).await;
         let node_a = app_with_setup_link(&db.pool, TOKEN, CODE);
         let node_b = app_with_setup_link(&pool_b, TOKEN, OTHER_CODE);
         let node_c = Accounts::new(pool_b.clone());

@@ -21,7 +21,7 @@ const LIMITS: StreamLimits = StreamLimits {
 };
 
 /// An app with room for every stream a test opens, checking them often.
-fn roomy(pool: &sqlx::PgPool) -> Router {
+fn roomy(pool: &kickoff::engine::Db) -> Router {
     let limits = StreamLimits {
         max_open: 10,
         ..LIMITS
@@ -30,7 +30,9 @@ fn roomy(pool: &sqlx::PgPool) -> Router {
 }
 
 /// A viewer `reader` with a read token: the accounts, the token, and its text.
-async fn reader_token(pool: &sqlx::PgPool) -> (Accounts, kickoff::accounts::ApiToken, String) {
+async fn reader_token(
+    pool: &kickoff::engine::Db,
+) -> (Accounts, kickoff::accounts::ApiToken, String) {
     let accounts = Accounts::new(pool.clone());
     let user = accounts
         .create("reader", PASSWORD, Role::Viewer)

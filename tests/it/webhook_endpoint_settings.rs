@@ -498,7 +498,7 @@ async fn a_failed_calls_error_names_its_cause_never_the_url() {
 }
 
 /// A write token of a new operator `name`.
-async fn operator_named(pool: &sqlx::PgPool, name: &str) -> String {
+async fn operator_named(pool: &kickoff::engine::Db, name: &str) -> String {
     let accounts = kickoff::accounts::Accounts::new(pool.clone());
     let user = accounts
         .create(

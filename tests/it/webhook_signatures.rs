@@ -126,7 +126,7 @@ impl Rig {
 async fn calls_to_an_endpoint_are_signed_as_the_published_verifier_expects() {
     let rig = rig().await;
     let made = {
-        let mut conn = rig.db.pool.acquire().await.unwrap();
+        let mut conn = rig.db.pool.pool().acquire().await.unwrap();
         rig.endpoints
             .create_with(
                 &mut conn,
@@ -165,7 +165,7 @@ async fn calls_to_an_endpoint_are_signed_as_the_published_verifier_expects() {
 async fn during_a_rotation_both_secrets_verify_and_after_it_only_the_new_one() {
     let rig = rig().await;
     let prefix = format!("http://{}/", rig.addr);
-    let mut conn = rig.db.pool.acquire().await.unwrap();
+    let mut conn = rig.db.pool.pool().acquire().await.unwrap();
     let old = rig
         .endpoints
         .create_with(&mut conn, &prefix, &Default::default(), None)
@@ -372,7 +372,7 @@ async fn sealed_values_copied_into_another_endpoint_do_not_open_there() {
         headers: Some([("Authorization".to_string(), value.to_string())].into()),
         ..EndpointSettings::default()
     };
-    let mut conn = db.pool.acquire().await.unwrap();
+    let mut conn = db.pool.pool().acquire().await.unwrap();
     let partner = endpoints
         .create_with(
             &mut conn,

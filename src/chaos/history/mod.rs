@@ -24,8 +24,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::engine::db::Db;
 use serde::Serialize;
-use sqlx::PgPool;
 
 use crate::accounts::{Accounts, Role as AccountRole, TokenScope};
 use crate::chaos::node::{Node, NodeEnv};
@@ -273,7 +273,7 @@ fn secret_key(seed: u64) -> String {
 
 /// The admin's is the bootstrap token every node is started with; an operator and a viewer are
 /// made as a deployment would.
-async fn make_tokens(pool: &PgPool) -> Result<Tokens, String> {
+async fn make_tokens(pool: &Db) -> Result<Tokens, String> {
     let accounts = Accounts::new(pool.clone());
     let e = |e: crate::accounts::AccountError| format!("accounts: {e}");
     let operator = accounts
@@ -306,7 +306,7 @@ async fn make_tokens(pool: &PgPool) -> Result<Tokens, String> {
 /// Waits until nothing is due and unheld: no job executing, none available or overdue outside a
 /// paused queue or kind, no failed attempt whose retry comes within 5 s (a job that failed in a
 /// fault's wake runs again before the database is read). `false` when `limit` passed first.
-async fn wait_for_quiet(pool: &PgPool, limit: Duration) -> bool {
+async fn wait_for_quiet(pool: &Db, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     loop {
         let busy: Result<i64, _> = sqlx::query_scalar(
@@ -333,7 +333,7 @@ async fn wait_for_quiet(pool: &PgPool, limit: Duration) -> bool {
 }
 
 /// The database at the end (the checks' instruments, like the chaos suite's: queries of their own).
-async fn read_snapshot(pool: &PgPool) -> Result<Snapshot, String> {
+async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
     let db = |e: sqlx::Error| format!("snapshot: {e}");
     // One snapshot of the database for every table (and its `now()`): read one after another
     // without it, a job seen executing may have completed, tally raised, by the tallies' read.

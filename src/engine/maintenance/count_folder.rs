@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::engine::db::Db;
 use tokio_util::sync::CancellationToken;
 
 use super::{run_every, Report};
@@ -72,12 +72,12 @@ impl Report for FoldReport {
 }
 
 pub struct CountFolder {
-    pool: PgPool,
+    pool: Db,
     config: CountFolderConfig,
 }
 
 impl CountFolder {
-    pub fn new(pool: PgPool, config: CountFolderConfig) -> Self {
+    pub fn new(pool: Db, config: CountFolderConfig) -> Self {
         CountFolder { pool, config }
     }
 

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use crate::engine::db::Db;
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::{run_every, Report};
@@ -63,12 +63,12 @@ impl Report for PruneReport {
 }
 
 pub struct JobPruner {
-    pool: PgPool,
+    pool: Db,
     config: PrunerConfig,
 }
 
 impl JobPruner {
-    pub fn new(pool: PgPool, config: PrunerConfig) -> Self {
+    pub fn new(pool: Db, config: PrunerConfig) -> Self {
         JobPruner { pool, config }
     }
 

@@ -10,8 +10,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::db::Db;
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::{run_every, Report};
@@ -63,13 +63,13 @@ impl Report for RescueReport {
 }
 
 pub struct JobRescuer {
-    pool: PgPool,
+    pool: Db,
     config: RescuerConfig,
     metrics: Option<Arc<Metrics>>,
 }
 
 impl JobRescuer {
-    pub fn new(pool: PgPool, config: RescuerConfig) -> Self {
+    pub fn new(pool: Db, config: RescuerConfig) -> Self {
         JobRescuer {
             pool,
             config,

@@ -1,8 +1,8 @@
 //! The overlap policy of a schedule, applied when one of its runs starts: the run's meta carries
 //! the policy (`overlap`, absent for `allow`), so runs of schedules without one cost a map lookup.
 
+use crate::engine::db::Db;
 use serde_json::Value;
-use sqlx::PgPool;
 
 use super::{Overlap, META_SCHEDULE_ID};
 use crate::engine::client::notify_cancelled;
@@ -13,7 +13,7 @@ use crate::engine::worker::WorkError;
 
 /// Records the start of a run of a schedule (its first attempt) and how late it started, without
 /// holding up its handler: the schedule's page and metrics show it.
-pub fn record_start(pool: &PgPool, job: &Job, late: std::time::Duration) {
+pub fn record_start(pool: &Db, job: &Job, late: std::time::Duration) {
     if job.attempt != 1 {
         return;
     }
@@ -31,7 +31,7 @@ pub fn record_start(pool: &PgPool, job: &Job, late: std::time::Duration) {
 /// Whether `job` may start: `Err(Cancel)` when its schedule skips a run that overlaps an earlier
 /// one still not final; with `cancel_previous` the earlier runs are cancelled first (their nodes
 /// stop them).
-pub async fn overlap_gate(pool: &PgPool, job: &Job) -> Result<(), WorkError> {
+pub async fn overlap_gate(pool: &Db, job: &Job) -> Result<(), WorkError> {
     let Some(policy) = job
         .meta
         .get("overlap")

@@ -2,7 +2,7 @@
 //! `kickoff_schema` and the versions sqlx recorded in `_sqlx_migrations`. Either table may be
 //! missing (a new database, or one from before the floor): read as none.
 
-use sqlx::PgPool;
+use crate::engine::db::Db;
 
 /// `Ok(None)` for a missing table (SQLSTATE 42P01), the error otherwise.
 fn missing_as_none<T>(read: Result<T, sqlx::Error>) -> Result<Option<T>, sqlx::Error> {
@@ -14,7 +14,7 @@ fn missing_as_none<T>(read: Result<T, sqlx::Error>) -> Result<Option<T>, sqlx::E
 }
 
 /// The newest migration a release must know to run on this schema (`kickoff_schema`).
-pub async fn schema_floor(pool: &PgPool) -> Result<Option<i64>, sqlx::Error> {
+pub async fn schema_floor(pool: &Db) -> Result<Option<i64>, sqlx::Error> {
     let read = sqlx::query_scalar("SELECT oldest_migration FROM kickoff_schema")
         .fetch_optional(pool)
         .await;
@@ -22,7 +22,7 @@ pub async fn schema_floor(pool: &PgPool) -> Result<Option<i64>, sqlx::Error> {
 }
 
 /// Every migration version applied to this database, in order.
-pub async fn schema_applied(pool: &PgPool) -> Result<Vec<i64>, sqlx::Error> {
+pub async fn schema_applied(pool: &Db) -> Result<Vec<i64>, sqlx::Error> {
     let read = sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY version")
         .fetch_all(pool)
         .await;

@@ -16,7 +16,7 @@ pub const TOKEN: &str = "console-test-token";
 
 pub struct Dashboard {
     pub app: Router,
-    pub pool: sqlx::PgPool,
+    pub pool: kickoff::engine::Db,
     /// The signed-in session's cookie and CSRF token.
     pub cookie: String,
     pub csrf: String,

@@ -5,22 +5,54 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use kickoff::engine::Db;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, PgPool};
+use sqlx::{ConnectOptions, Connection};
 
 pub mod dashboard;
+pub mod pooler;
 pub mod proxy;
 pub mod receiver;
 pub mod rest;
 pub mod server;
 
-use kickoff::engine::MIGRATOR;
+use kickoff::engine::{PoolMode, MIGRATOR};
 
-/// A database of its own for one test.
+/// A database of its own for one test, reached directly or, when the test run says so
+/// (`KICKOFF_TEST_POOL_MODE=transaction`), through a PgBouncer in transaction mode of its own.
 pub struct TestDb {
-    pub pool: PgPool,
+    pub pool: Db,
+    /// How `pool` and `url` reach the database (a server process is given it as
+    /// `KICKOFF_DATABASE_POOL_MODE`).
+    pub mode: PoolMode,
+    /// The database's URL as `pool` reaches it (through the pooler, if any).
     pub url: String,
+    /// The database's URL on the cluster itself.
+    pub direct_url: String,
     pub name: String,
+    /// The test's PgBouncer, if any: it runs until the test's process ends.
+    pub pooler: Option<std::sync::Arc<pooler::PgBouncer>>,
+}
+
+impl TestDb {
+    /// Another pool of `max` connections reaching the database as [`TestDb::pool`] does (the
+    /// connections of another node).
+    pub async fn other_pool(&self, max: u32) -> Db {
+        let options = self.mode.connect_options(self.url.parse().unwrap());
+        let pool = PgPoolOptions::new()
+            .max_connections(max)
+            .connect_with(options)
+            .await
+            .unwrap();
+        Db::new(pool, self.mode)
+    }
+
+    /// The pool mode the test run asks for.
+    pub fn mode_asked() -> PoolMode {
+        std::env::var("KICKOFF_TEST_POOL_MODE")
+            .map(|m| m.parse().expect("KICKOFF_TEST_POOL_MODE"))
+            .unwrap_or_default()
+    }
 }
 
 fn admin_url() -> String {
@@ -90,14 +122,31 @@ pub async fn test_db() -> TestDb {
         .execute(&mut admin)
         .await
         .expect("create test database");
-    let opts = admin_opts.database(&name);
+    let direct = admin_opts.database(&name);
+    let direct_url = direct.to_url_lossy().to_string();
+    let mode = TestDb::mode_asked();
+    let (pooler, opts) = match mode {
+        PoolMode::Direct => (None, direct),
+        PoolMode::Transaction => {
+            let bouncer = pooler::PgBouncer::start(&direct).await;
+            let through = bouncer.in_front_of(&direct);
+            (Some(pooler::keep(bouncer)), through)
+        }
+    };
     let url = opts.to_url_lossy().to_string();
     let pool = PgPoolOptions::new()
         .max_connections(20)
-        .connect_with(opts)
+        .connect_with(mode.connect_options(opts))
         .await
         .unwrap();
-    TestDb { pool, url, name }
+    TestDb {
+        pool: Db::new(pool, mode),
+        mode,
+        url,
+        direct_url,
+        name,
+        pooler,
+    }
 }
 
 /// Waits for `cond` to hold, polling every 20 ms, for at most `timeout`. Panics with `what`.
@@ -119,7 +168,7 @@ where
 }
 
 /// The state of a job, read from the table.
-pub async fn state_of(pool: &PgPool, id: kickoff::engine::JobId) -> kickoff::engine::JobState {
+pub async fn state_of(pool: &Db, id: kickoff::engine::JobId) -> kickoff::engine::JobState {
     kickoff::engine::store::jobs::job_get(pool, id)
         .await
         .unwrap()
@@ -129,7 +178,7 @@ pub async fn state_of(pool: &PgPool, id: kickoff::engine::JobId) -> kickoff::eng
 
 /// The whole HTTP application (API, dashboard, server functions) on `pool`, with the built-in job
 /// kinds, no engine running, and `token` as the API token.
-pub fn app(pool: &PgPool, token: &str) -> axum::Router {
+pub fn app(pool: &Db, token: &str) -> axum::Router {
     app_with_metrics(
         pool,
         token,
@@ -139,7 +188,7 @@ pub fn app(pool: &PgPool, token: &str) -> axum::Router {
 
 /// [`app`], reporting an engine's metrics on `/metrics`.
 pub fn app_with_metrics(
-    pool: &PgPool,
+    pool: &Db,
     token: &str,
     metrics: std::sync::Arc<kickoff::engine::metrics::Metrics>,
 ) -> axum::Router {
@@ -152,7 +201,7 @@ pub fn app_with_metrics(
 }
 
 /// [`app`] of a server that started on a database with no user: its setup link's code is `code`.
-pub fn app_with_setup_link(pool: &PgPool, token: &str, code: &str) -> axum::Router {
+pub fn app_with_setup_link(pool: &Db, token: &str, code: &str) -> axum::Router {
     let accounts = kickoff::accounts::Accounts::new(pool.clone())
         .with_setup_link(kickoff::accounts::SetupLink::with_code(code));
     app_from(
@@ -164,7 +213,7 @@ pub fn app_with_setup_link(pool: &PgPool, token: &str, code: &str) -> axum::Rout
 }
 
 /// [`app`] of a server behind HTTPS (`KICKOFF_SECURE_COOKIES` on).
-pub fn app_over_https(pool: &PgPool, token: &str) -> axum::Router {
+pub fn app_over_https(pool: &Db, token: &str) -> axum::Router {
     let mut state = app_state(
         pool,
         token,
@@ -179,7 +228,7 @@ pub fn app_over_https(pool: &PgPool, token: &str) -> axum::Router {
 ///
 /// [`AppState`]: kickoff::http::state::AppState
 pub fn app_changed(
-    pool: &PgPool,
+    pool: &Db,
     token: &str,
     change: impl FnOnce(kickoff::http::state::AppState) -> kickoff::http::state::AppState,
 ) -> axum::Router {
@@ -193,7 +242,7 @@ pub fn app_changed(
 }
 
 /// [`app`] behind the proxies `trusted` (`KICKOFF_TRUSTED_PROXIES`).
-pub fn app_behind_proxies(pool: &PgPool, token: &str, trusted: &[&str]) -> axum::Router {
+pub fn app_behind_proxies(pool: &Db, token: &str, trusted: &[&str]) -> axum::Router {
     let trusted: Vec<String> = trusted.iter().map(|t| t.to_string()).collect();
     let proxies = kickoff::http::client_address::TrustedProxies::parse(&trusted).unwrap();
     app_changed(pool, token, |s| s.with_trusted_proxies(proxies))
@@ -201,7 +250,7 @@ pub fn app_behind_proxies(pool: &PgPool, token: &str, trusted: &[&str]) -> axum:
 
 /// [`app`] with other limits on its live-update streams.
 pub fn app_with_streams(
-    pool: &PgPool,
+    pool: &Db,
     token: &str,
     limits: kickoff::http::state::StreamLimits,
 ) -> axum::Router {
@@ -209,7 +258,7 @@ pub fn app_with_streams(
 }
 
 fn app_from(
-    pool: &PgPool,
+    pool: &Db,
     token: &str,
     metrics: std::sync::Arc<kickoff::engine::metrics::Metrics>,
     accounts: kickoff::accounts::Accounts,
@@ -218,7 +267,7 @@ fn app_from(
 }
 
 fn app_state(
-    pool: &PgPool,
+    pool: &Db,
     token: &str,
     metrics: std::sync::Arc<kickoff::engine::metrics::Metrics>,
     accounts: kickoff::accounts::Accounts,
@@ -246,7 +295,7 @@ fn app_state(
 }
 
 /// A write token of a new operator account `ops` (not an admin).
-pub async fn operator_token(pool: &PgPool) -> String {
+pub async fn operator_token(pool: &Db) -> String {
     let accounts = kickoff::accounts::Accounts::new(pool.clone());
     let ops = accounts
         .create(
@@ -265,7 +314,7 @@ pub async fn operator_token(pool: &PgPool) -> String {
 
 /// Makes every insert into `audit_log` for which `condition` (SQL over `NEW`) holds fail, as a
 /// full disk or a broken constraint would, until [`audit_log_works`].
-pub async fn audit_log_refuses(pool: &PgPool, condition: &str) {
+pub async fn audit_log_refuses(pool: &Db, condition: &str) {
     sqlx::raw_sql(&format!(
         "CREATE FUNCTION refuse_audit() RETURNS trigger LANGUAGE plpgsql AS
            $$ BEGIN IF {condition} THEN RAISE EXCEPTION 'the audit log is unavailable (test)';
@@ -279,7 +328,7 @@ pub async fn audit_log_refuses(pool: &PgPool, condition: &str) {
 }
 
 /// Undoes [`audit_log_refuses`].
-pub async fn audit_log_works(pool: &PgPool) {
+pub async fn audit_log_works(pool: &Db) {
     sqlx::raw_sql("DROP TRIGGER refuse_audit ON audit_log; DROP FUNCTION refuse_audit();")
         .execute(pool)
         .await

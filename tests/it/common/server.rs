@@ -20,6 +20,8 @@ pub struct Server {
     pub addr: String,
     /// Every line it printed on its standard output so far.
     pub output: Arc<Mutex<Vec<String>>>,
+    /// Every line it logged on its standard error so far (also passed on to the test's).
+    logged: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -34,14 +36,25 @@ impl Server {
             .env("KICKOFF_SHUTDOWN_GRACE_SECS", "2")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(Stdio::piped());
         for (k, v) in envs {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().expect("start kickoff");
         let stdout = child.stdout.take().unwrap();
+        let stderr = child.stderr.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let output = Arc::new(Mutex::new(Vec::new()));
+        let logged = Arc::new(Mutex::new(Vec::new()));
+        std::thread::spawn({
+            let logged = logged.clone();
+            move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    eprintln!("{line}");
+                    logged.lock().unwrap().push(line);
+                }
+            }
+        });
         std::thread::spawn({
             let output = output.clone();
             move || {
@@ -60,7 +73,13 @@ impl Server {
             child,
             addr,
             output,
+            logged,
         }
+    }
+
+    /// What it logged (standard error) so far.
+    pub fn logged(&self) -> String {
+        self.logged.lock().unwrap().join("\n")
     }
 
     /// What it printed before it listened, and since.

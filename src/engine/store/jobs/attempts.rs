@@ -205,10 +205,10 @@ pub async fn job_claim_soon<'e>(
 }
 
 /// The claims, of those given, that still hold their jobs (read without a lock).
-async fn claims_still_held(
-    conn: &mut sqlx::PgConnection,
-    claims: &[Claim],
-) -> Result<Vec<Claim>, sqlx::Error> {
+async fn claims_still_held<C>(conn: &mut C, claims: &[Claim]) -> Result<Vec<Claim>, sqlx::Error>
+where
+    for<'c> &'c mut C: PgExecutor<'c>,
+{
     let (ids, tokens) = split_claims(claims);
     let rows: Vec<(JobId, ClaimToken)> = sqlx::query_as(
         "SELECT jobs.id, jobs.claim_token FROM jobs
@@ -285,10 +285,13 @@ pub async fn job_complete_many<'e>(
 /// Completes the attempts of these claims that still hold their jobs, skipping rows another
 /// transaction has locked (they are reported in [`ClaimWrite::locked`], to be tried again): the
 /// completer must not stall every outcome of the node behind one row an operator holds.
-pub async fn job_complete_unless_locked(
-    conn: &mut sqlx::PgConnection,
+pub async fn job_complete_unless_locked<C>(
+    conn: &mut C,
     claims: &[Claim],
-) -> Result<ClaimWrite, sqlx::Error> {
+) -> Result<ClaimWrite, sqlx::Error>
+where
+    for<'c> &'c mut C: PgExecutor<'c>,
+{
     let (ids, tokens) = split_claims(claims);
     let written: Vec<(JobId, ClaimToken)> = sqlx::query_as(
         "WITH done AS (
@@ -450,12 +453,15 @@ pub async fn job_hand_back<'e>(
 /// before the next renewal (under half of it is left) are renewed one by one, waiting for their
 /// lock as long as the connection's `lock_timeout` allows: a row locked for longer than the lease
 /// must not become rescuable the moment its lock goes.
-pub async fn job_renew_leases(
-    conn: &mut sqlx::PgConnection,
+pub async fn job_renew_leases<C>(
+    conn: &mut C,
     claims: &[Claim],
     lease: Duration,
     renew_below: Duration,
-) -> Result<ClaimWrite, sqlx::Error> {
+) -> Result<ClaimWrite, sqlx::Error>
+where
+    for<'c> &'c mut C: PgExecutor<'c>,
+{
     let (ids, tokens) = split_claims(claims);
     // Only leases with under `renew_below` left are written: a renewal is a new version of the
     // job's row in every index, and rewriting each attempt's row on every beat took a third of
