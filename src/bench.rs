@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use crate::engine::db::Db;
+use crate::engine::db::{Db, PoolMode};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -64,6 +64,13 @@ pub struct BenchOptions {
     pub claim_ahead: Duration,
     /// Limits of the bench queue across every node (none by default).
     pub queue_limits: crate::engine::limits::QueueLimits,
+    /// A transaction pooler in front of the bench's server (`HOST:PORT`), and whether the node
+    /// then does without a direct connection for LISTEN (it polls every `poll_interval`).
+    pub through_pooler: Option<String>,
+    pub poll_only: bool,
+    pub poll_interval: Duration,
+    /// Set by [`run`]: the direct URL the node listens on, behind a pooler.
+    pub listen_url: Option<String>,
 }
 
 pub async fn run(
@@ -104,7 +111,21 @@ pub async fn run(
         .map_err(|e| e.to_string())?;
     let result = async {
         MIGRATOR.run(&pool).await.map_err(|e| e.to_string())?;
-        let pool = Db::from(pool.clone());
+        let (pool, options) = match &options.through_pooler {
+            None => (Db::from(pool.clone()), options.clone()),
+            Some(pooler) => {
+                let direct = admin_opts.clone().database(&db);
+                let pooled = through(&direct, pooler)?;
+                let listen_url = (!options.poll_only).then(|| direct.to_url_lossy().to_string());
+                (
+                    pooled,
+                    BenchOptions {
+                        listen_url,
+                        ..options.clone()
+                    },
+                )
+            }
+        };
         match workload {
             BenchWorkload::Throughput => throughput(&pool, &options).await,
             BenchWorkload::Pages => pages::pages(&pool, options.rows, options.samples).await,
@@ -173,10 +194,28 @@ async fn until_started(rx: &mut Starts, n: usize, since: Instant) -> Result<f64,
     Ok(first.unwrap_or(0.0))
 }
 
+/// A pool of 20 reaching the database `direct` names through the transaction pooler at
+/// `pooler` (`HOST:PORT`).
+fn through(direct: &PgConnectOptions, pooler: &str) -> Result<Db, String> {
+    let (host, port) = pooler
+        .rsplit_once(':')
+        .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
+        .ok_or_else(|| format!("--through-pooler {pooler:?}: expected HOST:PORT"))?;
+    let options = PoolMode::Transaction.connect_options(direct.clone().host(host).port(port));
+    let pool = PgPoolOptions::new()
+        .max_connections(20)
+        .min_connections(4)
+        .test_before_acquire(false)
+        .connect_lazy_with(options);
+    Ok(Db::new(pool, PoolMode::Transaction))
+}
+
 /// A node of `concurrency` slots on queue `default`, with the fetch-ahead and claim-ahead of the
 /// server settings (`KICKOFF_FETCH_AHEAD`, `KICKOFF_CLAIM_AHEAD_MS`).
 fn engine_config(concurrency: usize, o: &BenchOptions) -> EngineConfig {
     EngineConfig {
+        listen_url: o.listen_url.clone(),
+        poll_only_interval: o.poll_interval,
         queues: vec![("default".into(), concurrency)],
         fetch_ahead: o.fetch_ahead,
         claim_ahead: o.claim_ahead,

@@ -56,6 +56,8 @@ async fn main() -> std::process::ExitCode {
             streams,
             queue_limits,
             count,
+            through_pooler,
+            poll_only,
         } => {
             let mut limits = kickoff::engine::limits::QueueLimits::default();
             let limits_ok = queue_limits
@@ -76,6 +78,10 @@ async fn main() -> std::process::ExitCode {
                 schedules: count as usize,
                 fetch_ahead: cli.config.fetch_ahead as usize,
                 claim_ahead: std::time::Duration::from_millis(cli.config.claim_ahead_ms),
+                through_pooler,
+                poll_only,
+                poll_interval: std::time::Duration::from_millis(cli.config.poll_interval_ms),
+                listen_url: None,
             };
             bench::run(workload, url, options, &cli.config).await
         }

@@ -65,6 +65,16 @@ pub enum Command {
         /// (`rate=1000000/s`, `global=10`, comma-separated): what a limit's check costs.
         #[arg(long = "queue-limits", value_delimiter = ',')]
         queue_limits: Vec<String>,
+        /// A transaction pooler (PgBouncer `pool_mode = transaction`) in front of the bench's
+        /// server, `HOST:PORT`, that reaches its databases by name: the workload and the engine
+        /// go through it in `transaction` pool mode, listening on a direct connection (the bench
+        /// still creates and migrates its database directly).
+        #[arg(long = "through-pooler", value_name = "HOST:PORT")]
+        through_pooler: Option<String>,
+        /// With `--through-pooler`: no direct connection for LISTEN either; the node polls
+        /// (`KICKOFF_POLL_INTERVAL_MS`).
+        #[arg(long = "poll-only", requires = "through_pooler")]
+        poll_only: bool,
         /// Idle daily schedules beside the every-second one, for the schedules workload (0 to
         /// 1,000,000).
         #[arg(long, default_value_t = 10_000,
