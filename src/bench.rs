@@ -147,7 +147,8 @@ pub async fn run(
     }
     .await;
     pool.close().await;
-    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db}"))
+    // FORCE: a pooler in front (`--through-pooler`) still holds server connections to it.
+    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
         .execute(&mut admin)
         .await;
     drop(admin);

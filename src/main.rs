@@ -155,6 +155,7 @@ async fn main() -> std::process::ExitCode {
             rate,
             dir,
             json,
+            failover,
         } => {
             let dir = dir.unwrap_or_else(|| {
                 std::env::temp_dir().join(format!("kickoff-chaos-{}", std::process::id()))
@@ -165,6 +166,8 @@ async fn main() -> std::process::ExitCode {
             config.kills = kills;
             config.interval = std::time::Duration::from_millis(interval_ms.max(200));
             config.rate = rate;
+            config.failover = failover;
+            config.restart_postgres = !failover;
             println!("chaos: working in {}", dir.display());
             match chaos::run(config).await {
                 Ok(report) => {

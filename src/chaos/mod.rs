@@ -17,11 +17,13 @@
 //! Its checks read the tables with queries of their own: they are the suite's instruments (like
 //! the bench's), not paths of the application, so they stay here rather than in the store layer.
 
+pub mod failover;
 pub mod history;
 mod load;
 pub use node::faketime_library;
 pub(crate) mod node;
 pub mod receiver;
+pub mod switch;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -57,6 +59,9 @@ pub struct ChaosConfig {
     pub rate: u32,
     /// The nodes' lease: a dead node's jobs are rescued about this long after it died.
     pub lease: Duration,
+    /// Fail over once, halfway: the primary killed with SIGKILL, its synchronous standby
+    /// promoted, the address the nodes use moved to it (see [`failover`]).
+    pub failover: bool,
 }
 
 impl ChaosConfig {
@@ -71,6 +76,7 @@ impl ChaosConfig {
             cut_connections: true,
             rate: 200,
             lease: Duration::from_secs(2),
+            failover: false,
         }
     }
 }
@@ -112,6 +118,12 @@ pub struct ChaosReport {
     pub lateness_samples: usize,
     /// Per kill that left jobs in flight: ms until the dead node held no executing job.
     pub rescue_ms: Vec<f64>,
+    pub failovers: usize,
+    /// After the failover, the address reached the promoted standby (a primary, on its port).
+    pub failover_confirmed: bool,
+    /// From the primary's kill until a job inserted after it (retried until the insert went
+    /// through) completed: the outage as the application sees it.
+    pub failover_outage_ms: Option<f64>,
 }
 
 impl ChaosReport {
@@ -122,7 +134,15 @@ impl ChaosReport {
 
     pub fn problems(&self) -> Vec<String> {
         let mut p = Vec::new();
-        let checks: [(bool, String); 8] = [
+        let checks: [(bool, String); 10] = [
+            (
+                self.failovers == 0 || self.failover_outage_ms.is_some(),
+                "no job inserted after the failover ran within 60 s".to_string(),
+            ),
+            (
+                self.failovers == 0 || self.failover_confirmed,
+                "after the failover the address did not reach the promoted standby".to_string(),
+            ),
             (self.lost == 0, format!("{} jobs lost", self.lost)),
             (
                 self.not_final == 0,
@@ -182,6 +202,7 @@ impl ChaosReport {
              questions: {}, not locked {}\n\
              lateness while healthy: p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms ({} first attempts)\n\
              rescue after a kill: {rescue}\n\
+             failovers: {}, outage {}\n\
              verdict: {}",
             self.seconds,
             self.kills,
@@ -210,6 +231,9 @@ impl ChaosReport {
             self.lateness_p99_ms,
             self.lateness_max_ms,
             self.lateness_samples,
+            self.failovers,
+            self.failover_outage_ms
+                .map_or("-".to_string(), |ms| format!("{ms:.0} ms")),
             if self.ok() { "ok".to_string() } else { self.problems().join("; ") },
         )
     }
@@ -235,17 +259,36 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport, String> {
     // commits would, and the suite would find "lost" jobs that PostgreSQL itself dropped).
     let cluster = EmbeddedPostgres::start(&config.dir.join("cluster"), Durability::Durable)
         .map_err(|e| e.to_string())?;
-    let result = run_on(&config, &cluster, started).await;
+    let standby = if config.failover {
+        match failover::Standby::make(&cluster, &config.dir.join("standby")).await {
+            Ok(standby) => Some(standby),
+            Err(e) => {
+                let _ = cluster.stop();
+                return Err(e);
+            }
+        }
+    } else {
+        None
+    };
+    let result = run_on(&config, &cluster, standby.as_ref(), started).await;
+    // A killed primary is gone already.
     let _ = cluster.stop();
+    if let Some(standby) = standby {
+        standby.stop();
+    }
     result
 }
 
 async fn run_on(
     config: &ChaosConfig,
     cluster: &EmbeddedPostgres,
+    standby: Option<&failover::Standby>,
     started: Instant,
 ) -> Result<ChaosReport, String> {
-    let url = cluster.url_for(DATABASE);
+    let url = match standby {
+        Some(standby) => standby.url(),
+        None => cluster.url_for(DATABASE),
+    };
     let pool = connect_and_migrate(&url, 6).await?;
     let (receiver_addr, deliveries) = receiver::start().await?;
     let log_dir = config.dir.join("nodes");
@@ -284,8 +327,25 @@ async fn run_on(
     let mut disturbances = Vec::new();
     let mut rescues = Vec::new();
     let mut rng = fastrand::Rng::new();
+    let mut outage = None;
     for k in 0..config.kills {
         tokio::time::sleep(config.interval).await;
+        if let (Some(standby), true) = (standby, k == config.kills / 2) {
+            disturbances.push(Disturbance {
+                at: Utc::now(),
+                // Claims are committed without waiting for the standby: they may be lost.
+                crash: true,
+                settles: Duration::from_secs(10),
+            });
+            let killed_at = Instant::now();
+            standby.fail_over(cluster)?;
+            report.failovers += 1;
+            outage = Some(tokio::spawn(failover::time_to_recover(
+                Client::new(pool.clone(), Arc::new(crate::workers::builtin(Vec::new()))),
+                killed_at,
+            )));
+            tokio::time::sleep(config.interval / 2).await;
+        }
         if config.restart_postgres && k == config.kills / 2 {
             disturbances.push(Disturbance {
                 at: Utc::now(),
@@ -346,6 +406,12 @@ async fn run_on(
         if let Ok(Some(ms)) = r.await {
             report.rescue_ms.push(ms);
         }
+    }
+    if let Some(outage) = outage {
+        report.failover_outage_ms = outage.await.ok().flatten();
+    }
+    if let (Some(standby), true) = (standby, report.failovers > 0) {
+        report.failover_confirmed = standby.serves(&pool).await;
     }
     for n in nodes {
         n.stop().await;

@@ -120,6 +120,12 @@ pub enum Command {
         /// Print the report as one JSON line too.
         #[arg(long)]
         json: bool,
+        /// Fail over halfway instead of restarting PostgreSQL: the nodes reach a primary with a
+        /// synchronous standby (pg_basebackup) through an address of the suite's own; the primary
+        /// is killed with SIGKILL, the standby promoted, the address moved to it. The report says
+        /// how long until a job inserted after the kill ran.
+        #[arg(long)]
+        failover: bool,
     },
     /// Random operator histories with faults, checked against Kickoff's promises: nodes on an
     /// embedded PostgreSQL of their own driven through the REST API (docs/ARCHITECTURE.md,

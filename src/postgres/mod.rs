@@ -229,6 +229,81 @@ impl EmbeddedPostgres {
         self.pg_ctl_start()
     }
 
+    /// A streaming standby of this cluster under `data_dir/pg` (made with `pg_basebackup -R`,
+    /// the same password), started on a port of its own. For the failover scenario: make it
+    /// synchronous with `synchronous_standby_names` on this primary.
+    pub fn replica_of(&self, data_dir: &Path) -> Result<EmbeddedPostgres, EmbeddedError> {
+        let data_dir = crate::data_dir::prepare(data_dir)?;
+        let pg_dir = data_dir.join("pg");
+        fs::create_dir_all(&pg_dir).map_err(io_err(&pg_dir))?;
+        fs::set_permissions(&pg_dir, fs::Permissions::from_mode(0o700)).map_err(io_err(&pg_dir))?;
+        self.chown_to_postgres(&pg_dir)?;
+        if self.run_as.is_some() {
+            grant_traversal(&data_dir)?;
+        }
+        write_private(&data_dir.join("pg-password"), &self.password)?;
+        let port = self.port.to_string();
+        let target = pg_dir.to_string_lossy().into_owned();
+        self.run(
+            "pg_basebackup",
+            "pg_basebackup",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                SUPERUSER,
+                "-D",
+                &target,
+                "-R",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+            ],
+        )?;
+        // The copy holds the primary's marker: `start` adopts it as made, and starts it.
+        EmbeddedPostgres::start(&data_dir, Durability::Durable)
+    }
+
+    /// Promotes this standby to a primary (it stops following and takes writes).
+    pub fn promote(&self) -> Result<(), EmbeddedError> {
+        let pg_dir = self.pg_dir.to_string_lossy().into_owned();
+        self.run(
+            "pg_ctl promote",
+            "pg_ctl",
+            &["promote", "-D", &pg_dir, "-w", "-t", "60"],
+        )
+    }
+
+    /// Kills the cluster's postmaster with SIGKILL, as a machine that dies: no shutdown, no
+    /// checkpoint; its backends end as they notice. It is not restarted.
+    pub fn kill(&self) -> Result<(), EmbeddedError> {
+        let pid_path = self.pg_dir.join("postmaster.pid");
+        let text = fs::read_to_string(&pid_path).map_err(io_err(&pid_path))?;
+        let pid: i32 = text
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .ok_or_else(|| EmbeddedError::Command {
+                step: "kill".into(),
+                detail: format!("no pid in {}", pid_path.display()),
+            })?;
+        let killed = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .map_err(io_err(&pid_path))?;
+        if killed.success() {
+            Ok(())
+        } else {
+            Err(EmbeddedError::Command {
+                step: "kill".into(),
+                detail: format!("kill -KILL {pid}: {killed}"),
+            })
+        }
+    }
+
     fn init(&mut self, data_dir: &Path, durability: Durability) -> Result<(), EmbeddedError> {
         tracing::info!(dir = %self.pg_dir.display(), "creating the embedded PostgreSQL cluster");
         if self.pg_dir.exists() {
@@ -287,7 +362,9 @@ impl EmbeddedPostgres {
             &["-h", "127.0.0.1", "-p", &port, "-U", SUPERUSER, DATABASE],
         )?;
         let marker = self.pg_dir.join(INIT_MARKER);
-        Ok(crate::data_dir::create_private(&marker, "")?)
+        crate::data_dir::create_private(&marker, "")?;
+        // The cluster's user owns everything in its directory (a base backup reads every file).
+        self.chown_to_postgres(&marker)
     }
 
     /// Appends to a file initdb made: never through a symbolic link, and only to a regular file of
