@@ -32,6 +32,18 @@ pub struct Config {
     #[arg(long, env = "KICKOFF_LISTEN_DATABASE_URL")]
     pub listen_database_url: Option<String>,
 
+    /// A standby (streaming replica) of the database for the dashboard's lists, charts and
+    /// counts, which tolerate staleness; a job's page, every action and the REST API read the
+    /// primary. Default: none (everything reads the primary).
+    #[arg(long, env = "KICKOFF_READ_DATABASE_URL")]
+    pub read_database_url: Option<String>,
+
+    /// Past this lag (milliseconds) the pages that read the standby say how far behind it is.
+    /// Default: 2000 (0 to 3,600,000).
+    #[arg(long, env = "KICKOFF_READ_MAX_LAG_MS", default_value_t = 2000,
+          value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    pub read_max_lag_ms: u64,
+
     /// How `DATABASE_URL` reaches PostgreSQL: `direct` (PostgreSQL itself, or a pooler in
     /// session mode) or `transaction` (a pooler in transaction mode, e.g. PgBouncer
     /// `pool_mode = transaction`: every statement in a transaction, no session state; migrations

@@ -348,6 +348,19 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     let hosts = http::host_check::AllowedHosts::new(local_addr, &config.host_names)
         .map_err(StartError::Config)?;
     tracing::info!(hosts = %hosts.describe(), "answering for");
+    let state = match &config.read_database_url {
+        Some(url) => {
+            // The web side's settings (its statement timeout, its size) on the standby's pool.
+            let base = connect(url, 1, config.database_pool_mode).await?;
+            let replica = web_pool(&base, config.web_pool, config.web_statement_timeout_ms);
+            base.close().await;
+            state.with_reader(http::reader::Reader::replica(
+                engine.client().with_pool(replica),
+                Duration::from_millis(config.read_max_lag_ms),
+            ))
+        }
+        None => state,
+    };
     let state = state
         .with_webhook_key(key)
         .with_trusted_proxies(proxies)

@@ -18,6 +18,7 @@ pub mod host_check;
 pub mod listener;
 pub mod metrics;
 pub mod openapi;
+pub mod reader;
 pub mod rechecks;
 pub mod redact;
 pub mod session;
@@ -73,6 +74,7 @@ pub fn router(state: AppState) -> Router {
         state.auditor.clone(),
         state.endpoints.clone(),
         state.alerts.clone(),
+        state.reader.clone(),
     ));
     let dashboard = Router::new()
         // The dashboard's live stream (the API has its own, behind the token).

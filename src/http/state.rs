@@ -51,6 +51,8 @@ pub struct AppState {
     pub endpoints: crate::webhooks::Endpoints,
     /// Alert rules and incidents.
     pub alerts: crate::alerts::Alerts,
+    /// Where the dashboard's lists, charts and counts are read (see [`super::reader`]).
+    pub reader: super::reader::Reader,
 }
 
 /// What a server's [`AppState`] is made of; [`AppState::new`] derives the rest (the questions
@@ -86,6 +88,7 @@ impl AppState {
                 Arc::new(crate::webhooks::SecretKey::generate().0),
             ),
             alerts: crate::alerts::Alerts::new(parts.pool.clone(), parts.client.clone()),
+            reader: super::reader::Reader::primary(parts.client.clone()),
             client: parts.client,
             accounts: parts.accounts,
             secure_cookies: parts.secure_cookies,
@@ -121,6 +124,12 @@ impl Default for StreamLimits {
 }
 
 impl AppState {
+    /// This state reading the dashboard's lists, charts and counts through `reader`.
+    pub fn with_reader(mut self, reader: super::reader::Reader) -> Self {
+        self.reader = reader;
+        self
+    }
+
     /// This state behind `proxies`.
     pub fn with_trusted_proxies(mut self, proxies: super::client_address::TrustedProxies) -> Self {
         self.trusted_proxies = Arc::new(proxies);

@@ -32,6 +32,7 @@ mod processes;
 mod questions;
 mod queue_limit_processes;
 mod queue_limits;
+mod read_replica;
 mod request_limits;
 mod schedule_processes;
 mod schedules;

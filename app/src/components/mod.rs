@@ -1,5 +1,6 @@
 pub mod live;
 pub mod loaded;
+pub mod replica_lag;
 pub mod session;
 pub mod state_counts;
 pub mod table;

@@ -90,6 +90,8 @@ impl JobQuery {
 /// One page of a job listing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobPage {
+    /// How far behind the read replica this list is, in ms, when past the bound set for it.
+    pub replica_lag_ms: Option<i64>,
     pub now_ms: i64,
     pub rows: Vec<JobRow>,
     /// Cursor of the next (older) page; absent on the last page.

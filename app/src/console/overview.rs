@@ -12,6 +12,8 @@ use super::queues::QueueInfo;
 /// The overview page.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Overview {
+    /// How far behind the read replica these counts are, in ms, when past the bound set for it.
+    pub replica_lag_ms: Option<i64>,
     pub now_ms: i64,
     /// Counts per state, in [`STATES`](super::jobs::STATES) order.
     pub states: Vec<(String, i64)>,

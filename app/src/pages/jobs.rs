@@ -18,6 +18,7 @@ use leptos_router::params::ParamsMap;
 
 use crate::components::live::use_live;
 use crate::components::loaded::{error_text, failure, ActionError, Loaded};
+use crate::components::replica_lag::ReplicaLag;
 use crate::components::time::{use_clock, Countdown, When};
 use crate::components::time_field::{TimeField, ZoneInput};
 use crate::console::jobs::{
@@ -153,6 +154,7 @@ fn JobList(
                 render=move |page: JobPage| {
                     let q = query.get_untracked();
                     let newer = page.newer;
+                    let lag_ms = page.replica_lag_ms;
                     let next = page
                         .next_before
                         .map(|b| {
@@ -164,6 +166,7 @@ fn JobList(
                         format!("{path}?{}", query_string(&q.filter_pairs()))
                     });
                     view! {
+                        <ReplicaLag lag_ms/>
                         {(newer > 0)
                             .then(|| {
                                 let label = if newer >= 100 {

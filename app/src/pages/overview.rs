@@ -5,6 +5,7 @@ use leptos::prelude::*;
 
 use crate::components::live::use_live;
 use crate::components::loaded::Loaded;
+use crate::components::replica_lag::ReplicaLag;
 use crate::components::state_counts::StateCounts;
 use crate::components::table::{Column, DataTable};
 use crate::components::throughput::ThroughputChart;
@@ -33,6 +34,7 @@ pub fn OverviewPage() -> impl IntoView {
             <Loaded resource=overview render=move |o: Overview| {
                 let now = o.now_ms;
                 view! {
+                    <ReplicaLag lag_ms=o.replica_lag_ms/>
                     <StateCounts states=o.states/>
                     <h2>"Throughput, last hour"</h2>
                     <ThroughputChart points=o.throughput/>

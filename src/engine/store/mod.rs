@@ -7,6 +7,7 @@ pub mod kinds;
 pub mod leader;
 pub mod nodes;
 pub mod queues;
+pub mod replica;
 pub mod schedules;
 pub mod schema;
 pub mod stats;

@@ -234,8 +234,8 @@ impl JobsConsole for ServerConsole {
         let filter = job_filter(&query)?;
         refuse_secret_filter(&op, &filter)?;
         let now_ms = self.now_ms().await?;
-        let rows = self
-            .client
+        let reader = &self.reader.client;
+        let rows = reader
             .list(&filter, query.before.map(JobId), LIST_ROWS)
             .await
             .map_err(refused)?;
@@ -245,7 +245,7 @@ impl JobsConsole for ServerConsole {
                     max_id: None,
                     ..filter.clone()
                 };
-                self.client
+                reader
                     .list(&head, None, NEWER_CAP)
                     .await
                     .map_err(refused)?
@@ -259,6 +259,7 @@ impl JobsConsole for ServerConsole {
             .then(|| rows.last().map(|j| j.id.0))
             .flatten();
         Ok(JobPage {
+            replica_lag_ms: self.reader.lag_past_bound().await,
             now_ms,
             rows: rows.into_iter().map(|j| job_row(&sight.job(j))).collect(),
             next_before,

@@ -49,6 +49,8 @@ pub struct ServerConsole {
     auditor: Auditor,
     endpoints: crate::webhooks::Endpoints,
     alerts: crate::alerts::Alerts,
+    /// The lists', charts' and counts' reads (a standby, if one is set).
+    reader: crate::http::reader::Reader,
 }
 
 /// The request being served (leptos_axum provides it to server functions and rendered pages).
@@ -82,6 +84,7 @@ impl ServerConsole {
         auditor: Auditor,
         endpoints: crate::webhooks::Endpoints,
         alerts: crate::alerts::Alerts,
+        reader: crate::http::reader::Reader,
     ) -> Self {
         ServerConsole {
             client,
@@ -90,6 +93,7 @@ impl ServerConsole {
             auditor,
             endpoints,
             alerts,
+            reader,
         }
     }
 

@@ -14,14 +14,14 @@ impl OverviewConsole for ServerConsole {
     async fn overview(&self) -> Result<Overview, Refusal> {
         operator(Role::Viewer)?;
         let now_ms = self.now_ms().await?;
-        let counts = self.client.counts().await.map_err(refused)?;
+        let reader = &self.reader.client;
+        let counts = reader.counts().await.map_err(refused)?;
         let mut states: BTreeMap<&'static str, i64> =
             JobState::ALL.iter().map(|s| (s.as_str(), 0)).collect();
         for (_, st, n) in &counts {
             *states.entry(st.as_str()).or_default() += n;
         }
-        let throughput = self
-            .client
+        let throughput = reader
             .throughput(60)
             .await
             .map_err(refused)?
@@ -32,10 +32,11 @@ impl OverviewConsole for ServerConsole {
                 failed: m.failed,
             })
             .collect();
-        let (nodes, leader) = self.client.nodes().await.map_err(refused)?;
+        let (nodes, leader) = reader.nodes().await.map_err(refused)?;
         let queues = self.queue_infos(&counts, &nodes).await?;
         let leader = leader.map(|l| l.node_id);
         Ok(Overview {
+            replica_lag_ms: self.reader.lag_past_bound().await,
             now_ms,
             states: JobState::ALL
                 .iter()
