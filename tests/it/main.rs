@@ -39,6 +39,7 @@ mod schedules;
 mod secrets;
 mod setup_link;
 mod streams;
+mod upgrade;
 mod users_and_tokens;
 mod webhook_deliveries;
 mod webhook_endpoint_settings;

@@ -26,7 +26,12 @@ pub struct Server {
 
 impl Server {
     pub fn start(envs: &[(&str, String)]) -> Server {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kickoff"));
+        Server::start_binary(env!("CARGO_BIN_EXE_kickoff").as_ref(), envs)
+    }
+
+    /// [`Server::start`] of another build's binary (the previous release's).
+    pub fn start_binary(binary: &std::path::Path, envs: &[(&str, String)]) -> Server {
+        let mut cmd = Command::new(binary);
         cmd.arg("serve")
             .env_remove("DATABASE_URL")
             .env("LEPTOS_SITE_ADDR", "127.0.0.1:0")
