@@ -15,7 +15,7 @@ use sqlx::ConnectOptions;
 
 use crate::common::pooler::PgBouncer;
 use crate::common::server::Server;
-use crate::common::{test_db, wait_for};
+use crate::common::{empty_db, test_db, wait_for};
 
 /// `clients` pools of one connection each through `bouncer`, made as `mode` says.
 async fn clients(
@@ -151,17 +151,7 @@ async fn each_pools_settings_hold_behind_the_pooler_and_end_with_its_transaction
 /// through the API at once; a second node without it polls, says so once, and runs jobs too.
 #[tokio::test]
 async fn a_server_behind_the_pooler_migrates_and_listens_directly_or_polls_without() {
-    let admin: PgConnectOptions = std::env::var("KICKOFF_TEST_DATABASE_URL")
-        .unwrap()
-        .parse()
-        .unwrap();
-    let name = format!("pooled_{:016x}", fastrand::u64(..));
-    let mut conn = admin.connect().await.unwrap();
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let direct = admin.clone().database(&name);
+    let direct = empty_db("pooled").await;
     let bouncer = PgBouncer::start(&direct).await;
     let pooled_url = bouncer.in_front_of(&direct).to_url_lossy().to_string();
     let direct_url = direct.to_url_lossy().to_string();

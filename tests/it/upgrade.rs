@@ -13,12 +13,11 @@ use std::time::Duration;
 use chrono::Utc;
 use kickoff::engine::Db;
 use serde_json::{json, Value};
-use sqlx::postgres::PgConnectOptions;
-use sqlx::{ConnectOptions, Connection};
+use sqlx::ConnectOptions;
 use tokio_util::sync::CancellationToken;
 
 use crate::common::server::{Server, TOKEN};
-use crate::common::wait_for;
+use crate::common::{empty_db, wait_for};
 
 const TALLY: &str = "upgrade";
 
@@ -88,18 +87,7 @@ async fn load(addrs: Arc<Mutex<Vec<String>>>, posted: Arc<Mutex<Posted>>, stop: 
 async fn a_fleet_upgraded_one_node_at_a_time_under_load_loses_and_doubles_nothing() {
     let previous = previous_binary();
     // An empty database: the previous release makes its schema, as it did in production.
-    let admin: PgConnectOptions = std::env::var("KICKOFF_TEST_DATABASE_URL")
-        .unwrap()
-        .parse()
-        .unwrap();
-    let name = format!("upgrade_{:016x}", fastrand::u64(..));
-    let mut conn = admin.connect().await.unwrap();
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    conn.close().await.unwrap();
-    let direct = admin.database(&name);
+    let direct = empty_db("upgrade").await;
     let url = direct.to_url_lossy().to_string();
     let envs = [
         ("DATABASE_URL", url.clone()),

@@ -149,6 +149,20 @@ pub async fn test_db() -> TestDb {
     }
 }
 
+/// A new database with nothing in it (no migration), for a test that lets a server make its
+/// schema; its connect options.
+pub async fn empty_db(prefix: &str) -> PgConnectOptions {
+    let admin = PgConnectOptions::from_str(&admin_url()).expect("KICKOFF_TEST_DATABASE_URL");
+    let name = format!("{prefix}_{:016x}", fastrand::u64(..));
+    let mut conn = admin.connect().await.expect("connect to the test cluster");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    admin.database(&name)
+}
+
 /// Waits for `cond` to hold, polling every 20 ms, for at most `timeout`. Panics with `what`.
 pub async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut cond: F)
 where
