@@ -25,6 +25,17 @@ const BINARY: &str = "/usr/sbin/pgbouncer";
 impl PgBouncer {
     /// Starts one in front of the server `upstream` points at, for every database on it.
     pub async fn start(upstream: &PgConnectOptions) -> PgBouncer {
+        // The free port found may be taken by another test's listener before PgBouncer binds
+        // it: PgBouncer then exits, and another port is tried.
+        for _ in 0..5 {
+            if let Some(bouncer) = PgBouncer::try_start(upstream).await {
+                return bouncer;
+            }
+        }
+        panic!("PgBouncer could not bind a port in 5 tries");
+    }
+
+    async fn try_start(upstream: &PgConnectOptions) -> Option<PgBouncer> {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("kickoff-pgbouncer-{port}"));
         std::fs::create_dir_all(&dir).unwrap();
@@ -76,29 +87,37 @@ impl PgBouncer {
         let child = cmd
             .arg(&config)
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| {
                 panic!("starting {BINARY} failed ({e}): install it with scripts/bootstrap.sh")
             });
-        let bouncer = PgBouncer { port, dir, child };
-        bouncer.wait_ready().await;
+        let mut bouncer = PgBouncer { port, dir, child };
+        let up = bouncer.wait_up().await;
         // Read at start only: nothing is left behind (its log stays open, unlinked).
         let _ = std::fs::remove_dir_all(&bouncer.dir);
-        bouncer
+        up.then_some(bouncer)
     }
 
-    async fn wait_ready(&self) {
+    /// Whether it came up listening on its port (it logs "process up" once set up); `false` when
+    /// it exited first or could not bind (its port was taken).
+    async fn wait_up(&mut self) -> bool {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-            .await
-            .is_err()
-        {
+        let log = self.dir.join("pgbouncer.log");
+        loop {
+            let listening = format!("listening on 127.0.0.1:{}", self.port);
+            if let Ok(l) = std::fs::read_to_string(&log) {
+                if l.contains("process up") {
+                    return l.contains(&listening);
+                }
+            }
+            if self.child.try_wait().ok().flatten().is_some() {
+                return false;
+            }
             if tokio::time::Instant::now() > deadline {
-                let log =
-                    std::fs::read_to_string(self.dir.join("pgbouncer.log")).unwrap_or_default();
+                let log = std::fs::read_to_string(&log).unwrap_or_default();
                 panic!(
-                    "PgBouncer did not listen on {} within 10 s:\n{log}",
+                    "PgBouncer did not come up on {} within 10 s:\n{log}",
                     self.port
                 );
             }
