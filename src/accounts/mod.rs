@@ -33,6 +33,7 @@ pub mod request_limit;
 mod role;
 pub mod secret;
 mod service;
+pub mod session_store;
 pub mod setup_link;
 pub mod store;
 mod text_column;

@@ -22,7 +22,6 @@ pub mod reader;
 pub mod rechecks;
 pub mod redact;
 pub mod session;
-pub mod session_store;
 pub mod sse;
 pub mod state;
 
