@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::job::{Claim, JobState};
 use super::node::{Attempts, TimerSignal};
 use super::store::errors::is_transient;
-use super::store::jobs::{self as job_store, FailAs};
+use super::store::jobs::{self as job_store, AttemptEnd, FailAs};
 use super::worker::WorkError;
 
 /// The most outcomes written in one statement.
@@ -36,6 +36,9 @@ pub struct Completion {
     /// The handler completed the job inside its own transaction.
     pub completed_in_tx: bool,
     pub backoff: Duration,
+    /// What the attempt's record keeps of it (unused when it completed inside its own
+    /// transaction: that wrote its record).
+    pub end: AttemptEnd,
 }
 
 /// The first wait before an outcome that could not be written is tried again; it doubles up to
@@ -225,10 +228,11 @@ impl Completer {
         // One order for every multi-row write (the statement also locks in id order).
         done.sort_unstable_by_key(|(_, c)| *c);
         let claims: Vec<Claim> = done.iter().map(|(_, c)| *c).collect();
+        let ends: Vec<AttemptEnd> = done.iter().map(|(i, _)| batch[*i].0.end.clone()).collect();
         if !claims.is_empty() {
             let written = tokio::time::timeout(
                 limit,
-                job_store::job_complete_unless_locked(&mut conn, &claims),
+                job_store::job_complete_unless_locked(&mut conn, &claims, &ends),
             )
             .await;
             match written {
@@ -251,6 +255,7 @@ impl Completer {
                         let one = job_store::job_complete_unless_locked(
                             &mut conn,
                             std::slice::from_ref(c),
+                            std::slice::from_ref(&batch[*i].0.end),
                         );
                         let Some(written) =
                             settle("complete", tokio::time::timeout(limit, one).await)
@@ -274,7 +279,7 @@ impl Completer {
                 Ok(()) => continue,
                 Err(WorkError::Fenced) => Some(Written::Done),
                 Err(WorkError::Snooze(d)) => {
-                    let snoozed = job_store::job_snooze(&mut conn, c.claim, *d);
+                    let snoozed = job_store::job_snooze_with(&mut conn, c.claim, *d, &c.end);
                     settle("snooze", tokio::time::timeout(limit, snoozed).await)
                 }
                 Err(e) => {
@@ -285,7 +290,9 @@ impl Completer {
                     };
                     // Postgres text cannot hold NUL bytes (a webhook's body may).
                     let message = e.to_string().replace('\0', "\u{FFFD}");
-                    let failed = job_store::job_fail(&mut conn, c.claim, node, &message, fail_as);
+                    let failed = job_store::job_fail_with(
+                        &mut conn, c.claim, node, &message, fail_as, &c.end,
+                    );
                     settle("fail", tokio::time::timeout(limit, failed).await)
                 }
             };

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use super::attempt_log::AttemptRecorder;
 use super::completer::Completion;
 use super::job::{Claim, Job};
 use super::metrics::{Metrics, Outcome};
@@ -283,9 +284,12 @@ async fn run_attempt(
         me.parts.clock.wait_until(at).await;
     }
     let job = Arc::new(job);
-    let late = (me.parts.clock.now() - job.scheduled_at)
-        .to_std()
-        .unwrap_or_default();
+    let started_at = me.parts.clock.now();
+    let recorder = AttemptRecorder::new(started_at);
+    // The attempt's log lines: the events inside its span (this task's), when the capture
+    // layer is installed.
+    recorder.attach(&tracing::Span::current());
+    let late = (started_at - job.scheduled_at).to_std().unwrap_or_default();
     me.parts.metrics.started(&job.queue, late);
     record_start(&me.parts.pool, &job, late);
     let started = std::time::Instant::now();
@@ -299,7 +303,12 @@ async fn run_attempt(
             UNKNOWN_KIND_BACKOFF,
         ),
         Some(worker) => {
-            let ctx = JobContext::new(job.clone(), me.parts.pool.clone(), cancel.clone());
+            let ctx = JobContext::new(
+                job.clone(),
+                me.parts.pool.clone(),
+                cancel.clone(),
+                recorder.clone(),
+            );
             let timeout = worker.timeout();
             let deadline = tokio::time::Instant::now() + timeout;
             let mut runs = 0;
@@ -364,6 +373,7 @@ async fn run_attempt(
         result,
         completed_in_tx,
         backoff,
+        end: recorder.end(),
     });
     guard.finished = true;
     // The slot frees; a job waiting in the buffer takes it at once.

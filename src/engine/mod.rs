@@ -21,6 +21,7 @@ pub(crate) use in_transaction;
 
 pub mod alarm;
 pub mod announcer;
+pub mod attempt_log;
 pub mod client;
 pub mod completer;
 pub mod config;

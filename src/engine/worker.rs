@@ -14,6 +14,7 @@ use serde_json::Value;
 use sqlx::{PgConnection, Postgres, Transaction};
 use tokio_util::sync::CancellationToken;
 
+use super::attempt_log::{AttemptRecorder, OutputRefused};
 use super::job::Job;
 use super::store::jobs as job_store;
 
@@ -135,16 +136,37 @@ pub struct JobContext {
     pool: Db,
     cancel: CancellationToken,
     completed: Arc<AtomicBool>,
+    recorder: Arc<AttemptRecorder>,
 }
 
 impl JobContext {
-    pub(crate) fn new(job: Arc<Job>, pool: Db, cancel: CancellationToken) -> Self {
+    pub(crate) fn new(
+        job: Arc<Job>,
+        pool: Db,
+        cancel: CancellationToken,
+        recorder: Arc<AttemptRecorder>,
+    ) -> Self {
         JobContext {
             job,
             pool,
             cancel,
             completed: Arc::new(AtomicBool::new(false)),
+            recorder,
         }
+    }
+
+    /// Keeps `output` with this attempt's record (shown on the job's page and by the API), in
+    /// place of any earlier one: what the attempt did, for an operator ("predictions frozen:
+    /// 12"). At most [`crate::engine::attempt_log::MAX_OUTPUT_BYTES`] of JSON; a larger one is
+    /// refused and the earlier one kept. Recorded before [`JobContext::complete_with`], it is
+    /// written in the handler's transaction.
+    pub fn record(&self, output: &impl serde::Serialize) -> Result<(), OutputRefused> {
+        self.recorder.record(output)
+    }
+
+    /// When the attempt started, by the database's clock.
+    pub fn started_at(&self) -> chrono::DateTime<chrono::Utc> {
+        self.recorder.started_at
     }
 
     /// The job's args, decoded.
@@ -170,8 +192,8 @@ impl JobContext {
         Ok(self.pool.begin().await?)
     }
 
-    /// Completes the job inside `tx` and commits: the handler's writes and the completion happen
-    /// together or not at all. If this attempt no longer owns the job (cancelled, rescued, or claimed
+    /// Completes the job inside `tx` and commits: the handler's writes, the completion and the
+    /// attempt's record (its output and the lines logged so far) happen together or not at all. If this attempt no longer owns the job (cancelled, rescued, or claimed
     /// again, even under the same attempt number after a lost claim), nothing is committed and
     /// [`WorkError::Fenced`] is returned.
     pub async fn complete_with(
@@ -182,7 +204,8 @@ impl JobContext {
             tx.rollback().await?;
             return Err(WorkError::Fenced);
         };
-        let done = job_store::job_complete_many(&mut *tx, &[claim]).await?;
+        let end = self.recorder.end();
+        let done = job_store::job_complete_many_with(&mut *tx, &[claim], &[end]).await?;
         if done.is_empty() {
             tx.rollback().await?;
             return Err(WorkError::Fenced);

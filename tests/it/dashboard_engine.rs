@@ -361,6 +361,7 @@ async fn the_leader_folds_deltas_in_the_background() {
         EngineConfig {
             count_folder: CountFolderConfig {
                 interval: Duration::from_millis(100),
+                ..CountFolderConfig::default()
             },
             ..EngineConfig::default()
         },

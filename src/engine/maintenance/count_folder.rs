@@ -8,6 +8,11 @@
 //! completed, retryable and discarded into `job_stats_minute` (completions and failures per minute),
 //! all in one statement. Minutes older than [`STATS_RETENTION`] are deleted.
 //!
+//! It also folds the attempts' rollup deltas (`job_history_deltas`, appended by a trigger on
+//! `job_attempts`) into `job_history_minute`, moves the minutes of every whole hour older than
+//! a day into `job_history_hour`, and deletes hours past the history's retention (see
+//! `store::history`).
+//!
 //! Invariant: for every queue and state, the number of jobs equals `job_counts.n` plus the sum of
 //! the deltas not folded yet. Readers sum both in one statement, so counts are exact even when the
 //! folder is late or no leader runs; the folder only keeps the deltas few, and the reads short.
@@ -20,21 +25,30 @@ use crate::engine::db::Db;
 use tokio_util::sync::CancellationToken;
 
 use super::{run_every, Report};
+use crate::engine::store::history::{self as history_store, MINUTES_KEPT};
 use crate::engine::store::stats::{self as stats_store, STATS_RETENTION};
 
 /// Default interval between folds.
 pub const DEFAULT_FOLD_INTERVAL: Duration = Duration::from_secs(1);
+/// How long the attempts' rollups are kept by default: 30 days.
+pub const DEFAULT_HISTORY_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+/// The bounds of the history's retention: a day (the minutes are kept that long anyway) to
+/// about 13 months (a year beside the last one).
+pub const HISTORY_RETENTION_DAYS: std::ops::RangeInclusive<u64> = 1..=400;
 
 #[derive(Debug, Clone)]
 pub struct CountFolderConfig {
     /// How often to fold the deltas. Default: 1 s.
     pub interval: Duration,
+    /// How long the attempts' rollups are kept. Default: 30 days.
+    pub history_retention: Duration,
 }
 
 impl Default for CountFolderConfig {
     fn default() -> Self {
         CountFolderConfig {
             interval: DEFAULT_FOLD_INTERVAL,
+            history_retention: DEFAULT_HISTORY_RETENTION,
         }
     }
 }
@@ -43,6 +57,17 @@ impl CountFolderConfig {
     pub fn validate(&self) -> Result<(), String> {
         if self.interval.is_zero() {
             return Err("count folder interval must be positive".into());
+        }
+        let days = HISTORY_RETENTION_DAYS;
+        let day = 24 * 3600;
+        if self.history_retention < Duration::from_secs(days.start() * day)
+            || self.history_retention > Duration::from_secs(days.end() * day)
+        {
+            return Err(format!(
+                "the history's retention must be {} to {} days",
+                days.start(),
+                days.end()
+            ));
         }
         Ok(())
     }
@@ -58,6 +83,12 @@ pub struct FoldReport {
     pub minutes: i64,
     /// `job_stats_minute` rows deleted for their age.
     pub minutes_deleted: u64,
+    /// Rollup delta rows folded.
+    pub history_deltas: i64,
+    /// Rollup minutes moved into hours.
+    pub history_coarsened: i64,
+    /// Rollup hours deleted for their age.
+    pub history_deleted: u64,
 }
 
 /// A fold this large means the folder fell behind (no leader for a while, a bulk action).
@@ -67,31 +98,73 @@ impl Report for FoldReport {
     /// Folding and deleting old minutes are routine, every second and every minute under load:
     /// logging each would drown the log. A large backlog folded at once is worth a line.
     fn did_something(&self) -> bool {
-        self.deltas >= BACKLOG_WORTH_LOGGING
+        self.deltas >= BACKLOG_WORTH_LOGGING || self.history_deltas >= BACKLOG_WORTH_LOGGING
     }
 }
 
 pub struct CountFolder {
     pool: Db,
     config: CountFolderConfig,
+    /// When the rollups were last coarsened and pruned: once a minute is enough (a whole hour
+    /// becomes a day old once an hour).
+    last_coarsened: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// How often the rollups are coarsened and pruned.
+const COARSEN_EVERY: Duration = Duration::from_secs(60);
 
 impl CountFolder {
     pub fn new(pool: Db, config: CountFolderConfig) -> Self {
-        CountFolder { pool, config }
+        CountFolder {
+            pool,
+            config,
+            last_coarsened: std::sync::Mutex::new(None),
+        }
     }
 
-    /// Folds every committed delta, then deletes minutes past the retention.
+    /// Folds every committed delta, then deletes minutes past the retention; coarsens and
+    /// prunes the attempts' rollups when a minute passed since it last did (or `coarsen`).
     pub async fn run_once(&self) -> Result<FoldReport, sqlx::Error> {
+        self.fold(false).await
+    }
+
+    /// [`CountFolder::run_once`], coarsening and pruning the rollups now.
+    pub async fn run_once_coarsening(&self) -> Result<FoldReport, sqlx::Error> {
+        self.fold(true).await
+    }
+
+    async fn fold(&self, coarsen: bool) -> Result<FoldReport, sqlx::Error> {
         let folded = stats_store::job_count_deltas_fold(&self.pool).await?;
         let minutes_deleted =
             stats_store::job_stats_minute_delete_old(&self.pool, STATS_RETENTION).await?;
-        Ok(FoldReport {
+        let history = history_store::job_history_deltas_fold(&self.pool).await?;
+        let mut report = FoldReport {
             deltas: folded.deltas,
             counts: folded.counts,
             minutes: folded.minutes,
             minutes_deleted,
-        })
+            history_deltas: history.deltas,
+            ..FoldReport::default()
+        };
+        let due = {
+            let mut last = self
+                .last_coarsened
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let due = coarsen || last.is_none_or(|at| at.elapsed() >= COARSEN_EVERY);
+            if due {
+                *last = Some(std::time::Instant::now());
+            }
+            due
+        };
+        if due {
+            report.history_coarsened =
+                history_store::job_history_coarsen(&self.pool, MINUTES_KEPT).await?;
+            report.history_deleted =
+                history_store::job_history_delete_old(&self.pool, self.config.history_retention)
+                    .await?;
+        }
+        Ok(report)
     }
 
     pub async fn run(self, shutdown: CancellationToken) {

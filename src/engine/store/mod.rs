@@ -2,6 +2,7 @@
 //! functions and never hold SQL themselves. Functions are named table first, then verb.
 
 pub mod errors;
+pub mod history;
 pub mod jobs;
 pub mod kinds;
 pub mod leader;

@@ -11,6 +11,104 @@ use super::{secs, split_claims};
 use crate::engine::job::{Claim, ClaimToken, Job, JobId, JobState};
 use crate::engine::limits::PARTITION_KEYS;
 
+/// What the node knows of an attempt that ended, for its record in `job_attempts`. A field left
+/// out is read from the job's row: the start from its claim (`attempted_at`), the duration as
+/// the time since then.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AttemptEnd {
+    /// When the handler started, by the database's clock.
+    pub started_at: Option<DateTime<Utc>>,
+    pub duration: Option<Duration>,
+    /// What the handler recorded, as JSON text.
+    pub output: Option<String>,
+    /// The attempt's log lines, a JSON array as text.
+    pub logs: Option<String>,
+    /// Lines left out past the bounds.
+    pub logs_dropped: i32,
+}
+
+/// The fields of many [`AttemptEnd`]s as the arrays of `unnest` (`$3` to `$7` of the statements
+/// below); empty arrays leave every field to the job's row.
+struct EndArrays {
+    started_at: Vec<Option<DateTime<Utc>>>,
+    duration_ms: Vec<Option<f64>>,
+    output: Vec<Option<String>>,
+    logs: Vec<Option<String>>,
+    dropped: Vec<i32>,
+}
+
+fn end_arrays(ends: &[AttemptEnd]) -> EndArrays {
+    EndArrays {
+        started_at: ends.iter().map(|e| e.started_at).collect(),
+        duration_ms: ends.iter().map(|e| e.duration.map(duration_ms)).collect(),
+        output: ends.iter().map(|e| e.output.clone()).collect(),
+        logs: ends.iter().map(|e| e.logs.clone()).collect(),
+        dropped: ends.iter().map(|e| e.logs_dropped).collect(),
+    }
+}
+
+fn duration_ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The `INSERT` of attempt records from a statement's common table expression `$from`, which
+/// returns the written job's row (`id`, `attempt`, `queue`, `kind`, `meta`, `attempted_by`,
+/// `attempted_at`), the attempt's due time `due_at`, the node's `started_at`, `duration_ms`,
+/// `output`, `logs` and `dropped` (each may be NULL), and its `outcome` and `error`.
+macro_rules! record_attempts_from {
+    ($from:literal) => {
+        concat!(
+            "INSERT INTO job_attempts (job_id, attempt, queue, kind, schedule_id, node, due_at,
+                                       started_at, duration_ms, outcome, error, output, logs,
+                                       logs_dropped)
+             SELECT id, attempt, queue, kind,
+                    CASE WHEN (meta->>'schedule_id') ~ '^[0-9]{1,18}$'
+                         THEN (meta->>'schedule_id')::bigint END,
+                    coalesce(attempted_by, ''), due_at,
+                    coalesce(started_at, attempted_at, now()),
+                    coalesce(duration_ms, greatest(0, 1000 * extract(epoch FROM
+                        clock_timestamp() - coalesce(started_at, attempted_at, now())))),
+                    outcome, error, output::jsonb, logs::jsonb, coalesce(dropped, 0)
+             FROM ",
+            $from
+        )
+    };
+}
+
+/// Completes the claims of `$done` (`id`, `token` and the attempt's fields; locked by it) and
+/// records their attempts; returns the completed rows' `id` and `token`.
+macro_rules! complete_and_record {
+    ($lock:literal) => {
+        concat!(
+            "WITH done AS (
+                 SELECT jobs.id, h.token, jobs.scheduled_at AS due_at, h.started_at,
+                        h.duration_ms, h.output, h.logs, h.dropped
+                 FROM jobs
+                 JOIN unnest($1::bigint[], $2::bigint[], $3::timestamptz[], $4::float8[],
+                             $5::text[], $6::text[], $7::int[])
+                      AS h(id, token, started_at, duration_ms, output, logs, dropped)
+                   ON jobs.id = h.id AND jobs.claim_token = h.token
+                 WHERE jobs.state = 'executing'
+                 ORDER BY jobs.id
+                 ",
+            $lock,
+            "),
+             completed AS (
+                 UPDATE jobs SET state = 'completed', finalized_at = now(),
+                        lease_expires_at = NULL, claim_token = NULL
+                 FROM done WHERE jobs.id = done.id
+                 RETURNING jobs.id, jobs.attempt, jobs.queue, jobs.kind, jobs.meta,
+                           jobs.attempted_by, jobs.attempted_at, done.token, done.due_at,
+                           done.started_at, done.duration_ms, done.output, done.logs,
+                           done.dropped, 'completed' AS outcome, NULL::text AS error),
+             recorded AS (",
+            record_attempts_from!("completed"),
+            ")
+             SELECT id, token FROM completed"
+        )
+    };
+}
+
 /// Moves due `scheduled` and `retryable` jobs to `available`. Returns the queues of the moved jobs
 /// (one entry per job). `now` pins the clock in tests.
 pub async fn job_stage_due<'e>(
@@ -254,60 +352,65 @@ impl ClaimWrite {
 }
 
 /// Completes the attempts of these claims that still hold their jobs, waiting for rows that other
-/// transactions hold (a handler completing inside its own transaction). Returns the ids that were
-/// completed; a missing id was fenced off (rescued, cancelled, or claimed again since).
+/// transactions hold (a handler completing inside its own transaction), and records the attempts
+/// with what the job's row says of them. Returns the ids that were completed; a missing id was
+/// fenced off (rescued, cancelled, or claimed again since).
 pub async fn job_complete_many<'e>(
     db: impl PgExecutor<'e>,
     claims: &[Claim],
 ) -> Result<Vec<JobId>, sqlx::Error> {
+    job_complete_many_with(db, claims, &[]).await
+}
+
+/// [`job_complete_many`], recording each attempt with its [`AttemptEnd`] (`ends` parallel to
+/// `claims`; missing ones are read from the row).
+pub async fn job_complete_many_with<'e>(
+    db: impl PgExecutor<'e>,
+    claims: &[Claim],
+    ends: &[AttemptEnd],
+) -> Result<Vec<JobId>, sqlx::Error> {
     let (ids, tokens) = split_claims(claims);
+    let e = end_arrays(ends);
     // The CTE locks the rows in id order: two multi-row writes then never deadlock (an UPDATE
     // joined to unnest locks in whatever order its plan reads).
-    sqlx::query_scalar(
-        "WITH done AS (
-             SELECT jobs.id FROM jobs
-             JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token)
-               ON jobs.id = h.id AND jobs.claim_token = h.token
-             WHERE jobs.state = 'executing'
-             ORDER BY jobs.id
-             FOR NO KEY UPDATE OF jobs)
-         UPDATE jobs SET state = 'completed', finalized_at = now(), lease_expires_at = NULL,
-                claim_token = NULL
-         FROM done WHERE jobs.id = done.id
-         RETURNING jobs.id",
-    )
-    .bind(&ids)
-    .bind(&tokens)
-    .fetch_all(db)
-    .await
+    let done: Vec<(JobId, ClaimToken)> =
+        sqlx::query_as(complete_and_record!("FOR NO KEY UPDATE OF jobs"))
+            .bind(&ids)
+            .bind(&tokens)
+            .bind(&e.started_at)
+            .bind(&e.duration_ms)
+            .bind(&e.output)
+            .bind(&e.logs)
+            .bind(&e.dropped)
+            .fetch_all(db)
+            .await?;
+    Ok(done.into_iter().map(|(id, _)| id).collect())
 }
 
 /// Completes the attempts of these claims that still hold their jobs, skipping rows another
 /// transaction has locked (they are reported in [`ClaimWrite::locked`], to be tried again): the
-/// completer must not stall every outcome of the node behind one row an operator holds.
+/// completer must not stall every outcome of the node behind one row an operator holds. Records
+/// each completed attempt with its [`AttemptEnd`] (`ends` parallel to `claims`).
 pub async fn job_complete_unless_locked<C>(
     conn: &mut C,
     claims: &[Claim],
+    ends: &[AttemptEnd],
 ) -> Result<ClaimWrite, sqlx::Error>
 where
     for<'c> &'c mut C: PgExecutor<'c>,
 {
     let (ids, tokens) = split_claims(claims);
-    let written: Vec<(JobId, ClaimToken)> = sqlx::query_as(
-        "WITH done AS (
-             SELECT jobs.id, h.token FROM jobs
-             JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token)
-               ON jobs.id = h.id AND jobs.claim_token = h.token
-             WHERE jobs.state = 'executing'
-             ORDER BY jobs.id
-             FOR NO KEY UPDATE OF jobs SKIP LOCKED)
-         UPDATE jobs SET state = 'completed', finalized_at = now(), lease_expires_at = NULL,
-                claim_token = NULL
-         FROM done WHERE jobs.id = done.id
-         RETURNING jobs.id, done.token",
-    )
+    let e = end_arrays(ends);
+    let written: Vec<(JobId, ClaimToken)> = sqlx::query_as(complete_and_record!(
+        "FOR NO KEY UPDATE OF jobs SKIP LOCKED"
+    ))
     .bind(&ids)
     .bind(&tokens)
+    .bind(&e.started_at)
+    .bind(&e.duration_ms)
+    .bind(&e.output)
+    .bind(&e.logs)
+    .bind(&e.dropped)
     .fetch_all(&mut *conn)
     .await?;
     let written: Vec<Claim> = written
@@ -343,39 +446,68 @@ pub async fn job_fail<'e>(
     message: &str,
     fail_as: FailAs,
 ) -> Result<Option<JobState>, sqlx::Error> {
+    job_fail_with(db, claim, node, message, fail_as, &AttemptEnd::default()).await
+}
+
+/// [`job_fail`], recording the attempt with `end`.
+pub async fn job_fail_with<'e>(
+    db: impl PgExecutor<'e>,
+    claim: Claim,
+    node: &str,
+    message: &str,
+    fail_as: FailAs,
+    end: &AttemptEnd,
+) -> Result<Option<JobState>, sqlx::Error> {
     let (mode, backoff) = match fail_as {
         FailAs::Retry { backoff } => ("retry", secs(backoff)),
         FailAs::Discard => ("discard", 0.0),
         FailAs::Cancel => ("cancel", 0.0),
     };
     // In SET, column names read the row as it was before this UPDATE.
-    sqlx::query_scalar(
+    sqlx::query_scalar(concat!(
         "WITH next AS (
              SELECT CASE WHEN $5 = 'cancel' THEN 'cancelled'::job_state
                          WHEN $5 = 'discard' OR attempt >= max_attempts THEN 'discarded'::job_state
-                         ELSE 'retryable'::job_state END AS state
-             FROM jobs WHERE id = $1)
-         UPDATE jobs SET state = next.state,
-                scheduled_at = CASE WHEN next.state = 'retryable'
-                                    THEN now() + make_interval(secs => $6) ELSE scheduled_at END,
-                finalized_at = CASE WHEN next.state = 'retryable' THEN NULL ELSE now() END,
-                rate_key = CASE WHEN next.state = 'retryable'
-                                THEN kickoff_rate_key(queue, kind, args, call_host)
-                                ELSE rate_key END,
-                lease_expires_at = NULL, claim_token = NULL,
-                errors = errors || jsonb_build_array(jsonb_build_object(
-                    'attempt', attempt, 'started_at', attempted_at, 'at', now(), 'node', $3::text,
-                    'message', $4::text))
-         FROM next
-         WHERE jobs.id = $1 AND jobs.claim_token = $2 AND jobs.state = 'executing'
-         RETURNING jobs.state",
-    )
+                         ELSE 'retryable'::job_state END AS state,
+                    scheduled_at AS due_at
+             FROM jobs WHERE id = $1),
+         failed AS (
+             UPDATE jobs SET state = next.state,
+                    scheduled_at = CASE WHEN next.state = 'retryable'
+                                        THEN now() + make_interval(secs => $6) ELSE scheduled_at END,
+                    finalized_at = CASE WHEN next.state = 'retryable' THEN NULL ELSE now() END,
+                    rate_key = CASE WHEN next.state = 'retryable'
+                                    THEN kickoff_rate_key(queue, kind, args, call_host)
+                                    ELSE rate_key END,
+                    lease_expires_at = NULL, claim_token = NULL,
+                    errors = errors || jsonb_build_array(jsonb_build_object(
+                        'attempt', attempt, 'started_at', attempted_at, 'at', now(), 'node', $3::text,
+                        'message', $4::text))
+             FROM next
+             WHERE jobs.id = $1 AND jobs.claim_token = $2 AND jobs.state = 'executing'
+             RETURNING jobs.id, jobs.state, jobs.attempt, jobs.queue, jobs.kind, jobs.meta,
+                       $3::text AS attempted_by, jobs.attempted_at, next.due_at,
+                       $7::timestamptz AS started_at, $8::float8 AS duration_ms,
+                       $9::text AS output, $10::text AS logs, $11::int AS dropped,
+                       CASE jobs.state WHEN 'retryable' THEN 'failed'
+                                       ELSE jobs.state::text END AS outcome,
+                       $4::text AS error),
+         recorded AS (",
+        record_attempts_from!("failed"),
+        ")
+         SELECT state FROM failed"
+    ))
     .bind(claim.id)
     .bind(claim.token)
     .bind(node)
     .bind(message)
     .bind(mode)
     .bind(backoff)
+    .bind(end.started_at)
+    .bind(end.duration.map(duration_ms))
+    .bind(&end.output)
+    .bind(&end.logs)
+    .bind(end.logs_dropped)
     .fetch_optional(db)
     .await
 }
@@ -384,28 +516,56 @@ pub async fn job_fail<'e>(
 /// attempt number goes back, so the next run has the number this one had and a job snoozed any
 /// number of times keeps every attempt it had (raising `max_attempts` instead, as before, hit its
 /// cap of 1000 and then let one failure discard a job that never failed). `meta.snoozes` counts
-/// the snoozes, for handlers that limit them. Returns false when fenced off.
+/// the snoozes, for handlers that limit them. The attempt is recorded as `snoozed`. Returns
+/// false when fenced off.
 pub async fn job_snooze<'e>(
     db: impl PgExecutor<'e>,
     claim: Claim,
     delay: Duration,
 ) -> Result<bool, sqlx::Error> {
-    let r = sqlx::query(
-        "UPDATE jobs SET state = 'scheduled',
-                scheduled_at = statement_timestamp() + make_interval(secs => $3),
-                lease_expires_at = NULL, claim_token = NULL, attempt = attempt - 1,
-                rate_key = kickoff_rate_key(queue, kind, args, call_host),
-                meta = jsonb_set(meta, '{snoozes}', to_jsonb(
-                    CASE WHEN jsonb_typeof(meta->'snoozes') = 'number'
-                         THEN (meta->>'snoozes')::numeric + 1 ELSE 1 END))
-         WHERE id = $1 AND claim_token = $2 AND state = 'executing'",
-    )
+    job_snooze_with(db, claim, delay, &AttemptEnd::default()).await
+}
+
+/// [`job_snooze`], recording the attempt with `end`.
+pub async fn job_snooze_with<'e>(
+    db: impl PgExecutor<'e>,
+    claim: Claim,
+    delay: Duration,
+    end: &AttemptEnd,
+) -> Result<bool, sqlx::Error> {
+    let snoozed: Option<JobId> = sqlx::query_scalar(concat!(
+        "WITH before AS (SELECT scheduled_at AS due_at, attempt FROM jobs WHERE id = $1),
+         snoozed AS (
+             UPDATE jobs SET state = 'scheduled',
+                    scheduled_at = statement_timestamp() + make_interval(secs => $3),
+                    lease_expires_at = NULL, claim_token = NULL, attempt = jobs.attempt - 1,
+                    rate_key = kickoff_rate_key(queue, kind, args, call_host),
+                    meta = jsonb_set(meta, '{snoozes}', to_jsonb(
+                        CASE WHEN jsonb_typeof(meta->'snoozes') = 'number'
+                             THEN (meta->>'snoozes')::numeric + 1 ELSE 1 END))
+             FROM before
+             WHERE id = $1 AND claim_token = $2 AND state = 'executing'
+             RETURNING jobs.id, before.attempt, jobs.queue, jobs.kind, jobs.meta,
+                       jobs.attempted_by, jobs.attempted_at, before.due_at,
+                       $4::timestamptz AS started_at, $5::float8 AS duration_ms,
+                       $6::text AS output, $7::text AS logs, $8::int AS dropped,
+                       'snoozed' AS outcome, NULL::text AS error),
+         recorded AS (",
+        record_attempts_from!("snoozed"),
+        ")
+         SELECT id FROM snoozed"
+    ))
     .bind(claim.id)
     .bind(claim.token)
     .bind(secs(delay))
-    .execute(db)
+    .bind(end.started_at)
+    .bind(end.duration.map(duration_ms))
+    .bind(&end.output)
+    .bind(&end.logs)
+    .bind(end.logs_dropped)
+    .fetch_optional(db)
     .await?;
-    Ok(r.rows_affected() == 1)
+    Ok(snoozed.is_some())
 }
 
 /// Hands executing attempts of `node` back (graceful shutdown, or jobs claimed ahead that waited
@@ -550,34 +710,45 @@ where
 }
 
 /// Takes back executing jobs whose lease expired before `now` (their node died or was cut off):
-/// retryable at once, or discarded when out of attempts. Returns `(id, new state)` pairs.
+/// retryable at once, or discarded when out of attempts; each lost attempt is recorded (`lost`,
+/// its duration the time since its claim). Returns `(id, new state)` pairs.
 pub async fn job_rescue_expired<'e>(
     db: impl PgExecutor<'e>,
     now: Option<DateTime<Utc>>,
     limit: i64,
 ) -> Result<Vec<(JobId, JobState)>, sqlx::Error> {
-    sqlx::query_as(
+    sqlx::query_as(concat!(
         "WITH expired AS (
-             SELECT id FROM jobs
+             SELECT id, scheduled_at AS due_at FROM jobs
              WHERE state = 'executing' AND lease_expires_at < coalesce($1, now())
              ORDER BY lease_expires_at
              LIMIT $2
-             FOR UPDATE SKIP LOCKED)
-         UPDATE jobs SET
-                state = CASE WHEN attempt >= max_attempts THEN 'discarded'::job_state
-                             ELSE 'retryable'::job_state END,
-                finalized_at = CASE WHEN attempt >= max_attempts THEN now() END,
-                scheduled_at = CASE WHEN attempt >= max_attempts THEN scheduled_at ELSE now() END,
-                rate_key = CASE WHEN attempt >= max_attempts THEN rate_key
-                                ELSE kickoff_rate_key(queue, kind, args, call_host) END,
-                lease_expires_at = NULL, claim_token = NULL,
-                errors = errors || jsonb_build_array(jsonb_build_object(
-                    'attempt', attempt, 'started_at', attempted_at, 'at', now(), 'node', attempted_by,
-                    'message', 'rescued: the lease of node ' || attempted_by
-                               || ' expired (the node crashed, hung or lost its database connection)'))
-         FROM expired WHERE jobs.id = expired.id
-         RETURNING jobs.id, jobs.state",
-    )
+             FOR UPDATE SKIP LOCKED),
+         rescued AS (
+             UPDATE jobs SET
+                    state = CASE WHEN attempt >= max_attempts THEN 'discarded'::job_state
+                                 ELSE 'retryable'::job_state END,
+                    finalized_at = CASE WHEN attempt >= max_attempts THEN now() END,
+                    scheduled_at = CASE WHEN attempt >= max_attempts THEN scheduled_at ELSE now() END,
+                    rate_key = CASE WHEN attempt >= max_attempts THEN rate_key
+                                    ELSE kickoff_rate_key(queue, kind, args, call_host) END,
+                    lease_expires_at = NULL, claim_token = NULL,
+                    errors = errors || jsonb_build_array(jsonb_build_object(
+                        'attempt', attempt, 'started_at', attempted_at, 'at', now(), 'node', attempted_by,
+                        'message', 'rescued: the lease of node ' || attempted_by
+                                   || ' expired (the node crashed, hung or lost its database connection)'))
+             FROM expired WHERE jobs.id = expired.id
+             RETURNING jobs.id, jobs.state, jobs.attempt, jobs.queue, jobs.kind, jobs.meta,
+                       jobs.attempted_by, jobs.attempted_at, expired.due_at,
+                       NULL::timestamptz AS started_at, NULL::float8 AS duration_ms,
+                       NULL::text AS output, NULL::text AS logs, 0 AS dropped,
+                       'lost' AS outcome,
+                       'the lease of node ' || jobs.attempted_by || ' expired' AS error),
+         recorded AS (",
+        record_attempts_from!("rescued"),
+        ")
+         SELECT id, state FROM rescued"
+    ))
     .bind(now)
     .bind(limit)
     .fetch_all(db)

@@ -1,0 +1,167 @@
+-- Every attempt's record (when it was due, when it started, how late, how long, its outcome, what
+-- its handler recorded and logged), per-minute rollups of the attempts that outlive the jobs, and
+-- a job's policy for a start that would come too late.
+-- Migrations are immutable once landed: change the schema in a new file.
+
+-- One row per attempt that ended (completed, failed, discarded, cancelled, snoozed, or lost when
+-- its node's lease expired), written by the statement that writes the attempt's outcome, so a
+-- record exists exactly when the outcome does. Queue, kind and schedule are copied from the job:
+-- the rollups group by them without reading `jobs`. Deleted with their job (a trigger on `jobs`
+-- below); no foreign key: its check would cost every completion a lookup.
+CREATE TABLE job_attempts (
+    job_id       bigint           NOT NULL,
+    id           bigint           GENERATED ALWAYS AS IDENTITY,
+    attempt      integer          NOT NULL,
+    queue        text             NOT NULL,
+    kind         text             NOT NULL,
+    schedule_id  bigint,
+    node         text             NOT NULL,
+    -- The job's scheduled_at when it was claimed: the instant the attempt was due.
+    due_at       timestamptz      NOT NULL,
+    -- When the handler started, by the database's clock (the node's estimate of it).
+    started_at   timestamptz      NOT NULL,
+    finished_at  timestamptz      NOT NULL DEFAULT now(),
+    late_ms      double precision GENERATED ALWAYS AS (
+                     extract(epoch FROM started_at - due_at) * 1000) STORED,
+    duration_ms  double precision NOT NULL,
+    outcome      text             NOT NULL,
+    error        text,
+    -- What the handler recorded (`JobContext::record`), at most 64 KB of JSON.
+    output       jsonb,
+    -- The attempt's log lines: [{"at", "level", "target", "message"}], bounded per attempt.
+    logs         jsonb,
+    -- Lines left out past the bound.
+    logs_dropped integer          NOT NULL DEFAULT 0,
+    PRIMARY KEY (job_id, id),
+    CONSTRAINT attempt_outcome CHECK (
+        outcome IN ('completed', 'failed', 'discarded', 'cancelled', 'snoozed', 'lost')),
+    CONSTRAINT attempt_duration CHECK (duration_ms >= 0),
+    CONSTRAINT attempt_logs_dropped CHECK (logs_dropped >= 0),
+    CONSTRAINT attempt_output_size CHECK (output IS NULL OR pg_column_size(output) <= 131072),
+    CONSTRAINT attempt_logs_array CHECK (logs IS NULL OR jsonb_typeof(logs) = 'array')
+);
+-- The jobs list's "late by more than N ms" filter.
+CREATE INDEX job_attempts_late_idx ON job_attempts (late_ms, job_id);
+
+-- The lateness histogram's bucket bounds in ms: bucket 0 holds attempts under 1 ms late (or
+-- early), bucket k those from the k-th bound up to the next, bucket 15 those a minute late or more.
+-- `kickoff_late_bucket` is the one place that knows them (the engine reads them from here).
+CREATE FUNCTION kickoff_late_bounds() RETURNS double precision[]
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT ARRAY[1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000]::float8[]
+$$;
+
+-- Element-wise sum of two histograms (a missing one counts as zeros), and its aggregate.
+CREATE FUNCTION kickoff_buckets_add(a bigint[], b bigint[]) RETURNS bigint[]
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN a IS NULL THEN b WHEN b IS NULL THEN a
+                ELSE ARRAY(SELECT coalesce(x, 0) + coalesce(y, 0)
+                           FROM unnest(a, b) WITH ORDINALITY AS t(x, y, i) ORDER BY i) END
+$$;
+CREATE AGGREGATE kickoff_buckets_sum(bigint[]) (SFUNC = kickoff_buckets_add, STYPE = bigint[]);
+
+-- Rollup deltas, appended by the trigger below (one row per statement, minute, queue, kind and
+-- schedule) and folded into job_history_minute by the leader's count folder, like
+-- job_count_deltas: writers only append, so completers on every node never wait on one row.
+-- schedule_id 0: not a schedule's run. The minute is the one the attempts ended in.
+CREATE TABLE job_history_deltas (
+    minute          timestamptz      NOT NULL,
+    queue           text             NOT NULL,
+    kind            text             NOT NULL,
+    schedule_id     bigint           NOT NULL,
+    completed       bigint           NOT NULL,
+    failed          bigint           NOT NULL,
+    discarded       bigint           NOT NULL,
+    cancelled       bigint           NOT NULL,
+    snoozed         bigint           NOT NULL,
+    lost            bigint           NOT NULL,
+    late_buckets    bigint[]         NOT NULL,
+    duration_sum_ms double precision NOT NULL,
+    duration_max_ms double precision NOT NULL
+) WITH (
+    autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 10000,
+    autovacuum_vacuum_insert_scale_factor = 0,
+    autovacuum_vacuum_insert_threshold = 10000
+);
+
+-- The folded rollups: per minute for a day, then per hour (the folder coarsens whole hours) for
+-- the retention (30 days by default). They outlive the jobs and their attempts.
+CREATE TABLE job_history_minute (
+    minute          timestamptz      NOT NULL,
+    queue           text             NOT NULL,
+    kind            text             NOT NULL,
+    schedule_id     bigint           NOT NULL,
+    completed       bigint           NOT NULL,
+    failed          bigint           NOT NULL,
+    discarded       bigint           NOT NULL,
+    cancelled       bigint           NOT NULL,
+    snoozed         bigint           NOT NULL,
+    lost            bigint           NOT NULL,
+    late_buckets    bigint[]         NOT NULL,
+    duration_sum_ms double precision NOT NULL,
+    duration_max_ms double precision NOT NULL,
+    PRIMARY KEY (minute, queue, kind, schedule_id)
+);
+CREATE TABLE job_history_hour (LIKE job_history_minute INCLUDING ALL);
+-- A schedule's history reads its own rows, not the whole range's.
+CREATE INDEX job_history_minute_schedule_idx ON job_history_minute (schedule_id, minute)
+    WHERE schedule_id <> 0;
+CREATE INDEX job_history_hour_schedule_idx ON job_history_hour (schedule_id, minute)
+    WHERE schedule_id <> 0;
+
+-- One delta row per statement and group: a batch of a thousand completions writes one row.
+CREATE FUNCTION kickoff_history_deltas() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO job_history_deltas
+    SELECT date_trunc('minute', finished_at), queue, kind, coalesce(schedule_id, 0),
+           count(*) FILTER (WHERE outcome = 'completed'),
+           count(*) FILTER (WHERE outcome = 'failed'),
+           count(*) FILTER (WHERE outcome = 'discarded'),
+           count(*) FILTER (WHERE outcome = 'cancelled'),
+           count(*) FILTER (WHERE outcome = 'snoozed'),
+           count(*) FILTER (WHERE outcome = 'lost'),
+           ARRAY[count(*) FILTER (WHERE b = 0), count(*) FILTER (WHERE b = 1),
+                 count(*) FILTER (WHERE b = 2), count(*) FILTER (WHERE b = 3),
+                 count(*) FILTER (WHERE b = 4), count(*) FILTER (WHERE b = 5),
+                 count(*) FILTER (WHERE b = 6), count(*) FILTER (WHERE b = 7),
+                 count(*) FILTER (WHERE b = 8), count(*) FILTER (WHERE b = 9),
+                 count(*) FILTER (WHERE b = 10), count(*) FILTER (WHERE b = 11),
+                 count(*) FILTER (WHERE b = 12), count(*) FILTER (WHERE b = 13),
+                 count(*) FILTER (WHERE b = 14), count(*) FILTER (WHERE b = 15)],
+           sum(duration_ms), max(duration_ms)
+    FROM (SELECT *, width_bucket(late_ms, kickoff_late_bounds()) AS b FROM new_rows) r
+    GROUP BY 1, 2, 3, 4;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER job_attempts_history AFTER INSERT ON job_attempts
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION kickoff_history_deltas();
+
+-- A job's attempts go with it, whichever statement deletes it.
+CREATE FUNCTION kickoff_attempts_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM job_attempts a USING old_rows o WHERE a.job_id = o.id;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER jobs_attempts_after_delete AFTER DELETE ON jobs
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION kickoff_attempts_delete();
+
+CREATE FUNCTION kickoff_attempts_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    TRUNCATE job_attempts;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER jobs_attempts_after_truncate AFTER TRUNCATE ON jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION kickoff_attempts_truncate();
+
+-- What to do with an attempt that would start more than late_after_ms after its due time: run it
+-- anyway (`run`, and the default), skip it (the job is cancelled, saying why) or discard it.
+-- NOT VALID: the rows already there hold NULL and 'run', and validating would read the whole
+-- table under the ALTER's lock; every write from now on is checked.
+ALTER TABLE jobs
+    ADD COLUMN late_after_ms integer,
+    ADD COLUMN on_late text NOT NULL DEFAULT 'run',
+    ADD CONSTRAINT late_after_range
+        CHECK (late_after_ms IS NULL OR late_after_ms BETWEEN 0 AND 86400000) NOT VALID,
+    ADD CONSTRAINT on_late_policy CHECK (on_late IN ('run', 'skip', 'discard')) NOT VALID;

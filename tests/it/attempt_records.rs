@@ -1,0 +1,326 @@
+//! Every attempt's record in `job_attempts`: when it was due and started, how late, how long, its
+//! outcome and error, the output its handler recorded and the lines it logged, bounded; written
+//! by the statement that writes the outcome, and gone with the job.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+
+use crate::common::{test_db, wait_for};
+use kickoff::engine::attempt_log::{CaptureLayer, MAX_LOG_LINES, MAX_OUTPUT_BYTES};
+use kickoff::engine::{
+    BoxFuture, Db, Engine, EngineConfig, JobContext, JobId, NewJob, WorkError, Worker, Workers,
+};
+
+/// A worker that behaves as its args say, recording output and logging lines on the way.
+pub(crate) struct Recorder;
+
+impl Worker for Recorder {
+    fn kind(&self) -> &'static str {
+        "recorder"
+    }
+    fn backoff(&self, _attempt: i32) -> Duration {
+        Duration::from_millis(50)
+    }
+    fn work(&self, ctx: JobContext) -> BoxFuture<'_, Result<(), WorkError>> {
+        Box::pin(async move {
+            let mode = ctx.job.args["mode"].as_str().unwrap_or("ok").to_string();
+            let lines = ctx.job.args["lines"].as_u64().unwrap_or(0);
+            for i in 0..lines {
+                tracing::info!(line = i, "working");
+            }
+            match mode.as_str() {
+                "fail_once" if ctx.job.attempt == 1 => {
+                    tracing::warn!("the partner said no");
+                    Err(WorkError::Retryable("no answer".into()))
+                }
+                "fatal" => Err(WorkError::Fatal("bad args".into())),
+                "cancel" => Err(WorkError::Cancel("not needed".into())),
+                "snooze_once" if ctx.job.meta.get("snoozes").is_none() => {
+                    Err(WorkError::Snooze(Duration::from_millis(50)))
+                }
+                "too_big" => {
+                    ctx.record(&json!({"small": true})).unwrap();
+                    let refused = ctx.record(&"x".repeat(MAX_OUTPUT_BYTES)).unwrap_err();
+                    tracing::info!(%refused, "kept the small output");
+                    Ok(())
+                }
+                "in_tx" => {
+                    ctx.record(&json!({"frozen": 3})).unwrap();
+                    tracing::info!("freezing");
+                    let tx = ctx.begin().await?;
+                    ctx.complete_with(tx).await
+                }
+                _ => {
+                    ctx.record(&json!({"attempt": ctx.job.attempt, "mode": mode}))
+                        .unwrap();
+                    Ok(())
+                }
+            }
+        })
+    }
+}
+
+pub(crate) fn config() -> EngineConfig {
+    EngineConfig {
+        queues: vec![("default".into(), 10), ("other".into(), 10)],
+        lease: Duration::from_secs(2),
+        heartbeat: Duration::from_millis(300),
+        shutdown_grace: Duration::from_secs(2),
+        ..EngineConfig::default()
+    }
+}
+
+async fn start(db: &Db) -> Engine {
+    let mut workers = Workers::new();
+    workers.register(Recorder);
+    Engine::start(db.clone(), workers, config()).await.unwrap()
+}
+
+/// Catches the attempts' log lines in this test's process, as the server's logging does.
+fn capture_logs() {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let _ = tracing_subscriber::registry().with(CaptureLayer).try_init();
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct Row {
+    attempt: i32,
+    queue: String,
+    kind: String,
+    node: String,
+    due_at: DateTime<Utc>,
+    started_at: DateTime<Utc>,
+    finished_at: DateTime<Utc>,
+    late_ms: f64,
+    duration_ms: f64,
+    outcome: String,
+    error: Option<String>,
+    output: Option<Value>,
+    logs: Option<Value>,
+    logs_dropped: i32,
+}
+
+pub(crate) async fn records(db: &Db, id: JobId) -> Vec<Row> {
+    sqlx::query_as(
+        "SELECT attempt, queue, kind, node, due_at, started_at, finished_at, late_ms, duration_ms,
+                outcome, error, output, logs, logs_dropped
+         FROM job_attempts WHERE job_id = $1 ORDER BY id",
+    )
+    .bind(id)
+    .fetch_all(db)
+    .await
+    .unwrap()
+}
+
+/// Waits until the job has `n` attempt records and returns them.
+pub(crate) async fn wait_records(db: &Db, id: JobId, n: usize) -> Vec<Row> {
+    wait_for(
+        &format!("{n} attempt records of job {id}"),
+        Duration::from_secs(15),
+        || async { records(db, id).await.len() >= n },
+    )
+    .await;
+    records(db, id).await
+}
+
+pub(crate) fn recorder(args: Value) -> NewJob {
+    NewJob::new("recorder", args)
+}
+
+#[tokio::test]
+async fn a_job_started_late_on_purpose_records_how_late() {
+    let db = test_db().await;
+    let engine = start(&db.pool).await;
+    let client = engine.client();
+    client.set_queue_paused("default", true).await.unwrap();
+    let job = client
+        .insert(&recorder(json!({"mode": "ok"})))
+        .await
+        .unwrap()
+        .job;
+    // Held by the pause for at least 400 ms of the database's clock.
+    let paused_at = client.db_now().await.unwrap();
+    wait_for("400 ms to pass", Duration::from_secs(5), || async {
+        client.db_now().await.unwrap() - paused_at > chrono::Duration::milliseconds(400)
+    })
+    .await;
+    client.set_queue_paused("default", false).await.unwrap();
+    let rows = wait_records(&db.pool, job.id, 1).await;
+    let r = &rows[0];
+    assert_eq!((r.attempt, r.outcome.as_str()), (1, "completed"));
+    assert_eq!((r.queue.as_str(), r.kind.as_str()), ("default", "recorder"));
+    assert_eq!(r.due_at, job.scheduled_at);
+    assert!(r.late_ms >= 400.0, "late by {} ms", r.late_ms);
+    assert!(r.late_ms < 10_000.0, "late by {} ms", r.late_ms);
+    let expected = (r.started_at - r.due_at).num_microseconds().unwrap() as f64 / 1000.0;
+    assert!((r.late_ms - expected).abs() < 0.01);
+    assert!(r.finished_at >= r.started_at);
+    assert!(r.duration_ms >= 0.0 && r.duration_ms < 5_000.0);
+    assert!(!r.node.is_empty());
+    assert_eq!(r.output, Some(json!({"attempt": 1, "mode": "ok"})));
+    // A job that was not held starts within moments of its due time.
+    let prompt = client
+        .insert(&recorder(json!({"mode": "ok"})))
+        .await
+        .unwrap()
+        .job;
+    let rows = wait_records(&db.pool, prompt.id, 1).await;
+    assert!(rows[0].late_ms < 400.0, "late by {} ms", rows[0].late_ms);
+    engine.stop().await;
+}
+
+#[tokio::test]
+async fn each_outcome_is_recorded_once_with_its_error() {
+    let db = test_db().await;
+    let engine = start(&db.pool).await;
+    let client = engine.client();
+    let mut ids = Vec::new();
+    for mode in ["fail_once", "fatal", "cancel", "snooze_once", "in_tx"] {
+        let j = client
+            .insert(&recorder(json!({ "mode": mode })))
+            .await
+            .unwrap()
+            .job;
+        ids.push(j.id);
+    }
+    let failed_once = wait_records(&db.pool, ids[0], 2).await;
+    let summary: Vec<_> = failed_once
+        .iter()
+        .map(|r| (r.attempt, r.outcome.as_str(), r.error.as_deref()))
+        .collect();
+    assert_eq!(
+        summary,
+        [(1, "failed", Some("no answer")), (2, "completed", None)]
+    );
+    // The retry was due after the backoff, and its record says so.
+    assert!(failed_once[1].due_at > failed_once[0].due_at);
+    let fatal = wait_records(&db.pool, ids[1], 1).await;
+    assert_eq!(fatal[0].outcome, "discarded");
+    assert_eq!(fatal[0].error.as_deref(), Some("fatal: bad args"));
+    let cancelled = wait_records(&db.pool, ids[2], 1).await;
+    assert_eq!(cancelled[0].outcome, "cancelled");
+    let snoozed = wait_records(&db.pool, ids[3], 2).await;
+    let summary: Vec<_> = snoozed
+        .iter()
+        .map(|r| (r.attempt, r.outcome.as_str()))
+        .collect();
+    // A snooze spends no attempt: both runs are attempt 1.
+    assert_eq!(summary, [(1, "snoozed"), (1, "completed")]);
+    // Completed inside the handler's own transaction: the record was written there, once.
+    let in_tx = wait_records(&db.pool, ids[4], 1).await;
+    assert_eq!(in_tx.len(), 1);
+    assert_eq!(in_tx[0].outcome, "completed");
+    assert_eq!(in_tx[0].output, Some(json!({"frozen": 3})));
+    engine.stop().await;
+    for id in &ids {
+        let n = records(&db.pool, *id).await.len();
+        assert!(n <= 2, "job {id} has {n} records");
+    }
+}
+
+#[tokio::test]
+async fn output_and_log_lines_are_kept_and_bounded() {
+    capture_logs();
+    let db = test_db().await;
+    let engine = start(&db.pool).await;
+    let client = engine.client();
+    let chatty = client
+        .insert(&recorder(json!({"mode": "ok", "lines": 10_000})))
+        .await
+        .unwrap()
+        .job;
+    let failing = client
+        .insert(&recorder(json!({"mode": "fail_once", "lines": 2})))
+        .await
+        .unwrap()
+        .job;
+    let too_big = client
+        .insert(&recorder(json!({"mode": "too_big"})))
+        .await
+        .unwrap()
+        .job;
+    let in_tx = client
+        .insert(&recorder(json!({"mode": "in_tx"})))
+        .await
+        .unwrap()
+        .job;
+
+    let r = &wait_records(&db.pool, chatty.id, 1).await[0];
+    let lines = r.logs.as_ref().unwrap().as_array().unwrap();
+    assert_eq!(lines.len(), MAX_LOG_LINES);
+    assert_eq!(r.logs_dropped as usize, 10_000 - MAX_LOG_LINES);
+    assert_eq!(lines[0]["message"], "working line=0");
+    assert_eq!(lines[0]["level"], "INFO");
+    assert!(lines[0]["at"].as_str().is_some());
+
+    let rows = wait_records(&db.pool, failing.id, 2).await;
+    let first: Vec<&str> = rows[0]
+        .logs
+        .as_ref()
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        first,
+        ["working line=0", "working line=1", "the partner said no"]
+    );
+    assert_eq!(rows[0].logs_dropped, 0);
+    // Each attempt keeps its own lines.
+    assert_eq!(rows[1].logs.as_ref().unwrap().as_array().unwrap().len(), 2);
+
+    let r = &wait_records(&db.pool, too_big.id, 1).await[0];
+    assert_eq!(r.output, Some(json!({"small": true})));
+    let said = r.logs.as_ref().unwrap()[0]["message"].as_str().unwrap();
+    assert!(said.contains("at most 65536 are kept"), "{said}");
+
+    let r = &wait_records(&db.pool, in_tx.id, 1).await[0];
+    assert_eq!(r.logs.as_ref().unwrap()[0]["message"], "freezing");
+    engine.stop().await;
+}
+
+#[tokio::test]
+async fn a_lost_attempt_is_recorded_and_records_go_with_their_job() {
+    let db = test_db().await;
+    let mut workers = Workers::new();
+    workers.register(Recorder);
+    let client = kickoff::engine::Client::new(db.pool.clone(), std::sync::Arc::new(workers));
+    let job = client
+        .insert(&recorder(json!({"mode": "ok"})))
+        .await
+        .unwrap()
+        .job;
+    // Claimed by a node that then died: its lease ran out.
+    let claimed = kickoff::engine::store::jobs::job_claim(
+        &db.pool,
+        "default",
+        1,
+        "dead-node",
+        Duration::from_millis(10),
+    )
+    .await
+    .unwrap();
+    assert_eq!(claimed.len(), 1);
+    let later = Utc::now() + chrono::Duration::seconds(5);
+    let rescued = kickoff::engine::store::jobs::job_rescue_expired(&db.pool, Some(later), 10)
+        .await
+        .unwrap();
+    assert_eq!(rescued.len(), 1);
+    let rows = records(&db.pool, job.id).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].outcome, "lost");
+    assert_eq!(rows[0].node, "dead-node");
+    assert_eq!(
+        rows[0].error.as_deref(),
+        Some("the lease of node dead-node expired")
+    );
+    assert_eq!(rows[0].due_at, job.scheduled_at);
+
+    client.delete(job.id).await.unwrap();
+    assert!(records(&db.pool, job.id).await.is_empty());
+}
