@@ -13,11 +13,15 @@ use super::announcer::{Announcer, Wakeup};
 use super::control::Control;
 use super::job::{is_valid_queue_name, Claim, Inserted, Job, JobId, JobState, NewJob, Schedule};
 use super::limits::{self, QueueLimits};
+use super::store::history::{
+    self as history_store, AttemptRecord, HistoryFilter, HistoryGroup, HistoryPoint, MINUTES_KEPT,
+};
 use super::store::jobs::{self as job_store, JobFilter};
 use super::store::kinds::{self as kind_store, KindPause};
 use super::store::leader::{self as leader_store, LeaderRow, LEADER_NAME};
 use super::store::nodes::{self as node_store, NodeRow};
 use super::store::queues::{self as queue_store, QueueRow};
+use super::store::schedules as schedule_store;
 use super::store::stats::{self as stats_store, ThroughputMinute, STATS_RETENTION};
 use super::worker::ArgsRefused;
 use super::worker::Workers;
@@ -42,6 +46,65 @@ pub const BULK_BATCH: i64 = 1000;
 /// Nodes whose heartbeat is younger than this count as alive: several missed heartbeats at any
 /// sane lease (the heartbeat runs at a fifth of the lease, 1 s by default).
 pub const NODE_ALIVE_WITHIN: Duration = Duration::from_secs(30);
+
+/// A question to the attempts' history: which attempts, split how, over which range, in which
+/// steps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryQuery {
+    pub filter: HistoryFilter,
+    pub group: HistoryGroup,
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub step: Duration,
+}
+
+impl HistoryQuery {
+    /// The shortest and longest step, in seconds.
+    pub const STEPS: std::ops::RangeInclusive<u64> = 60..=86_400;
+    /// The most steps one answer holds.
+    pub const MAX_POINTS: i64 = 1_500;
+    /// The longest range: the longest retention the history can be given.
+    pub const MAX_RANGE_DAYS: i64 = 400;
+
+    /// Why the rollups cannot answer this query at `now`, if they cannot.
+    pub fn check(&self, now: DateTime<Utc>) -> Result<(), ClientError> {
+        let step = self.step.as_secs();
+        if !Self::STEPS.contains(&step) || step % 60 != 0 || self.step.subsec_nanos() != 0 {
+            return Err(invalid(
+                "step",
+                "must be a whole number of minutes, from 60 to 86400 seconds",
+            ));
+        }
+        if self.from >= self.to {
+            return Err(invalid("from", "must be before `to`"));
+        }
+        if self.to - self.from > ChronoDuration::days(Self::MAX_RANGE_DAYS) {
+            return Err(invalid(
+                "from",
+                format!("the range may span at most {} days", Self::MAX_RANGE_DAYS),
+            ));
+        }
+        let points = (self.to - self.from).num_seconds() / step as i64;
+        if points > Self::MAX_POINTS {
+            return Err(invalid(
+                "step",
+                format!(
+                    "{points} steps over this range; at most {} (take a longer step)",
+                    Self::MAX_POINTS
+                ),
+            ));
+        }
+        let minutes_from = now - ChronoDuration::from_std(MINUTES_KEPT).unwrap_or_default();
+        if step < 3600 && self.from < minutes_from - ChronoDuration::hours(1) {
+            return Err(invalid(
+                "step",
+                "the history is kept per minute for the last 24 hours and per hour before: \
+                 take a step of 3600 or more, or a range within the last day",
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// An action applied to many jobs at once, with the state rules of the single-job operation.
 #[derive(schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -743,6 +806,37 @@ impl Client {
             return Err(invalid("minutes", format!("must be between 1 and {most}")));
         }
         Ok(stats_store::job_stats_minute_list(&self.pool, minutes).await?)
+    }
+
+    /// The records of a job's attempts that ended, oldest first (empty for an unknown job).
+    pub async fn attempts(&self, id: JobId) -> Result<Vec<AttemptRecord>, ClientError> {
+        Ok(history_store::job_attempts_of(&self.pool, id).await?)
+    }
+
+    /// The latest completed attempt of each of these jobs.
+    pub async fn completed_attempts(
+        &self,
+        ids: &[JobId],
+    ) -> Result<Vec<AttemptRecord>, ClientError> {
+        Ok(history_store::job_attempts_last(&self.pool, ids, "completed").await?)
+    }
+
+    /// The id of the schedule named `name`, if there is one.
+    pub async fn schedule_id(&self, name: &str) -> Result<Option<i64>, ClientError> {
+        Ok(schedule_store::schedule_get(&self.pool, name)
+            .await?
+            .map(|s| s.id))
+    }
+
+    /// The history of the attempts `q` selects (see [`HistoryQuery`]), refused when its range
+    /// or step is not one the rollups can answer.
+    pub async fn history(&self, q: &HistoryQuery) -> Result<Vec<HistoryPoint>, ClientError> {
+        let now = self.db_now().await?;
+        q.check(now)?;
+        Ok(
+            history_store::job_history_series(&self.pool, &q.filter, q.group, q.from, q.to, q.step)
+                .await?,
+        )
     }
 
     /// The nodes alive (heartbeat within [`NODE_ALIVE_WITHIN`]), oldest first, and the current

@@ -49,7 +49,7 @@ pub mod store;
 pub mod timer;
 pub mod worker;
 
-pub use client::{BulkAction, BulkBatch, BulkReport, BulkWalk, Client, ClientError};
+pub use client::{BulkAction, BulkBatch, BulkReport, BulkWalk, Client, ClientError, HistoryQuery};
 pub use config::EngineConfig;
 pub use db::{Db, PoolMode};
 pub use job::{Claim, ClaimToken, Inserted, Job, JobId, JobState, NewJob, OnConflict, Schedule};

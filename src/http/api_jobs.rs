@@ -16,6 +16,7 @@ use super::redact;
 use super::state::AppState;
 use crate::accounts::{Role, TokenScope};
 use crate::engine::job::{DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE};
+use crate::engine::store::jobs::late_by_checked;
 use crate::engine::JobFilter;
 use crate::engine::{BulkAction, BulkReport, Job, JobId, JobState, NewJob, OnConflict, Schedule};
 
@@ -138,6 +139,9 @@ pub struct ListParams {
     /// Keyset cursor: list jobs with a smaller id.
     pub before: Option<i64>,
     pub limit: Option<i64>,
+    /// Jobs with an attempt that started more than this many ms after it was due (0 to a day).
+    #[schemars(range(min = 0, max = 86400000))]
+    pub late_by_ms: Option<f64>,
 }
 
 #[derive(schemars::JsonSchema, Serialize)]
@@ -180,10 +184,16 @@ pub async fn list(
         .map(str::parse::<JobState>)
         .transpose()
         .map_err(AppError::invalid)?;
+    let late_by_ms = params
+        .late_by_ms
+        .map(late_by_checked)
+        .transpose()
+        .map_err(AppError::invalid)?;
     let filter = JobFilter {
         states: job_state.into_iter().collect(),
         queue: params.queue,
         kind: params.kind,
+        late_by_ms,
         ..JobFilter::default()
     };
     let limit = params.limit.unwrap_or(50);
@@ -312,11 +322,16 @@ pub struct BulkFilter {
     /// Leave jobs with a larger id alone (the list the caller confirmed); absent: the newest job
     /// when the action starts.
     pub max_id: Option<JobId>,
+    /// Jobs with an attempt that started more than this many ms after it was due (0 to a day).
+    #[schemars(range(min = 0, max = 86400000))]
+    pub late_by_ms: Option<f64>,
 }
 
-impl From<BulkFilter> for JobFilter {
-    fn from(f: BulkFilter) -> Self {
-        JobFilter {
+impl TryFrom<BulkFilter> for JobFilter {
+    type Error = String;
+
+    fn try_from(f: BulkFilter) -> Result<Self, String> {
+        Ok(JobFilter {
             states: f.states,
             queue: f.queue,
             kind: f.kind,
@@ -324,7 +339,8 @@ impl From<BulkFilter> for JobFilter {
             scheduled_from: f.scheduled_from,
             scheduled_to: f.scheduled_to,
             max_id: f.max_id,
-        }
+            late_by_ms: f.late_by_ms.map(late_by_checked).transpose()?,
+        })
     }
 }
 
@@ -373,9 +389,8 @@ pub async fn bulk(
         }
         (None, Some(filter)) => {
             let audit = audit.applied_to(serde_json::to_value(&filter).unwrap_or_default());
-            Ok(audit
-                .bulk_filter(&state.client, body.action, &filter.into())
-                .await)
+            let filter = JobFilter::try_from(filter).map_err(AppError::invalid)?;
+            Ok(audit.bulk_filter(&state.client, body.action, &filter).await)
         }
         _ => Err(AppError::invalid("give either ids or filter (not both)")),
     }

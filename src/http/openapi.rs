@@ -11,8 +11,8 @@ use serde_json::{json, Map, Value};
 
 use super::state::AppState;
 use super::{
-    api_alerts, api_jobs, api_questions, api_queues, api_schedules, api_webhook_deliveries,
-    api_webhook_endpoints, sse,
+    api_alerts, api_history, api_jobs, api_questions, api_queues, api_schedules,
+    api_webhook_deliveries, api_webhook_endpoints, sse,
 };
 use crate::engine::schedules::{ScheduleSpec, ScheduleView};
 use crate::engine::{BulkReport, Job};
@@ -81,6 +81,15 @@ pub fn endpoints() -> Vec<Endpoint> {
             query: None,
             ok: (200, Some(schema::<Job>)),
             route: || get(api_jobs::get),
+        },
+        Endpoint {
+            method: "get",
+            path: "/jobs/{id}/attempts",
+            summary: "The records of a job's attempts that ended, oldest first: due time, start, lateness, node, duration, outcome, error, output and log lines",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<Vec<api_history::AttemptView>>)),
+            route: || get(api_history::attempts),
         },
         Endpoint {
             method: "delete",
@@ -306,6 +315,15 @@ pub fn endpoints() -> Vec<Endpoint> {
             query: None,
             ok: (200, Some(schema::<api_queues::Stats>)),
             route: || get(api_queues::stats),
+        },
+        Endpoint {
+            method: "get",
+            path: "/stats/history",
+            summary: "The attempts' history as series (per queue or kind with `group`): outcomes, lateness p50/p99 and histogram, durations per step; 422 for a range or step the rollups cannot answer, 404 for an unknown schedule",
+            body: None,
+            query: Some(schema::<api_history::HistoryParams>),
+            ok: (200, Some(schema::<api_history::HistoryView>)),
+            route: || get(api_history::history),
         },
         Endpoint {
             method: "get",

@@ -154,3 +154,142 @@ async fn rollups_equal_the_jobs_table_and_outlive_pruned_jobs() {
             .is_empty()
     );
 }
+
+const TOKEN: &str = "history-token-1";
+
+async fn get(app: &axum::Router, path: &str) -> (axum::http::StatusCode, serde_json::Value) {
+    crate::common::rest::call(app, axum::http::Method::GET, path, Some(TOKEN), None).await
+}
+
+#[tokio::test]
+async fn the_history_api_answers_series_and_refuses_what_the_rollups_cannot_answer() {
+    let db = test_db().await;
+    let app = crate::common::app(&db.pool, TOKEN);
+    let mut workers = Workers::new();
+    workers.register(Recorder);
+    let engine = Engine::start(db.pool.clone(), workers, config())
+        .await
+        .unwrap();
+    let client = engine.client();
+    // One job held for 300 ms by a paused queue, three that start at once.
+    client.set_queue_paused("other", true).await.unwrap();
+    let late = client
+        .insert(&recorder(json!({"mode": "ok"})).with_queue("other"))
+        .await
+        .unwrap()
+        .job;
+    let mut prompt = Vec::new();
+    for _ in 0..3 {
+        prompt.push(
+            client
+                .insert(&recorder(json!({"mode": "ok"})))
+                .await
+                .unwrap()
+                .job
+                .id,
+        );
+    }
+    let held_since = client.db_now().await.unwrap();
+    wait_for("300 ms to pass", Duration::from_secs(5), || async {
+        client.db_now().await.unwrap() - held_since > chrono::Duration::milliseconds(300)
+    })
+    .await;
+    client.set_queue_paused("other", false).await.unwrap();
+    crate::attempt_records::wait_records(&db.pool, late.id, 1).await;
+    for id in &prompt {
+        crate::attempt_records::wait_records(&db.pool, *id, 1).await;
+    }
+
+    // Its attempts, through the API.
+    let (status, body) = get(&app, &format!("/api/v1/jobs/{}/attempts", late.id)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body[0]["outcome"], "completed");
+    assert!(body[0]["late_ms"].as_f64().unwrap() >= 300.0, "{body}");
+    assert_eq!(body[0]["output"], json!({"attempt": 1, "mode": "ok"}));
+    let (status, _) = get(&app, "/api/v1/jobs/999999/attempts").await;
+    assert_eq!(status, 404);
+
+    // The list's "late by more than" filter finds the held job only.
+    let (status, body) = get(&app, "/api/v1/jobs?late_by_ms=250").await;
+    assert_eq!(status, 200, "{body}");
+    let ids: Vec<i64> = body["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [late.id.0]);
+    let (status, body) = get(&app, "/api/v1/jobs?late_by_ms=-1").await;
+    assert_eq!(status, 422, "{body}");
+
+    // The series, one per queue: the held job's lateness in its queue's p50.
+    let (status, body) = get(&app, "/api/v1/stats/history?group=queue").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["step"], 60);
+    let series = body["series"].as_array().unwrap();
+    let names: Vec<&str> = series.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["default", "other"]);
+    let sum = |s: &serde_json::Value, f: &str| -> i64 {
+        s["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p[f].as_i64().unwrap())
+            .sum()
+    };
+    assert_eq!(sum(&series[0], "completed"), 3);
+    assert_eq!(sum(&series[1], "completed"), 1);
+    let held = series[1]["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["completed"] == 1)
+        .unwrap();
+    assert!(held["late_p50_ms"].as_f64().unwrap() >= 200.0, "{held}");
+    assert_eq!(
+        body["late_bounds_ms"].as_array().unwrap().len() + 1,
+        LATE_BUCKETS
+    );
+    // One series of everything when not grouped, zeros included.
+    let (_, body) = get(&app, "/api/v1/stats/history?kind=nothing-ran").await;
+    assert_eq!(body["series"].as_array().unwrap().len(), 1);
+    assert_eq!(sum(&body["series"][0], "completed"), 0);
+    assert_eq!(body["series"][0]["points"].as_array().unwrap().len(), 60);
+
+    // What the rollups cannot answer: 422, naming the field.
+    let now = Utc::now();
+    let iso = |t: chrono::DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    for (query, field) in [
+        (
+            format!(
+                "from={}&to={}",
+                iso(now),
+                iso(now - chrono::Duration::hours(1))
+            ),
+            "from",
+        ),
+        ("step=90".to_string(), "step"),
+        ("step=30".to_string(), "step"),
+        ("step=172800".to_string(), "step"),
+        (
+            format!("from={}&step=60", iso(now - chrono::Duration::days(3))),
+            "step",
+        ),
+        (
+            format!("from={}&step=3600", iso(now - chrono::Duration::days(500))),
+            "from",
+        ),
+    ] {
+        let (status, body) = get(&app, &format!("/api/v1/stats/history?{query}")).await;
+        assert_eq!(status, 422, "{query}: {body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(field),
+            "{query}: {body}"
+        );
+    }
+    let (status, _) = get(&app, "/api/v1/stats/history?schedule=none-such").await;
+    assert_eq!(status, 404);
+    let (status, _) = get(&app, "/api/v1/stats/history?step=abc").await;
+    assert_eq!(status, 400);
+    engine.stop().await;
+}

@@ -44,6 +44,8 @@ pub struct JobQuery {
     /// (`earlier` or `later`, see [`crate::local_time`]).
     pub from_which: Option<String>,
     pub to_which: Option<String>,
+    /// Jobs with an attempt that started more than this many ms after it was due.
+    pub late: Option<String>,
     /// Keyset cursor: jobs with a smaller id.
     pub before: Option<i64>,
     /// Jobs with an id at most this: the list as the operator is reading it.
@@ -65,6 +67,7 @@ impl JobQuery {
             ("args", &self.args),
             ("from", &self.from),
             ("to", &self.to),
+            ("late", &self.late),
         ];
         let zone_fields = [
             ("zone", &self.zone),

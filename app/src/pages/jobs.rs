@@ -39,6 +39,7 @@ fn job_query(q: &ParamsMap, default_state: Option<&str>) -> JobQuery {
         zone: nonempty(q.get("zone")),
         from_which: nonempty(q.get("from_which")),
         to_which: nonempty(q.get("to_which")),
+        late: nonempty(q.get("late")),
         before: q.get("before").and_then(|b| b.parse().ok()),
         max_id: None,
     }
@@ -282,6 +283,17 @@ fn Filters(path: &'static str, query: Memo<JobQuery>) -> impl IntoView {
                     placeholder="game_id=42"
                     title="key=value pairs separated by commas, or a JSON object"
                     prop:value=move || q().args.unwrap_or_default()
+                />
+            </label>
+            <label>
+                "Late by over (ms)"
+                <input
+                    name="late"
+                    size="6"
+                    inputmode="numeric"
+                    placeholder="100"
+                    title="jobs with an attempt that started more than this many ms after it was due"
+                    prop:value=move || q().late.unwrap_or_default()
                 />
             </label>
             <TimeField label="Due from" name="from" which_name="from_which" draft=from_draft initial=from zone/>

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::{conn, entry, from_ms, ms, operator, refused, Act, ServerConsole, LIST_ROWS};
 use crate::accounts::Role;
+use crate::engine::store::jobs::late_by_checked;
 use crate::engine::JobFilter;
 use crate::engine::{BulkAction, Job, JobId, JobState, NewJob, OnConflict, Schedule};
 use crate::http::error::AppError;
@@ -162,6 +163,15 @@ fn job_filter(q: &JobQuery) -> Result<JobFilter, String> {
         scheduled_from: time("from", &q.from, &q.from_which)?,
         scheduled_to: time("to", &q.to, &q.to_which)?,
         max_id: q.max_id.map(JobId),
+        late_by_ms: match text(&q.late) {
+            None => None,
+            Some(t) => Some(
+                t.parse::<f64>()
+                    .map_err(|_| format!("late: `{t}` is not a number of ms"))
+                    .and_then(late_by_checked)
+                    .map_err(|e| e.replace("late_by_ms", "late"))?,
+            ),
+        },
     })
 }
 

@@ -22,6 +22,23 @@ pub struct JobFilter {
     pub scheduled_to: Option<DateTime<Utc>>,
     /// Only jobs with an id at most this (a list frozen while read; a bulk action's snapshot).
     pub max_id: Option<JobId>,
+    /// Jobs with an attempt that started more than this many ms after its due time (read from
+    /// `job_attempts`: attempts that ended).
+    pub late_by_ms: Option<f64>,
+}
+
+/// The largest lateness a filter may ask about: a day, in ms.
+pub const LATE_BY_MAX_MS: f64 = 86_400_000.0;
+
+/// `ms` as the "late by more than" of a filter, or why it cannot be.
+pub fn late_by_checked(ms: f64) -> Result<f64, String> {
+    if ms.is_finite() && (0.0..=LATE_BY_MAX_MS).contains(&ms) {
+        Ok(ms)
+    } else {
+        Err(format!(
+            "late_by_ms: must be between 0 and {LATE_BY_MAX_MS} (a day)"
+        ))
+    }
 }
 
 /// Appends the filter's conditions, each as ` AND ...`, to a WHERE clause already opened.
@@ -60,6 +77,12 @@ fn push_filter(qb: &mut QueryBuilder<'_, Postgres>, filter: &JobFilter, states: 
     }
     if let Some(max_id) = filter.max_id {
         qb.push(" AND id <= ").push_bind(max_id);
+    }
+    if let Some(late) = filter.late_by_ms {
+        // A semi-join: with few late attempts the planner reads `job_attempts_late_idx`.
+        qb.push(" AND id IN (SELECT job_id FROM job_attempts WHERE late_ms > ")
+            .push_bind(late)
+            .push(")");
     }
 }
 
