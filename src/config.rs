@@ -156,6 +156,12 @@ pub struct Config {
     #[arg(long, env = "KICKOFF_RETENTION_HOURS", default_value_t = 24)]
     pub retention_hours: u64,
 
+    /// Days the attempts' history (the per-minute and per-hour rollups behind the charts and
+    /// `/api/v1/stats/history`) is kept; it outlives the pruned jobs. 1 to 400. Default: 30.
+    #[arg(long, env = "KICKOFF_HISTORY_RETENTION_DAYS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=400))]
+    pub history_retention_days: u64,
+
     /// This node's id. Default: `<hostname>-<pid>-<random>`.
     #[arg(long, env = "KICKOFF_NODE_ID")]
     pub node_id: Option<String>,

@@ -12,6 +12,7 @@ use crate::engine::db::{Db, PoolMode};
 use crate::accounts::bootstrap_token::{BootstrapToken, Opened};
 use crate::accounts::SetupLink;
 use crate::config::Config;
+use crate::engine::maintenance::count_folder::CountFolderConfig;
 use crate::engine::maintenance::pruner::PrunerConfig;
 use crate::engine::{Engine, EngineConfig};
 use crate::http::{
@@ -182,6 +183,10 @@ pub fn engine_config(config: &Config) -> Result<EngineConfig, StartError> {
         pruner: PrunerConfig {
             retention: config.retention(),
             ..PrunerConfig::default()
+        },
+        count_folder: CountFolderConfig {
+            history_retention: Duration::from_secs(config.history_retention_days * 24 * 3600),
+            ..CountFolderConfig::default()
         },
         ..EngineConfig::default()
     };

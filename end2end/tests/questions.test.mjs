@@ -53,3 +53,42 @@ test('a question made with the form shows predictions live and moves its lock jo
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test("a locked question proves its lock: how late after game time, by which node, and the lock job's attempt record", async () => {
+  const gameTime = new Date(Date.now() + 1500);
+  const made = await api('POST', '/questions', {
+    game: 'Foxes vs Bears (e2e lock)', prompt: 'First to score?', choices: ['Foxes', 'Bears'],
+    game_time: gameTime.toISOString(),
+  });
+  assert.equal(made.status, 201, JSON.stringify(made));
+  const id = made.body.id;
+  await api('POST', `/questions/${id}/predictions`, { player: 'bo', choice: 'Bears' });
+  await eventually('the question to lock', async () => (await api('GET', `/questions/${id}`)).body.status,
+    (s) => s === 'locked');
+  const lockJob = (await api('GET', `/questions/${id}`)).body.lock_job_id;
+  await eventually('the lock attempt to be recorded', async () => (await api('GET', `/jobs/${lockJob}/attempts`)).body,
+    (a) => Array.isArray(a) && a.some((r) => r.outcome === 'completed'));
+
+  const page = await browser.newPage();
+  const errors = watchErrors(page);
+  await page.goto(baseUrl + `/questions/${id}`);
+  await hydrated(page);
+  const proof = page.locator('.lock-proof');
+  await proof.waitFor();
+  assert.match(await proof.textContent(), /^\d+(\.\d)? (ms|s) after game time by node \S+$/);
+  await page.screenshot({ path: path.join(screenshots, 'question-lock-proof.png'), fullPage: true });
+
+  // The lock job's page: the attempt's lateness, its output (collapsed until opened).
+  await page.getByRole('link', { name: `#${lockJob}` }).click();
+  await page.waitForURL(new RegExp(`/jobs/${lockJob}$`));
+  await hydrated(page);
+  const attempt = page.getByRole('list', { name: 'Attempts' }).locator('li.outcome-completed');
+  assert.match(await attempt.textContent(), /after its due time/);
+  const output = attempt.getByLabel('Output');
+  assert.equal(await output.isVisible(), false);
+  await attempt.getByText('Output', { exact: true }).click();
+  assert.match(await output.textContent(), /"predictions_frozen": 1/);
+  await page.screenshot({ path: path.join(screenshots, 'job-attempt-record.png'), fullPage: true });
+  assert.deepEqual(errors, []);
+  await page.close();
+});

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::engine::{BoxFuture, JobContext, WorkError, Worker};
 use crate::questions::jobs::{self, QuestionArgs};
@@ -44,6 +44,15 @@ impl Worker for LockQuestionWorker {
                 tx.rollback().await?;
                 return Err(WorkError::Snooze(Duration::from_secs_f64(wait.max(0.001))));
             }
+            // What the lock froze, kept with the attempt's record (its lateness is there too).
+            let output = match q.status {
+                QuestionStatus::Open => json!({
+                    "question_id": q.id,
+                    "predictions_frozen": store::prediction_count(&mut *tx, q.id).await?,
+                }),
+                other => json!({ "question_id": q.id, "already": other.as_str() }),
+            };
+            let _ = ctx.record(&output);
             ctx.complete_with(tx).await
         })
     }

@@ -41,15 +41,23 @@ impl Worker for SettleQuestionWorker {
                     q.id
                 )));
             };
+            let mut scored = 0u64;
             loop {
                 if ctx.cancelled().is_cancelled() {
                     return Err(WorkError::Retryable("stopped".into()));
                 }
                 let n = store::prediction_score_batch(ctx.pool(), q.id, correct, BATCH).await?;
+                scored += n;
                 if n < BATCH as u64 {
                     break;
                 }
             }
+            // Kept with the attempt's record: a rerun scores only what an earlier one left.
+            let _ = ctx.record(&serde_json::json!({
+                "question_id": q.id,
+                "correct_choice": correct,
+                "predictions_scored": scored,
+            }));
             let mut tx = ctx.begin().await?;
             if !store::question_mark_settled(&mut *tx, q.id).await? {
                 let now = store::question_get(&mut *tx, q.id).await?;

@@ -424,6 +424,12 @@ impl Worker for WebhookWorker {
             let started = Instant::now();
             let mut seen = Seen::default();
             let outcome = self.call(&ctx, &mut seen).await;
+            // The attempt's output: the status and the call's duration (the delivery record
+            // below keeps the detail, the response shown to admins only).
+            let _ = ctx.record(&serde_json::json!({
+                "status": seen.status,
+                "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
+            }));
             // Recorded whatever happened, the refusals before a call included. A record that
             // cannot be written does not undo the call: the attempt's outcome stands.
             let delivery = NewDelivery {

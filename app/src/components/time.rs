@@ -136,6 +136,16 @@ fn utc_format(ms: i64, format: &str) -> String {
 }
 
 /// A duration in words: `850 ms`, `12 s`, `3 min`, `2 h 5 min`, `4 d`.
+/// A short span measured to the tenth of a millisecond below a second ("1.8 ms", "0.3 ms"),
+/// as [`span`] above: how late an attempt started. Negative spans read as their size.
+pub fn fine_span(ms: f64) -> String {
+    if ms.abs() < 1_000.0 {
+        format!("{:.1} ms", ms.abs())
+    } else {
+        span(ms as i64)
+    }
+}
+
 pub fn span(ms: i64) -> String {
     let ms = ms.unsigned_abs();
     if ms < 1_000 {

@@ -183,9 +183,27 @@ pub struct AttemptRow {
     pub started_ms: Option<i64>,
     pub ended_ms: Option<i64>,
     pub node: Option<String>,
-    /// `failed`, `completed`, `cancelled`, `running`, or `interrupted` (handed back or rescued).
+    /// `completed`, `failed`, `discarded`, `cancelled`, `snoozed`, `lost` (its node's lease
+    /// expired), `running`, or `interrupted` (handed back: it runs again).
     pub outcome: String,
     pub error: Option<String>,
+    /// How long after its due time it started, in ms (absent while it runs, and for attempts
+    /// that ended before their records were kept).
+    pub late_ms: Option<f64>,
+    pub duration_ms: Option<f64>,
+    /// What its handler recorded, as formatted JSON.
+    pub output_json: Option<String>,
+    pub logs: Vec<LogLineRow>,
+    /// Lines left out past the bound.
+    pub logs_dropped: i32,
+}
+
+/// One log line of an attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogLineRow {
+    pub at_ms: Option<i64>,
+    pub level: String,
+    pub message: String,
 }
 
 /// Jobs waiting for their time, soonest (or latest overdue) first.

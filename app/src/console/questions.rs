@@ -39,6 +39,10 @@ pub struct QuestionDetail {
     pub choices: Vec<(String, i64, i64)>,
     pub predictions: i64,
     pub lock_job: Option<JobRow>,
+    /// How late after its due time (the game time) the lock's attempt started, in ms, and on
+    /// which node: from the record of the lock job's completed attempt.
+    pub lock_late_ms: Option<f64>,
+    pub lock_node: Option<String>,
 }
 
 /// What the server provides to the question pages.

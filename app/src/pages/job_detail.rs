@@ -9,7 +9,7 @@ use leptos_router::hooks::{use_navigate, use_params_map};
 
 use crate::components::live::use_live;
 use crate::components::loaded::{failure, ActionError, Loaded};
-use crate::components::time::{span, use_clock, Countdown, When};
+use crate::components::time::{fine_span, span, use_clock, Countdown, When};
 use crate::components::time_field::TimeField;
 use crate::console::jobs::{get_job, CloneJob, DeliveryRow, JobAction, JobDetail, RescheduleJob};
 use crate::pages::jobs::JobButtons;
@@ -179,21 +179,66 @@ fn Detail(
                     {d.attempts
                         .into_iter()
                         .map(|a| {
-                            let took = match (a.started_ms, a.ended_ms) {
-                                (Some(s), Some(e)) => format!("took {}", span(e - s)),
-                                (Some(s), None) if a.outcome == "running" => format!("running for {}", span(now - s)),
+                            let took = match (a.duration_ms, a.started_ms, a.ended_ms) {
+                                (Some(d), _, _) => format!("took {}", fine_span(d)),
+                                (None, Some(s), Some(e)) => format!("took {}", span(e - s)),
+                                (None, Some(s), None) if a.outcome == "running" => format!("running for {}", span(now - s)),
                                 _ => String::new(),
                             };
+                            let late = a.late_ms.map(|l| {
+                                if l >= 0.0 {
+                                    format!("{} after its due time", fine_span(l))
+                                } else {
+                                    format!("{} before its due time", fine_span(l))
+                                }
+                            });
                             let class = format!("attempt outcome-{}", a.outcome);
+                            let lines = a.logs.len();
+                            let dropped = a.logs_dropped;
+                            let logs = a.logs.clone();
                             view! {
-                                <li class=class>
+                                <li class=class data-attempt=a.attempt>
                                     <strong>{format!("Attempt {}", a.attempt)}</strong>
                                     " · "
                                     <span class="outcome">{a.outcome.clone()}</span>
                                     {a.started_ms.map(|s| view! { " · started " <When at_ms=s base_ms=now/> })}
+                                    {late.map(|l| view! { ", " <span class="late">{l}</span> })}
                                     {a.node.clone().map(|n| view! { " · on " <code>{n}</code> })}
                                     {(!took.is_empty()).then(|| view! { " · " {took.clone()} })}
                                     {a.error.clone().map(|e| view! { <pre class="error-text">{e}</pre> })}
+                                    {a.output_json.clone().map(|o| view! {
+                                        <details class="output">
+                                            <summary>"Output"</summary>
+                                            <pre class="json" aria-label="Output">{o}</pre>
+                                        </details>
+                                    })}
+                                    {(lines > 0 || dropped > 0).then(|| view! {
+                                        <details class="logs">
+                                            <summary>
+                                                {format!("Log ({lines} line{})", if lines == 1 { "" } else { "s" })}
+                                                {(dropped > 0).then(|| format!(", {dropped} more not kept"))}
+                                            </summary>
+                                            <ol class="log-lines" aria-label="Log">
+                                                {logs
+                                                    .into_iter()
+                                                    .map(|l| {
+                                                        let class = format!("log-{}", l.level.to_lowercase());
+                                                        view! {
+                                                            <li class=class>
+                                                                {l.at_ms.map(|t| view! { <When at_ms=t base_ms=now/> " " })}
+                                                                <span class="level">{l.level.clone()}</span>
+                                                                " "
+                                                                {l.message.clone()}
+                                                            </li>
+                                                        }
+                                                    })
+                                                    .collect_view()}
+                                            </ol>
+                                            {(dropped > 0).then(|| view! {
+                                                <p class="truncated">{format!("Truncated: {dropped} more lines were logged and not kept.")}</p>
+                                            })}
+                                        </details>
+                                    })}
                                 </li>
                             }
                         })

@@ -9,7 +9,7 @@ use leptos_router::hooks::use_params_map;
 use crate::components::live::use_live;
 use crate::components::loaded::{failure, ActionError, Loaded};
 use crate::components::table::{Column, DataTable};
-use crate::components::time::{use_clock, Countdown, When};
+use crate::components::time::{fine_span, use_clock, Countdown, When};
 use crate::components::time_field::TimeField;
 use crate::console::questions::{get_question, MoveQuestion, QuestionDetail};
 
@@ -77,7 +77,23 @@ fn Detail(
                 <When at_ms=game_ms base_ms=now/>
                 {open.then(|| view! { " · locks " <Countdown at_ms=game_ms base_ms=now/> })}
             </dd>
-            {d.locked_ms.map(|l| view! { <dt>"Locked"</dt><dd><When at_ms=l base_ms=now/></dd> })}
+            {d.locked_ms.map(|l| view! {
+                <dt>"Locked"</dt>
+                <dd>
+                    <When at_ms=l base_ms=now/>
+                    {d.lock_late_ms.map(|late| view! {
+                        " · "
+                        <span class="lock-proof">
+                            {if late >= 0.0 {
+                                format!("{} after game time", fine_span(late))
+                            } else {
+                                format!("{} before game time", fine_span(late))
+                            }}
+                            {d.lock_node.clone().map(|n| view! { " by node " <code>{n}</code> })}
+                        </span>
+                    })}
+                </dd>
+            })}
             <dt>"Lock job"</dt>
             <dd>
                 {d.lock_job.clone().map(|j| view! {

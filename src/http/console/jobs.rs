@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 use kickoff_app::console::jobs::{
     AttemptRow, BulkCount, BulkDone, DeliveryRow, JobChoices, JobDetail, JobPage, JobQuery, JobRow,
+    LogLineRow,
     JobsConsole, NewJobInput, TimersPage, BULK_COUNT_CAP,
 };
 use kickoff_app::console::Refusal;
@@ -12,6 +13,7 @@ use serde_json::Value;
 
 use super::{conn, entry, from_ms, ms, operator, refused, Act, ServerConsole, LIST_ROWS};
 use crate::accounts::Role;
+use crate::engine::store::history::AttemptRecord;
 use crate::engine::store::jobs::late_by_checked;
 use crate::engine::JobFilter;
 use crate::engine::{BulkAction, Job, JobId, JobState, NewJob, OnConflict, Schedule};
@@ -61,18 +63,81 @@ pub(super) fn job_row(j: &Job) -> JobRow {
     }
 }
 
-/// The timeline of a job's attempts: every recorded failure, then the latest attempt's outcome.
-fn attempts(j: &Job) -> Vec<AttemptRow> {
+/// The timeline of a job's attempts: the records of those that ended, then the one running. A
+/// job whose attempts ended before records were kept shows its recorded failures instead.
+fn attempts(j: &Job, records: Vec<AttemptRecord>) -> Vec<AttemptRow> {
+    if records.is_empty() {
+        return attempts_from_errors(j);
+    }
+    let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
+    let mut rows: Vec<AttemptRow> = records
+        .into_iter()
+        .map(|r| AttemptRow {
+            attempt: r.attempt,
+            started_ms: Some(ms(r.started_at)),
+            ended_ms: Some(ms(r.finished_at)),
+            node: Some(r.node),
+            outcome: r.outcome,
+            error: r.error,
+            late_ms: Some(r.late_ms),
+            duration_ms: Some(r.duration_ms),
+            output_json: r.output.as_ref().map(pretty),
+            logs: match r.logs {
+                Some(Value::Array(lines)) => lines.iter().map(log_line).collect(),
+                _ => Vec::new(),
+            },
+            logs_dropped: r.logs_dropped,
+        })
+        .collect();
+    if j.state == JobState::Executing {
+        rows.push(AttemptRow {
+            started_ms: j.attempted_at.map(ms),
+            node: j.attempted_by.clone(),
+            ..bare_attempt(j.attempt, "running")
+        });
+    }
+    rows
+}
+
+fn log_line(v: &Value) -> LogLineRow {
+    LogLineRow {
+        at_ms: v["at"]
+            .as_str()
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| ms(t.with_timezone(&Utc))),
+        level: v["level"].as_str().unwrap_or("INFO").to_string(),
+        message: v["message"].as_str().unwrap_or_default().to_string(),
+    }
+}
+
+fn bare_attempt(attempt: i32, outcome: &str) -> AttemptRow {
+    AttemptRow {
+        attempt,
+        started_ms: None,
+        ended_ms: None,
+        node: None,
+        outcome: outcome.into(),
+        error: None,
+        late_ms: None,
+        duration_ms: None,
+        output_json: None,
+        logs: Vec::new(),
+        logs_dropped: 0,
+    }
+}
+
+/// The timeline from the job's row alone: every recorded failure, then the latest attempt's
+/// outcome.
+fn attempts_from_errors(j: &Job) -> Vec<AttemptRow> {
     let mut rows: Vec<AttemptRow> = j
         .errors
         .iter()
         .map(|e| AttemptRow {
-            attempt: e.attempt,
             started_ms: e.started_at.map(ms),
             ended_ms: Some(ms(e.at)),
             node: e.node.clone(),
-            outcome: "failed".into(),
             error: Some(e.message.clone()),
+            ..bare_attempt(e.attempt, "failed")
         })
         .collect();
     let latest_recorded = j.errors.iter().any(|e| e.attempt == j.attempt);
@@ -90,12 +155,10 @@ fn attempts(j: &Job) -> Vec<AttemptRow> {
             _ => j.finalized_at.map(ms),
         };
         rows.push(AttemptRow {
-            attempt: j.attempt,
             started_ms: j.attempted_at.map(ms),
             ended_ms: ended,
             node: j.attempted_by.clone(),
-            outcome: outcome.into(),
-            error: None,
+            ..bare_attempt(j.attempt, outcome)
         });
     }
     rows.sort_by_key(|r| (r.attempt, r.ended_ms));
@@ -284,6 +347,7 @@ impl JobsConsole for ServerConsole {
             .sight()
             .job(self.client.get(JobId(id)).await.map_err(refused)?);
         let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
+        let records = self.client.attempts(j.id).await.map_err(refused)?;
         Ok(JobDetail {
             now_ms,
             job: job_row(&j),
@@ -294,7 +358,7 @@ impl JobsConsole for ServerConsole {
             created_by: j.created_by.clone(),
             inserted_ms: ms(j.inserted_at),
             lease_ms: j.lease_expires_at.map(ms),
-            attempts: attempts(&j),
+            attempts: attempts(&j, records),
             schedule: j
                 .meta
                 .get("schedule")

@@ -48,7 +48,18 @@ impl QuestionsConsole for ServerConsole {
             .iter()
             .map(|c| (c.choice.as_str(), (c.predictions, c.correct)))
             .collect();
+        let lock = match d.question.lock_job_id {
+            Some(job) => self
+                .client
+                .completed_attempts(&[job])
+                .await
+                .map_err(refused)?
+                .pop(),
+            None => None,
+        };
         Ok(QuestionDetail {
+            lock_late_ms: lock.as_ref().map(|a| a.late_ms),
+            lock_node: lock.map(|a| a.node),
             now_ms,
             question: question_row(&d.question),
             correct_choice: d.question.correct_choice.clone(),
