@@ -1,6 +1,5 @@
 -- Every attempt's record (when it was due, when it started, how late, how long, its outcome, what
--- its handler recorded and logged), per-minute rollups of the attempts that outlive the jobs, and
--- a job's policy for a start that would come too late.
+-- its handler recorded and logged), and per-minute rollups of the attempts that outlive the jobs.
 -- Migrations are immutable once landed: change the schema in a new file.
 
 -- One row per attempt that ended (completed, failed, discarded, cancelled, snoozed, or lost when
@@ -154,14 +153,3 @@ BEGIN
 END $$;
 CREATE TRIGGER jobs_attempts_after_truncate AFTER TRUNCATE ON jobs
     FOR EACH STATEMENT EXECUTE FUNCTION kickoff_attempts_truncate();
-
--- What to do with an attempt that would start more than late_after_ms after its due time: run it
--- anyway (`run`, and the default), skip it (the job is cancelled, saying why) or discard it.
--- NOT VALID: the rows already there hold NULL and 'run', and validating would read the whole
--- table under the ALTER's lock; every write from now on is checked.
-ALTER TABLE jobs
-    ADD COLUMN late_after_ms integer,
-    ADD COLUMN on_late text NOT NULL DEFAULT 'run',
-    ADD CONSTRAINT late_after_range
-        CHECK (late_after_ms IS NULL OR late_after_ms BETWEEN 0 AND 86400000) NOT VALID,
-    ADD CONSTRAINT on_late_policy CHECK (on_late IN ('run', 'skip', 'discard')) NOT VALID;

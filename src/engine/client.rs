@@ -292,6 +292,7 @@ impl Client {
         if !new.meta.is_object() {
             return Err(invalid("meta", "must be a JSON object"));
         }
+        super::late_start::LatePolicy::from_meta(&new.meta).map_err(|m| invalid("meta", m))?;
         if new.meta.to_string().len() > MAX_META_BYTES {
             return Err(invalid(
                 "meta",

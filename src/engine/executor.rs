@@ -32,6 +32,7 @@ use tracing::Instrument;
 use super::attempt_log::AttemptRecorder;
 use super::completer::Completion;
 use super::job::{Claim, Job};
+use super::late_start::{LateEnd, LatePolicy};
 use super::metrics::{Metrics, Outcome};
 use super::node::{Attempts, DbClock};
 use super::queue_state::{Buffered, QueueState};
@@ -293,8 +294,25 @@ async fn run_attempt(
     me.parts.metrics.started(&job.queue, late);
     record_start(&me.parts.pool, &job, late);
     let started = std::time::Instant::now();
-    let (result, completed_in_tx, backoff) = match me.parts.workers.get(&job.kind) {
-        None => (
+    // A policy of the job's may end an attempt that starts too late before its handler runs
+    // (checked at insert: a malformed one here was written by SQL, and runs).
+    let late_end = LatePolicy::from_meta(&job.meta)
+        .ok()
+        .flatten()
+        .and_then(|p| p.decide(late));
+    let (result, completed_in_tx, backoff) = match (late_end, me.parts.workers.get(&job.kind)) {
+        (Some(end), _) => {
+            let refused = match end {
+                LateEnd::Skip(why) => WorkError::Cancel(why),
+                LateEnd::Discard(why) => WorkError::Fatal(why),
+            };
+            tracing::info!(
+                late_ms = late.as_secs_f64() * 1000.0,
+                "late start: {refused}"
+            );
+            (Err(refused), false, Duration::ZERO)
+        }
+        (None, None) => (
             Err(WorkError::Retryable(format!(
                 "no worker for kind `{}` on node {}",
                 job.kind, me.parts.node_id
@@ -302,7 +320,7 @@ async fn run_attempt(
             false,
             UNKNOWN_KIND_BACKOFF,
         ),
-        Some(worker) => {
+        (None, Some(worker)) => {
             let ctx = JobContext::new(
                 job.clone(),
                 me.parts.pool.clone(),

@@ -304,6 +304,18 @@ impl NewJob {
         self.meta = meta;
         self
     }
+
+    /// What to do with an attempt that would start more than `policy.after_ms` late (kept in
+    /// `meta`, see [`crate::engine::late_start`]).
+    pub fn with_late_policy(mut self, policy: crate::engine::LatePolicy) -> Self {
+        if !self.meta.is_object() {
+            self.meta = Value::Object(Default::default());
+        }
+        if let (Value::Object(m), Ok(p)) = (&mut self.meta, serde_json::to_value(policy)) {
+            m.insert(crate::engine::late_start::META_LATE.to_string(), p);
+        }
+        self
+    }
 }
 
 /// The result of an insert: the job, and whether it already existed under its unique key.

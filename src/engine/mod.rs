@@ -30,6 +30,7 @@ pub mod db;
 pub mod executor;
 pub mod heartbeat;
 pub mod job;
+pub mod late_start;
 pub mod leadership;
 pub mod limits;
 pub mod maintenance;
@@ -53,6 +54,7 @@ pub use client::{BulkAction, BulkBatch, BulkReport, BulkWalk, Client, ClientErro
 pub use config::EngineConfig;
 pub use db::{Db, PoolMode};
 pub use job::{Claim, ClaimToken, Inserted, Job, JobId, JobState, NewJob, OnConflict, Schedule};
+pub use late_start::{LatePolicy, OnLate};
 pub use runtime::{Engine, EngineError};
 pub use store::errors::is_transient;
 pub use store::jobs::JobFilter;

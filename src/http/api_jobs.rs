@@ -16,9 +16,10 @@ use super::redact;
 use super::state::AppState;
 use crate::accounts::{Role, TokenScope};
 use crate::engine::job::{DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE};
+use crate::engine::late_start::META_LATE;
 use crate::engine::store::jobs::late_by_checked;
-use crate::engine::JobFilter;
 use crate::engine::{BulkAction, BulkReport, Job, JobId, JobState, NewJob, OnConflict, Schedule};
+use crate::engine::{JobFilter, LatePolicy};
 
 /// The body of `POST /api/v1/jobs`.
 #[derive(schemars::JsonSchema, Debug, Deserialize)]
@@ -37,6 +38,10 @@ pub struct CreateJob {
     pub schedule_in_ms: Option<i64>,
     pub tags: Option<Vec<String>>,
     pub meta: Option<Value>,
+    /// What to do with an attempt that would start more than `after_ms` after its due time:
+    /// `run` it anyway (the default), `skip` it (the job is cancelled, saying how late) or
+    /// `discard` it (the job-discarded alert rule sees it). Kept as `meta.late`.
+    pub on_late: Option<LatePolicy>,
 }
 
 impl CreateJob {
@@ -59,7 +64,17 @@ impl CreateJob {
                 "meta.owner: set by Kickoff on the jobs a question owns (reserved)",
             ));
         }
-        Ok(NewJob {
+        if self.on_late.is_some()
+            && self
+                .meta
+                .as_ref()
+                .is_some_and(|m| m.get(META_LATE).is_some())
+        {
+            return Err(AppError::invalid(
+                "give either on_late or meta.late, not both",
+            ));
+        }
+        let new = NewJob {
             kind: self.kind,
             args: self.args.unwrap_or_else(|| json!({})),
             queue: self.queue.unwrap_or_else(|| DEFAULT_QUEUE.to_string()),
@@ -71,6 +86,10 @@ impl CreateJob {
             tags: self.tags.unwrap_or_default(),
             meta: self.meta.unwrap_or_else(|| json!({})),
             created_by: None,
+        };
+        Ok(match self.on_late {
+            Some(policy) => new.with_late_policy(policy),
+            None => new,
         })
     }
 }

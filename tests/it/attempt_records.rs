@@ -324,3 +324,56 @@ async fn a_lost_attempt_is_recorded_and_records_go_with_their_job() {
     client.delete(job.id).await.unwrap();
     assert!(records(&db.pool, job.id).await.is_empty());
 }
+
+#[tokio::test]
+async fn the_late_start_policy_runs_skips_or_discards_in_each_mode() {
+    use kickoff::engine::{JobState, LatePolicy, OnLate};
+    let db = test_db().await;
+    let engine = start(&db.pool).await;
+    let client = engine.client();
+    client.set_queue_paused("default", true).await.unwrap();
+    let policy = |after_ms, then| LatePolicy { after_ms, then };
+    let mut ids = Vec::new();
+    for p in [
+        policy(100, OnLate::Run),
+        policy(100, OnLate::Skip),
+        policy(100, OnLate::Discard),
+        // Late, but within its limit: it runs.
+        policy(60_000, OnLate::Skip),
+    ] {
+        let j = recorder(json!({"mode": "ok"})).with_late_policy(p);
+        ids.push(client.insert(&j).await.unwrap().job.id);
+    }
+    let held_since = client.db_now().await.unwrap();
+    wait_for("300 ms to pass", Duration::from_secs(5), || async {
+        client.db_now().await.unwrap() - held_since > chrono::Duration::milliseconds(300)
+    })
+    .await;
+    client.set_queue_paused("default", false).await.unwrap();
+    let mut seen = Vec::new();
+    for id in &ids {
+        let r = wait_records(&db.pool, *id, 1).await.remove(0);
+        let state = client.get(*id).await.unwrap().state;
+        seen.push((state, r.outcome.clone(), r.output.is_some()));
+        assert!(r.late_ms >= 300.0, "late by {} ms", r.late_ms);
+        if r.outcome != "completed" {
+            let error = r.error.unwrap();
+            assert!(error.contains("past its limit of 100 ms"), "{error}");
+        }
+    }
+    // The handler ran only where the policy let it (its output is the sign).
+    assert_eq!(
+        seen,
+        [
+            (JobState::Completed, "completed".to_string(), true),
+            (JobState::Cancelled, "cancelled".to_string(), false),
+            (JobState::Discarded, "discarded".to_string(), false),
+            (JobState::Completed, "completed".to_string(), true),
+        ]
+    );
+    // A malformed policy is refused at insert, and nothing is written.
+    let bad = recorder(json!({})).with_meta(json!({"late": {"after_ms": 5, "then": "later"}}));
+    let refused = client.insert(&bad).await.unwrap_err().to_string();
+    assert!(refused.starts_with("meta: late:"), "{refused}");
+    engine.stop().await;
+}

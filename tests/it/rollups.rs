@@ -293,3 +293,43 @@ async fn the_history_api_answers_series_and_refuses_what_the_rollups_cannot_answ
     assert_eq!(status, 400);
     engine.stop().await;
 }
+
+#[tokio::test]
+async fn a_job_posted_with_a_late_start_policy_keeps_it_and_a_bad_one_is_refused() {
+    let db = test_db().await;
+    let app = crate::common::app(&db.pool, TOKEN);
+    let post = |body: serde_json::Value| {
+        let app = app.clone();
+        async move {
+            crate::common::rest::call(
+                &app,
+                axum::http::Method::POST,
+                "/api/v1/jobs",
+                Some(TOKEN),
+                Some(&body),
+            )
+            .await
+        }
+    };
+    let (status, body) =
+        post(json!({"kind": "noop", "on_late": {"after_ms": 60000, "then": "skip"}})).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        body["job"]["meta"]["late"],
+        json!({"after_ms": 60000, "then": "skip"})
+    );
+    for bad in [
+        json!({"kind": "noop", "on_late": {"after_ms": 60000, "then": "later"}}),
+        json!({"kind": "noop", "on_late": {"after_ms": 86_400_001u64, "then": "skip"}}),
+        json!({"kind": "noop", "meta": {"late": {"after_ms": "soon", "then": "skip"}}}),
+        json!({"kind": "noop", "on_late": {"after_ms": 1, "then": "skip"}, "meta": {"late": {"after_ms": 1, "then": "skip"}}}),
+    ] {
+        let (status, body) = post(bad.clone()).await;
+        assert_eq!(status, 422, "{bad}: {body}");
+    }
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+}

@@ -4,8 +4,7 @@
 use chrono::{DateTime, Utc};
 use kickoff_app::console::jobs::{
     AttemptRow, BulkCount, BulkDone, DeliveryRow, JobChoices, JobDetail, JobPage, JobQuery, JobRow,
-    LogLineRow,
-    JobsConsole, NewJobInput, TimersPage, BULK_COUNT_CAP,
+    JobsConsole, LogLineRow, NewJobInput, TimersPage, BULK_COUNT_CAP,
 };
 use kickoff_app::console::Refusal;
 use kickoff_app::local_time::instant_ms;
