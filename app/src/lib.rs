@@ -87,6 +87,7 @@ pub fn App() -> impl IntoView {
                     <A href="/jobs" exact=true>"Jobs"</A>
                     <A href="/timers">"Timers"</A>
                     <A href="/failures">"Failures"</A>
+                    <A href="/history">"History"</A>
                     <A href="/calls">"Calls"</A>
                     <A href="/alerts">"Alerts"</A>
                     <A href="/queues">"Queues"</A>
@@ -109,6 +110,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/jobs/:id") view=pages::job_detail::JobDetailPage ssr=SsrMode::Async/>
                     <Route path=path!("/failures") view=pages::jobs::FailuresPage ssr=SsrMode::Async/>
                     <Route path=path!("/timers") view=pages::timers::TimersPage ssr=SsrMode::Async/>
+                    <Route path=path!("/history") view=pages::history::HistoryPageView ssr=SsrMode::Async/>
                     <Route path=path!("/queues") view=pages::queues::QueuesPage ssr=SsrMode::Async/>
                     <Route path=path!("/schedules") view=pages::schedules::SchedulesPage ssr=SsrMode::Async/>
                     <Route path=path!("/schedules/new") view=pages::schedules::NewSchedulePage ssr=SsrMode::Async/>

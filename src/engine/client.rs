@@ -69,7 +69,8 @@ impl HistoryQuery {
     /// Why the rollups cannot answer this query at `now`, if they cannot.
     pub fn check(&self, now: DateTime<Utc>) -> Result<(), ClientError> {
         let step = self.step.as_secs();
-        if !Self::STEPS.contains(&step) || step % 60 != 0 || self.step.subsec_nanos() != 0 {
+        if !Self::STEPS.contains(&step) || !step.is_multiple_of(60) || self.step.subsec_nanos() != 0
+        {
             return Err(invalid(
                 "step",
                 "must be a whole number of minutes, from 60 to 86400 seconds",

@@ -1,6 +1,7 @@
 pub mod live;
 pub mod loaded;
 pub mod replica_lag;
+pub mod series_chart;
 pub mod session;
 pub mod state_counts;
 pub mod table;

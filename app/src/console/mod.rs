@@ -14,6 +14,7 @@
 pub mod accounts;
 pub mod alerts;
 pub mod audit;
+pub mod history;
 pub mod jobs;
 pub mod overview;
 pub mod questions;
@@ -106,6 +107,7 @@ pub trait Console:
     + audit::AuditConsole
     + webhooks::WebhooksConsole
     + alerts::AlertsConsole
+    + history::HistoryConsole
 {
 }
 
@@ -120,6 +122,7 @@ impl<T> Console for T where
         + audit::AuditConsole
         + webhooks::WebhooksConsole
         + alerts::AlertsConsole
+        + history::HistoryConsole
 {
 }
 

@@ -20,6 +20,11 @@ pub struct Overview {
     pub queues: Vec<QueueInfo>,
     /// Completed and failed attempts per minute, oldest first.
     pub throughput: Vec<MinutePoint>,
+    /// Every attempt's lateness per minute over the last hour (p50 and p99), oldest first.
+    pub lateness: Vec<super::history::HistoryStep>,
+    /// The lateness p50 and p99 over the whole hour.
+    pub late_p50_ms: Option<f64>,
+    pub late_p99_ms: Option<f64>,
     pub nodes: Vec<NodeInfo>,
 }
 

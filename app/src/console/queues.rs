@@ -34,6 +34,8 @@ pub struct QueueInfo {
     pub retryable: i64,
     pub discarded: i64,
     pub completed: i64,
+    /// Attempts that ended in each of the last 24 hours, oldest first (the current hour last).
+    pub last_day: Vec<i64>,
 }
 
 /// A job kind the server runs (or one paused), and whether it is paused on every node.

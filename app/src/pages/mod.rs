@@ -2,6 +2,7 @@ pub mod account;
 pub mod alerts;
 pub mod audit;
 pub mod calls;
+pub mod history;
 pub mod job_detail;
 pub mod jobs;
 pub mod login;

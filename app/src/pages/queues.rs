@@ -6,6 +6,8 @@ use std::collections::HashMap;
 
 use leptos::prelude::*;
 
+use crate::components::series_chart::Sparkline;
+
 use crate::components::session::{may_act, Csrf};
 
 use crate::components::live::use_live;
@@ -135,6 +137,7 @@ pub fn QueueTable(
                         <th scope="col">"Scheduled"</th>
                         <th scope="col">"Executing"</th>
                         <th scope="col">"Failed"</th>
+                        <th scope="col">"Last 24 h"</th>
                         <th scope="col">"Concurrency per node"</th>
                         <th scope="col">"Limits on all nodes"</th>
                         {action.is_some().then(|| view! { <th scope="col">"Actions"</th> })}
@@ -176,6 +179,20 @@ pub fn QueueTable(
                                     <td>{q.scheduled}</td>
                                     <td>{q.executing}</td>
                                     <td><a href=failed_href>{failed}</a></td>
+                                    <td class="last-day">
+                                        {
+                                            let total: i64 = q.last_day.iter().sum();
+                                            let label = format!("{total} attempts ended in the last 24 hours in queue {}", q.name);
+                                            let href = format!("/history?range=24h&queue={}", q.name);
+                                            let title = label.clone();
+                                            view! {
+                                                <a href=href title=title>
+                                                    <Sparkline values=q.last_day.clone() label=label/>
+                                                    " " {total}
+                                                </a>
+                                            }
+                                        }
+                                    </td>
                                     <td>{limit}</td>
                                     <td class="queue-limits">
                                         {match q.limits.clone() {

@@ -4,6 +4,9 @@
 //! is typed, in the schedule's zone and in the browser's.
 
 use leptos::prelude::*;
+
+use crate::console::history::{get_history, HistoryPage, HistoryQuery};
+use crate::pages::history::RunsSummary;
 use leptos_router::hooks::{use_navigate, use_params_map};
 
 use crate::components::live::use_live;
@@ -183,6 +186,18 @@ pub fn ScheduleDetailPage() -> impl IntoView {
         |(name, ..)| get_schedule(name),
     );
     clock.follow(detail, |d: &ScheduleDetail| d.now_ms);
+    // Its runs' history, from the rollups: it outlives the pruned runs.
+    let runs = Resource::new(
+        move || (name(), live.version.get()),
+        |(name, _)| {
+            get_history(HistoryQuery {
+                range: Some("7d".into()),
+                by: Some("kind".into()),
+                schedule: Some(name),
+                ..HistoryQuery::default()
+            })
+        },
+    );
     view! {
         <section class="page">
             <div class="page-head">
@@ -191,6 +206,8 @@ pub fn ScheduleDetailPage() -> impl IntoView {
             </div>
             <ActionError error=failure(action.value())/>
             <Loaded resource=detail render=move |d: ScheduleDetail| view! { <Detail d action save/> }/>
+            <h2>"Its runs, last 7 days"</h2>
+            <Loaded resource=runs render=move |p: HistoryPage| view! { <RunsSummary page=p/> }/>
         </section>
     }
 }

@@ -10,6 +10,7 @@
 mod accounts;
 mod alerts;
 mod audit;
+mod history;
 mod jobs;
 mod overview;
 mod questions;

@@ -7,7 +7,42 @@ use kickoff_app::console::Refusal;
 
 use super::{ms, operator, refused, ServerConsole};
 use crate::accounts::Role;
+use crate::engine::store::history::{late_quantile, HistoryFilter, HistoryGroup, LATE_BUCKETS};
+use crate::engine::HistoryQuery;
 use crate::engine::JobState;
+use chrono::DurationRound;
+use kickoff_app::console::history::HistoryStep;
+
+impl ServerConsole {
+    /// The lateness of every attempt that ended in the last hour: per minute, and over the hour.
+    async fn lateness(&self) -> Result<(Vec<HistoryStep>, Option<f64>, Option<f64>), Refusal> {
+        let reader = &self.reader.client;
+        let now = reader.db_now().await.map_err(refused)?;
+        let to = now
+            .duration_trunc(chrono::Duration::minutes(1))
+            .unwrap_or(now)
+            + chrono::Duration::minutes(1);
+        let query = HistoryQuery {
+            filter: HistoryFilter::default(),
+            group: HistoryGroup::All,
+            from: to - chrono::Duration::hours(1),
+            to,
+            step: std::time::Duration::from_secs(60),
+        };
+        let points = reader.history(&query).await.map_err(refused)?;
+        let mut hour = vec![0i64; LATE_BUCKETS];
+        for p in &points {
+            for (sum, n) in hour.iter_mut().zip(&p.late_buckets) {
+                *sum += n;
+            }
+        }
+        let steps = super::history::series(points)
+            .into_iter()
+            .flat_map(|s| s.steps)
+            .collect();
+        Ok((steps, late_quantile(&hour, 0.5), late_quantile(&hour, 0.99)))
+    }
+}
 
 #[async_trait::async_trait]
 impl OverviewConsole for ServerConsole {
@@ -32,6 +67,7 @@ impl OverviewConsole for ServerConsole {
                 failed: m.failed,
             })
             .collect();
+        let (lateness, late_p50_ms, late_p99_ms) = self.lateness().await?;
         let (nodes, leader) = reader.nodes().await.map_err(refused)?;
         let queues = self.queue_infos(&counts, &nodes).await?;
         let leader = leader.map(|l| l.node_id);
@@ -44,6 +80,9 @@ impl OverviewConsole for ServerConsole {
                 .collect(),
             queues,
             throughput,
+            lateness,
+            late_p50_ms,
+            late_p99_ms,
             nodes: nodes
                 .into_iter()
                 .map(|n| NodeInfo {

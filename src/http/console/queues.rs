@@ -10,8 +10,11 @@ use serde_json::Value;
 use super::{conn, operator, refused, Act, ServerConsole};
 use crate::accounts::Role;
 use crate::engine::limits::{QueueLimits, PARTITION_SCAN};
+use crate::engine::store::history::{HistoryFilter, HistoryGroup};
 use crate::engine::store::queues::LimitUse;
+use crate::engine::HistoryQuery;
 use crate::engine::JobState;
+use chrono::DurationRound;
 
 #[async_trait::async_trait]
 impl QueuesConsole for ServerConsole {
@@ -268,6 +271,7 @@ impl ServerConsole {
             retryable: 0,
             discarded: 0,
             completed: 0,
+            last_day: Vec::new(),
         };
         for s in settings {
             let info = infos
@@ -314,7 +318,37 @@ impl ServerConsole {
                 }
             }
         }
+        for (queue, hours) in self.last_day_by_queue().await? {
+            if let Some(info) = infos.get_mut(&queue) {
+                info.last_day = hours;
+            }
+        }
         Ok(infos.into_values().collect())
+    }
+
+    /// The attempts that ended in each of the last 24 hours, per queue (from the rollups).
+    async fn last_day_by_queue(&self) -> Result<Vec<(String, Vec<i64>)>, Refusal> {
+        let now = self.client.db_now().await.map_err(refused)?;
+        let to = now
+            .duration_trunc(chrono::Duration::hours(1))
+            .unwrap_or(now)
+            + chrono::Duration::hours(1);
+        let query = HistoryQuery {
+            filter: HistoryFilter::default(),
+            group: HistoryGroup::Queue,
+            from: to - chrono::Duration::hours(24),
+            to,
+            step: std::time::Duration::from_secs(3600),
+        };
+        let points = self.client.history(&query).await.map_err(refused)?;
+        let mut by_queue: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        for p in points {
+            by_queue
+                .entry(p.series.clone())
+                .or_default()
+                .push(p.attempts());
+        }
+        Ok(by_queue.into_iter().collect())
     }
 }
 
