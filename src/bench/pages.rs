@@ -70,6 +70,68 @@ pub(super) async fn seed(pool: &Db, rows: i64) -> Result<(), String> {
     Ok(())
 }
 
+/// The attempts' side of a table of `seed`ed jobs: a record for each job that was attempted, and
+/// 30 days of rollups as a busy deployment keeps them (20 queue and kind pairs every minute of
+/// the last day and every hour before, and 50 hourly schedules).
+async fn seed_history(pool: &Db) -> Result<(), String> {
+    let run = |sql: &'static str| async move {
+        sqlx::query(sql)
+            .execute(pool)
+            .await
+            .map_err(|e| format!("seeding the history: {e}"))
+    };
+    run(
+        "INSERT INTO job_attempts (job_id, attempt, queue, kind, node, due_at, started_at,
+                                   finished_at, duration_ms, outcome, error)
+         SELECT id, attempt, queue, kind, 'bench-node', attempted_at - interval '2 ms',
+                attempted_at, attempted_at + interval '5 ms', 5,
+                CASE state WHEN 'completed' THEN 'completed' WHEN 'discarded' THEN 'discarded'
+                           WHEN 'cancelled' THEN 'cancelled' ELSE 'failed' END,
+                CASE WHEN state IN ('discarded', 'retryable') THEN 'connection refused' END
+         FROM jobs WHERE attempt > 0 AND attempted_at IS NOT NULL",
+    )
+    .await?;
+    // A histogram of 100 attempts a step: most within 5 ms, a few later.
+    let buckets = "ARRAY[10, 20, 40, 15, 8, 4, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0]::bigint[]";
+    let rollups = format!(
+        "INSERT INTO {{table}} (minute, queue, kind, schedule_id, completed, failed, discarded,
+                                cancelled, snoozed, lost, late_buckets, duration_sum_ms,
+                                duration_max_ms)
+         SELECT t, 'q' || (p % 5), 'kind_' || p, 0, 95, 3, 1, 1, 0, 0, {buckets}, 500, 40
+         FROM generate_series({{from}}, {{to}}, {{step}}) AS t, generate_series(0, 19) AS p
+         UNION ALL
+         SELECT t, 'default', 'noop', 1000 + s, 1, 0, 0, 0, 0, 0,
+                ARRAY[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]::bigint[], 5, 5
+         FROM generate_series({{from}}, {{to}}, {{step}}) AS t, generate_series(0, 49) AS s
+         WHERE {{hourly}}"
+    );
+    let minutes = rollups
+        .replace("{table}", "job_history_minute")
+        .replace("{from}", "date_trunc('minute', now()) - interval '1 day'")
+        .replace("{to}", "date_trunc('minute', now()) - interval '1 minute'")
+        .replace("{step}", "interval '1 minute'")
+        .replace("{hourly}", "extract(minute FROM t) = 0");
+    let hours = rollups
+        .replace("{table}", "job_history_hour")
+        .replace("{from}", "date_trunc('hour', now()) - interval '30 days'")
+        .replace(
+            "{to}",
+            "date_trunc('hour', now()) - interval '1 day' - interval '1 hour'",
+        )
+        .replace("{step}", "interval '1 hour'")
+        .replace("{hourly}", "true");
+    for sql in [minutes, hours] {
+        sqlx::query(&sql)
+            .execute(pool)
+            .await
+            .map_err(|e| format!("seeding the rollups: {e}"))?;
+    }
+    run("ANALYZE job_attempts").await?;
+    run("ANALYZE job_history_minute").await?;
+    run("ANALYZE job_history_hour").await?;
+    Ok(())
+}
+
 pub(super) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -92,6 +154,7 @@ fn rss_kib() -> Option<u64> {
 pub async fn pages(pool: &Db, rows: i64, samples: usize) -> Result<Value, String> {
     let seed_started = Instant::now();
     seed(pool, rows).await?;
+    seed_history(pool).await?;
     let seed_secs = seed_started.elapsed().as_secs_f64();
 
     let engine = Engine::start(
@@ -164,6 +227,21 @@ pub async fn pages(pool: &Db, rows: i64, samples: usize) -> Result<Value, String
         ("/api/v1/jobs".into(), true),
         ("/api/v1/jobs?state=discarded".into(), true),
         ("/api/v1/stats".into(), true),
+        ("/jobs?late=1000".into(), false),
+        ("/history".into(), false),
+        ("/history?range=24h".into(), false),
+        ("/history?range=7d".into(), false),
+        ("/history?range=30d".into(), false),
+        ("/history?range=30d&by=kind".into(), false),
+        ("/api/v1/stats/history?group=queue".into(), true),
+        (
+            format!(
+                "/api/v1/stats/history?group=kind&step=3600&from={}",
+                (chrono::Utc::now() - chrono::Duration::days(30)).format("%Y-%m-%dT%H:%M:%SZ")
+            ),
+            true,
+        ),
+        (format!("/api/v1/jobs/{some_id}/attempts"), true),
     ];
     let client = reqwest::Client::new();
     // The dashboard wants a signed-in operator: sign in once, as a browser would.
@@ -228,6 +306,14 @@ pub async fn pages(pool: &Db, rows: i64, samples: usize) -> Result<Value, String
             .fetch_one(pool)
             .await
             .map_err(|e| e.to_string())?;
+    let (attempts, attempts_bytes, rollup_bytes): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM job_attempts), pg_total_relation_size('job_attempts'),
+                pg_total_relation_size('job_history_minute')
+                    + pg_total_relation_size('job_history_hour')",
+    )
+    .fetch_one(pool)
+    .await
+    .map_err(|e| e.to_string())?;
     let rss = rss_kib();
 
     shutdown.cancel();
@@ -257,6 +343,10 @@ pub async fn pages(pool: &Db, rows: i64, samples: usize) -> Result<Value, String
         "worst_p95_ms": (worst_p95 * 100.0).round() / 100.0,
         "addresses": results,
         "jobs_table_mib": table_bytes / (1024 * 1024),
+        "attempt_records": attempts,
+        "attempt_records_mib": attempts_bytes / (1024 * 1024),
+        "attempt_record_bytes_each": attempts_bytes / attempts.max(1),
+        "rollups_mib": rollup_bytes / (1024 * 1024),
         "jobs_indexes_mib": index_bytes / (1024 * 1024),
         "server_rss_mib": rss.map(|k| k / 1024),
         "pruned": pruned,

@@ -54,23 +54,27 @@ fn duration_ms(d: Duration) -> f64 {
 /// The `INSERT` of attempt records from a statement's common table expression `$from`, which
 /// returns the written job's row (`id`, `attempt`, `queue`, `kind`, `meta`, `attempted_by`,
 /// `attempted_at`), the attempt's due time `due_at`, the node's `started_at`, `duration_ms`,
-/// `output`, `logs` and `dropped` (each may be NULL), and its `outcome` and `error`.
+/// `output`, `logs` and `dropped` (each may be NULL), and its `outcome` and `error`. The
+/// attempt ended at its start plus its duration, both by the node's reading of the database's
+/// clock (not when its record is written: that comes later, after the completer's batch).
 macro_rules! record_attempts_from {
     ($from:literal) => {
         concat!(
             "INSERT INTO job_attempts (job_id, attempt, queue, kind, schedule_id, node, due_at,
-                                       started_at, duration_ms, outcome, error, output, logs,
-                                       logs_dropped)
+                                       started_at, finished_at, duration_ms, outcome, error,
+                                       output, logs, logs_dropped)
              SELECT id, attempt, queue, kind,
                     CASE WHEN (meta->>'schedule_id') ~ '^[0-9]{1,18}$'
                          THEN (meta->>'schedule_id')::bigint END,
-                    coalesce(attempted_by, ''), due_at,
-                    coalesce(started_at, attempted_at, now()),
-                    coalesce(duration_ms, greatest(0, 1000 * extract(epoch FROM
-                        clock_timestamp() - coalesce(started_at, attempted_at, now())))),
+                    coalesce(attempted_by, ''), due_at, s.at,
+                    s.at + make_interval(secs => s.ms / 1000), s.ms,
                     outcome, error, output::jsonb, logs::jsonb, coalesce(dropped, 0)
-             FROM ",
-            $from
+             FROM (SELECT *, coalesce(started_at, attempted_at, now()) AS at FROM ",
+            $from,
+            ") r,
+             LATERAL (SELECT r.at AS at,
+                             coalesce(r.duration_ms, greatest(0, 1000 * extract(epoch FROM
+                                 clock_timestamp() - r.at)))::float8 AS ms) s"
         )
     };
 }
