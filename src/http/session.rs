@@ -67,7 +67,7 @@ const SIGNED_IN: &str = "signed_in";
 /// token; they change nothing, and a cross-site page can neither send the `SameSite=Strict`
 /// cookie nor read the answer. Every other post needs the token (a new server function is
 /// protected until it is listed here).
-const READ_ONLY_FUNCTIONS: [&str; 21] = [
+const READ_ONLY_FUNCTIONS: [&str; 22] = [
     "/_console/account",
     "/_console/webhook_endpoints",
     "/_console/webhook_calls",
@@ -89,6 +89,7 @@ const READ_ONLY_FUNCTIONS: [&str; 21] = [
     "/_console/schedule",
     "/_console/schedule_kinds",
     "/_console/preview_rule",
+    "/_console/history",
 ];
 
 /// The signed-in user of a dashboard request (in the request's extensions).
