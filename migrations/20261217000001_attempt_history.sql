@@ -44,20 +44,14 @@ CREATE INDEX job_attempts_late_idx ON job_attempts (late_ms, job_id);
 
 -- The lateness histogram's bucket bounds in ms: bucket 0 holds attempts under 1 ms late (or
 -- early), bucket k those from the k-th bound up to the next, bucket 15 those a minute late or more.
--- `kickoff_late_bucket` is the one place that knows them (the engine reads them from here).
+-- The engine's `LATE_BOUNDS_MS` is the same list (a test compares them). Each bucket is a column
+-- (late_0 to late_15), not an array element: the charts sum tens of thousands of rows, and a sum
+-- of columns is a native aggregate where an element-wise sum of arrays was a function call a row
+-- (measured at 30 days of 70 series: 450 ms a chart page).
 CREATE FUNCTION kickoff_late_bounds() RETURNS double precision[]
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT ARRAY[1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000]::float8[]
 $$;
-
--- Element-wise sum of two histograms (a missing one counts as zeros), and its aggregate.
-CREATE FUNCTION kickoff_buckets_add(a bigint[], b bigint[]) RETURNS bigint[]
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN a IS NULL THEN b WHEN b IS NULL THEN a
-                ELSE ARRAY(SELECT coalesce(x, 0) + coalesce(y, 0)
-                           FROM unnest(a, b) WITH ORDINALITY AS t(x, y, i) ORDER BY i) END
-$$;
-CREATE AGGREGATE kickoff_buckets_sum(bigint[]) (SFUNC = kickoff_buckets_add, STYPE = bigint[]);
 
 -- Rollup deltas, appended by the trigger below (one row per statement, minute, queue, kind and
 -- schedule) and folded into job_history_minute by the leader's count folder, like
@@ -74,7 +68,23 @@ CREATE TABLE job_history_deltas (
     cancelled       bigint           NOT NULL,
     snoozed         bigint           NOT NULL,
     lost            bigint           NOT NULL,
-    late_buckets    bigint[]         NOT NULL,
+    -- The lateness histogram: attempts per bucket of kickoff_late_bounds().
+    late_0          bigint           NOT NULL,
+    late_1          bigint           NOT NULL,
+    late_2          bigint           NOT NULL,
+    late_3          bigint           NOT NULL,
+    late_4          bigint           NOT NULL,
+    late_5          bigint           NOT NULL,
+    late_6          bigint           NOT NULL,
+    late_7          bigint           NOT NULL,
+    late_8          bigint           NOT NULL,
+    late_9          bigint           NOT NULL,
+    late_10         bigint           NOT NULL,
+    late_11         bigint           NOT NULL,
+    late_12         bigint           NOT NULL,
+    late_13         bigint           NOT NULL,
+    late_14         bigint           NOT NULL,
+    late_15         bigint           NOT NULL,
     duration_sum_ms double precision NOT NULL,
     duration_max_ms double precision NOT NULL
 ) WITH (
@@ -97,7 +107,23 @@ CREATE TABLE job_history_minute (
     cancelled       bigint           NOT NULL,
     snoozed         bigint           NOT NULL,
     lost            bigint           NOT NULL,
-    late_buckets    bigint[]         NOT NULL,
+    -- The lateness histogram: attempts per bucket of kickoff_late_bounds().
+    late_0          bigint           NOT NULL,
+    late_1          bigint           NOT NULL,
+    late_2          bigint           NOT NULL,
+    late_3          bigint           NOT NULL,
+    late_4          bigint           NOT NULL,
+    late_5          bigint           NOT NULL,
+    late_6          bigint           NOT NULL,
+    late_7          bigint           NOT NULL,
+    late_8          bigint           NOT NULL,
+    late_9          bigint           NOT NULL,
+    late_10         bigint           NOT NULL,
+    late_11         bigint           NOT NULL,
+    late_12         bigint           NOT NULL,
+    late_13         bigint           NOT NULL,
+    late_14         bigint           NOT NULL,
+    late_15         bigint           NOT NULL,
     duration_sum_ms double precision NOT NULL,
     duration_max_ms double precision NOT NULL,
     PRIMARY KEY (minute, queue, kind, schedule_id)
@@ -120,14 +146,14 @@ BEGIN
            count(*) FILTER (WHERE outcome = 'cancelled'),
            count(*) FILTER (WHERE outcome = 'snoozed'),
            count(*) FILTER (WHERE outcome = 'lost'),
-           ARRAY[count(*) FILTER (WHERE b = 0), count(*) FILTER (WHERE b = 1),
-                 count(*) FILTER (WHERE b = 2), count(*) FILTER (WHERE b = 3),
-                 count(*) FILTER (WHERE b = 4), count(*) FILTER (WHERE b = 5),
-                 count(*) FILTER (WHERE b = 6), count(*) FILTER (WHERE b = 7),
-                 count(*) FILTER (WHERE b = 8), count(*) FILTER (WHERE b = 9),
-                 count(*) FILTER (WHERE b = 10), count(*) FILTER (WHERE b = 11),
-                 count(*) FILTER (WHERE b = 12), count(*) FILTER (WHERE b = 13),
-                 count(*) FILTER (WHERE b = 14), count(*) FILTER (WHERE b = 15)],
+           count(*) FILTER (WHERE b = 0), count(*) FILTER (WHERE b = 1),
+           count(*) FILTER (WHERE b = 2), count(*) FILTER (WHERE b = 3),
+           count(*) FILTER (WHERE b = 4), count(*) FILTER (WHERE b = 5),
+           count(*) FILTER (WHERE b = 6), count(*) FILTER (WHERE b = 7),
+           count(*) FILTER (WHERE b = 8), count(*) FILTER (WHERE b = 9),
+           count(*) FILTER (WHERE b = 10), count(*) FILTER (WHERE b = 11),
+           count(*) FILTER (WHERE b = 12), count(*) FILTER (WHERE b = 13),
+           count(*) FILTER (WHERE b = 14), count(*) FILTER (WHERE b = 15),
            sum(duration_ms), max(duration_ms)
     FROM (SELECT *, width_bucket(late_ms, kickoff_late_bounds()) AS b FROM new_rows) r
     GROUP BY 1, 2, 3, 4;

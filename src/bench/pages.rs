@@ -92,16 +92,20 @@ async fn seed_history(pool: &Db) -> Result<(), String> {
     )
     .await?;
     // A histogram of 100 attempts a step: most within 5 ms, a few later.
-    let buckets = "ARRAY[10, 20, 40, 15, 8, 4, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0]::bigint[]";
+    let late_columns = (0..16)
+        .map(|k| format!("late_{k}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let buckets = "10, 20, 40, 15, 8, 4, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0";
+    let on_time = "1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0";
     let rollups = format!(
         "INSERT INTO {{table}} (minute, queue, kind, schedule_id, completed, failed, discarded,
-                                cancelled, snoozed, lost, late_buckets, duration_sum_ms,
+                                cancelled, snoozed, lost, {late_columns}, duration_sum_ms,
                                 duration_max_ms)
          SELECT t, 'q' || (p % 5), 'kind_' || p, 0, 95, 3, 1, 1, 0, 0, {buckets}, 500, 40
          FROM generate_series({{from}}, {{to}}, {{step}}) AS t, generate_series(0, 19) AS p
          UNION ALL
-         SELECT t, 'default', 'noop', 1000 + s, 1, 0, 0, 0, 0, 0,
-                ARRAY[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]::bigint[], 5, 5
+         SELECT t, 'default', 'noop', 1000 + s, 1, 0, 0, 0, 0, 0, {on_time}, 5, 5
          FROM generate_series({{from}}, {{to}}, {{step}}) AS t, generate_series(0, 49) AS s
          WHERE {{hourly}}"
     );

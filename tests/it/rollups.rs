@@ -95,6 +95,12 @@ async fn rollups_equal_the_jobs_table_and_outlive_pruned_jobs() {
     engine.stop().await;
 
     // Read before and after the fold: the deltas not folded yet count the same.
+    // The engine reads the histogram with the database's bucket bounds.
+    let bounds: Vec<f64> = sqlx::query_scalar("SELECT kickoff_late_bounds()")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(bounds, history::LATE_BOUNDS_MS);
     let expected = from_jobs(&db.pool).await;
     assert_eq!(expected["default"][..5], [40, 10, 5, 0, 0]);
     assert_eq!(expected["other"][..5], [12, 0, 0, 5, 5]);

@@ -8,6 +8,7 @@
 //! statement) is seen entirely or not at all, so the series are exact whenever the folder last
 //! ran, and the current minute is never missing.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -90,50 +91,79 @@ pub struct HistoryFolded {
     pub minutes: i64,
 }
 
-/// The sums of the counters of the rollup rows of a group, named as the columns.
-macro_rules! summed {
-    () => {
+/// The lateness histogram's columns (`late_0` to `late_15`), each as `each` writes it.
+fn late_columns(each: impl Fn(String) -> String) -> String {
+    (0..LATE_BUCKETS)
+        .map(|k| each(format!("late_{k}")))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The sums of the counters of the rollup rows of a group, in the tables' column order, named
+/// as the columns.
+fn summed() -> String {
+    format!(
         "sum(completed)::bigint AS completed, sum(failed)::bigint AS failed,
          sum(discarded)::bigint AS discarded, sum(cancelled)::bigint AS cancelled,
-         sum(snoozed)::bigint AS snoozed, sum(lost)::bigint AS lost,
-         kickoff_buckets_sum(late_buckets) AS late_buckets,
-         sum(duration_sum_ms) AS duration_sum_ms, max(duration_max_ms) AS duration_max_ms"
-    };
+         sum(snoozed)::bigint AS snoozed, sum(lost)::bigint AS lost, {},
+         sum(duration_sum_ms) AS duration_sum_ms, max(duration_max_ms) AS duration_max_ms",
+        late_columns(|c| format!("sum({c})::bigint AS {c}"))
+    )
 }
 
 /// Adds an `excluded` rollup row into the row `m` it conflicts with.
-macro_rules! added {
-    () => {
+fn added() -> String {
+    format!(
         "completed = m.completed + excluded.completed, failed = m.failed + excluded.failed,
          discarded = m.discarded + excluded.discarded,
          cancelled = m.cancelled + excluded.cancelled, snoozed = m.snoozed + excluded.snoozed,
-         lost = m.lost + excluded.lost,
-         late_buckets = kickoff_buckets_add(m.late_buckets, excluded.late_buckets),
+         lost = m.lost + excluded.lost, {},
          duration_sum_ms = m.duration_sum_ms + excluded.duration_sum_ms,
-         duration_max_ms = greatest(m.duration_max_ms, excluded.duration_max_ms)"
-    };
+         duration_max_ms = greatest(m.duration_max_ms, excluded.duration_max_ms)",
+        late_columns(|c| format!("{c} = m.{c} + excluded.{c}"))
+    )
 }
+
+static FOLD: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH folded AS (DELETE FROM job_history_deltas RETURNING *),
+         merged AS (
+             INSERT INTO job_history_minute AS m
+             SELECT minute, queue, kind, schedule_id, {}
+             FROM folded GROUP BY minute, queue, kind, schedule_id
+             ON CONFLICT (minute, queue, kind, schedule_id) DO UPDATE SET {}
+             RETURNING 1)
+         SELECT (SELECT count(*) FROM folded) AS deltas, (SELECT count(*) FROM merged) AS minutes",
+        summed(),
+        added()
+    )
+});
 
 /// Folds every committed rollup delta into `job_history_minute`, in one statement. Two folds at
 /// once are safe: the second waits on the rows the first deletes, then skips them.
 pub async fn job_history_deltas_fold<'e>(
     db: impl PgExecutor<'e>,
 ) -> Result<HistoryFolded, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "WITH folded AS (DELETE FROM job_history_deltas RETURNING *),
-         merged AS (
-             INSERT INTO job_history_minute AS m
-             SELECT minute, queue, kind, schedule_id, ",
-        summed!(),
-        " FROM folded GROUP BY minute, queue, kind, schedule_id
-             ON CONFLICT (minute, queue, kind, schedule_id) DO UPDATE SET ",
-        added!(),
-        " RETURNING 1)
-         SELECT (SELECT count(*) FROM folded) AS deltas, (SELECT count(*) FROM merged) AS minutes"
-    ))
-    .fetch_one(db)
-    .await
+    sqlx::query_as(FOLD.as_str()).fetch_one(db).await
 }
+
+static COARSEN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH moved AS (
+             DELETE FROM job_history_minute
+             WHERE minute < date_trunc('hour', now() - make_interval(secs => $1))
+             RETURNING *),
+         merged AS (
+             INSERT INTO job_history_hour AS m
+             SELECT date_trunc('hour', minute), queue, kind, schedule_id, {}
+             FROM moved GROUP BY 1, queue, kind, schedule_id
+             ON CONFLICT (minute, queue, kind, schedule_id) DO UPDATE SET {}
+             RETURNING 1)
+         SELECT count(*) FROM moved",
+        summed(),
+        added()
+    )
+});
 
 /// Moves the minutes of every whole hour that ended more than `keep` ago into
 /// `job_history_hour`, in one statement (a reader sees each minute in one table or the other).
@@ -142,24 +172,10 @@ pub async fn job_history_coarsen<'e>(
     db: impl PgExecutor<'e>,
     keep: Duration,
 ) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(concat!(
-        "WITH moved AS (
-             DELETE FROM job_history_minute
-             WHERE minute < date_trunc('hour', now() - make_interval(secs => $1))
-             RETURNING *),
-         merged AS (
-             INSERT INTO job_history_hour AS m
-             SELECT date_trunc('hour', minute), queue, kind, schedule_id, ",
-        summed!(),
-        " FROM moved GROUP BY 1, queue, kind, schedule_id
-             ON CONFLICT (minute, queue, kind, schedule_id) DO UPDATE SET ",
-        added!(),
-        " RETURNING 1)
-         SELECT count(*) FROM moved"
-    ))
-    .bind(keep.as_secs_f64())
-    .fetch_one(db)
-    .await
+    sqlx::query_scalar(COARSEN.as_str())
+        .bind(keep.as_secs_f64())
+        .fetch_one(db)
+        .await
 }
 
 /// Deletes the hours that started more than `retention` ago. Returns how many rows.
@@ -220,6 +236,41 @@ impl HistoryPoint {
     }
 }
 
+static SERIES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH r AS (
+             SELECT * FROM job_history_minute WHERE minute >= $1 AND minute < $2
+             UNION ALL
+             SELECT * FROM job_history_hour
+             WHERE minute >= date_trunc('hour', $1) AND minute < $2
+             UNION ALL
+             SELECT * FROM job_history_deltas WHERE minute >= $1 AND minute < $2),
+         picked AS (
+             SELECT CASE $7 WHEN 'queue' THEN queue WHEN 'kind' THEN kind ELSE '' END AS series,
+                    $1 + make_interval(secs => $3 * floor(
+                        greatest(0, extract(epoch FROM minute - $1)) / $3)) AS at,
+                    r.*
+             FROM r
+             WHERE ($4::text IS NULL OR queue = $4) AND ($5::text IS NULL OR kind = $5)
+               AND ($6::bigint IS NULL OR schedule_id = $6)),
+         summed AS (SELECT series, at, {} FROM picked GROUP BY series, at)
+         SELECT s.series, steps.at,
+                coalesce(x.completed, 0) AS completed, coalesce(x.failed, 0) AS failed,
+                coalesce(x.discarded, 0) AS discarded, coalesce(x.cancelled, 0) AS cancelled,
+                coalesce(x.snoozed, 0) AS snoozed, coalesce(x.lost, 0) AS lost,
+                ARRAY[{}]::bigint[] AS late_buckets,
+                coalesce(x.duration_sum_ms, 0) AS duration_sum_ms,
+                coalesce(x.duration_max_ms, 0) AS duration_max_ms
+         FROM (SELECT series FROM summed UNION SELECT '' WHERE $7 = 'all') s
+         CROSS JOIN generate_series($1, $2 - make_interval(secs => 0.000001),
+                                    make_interval(secs => $3)) AS steps(at)
+         LEFT JOIN summed x ON x.series = s.series AND x.at = steps.at
+         ORDER BY s.series, steps.at",
+        summed(),
+        late_columns(|c| format!("coalesce(x.{c}, 0)"))
+    )
+});
+
 /// The series of the attempts `filter` selects, split as `group` says, in steps of `step` from
 /// `from` (included) to `to` (excluded), every step present in each series that has any attempt
 /// in the range, oldest first. Minutes coarsened to hours fall in the step of their hour.
@@ -236,50 +287,16 @@ pub async fn job_history_series<'e>(
         HistoryGroup::Queue => "queue",
         HistoryGroup::Kind => "kind",
     };
-    sqlx::query_as(concat!(
-        "WITH r AS (
-             SELECT * FROM job_history_minute WHERE minute >= $1 AND minute < $2
-             UNION ALL
-             SELECT * FROM job_history_hour
-             WHERE minute >= date_trunc('hour', $1) AND minute < $2
-             UNION ALL
-             SELECT * FROM job_history_deltas WHERE minute >= $1 AND minute < $2),
-         picked AS (
-             SELECT CASE $7 WHEN 'queue' THEN queue WHEN 'kind' THEN kind ELSE '' END AS series,
-                    $1 + make_interval(secs => $3 * floor(
-                        greatest(0, extract(epoch FROM minute - $1)) / $3)) AS at,
-                    r.*
-             FROM r
-             WHERE ($4::text IS NULL OR queue = $4) AND ($5::text IS NULL OR kind = $5)
-               AND ($6::bigint IS NULL OR schedule_id = $6)),
-         summed AS (
-             SELECT series, at, ",
-        summed!(),
-        " FROM picked GROUP BY series, at)
-         SELECT s.series, steps.at,
-                coalesce(x.completed, 0) AS completed, coalesce(x.failed, 0) AS failed,
-                coalesce(x.discarded, 0) AS discarded, coalesce(x.cancelled, 0) AS cancelled,
-                coalesce(x.snoozed, 0) AS snoozed, coalesce(x.lost, 0) AS lost,
-                coalesce(x.late_buckets,
-                         array_fill(0::bigint, ARRAY[cardinality(kickoff_late_bounds()) + 1]))
-                    AS late_buckets,
-                coalesce(x.duration_sum_ms, 0) AS duration_sum_ms,
-                coalesce(x.duration_max_ms, 0) AS duration_max_ms
-         FROM (SELECT series FROM summed UNION SELECT '' WHERE $7 = 'all') s
-         CROSS JOIN generate_series($1, $2 - make_interval(secs => 0.000001),
-                                    make_interval(secs => $3)) AS steps(at)
-         LEFT JOIN summed x ON x.series = s.series AND x.at = steps.at
-         ORDER BY s.series, steps.at"
-    ))
-    .bind(from)
-    .bind(to)
-    .bind(step.as_secs_f64())
-    .bind(&filter.queue)
-    .bind(&filter.kind)
-    .bind(filter.schedule_id)
-    .bind(group)
-    .fetch_all(db)
-    .await
+    sqlx::query_as(SERIES.as_str())
+        .bind(from)
+        .bind(to)
+        .bind(step.as_secs_f64())
+        .bind(&filter.queue)
+        .bind(&filter.kind)
+        .bind(filter.schedule_id)
+        .bind(group)
+        .fetch_all(db)
+        .await
 }
 
 /// The lateness under which a share `q` (0 to 1) of the attempts of histogram `buckets` started,
