@@ -95,12 +95,13 @@ impl HistoryQuery {
                 ),
             ));
         }
+        // Steps of whole hours read the hours; finer ones the minutes, kept for a day.
         let minutes_from = now - ChronoDuration::from_std(MINUTES_KEPT).unwrap_or_default();
-        if step < 3600 && self.from < minutes_from - ChronoDuration::hours(1) {
+        if !step.is_multiple_of(3600) && self.from < minutes_from {
             return Err(invalid(
                 "step",
                 "the history is kept per minute for the last 24 hours and per hour before: \
-                 take a step of 3600 or more, or a range within the last day",
+                 take a step of whole hours (3600, 7200, ...), or a range within the last day",
             ));
         }
         Ok(())

@@ -1,7 +1,8 @@
 //! The attempts' rollups (`job_history_*`): after a mixed workload they equal what the jobs
 //! table says (checked here with `count(*)`, which the product never runs), they outlive the
-//! pruned jobs, and the leader coarsens old minutes into hours and drops hours past the
-//! retention, the series' totals unchanged.
+//! pruned jobs, and the leader drops minutes after a day (the hours hold them, the series'
+//! totals unchanged) and hours past the retention; a schedule's runs count in their queue's
+//! totals once, and in their schedule's own series.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -79,8 +80,12 @@ async fn rollups_equal_the_jobs_table_and_outlive_pruned_jobs() {
         ("other", "snooze_once", 5),
         ("other", "ok", 7),
     ] {
-        for _ in 0..n {
-            let j = recorder(json!({ "mode": mode })).with_queue(queue);
+        for i in 0..n {
+            let mut j = recorder(json!({ "mode": mode })).with_queue(queue);
+            if mode == "ok" && i < 3 {
+                // Runs of a schedule: counted in their queue once, and in the schedule's series.
+                j = j.with_meta(json!({ "schedule_id": 77 }));
+            }
             ids.push(client.insert(&j).await.unwrap().job.id);
         }
     }
@@ -116,6 +121,23 @@ async fn rollups_equal_the_jobs_table_and_outlive_pruned_jobs() {
     assert_eq!(all[""][0], 52);
     let by_kind = totals(&series(&db.pool, HistoryGroup::Kind, Duration::from_secs(60), 1).await);
     assert_eq!(by_kind["recorder"], all[""]);
+    let to = Utc::now() + chrono::Duration::minutes(1);
+    let schedule = HistoryFilter {
+        schedule_id: Some(77),
+        ..HistoryFilter::default()
+    };
+    let runs = history::job_history_series(
+        &db.pool,
+        &schedule,
+        HistoryGroup::Queue,
+        to - chrono::Duration::hours(1),
+        to,
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    let runs = totals(&runs);
+    assert_eq!((runs["default"][0], runs["other"][0]), (3, 3));
 
     // Pruned jobs take their attempts' records, not the rollups.
     sqlx::query("DELETE FROM jobs")
@@ -130,13 +152,14 @@ async fn rollups_equal_the_jobs_table_and_outlive_pruned_jobs() {
     let kept = totals(&series(&db.pool, HistoryGroup::Queue, Duration::from_secs(60), 1).await);
     assert_eq!(kept, expected);
 
-    // Two days later the minutes are hours, with the same totals; past the retention they go.
+    // Two days later the minutes are gone, and the hours hold the same totals; past the
+    // retention the hours go too.
     sqlx::query("UPDATE job_history_minute SET minute = minute - interval '2 days'")
         .execute(&db.pool)
         .await
         .unwrap();
-    let report = folder.run_once_coarsening().await.unwrap();
-    assert!(report.history_coarsened > 0);
+    let report = folder.run_once_pruning_history().await.unwrap();
+    assert!(report.history_minutes_deleted > 0);
     let minutes: i64 = sqlx::query_scalar("SELECT count(*) FROM job_history_minute")
         .fetch_one(&db.pool)
         .await
@@ -145,6 +168,10 @@ async fn rollups_equal_the_jobs_table_and_outlive_pruned_jobs() {
     let hourly = series(&db.pool, HistoryGroup::Queue, Duration::from_secs(3600), 3).await;
     assert_eq!(totals(&hourly), expected);
     assert!(hourly.iter().all(|p| p.late_buckets.len() == LATE_BUCKETS));
+    sqlx::query("UPDATE job_history_hour SET minute = minute - interval '2 days'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
     let short = CountFolder::new(
         db.pool.clone(),
         CountFolderConfig {
@@ -152,7 +179,7 @@ async fn rollups_equal_the_jobs_table_and_outlive_pruned_jobs() {
             ..CountFolderConfig::default()
         },
     );
-    let report = short.run_once_coarsening().await.unwrap();
+    let report = short.run_once_pruning_history().await.unwrap();
     assert!(report.history_deleted > 0);
     assert!(
         series(&db.pool, HistoryGroup::Queue, Duration::from_secs(3600), 3)

@@ -9,8 +9,8 @@
 //! all in one statement. Minutes older than [`STATS_RETENTION`] are deleted.
 //!
 //! It also folds the attempts' rollup deltas (`job_history_deltas`, appended by a trigger on
-//! `job_attempts`) into `job_history_minute`, moves the minutes of every whole hour older than
-//! a day into `job_history_hour`, and deletes hours past the history's retention (see
+//! `job_attempts`) into `job_history_minute` and `job_history_hour`, deletes the minutes of every
+//! whole hour older than a day, and the hours past the history's retention (see
 //! `store::history`).
 //!
 //! Invariant: for every queue and state, the number of jobs equals `job_counts.n` plus the sum of
@@ -85,8 +85,8 @@ pub struct FoldReport {
     pub minutes_deleted: u64,
     /// Rollup delta rows folded.
     pub history_deltas: i64,
-    /// Rollup minutes moved into hours.
-    pub history_coarsened: i64,
+    /// Rollup minutes deleted for their age (their hours hold them).
+    pub history_minutes_deleted: u64,
     /// Rollup hours deleted for their age.
     pub history_deleted: u64,
 }
@@ -105,35 +105,35 @@ impl Report for FoldReport {
 pub struct CountFolder {
     pool: Db,
     config: CountFolderConfig,
-    /// When the rollups were last coarsened and pruned: once a minute is enough (a whole hour
-    /// becomes a day old once an hour).
-    last_coarsened: std::sync::Mutex<Option<std::time::Instant>>,
+    /// When the rollups were last pruned: once a minute is enough (a whole hour becomes a day
+    /// old once an hour).
+    last_pruned: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
-/// How often the rollups are coarsened and pruned.
-const COARSEN_EVERY: Duration = Duration::from_secs(60);
+/// How often the rollups are pruned.
+const PRUNE_HISTORY_EVERY: Duration = Duration::from_secs(60);
 
 impl CountFolder {
     pub fn new(pool: Db, config: CountFolderConfig) -> Self {
         CountFolder {
             pool,
             config,
-            last_coarsened: std::sync::Mutex::new(None),
+            last_pruned: std::sync::Mutex::new(None),
         }
     }
 
-    /// Folds every committed delta, then deletes minutes past the retention; coarsens and
-    /// prunes the attempts' rollups when a minute passed since it last did (or `coarsen`).
+    /// Folds every committed delta, then deletes minutes past the retention; prunes the
+    /// attempts' rollups when a minute passed since it last did.
     pub async fn run_once(&self) -> Result<FoldReport, sqlx::Error> {
         self.fold(false).await
     }
 
-    /// [`CountFolder::run_once`], coarsening and pruning the rollups now.
-    pub async fn run_once_coarsening(&self) -> Result<FoldReport, sqlx::Error> {
+    /// [`CountFolder::run_once`], pruning the rollups now.
+    pub async fn run_once_pruning_history(&self) -> Result<FoldReport, sqlx::Error> {
         self.fold(true).await
     }
 
-    async fn fold(&self, coarsen: bool) -> Result<FoldReport, sqlx::Error> {
+    async fn fold(&self, prune_now: bool) -> Result<FoldReport, sqlx::Error> {
         let folded = stats_store::job_count_deltas_fold(&self.pool).await?;
         let minutes_deleted =
             stats_store::job_stats_minute_delete_old(&self.pool, STATS_RETENTION).await?;
@@ -147,19 +147,16 @@ impl CountFolder {
             ..FoldReport::default()
         };
         let due = {
-            let mut last = self
-                .last_coarsened
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            let due = coarsen || last.is_none_or(|at| at.elapsed() >= COARSEN_EVERY);
+            let mut last = self.last_pruned.lock().unwrap_or_else(|e| e.into_inner());
+            let due = prune_now || last.is_none_or(|at| at.elapsed() >= PRUNE_HISTORY_EVERY);
             if due {
                 *last = Some(std::time::Instant::now());
             }
             due
         };
         if due {
-            report.history_coarsened =
-                history_store::job_history_coarsen(&self.pool, MINUTES_KEPT).await?;
+            report.history_minutes_deleted =
+                history_store::job_history_minutes_delete_old(&self.pool, MINUTES_KEPT).await?;
             report.history_deleted =
                 history_store::job_history_delete_old(&self.pool, self.config.history_retention)
                     .await?;

@@ -1,8 +1,9 @@
 //! SQL of the attempts' records and their rollups: `job_attempts` (one row per attempt that ended,
 //! written with its outcome, see `jobs::attempts`), `job_history_deltas` (appended by a trigger
-//! on `job_attempts`), `job_history_minute` (the deltas folded, for a day) and `job_history_hour`
-//! (whole hours coarsened from the minutes, for the retention). See the migration
-//! `20261217000001_attempt_history.sql`.
+//! on `job_attempts`), `job_history_minute` (the deltas folded per minute, kept for a day) and
+//! `job_history_hour` (the same deltas folded per hour, kept for the retention). Each attempt
+//! counts in its queue and kind's rows (schedule 0), and a schedule's run in its schedule's rows
+//! too. See the migration `20261217000001_attempt_history.sql`.
 //!
 //! Every reader of the rollups adds the deltas not folded yet, in one statement: a fold (one
 //! statement) is seen entirely or not at all, so the series are exact whenever the folder last
@@ -27,7 +28,7 @@ pub const LATE_BOUNDS_MS: [f64; 15] = [
 /// How many buckets a histogram has.
 pub const LATE_BUCKETS: usize = LATE_BOUNDS_MS.len() + 1;
 
-/// How long rollups are kept per minute; older minutes are coarsened to hours.
+/// How long rollups are kept per minute (the hours, kept beside them, hold them after).
 pub const MINUTES_KEPT: Duration = Duration::from_secs(24 * 3600);
 
 /// One attempt's record.
@@ -127,55 +128,47 @@ fn added() -> String {
 static FOLD: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH folded AS (DELETE FROM job_history_deltas RETURNING *),
-         merged AS (
+         minutes AS (
              INSERT INTO job_history_minute AS m
-             SELECT minute, queue, kind, schedule_id, {}
+             SELECT minute, queue, kind, schedule_id, {summed}
              FROM folded GROUP BY minute, queue, kind, schedule_id
-             ON CONFLICT (minute, queue, kind, schedule_id) DO UPDATE SET {}
+             ON CONFLICT (minute, queue, kind, schedule_id) DO UPDATE SET {added}
+             RETURNING 1),
+         hours AS (
+             INSERT INTO job_history_hour AS m
+             SELECT date_trunc('hour', minute), queue, kind, schedule_id, {summed}
+             FROM folded GROUP BY 1, queue, kind, schedule_id
+             ON CONFLICT (minute, queue, kind, schedule_id) DO UPDATE SET {added}
              RETURNING 1)
-         SELECT (SELECT count(*) FROM folded) AS deltas, (SELECT count(*) FROM merged) AS minutes",
-        summed(),
-        added()
+         SELECT (SELECT count(*) FROM folded) AS deltas, (SELECT count(*) FROM minutes) AS minutes",
+        summed = summed(),
+        added = added()
     )
 });
 
-/// Folds every committed rollup delta into `job_history_minute`, in one statement. Two folds at
-/// once are safe: the second waits on the rows the first deletes, then skips them.
+/// Folds every committed rollup delta into `job_history_minute` and `job_history_hour`, in one
+/// statement. Two folds at once are safe: the second waits on the rows the first deletes, then
+/// skips them.
 pub async fn job_history_deltas_fold<'e>(
     db: impl PgExecutor<'e>,
 ) -> Result<HistoryFolded, sqlx::Error> {
     sqlx::query_as(FOLD.as_str()).fetch_one(db).await
 }
 
-static COARSEN: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH moved AS (
-             DELETE FROM job_history_minute
-             WHERE minute < date_trunc('hour', now() - make_interval(secs => $1))
-             RETURNING *),
-         merged AS (
-             INSERT INTO job_history_hour AS m
-             SELECT date_trunc('hour', minute), queue, kind, schedule_id, {}
-             FROM moved GROUP BY 1, queue, kind, schedule_id
-             ON CONFLICT (minute, queue, kind, schedule_id) DO UPDATE SET {}
-             RETURNING 1)
-         SELECT count(*) FROM moved",
-        summed(),
-        added()
-    )
-});
-
-/// Moves the minutes of every whole hour that ended more than `keep` ago into
-/// `job_history_hour`, in one statement (a reader sees each minute in one table or the other).
-/// Returns how many minute rows moved.
-pub async fn job_history_coarsen<'e>(
+/// Deletes the minutes of every whole hour that ended more than `keep` ago (their hours hold
+/// them). Returns how many rows.
+pub async fn job_history_minutes_delete_old<'e>(
     db: impl PgExecutor<'e>,
     keep: Duration,
-) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(COARSEN.as_str())
-        .bind(keep.as_secs_f64())
-        .fetch_one(db)
-        .await
+) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query(
+        "DELETE FROM job_history_minute
+         WHERE minute < date_trunc('hour', now() - make_interval(secs => $1))",
+    )
+    .bind(keep.as_secs_f64())
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected())
 }
 
 /// Deletes the hours that started more than `retention` ago. Returns how many rows.
@@ -236,13 +229,12 @@ impl HistoryPoint {
     }
 }
 
-static SERIES: LazyLock<String> = LazyLock::new(|| {
+/// The series query over one rollup table (`job_history_minute` or `job_history_hour`, from its
+/// row that holds `$1`) and the deltas not folded yet.
+fn series_sql(table: &str, from: &str) -> String {
     format!(
         "WITH r AS (
-             SELECT * FROM job_history_minute WHERE minute >= $1 AND minute < $2
-             UNION ALL
-             SELECT * FROM job_history_hour
-             WHERE minute >= date_trunc('hour', $1) AND minute < $2
+             SELECT * FROM {table} WHERE minute >= {from} AND minute < $2
              UNION ALL
              SELECT * FROM job_history_deltas WHERE minute >= $1 AND minute < $2)
          SELECT CASE $7 WHEN 'queue' THEN queue WHEN 'kind' THEN kind ELSE '' END AS series,
@@ -253,18 +245,23 @@ static SERIES: LazyLock<String> = LazyLock::new(|| {
                 ARRAY[{}] AS late_buckets,
                 sum(duration_sum_ms) AS duration_sum_ms, max(duration_max_ms) AS duration_max_ms
          FROM r
-         WHERE ($4::text IS NULL OR queue = $4) AND ($5::text IS NULL OR kind = $5)
-           AND ($6::bigint IS NULL OR schedule_id = $6)
+         WHERE schedule_id = coalesce($6::bigint, 0)
+           AND ($4::text IS NULL OR queue = $4) AND ($5::text IS NULL OR kind = $5)
          GROUP BY 1, 2
          ORDER BY 1, 2",
         late_columns(|c| format!("sum({c})::bigint"))
     )
-});
+}
+
+static SERIES_MINUTES: LazyLock<String> = LazyLock::new(|| series_sql("job_history_minute", "$1"));
+static SERIES_HOURS: LazyLock<String> =
+    LazyLock::new(|| series_sql("job_history_hour", "date_trunc('hour', $1)"));
 
 /// The series of the attempts `filter` selects, split as `group` says, in steps of `step` from
 /// `from` (included) to `to` (excluded), every step present in each series that has any attempt
-/// in the range (and in the one series of [`HistoryGroup::All`] always), oldest first. Minutes
-/// coarsened to hours fall in the step of their hour.
+/// in the range (and in the one series of [`HistoryGroup::All`] always), oldest first. Steps of
+/// whole hours read the hours (an hour that began before `from` counts in the first step); finer
+/// steps read the minutes.
 ///
 /// The database sums only the steps that have rows; the empty steps are filled here. Filled in
 /// SQL (a cross join of the steps and the series) the plan's estimate crossed the JIT's
@@ -282,7 +279,14 @@ pub async fn job_history_series<'e>(
         HistoryGroup::Queue => "queue",
         HistoryGroup::Kind => "kind",
     };
-    let rows: Vec<HistoryPoint> = sqlx::query_as(SERIES.as_str())
+    // Whole hours read the hours; anything finer reads the minutes (kept for a day: see
+    // `HistoryQuery::check`).
+    let sql = if step.as_secs().is_multiple_of(3600) {
+        &SERIES_HOURS
+    } else {
+        &SERIES_MINUTES
+    };
+    let rows: Vec<HistoryPoint> = sqlx::query_as(sql.as_str())
         .bind(from)
         .bind(to)
         .bind(step.as_secs_f64())
