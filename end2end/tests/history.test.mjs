@@ -13,7 +13,7 @@ test('the history page is drawn on the server, readable without scripts', async 
   const res = await browser.request.get(baseUrl + '/history?range=24h&by=kind');
   assert.equal(res.status(), 200);
   const html = await res.text();
-  assert.match(html, /Completed per 15 min/);
+  assert.match(html, /Completed per 1 h/);
   assert.match(html, /role="img"/);
   assert.match(html, /Lateness p50 and p99/);
 });

@@ -72,7 +72,7 @@ pub(super) async fn seed(pool: &Db, rows: i64) -> Result<(), String> {
 
 /// The attempts' side of a table of `seed`ed jobs: a record for each job that was attempted, and
 /// 30 days of rollups as a busy deployment keeps them (20 queue and kind pairs every minute of
-/// the last day and every hour before, and 50 hourly schedules).
+/// the last day and every hour of 30 days, and 50 hourly schedules).
 async fn seed_history(pool: &Db) -> Result<(), String> {
     let run = |sql: &'static str| async move {
         sqlx::query(sql)
@@ -118,10 +118,7 @@ async fn seed_history(pool: &Db) -> Result<(), String> {
     let hours = rollups
         .replace("{table}", "job_history_hour")
         .replace("{from}", "date_trunc('hour', now()) - interval '30 days'")
-        .replace(
-            "{to}",
-            "date_trunc('hour', now()) - interval '1 day' - interval '1 hour'",
-        )
+        .replace("{to}", "date_trunc('hour', now()) - interval '1 hour'")
         .replace("{step}", "interval '1 hour'")
         .replace("{hourly}", "true");
     for sql in [minutes, hours] {
