@@ -39,8 +39,11 @@ CREATE TABLE job_attempts (
     CONSTRAINT attempt_output_size CHECK (output IS NULL OR pg_column_size(output) <= 131072),
     CONSTRAINT attempt_logs_array CHECK (logs IS NULL OR jsonb_typeof(logs) = 'array')
 );
--- The jobs list's "late by more than N ms" filter.
-CREATE INDEX job_attempts_late_idx ON job_attempts (late_ms, job_id);
+-- The jobs list's "late by more than N ms" filter, from a second: an entry for every attempt cost
+-- the completions 3 % of their throughput (an index write each, measured A/B), where one for the
+-- late attempts alone costs nothing while the system keeps time. A filter under a second reads
+-- the records instead (about 0.1 s a million).
+CREATE INDEX job_attempts_late_idx ON job_attempts (late_ms, job_id) WHERE late_ms >= 1000;
 
 -- The lateness histogram's bucket bounds in ms: bucket 0 holds attempts under 1 ms late (or
 -- early), bucket k those from the k-th bound up to the next, bucket 15 those a minute late or more.

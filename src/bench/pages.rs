@@ -229,6 +229,7 @@ pub async fn pages(pool: &Db, rows: i64, samples: usize) -> Result<Value, String
         ("/api/v1/jobs?state=discarded".into(), true),
         ("/api/v1/stats".into(), true),
         ("/jobs?late=1000".into(), false),
+        ("/jobs?late=100".into(), false),
         ("/history".into(), false),
         ("/history?range=24h".into(), false),
         ("/history?range=7d".into(), false),
