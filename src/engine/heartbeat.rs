@@ -10,7 +10,7 @@ use crate::engine::db::Db;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::node::{Attempts, BOOKKEEPING_LOCK_WAIT};
+use super::node::{bookkeeping_lock_wait, Attempts};
 use super::store::{jobs as job_store, nodes as node_store};
 
 pub struct Heartbeat {
@@ -72,13 +72,13 @@ impl Heartbeat {
     }
 
     /// A lease is renewed once it has less than this left: two beats and the longest a beat may
-    /// wait for one locked row ([`BOOKKEEPING_LOCK_WAIT`]), or the whole lease if that is
+    /// wait for one locked row ([`bookkeeping_lock_wait`]), or the whole lease if that is
     /// shorter. A lease left as it is on one beat thus outlives the next beat even when that
     /// one starts late behind a lock wait, and a row is rewritten every other beat or less often
     /// rather than on each (with the server's beat of a fifth of the lease and a lease of 5 s,
     /// every other beat; of 30 s, every third).
     fn renew_below(&self) -> Duration {
-        (self.interval * 2 + BOOKKEEPING_LOCK_WAIT).min(self.lease)
+        (self.interval * 2 + bookkeeping_lock_wait(self.lease)).min(self.lease)
     }
 
     /// One heartbeat: the leases first (they matter most), then the node row.

@@ -40,8 +40,18 @@ const BOOKKEEPING_CONNECTIONS: u32 = 7;
 /// How long a bookkeeping statement waits for a row lock another transaction holds before it
 /// gives up (and is tried again later): an operator's open transaction on one job must not stall
 /// the node's outcomes or leases. (A heartbeat that waits this long for one row is late by as
-/// much: see `Heartbeat::renew_below`.)
+/// much: see `Heartbeat::renew_below`.) At most a quarter of the lease: see
+/// [`bookkeeping_lock_wait`].
 pub const BOOKKEEPING_LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// The lock wait of the bookkeeping statements of a node whose leases last `lease`:
+/// [`BOOKKEEPING_LOCK_WAIT`], or a quarter of the lease if that is shorter. A heartbeat blocked
+/// this long on one locked row must still renew the other leases before they lapse: with a 2 s
+/// lease and the full 2 s wait, a beat that waited for one row came back as the others' leases
+/// ran out (seen: a lease read 18 µs past its end).
+pub fn bookkeeping_lock_wait(lease: Duration) -> Duration {
+    BOOKKEEPING_LOCK_WAIT.min(lease / 4)
+}
 
 impl Pools {
     /// The engine's own pools beside the handlers' `pool`, for a node running `queues` queues.
@@ -58,7 +68,7 @@ impl Pools {
     /// - no bitmap or sequential scans: a queue table's statistics are nearly always stale (a bulk
     ///   insert into a small table), and the planner then sorts every available row to take ten.
     ///   The claim and stage indexes already return rows in the order wanted.
-    pub fn new(pool: &Db, queues: usize) -> Self {
+    pub fn new(pool: &Db, queues: usize, lease: Duration) -> Self {
         // (Each producer and the timer use one connection at a time; two more for the warm-up's
         // parallel checkouts and a producer retrying.)
         let claims = [
@@ -68,7 +78,7 @@ impl Pools {
         ];
         let bookkeeping = [(
             "lock_timeout",
-            format!("{}ms", BOOKKEEPING_LOCK_WAIT.as_millis()),
+            format!("{}ms", bookkeeping_lock_wait(lease).as_millis().max(1)),
         )];
         Pools {
             handlers: pool.clone(),

@@ -92,7 +92,7 @@ impl Engine {
         // The settings are read after the listener is up (below): a change made in between is
         // then either in the rows read or in a notification received.
         let queues = Arc::new(Queues::with_fetch_ahead(&config.queues, config.fetch_ahead));
-        let pools = Pools::new(&pool, queues.len());
+        let pools = Pools::new(&pool, queues.len(), config.lease);
         let node_id = config.node_id.clone();
         let attempts = Arc::new(Attempts::default());
         let timer_signal = Arc::new(TimerSignal::default());

@@ -1115,7 +1115,7 @@ impl Parts {
 
 fn parts(pool: &Db, concurrency: usize) -> Parts {
     Parts {
-        pools: Pools::new(pool, 1),
+        pools: Pools::new(pool, 1, EngineConfig::default().lease),
         queues: Arc::new(Queues::new(&[("default".to_string(), concurrency)])),
         signal: Arc::new(TimerSignal::default()),
         clock: Arc::new(DbClock::default()),

@@ -196,7 +196,7 @@ fn solo(
     fetch_ahead: usize,
     lease: Duration,
 ) -> Solo {
-    let pools = Pools::new(pool, 1);
+    let pools = Pools::new(pool, 1, lease);
     let queue = Arc::new(QueueState::new("default".into(), slots).with_fetch_ahead(fetch_ahead));
     let attempts = Arc::new(Attempts::default());
     let metrics = Arc::new(Metrics::new());
