@@ -26,7 +26,7 @@ test('a history chart changes when jobs complete, without a reload', async () =>
   const chart = page.getByRole('img', { name: /^Completed per 1 min/ });
   const completed = async () => {
     const label = (await chart.getAttribute('aria-label')) ?? '';
-    const m = label.match(/noop: (\d+) jobs in all/);
+    const m = label.match(/noop: (\d+) jobs? in all/);
     return m ? Number(m[1]) : 0;
   };
   const before = await completed();

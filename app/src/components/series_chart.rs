@@ -26,6 +26,9 @@ pub struct Line {
 fn amount(v: f64, unit: &str) -> String {
     if unit == "ms" {
         crate::components::time::fine_span(v)
+    } else if v == 1.0 {
+        // "1 job", not "1 jobs".
+        format!("1 {}", unit.strip_suffix('s').unwrap_or(unit))
     } else if v >= 10.0 || v == v.trunc() {
         format!("{v:.0} {unit}")
     } else {
