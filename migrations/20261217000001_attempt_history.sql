@@ -1,5 +1,6 @@
 -- Every attempt's record (when it was due, when it started, how late, how long, its outcome, what
--- its handler recorded and logged), and per-minute rollups of the attempts that outlive the jobs.
+-- its handler recorded and logged), per-minute rollups of the attempts that outlive the jobs, and
+-- the count of predictions a question refused after its lock.
 -- Migrations are immutable once landed: change the schema in a new file.
 
 -- One row per attempt that ended (completed, failed, discarded, cancelled, snoozed, or lost when
@@ -189,3 +190,8 @@ BEGIN
 END $$;
 CREATE TRIGGER jobs_attempts_after_truncate AFTER TRUNCATE ON jobs
     FOR EACH STATEMENT EXECUTE FUNCTION kickoff_attempts_truncate();
+
+-- Predictions refused because the question had locked (or its game time had passed), counted on
+-- the question: part of its lock's proof. One short update a refusal, on a row nothing else
+-- writes once it is locked.
+ALTER TABLE questions ADD COLUMN refused_predictions bigint NOT NULL DEFAULT 0;

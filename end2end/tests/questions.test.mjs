@@ -69,10 +69,16 @@ test("a locked question proves its lock: how late after game time, by which node
   await eventually('the lock attempt to be recorded', async () => (await api('GET', `/jobs/${lockJob}/attempts`)).body,
     (a) => Array.isArray(a) && a.some((r) => r.outcome === 'completed'));
 
+  // A prediction after the lock is refused, and counted on the question.
+  const late = await api('POST', `/questions/${id}/predictions`, { player: 'cy', choice: 'Foxes' });
+  assert.equal(late.status, 409, JSON.stringify(late));
+  assert.equal((await api('GET', `/questions/${id}`)).body.refused_predictions, 1);
+
   const page = await browser.newPage();
   const errors = watchErrors(page);
   await page.goto(baseUrl + `/questions/${id}`);
   await hydrated(page);
+  assert.equal(await page.locator('[data-refused]').textContent(), '1 refused after the lock');
   const proof = page.locator('.lock-proof');
   await proof.waitFor();
   assert.match(await proof.textContent(), /^\d+(\.\d)? (ms|s) after game time by node \S+$/);

@@ -219,6 +219,10 @@ impl QuestionService {
         if !q.choices.iter().any(|c| c == choice) {
             return Err(QuestionError::UnknownChoice(choice.to_string()));
         }
+        // Counted for the lock's proof; the refusal stands whether or not the count is written.
+        if let Err(e) = store::question_count_refused(&self.pool, id).await {
+            tracing::warn!(question = id, error = %e, "a refused prediction was not counted");
+        }
         Err(QuestionError::PredictionsClosed)
     }
 

@@ -58,6 +58,9 @@ pub struct Question {
     pub settled_at: Option<DateTime<Utc>>,
     pub lock_job_id: Option<JobId>,
     pub created_at: DateTime<Utc>,
+    /// Predictions refused because the question had locked, or its game time had passed.
+    #[sqlx(default)]
+    pub refused_predictions: i64,
 }
 
 #[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
@@ -198,6 +201,18 @@ pub async fn question_set_answer<'e>(
         .bind(choice)
         .fetch_one(db)
         .await
+}
+
+/// Counts a prediction the question refused because it had locked (or its game time passed).
+pub async fn question_count_refused<'e>(
+    db: impl PgExecutor<'e>,
+    id: i64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE questions SET refused_predictions = refused_predictions + 1 WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await
+        .map(drop)
 }
 
 /// Marks a question settled once all its predictions are scored. Returns whether it changed.

@@ -122,6 +122,17 @@ async fn the_lock_fires_at_game_time_and_predictions_are_then_refused() {
         Err(QuestionError::PredictionsClosed)
     ));
     assert_eq!(locked.predictions, 1);
+    // Refusals are counted on the question (an unknown choice is no refusal of the lock's).
+    assert!(matches!(
+        svc.predict(q.id, "cy", "Tigers").await,
+        Err(QuestionError::PredictionsClosed)
+    ));
+    assert!(matches!(
+        svc.predict(q.id, "cy", "Bears").await,
+        Err(QuestionError::UnknownChoice(_))
+    ));
+    assert_eq!(svc.get(q.id).await.unwrap().question.refused_predictions, 2);
+    assert_eq!(locked.question.refused_predictions, 0);
     engine.stop().await;
 }
 

@@ -43,6 +43,8 @@ pub struct QuestionDetail {
     /// which node: from the record of the lock job's completed attempt.
     pub lock_late_ms: Option<f64>,
     pub lock_node: Option<String>,
+    /// Predictions refused because the question had locked (or its game time had passed).
+    pub refused_predictions: i64,
 }
 
 /// What the server provides to the question pages.

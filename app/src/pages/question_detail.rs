@@ -103,7 +103,15 @@ fn Detail(
                 })}
             </dd>
             <dt>"Predictions"</dt>
-            <dd>{d.predictions}</dd>
+            <dd>
+                {d.predictions}
+                {(d.refused_predictions > 0).then(|| view! {
+                    " · "
+                    <span data-refused="">
+                        {format!("{} refused after the lock", d.refused_predictions)}
+                    </span>
+                })}
+            </dd>
         </dl>
         {open.then(|| view! {
             <ActionForm action=move_time attr:class="inline-form">

@@ -58,6 +58,7 @@ impl QuestionsConsole for ServerConsole {
             None => None,
         };
         Ok(QuestionDetail {
+            refused_predictions: d.question.refused_predictions,
             lock_late_ms: lock.as_ref().map(|a| a.late_ms),
             lock_node: lock.map(|a| a.node),
             now_ms,
