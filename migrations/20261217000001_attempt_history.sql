@@ -57,48 +57,8 @@ CREATE FUNCTION kickoff_late_bounds() RETURNS double precision[]
     SELECT ARRAY[1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000]::float8[]
 $$;
 
--- Rollup deltas, appended by the trigger below (one row per statement, minute, queue, kind and
--- schedule) and folded into job_history_minute by the leader's count folder, like
--- job_count_deltas: writers only append, so completers on every node never wait on one row.
 -- schedule_id 0: every attempt of the queue and kind (a schedule's runs included); another: that
 -- schedule's runs alone. The minute is the one the attempts ended in.
-CREATE TABLE job_history_deltas (
-    minute          timestamptz      NOT NULL,
-    queue           text             NOT NULL,
-    kind            text             NOT NULL,
-    schedule_id     bigint           NOT NULL,
-    completed       bigint           NOT NULL,
-    failed          bigint           NOT NULL,
-    discarded       bigint           NOT NULL,
-    cancelled       bigint           NOT NULL,
-    snoozed         bigint           NOT NULL,
-    lost            bigint           NOT NULL,
-    -- The lateness histogram: attempts per bucket of kickoff_late_bounds().
-    late_0          bigint           NOT NULL,
-    late_1          bigint           NOT NULL,
-    late_2          bigint           NOT NULL,
-    late_3          bigint           NOT NULL,
-    late_4          bigint           NOT NULL,
-    late_5          bigint           NOT NULL,
-    late_6          bigint           NOT NULL,
-    late_7          bigint           NOT NULL,
-    late_8          bigint           NOT NULL,
-    late_9          bigint           NOT NULL,
-    late_10         bigint           NOT NULL,
-    late_11         bigint           NOT NULL,
-    late_12         bigint           NOT NULL,
-    late_13         bigint           NOT NULL,
-    late_14         bigint           NOT NULL,
-    late_15         bigint           NOT NULL,
-    duration_sum_ms double precision NOT NULL,
-    duration_max_ms double precision NOT NULL
-) WITH (
-    autovacuum_vacuum_scale_factor = 0,
-    autovacuum_vacuum_threshold = 10000,
-    autovacuum_vacuum_insert_scale_factor = 0,
-    autovacuum_vacuum_insert_threshold = 10000
-);
-
 -- The folded rollups: per minute, kept for a day, and per hour, kept for the retention (30 days by
 -- default); the fold adds each delta to both, so a chart in hours reads hours alone (a 30-day
 -- chart reading the last day's minutes read 30,000 rows where it needs 500). They outlive the
@@ -141,6 +101,17 @@ CREATE INDEX job_history_minute_schedule_idx ON job_history_minute (schedule_id,
     WHERE schedule_id <> 0;
 CREATE INDEX job_history_hour_schedule_idx ON job_history_hour (schedule_id, minute)
     WHERE schedule_id <> 0;
+
+-- Rollup deltas, appended by the trigger below (one row per statement, minute, queue, kind and
+-- schedule) and folded into job_history_minute and job_history_hour by the leader's count folder,
+-- like job_count_deltas: writers only append, so completers on every node never wait on one row.
+-- The columns are the rollups' own (LIKE without INCLUDING: no key, no index).
+CREATE TABLE job_history_deltas (LIKE job_history_minute) WITH (
+    autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 10000,
+    autovacuum_vacuum_insert_scale_factor = 0,
+    autovacuum_vacuum_insert_threshold = 10000
+);
 
 -- One delta row per statement and group: a batch of a thousand completions writes one row.
 CREATE FUNCTION kickoff_history_deltas() RETURNS trigger LANGUAGE plpgsql AS $$

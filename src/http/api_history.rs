@@ -13,7 +13,8 @@ use super::error::AppError;
 use super::extract::{ApiQuery, JobIdPath};
 use super::state::AppState;
 use crate::engine::store::history::{
-    late_quantile, AttemptRecord, HistoryFilter, HistoryGroup, HistoryPoint, LATE_BOUNDS_MS,
+    by_series, late_quantile, AttemptRecord, HistoryFilter, HistoryGroup, HistoryPoint,
+    LATE_BOUNDS_MS,
 };
 use crate::engine::HistoryQuery;
 
@@ -167,23 +168,6 @@ pub struct HistoryView {
     pub series: Vec<SeriesView>,
 }
 
-/// The series of `points` (ordered by series, then step), grouped.
-pub fn series_of(points: &[HistoryPoint]) -> Vec<SeriesView> {
-    let mut series: Vec<SeriesView> = Vec::new();
-    for p in points {
-        if series.last().is_none_or(|s| s.name != p.series) {
-            series.push(SeriesView {
-                name: p.series.clone(),
-                points: Vec::new(),
-            });
-        }
-        if let Some(s) = series.last_mut() {
-            s.points.push(PointView::from(p));
-        }
-    }
-    series
-}
-
 /// The query `params` ask, with its defaults, at `now`; 404 for an unknown schedule.
 pub async fn history_query(
     state: &AppState,
@@ -241,6 +225,12 @@ pub async fn history(
         to: q.to,
         step: q.step.as_secs(),
         late_bounds_ms: LATE_BOUNDS_MS.to_vec(),
-        series: series_of(&points),
+        series: by_series(points)
+            .into_iter()
+            .map(|(name, steps)| SeriesView {
+                name,
+                points: steps.iter().map(PointView::from).collect(),
+            })
+            .collect(),
     }))
 }

@@ -347,6 +347,19 @@ fn fill_steps(
     out
 }
 
+/// `points` (ordered by series, then step, as [`job_history_series`] returns them) as one list
+/// a series: its name and its steps.
+pub fn by_series(points: Vec<HistoryPoint>) -> Vec<(String, Vec<HistoryPoint>)> {
+    let mut series: Vec<(String, Vec<HistoryPoint>)> = Vec::new();
+    for p in points {
+        match series.last_mut() {
+            Some((name, steps)) if *name == p.series => steps.push(p),
+            _ => series.push((p.series.clone(), vec![p])),
+        }
+    }
+    series
+}
+
 /// The lateness under which a share `q` (0 to 1) of the attempts of histogram `buckets` started,
 /// in ms, read linearly within its bucket; `None` when it counts no attempt. At or past the last
 /// bound it is that bound (a minute): the histogram knows no more.

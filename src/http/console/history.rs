@@ -10,7 +10,7 @@ use kickoff_app::console::Refusal;
 use super::{ms, operator, refused, ServerConsole};
 use crate::accounts::Role;
 use crate::engine::store::history::{
-    late_quantile, HistoryFilter, HistoryGroup, HistoryPoint, LATE_BOUNDS_MS,
+    by_series, late_quantile, HistoryFilter, HistoryGroup, HistoryPoint, LATE_BOUNDS_MS,
 };
 use crate::engine::HistoryQuery;
 
@@ -26,29 +26,25 @@ fn late_from(buckets: &[i64], from_ms: f64) -> i64 {
 
 /// The series of `points` (ordered by series, then step) as the page shows them.
 pub(super) fn series(points: Vec<HistoryPoint>) -> Vec<HistorySeries> {
-    let mut series: Vec<HistorySeries> = Vec::new();
-    for p in points {
-        if series.last().is_none_or(|s| s.name != p.series) {
-            series.push(HistorySeries {
-                name: p.series.clone(),
-                steps: Vec::new(),
-            });
-        }
-        let step = HistoryStep {
-            at_ms: ms(p.at),
-            completed: p.completed,
-            failed: p.failed + p.discarded + p.lost,
-            cancelled: p.cancelled,
-            snoozed: p.snoozed,
-            late: late_from(&p.late_buckets, LATE_FROM_MS as f64),
-            late_p50_ms: late_quantile(&p.late_buckets, 0.5),
-            late_p99_ms: late_quantile(&p.late_buckets, 0.99),
-        };
-        if let Some(s) = series.last_mut() {
-            s.steps.push(step);
-        }
-    }
-    series
+    by_series(points)
+        .into_iter()
+        .map(|(name, steps)| HistorySeries {
+            name,
+            steps: steps
+                .into_iter()
+                .map(|p| HistoryStep {
+                    at_ms: ms(p.at),
+                    completed: p.completed,
+                    failed: p.failed + p.discarded + p.lost,
+                    cancelled: p.cancelled,
+                    snoozed: p.snoozed,
+                    late: late_from(&p.late_buckets, LATE_FROM_MS as f64),
+                    late_p50_ms: late_quantile(&p.late_buckets, 0.5),
+                    late_p99_ms: late_quantile(&p.late_buckets, 0.99),
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 #[async_trait::async_trait]

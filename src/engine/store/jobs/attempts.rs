@@ -355,6 +355,28 @@ impl ClaimWrite {
     }
 }
 
+/// Runs a [`complete_and_record!`] statement for `claims` and their `ends`; returns the claims
+/// it completed.
+async fn complete_recording<'e>(
+    db: impl PgExecutor<'e>,
+    sql: &'static str,
+    claims: &[Claim],
+    ends: &[AttemptEnd],
+) -> Result<Vec<(JobId, ClaimToken)>, sqlx::Error> {
+    let (ids, tokens) = split_claims(claims);
+    let e = end_arrays(ends);
+    sqlx::query_as(sql)
+        .bind(&ids)
+        .bind(&tokens)
+        .bind(&e.started_at)
+        .bind(&e.duration_ms)
+        .bind(&e.output)
+        .bind(&e.logs)
+        .bind(&e.dropped)
+        .fetch_all(db)
+        .await
+}
+
 /// Completes the attempts of these claims that still hold their jobs, waiting for rows that other
 /// transactions hold (a handler completing inside its own transaction), and records the attempts
 /// with what the job's row says of them. Returns the ids that were completed; a missing id was
@@ -373,21 +395,15 @@ pub async fn job_complete_many_with<'e>(
     claims: &[Claim],
     ends: &[AttemptEnd],
 ) -> Result<Vec<JobId>, sqlx::Error> {
-    let (ids, tokens) = split_claims(claims);
-    let e = end_arrays(ends);
     // The CTE locks the rows in id order: two multi-row writes then never deadlock (an UPDATE
     // joined to unnest locks in whatever order its plan reads).
-    let done: Vec<(JobId, ClaimToken)> =
-        sqlx::query_as(complete_and_record!("FOR NO KEY UPDATE OF jobs"))
-            .bind(&ids)
-            .bind(&tokens)
-            .bind(&e.started_at)
-            .bind(&e.duration_ms)
-            .bind(&e.output)
-            .bind(&e.logs)
-            .bind(&e.dropped)
-            .fetch_all(db)
-            .await?;
+    let done = complete_recording(
+        db,
+        complete_and_record!("FOR NO KEY UPDATE OF jobs"),
+        claims,
+        ends,
+    )
+    .await?;
     Ok(done.into_iter().map(|(id, _)| id).collect())
 }
 
@@ -403,19 +419,12 @@ pub async fn job_complete_unless_locked<C>(
 where
     for<'c> &'c mut C: PgExecutor<'c>,
 {
-    let (ids, tokens) = split_claims(claims);
-    let e = end_arrays(ends);
-    let written: Vec<(JobId, ClaimToken)> = sqlx::query_as(complete_and_record!(
-        "FOR NO KEY UPDATE OF jobs SKIP LOCKED"
-    ))
-    .bind(&ids)
-    .bind(&tokens)
-    .bind(&e.started_at)
-    .bind(&e.duration_ms)
-    .bind(&e.output)
-    .bind(&e.logs)
-    .bind(&e.dropped)
-    .fetch_all(&mut *conn)
+    let written = complete_recording(
+        &mut *conn,
+        complete_and_record!("FOR NO KEY UPDATE OF jobs SKIP LOCKED"),
+        claims,
+        ends,
+    )
     .await?;
     let written: Vec<Claim> = written
         .into_iter()
