@@ -226,3 +226,68 @@ test('the detail page reschedules, clones and deletes a job', async () => {
   assert.equal((await api('GET', `/jobs/${id}`)).status, 404);
   await page.close();
 });
+
+test('a running attempt shows its log live, and an opened log stays open as the page follows it', async () => {
+  const made = await api('POST', '/jobs', { kind: 'noop', args: { sleep_ms: 9000, e2e: 'live-log' } });
+  assert.equal(made.status, 201);
+  const id = made.body.job.id;
+  const page = await browser.newPage();
+  const errors = watchErrors(page);
+  await page.goto(`${baseUrl}/jobs/${id}`);
+  await hydrated(page);
+  await page.locator('.facts .badge', { hasText: 'executing' }).waitFor();
+  const running = page.locator('li.attempt.outcome-running');
+  // Its node writes the line once the attempt ran a beat; the page reads it every 2 s.
+  const log = running.locator('details.logs');
+  await log.locator('summary', { hasText: 'Log (1 line)' }).waitFor({ timeout: 10000 });
+  await log.locator('summary').click();
+  await log.getByText(/sleeping sleep_ms=9000/).waitFor();
+  // Two reads later it is still open, while the job still runs.
+  for (let i = 0; i < 2; i++) {
+    await page.waitForResponse((r) => new URL(r.url()).pathname === '/_console/job');
+  }
+  assert.equal(await stateOf(id), 'executing');
+  assert.equal(await log.getAttribute('open'), '');
+  await log.getByText(/sleeping sleep_ms=9000/).waitFor();
+  await shot(page, 'job-running-log');
+  // Ended, its record holds both lines, and the log the operator opened is still open.
+  const done = page.locator('li.attempt.outcome-completed details.logs');
+  await done.locator('summary', { hasText: 'Log (2 lines)' }).waitFor({ timeout: 15000 });
+  assert.equal(await done.getAttribute('open'), '');
+  await done.getByText('awake').waitFor();
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('the new-job form sets a late-start policy, kept in the job\'s meta', async () => {
+  const page = await browser.newPage();
+  const errors = watchErrors(page);
+  await page.goto(baseUrl + '/jobs/new');
+  await hydrated(page);
+  const form = page.getByRole('form', { name: 'New job' });
+  await form.getByLabel('Kind').selectOption('noop');
+  await form.getByLabel('Args (JSON object)').fill('{"e2e": "late-policy"}');
+  await form.getByRole('radio', { name: /in/ }).check();
+  await form.getByLabel('Minutes from now').fill('60');
+  await form.getByLabel('Seconds after its due time').fill('30');
+  await form.getByLabel('What happens to a late start').selectOption('skip');
+  await form.getByRole('button', { name: 'Create job' }).click();
+  await page.waitForURL(/\/jobs\/\d+$/);
+  const id = Number(page.url().split('/').pop());
+  const job = (await api('GET', `/jobs/${id}`)).body;
+  assert.deepEqual(job.meta.late, { after_ms: 30000, then: 'skip' });
+  assert.match(await page.getByLabel('Meta').textContent(), /"after_ms": 30000/);
+  // Skip without saying after how long is refused, and nothing is made.
+  await page.goto(baseUrl + '/jobs/new');
+  await hydrated(page);
+  await form.getByLabel('Kind').selectOption('noop');
+  await form.getByLabel('Args (JSON object)').fill('{"e2e": "late-policy-refused"}');
+  await form.getByLabel('What happens to a late start').selectOption('discard');
+  await form.getByRole('button', { name: 'Create job' }).click();
+  await page.getByRole('alert').getByText(/late: say after how many seconds/).waitFor();
+  const listed = await api('GET', '/jobs?kind=noop&limit=200');
+  assert.ok(!JSON.stringify(listed.body).includes('late-policy-refused'));
+  await api('DELETE', `/jobs/${id}`);
+  assert.deepEqual(errors, []);
+  await page.close();
+});

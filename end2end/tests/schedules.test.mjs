@@ -43,6 +43,9 @@ test('a schedule made in the form previews its slots, then its runs appear and f
   await form.getByLabel('Kind', { exact: true }).fill('noop');
   await form.getByLabel('Queue').fill('default');
   await form.getByLabel('Args (JSON)').fill(`{"look": "${name}"}`);
+  // A run that would start over 5 s late is skipped (each run's due time is its slot).
+  await form.getByLabel('Seconds after its due time').fill('5');
+  await form.getByLabel('What happens to a late start').selectOption('skip');
   await form.getByRole('button', { name: 'Create schedule' }).click();
   await page.waitForURL((url) => url.pathname === `/schedules/${name}`);
 
@@ -75,5 +78,10 @@ test('a schedule made in the form previews its slots, then its runs appear and f
   await page.goto(baseUrl + `/schedules/${name}`);
   await hydrated(page);
   await page.screenshot({ path: path.join(screenshots, 'schedule-detail.png'), fullPage: true });
+  // The policy is kept in its template, and the edit form starts from it.
+  assert.deepEqual((await api('GET', `/schedules/${name}`)).body.job.meta.late, { after_ms: 5000, then: 'skip' });
+  const edit = page.getByRole('form', { name: 'Edit schedule' });
+  assert.equal(await edit.getByLabel('Seconds after its due time').inputValue(), '5');
+  assert.equal(await edit.getByLabel('What happens to a late start').inputValue(), 'skip');
   await page.close();
 });

@@ -15,6 +15,10 @@ pub const MAX_RULES: i64 = 200;
 /// whatever the retention, or a subject would fire again.
 pub const ONCE_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
+/// The least `threshold_ms` of a `late_start` rule: the attempts it reads are those a second
+/// late or more (see migration `20261218000001`).
+pub const LATE_START_MIN_MS: i64 = 1_000;
+
 /// What a rule watches.
 #[derive(schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -39,10 +43,14 @@ pub enum Condition {
     NodeLost,
     /// Waiting jobs due more than `threshold_ms` ago and not started (scope: `queue`).
     Overdue,
+    /// Attempts that started more than `threshold_ms` (1,000 or more) after their due time
+    /// within the last 5 minutes, those their late-start policy skipped or discarded among them
+    /// (scope: `queue`, `kind`). One subject per queue; resolves when 5 minutes pass without one.
+    LateStart,
 }
 
 impl Condition {
-    pub const ALL: [Condition; 7] = [
+    pub const ALL: [Condition; 8] = [
         Condition::LateLock,
         Condition::QuestionOpen,
         Condition::JobDiscarded,
@@ -50,6 +58,7 @@ impl Condition {
         Condition::FailureRate,
         Condition::NodeLost,
         Condition::Overdue,
+        Condition::LateStart,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -61,6 +70,7 @@ impl Condition {
             Condition::FailureRate => "failure_rate",
             Condition::NodeLost => "node_lost",
             Condition::Overdue => "overdue",
+            Condition::LateStart => "late_start",
         }
     }
 
@@ -77,7 +87,7 @@ impl Condition {
     fn scopes(self) -> &'static [&'static str] {
         match self {
             Condition::LateLock | Condition::QuestionOpen => &["game"],
-            Condition::JobDiscarded => &["queue", "kind"],
+            Condition::JobDiscarded | Condition::LateStart => &["queue", "kind"],
             Condition::QueueBacklog | Condition::FailureRate | Condition::Overdue => &["queue"],
             Condition::NodeLost => &[],
         }
@@ -88,7 +98,7 @@ impl Condition {
         match self {
             Condition::LateLock | Condition::QuestionOpen => Some(1_000),
             Condition::NodeLost => Some(30_000),
-            Condition::Overdue => Some(60_000),
+            Condition::Overdue | Condition::LateStart => Some(60_000),
             _ => None,
         }
     }
@@ -121,15 +131,16 @@ pub struct RuleSpec {
     /// 1 to 100 characters, unique.
     pub name: String,
     pub condition: Option<Condition>,
-    /// Only this queue (`job_discarded`, `queue_backlog`, `failure_rate`, `overdue`).
+    /// Only this queue (`job_discarded`, `queue_backlog`, `failure_rate`, `overdue`,
+    /// `late_start`).
     pub queue: Option<String>,
-    /// Only this job kind (`job_discarded`).
+    /// Only this job kind (`job_discarded`, `late_start`).
     pub kind: Option<String>,
     /// Only this game's questions (`late_lock`, `question_open`).
     pub game: Option<String>,
     /// Milliseconds, 0 to 86,400,000: after game time (`late_lock`, `question_open`, default
     /// 1,000), since the heartbeat (`node_lost`, default 30,000), past due (`overdue`, default
-    /// 60,000).
+    /// 60,000), a start after the due time (`late_start`, 1,000 or more, default 60,000).
     #[schemars(range(min = 0, max = 86_400_000))]
     pub threshold_ms: Option<i64>,
     /// A count: available jobs (`queue_backlog`, needed), attempts finished in 5 minutes before
@@ -226,6 +237,12 @@ impl RuleSpec {
             (_, Some(ms)) if !(0..=86_400_000).contains(&ms) => {
                 return Err("threshold_ms: 0 to 86400000 (a day)".into())
             }
+            (_, Some(ms)) if condition == Condition::LateStart && ms < LATE_START_MIN_MS => {
+                return Err(format!(
+                    "threshold_ms: a late_start rule watches starts {LATE_START_MIN_MS} ms late \
+                     or more (1000 to 86400000)"
+                ))
+            }
             (Some(default), given) => Some(given.unwrap_or(default)),
             (None, None) => None,
         };
@@ -303,7 +320,7 @@ pub struct RuleRow {
     pub id: i64,
     pub name: String,
     /// `late_lock`, `question_open`, `job_discarded`, `queue_backlog`, `failure_rate`,
-    /// `node_lost` or `overdue`.
+    /// `node_lost`, `overdue` or `late_start`.
     pub condition: String,
     pub queue: Option<String>,
     pub kind: Option<String>,
@@ -380,6 +397,13 @@ pub fn describe(rule: &RuleRow) -> String {
         ),
         Condition::NodeLost => format!("a node's heartbeat is older than {ms} ms"),
         Condition::Overdue => format!("jobs{in_queue} wait more than {ms} ms past their due time"),
+        Condition::LateStart => {
+            let of_kind = kind.map(|k| format!(" of a {k} job")).unwrap_or_default();
+            format!(
+                "an attempt{of_kind}{in_queue} starts more than {ms} ms after its due time \
+                 (or its late-start policy skips or discards it)"
+            )
+        }
     };
     if for_secs > 0 {
         words.push_str(&format!(" for more than {for_secs} s"));
@@ -450,6 +474,20 @@ mod tests {
                     ..spec(Condition::LateLock)
                 },
                 "threshold_ms",
+            ),
+            (
+                RuleSpec {
+                    threshold_ms: Some(999),
+                    ..spec(Condition::LateStart)
+                },
+                "threshold_ms",
+            ),
+            (
+                RuleSpec {
+                    game: Some("g".into()),
+                    ..spec(Condition::LateStart)
+                },
+                "game",
             ),
             (
                 RuleSpec {

@@ -13,6 +13,7 @@
 //! lines or [`MAX_LOG_BYTES`] bytes the lines are counted, not kept (the record says how many).
 
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
@@ -67,6 +68,9 @@ pub struct AttemptRecorder {
     started: std::time::Instant,
     output: Mutex<Option<String>>,
     kept: Mutex<Kept>,
+    /// Bumped by each line and output; `shown` is its value at the last [`Self::changed`].
+    changes: AtomicU64,
+    shown: AtomicU64,
 }
 
 impl AttemptRecorder {
@@ -76,6 +80,8 @@ impl AttemptRecorder {
             started: std::time::Instant::now(),
             output: Mutex::new(None),
             kept: Mutex::new(Kept::default()),
+            changes: AtomicU64::new(0),
+            shown: AtomicU64::new(0),
         })
     }
 
@@ -91,6 +97,7 @@ impl AttemptRecorder {
             return Err(OutputRefused::NotJson("it holds a NUL character".into()));
         }
         *self.output.lock().unwrap_or_else(|e| e.into_inner()) = Some(text);
+        self.changes.fetch_add(1, Ordering::Release);
         Ok(())
     }
 
@@ -112,10 +119,12 @@ impl AttemptRecorder {
         let size = line.message.len() + line.target.len();
         if kept.lines.len() >= MAX_LOG_LINES || kept.bytes + size > MAX_LOG_BYTES {
             kept.dropped = kept.dropped.saturating_add(1);
-            return;
+        } else {
+            kept.bytes += size;
+            kept.lines.push(line);
         }
-        kept.bytes += size;
-        kept.lines.push(line);
+        // Counted once the line is in: a snapshot that sees the count sees the line.
+        self.changes.fetch_add(1, Ordering::Release);
     }
 
     /// The record of the attempt as it ends now: its start, how long it ran, its output and the
@@ -136,6 +145,17 @@ impl AttemptRecorder {
             logs,
             logs_dropped: kept.dropped.min(i32::MAX as u32) as i32,
         }
+    }
+
+    /// The attempt so far ([`Self::end`]), if it has run `min_age` or longer and logged or
+    /// recorded something since the last time this answered: what its job's page shows while it
+    /// runs.
+    pub fn changed(&self, min_age: std::time::Duration) -> Option<AttemptEnd> {
+        if self.started.elapsed() < min_age {
+            return None;
+        }
+        let now = self.changes.load(Ordering::Acquire);
+        (self.shown.swap(now, Ordering::AcqRel) != now).then(|| self.end())
     }
 
     /// Makes the layer send the events inside `span` here. False when no [`CaptureLayer`]'s
@@ -245,5 +265,41 @@ mod tests {
         ));
         assert_eq!(recorder.end().output.as_deref(), Some(r#"{"frozen":12}"#));
         assert!(recorder.end().logs.is_none());
+    }
+
+    #[test]
+    fn a_running_attempt_shows_what_changed_once_it_ran_long_enough() {
+        let recorder = AttemptRecorder::new(Utc::now());
+        assert!(
+            recorder.changed(std::time::Duration::ZERO).is_none(),
+            "nothing yet"
+        );
+        recorder.push(LogLine {
+            at: Utc::now(),
+            level: "INFO",
+            target: "t".into(),
+            message: "one".into(),
+        });
+        assert!(
+            recorder
+                .changed(std::time::Duration::from_secs(60))
+                .is_none(),
+            "too young"
+        );
+        let so_far = recorder.changed(std::time::Duration::ZERO).unwrap();
+        assert!(so_far.logs.unwrap().contains("one"));
+        assert!(
+            recorder.changed(std::time::Duration::ZERO).is_none(),
+            "shown already"
+        );
+        recorder.record(&serde_json::json!({"n": 1})).unwrap();
+        assert_eq!(
+            recorder
+                .changed(std::time::Duration::ZERO)
+                .unwrap()
+                .output
+                .as_deref(),
+            Some(r#"{"n":1}"#)
+        );
     }
 }

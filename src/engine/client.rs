@@ -816,6 +816,34 @@ impl Client {
         Ok(history_store::job_attempts_of(&self.pool, id).await?)
     }
 
+    /// What `job`'s running attempt (`job.attempt`) has logged and recorded so far, as a record
+    /// whose outcome is `running`, when its node wrote any (it does once a second for an attempt
+    /// that ran a second or longer and logged since); `None` for a job not running.
+    pub async fn attempt_so_far(&self, job: &Job) -> Result<Option<AttemptRecord>, ClientError> {
+        if job.state != JobState::Executing {
+            return Ok(None);
+        }
+        let live = job_store::attempt_live_of(&self.pool, job.id, job.attempt).await?;
+        let started_at = job.attempted_at.unwrap_or(job.scheduled_at);
+        Ok(live.map(|(output, logs, logs_dropped)| AttemptRecord {
+            job_id: job.id,
+            attempt: job.attempt,
+            node: job.attempted_by.clone().unwrap_or_default(),
+            due_at: job.scheduled_at,
+            started_at,
+            finished_at: started_at,
+            late_ms: (started_at - job.scheduled_at)
+                .num_microseconds()
+                .map_or(0.0, |us| us as f64 / 1000.0),
+            duration_ms: 0.0,
+            outcome: "running".into(),
+            error: None,
+            output,
+            logs,
+            logs_dropped,
+        }))
+    }
+
     /// The latest completed attempt of each of these jobs.
     pub async fn completed_attempts(
         &self,

@@ -287,6 +287,10 @@ async fn run_attempt(
     let job = Arc::new(job);
     let started_at = me.parts.clock.now();
     let recorder = AttemptRecorder::new(started_at);
+    // Its page shows what it logs while it runs (the heartbeat writes it).
+    me.parts
+        .attempts
+        .set_recorder(guard.claim, recorder.clone());
     // The attempt's log lines: the events inside its span (this task's), when the capture
     // layer is installed.
     recorder.attach(&tracing::Span::current());

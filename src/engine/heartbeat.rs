@@ -1,8 +1,10 @@
-//! The heartbeat: keeps this node's row in `nodes` fresh and renews the leases of its running
-//! attempts. An attempt whose claim no longer holds its job (cancelled, rescued while this node was
+//! The heartbeat: keeps this node's row in `nodes` fresh, renews the leases of its running
+//! attempts, and writes what those running a beat or longer logged since the last beat (their
+//! jobs' pages show it live, see `job_attempt_live`). An attempt whose claim no longer holds its job (cancelled, rescued while this node was
 //! cut off, or claimed again after its claim was lost in a crash) is stopped. A lease whose row
 //! another transaction has locked is not waited for (see `job_renew_leases`).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +12,7 @@ use crate::engine::db::Db;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+use super::job::JobId;
 use super::node::{bookkeeping_lock_wait, Attempts};
 use super::store::{jobs as job_store, nodes as node_store};
 
@@ -25,6 +28,8 @@ pub struct Heartbeat {
     /// The first beat registers the node: its row (maybe left by an earlier process with the
     /// same id) says it started now.
     registered: std::sync::atomic::AtomicBool,
+    /// The jobs whose running attempt this node wrote to `job_attempt_live`.
+    live: std::sync::Mutex<HashSet<JobId>>,
 }
 
 impl Heartbeat {
@@ -54,6 +59,7 @@ impl Heartbeat {
             lease,
             interval,
             registered: Default::default(),
+            live: Default::default(),
         }
     }
 
@@ -96,7 +102,31 @@ impl Heartbeat {
         )
         .await?;
         self.registered.store(true, Ordering::Relaxed);
+        if let Err(e) = self.write_live().await {
+            tracing::debug!(error = %e, "writing the running attempts' log lines failed");
+        }
         leases
+    }
+
+    /// What the attempts running a beat or longer logged and recorded since the last beat, for
+    /// their jobs' pages; and the rows of those that ended since, deleted (their records hold
+    /// the lines now). Attempts shorter than a beat, or silent, write nothing.
+    async fn write_live(&self) -> Result<(), sqlx::Error> {
+        let (changed, running) = self.attempts.live(self.interval);
+        let ended: Vec<JobId> = {
+            let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+            live.extend(changed.iter().map(|c| c.0));
+            let ended = live.difference(&running).copied().collect();
+            live.retain(|id| running.contains(id));
+            ended
+        };
+        if !changed.is_empty() {
+            job_store::attempt_live_write(&self.pool, &self.node_id, &changed).await?;
+        }
+        if !ended.is_empty() {
+            job_store::attempt_live_delete(&self.pool, &self.node_id, &ended).await?;
+        }
+        Ok(())
     }
 
     async fn renew_leases(&self) -> Result<(), sqlx::Error> {

@@ -308,12 +308,7 @@ impl NewJob {
     /// What to do with an attempt that would start more than `policy.after_ms` late (kept in
     /// `meta`, see [`crate::engine::late_start`]).
     pub fn with_late_policy(mut self, policy: crate::engine::LatePolicy) -> Self {
-        if !self.meta.is_object() {
-            self.meta = Value::Object(Default::default());
-        }
-        if let (Value::Object(m), Ok(p)) = (&mut self.meta, serde_json::to_value(policy)) {
-            m.insert(crate::engine::late_start::META_LATE.to_string(), p);
-        }
+        crate::engine::LatePolicy::put_in_meta(Some(policy), &mut self.meta);
         self
     }
 }

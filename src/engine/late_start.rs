@@ -71,6 +71,56 @@ impl LatePolicy {
         Ok(Some(p))
     }
 
+    /// The policy of a form's two fields: `then` is `run`, `skip` or `discard` (empty, or
+    /// `run` with no limit: none), `after_secs` how late an attempt may start, in seconds (to
+    /// the millisecond).
+    pub fn from_form(after_secs: Option<&str>, then: Option<&str>) -> Result<Option<Self>, String> {
+        let after = after_secs.map(str::trim).filter(|s| !s.is_empty());
+        let then = match then.map(str::trim).unwrap_or_default() {
+            "" => OnLate::Run,
+            "run" => OnLate::Run,
+            "skip" => OnLate::Skip,
+            "discard" => OnLate::Discard,
+            other => return Err(format!("late: `{other}` is not run, skip or discard")),
+        };
+        let Some(after) = after else {
+            return match then {
+                OnLate::Run => Ok(None),
+                _ => Err("late: say after how many seconds late it is skipped or discarded".into()),
+            };
+        };
+        let secs: f64 = after
+            .parse()
+            .ok()
+            .filter(|s: &f64| s.is_finite() && *s >= 0.0)
+            .ok_or_else(|| format!("late: `{after}` is not a number of seconds from 0"))?;
+        let after_ms = (secs * 1000.0).round();
+        if after_ms > MAX_AFTER_MS as f64 {
+            return Err("late: at most 86,400 seconds (a day)".into());
+        }
+        Ok((then != OnLate::Run).then_some(LatePolicy {
+            after_ms: after_ms as u64,
+            then,
+        }))
+    }
+
+    /// Writes `policy` into `meta` (an object, or made one), or takes a policy out for `None`.
+    pub fn put_in_meta(policy: Option<LatePolicy>, meta: &mut Value) {
+        if !meta.is_object() {
+            *meta = Value::Object(Default::default());
+        }
+        if let Value::Object(m) = meta {
+            match policy.map(serde_json::to_value) {
+                Some(Ok(p)) => {
+                    m.insert(META_LATE.to_string(), p);
+                }
+                _ => {
+                    m.remove(META_LATE);
+                }
+            }
+        }
+    }
+
     /// What becomes of an attempt that starts `late` after its due time.
     pub fn decide(&self, late: Duration) -> Option<LateEnd> {
         if late <= Duration::from_millis(self.after_ms) {
@@ -119,5 +169,38 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(run.decide(Duration::from_secs(60)), None);
+    }
+
+    #[test]
+    fn a_forms_fields_give_a_policy_or_say_what_is_wrong() {
+        assert_eq!(LatePolicy::from_form(None, None), Ok(None));
+        assert_eq!(LatePolicy::from_form(Some(" "), Some("run")), Ok(None));
+        assert_eq!(LatePolicy::from_form(Some("60"), Some("run")), Ok(None));
+        assert_eq!(
+            LatePolicy::from_form(Some("1.5"), Some("skip")),
+            Ok(Some(LatePolicy {
+                after_ms: 1500,
+                then: OnLate::Skip
+            }))
+        );
+        assert_eq!(
+            LatePolicy::from_form(Some("0"), Some("discard")),
+            Ok(Some(LatePolicy {
+                after_ms: 0,
+                then: OnLate::Discard
+            }))
+        );
+        for (after, then) in [
+            (None, Some("skip")),
+            (Some("-1"), Some("skip")),
+            (Some("soon"), Some("skip")),
+            (Some("86401"), Some("discard")),
+            (Some("5"), Some("later")),
+        ] {
+            assert!(
+                LatePolicy::from_form(after, then).is_err(),
+                "{after:?} {then:?}"
+            );
+        }
     }
 }

@@ -16,10 +16,12 @@ use sqlx::postgres::PgPoolOptions;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::attempt_log::AttemptRecorder;
 use super::db::{Db, PoolMode};
 use super::job::{Claim, JobId};
 use super::metrics::Metrics;
 use super::store::jobs as job_store;
+use super::store::jobs::AttemptEnd;
 
 /// The node's connection pools.
 #[derive(Clone)]
@@ -141,6 +143,8 @@ struct Running {
     abort: Option<tokio::task::AbortHandle>,
     /// Set when the attempt was stopped because its job is gone (cancelled, rescued).
     stopped: bool,
+    /// What it logged and recorded so far, once its handler started.
+    recorder: Option<Arc<AttemptRecorder>>,
 }
 
 impl Running {
@@ -188,6 +192,7 @@ impl Attempts {
                 cancel,
                 abort: None,
                 stopped: false,
+                recorder: None,
             },
         )?;
         older.cancel.cancel();
@@ -209,6 +214,33 @@ impl Attempts {
             }
             r.abort = Some(abort);
         }
+    }
+
+    /// Gives the registered attempt of `claim` the recorder of what its handler logs and records.
+    pub fn set_recorder(&self, claim: Claim, recorder: Arc<AttemptRecorder>) {
+        if let Some(r) = self
+            .running()
+            .get_mut(&claim.id)
+            .filter(|r| r.claim == claim)
+        {
+            r.recorder = Some(recorder);
+        }
+    }
+
+    /// The running attempts (not stopped) that ran `min_age` or longer and logged or recorded
+    /// something new since they were last asked, with what they have so far; and the jobs of
+    /// every running attempt.
+    pub fn live(&self, min_age: Duration) -> (Vec<(JobId, i32, AttemptEnd)>, HashSet<JobId>) {
+        let running = self.running();
+        let changed = running
+            .iter()
+            .filter(|(_, r)| !r.stopped)
+            .filter_map(|(id, r)| {
+                let end = r.recorder.as_ref()?.changed(min_age)?;
+                Some((*id, r.attempt, end))
+            })
+            .collect();
+        (changed, running.keys().copied().collect())
     }
 
     /// Removes the attempt of `claim` (a newer claim of the same job is left alone); records it

@@ -4,11 +4,12 @@
 //! and its histogram, durations), the same series the dashboard's charts draw.
 
 use axum::extract::State;
-use axum::Json;
+use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::auth::ApiCaller;
 use super::error::AppError;
 use super::extract::{ApiQuery, JobIdPath};
 use super::state::AppState;
@@ -65,13 +66,17 @@ impl From<AttemptRecord> for AttemptView {
     }
 }
 
-/// The records of a job's attempts that ended, oldest first; 404 for an unknown job.
+/// The records of a job's attempts that ended, oldest first; 404 for an unknown job. A caller
+/// who does not see the job's secrets (see `redact`) sees them hidden in the records' errors,
+/// outputs and log lines too.
 pub async fn attempts(
     State(state): State<AppState>,
+    Extension(caller): Extension<ApiCaller>,
     JobIdPath(id): JobIdPath,
 ) -> Result<Json<Vec<AttemptView>>, AppError> {
-    state.client.get(id).await?;
+    let job = state.client.get(id).await?;
     let records = state.client.attempts(id).await?;
+    let records = super::api_jobs::sight(&caller).attempts(&job, records);
     Ok(Json(records.into_iter().map(AttemptView::from).collect()))
 }
 

@@ -265,7 +265,7 @@ pub fn endpoints() -> Vec<Endpoint> {
         Endpoint {
             method: "post",
             path: "/alert-rules",
-            summary: "Make an alert rule (admins): a condition (late_lock, question_open, job_discarded, queue_backlog, failure_rate, node_lost, overdue), its scope and thresholds (a field its condition does not read is refused), and where to notify (a webhook call, signed under an endpoint; `slack` payload for incoming webhooks). 201; 409 for a name taken or past 200 rules",
+            summary: "Make an alert rule (admins): a condition (late_lock, question_open, job_discarded, queue_backlog, failure_rate, node_lost, overdue, late_start), its scope and thresholds (a field its condition does not read is refused), and where to notify (a webhook call, signed under an endpoint; `slack` payload for incoming webhooks). 201; 409 for a name taken or past 200 rules",
             body: Some(schema::<crate::alerts::RuleSpec>),
             query: None,
             ok: (201, Some(schema::<crate::alerts::RuleRow>)),

@@ -2,10 +2,17 @@
 //! often) and every field named like a secret are replaced by [`REDACTED`], except for admins
 //! and the job's creator (see [`Sight`]); read-only callers (viewers, read-scope tokens) never
 //! see them. A clone keeps its original's creator, so copying a job reveals nothing.
+//!
+//! What a job's attempts left behind (their errors, the output their handler recorded, their
+//! log lines) is text a handler wrote, which may quote the job's secrets: for the same callers,
+//! every value of the job's own secrets is hidden wherever it appears in that text, and so is the
+//! value of every `name=value` or `name: value` whose name reads like a secret (a handler's
+//! `tracing::info!(token = ...)`).
 
 use serde_json::Value;
 
 use crate::engine::schedules::ScheduleView;
+use crate::engine::store::history::AttemptRecord;
 use crate::engine::Job;
 use crate::webhooks::deliveries::DeliveryRow;
 
@@ -50,6 +57,29 @@ impl Sight<'_> {
             hide_alert_url(&job.meta, &mut args);
             args
         }
+    }
+
+    /// The records of `job`'s attempts as the caller sees them (`job` as stored, its secrets
+    /// whole: they are what is looked for).
+    pub fn attempts(&self, job: &Job, records: Vec<AttemptRecord>) -> Vec<AttemptRecord> {
+        if self.sees_secrets_of(job) {
+            return records;
+        }
+        let secrets = secret_values(job);
+        records
+            .into_iter()
+            .map(|mut r| {
+                r.error = r.error.map(|e| scrub_text(&e, &secrets));
+                if let Some(output) = r.output.as_mut() {
+                    hide_secret_fields(output);
+                    scrub_strings(output, &secrets);
+                }
+                if let Some(logs) = r.logs.as_mut() {
+                    scrub_strings(logs, &secrets);
+                }
+                r
+            })
+            .collect()
     }
 
     /// A schedule as the caller sees it: its template's secrets whole for admins and its creator
@@ -200,12 +230,165 @@ fn audit_filter_for_reader(mut filter: Value) -> Value {
     filter
 }
 
-/// `job` with the secrets of its args and meta hidden.
+/// `job` with the secrets of its args and meta hidden, and in its errors' messages.
 fn job_for_reader(mut job: Job) -> Job {
+    let secrets = secret_values(&job);
+    for e in &mut job.errors {
+        e.message = scrub_text(&e.message, &secrets);
+    }
     job.args = args_for_reader(&job.kind, &job.args);
     hide_alert_url(&job.meta, &mut job.args);
     hide_secret_fields(&mut job.meta);
     job
+}
+
+/// The shortest value looked for as a secret in text: a shorter one (a header `X-Beta: on`)
+/// would hide every occurrence of a common word and tell nothing.
+const MIN_SECRET_CHARS: usize = 4;
+
+/// The values of `job`'s secrets, as text may quote them: what [`job_for_reader`] hides of its
+/// args and meta (a webhook's header values, its URL's password and query values, an alert
+/// notification's URL path, every secret-named field's values), longest first.
+fn secret_values(job: &Job) -> Vec<String> {
+    let mut found = Vec::new();
+    collect_named_secrets(&job.args, &mut found);
+    collect_named_secrets(&job.meta, &mut found);
+    if job.kind == crate::workers::webhook::KIND {
+        if let Some(Value::Object(headers)) = job.args.get("headers") {
+            headers
+                .values()
+                .for_each(|v| collect_strings(v, &mut found));
+        }
+    }
+    let url = job.args.get("url").and_then(Value::as_str);
+    if let Some(parsed) = url.and_then(|u| reqwest::Url::parse(u).ok()) {
+        if job.kind == crate::workers::webhook::KIND {
+            found.extend(parsed.password().map(String::from));
+            if !parsed.username().is_empty() {
+                found.push(parsed.username().to_string());
+            }
+            for pair in parsed.query().unwrap_or_default().split('&') {
+                found.push(pair.split_once('=').map_or(pair, |(_, v)| v).to_string());
+            }
+            for (_, v) in parsed.query_pairs() {
+                found.push(v.into_owned());
+            }
+        }
+        if job.meta.get("alert_incident").is_some() {
+            found.push(parsed.path().trim_start_matches('/').to_string());
+        }
+    }
+    found.retain(|s| s.chars().count() >= MIN_SECRET_CHARS);
+    found.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    found.dedup();
+    found
+}
+
+/// The string values (and numbers, as written) of every secret-named field in `value`.
+fn collect_named_secrets(value: &Value, found: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                if is_secret_name(key) {
+                    collect_strings(v, found);
+                } else {
+                    collect_named_secrets(v, found);
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_named_secrets(v, found)),
+        _ => {}
+    }
+}
+
+fn collect_strings(value: &Value, found: &mut Vec<String>) {
+    match value {
+        Value::String(s) => found.push(s.clone()),
+        Value::Number(n) => found.push(n.to_string()),
+        Value::Object(map) => map.values().for_each(|v| collect_strings(v, found)),
+        Value::Array(items) => items.iter().for_each(|v| collect_strings(v, found)),
+        _ => {}
+    }
+}
+
+/// `text` with each of `secrets` hidden, and the value of each `name=value` or `name: value`
+/// whose name reads like a secret.
+fn scrub_text(text: &str, secrets: &[String]) -> String {
+    let mut text = text.to_string();
+    for s in secrets {
+        if text.contains(s.as_str()) {
+            text = text.replace(s.as_str(), REDACTED);
+        }
+    }
+    hide_named_values(&text)
+}
+
+/// Every string in `value` (keys aside) through [`scrub_text`].
+fn scrub_strings(value: &mut Value, secrets: &[String]) {
+    match value {
+        Value::String(s) => *s = scrub_text(s, secrets),
+        Value::Object(map) => map.values_mut().for_each(|v| scrub_strings(v, secrets)),
+        Value::Array(items) => items.iter_mut().for_each(|v| scrub_strings(v, secrets)),
+        _ => {}
+    }
+}
+
+/// `text` with the value of each `name=value`, `name: value` or `"name": value` whose name reads
+/// like a secret replaced by [`REDACTED`]: a quoted value up to its closing quote, another up to
+/// the next space, comma, `&`, `;` or closing bracket.
+fn hide_named_values(text: &str) -> String {
+    let is_name_char = |c: char| c.is_alphanumeric() || c == '_' || c == '-';
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(['=', ':']) {
+        let (before, after) = rest.split_at(at);
+        let sep = &after[..1];
+        let mut value = &after[1..];
+        let name = before.trim_end_matches('"');
+        let name = &name[name
+            .char_indices()
+            .rev()
+            .find(|&(_, c)| !is_name_char(c))
+            .map_or(0, |(i, c)| i + c.len_utf8())..];
+        out.push_str(before);
+        out.push_str(sep);
+        // `name: value` takes one space; `name=value` none.
+        if sep == ":" {
+            if let Some(v) = value.strip_prefix(' ') {
+                out.push(' ');
+                value = v;
+            } else if !value.starts_with('"') {
+                rest = value;
+                continue;
+            }
+        }
+        if name.is_empty()
+            || !is_secret_name(name)
+            || value.is_empty()
+            || value.starts_with(REDACTED)
+        {
+            rest = value;
+            continue;
+        }
+        let end = match value.strip_prefix('"') {
+            Some(quoted) => quoted
+                .char_indices()
+                .scan(false, |escaped, (i, c)| {
+                    let closes = c == '"' && !*escaped;
+                    *escaped = c == '\\' && !*escaped;
+                    Some((i, closes))
+                })
+                .find(|&(_, closes)| closes)
+                .map_or(value.len(), |(i, _)| i + 2),
+            None => value
+                .find(|c: char| c.is_whitespace() || matches!(c, ',' | '&' | ';' | ')' | '}' | ']'))
+                .unwrap_or(value.len()),
+        };
+        out.push_str(REDACTED);
+        rest = &value[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// An alert's notification (a webhook job whose meta names its `alert_incident`, see
@@ -286,5 +469,126 @@ mod tests {
         // Another kind's `headers` is just a field (its secret-named ones hidden all the same).
         let other = args_for_reader("noop", &json!({"headers": {"a": 1}, "password": "p"}));
         assert_eq!(other, json!({"headers": {"a": 1}, "password": REDACTED}));
+    }
+
+    fn webhook(args: Value) -> Job {
+        let mut job: Job = serde_json::from_value(json!({
+            "id": 1, "queue": "default", "kind": "webhook", "args": args, "meta": {},
+            "state": "completed", "priority": 0, "attempt": 1, "max_attempts": 3,
+            "scheduled_at": "2026-12-05T00:00:00Z", "inserted_at": "2026-12-05T00:00:00Z",
+            "errors": [], "tags": []
+        }))
+        .unwrap();
+        job.created_by = Some("ada".into());
+        job
+    }
+
+    fn record(error: &str, output: Value, logs: Value) -> AttemptRecord {
+        let at = chrono::Utc::now();
+        AttemptRecord {
+            job_id: crate::engine::JobId(1),
+            attempt: 1,
+            node: "n".into(),
+            due_at: at,
+            started_at: at,
+            finished_at: at,
+            late_ms: 0.0,
+            duration_ms: 1.0,
+            outcome: "failed".into(),
+            error: Some(error.into()),
+            output: Some(output),
+            logs: Some(logs),
+            logs_dropped: 0,
+        }
+    }
+
+    #[test]
+    fn an_attempts_text_hides_the_jobs_secrets_and_secret_named_values_from_readers() {
+        let job = webhook(json!({
+            "url": "https://svc:hunter22@hooks.example.com/x?sig=s1gnature&v=2",
+            "headers": {"Authorization": "Bearer abc123", "X-Beta": "on"},
+            "body": {"game": 7, "api_key": "k-9876"},
+        }));
+        let rec = record(
+            "POST https://svc:hunter22@hooks.example.com/x?sig=s1gnature&v=2 said 401",
+            json!({"status": 401, "echo": "Bearer abc123", "token": "other", "beta": "on"}),
+            json!([
+                {"message": "calling with api_key=k-9876 now", "level": "INFO"},
+                {"message": "retrying token=\"q w e\" password: pw-1 (attempt 2)"},
+                {"message": "{\"client_secret\":\"zz-top\",\"game\":7} ok"},
+                {"message": "status: 401, game=7, at 12:30"},
+            ]),
+        );
+        let reader = Sight {
+            name: "bob",
+            admin: false,
+            reader: false,
+        };
+        let shown = &reader.attempts(&job, vec![rec.clone()])[0];
+        let text = format!("{shown:?}");
+        for secret in [
+            "hunter22",
+            "s1gnature",
+            "abc123",
+            "k-9876",
+            "other",
+            "q w e",
+            "pw-1",
+            "zz-top",
+        ] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        assert_eq!(
+            shown.error.as_deref(),
+            Some("POST https://svc:[redacted]@hooks.example.com/x?sig=[redacted]&v=2 said 401")
+        );
+        // What is not a secret stays readable: a 2-character header value, a status, a time.
+        assert_eq!(shown.output.as_ref().unwrap()["beta"], "on");
+        assert_eq!(shown.output.as_ref().unwrap()["status"], 401);
+        let logs = shown.logs.as_ref().unwrap();
+        assert_eq!(logs[0]["message"], "calling with api_key=[redacted] now");
+        assert_eq!(
+            logs[1]["message"],
+            "retrying token=[redacted] password: [redacted] (attempt 2)"
+        );
+        assert_eq!(
+            logs[2]["message"],
+            "{\"client_secret\":[redacted],\"game\":7} ok"
+        );
+        assert_eq!(logs[3]["message"], "status: 401, game=7, at 12:30");
+        // The job's creator and admins see the record as written; a viewer never does.
+        let creator = Sight {
+            name: "ada",
+            admin: false,
+            reader: false,
+        };
+        assert_eq!(creator.attempts(&job, vec![rec.clone()])[0], rec);
+        let admin = Sight {
+            name: "eve",
+            admin: true,
+            reader: false,
+        };
+        assert_eq!(admin.attempts(&job, vec![rec.clone()])[0], rec);
+        let viewer = Sight {
+            name: "ada",
+            admin: true,
+            reader: true,
+        };
+        assert_ne!(viewer.attempts(&job, vec![rec.clone()])[0], rec);
+    }
+
+    #[test]
+    fn a_failed_attempts_message_hides_the_jobs_secrets_from_readers() {
+        let mut job =
+            webhook(json!({"url": "https://h.example/x", "headers": {"X-Key": "sk_live_1"}}));
+        job.errors.push(
+            serde_json::from_value(json!({
+                "attempt": 1, "at": "2026-12-05T00:00:00Z", "node": "n",
+                "message": "refused key sk_live_1"
+            }))
+            .unwrap(),
+        );
+        let shown = job_for_reader(job);
+        assert_eq!(shown.errors[0].message, "refused key [redacted]");
     }
 }

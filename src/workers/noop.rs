@@ -1,5 +1,6 @@
-//! `noop`: a job that does nothing, optionally after a pause and after failing a few attempts.
-//! For trying the engine and the dashboard out, and for benchmarks.
+//! `noop`: a job that does nothing, optionally after a pause (logging "sleeping" before it and
+//! "awake" after) and after failing a few attempts. For trying the engine and the dashboard out,
+//! and for benchmarks.
 //!
 //! Args (all optional): `sleep_ms` (0 to 600000), `fail_attempts` (fail while the attempt number is
 //! at most this), `message` (the failure's message), `tally` (a counter name, 1 to 100 characters:
@@ -62,10 +63,13 @@ impl Worker for NoopWorker {
         Box::pin(async move {
             let a: NoopArgs = ctx.args()?;
             if a.sleep_ms > 0 {
+                // Its page shows the line while it sleeps (an attempt's log, live).
+                tracing::info!(sleep_ms = a.sleep_ms, "sleeping");
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(a.sleep_ms)) => {}
                     _ = ctx.cancelled().cancelled() => return Err(WorkError::Cancel("stopped".into())),
                 }
+                tracing::info!("awake");
             }
             if ctx.job.attempt <= a.fail_attempts {
                 return Err(WorkError::Retryable(a.message.unwrap_or_else(|| {

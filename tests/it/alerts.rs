@@ -958,3 +958,130 @@ async fn a_slack_text_escapes_what_slack_reads_as_markup() {
     assert!(!text.contains('<') && !text.contains('>'), "{text}");
     rig.engine.stop().await;
 }
+
+/// Attempt records in queue `parked`: one 4 s late, one its policy skipped 3 s late, one 0.5 s
+/// late (under the rules' threshold), and a notification's 9 s late (never counted).
+const LATE_ATTEMPTS: &str = "INSERT INTO job_attempts (job_id, attempt, queue, kind, node, due_at,
+        started_at, finished_at, duration_ms, outcome, error)
+    VALUES (9001, 1, 'parked', 'noop', 'n', now() - interval '5 s', now() - interval '1 s', now(),
+            1000, 'completed', NULL),
+           (9002, 1, 'parked', 'noop', 'n', now() - interval '3 s', now(), now(), 0, 'cancelled',
+            'started 3000.0 ms after its due time, past its limit of 2000 ms'),
+           (9003, 1, 'parked', 'noop', 'n', now() - interval '0.5 s', now(), now(), 0,
+            'completed', NULL),
+           (9004, 1, 'parked', 'webhook', 'n', now() - interval '9 s', now(), now(), 0,
+            'completed', NULL)";
+
+#[tokio::test]
+async fn late_starts_fire_per_queue_with_the_policys_skips_and_resolve_after_the_window() {
+    let rig = rig().await;
+    rig.rule(
+        json!({ "name": "late", "condition": "late_start", "queue": "parked",
+                     "threshold_ms": 2000 }),
+    )
+    .await;
+    rig.rule(json!({ "name": "late noop", "condition": "late_start", "kind": "noop" }))
+        .await;
+    assert_eq!(rig.evaluate().await, (vec![], vec![]), "nothing holds yet");
+    // Job 9004 is a notification: never a subject.
+    rig.sql("INSERT INTO alert_notifications (job_id) VALUES (9004)")
+        .await;
+    rig.sql(LATE_ATTEMPTS).await;
+    let report = rig.evaluator.run_once().await.unwrap();
+    let fired: Vec<(String, String, String)> = report
+        .fired
+        .iter()
+        .map(|i| (i.rule.clone(), i.subject.clone(), i.summary.clone()))
+        .collect();
+    // The 60 s default of the kind's rule sees none of them.
+    assert_eq!(
+        fired,
+        [(
+            "late".to_string(),
+            "queue parked".to_string(),
+            "2 attempt(s) in queue parked started more than 2000 ms after their due time in the \
+             last 5 minutes, 1 of them skipped or discarded by their late-start policy"
+                .to_string()
+        )]
+    );
+    assert_eq!(rig.evaluate().await, (vec![], vec![]), "once");
+    rig.sql("UPDATE job_attempts SET finished_at = now() - interval '6 minutes'")
+        .await;
+    assert_eq!(
+        rig.evaluate().await,
+        (vec![], vec!["queue parked".to_string()]),
+        "resolved once the window holds none"
+    );
+    rig.engine.stop().await;
+}
+
+/// A late-start policy's discard, through the engine: the job-discarded rule sees the job, and
+/// the late-start rule its queue, saying the policy discarded it; its call was never made.
+#[tokio::test]
+async fn a_late_start_policys_discard_fires_the_discarded_and_late_start_rules() {
+    use kickoff::engine::{JobState, LatePolicy, OnLate};
+    let rig = rig().await;
+    rig.rule(json!({ "name": "discards", "condition": "job_discarded", "kind": "webhook" }))
+        .await;
+    rig.rule(
+        json!({ "name": "late", "condition": "late_start", "queue": "webhooks",
+                     "threshold_ms": 1000 }),
+    )
+    .await;
+    let client = rig.engine.client();
+    client.set_queue_paused("webhooks", true).await.unwrap();
+    let job = NewJob::new("webhook", json!({ "url": rig.receiver.url("/late") }))
+        .with_queue("webhooks")
+        .with_late_policy(LatePolicy {
+            after_ms: 1000,
+            then: OnLate::Discard,
+        });
+    let job = client.insert(&job).await.unwrap().job;
+    // Due 5 s ago, held by the pause meanwhile.
+    rig.sql(&format!(
+        "UPDATE jobs SET scheduled_at = now() - interval '5 s' WHERE id = {}",
+        job.id
+    ))
+    .await;
+    client.set_queue_paused("webhooks", false).await.unwrap();
+    wait_for(
+        "the policy to discard it",
+        Duration::from_secs(10),
+        || async { client.get(job.id).await.unwrap().state == JobState::Discarded },
+    )
+    .await;
+    let report = rig.evaluator.run_once().await.unwrap();
+    let mut fired: Vec<(String, String, String)> = report
+        .fired
+        .iter()
+        .map(|i| (i.rule.clone(), i.subject.clone(), i.summary.clone()))
+        .collect();
+    fired.sort();
+    assert_eq!(fired.len(), 2, "{fired:?}");
+    assert_eq!(
+        (fired[0].0.as_str(), fired[0].1.clone()),
+        ("discards", format!("job {}", job.id))
+    );
+    assert!(
+        fired[0].2.contains("past its limit of 1000 ms"),
+        "{fired:?}"
+    );
+    assert_eq!(
+        (fired[1].0.as_str(), fired[1].1.as_str()),
+        ("late", "queue webhooks")
+    );
+    assert!(
+        fired[1]
+            .2
+            .ends_with("1 of them skipped or discarded by their late-start policy"),
+        "{fired:?}"
+    );
+    let deliveries = rig
+        .count(&format!(
+            "SELECT count(*) FROM webhook_deliveries WHERE job_id = {}",
+            job.id
+        ))
+        .await;
+    assert_eq!(deliveries, 0, "the late call was made");
+    rig.engine.stop().await;
+}

@@ -46,6 +46,11 @@ impl Worker for Recorder {
                     tracing::info!(%refused, "kept the small output");
                     Ok(())
                 }
+                "hold" => {
+                    tracing::info!("holding until cancelled");
+                    ctx.cancelled().cancelled().await;
+                    Err(WorkError::Cancel("stopped".into()))
+                }
                 "in_tx" => {
                     ctx.record(&json!({"frozen": 3})).unwrap();
                     tracing::info!("freezing");
@@ -130,17 +135,18 @@ pub(crate) fn recorder(args: Value) -> NewJob {
     NewJob::new("recorder", args)
 }
 
+/// Inserts a `recorder` job with these args.
+async fn insert(client: &kickoff::engine::Client, args: Value) -> kickoff::engine::Job {
+    client.insert(&recorder(args)).await.unwrap().job
+}
+
 #[tokio::test]
 async fn a_job_started_late_on_purpose_records_how_late() {
     let db = test_db().await;
     let engine = start(&db.pool).await;
     let client = engine.client();
     client.set_queue_paused("default", true).await.unwrap();
-    let job = client
-        .insert(&recorder(json!({"mode": "ok"})))
-        .await
-        .unwrap()
-        .job;
+    let job = insert(&client, json!({"mode": "ok"})).await;
     // Held by the pause for at least 400 ms of the database's clock.
     let paused_at = client.db_now().await.unwrap();
     wait_for("400 ms to pass", Duration::from_secs(5), || async {
@@ -162,11 +168,7 @@ async fn a_job_started_late_on_purpose_records_how_late() {
     assert!(!r.node.is_empty());
     assert_eq!(r.output, Some(json!({"attempt": 1, "mode": "ok"})));
     // A job that was not held starts within moments of its due time.
-    let prompt = client
-        .insert(&recorder(json!({"mode": "ok"})))
-        .await
-        .unwrap()
-        .job;
+    let prompt = insert(&client, json!({"mode": "ok"})).await;
     let prompt_late = wait_records(&db.pool, prompt.id, 1).await[0].late_ms;
     assert!(
         prompt_late < r.late_ms,
@@ -183,11 +185,7 @@ async fn each_outcome_is_recorded_once_with_its_error() {
     let client = engine.client();
     let mut ids = Vec::new();
     for mode in ["fail_once", "fatal", "cancel", "snooze_once", "in_tx"] {
-        let j = client
-            .insert(&recorder(json!({ "mode": mode })))
-            .await
-            .unwrap()
-            .job;
+        let j = insert(&client, json!({ "mode": mode })).await;
         ids.push(j.id);
     }
     let failed_once = wait_records(&db.pool, ids[0], 2).await;
@@ -231,26 +229,10 @@ async fn output_and_log_lines_are_kept_and_bounded() {
     let db = test_db().await;
     let engine = start(&db.pool).await;
     let client = engine.client();
-    let chatty = client
-        .insert(&recorder(json!({"mode": "ok", "lines": 10_000})))
-        .await
-        .unwrap()
-        .job;
-    let failing = client
-        .insert(&recorder(json!({"mode": "fail_once", "lines": 2})))
-        .await
-        .unwrap()
-        .job;
-    let too_big = client
-        .insert(&recorder(json!({"mode": "too_big"})))
-        .await
-        .unwrap()
-        .job;
-    let in_tx = client
-        .insert(&recorder(json!({"mode": "in_tx"})))
-        .await
-        .unwrap()
-        .job;
+    let chatty = insert(&client, json!({"mode": "ok", "lines": 10_000})).await;
+    let failing = insert(&client, json!({"mode": "fail_once", "lines": 2})).await;
+    let too_big = insert(&client, json!({"mode": "too_big"})).await;
+    let in_tx = insert(&client, json!({"mode": "in_tx"})).await;
 
     let r = &wait_records(&db.pool, chatty.id, 1).await[0];
     let lines = r.logs.as_ref().unwrap().as_array().unwrap();
@@ -294,11 +276,7 @@ async fn a_lost_attempt_is_recorded_and_records_go_with_their_job() {
     let mut workers = Workers::new();
     workers.register(Recorder);
     let client = kickoff::engine::Client::new(db.pool.clone(), std::sync::Arc::new(workers));
-    let job = client
-        .insert(&recorder(json!({"mode": "ok"})))
-        .await
-        .unwrap()
-        .job;
+    let job = insert(&client, json!({"mode": "ok"})).await;
     // Claimed by a node that then died: its lease ran out.
     let claimed = kickoff::engine::store::jobs::job_claim(
         &db.pool,
@@ -379,5 +357,213 @@ async fn the_late_start_policy_runs_skips_or_discards_in_each_mode() {
     let bad = recorder(json!({})).with_meta(json!({"late": {"after_ms": 5, "then": "later"}}));
     let refused = client.insert(&bad).await.unwrap_err().to_string();
     assert!(refused.starts_with("meta: late:"), "{refused}");
+    engine.stop().await;
+}
+
+/// An attempt cancelled while it ran (by an operator, one at a time or in bulk) ended: its record
+/// says so, how long it ran and how late it started, written by the statement that cancelled it
+/// (the handler's own write comes after its claim was taken, and is fenced off).
+#[tokio::test]
+async fn an_attempt_cancelled_while_it_runs_is_recorded() {
+    use kickoff::engine::{BulkAction, JobFilter, JobState};
+    let db = test_db().await;
+    let engine = start(&db.pool).await;
+    let client = engine.client();
+    let one = insert(&client, json!({"mode": "hold", "n": 1})).await;
+    let bulk = insert(&client, json!({"mode": "hold", "n": 2})).await;
+    for id in [one.id, bulk.id] {
+        wait_for("the job to run", Duration::from_secs(10), || async {
+            client.get(id).await.unwrap().state == JobState::Executing
+        })
+        .await;
+    }
+    client.cancel(one.id).await.unwrap();
+    let filter = JobFilter {
+        kind: Some("recorder".into()),
+        args: Some(json!({"n": 2})),
+        ..JobFilter::default()
+    };
+    let report = client
+        .bulk_filter(BulkAction::Cancel, &filter)
+        .await
+        .unwrap();
+    assert_eq!(report.changed, 1);
+    for (id, due) in [(one.id, one.scheduled_at), (bulk.id, bulk.scheduled_at)] {
+        let rows = wait_records(&db.pool, id, 1).await;
+        assert_eq!(rows.len(), 1, "job {id}: {rows:?}");
+        let r = &rows[0];
+        assert_eq!((r.attempt, r.outcome.as_str()), (1, "cancelled"));
+        assert_eq!(r.error.as_deref(), Some("cancelled while it ran"));
+        assert_eq!(r.due_at, due);
+        assert!(r.duration_ms > 0.0 && r.finished_at > r.started_at, "{r:?}");
+        assert_eq!(client.get(id).await.unwrap().state, JobState::Cancelled);
+    }
+    // The handlers saw the cancel and stopped; their own writes changed nothing.
+    engine.stop().await;
+    assert_eq!(records(&db.pool, one.id).await.len(), 1);
+    assert_eq!(records(&db.pool, bulk.id).await.len(), 1);
+}
+
+/// A schedule's template carries a late-start policy to each run: the runs a paused queue held
+/// past it are skipped (cancelled, their records saying how late), the later ones run on time,
+/// and the schedule's history counts both.
+#[tokio::test]
+async fn a_schedules_late_policy_skips_the_runs_a_pause_held() {
+    use kickoff::engine::maintenance::count_folder::{CountFolder, CountFolderConfig};
+    use kickoff::engine::schedules::{JobTemplate, ScheduleSpec, Schedules};
+    use kickoff::engine::store::history::{self, HistoryFilter, HistoryGroup};
+    let db = test_db().await;
+    let engine = start(&db.pool).await;
+    let client = engine.client();
+    client.set_queue_paused("default", true).await.unwrap();
+    let mut template = JobTemplate::new("recorder", json!({"mode": "ok"}));
+    template.meta = json!({"late": {"after_ms": 300, "then": "skip"}});
+    let spec = ScheduleSpec::every("reminder", Duration::from_secs(1), template);
+    let schedules = Schedules::new(client.clone());
+    schedules.create(&spec, None).await.unwrap();
+    let id: i64 = sqlx::query_scalar("SELECT id FROM schedules WHERE name = 'reminder'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let overdue_runs = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM jobs
+             WHERE kind = 'recorder' AND scheduled_at < now() - interval '400 ms'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    };
+    wait_for("a run held 400 ms", Duration::from_secs(10), || async {
+        overdue_runs().await >= 1
+    })
+    .await;
+    client.set_queue_paused("default", false).await.unwrap();
+    let outcomes = || async {
+        sqlx::query_as::<_, (String, f64, Option<String>)>(
+            "SELECT outcome, late_ms, error FROM job_attempts WHERE schedule_id = $1 ORDER BY id",
+        )
+        .bind(id)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+    };
+    wait_for(
+        "a skipped run and one on time",
+        Duration::from_secs(15),
+        || async {
+            let seen = outcomes().await;
+            seen.iter().any(|o| o.0 == "cancelled") && seen.iter().any(|o| o.0 == "completed")
+        },
+    )
+    .await;
+    schedules.set_paused("reminder", true).await.unwrap();
+    engine.stop().await;
+    let seen = outcomes().await;
+    for (outcome, late_ms, error) in &seen {
+        match outcome.as_str() {
+            "cancelled" => {
+                assert!(*late_ms > 300.0, "{seen:?}");
+                assert!(
+                    error
+                        .as_deref()
+                        .unwrap()
+                        .contains("past its limit of 300 ms"),
+                    "{seen:?}"
+                );
+            }
+            "completed" => assert!(*late_ms <= 300.0, "{seen:?}"),
+            _ => panic!("{seen:?}"),
+        }
+    }
+    let skipped = seen.iter().filter(|o| o.0 == "cancelled").count() as i64;
+    let ran = seen.len() as i64 - skipped;
+    // The schedule's own series, folded.
+    CountFolder::new(db.pool.clone(), CountFolderConfig::default())
+        .run_once()
+        .await
+        .unwrap();
+    let to = Utc::now() + chrono::Duration::minutes(1);
+    let points = history::job_history_series(
+        &db.pool,
+        &HistoryFilter {
+            schedule_id: Some(id),
+            ..HistoryFilter::default()
+        },
+        HistoryGroup::All,
+        to - chrono::Duration::hours(1),
+        to,
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    let sum = |f: fn(&history::HistoryPoint) -> i64| points.iter().map(f).sum::<i64>();
+    assert_eq!((sum(|p| p.cancelled), sum(|p| p.completed)), (skipped, ran));
+}
+
+/// A running attempt's lines show while it runs: its node writes them once it ran a beat, and
+/// deletes them once it ended (its record holds them); a short attempt writes nothing.
+#[tokio::test]
+async fn a_running_attempts_lines_show_while_it_runs() {
+    use kickoff::engine::JobState;
+    capture_logs();
+    let db = test_db().await;
+    let engine = start(&db.pool).await;
+    let client = engine.client();
+    let quick = insert(&client, json!({"mode": "ok", "lines": 3})).await;
+    let held = insert(&client, json!({"mode": "hold", "lines": 2})).await;
+    wait_records(&db.pool, quick.id, 1).await;
+    let so_far = || async {
+        let job = client.get(held.id).await.unwrap();
+        client.attempt_so_far(&job).await.unwrap()
+    };
+    wait_for(
+        "the running attempt's lines",
+        Duration::from_secs(10),
+        || async { so_far().await.is_some() },
+    )
+    .await;
+    let r = so_far().await.unwrap();
+    assert_eq!((r.attempt, r.outcome.as_str()), (1, "running"));
+    let lines: Vec<&str> = r
+        .logs
+        .as_ref()
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "working line=0",
+            "working line=1",
+            "holding until cancelled"
+        ]
+    );
+    let live: Vec<i64> = sqlx::query_scalar("SELECT job_id FROM job_attempt_live")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(live, [held.id.0], "only the long attempt wrote its lines");
+    client.cancel(held.id).await.unwrap();
+    assert_eq!(
+        client.get(held.id).await.unwrap().state,
+        JobState::Cancelled
+    );
+    assert!(so_far().await.is_none());
+    wait_for(
+        "its node to delete the lines",
+        Duration::from_secs(10),
+        || async {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM job_attempt_live")
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+            n == 0
+        },
+    )
+    .await;
     engine.stop().await;
 }

@@ -156,6 +156,29 @@ async fn a_rate_of_fifty_a_second_holds_across_three_nodes() {
     );
     // Held back, never failed: every job ran on its first attempt.
     assert_eq!(attempts_above_one(&db.pool).await, 0);
+    // Each attempt's record says how long the rate held it (the last ones most of the run), one
+    // per job, and the rollups count the same attempts in the same lateness buckets.
+    let (records, completed, late_max, held_10s): (i64, i64, f64, i64) = sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE outcome = 'completed'), max(late_ms),
+                count(*) FILTER (WHERE late_ms >= 10000)
+         FROM job_attempts WHERE queue = $1",
+    )
+    .bind(QUEUE)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((records, completed), (1000, 1000));
+    assert!(late_max > 15_000.0, "the last start was {late_max} ms late");
+    let (rolled, rolled_10s): (i64, i64) = sqlx::query_as(
+        "SELECT sum(completed)::bigint, sum(late_13 + late_14 + late_15)::bigint
+         FROM (SELECT * FROM job_history_deltas UNION ALL SELECT * FROM job_history_minute) h
+         WHERE queue = $1 AND schedule_id = 0",
+    )
+    .bind(QUEUE)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((rolled, rolled_10s), (1000, held_10s));
 }
 
 #[tokio::test]

@@ -376,6 +376,46 @@ async fn overlap_policies_skip_or_cancel_a_run_that_overlaps_the_previous_one() 
         cancel.iter().all(|r| r.1 != "completed"),
         "a run outlived the next one: {cancel:?}"
     );
+    // Each attempt has its record, under its schedule: a skipped run's says why, a run the next
+    // one cancelled says it ran until then (written by the cancel: its handler's own write came
+    // too late).
+    let recorded = |name: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_as::<_, (String, Option<String>)>(
+                "SELECT a.outcome, a.error FROM job_attempts a
+                 JOIN schedules s ON s.id = a.schedule_id
+                 WHERE s.name = $1 AND a.outcome = 'cancelled'",
+            )
+            .bind(name)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let skip_records = recorded("skip").await;
+    // (The runs ahead that the pause cancelled never started: no record.)
+    let skipped_all = runs(&db.pool, "skip")
+        .await
+        .iter()
+        .filter(|r| r.1 == "cancelled" && r.2.as_deref().is_some_and(|m| m.contains("skipped")))
+        .count();
+    assert_eq!(skip_records.len(), skipped_all, "{skip_records:?}");
+    assert!(
+        skip_records.iter().all(|r| r
+            .1
+            .as_deref()
+            .is_some_and(|e| e.contains("overlap policy `skip`"))),
+        "{skip_records:?}"
+    );
+    let cancel_records = recorded("cancel").await;
+    assert!(cancel_records.len() >= cancelled, "{cancel_records:?}");
+    assert!(
+        cancel_records
+            .iter()
+            .all(|r| r.1.as_deref() == Some("cancelled while it ran")),
+        "{cancel_records:?}"
+    );
 }
 
 #[tokio::test]

@@ -1,3 +1,4 @@
+pub mod late_start;
 pub mod live;
 pub mod loaded;
 pub mod replica_lag;

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{console, fail, Refusal};
 
 /// The conditions a rule may watch, as the form offers them: (value, words).
-pub const CONDITIONS: [(&str, &str); 7] = [
+pub const CONDITIONS: [(&str, &str); 8] = [
     ("late_lock", "a question's lock starts late"),
     ("question_open", "a question is still open after game time"),
     ("job_discarded", "a job is discarded"),
@@ -16,6 +16,10 @@ pub const CONDITIONS: [(&str, &str); 7] = [
     ("failure_rate", "attempts fail too often"),
     ("node_lost", "a node stops beating"),
     ("overdue", "jobs wait past their due time"),
+    (
+        "late_start",
+        "attempts start late (or a late-start policy skips them)",
+    ),
 ];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

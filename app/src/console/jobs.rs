@@ -298,6 +298,10 @@ pub struct NewJobInput {
     pub priority: Option<String>,
     pub max_attempts: Option<String>,
     pub unique_key: Option<String>,
+    /// How late (seconds after its due time) it may start; past it `late_then` applies.
+    pub late_after_secs: Option<String>,
+    /// `run` (anyway), `skip` or `discard`.
+    pub late_then: Option<String>,
 }
 
 /// What the server provides to the job pages.

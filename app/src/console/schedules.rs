@@ -68,6 +68,12 @@ pub struct ScheduleForm {
     pub args: String,
     pub overlap: String,
     pub missed: String,
+    /// The runs' late-start policy: seconds after the slot, empty for none.
+    #[serde(default)]
+    pub late_after_secs: String,
+    /// `run`, `skip` or `discard`.
+    #[serde(default)]
+    pub late_then: String,
 }
 
 /// One schedule with its latest runs and its next slots.
@@ -167,6 +173,8 @@ pub async fn save_schedule(
     args: String,
     overlap: String,
     missed: String,
+    late_after_secs: Option<String>,
+    late_then: Option<String>,
 ) -> Result<String, ServerFnError> {
     // Checked by the server's session guard before this runs; carried here so the form's
     // field survives the browser's encoding of the arguments.
@@ -182,6 +190,8 @@ pub async fn save_schedule(
         args,
         overlap,
         missed,
+        late_after_secs: late_after_secs.unwrap_or_default(),
+        late_then: late_then.unwrap_or_default(),
     };
     let original = super::nonempty(original);
     console()?.save_schedule(original, form).await.map_err(fail)

@@ -23,6 +23,16 @@ pub fn JobDetailPage() -> impl IntoView {
     let action = ServerAction::<JobAction>::new();
     let reschedule = ServerAction::<RescheduleJob>::new();
     let clone = ServerAction::<CloneJob>::new();
+    // While an attempt runs, its page reads what it logged so far every 2 s (its node writes it
+    // once a second); job changes come from the live stream.
+    let running = RwSignal::new(false);
+    let running_tick = move || {
+        if running.get() && !live.paused.get() {
+            clock.now_ms.get() / 2000
+        } else {
+            0
+        }
+    };
     let job = Resource::new(
         move || {
             // The versions are part of the key: an unchanged key would not refetch.
@@ -31,6 +41,7 @@ pub fn JobDetailPage() -> impl IntoView {
                 live.version.get(),
                 action.version().get(),
                 reschedule.version().get(),
+                running_tick(),
             )
         },
         |(id, ..)| async move {
@@ -41,6 +52,12 @@ pub fn JobDetailPage() -> impl IntoView {
         },
     );
     clock.follow(job, |d: &JobDetail| d.now_ms);
+    Effect::new(move |_| {
+        let executing = job.with(|d| matches!(d, Some(Ok(d)) if d.job.state == "executing"));
+        if running.get_untracked() != executing {
+            running.set(executing);
+        }
+    });
     // After a delete the job is gone: back to the list. After a clone: to the copy.
     let navigate = use_navigate();
     Effect::new(move |_| {
@@ -50,6 +67,7 @@ pub fn JobDetailPage() -> impl IntoView {
     });
     let delete = ServerAction::<JobAction>::new();
     let draft = RwSignal::new(None::<String>);
+    let opened = RwSignal::new(std::collections::HashSet::<String>::new());
     // A done reschedule shows the job's new time again.
     Effect::new(move |_| {
         if reschedule.value().with(|v| matches!(v, Some(Ok(())))) {
@@ -72,7 +90,7 @@ pub fn JobDetailPage() -> impl IntoView {
             <ActionError error=failure(reschedule.value())/>
             <ActionError error=failure(clone.value())/>
             <ActionError error=failure(delete.value())/>
-            <Loaded resource=job render=move |d: JobDetail| view! { <Detail d action reschedule clone delete draft/> }/>
+            <Loaded resource=job render=move |d: JobDetail| view! { <Detail d action reschedule clone delete draft opened/> }/>
         </section>
     }
 }
@@ -86,6 +104,9 @@ fn Detail(
     delete: ServerAction<JobAction>,
     /// What the operator typed as the new time: kept when live updates render the page again.
     draft: RwSignal<Option<String>>,
+    /// The attempts' outputs and logs the operator opened (`output-N`, `logs-N`), kept open when
+    /// live updates render the page again (every 2 s while an attempt runs).
+    opened: RwSignal<std::collections::HashSet<String>>,
 ) -> impl IntoView {
     let j = d.job.clone();
     let id = j.id;
@@ -94,6 +115,19 @@ fn Detail(
     let waiting = j.is_waiting();
     let scheduled_ms = j.scheduled_ms;
     let executing = j.state == "executing";
+    let is_open = move |key: String| opened.with_untracked(|o| o.contains(&key));
+    let remember = move |key: String| {
+        move |ev: leptos::ev::Event| {
+            let open = event_target::<leptos::web_sys::Element>(&ev).has_attribute("open");
+            opened.update(|o| {
+                if open {
+                    o.insert(key.clone());
+                } else {
+                    o.remove(&key);
+                }
+            });
+        }
+    };
     view! {
         <div class="detail-grid">
             <dl class="facts">
@@ -207,13 +241,15 @@ fn Detail(
                                     {(!took.is_empty()).then(|| view! { " · " {took.clone()} })}
                                     {a.error.clone().map(|e| view! { <pre class="error-text">{e}</pre> })}
                                     {a.output_json.clone().map(|o| view! {
-                                        <details class="output">
+                                        <details class="output" open=is_open(format!("output-{}", a.attempt))
+                                            on:toggle=remember(format!("output-{}", a.attempt))>
                                             <summary>"Output"</summary>
                                             <pre class="json" aria-label="Output">{o}</pre>
                                         </details>
                                     })}
                                     {(lines > 0 || dropped > 0).then(|| view! {
-                                        <details class="logs">
+                                        <details class="logs" open=is_open(format!("logs-{}", a.attempt))
+                                            on:toggle=remember(format!("logs-{}", a.attempt))>
                                             <summary>
                                                 {format!("Log ({lines} line{})", if lines == 1 { "" } else { "s" })}
                                                 {(dropped > 0).then(|| format!(", {dropped} more not kept"))}

@@ -7,6 +7,7 @@ use leptos::prelude::*;
 use crate::components::session::Csrf;
 use leptos_router::hooks::use_navigate;
 
+use crate::components::late_start::LateStartFields;
 use crate::components::loaded::{failure, ActionError, Loaded};
 use crate::components::time_field::TimeField;
 use crate::console::jobs::{get_job_choices, CreateJob, JobChoices};
@@ -126,6 +127,7 @@ fn NewJobForm(c: JobChoices, create: ServerAction<CreateJob>) -> impl IntoView {
                     <input name="input[unique_key]" maxlength="255"/>
                 </label>
             </div>
+            <LateStartFields after_name="input[late_after_secs]" then_name="input[late_then]" after="" then="run"/>
             <button type="submit" class="primary" disabled=move || problem.get().is_some()>
                 "Create job"
             </button>

@@ -9,6 +9,7 @@ use crate::console::history::{get_history, HistoryPage, HistoryQuery};
 use crate::pages::history::RunsSummary;
 use leptos_router::hooks::{use_navigate, use_params_map};
 
+use crate::components::late_start::LateStartFields;
 use crate::components::live::use_live;
 use crate::components::loaded::{failure, ActionError, Loaded};
 use crate::components::session::{may_act, Csrf};
@@ -331,6 +332,7 @@ pub fn NewSchedulePage() -> impl IntoView {
                     args: "{\n  \"url\": \"https://partner.example/fixtures\"\n}".into(),
                     overlap: "allow".into(),
                     missed: "run_once".into(),
+                    late_then: "run".into(),
                     ..ScheduleForm::default()
                 };
                 view! { <ScheduleFormView form original=None save/> }
@@ -455,6 +457,8 @@ fn ScheduleFormView(
                     <option value="skip" selected=selected("skip", &missed)>"Skip them"</option>
                 </select>
             </label>
+            <LateStartFields after_name="late_after_secs" then_name="late_then"
+                after=form.late_after_secs.clone() then=form.late_then.clone()/>
             <button type="submit" class="primary">{submit}</button>
         </ActionForm>
     }

@@ -10,8 +10,8 @@
 //! conditions that read jobs leave them out: `job_discarded` and `overdue` skip them row by row;
 //! `queue_backlog` and `failure_rate` read per-queue counts the engine keeps for every job, and
 //! take the notifications' share back out of them, read from the few notifications not settled
-//! yet (see `notifications`). `late_lock` reads only the lock jobs of questions, `question_open`
-//! and `node_lost` no jobs.
+//! yet (see `notifications`); `late_start` skips them row by row in the attempts' records.
+//! `late_lock` reads only the lock jobs of questions, `question_open` and `node_lost` no jobs.
 
 use std::collections::HashSet;
 use std::sync::LazyLock;
@@ -214,6 +214,30 @@ pub async fn holding_now(
         )
         .bind(ms)
         .bind(&rule.queue)
+        .bind(SUBJECTS_PER_RULE),
+        // The late attempts of the window (`job_attempts_late_ended_idx`), notifications left
+        // out, per queue. A skip or discard by a late-start policy says so in its error
+        // (`late_start::LatePolicy::decide`).
+        Condition::LateStart => sqlx::query_as(
+            "SELECT 'queue ' || queue,
+                    format('%s attempt(s) in queue %s started more than %s ms after their due time in the last 5 minutes%s',
+                           count(*), queue, $1,
+                           CASE WHEN count(*) FILTER (WHERE skipped) > 0
+                                THEN format(', %s of them skipped or discarded by their late-start policy',
+                                            count(*) FILTER (WHERE skipped))
+                                ELSE '' END)
+             FROM (SELECT queue, outcome IN ('cancelled', 'discarded')
+                                 AND error LIKE '%after its due time, past its limit of%' AS skipped
+                   FROM job_attempts a
+                   WHERE late_ms >= 1000 AND late_ms > $1
+                     AND finished_at >= now() - interval '5 minutes'
+                     AND ($2::text IS NULL OR queue = $2) AND ($3::text IS NULL OR kind = $3)
+                     AND NOT EXISTS (SELECT 1 FROM alert_notifications n WHERE n.job_id = a.job_id)) l
+             GROUP BY queue ORDER BY queue LIMIT $4",
+        )
+        .bind(ms)
+        .bind(&rule.queue)
+        .bind(&rule.kind)
         .bind(SUBJECTS_PER_RULE),
     };
     q.fetch_all(tx).await

@@ -89,6 +89,8 @@ pub struct FoldReport {
     pub history_minutes_deleted: u64,
     /// Rollup hours deleted for their age.
     pub history_deleted: u64,
+    /// Running attempts' lines deleted because their attempt no longer runs.
+    pub live_deleted: u64,
 }
 
 /// A fold this large means the folder fell behind (no leader for a while, a bulk action).
@@ -160,6 +162,9 @@ impl CountFolder {
             report.history_deleted =
                 history_store::job_history_delete_old(&self.pool, self.config.history_retention)
                     .await?;
+            // A running attempt's lines left by a node that died with it.
+            report.live_deleted =
+                crate::engine::store::jobs::attempt_live_prune(&self.pool).await?;
         }
         Ok(report)
     }

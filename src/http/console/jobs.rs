@@ -15,7 +15,7 @@ use crate::accounts::Role;
 use crate::engine::store::history::AttemptRecord;
 use crate::engine::store::jobs::late_by_checked;
 use crate::engine::JobFilter;
-use crate::engine::{BulkAction, Job, JobId, JobState, NewJob, OnConflict, Schedule};
+use crate::engine::{BulkAction, Job, JobId, JobState, LatePolicy, NewJob, OnConflict, Schedule};
 use crate::http::error::AppError;
 use crate::http::redact;
 
@@ -69,6 +69,10 @@ fn attempts(j: &Job, records: Vec<AttemptRecord>) -> Vec<AttemptRow> {
         return attempts_from_errors(j);
     }
     let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
+    // The running attempt's lines so far come last, as a record whose outcome is `running`.
+    let (records, so_far): (Vec<_>, Vec<_>) =
+        records.into_iter().partition(|r| r.outcome != "running");
+    let so_far = so_far.into_iter().next();
     let mut rows: Vec<AttemptRow> = records
         .into_iter()
         .map(|r| AttemptRow {
@@ -89,9 +93,23 @@ fn attempts(j: &Job, records: Vec<AttemptRecord>) -> Vec<AttemptRow> {
         })
         .collect();
     if j.state == JobState::Executing {
+        let (output_json, logs, logs_dropped) = match so_far {
+            Some(r) => (
+                r.output.as_ref().map(pretty),
+                match r.logs {
+                    Some(Value::Array(lines)) => lines.iter().map(log_line).collect(),
+                    _ => Vec::new(),
+                },
+                r.logs_dropped,
+            ),
+            None => (None, Vec::new(), 0),
+        };
         rows.push(AttemptRow {
             started_ms: j.attempted_at.map(ms),
             node: j.attempted_by.clone(),
+            output_json,
+            logs,
+            logs_dropped,
             ..bare_attempt(j.attempt, "running")
         });
     }
@@ -295,6 +313,11 @@ fn new_job(input: NewJobInput) -> Result<NewJob, String> {
     {
         job = job.with_unique_key(key, OnConflict::Keep);
     }
+    if let Some(policy) =
+        LatePolicy::from_form(input.late_after_secs.as_deref(), input.late_then.as_deref())?
+    {
+        job = job.with_late_policy(policy);
+    }
     Ok(job)
 }
 
@@ -342,11 +365,12 @@ impl JobsConsole for ServerConsole {
     async fn job(&self, id: i64) -> Result<JobDetail, Refusal> {
         let op = operator(Role::Viewer)?;
         let now_ms = self.now_ms().await?;
-        let j = op
-            .sight()
-            .job(self.client.get(JobId(id)).await.map_err(refused)?);
+        let stored = self.client.get(JobId(id)).await.map_err(refused)?;
+        let mut records = self.client.attempts(stored.id).await.map_err(refused)?;
+        records.extend(self.client.attempt_so_far(&stored).await.map_err(refused)?);
+        let records = op.sight().attempts(&stored, records);
+        let j = op.sight().job(stored);
         let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
-        let records = self.client.attempts(j.id).await.map_err(refused)?;
         Ok(JobDetail {
             now_ms,
             job: job_row(&j),
@@ -820,6 +844,21 @@ mod tests {
         .is_err());
         assert!(new_job(NewJobInput {
             priority: Some("12".into()),
+            ..input("now")
+        })
+        .is_err());
+        let late = new_job(NewJobInput {
+            late_after_secs: Some("90".into()),
+            late_then: Some("skip".into()),
+            ..input("now")
+        })
+        .unwrap();
+        assert_eq!(
+            late.meta,
+            serde_json::json!({"late": {"after_ms": 90_000, "then": "skip"}})
+        );
+        assert!(new_job(NewJobInput {
+            late_then: Some("discard".into()),
             ..input("now")
         })
         .is_err());

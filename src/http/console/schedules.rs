@@ -18,6 +18,7 @@ use crate::engine::schedules::service::{spec_of, MAX_PREVIEW};
 use crate::engine::schedules::{
     Missed, Overlap, Rule, ScheduleSpec, ScheduleView, Schedules, SlotPreview,
 };
+use crate::engine::{LatePolicy, OnLate};
 
 /// How many runs the detail page lists, and how many coming slots.
 const RUNS_SHOWN: i64 = 50;
@@ -119,6 +120,7 @@ impl SchedulesConsole for ServerConsole {
             .iter()
             .map(|p| slot_of(p, zone))
             .collect();
+        let late = LatePolicy::from_meta(&view.job.meta).ok().flatten();
         let form = ScheduleForm {
             name: view.name.clone(),
             rule_type: if view.cron.is_some() { "cron" } else { "every" }.into(),
@@ -133,6 +135,15 @@ impl SchedulesConsole for ServerConsole {
             args: serde_json::to_string_pretty(&view.job.args).unwrap_or_default(),
             overlap: view.overlap.as_str().into(),
             missed: view.missed.as_str().into(),
+            late_after_secs: late
+                .map(|p| (p.after_ms as f64 / 1000.0).to_string())
+                .unwrap_or_default(),
+            late_then: match late.map(|p| p.then) {
+                Some(OnLate::Skip) => "skip",
+                Some(OnLate::Discard) => "discard",
+                _ => "run",
+            }
+            .into(),
         };
         Ok(ScheduleDetail {
             now_ms: now.timestamp_millis(),
@@ -227,6 +238,9 @@ impl SchedulesConsole for ServerConsole {
                     .ok_or_else(|| Refusal::invalid("overlap: allow, skip or cancel_previous"))?;
                 let missed = Missed::parse(&form.missed)
                     .ok_or_else(|| Refusal::invalid("missed: skip, run_once or run_all"))?;
+                let late =
+                    LatePolicy::from_form(Some(&form.late_after_secs), Some(&form.late_then))
+                        .map_err(Refusal::invalid)?;
                 let conn = conn(work).await?;
                 match &original {
                     Some(original) => {
@@ -249,6 +263,7 @@ impl SchedulesConsole for ServerConsole {
                         spec.job.queue = form.queue.trim().to_string();
                         spec.overlap = overlap;
                         spec.missed = missed;
+                        LatePolicy::put_in_meta(late, &mut spec.job.meta);
                         s.replace_with(conn, &spec, &row.source)
                             .await
                             .map_err(refused)?;
@@ -266,6 +281,7 @@ impl SchedulesConsole for ServerConsole {
                         spec.job.queue = form.queue.trim().to_string();
                         spec.overlap = overlap;
                         spec.missed = missed;
+                        LatePolicy::put_in_meta(late, &mut spec.job.meta);
                         let row = s
                             .create_with(conn, &spec, Some(&op.user.name), "api")
                             .await

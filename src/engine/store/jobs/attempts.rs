@@ -113,6 +113,37 @@ macro_rules! complete_and_record {
     };
 }
 
+/// The rest of a cancellation after its CTE `target` (`id`, `before`, `claim_token`, `due_at`
+/// of the jobs to cancel, locked): cancels them, records the attempts that were running (the
+/// handler's own write comes after its claim is gone, and is fenced off), and returns each job's
+/// `id`, `before` and `claim_token`. An attempt claimed ahead of its due time had not started:
+/// it has no record.
+macro_rules! cancel_and_record {
+    () => {
+        concat!(
+            "
+             cancelled AS (
+                 UPDATE jobs SET state = 'cancelled', finalized_at = now(),
+                        lease_expires_at = NULL, claim_token = NULL
+                 FROM target WHERE jobs.id = target.id
+                 RETURNING jobs.id, target.before, target.claim_token, jobs.attempt, jobs.queue,
+                           jobs.kind, jobs.meta, jobs.attempted_by, jobs.attempted_at,
+                           target.due_at),
+             ran AS (
+                 SELECT id, attempt, queue, kind, meta, attempted_by, attempted_at, due_at,
+                        NULL::timestamptz AS started_at, NULL::float8 AS duration_ms,
+                        NULL::text AS output, NULL::text AS logs, 0 AS dropped,
+                        'cancelled' AS outcome, 'cancelled while it ran' AS error
+                 FROM cancelled
+                 WHERE before = 'executing' AND attempted_at <= now()),
+             recorded AS (",
+            record_attempts_from!("ran"),
+            ")
+             SELECT id, before, claim_token FROM cancelled"
+        )
+    };
+}
+
 /// Moves due `scheduled` and `retryable` jobs to `available`. Returns the queues of the moved jobs
 /// (one entry per job). `now` pins the clock in tests.
 pub async fn job_stage_due<'e>(
@@ -765,5 +796,83 @@ pub async fn job_rescue_expired<'e>(
     .bind(now)
     .bind(limit)
     .fetch_all(db)
+    .await
+}
+
+/// Writes what these running attempts of `node` (job, attempt number, what they have so far)
+/// logged and recorded so far, for their jobs' pages (`job_attempt_live`).
+pub async fn attempt_live_write<'e>(
+    db: impl PgExecutor<'e>,
+    node: &str,
+    live: &[(JobId, i32, AttemptEnd)],
+) -> Result<(), sqlx::Error> {
+    let ids: Vec<i64> = live.iter().map(|l| l.0 .0).collect();
+    let attempts: Vec<i32> = live.iter().map(|l| l.1).collect();
+    let ends: Vec<AttemptEnd> = live.iter().map(|l| l.2.clone()).collect();
+    let a = end_arrays(&ends);
+    sqlx::query(
+        "INSERT INTO job_attempt_live AS l (job_id, attempt, node, output, logs, logs_dropped)
+         SELECT id, attempt, $3, output::jsonb, logs::jsonb, dropped
+         FROM unnest($1::bigint[], $2::int[], $4::text[], $5::text[], $6::int[])
+              AS u(id, attempt, output, logs, dropped)
+         ON CONFLICT (job_id) DO UPDATE SET attempt = excluded.attempt, node = excluded.node,
+                output = excluded.output, logs = excluded.logs,
+                logs_dropped = excluded.logs_dropped, updated_at = now()",
+    )
+    .bind(&ids)
+    .bind(&attempts)
+    .bind(node)
+    .bind(&a.output)
+    .bind(&a.logs)
+    .bind(&a.dropped)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Deletes the rows `node` wrote of these jobs' attempts (ended).
+pub async fn attempt_live_delete<'e>(
+    db: impl PgExecutor<'e>,
+    node: &str,
+    jobs: &[JobId],
+) -> Result<(), sqlx::Error> {
+    let ids: Vec<i64> = jobs.iter().map(|j| j.0).collect();
+    sqlx::query("DELETE FROM job_attempt_live WHERE job_id = ANY($1) AND node = $2")
+        .bind(&ids)
+        .bind(node)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Deletes the rows of attempts that no longer run (their node died before it deleted them, or
+/// their job was deleted), written over a minute ago. Returns how many.
+pub async fn attempt_live_prune<'e>(db: impl PgExecutor<'e>) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query(
+        "DELETE FROM job_attempt_live l
+         WHERE updated_at < now() - interval '1 minute'
+           AND NOT EXISTS (SELECT 1 FROM jobs j
+                           WHERE j.id = l.job_id AND j.state = 'executing'
+                             AND j.attempt = l.attempt)",
+    )
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+/// What attempt `attempt` of `job`, running, has logged and recorded so far: its output, its
+/// log lines and how many were left out; `None` when it wrote nothing yet.
+pub async fn attempt_live_of<'e>(
+    db: impl PgExecutor<'e>,
+    job: JobId,
+    attempt: i32,
+) -> Result<Option<(Option<serde_json::Value>, Option<serde_json::Value>, i32)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT output, logs, logs_dropped FROM job_attempt_live
+         WHERE job_id = $1 AND attempt = $2",
+    )
+    .bind(job)
+    .bind(attempt)
+    .fetch_optional(db)
     .await
 }

@@ -277,19 +277,16 @@ pub async fn job_cancel_matching<'e>(
     // Rows are locked in id order, as job_cancel_many does, so two cancellations never deadlock.
     let mut qb = QueryBuilder::new(
         "WITH target AS (
-             SELECT id, state AS before, claim_token FROM jobs
+             SELECT id, state AS before, claim_token, scheduled_at AS due_at FROM jobs
              WHERE finalized_at IS NULL AND NOT meta ? 'owner' AND id = ANY(",
     );
     qb.push_bind(ids_param(ids)).push(")");
     push_filter(&mut qb, filter, &distinct_states(filter));
-    qb.push(
+    qb.push(concat!(
         " ORDER BY id
-             FOR UPDATE)
-         UPDATE jobs SET state = 'cancelled', finalized_at = now(), lease_expires_at = NULL,
-                claim_token = NULL
-         FROM target WHERE jobs.id = target.id
-         RETURNING jobs.id, target.before, target.claim_token",
-    );
+             FOR UPDATE),",
+        cancel_and_record!()
+    ));
     qb.build_query_as().persistent(false).fetch_all(db).await
 }
 

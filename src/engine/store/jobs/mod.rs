@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{PgExecutor, Postgres, QueryBuilder};
 
+#[macro_use]
 mod attempts;
 mod filters;
 
@@ -341,17 +342,14 @@ pub async fn job_cancel_many<'e>(
     ids: &[JobId],
 ) -> Result<Vec<CancelledJob>, sqlx::Error> {
     let ids: Vec<i64> = ids.iter().map(|id| id.0).collect();
-    sqlx::query_as(
+    sqlx::query_as(concat!(
         "WITH target AS (
-             SELECT id, state AS before, claim_token FROM jobs
-             WHERE id = ANY($1) AND finalized_at IS NULL
-             ORDER BY id
-             FOR UPDATE)
-         UPDATE jobs SET state = 'cancelled', finalized_at = now(), lease_expires_at = NULL,
-                claim_token = NULL
-         FROM target WHERE jobs.id = target.id
-         RETURNING jobs.id, target.before, target.claim_token",
-    )
+                 SELECT id, state AS before, claim_token, scheduled_at AS due_at FROM jobs
+                 WHERE id = ANY($1) AND finalized_at IS NULL
+                 ORDER BY id
+                 FOR UPDATE),",
+        cancel_and_record!(),
+    ))
     .bind(&ids)
     .fetch_all(db)
     .await
