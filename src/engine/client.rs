@@ -11,6 +11,7 @@ use sqlx::PgConnection;
 
 use super::announcer::{Announcer, Wakeup};
 use super::control::Control;
+use super::history_cache::HistoryCache;
 use super::job::{is_valid_queue_name, Claim, Inserted, Job, JobId, JobState, NewJob, Schedule};
 use super::limits::{self, QueueLimits};
 use super::store::history::{
@@ -192,6 +193,8 @@ pub struct Client {
     pool: Db,
     workers: Arc<Workers>,
     announcer: Announcer,
+    /// The closed steps of long history series (shared by this client's clones).
+    history: Arc<HistoryCache>,
 }
 
 impl Client {
@@ -200,6 +203,7 @@ impl Client {
             announcer: Announcer::new(&pool),
             pool,
             workers,
+            history: Arc::default(),
         }
     }
 
@@ -213,6 +217,7 @@ impl Client {
             pool,
             workers: self.workers.clone(),
             announcer: self.announcer.clone(),
+            history: self.history.clone(),
         }
     }
 
@@ -864,10 +869,10 @@ impl Client {
     pub async fn history(&self, q: &HistoryQuery) -> Result<Vec<HistoryPoint>, ClientError> {
         let now = self.db_now().await?;
         q.check(now)?;
-        Ok(
-            history_store::job_history_series(&self.pool, &q.filter, q.group, q.from, q.to, q.step)
-                .await?,
-        )
+        Ok(self
+            .history
+            .series(&self.pool, &q.filter, q.group, q.from, q.to, q.step, now)
+            .await?)
     }
 
     /// The nodes alive (heartbeat within [`NODE_ALIVE_WITHIN`]), oldest first, and the current

@@ -29,6 +29,7 @@ pub mod control;
 pub mod db;
 pub mod executor;
 pub mod heartbeat;
+pub mod history_cache;
 pub mod job;
 pub mod late_start;
 pub mod leadership;

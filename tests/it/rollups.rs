@@ -366,3 +366,72 @@ async fn a_job_posted_with_a_late_start_policy_keeps_it_and_a_bad_one_is_refused
         .unwrap();
     assert_eq!(n, 1);
 }
+
+/// A long series' closed steps (ended ten minutes ago or more) are read once and kept a while;
+/// its open steps are read on every call; the two joined equal one read of the whole range.
+#[tokio::test]
+async fn a_long_series_reads_its_closed_steps_once_and_its_open_ones_each_time() {
+    use kickoff::engine::{Client, HistoryQuery};
+    let db = test_db().await;
+    let client = Client::new(db.pool.clone(), std::sync::Arc::new(Workers::new()));
+    // Three kinds, every hour of 30 days; the rows written now go to the deltas.
+    sqlx::query(
+        "INSERT INTO job_history_hour
+         SELECT t, 'q', 'kind_' || k, 0, 10 + k, 1, 0, 0, 0, 0, 5, 3, 2, 0, 0, 0, 0, 0, 0, 0, 0,
+                0, 0, 0, 0, 1, 100, 20
+         FROM generate_series(date_trunc('hour', now()) - interval '30 days',
+                              date_trunc('hour', now()) - interval '1 hour', interval '1 hour') t,
+              generate_series(0, 2) k",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let now = client.db_now().await.unwrap();
+    let step = Duration::from_secs(4 * 3600);
+    let to = chrono::DateTime::from_timestamp(
+        (now.timestamp() / step.as_secs() as i64 + 1) * step.as_secs() as i64,
+        0,
+    )
+    .unwrap();
+    let q = HistoryQuery {
+        filter: HistoryFilter::default(),
+        group: HistoryGroup::Kind,
+        from: to - chrono::Duration::days(30),
+        to,
+        step,
+    };
+    let whole = || async {
+        history::job_history_series(&db.pool, &q.filter, q.group, q.from, q.to, q.step)
+            .await
+            .unwrap()
+    };
+    let first = client.history(&q).await.unwrap();
+    assert_eq!(first, whole().await);
+    assert_eq!(first.len(), 3 * 180);
+    // An attempt that ends now counts in the open step at once.
+    sqlx::query(
+        "INSERT INTO job_history_deltas
+         SELECT date_trunc('minute', now()), 'q', 'kind_1', 0, 7, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0,
+                0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 70, 10",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let second = client.history(&q).await.unwrap();
+    assert_eq!(second, whole().await);
+    assert_ne!(second, first);
+    // A closed step is not read again while its entry lasts: a change written into one
+    // directly (no attempt ends that long after it ended) shows in a whole read, not here.
+    sqlx::query(
+        "UPDATE job_history_hour SET completed = completed + 1000
+         WHERE minute = date_trunc('hour', now()) - interval '10 days' AND kind = 'kind_0'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let third = client.history(&q).await.unwrap();
+    assert_eq!(third, second);
+    assert_ne!(third, whole().await);
+    let fresh = Client::new(db.pool.clone(), std::sync::Arc::new(Workers::new()));
+    assert_eq!(fresh.history(&q).await.unwrap(), whole().await);
+}

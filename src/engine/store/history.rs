@@ -299,6 +299,22 @@ pub async fn job_history_series<'e>(
     Ok(fill_steps(rows, group, from, to, step))
 }
 
+/// The points of several parts of one range (each from [`job_history_series`] over its own
+/// steps, in any order) as one answer over `from..to`: ordered by series, then step, every step
+/// present in each series.
+pub fn join_series(
+    points: impl IntoIterator<Item = HistoryPoint>,
+    group: HistoryGroup,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    step: Duration,
+) -> Vec<HistoryPoint> {
+    let mut points: Vec<HistoryPoint> = points.into_iter().collect();
+    // The parts do not overlap: each step's point comes from the one part that read it.
+    points.sort_by(|a, b| a.series.cmp(&b.series).then(a.at.cmp(&b.at)));
+    fill_steps(points, group, from, to, step)
+}
+
 /// `rows` (ordered by series, then step) with every step of the range present in each series.
 fn fill_steps(
     rows: Vec<HistoryPoint>,
