@@ -1,9 +1,10 @@
 // Queues: pausing a queue from the dashboard stops its jobs on every node until resumed; limits
-// across every node set in the form; a job kind paused and resumed on every node.
+// across every node set in the form; a job kind paused and resumed on every node; the late-start
+// policy of jobs a paused queue held, in each mode.
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { launch, api, hydrated, baseUrl, screenshots, stateOf, untilState } from './helpers.mjs';
+import { launch, api, hydrated, baseUrl, screenshots, stateOf, untilState, watchErrors } from './helpers.mjs';
 
 let browser;
 before(async () => { browser = await launch(); });
@@ -145,5 +146,44 @@ test('a paused kind holds its jobs on every node, says so on the job, and runs o
   await kind.getByRole('button', { name: 'Resume kind noop' }).click();
   await untilState(id, 'completed');
   await kind.getByText('running').waitFor();
+  await page.close();
+});
+
+test('a job a paused queue held past its late-start limit runs, is skipped or is discarded, as it asked', async () => {
+  const paused = await api('POST', '/queues/e2e/pause');
+  assert.equal(paused.status, 200);
+  const ids = {};
+  for (const then of ['run', 'skip', 'discard']) {
+    const made = await api('POST', '/jobs', {
+      kind: 'noop', queue: 'e2e', args: { e2e: `late-${then}` }, on_late: { after_ms: 1000, then },
+    });
+    assert.equal(made.status, 201);
+    ids[then] = made.body.job.id;
+  }
+  // The timers page marks them late once a second has passed; the operator resumes the queue.
+  const page = await browser.newPage();
+  const errors = watchErrors(page);
+  await page.goto(baseUrl + '/timers');
+  await hydrated(page);
+  for (const id of Object.values(ids)) {
+    await page.locator(`tr[data-job="${id}"] .countdown.late`).waitFor();
+  }
+  await api('POST', '/queues/e2e/resume');
+  await untilState(ids.run, 'completed');
+  await untilState(ids.skip, 'cancelled');
+  await untilState(ids.discard, 'discarded');
+  // Each job's page says what its policy did, and how late it would have started.
+  for (const [then, outcome] of [['run', 'completed'], ['skip', 'cancelled'], ['discard', 'discarded']]) {
+    await page.goto(`${baseUrl}/jobs/${ids[then]}`);
+    await hydrated(page);
+    const attempt = page.locator(`li.attempt.outcome-${outcome}`);
+    await attempt.locator('.late').filter({ hasText: /after its due time/ }).waitFor();
+    if (then === 'run') {
+      assert.equal(await attempt.locator('.error-text').count(), 0);
+    } else {
+      await attempt.locator('.error-text').filter({ hasText: /past its limit of 1000 ms/ }).waitFor();
+    }
+  }
+  assert.deepEqual(errors, []);
   await page.close();
 });
