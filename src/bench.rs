@@ -55,6 +55,10 @@ pub struct BenchOptions {
     pub samples: usize,
     /// Jobs overdue at start for the recovery workload.
     pub overdue: usize,
+    /// Jobs the throughput and nodes workloads process.
+    pub jobs: usize,
+    /// The attempts' rollup trigger disabled in the bench's database.
+    pub without_rollups: bool,
     /// Idle schedules for the schedules workload.
     pub schedules: usize,
     /// Open event streams for the streams workload, one run per count.
@@ -111,6 +115,12 @@ pub async fn run(
         .map_err(|e| e.to_string())?;
     let result = async {
         MIGRATOR.run(&pool).await.map_err(|e| e.to_string())?;
+        if options.without_rollups {
+            sqlx::query("ALTER TABLE job_attempts DISABLE TRIGGER job_attempts_history")
+                .execute(&pool)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
         let (pool, options) = match &options.through_pooler {
             None => (Db::from(pool.clone()), options.clone()),
             Some(pooler) => {
@@ -231,9 +241,9 @@ fn engine_config(concurrency: usize, o: &BenchOptions) -> EngineConfig {
 
 async fn throughput(pool: &Db, o: &BenchOptions) -> Result<Value, String> {
     let concurrency = o.concurrency;
-    const N: usize = 20_000;
+    let n = o.jobs;
     let t = Instant::now();
-    insert_due(pool, N, None).await?;
+    insert_due(pool, n, None).await?;
     let insert_s = t.elapsed().as_secs_f64();
 
     let (workers, mut rx) = workers();
@@ -241,18 +251,18 @@ async fn throughput(pool: &Db, o: &BenchOptions) -> Result<Value, String> {
     let engine = Engine::start(pool.clone(), workers, engine_config(concurrency, o))
         .await
         .map_err(|e| e.to_string())?;
-    until_started(&mut rx, N, t).await?;
+    until_started(&mut rx, n, t).await?;
     // Every handler ran; wait for the last completions to be written.
     until_all_completed(pool, t).await?;
     let process_s = t.elapsed().as_secs_f64();
     engine.stop().await;
     Ok(json!({
         "bench": "throughput",
-        "jobs": N,
+        "jobs": n,
         "concurrency": concurrency,
         "fetch_ahead": o.fetch_ahead,
-        "insert_jobs_per_s": (N as f64 / insert_s).round(),
-        "process_jobs_per_s": (N as f64 / process_s).round(),
+        "insert_jobs_per_s": (n as f64 / insert_s).round(),
+        "process_jobs_per_s": (n as f64 / process_s).round(),
     }))
 }
 
@@ -323,13 +333,13 @@ async fn recovery(pool: &Db, o: &BenchOptions) -> Result<Value, String> {
 }
 
 /// Throughput with 1, 2 and 3 nodes on one database (each `concurrency` slots), 20,000 jobs each
-/// time.
+/// time (`--jobs`).
 async fn nodes(pool: &Db, o: &BenchOptions) -> Result<Value, String> {
     let concurrency = o.concurrency;
-    const N: usize = 20_000;
+    let n = o.jobs;
     let mut results = Vec::new();
     for count in 1..=3usize {
-        insert_due(pool, N, None).await?;
+        insert_due(pool, n, None).await?;
         // Every node's handlers report to one channel: counting starts costs the database nothing
         // (polling counts while measuring would take CPU from the nodes on a small machine).
         let (tx, mut rx) = mpsc::unbounded_channel();
@@ -346,7 +356,7 @@ async fn nodes(pool: &Db, o: &BenchOptions) -> Result<Value, String> {
                 .map_err(|e| e.to_string())?,
             );
         }
-        until_started(&mut rx, N, t)
+        until_started(&mut rx, n, t)
             .await
             .map_err(|e| format!("{count} nodes: {e}"))?;
         let took = until_all_completed(pool, t).await?;
@@ -357,11 +367,11 @@ async fn nodes(pool: &Db, o: &BenchOptions) -> Result<Value, String> {
             .execute(pool)
             .await
             .map_err(|e| e.to_string())?;
-        results.push(json!({ "nodes": count, "jobs_per_s": (N as f64 / took).round() }));
+        results.push(json!({ "nodes": count, "jobs_per_s": (n as f64 / took).round() }));
     }
     Ok(json!({
         "bench": "nodes",
-        "jobs": N,
+        "jobs": n,
         "concurrency_per_node": concurrency,
         "runs": results,
     }))

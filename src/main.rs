@@ -56,6 +56,8 @@ async fn main() -> std::process::ExitCode {
             streams,
             queue_limits,
             count,
+            jobs,
+            without_rollups,
             through_pooler,
             poll_only,
         } => {
@@ -76,6 +78,8 @@ async fn main() -> std::process::ExitCode {
                 samples,
                 overdue: overdue as usize,
                 schedules: count as usize,
+                jobs: jobs as usize,
+                without_rollups,
                 fetch_ahead: cli.config.fetch_ahead as usize,
                 claim_ahead: std::time::Duration::from_millis(cli.config.claim_ahead_ms),
                 through_pooler,

@@ -46,6 +46,15 @@ pub enum Command {
         /// Concurrency of the throughput workload.
         #[arg(long, default_value_t = 10)]
         concurrency: usize,
+        /// Jobs the throughput and nodes workloads process (1,000 to 10,000,000): more make a
+        /// steadier figure on a noisy machine.
+        #[arg(long, default_value_t = 20_000,
+              value_parser = clap::value_parser!(u64).range(1_000..=10_000_000))]
+        jobs: u64,
+        /// The attempts' rollups switched off in the bench's database (their trigger disabled
+        /// after migrating): what they cost the completions, measured against a run without.
+        #[arg(long = "without-rollups")]
+        without_rollups: bool,
         /// Jobs in the table for the pages workload.
         #[arg(long, default_value_t = 1_000_000)]
         rows: i64,
@@ -290,7 +299,7 @@ impl UserAction {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum BenchWorkload {
-    /// Bulk insert 20,000 jobs, then process them with concurrency 10.
+    /// Bulk insert 20,000 jobs (`--jobs`), then process them with concurrency 10.
     Throughput,
     /// 500 jobs inserted one at a time, 20 ms apart: insert-to-start latency.
     Latency,

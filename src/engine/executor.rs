@@ -88,6 +88,17 @@ impl Executor {
 
     /// Starts an attempt of a claimed job in one of `queue`'s slots (taking the slot even when
     /// none is free: the caller counted them).
+    /// Whether this node holds so many outcomes unwritten that it must not claim (see
+    /// [`crate::engine::node::MAX_PENDING_OUTCOMES`]).
+    pub fn outcomes_backlogged(&self) -> bool {
+        self.inner.parts.attempts.outcomes_backlogged()
+    }
+
+    /// Waits until the backlog of unwritten outcomes falls under the bound.
+    pub async fn outcomes_drained(&self) {
+        self.inner.parts.attempts.outcomes_drained().await
+    }
+
     pub fn spawn(&self, queue: Arc<QueueState>, job: Job) {
         if let Some(b) = self.register(job) {
             queue.in_flight.fetch_add(1, Ordering::SeqCst);

@@ -157,6 +157,13 @@ impl Running {
     }
 }
 
+/// The most finished attempts a node holds with their outcome not written yet before its
+/// producers stop claiming (two of the completer's batches). An attempt's slot frees as its
+/// handler returns, before the completer writes its outcome: without this bound a node whose
+/// writes stall (a database overloaded, a lock held) would claim on and on, every claim another
+/// lease its heartbeat must keep renewing.
+pub const MAX_PENDING_OUTCOMES: usize = 2_000;
+
 /// The attempts of this node: those running, those interrupted at shutdown (to hand back), and
 /// those finished whose outcome is not written yet (their leases are still renewed).
 #[derive(Default)]
@@ -164,6 +171,8 @@ pub struct Attempts {
     running: Mutex<HashMap<JobId, Running>>,
     interrupted: Mutex<Vec<Claim>>,
     pending_outcomes: Mutex<HashSet<Claim>>,
+    /// Told when the outcomes waiting fall back under [`MAX_PENDING_OUTCOMES`].
+    drained: Notify,
 }
 
 /// An older attempt of the same job that [`Attempts::register`] replaced.
@@ -323,11 +332,31 @@ impl Attempts {
 
     /// The completer is done with these outcomes.
     pub fn outcome_written(&self, claims: impl IntoIterator<Item = Claim>) {
-        if let Ok(mut pending) = self.pending_outcomes.lock() {
-            for c in claims {
-                pending.remove(&c);
+        let left = match self.pending_outcomes.lock() {
+            Ok(mut pending) => {
+                for c in claims {
+                    pending.remove(&c);
+                }
+                pending.len()
             }
+            Err(_) => 0,
+        };
+        if left < MAX_PENDING_OUTCOMES {
+            self.drained.notify_waiters();
         }
+    }
+
+    /// Whether [`MAX_PENDING_OUTCOMES`] outcomes or more wait to be written: no claim then.
+    pub fn outcomes_backlogged(&self) -> bool {
+        self.pending_outcomes
+            .lock()
+            .map(|p| p.len() >= MAX_PENDING_OUTCOMES)
+            .unwrap_or(false)
+    }
+
+    /// Waits until the completer writes outcomes that bring the backlog under the bound.
+    pub async fn outcomes_drained(&self) {
+        self.drained.notified().await
     }
 
     /// The attempts interrupted at shutdown, sorted; taken once.

@@ -94,9 +94,11 @@ impl Producer {
             }
             let hand_back = self.next_hand_back();
             let limit_retry = self.queue.limit_retry().map(tokio::time::Instant::from_std);
+            let backlogged = self.executor.outcomes_backlogged();
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = self.queue.wake.notified() => {}
+                _ = self.executor.outcomes_drained(), if backlogged => {}
                 _ = tokio::time::sleep(backstop) => {}
                 _ = sleep_until_some(hand_back) => {}
                 _ = sleep_until_some(limit_retry) => {}
@@ -127,6 +129,11 @@ impl Producer {
             }
         }
         self.executor.fill(q);
+        // Outcomes pile up unwritten (the database stalls the completer's writes): claim nothing
+        // more until they drain, or every claim is one more lease to keep alive.
+        if self.executor.outcomes_backlogged() {
+            return Ok(false);
+        }
         // Mark the queue saturated before looking at the slots: a release after this line wakes
         // us, and one before it shows in `free_slots`.
         q.saturated.store(true, Ordering::SeqCst);

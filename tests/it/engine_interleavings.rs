@@ -1390,3 +1390,88 @@ async fn a_handler_given_a_connection_the_database_dropped_runs_again_at_once_un
     );
     engine.stop().await;
 }
+
+/// A node whose outcomes cannot be written (the database stalls its completions) stops claiming
+/// once a bounded number wait: the slot of a finished attempt frees before its outcome is
+/// written, and before this bound the producer went on claiming every job of the queue, each
+/// one's lease renewed by ever larger heartbeats until they lapsed and the jobs ran again.
+#[tokio::test]
+async fn a_node_whose_outcomes_cannot_be_written_stops_claiming() {
+    use kickoff::engine::node::MAX_PENDING_OUTCOMES;
+    use kickoff::engine::{Engine, EngineConfig, NewJob, Workers};
+    let db = test_db().await;
+    let total = MAX_PENDING_OUTCOMES * 3;
+    let jobs: Vec<NewJob> = (0..total)
+        .map(|i| NewJob::new("noop", json!({ "i": i })))
+        .collect();
+    for chunk in jobs.chunks(2_000) {
+        kickoff::engine::store::jobs::job_insert_many(&db.pool, chunk, &[])
+            .await
+            .unwrap();
+    }
+    // Every completion writes an attempt record: a lock on their table holds them all.
+    let mut blocker = db.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE job_attempts IN SHARE MODE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let mut workers = Workers::new();
+    workers.register(kickoff::workers::noop::NoopWorker);
+    let engine = Engine::start(
+        db.pool.clone(),
+        workers,
+        EngineConfig {
+            queues: vec![("default".into(), 10)],
+            lease: Duration::from_secs(30),
+            ..EngineConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let executing = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM jobs WHERE state = 'executing'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    wait_for(
+        "the outcomes to pile up",
+        Duration::from_secs(30),
+        || async { executing().await >= MAX_PENDING_OUTCOMES as i64 },
+    )
+    .await;
+    // Three backstop polls later (the producer's every wake-up included) it claimed no more
+    // than one claim's worth past the bound.
+    let since = kickoff::engine::store::jobs::db_now(&db.pool)
+        .await
+        .unwrap();
+    wait_for("three seconds", Duration::from_secs(10), || async {
+        kickoff::engine::store::jobs::db_now(&db.pool)
+            .await
+            .unwrap()
+            - since
+            > chrono::Duration::seconds(3)
+    })
+    .await;
+    let held = executing().await;
+    assert!(
+        held <= (MAX_PENDING_OUTCOMES + 10 + 1_000) as i64,
+        "{held} jobs claimed with their outcomes unwritten"
+    );
+    // Once the writes go through, every job completes, each once.
+    blocker.rollback().await.unwrap();
+    wait_for("every job to complete", Duration::from_secs(60), || async {
+        let done: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state = 'completed'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        done == total as i64
+    })
+    .await;
+    let twice: i64 = sqlx::query_scalar("SELECT count(*) FROM job_attempts WHERE attempt > 1")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(twice, 0);
+    engine.stop().await;
+}
