@@ -21,6 +21,9 @@ CREATE INDEX job_attempts_late_ended_idx ON job_attempts (finished_at) WHERE lat
 CREATE TABLE job_attempt_live (
     job_id       bigint      PRIMARY KEY,
     attempt      integer     NOT NULL,
+    -- The claim it runs under: an attempt number comes again after a hand-back or a snooze, a
+    -- claim never does, so lines left by an earlier run are never shown as this one's.
+    claim_token  bigint      NOT NULL,
     node         text        NOT NULL,
     output       jsonb,
     logs         jsonb,

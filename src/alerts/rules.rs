@@ -401,7 +401,7 @@ pub fn describe(rule: &RuleRow) -> String {
             let of_kind = kind.map(|k| format!(" of a {k} job")).unwrap_or_default();
             format!(
                 "an attempt{of_kind}{in_queue} starts more than {ms} ms after its due time \
-                 (or its late-start policy skips or discards it)"
+                 (those its late-start policy skips or discards that late counted among them)"
             )
         }
     };

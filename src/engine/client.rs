@@ -821,14 +821,14 @@ impl Client {
         Ok(history_store::job_attempts_of(&self.pool, id).await?)
     }
 
-    /// What `job`'s running attempt (`job.attempt`) has logged and recorded so far, as a record
+    /// What `job`'s running attempt (its current claim) has logged and recorded so far, as a record
     /// whose outcome is `running`, when its node wrote any (it does once a second for an attempt
     /// that ran a second or longer and logged since); `None` for a job not running.
     pub async fn attempt_so_far(&self, job: &Job) -> Result<Option<AttemptRecord>, ClientError> {
-        if job.state != JobState::Executing {
+        let Some(claim) = job.claim().filter(|_| job.state == JobState::Executing) else {
             return Ok(None);
-        }
-        let live = job_store::attempt_live_of(&self.pool, job.id, job.attempt).await?;
+        };
+        let live = job_store::attempt_live_of(&self.pool, claim).await?;
         let started_at = job.attempted_at.unwrap_or(job.scheduled_at);
         Ok(live.map(|(output, logs, logs_dropped)| AttemptRecord {
             job_id: job.id,

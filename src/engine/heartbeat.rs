@@ -115,7 +115,7 @@ impl Heartbeat {
         let (changed, running) = self.attempts.live(self.interval);
         let ended: Vec<JobId> = {
             let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-            live.extend(changed.iter().map(|c| c.0));
+            live.extend(changed.iter().map(|c| c.0.id));
             let ended = live.difference(&running).copied().collect();
             live.retain(|id| running.contains(id));
             ended

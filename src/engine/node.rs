@@ -239,17 +239,23 @@ impl Attempts {
     /// The running attempts (not stopped) that ran `min_age` or longer and logged or recorded
     /// something new since they were last asked, with what they have so far; and the jobs of
     /// every running attempt.
-    pub fn live(&self, min_age: Duration) -> (Vec<(JobId, i32, AttemptEnd)>, HashSet<JobId>) {
-        let running = self.running();
-        let changed = running
-            .iter()
-            .filter(|(_, r)| !r.stopped)
-            .filter_map(|(id, r)| {
-                let end = r.recorder.as_ref()?.changed(min_age)?;
-                Some((*id, r.attempt, end))
-            })
+    pub fn live(&self, min_age: Duration) -> (Vec<(Claim, i32, AttemptEnd)>, HashSet<JobId>) {
+        // The recorders are read after the lock is released: serializing their lines must not
+        // hold up claims and removals.
+        let (recorders, ids): (Vec<_>, HashSet<JobId>) = {
+            let running = self.running();
+            let recorders = running
+                .values()
+                .filter(|r| !r.stopped)
+                .filter_map(|r| Some((r.claim, r.attempt, r.recorder.clone()?)))
+                .collect();
+            (recorders, running.keys().copied().collect())
+        };
+        let changed = recorders
+            .into_iter()
+            .filter_map(|(claim, attempt, rec)| Some((claim, attempt, rec.changed(min_age)?)))
             .collect();
-        (changed, running.keys().copied().collect())
+        (changed, ids)
     }
 
     /// Removes the attempt of `claim` (a newer claim of the same job is left alone); records it

@@ -380,15 +380,34 @@ fn hide_named_values(text: &str) -> String {
                 })
                 .find(|&(_, closes)| closes)
                 .map_or(value.len(), |(i, _)| i + 2),
-            None => value
-                .find(|c: char| c.is_whitespace() || matches!(c, ',' | '&' | ';' | ')' | '}' | ']'))
-                .unwrap_or(value.len()),
+            None => unquoted_end(value),
         };
         out.push_str(REDACTED);
         rest = &value[end..];
     }
     out.push_str(rest);
     out
+}
+
+/// Where an unquoted secret value ends: at the end of its line, a `&` (a URL's next query pair),
+/// or before the next word followed by `=` or `: ` (the next field). A value may hold spaces
+/// (`authorization=Bearer abc`, `%`-formatted fields are not quoted), so more is hidden rather
+/// than less.
+fn unquoted_end(value: &str) -> usize {
+    let is_name_char = |c: char| c.is_alphanumeric() || c == '_' || c == '-';
+    let line = value.find(['\n', '&']).unwrap_or(value.len());
+    let mut from = 0;
+    while let Some(space) = value[from..line].find(char::is_whitespace) {
+        let at = from + space;
+        let next = value[at..line].trim_start();
+        let word = next.len() - next.trim_start_matches(is_name_char).len();
+        let after = &next[word..];
+        if word > 0 && (after.starts_with('=') || after.starts_with(": ")) {
+            return at;
+        }
+        from = at + value[at..].chars().next().map_or(1, char::len_utf8);
+    }
+    line
 }
 
 /// An alert's notification (a webhook job whose meta names its `alert_incident`, see
@@ -517,6 +536,7 @@ mod tests {
                 {"message": "retrying token=\"q w e\" password: pw-1 (attempt 2)"},
                 {"message": "{\"client_secret\":\"zz-top\",\"game\":7} ok"},
                 {"message": "status: 401, game=7, at 12:30"},
+                {"message": "authorization=Bearer xyz-tok user=bob\nnext line"},
             ]),
         );
         let reader = Sight {
@@ -549,13 +569,17 @@ mod tests {
         assert_eq!(logs[0]["message"], "calling with api_key=[redacted] now");
         assert_eq!(
             logs[1]["message"],
-            "retrying token=[redacted] password: [redacted] (attempt 2)"
+            "retrying token=[redacted] password: [redacted]"
         );
         assert_eq!(
             logs[2]["message"],
             "{\"client_secret\":[redacted],\"game\":7} ok"
         );
         assert_eq!(logs[3]["message"], "status: 401, game=7, at 12:30");
+        assert_eq!(
+            logs[4]["message"],
+            "authorization=[redacted] user=bob\nnext line"
+        );
         // The job's creator and admins see the record as written; a viewer never does.
         let creator = Sight {
             name: "ada",

@@ -567,3 +567,38 @@ async fn a_running_attempts_lines_show_while_it_runs() {
     .await;
     engine.stop().await;
 }
+
+/// A running attempt's lines are those of its own claim: an attempt number comes again after a
+/// hand-back or a snooze, and lines an earlier run left (its node stopped before deleting them)
+/// are never shown as the new run's.
+#[tokio::test]
+async fn lines_left_by_an_earlier_run_of_the_same_attempt_number_are_not_shown() {
+    let db = test_db().await;
+    let mut workers = Workers::new();
+    workers.register(Recorder);
+    let client = kickoff::engine::Client::new(db.pool.clone(), std::sync::Arc::new(workers));
+    sqlx::query(
+        "INSERT INTO jobs (id, queue, kind, state, attempt, attempted_at, attempted_by,
+                           lease_expires_at, claim_token, scheduled_at)
+         VALUES (7001, 'default', 'recorder', 'executing', 1, now(), 'b', now() + interval '1 min',
+                 22, now())",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO job_attempt_live (job_id, attempt, claim_token, node, logs)
+         VALUES (7001, 1, 11, 'a', '[{\"message\": \"the earlier run\"}]')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let job = client.get(JobId(7001)).await.unwrap();
+    assert_eq!(client.attempt_so_far(&job).await.unwrap(), None);
+    sqlx::query("UPDATE job_attempt_live SET claim_token = 22, node = 'b'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let shown = client.attempt_so_far(&job).await.unwrap().unwrap();
+    assert_eq!(shown.logs.unwrap()[0]["message"], "the earlier run");
+}

@@ -804,18 +804,21 @@ pub async fn job_rescue_expired<'e>(
 pub async fn attempt_live_write<'e>(
     db: impl PgExecutor<'e>,
     node: &str,
-    live: &[(JobId, i32, AttemptEnd)],
+    live: &[(Claim, i32, AttemptEnd)],
 ) -> Result<(), sqlx::Error> {
-    let ids: Vec<i64> = live.iter().map(|l| l.0 .0).collect();
+    let ids: Vec<i64> = live.iter().map(|l| l.0.id.0).collect();
+    let tokens: Vec<ClaimToken> = live.iter().map(|l| l.0.token).collect();
     let attempts: Vec<i32> = live.iter().map(|l| l.1).collect();
     let ends: Vec<AttemptEnd> = live.iter().map(|l| l.2.clone()).collect();
     let a = end_arrays(&ends);
     sqlx::query(
-        "INSERT INTO job_attempt_live AS l (job_id, attempt, node, output, logs, logs_dropped)
-         SELECT id, attempt, $3, output::jsonb, logs::jsonb, dropped
-         FROM unnest($1::bigint[], $2::int[], $4::text[], $5::text[], $6::int[])
-              AS u(id, attempt, output, logs, dropped)
-         ON CONFLICT (job_id) DO UPDATE SET attempt = excluded.attempt, node = excluded.node,
+        "INSERT INTO job_attempt_live AS l (job_id, attempt, claim_token, node, output, logs,
+                                              logs_dropped)
+         SELECT id, attempt, token, $3, output::jsonb, logs::jsonb, dropped
+         FROM unnest($1::bigint[], $2::int[], $4::text[], $5::text[], $6::int[], $7::bigint[])
+              AS u(id, attempt, output, logs, dropped, token)
+         ON CONFLICT (job_id) DO UPDATE SET attempt = excluded.attempt,
+                claim_token = excluded.claim_token, node = excluded.node,
                 output = excluded.output, logs = excluded.logs,
                 logs_dropped = excluded.logs_dropped, updated_at = now()",
     )
@@ -825,6 +828,7 @@ pub async fn attempt_live_write<'e>(
     .bind(&a.output)
     .bind(&a.logs)
     .bind(&a.dropped)
+    .bind(&tokens)
     .execute(db)
     .await?;
     Ok(())
@@ -853,26 +857,25 @@ pub async fn attempt_live_prune<'e>(db: impl PgExecutor<'e>) -> Result<u64, sqlx
          WHERE updated_at < now() - interval '1 minute'
            AND NOT EXISTS (SELECT 1 FROM jobs j
                            WHERE j.id = l.job_id AND j.state = 'executing'
-                             AND j.attempt = l.attempt)",
+                             AND j.claim_token = l.claim_token)",
     )
     .execute(db)
     .await?;
     Ok(r.rows_affected())
 }
 
-/// What attempt `attempt` of `job`, running, has logged and recorded so far: its output, its
-/// log lines and how many were left out; `None` when it wrote nothing yet.
+/// What the attempt running under `claim` has logged and recorded so far: its output, its log
+/// lines and how many were left out; `None` when it wrote nothing yet.
 pub async fn attempt_live_of<'e>(
     db: impl PgExecutor<'e>,
-    job: JobId,
-    attempt: i32,
+    claim: Claim,
 ) -> Result<Option<(Option<serde_json::Value>, Option<serde_json::Value>, i32)>, sqlx::Error> {
     sqlx::query_as(
         "SELECT output, logs, logs_dropped FROM job_attempt_live
-         WHERE job_id = $1 AND attempt = $2",
+         WHERE job_id = $1 AND claim_token = $2",
     )
-    .bind(job)
-    .bind(attempt)
+    .bind(claim.id)
+    .bind(claim.token)
     .fetch_optional(db)
     .await
 }
