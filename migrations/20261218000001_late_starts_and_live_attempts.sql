@@ -36,13 +36,14 @@ CREATE TABLE job_attempt_live (
 -- The rollups' deltas, cheaper per attempt (same counts, see migration 20261217000001): each
 -- record adds to its group's row by grouping on its outcome and lateness bucket too, so a row
 -- sums what it counts once per group, not 22 filtered counts per record (measured: the
--- trigger's share of a completion statement halved); and a schedule's runs are read apart,
--- not every record twice. A batch of mixed lateness writes a row per bucket it touches; the
--- fold and the readers sum them all the same.
+-- trigger's share of a completion statement halved); and a schedule's runs are read apart
+-- (a UNION ALL of the few with a schedule), not every record twice through a lateral join.
+-- A batch of mixed lateness writes a row per bucket it touches; the fold and the readers sum
+-- them all the same.
 CREATE OR REPLACE FUNCTION kickoff_history_deltas() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO job_history_deltas
-    SELECT date_trunc('minute', finished_at), queue, kind, 0,
+    SELECT date_trunc('minute', finished_at), queue, kind, s,
            CASE WHEN outcome = 'completed' THEN count(*) ELSE 0 END,
            CASE WHEN outcome = 'failed' THEN count(*) ELSE 0 END,
            CASE WHEN outcome = 'discarded' THEN count(*) ELSE 0 END,
@@ -66,40 +67,12 @@ BEGIN
            CASE WHEN b = 14 THEN count(*) ELSE 0 END,
            CASE WHEN b = 15 THEN count(*) ELSE 0 END,
            sum(duration_ms), max(duration_ms)
-    FROM (SELECT finished_at, queue, kind, outcome, duration_ms,
-                 width_bucket(late_ms, kickoff_late_bounds()) AS b
-          FROM new_rows) r
-    GROUP BY date_trunc('minute', finished_at), queue, kind, outcome, b;
-    IF EXISTS (SELECT 1 FROM new_rows WHERE schedule_id IS NOT NULL) THEN
-        INSERT INTO job_history_deltas
-        SELECT date_trunc('minute', finished_at), queue, kind, schedule_id,
-               CASE WHEN outcome = 'completed' THEN count(*) ELSE 0 END,
-               CASE WHEN outcome = 'failed' THEN count(*) ELSE 0 END,
-               CASE WHEN outcome = 'discarded' THEN count(*) ELSE 0 END,
-               CASE WHEN outcome = 'cancelled' THEN count(*) ELSE 0 END,
-               CASE WHEN outcome = 'snoozed' THEN count(*) ELSE 0 END,
-               CASE WHEN outcome = 'lost' THEN count(*) ELSE 0 END,
-               CASE WHEN b = 0 THEN count(*) ELSE 0 END,
-               CASE WHEN b = 1 THEN count(*) ELSE 0 END,
-               CASE WHEN b = 2 THEN count(*) ELSE 0 END,
-               CASE WHEN b = 3 THEN count(*) ELSE 0 END,
-               CASE WHEN b = 4 THEN count(*) ELSE 0 END,
-               CASE WHEN b = 5 THEN count(*) ELSE 0 END,
-               CASE WHEN b = 6 THEN count(*) ELSE 0 END,
-               CASE WHEN b = 7 THEN count(*) ELSE 0 END,
-               CASE WHEN b = 8 THEN count(*) ELSE 0 END,
-               CASE WHEN b = 9 THEN count(*) ELSE 0 END,
-               CASE WHEN b = 10 THEN count(*) ELSE 0 END,
-               CASE WHEN b = 11 THEN count(*) ELSE 0 END,
-               CASE WHEN b = 12 THEN count(*) ELSE 0 END,
-               CASE WHEN b = 13 THEN count(*) ELSE 0 END,
-               CASE WHEN b = 14 THEN count(*) ELSE 0 END,
-               CASE WHEN b = 15 THEN count(*) ELSE 0 END,
-               sum(duration_ms), max(duration_ms)
-        FROM (SELECT finished_at, queue, kind, schedule_id, outcome, duration_ms,
-                     width_bucket(late_ms, kickoff_late_bounds()) AS b
-              FROM new_rows WHERE schedule_id IS NOT NULL) r
-        GROUP BY date_trunc('minute', finished_at), queue, kind, schedule_id, outcome, b;
-    END IF;
+    FROM (SELECT finished_at, queue, kind, 0::bigint AS s, outcome, duration_ms, late_ms
+          FROM new_rows
+          UNION ALL
+          SELECT finished_at, queue, kind, schedule_id, outcome, duration_ms, late_ms
+          FROM new_rows WHERE schedule_id IS NOT NULL) r,
+         LATERAL (SELECT width_bucket(r.late_ms, kickoff_late_bounds()) AS b) w
+    GROUP BY date_trunc('minute', finished_at), queue, kind, s, outcome, b;
     RETURN NULL;
 END $$;
