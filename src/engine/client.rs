@@ -31,6 +31,10 @@ use super::worker::Workers;
 pub const MAX_ARGS_BYTES: usize = 256 * 1024;
 pub const MAX_META_BYTES: usize = 16 * 1024;
 pub const MAX_TAGS: usize = 20;
+/// How many of the newest jobs a filter's suggestions read.
+pub const SUGGEST_RECENT_JOBS: i64 = 1_000;
+/// How many suggestions of each sort (kinds, queues, tags, args keys) at most.
+pub const SUGGEST_EACH: i64 = 100;
 pub const MAX_TAG_CHARS: usize = 100;
 pub const MAX_UNIQUE_KEY_CHARS: usize = 255;
 /// How far ahead a job may be scheduled.
@@ -626,6 +630,27 @@ impl Client {
         }
     }
 
+    /// What a job filter may suggest: the kinds the workers run and the queues that exist,
+    /// with the kinds, queues, tags and top-level args keys of the newest
+    /// [`SUGGEST_RECENT_JOBS`] jobs; each list sorted, at most [`SUGGEST_EACH`].
+    pub async fn job_suggestions(&self) -> Result<job_store::JobSuggestions, ClientError> {
+        let mut s =
+            job_store::job_suggestions(&self.pool, SUGGEST_RECENT_JOBS, SUGGEST_EACH).await?;
+        let queues = queue_store::queue_list(&self.pool).await?;
+        let merge = |list: &mut Vec<String>, more: Vec<String>| {
+            list.extend(more);
+            list.sort();
+            list.dedup();
+            list.truncate(SUGGEST_EACH as usize);
+        };
+        merge(
+            &mut s.kinds,
+            self.workers.kinds().into_iter().map(String::from).collect(),
+        );
+        merge(&mut s.queues, queues.into_iter().map(|q| q.name).collect());
+        Ok(s)
+    }
+
     pub async fn queues(&self) -> Result<Vec<QueueRow>, ClientError> {
         Ok(queue_store::queue_list(&self.pool).await?)
     }
@@ -906,11 +931,7 @@ impl Client {
         if cap < 1 {
             return Err(invalid("cap", "must be at least 1"));
         }
-        let counted = filter.kind.is_none()
-            && filter.args.is_none()
-            && filter.scheduled_from.is_none()
-            && filter.scheduled_to.is_none();
-        let n = if counted {
+        let n = if filter.is_counted() {
             stats_store::job_counts_total(
                 &self.pool,
                 &filter.states,
@@ -1227,6 +1248,11 @@ fn check_limit(limit: i64) -> Result<(), ClientError> {
 fn check_filter(filter: &JobFilter) -> Result<(), ClientError> {
     if filter.args.as_ref().is_some_and(|a| !a.is_object()) {
         return Err(invalid("args", "the args filter must be a JSON object"));
+    }
+    if filter.tags.iter().any(|t| t.contains('\0'))
+        || filter.error.as_ref().is_some_and(|e| e.contains('\0'))
+    {
+        return Err(invalid("tags", "text must not contain NUL characters"));
     }
     Ok(())
 }

@@ -17,7 +17,9 @@ use super::state::AppState;
 use crate::accounts::{Role, TokenScope};
 use crate::engine::job::{DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE};
 use crate::engine::late_start::META_LATE;
-use crate::engine::store::jobs::late_by_checked;
+use crate::engine::store::jobs::{
+    error_text_checked, late_by_checked, tags_checked, FilterFields, JobSuggestions,
+};
 use crate::engine::{BulkAction, BulkReport, Job, JobId, JobState, NewJob, OnConflict, Schedule};
 use crate::engine::{JobFilter, LatePolicy};
 
@@ -149,18 +151,79 @@ pub async fn create(
     Ok(answer)
 }
 
-#[derive(schemars::JsonSchema, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ListParams {
-    pub state: Option<String>,
-    pub queue: Option<String>,
-    pub kind: Option<String>,
-    /// Keyset cursor: list jobs with a smaller id.
-    pub before: Option<i64>,
-    pub limit: Option<i64>,
-    /// Jobs with an attempt that started more than this many ms after it was due (0 to a day).
-    #[schemars(range(min = 0, max = 86400000))]
-    pub late_by_ms: Option<f64>,
+/// A query string struct holding the job filters of `GET /api/v1/jobs` and its export, with the
+/// fields given after them: the dashboard's filters, read by the same code
+/// (`engine::store::jobs::FilterFields`). Every filter given must hold. (A macro, not a flattened
+/// struct: serde's `flatten` reads a query string's numbers as strings and drops
+/// `deny_unknown_fields`.)
+macro_rules! job_filter_query {
+    ($(#[$meta:meta])* $name:ident { $($(#[$fmeta:meta])* $field:ident : $ty:ty),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(schemars::JsonSchema, Debug, Default, Deserialize, Serialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            /// One state or several separated by commas (`retryable,discarded`).
+            #[schemars(regex(pattern = r"^\s*(available|scheduled|executing|retryable|completed|cancelled|discarded)\s*(,\s*(available|scheduled|executing|retryable|completed|cancelled|discarded)\s*)*$"))]
+            pub state: Option<String>,
+            pub queue: Option<String>,
+            pub kind: Option<String>,
+            /// Jobs whose args contain this: a JSON object (`{"game_id":42}`) or `key=value`
+            /// pairs separated by commas (`game_id=42,team=lions`; a value reads as JSON when it
+            /// parses, as text otherwise). Only an admin's token may name a header or a
+            /// secret-named field.
+            pub args: Option<String>,
+            /// Jobs carrying every one of these tags: separated by commas, or a JSON array (for a
+            /// tag with a comma); 1 to 20 tags of 1 to 100 characters.
+            pub tags: Option<String>,
+            /// Text in the last error's message, case-insensitive (at most 200 characters). Read
+            /// row by row: bound it with a state, queue or kind on a large table. A job whose
+            /// secrets the token may not see matches on the message as shown to it (secrets
+            /// hidden), so a page may hold fewer jobs than `limit` while `next_before` says more
+            /// follow.
+            #[schemars(length(max = 200))]
+            pub error: Option<String>,
+            /// RFC 3339; `scheduled_at` at or after it.
+            pub scheduled_from: Option<DateTime<Utc>>,
+            /// RFC 3339; `scheduled_at` before it.
+            pub scheduled_to: Option<DateTime<Utc>>,
+            /// Jobs with an attempt that started more than this many ms after it was due (0 to a
+            /// day).
+            #[schemars(range(min = 0, max = 86400000))]
+            pub late_by_ms: Option<f64>,
+            $($(#[$fmeta])* pub $field: $ty,)*
+        }
+
+        impl $name {
+            /// The engine's filter, checked by the code the dashboard's filter form goes through.
+            pub fn to_filter(&self) -> Result<JobFilter, AppError> {
+                let fields = FilterFields {
+                    states: self.state.as_deref(),
+                    queue: self.queue.as_deref(),
+                    kind: self.kind.as_deref(),
+                    args: self.args.as_deref(),
+                    tags: self.tags.as_deref(),
+                    error: self.error.as_deref(),
+                    late_by_ms: self.late_by_ms,
+                };
+                Ok(JobFilter {
+                    scheduled_from: self.scheduled_from,
+                    scheduled_to: self.scheduled_to,
+                    ..fields.into_filter().map_err(AppError::invalid)?
+                })
+            }
+        }
+    };
+}
+
+job_filter_query! {
+    /// The query of `GET /api/v1/jobs`: the filters and the page.
+    ListParams {
+        /// Keyset cursor: list jobs with a smaller id.
+        before: Option<i64>,
+        /// 1 to 1,000 (default 50).
+        #[schemars(range(min = 1, max = 1000))]
+        limit: Option<i64>,
+    }
 }
 
 #[derive(schemars::JsonSchema, Serialize)]
@@ -197,24 +260,9 @@ pub async fn list(
     Extension(caller): Extension<ApiCaller>,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Json<JobPage>, AppError> {
-    let job_state = params
-        .state
-        .as_deref()
-        .map(str::parse::<JobState>)
-        .transpose()
-        .map_err(AppError::invalid)?;
-    let late_by_ms = params
-        .late_by_ms
-        .map(late_by_checked)
-        .transpose()
-        .map_err(AppError::invalid)?;
-    let filter = JobFilter {
-        states: job_state.into_iter().collect(),
-        queue: params.queue,
-        kind: params.kind,
-        late_by_ms,
-        ..JobFilter::default()
-    };
+    let filter = params.to_filter()?;
+    let sight = sight(&caller);
+    refuse_secret_filter(&sight, &filter)?;
     let limit = params.limit.unwrap_or(50);
     let jobs = state
         .client
@@ -223,9 +271,14 @@ pub async fn list(
     let next_before = (jobs.len() as i64 == limit)
         .then(|| jobs.last().map(|j| j.id))
         .flatten();
-    let sight = sight(&caller);
-    let jobs = jobs.into_iter().map(|j| sight.job(j)).collect();
+    let jobs = sight.jobs_matching(jobs, &filter);
     Ok(Json(JobPage { jobs, next_before }))
+}
+
+/// The kinds, queues, tags and top-level args keys a job filter may suggest (the dashboard's
+/// filter fields offer the same).
+pub async fn suggestions(State(state): State<AppState>) -> Result<Json<JobSuggestions>, AppError> {
+    Ok(Json(state.client.job_suggestions().await?))
 }
 
 pub async fn get(
@@ -323,6 +376,18 @@ pub async fn delete(
         .await
 }
 
+const SECRET_ARGS_FILTER: &str =
+    "only an admin's token can match jobs by header values or fields named like secrets";
+
+/// Refuses an args filter naming a secret to a caller who may not search secrets (the matches
+/// would tell whether a guess is right).
+fn refuse_secret_filter(sight: &redact::Sight<'_>, filter: &JobFilter) -> Result<(), AppError> {
+    if !sight.may_search_secrets() && filter.args.as_ref().is_some_and(redact::names_a_secret) {
+        return Err(AppError::Forbidden(SECRET_ARGS_FILTER.into()));
+    }
+    Ok(())
+}
+
 /// The filter of a bulk action: every field optional; `{}` matches every job.
 #[derive(schemars::JsonSchema, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -344,6 +409,14 @@ pub struct BulkFilter {
     /// Jobs with an attempt that started more than this many ms after it was due (0 to a day).
     #[schemars(range(min = 0, max = 86400000))]
     pub late_by_ms: Option<f64>,
+    /// Jobs carrying every one of these tags (1 to 20 of 1 to 100 characters).
+    #[schemars(length(min = 1, max = 20))]
+    pub tags: Option<Vec<String>>,
+    /// Text in the last error's message, case-insensitive (at most 200 characters). Only an
+    /// admin's token: a count over messages others see with secrets hidden would tell whether a
+    /// guessed secret is in one (list with this filter, then act on the ids).
+    #[schemars(length(max = 200))]
+    pub error: Option<String>,
 }
 
 impl TryFrom<BulkFilter> for JobFilter {
@@ -359,6 +432,8 @@ impl TryFrom<BulkFilter> for JobFilter {
             scheduled_to: f.scheduled_to,
             max_id: f.max_id,
             late_by_ms: f.late_by_ms.map(late_by_checked).transpose()?,
+            tags: f.tags.map(tags_checked).transpose()?.unwrap_or_default(),
+            error: f.error.map(error_text_checked).transpose()?,
         })
     }
 }
@@ -385,13 +460,20 @@ pub async fn bulk(
     audit: Audit,
     ApiJson(body): ApiJson<BulkBody>,
 ) -> Result<Response, AppError> {
-    let filter_args = body.filter.as_ref().and_then(|f| f.args.as_ref());
-    if filter_args.is_some_and(redact::names_a_secret) && !sight(&caller).may_search_secrets() {
-        // A bulk action's count would tell whether a guessed secret is right.
-        return Err(AppError::Forbidden(
-            "only an admin's token can match jobs by header values or fields named like secrets"
-                .into(),
-        ));
+    if let Some(filter) = &body.filter {
+        if !sight(&caller).may_search_secrets() {
+            // A bulk action's count would tell whether a guessed secret is right.
+            if filter.args.as_ref().is_some_and(redact::names_a_secret) {
+                return Err(AppError::Forbidden(SECRET_ARGS_FILTER.into()));
+            }
+            if filter.error.is_some() {
+                return Err(AppError::Forbidden(
+                    "only an admin's token can act on every job whose error holds a text: \
+                     list them with the filter, then act on their ids"
+                        .into(),
+                ));
+            }
+        }
     }
     match (body.ids, body.filter) {
         (Some(ids), None) => {

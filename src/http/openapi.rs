@@ -15,6 +15,7 @@ use super::{
     api_webhook_deliveries, api_webhook_endpoints, sse,
 };
 use crate::engine::schedules::{ScheduleSpec, ScheduleView};
+use crate::engine::store::jobs::JobSuggestions;
 use crate::engine::{BulkReport, Job};
 use crate::questions::service::QuestionDetail;
 use crate::questions::store::{Prediction, Question};
@@ -63,6 +64,15 @@ pub fn endpoints() -> Vec<Endpoint> {
             query: Some(schema::<api_jobs::ListParams>),
             ok: (200, Some(schema::<api_jobs::JobPage>)),
             route: || get(api_jobs::list),
+        },
+        Endpoint {
+            method: "get",
+            path: "/jobs/suggestions",
+            summary: "What a job filter may suggest: the kinds the workers run and the queues that exist, with the kinds, queues, tags and top-level args keys of the newest 1,000 jobs (each list sorted, at most 100)",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<JobSuggestions>)),
+            route: || get(api_jobs::suggestions),
         },
         Endpoint {
             method: "post",

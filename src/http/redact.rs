@@ -13,7 +13,8 @@ use serde_json::Value;
 
 use crate::engine::schedules::ScheduleView;
 use crate::engine::store::history::AttemptRecord;
-use crate::engine::Job;
+use crate::engine::store::jobs::error_matches;
+use crate::engine::{Job, JobFilter};
 use crate::webhooks::deliveries::DeliveryRow;
 
 /// Who is looking, as far as secrets go.
@@ -37,6 +38,22 @@ impl Sight<'_> {
     /// a secret-named field matches every job's, whoever created it): admins only.
     pub fn may_search_secrets(&self) -> bool {
         !self.reader && self.admin
+    }
+
+    /// `jobs` as the caller sees them, those `filter`'s error text no longer matches once their
+    /// secrets are hidden left out: the database matched the text as stored, and a caller who
+    /// sees a job's errors with its secrets hidden must not learn what they hide by searching.
+    pub fn jobs_matching(&self, jobs: Vec<Job>, filter: &JobFilter) -> Vec<Job> {
+        jobs.into_iter()
+            .map(|j| self.job(j))
+            .filter(|j| match &filter.error {
+                None => true,
+                Some(text) => j
+                    .errors
+                    .last()
+                    .is_some_and(|e| error_matches(&e.message, text)),
+            })
+            .collect()
     }
 
     /// `job` as the caller sees it.

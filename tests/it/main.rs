@@ -26,6 +26,7 @@ mod engine_interleavings;
 mod fetch_ahead;
 mod history;
 mod insert_notifications;
+mod job_tools;
 mod listener;
 mod metrics;
 mod pooler;

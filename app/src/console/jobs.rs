@@ -46,6 +46,10 @@ pub struct JobQuery {
     pub to_which: Option<String>,
     /// Jobs with an attempt that started more than this many ms after it was due.
     pub late: Option<String>,
+    /// Tags every listed job carries, separated by commas (or a JSON array).
+    pub tags: Option<String>,
+    /// Text in the last error, case-insensitive.
+    pub error: Option<String>,
     /// Keyset cursor: jobs with a smaller id.
     pub before: Option<i64>,
     /// Jobs with an id at most this: the list as the operator is reading it.
@@ -68,6 +72,8 @@ impl JobQuery {
             ("from", &self.from),
             ("to", &self.to),
             ("late", &self.late),
+            ("tags", &self.tags),
+            ("error", &self.error),
         ];
         let zone_fields = [
             ("zone", &self.zone),
@@ -275,10 +281,17 @@ impl BulkDone {
 }
 
 /// What the new-job form offers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct JobChoices {
+    /// The kinds this server's workers run (the new-job form's choices).
     pub kinds: Vec<String>,
+    /// Those and the kinds of recent jobs (a filter's suggestions).
+    pub seen_kinds: Vec<String>,
     pub queues: Vec<String>,
+    /// Tags of recent jobs.
+    pub tags: Vec<String>,
+    /// Top-level args keys of recent jobs.
+    pub args_keys: Vec<String>,
 }
 
 /// A new job as the form submits it.

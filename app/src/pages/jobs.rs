@@ -22,8 +22,8 @@ use crate::components::replica_lag::ReplicaLag;
 use crate::components::time::{use_clock, Countdown, When};
 use crate::components::time_field::{TimeField, ZoneInput};
 use crate::console::jobs::{
-    bulk_preview, list_jobs, BulkDone, BulkJobs, JobAction, JobPage, JobQuery, JobRow,
-    BULK_ACTIONS, FAILED_STATES, STATES,
+    bulk_preview, get_job_choices, list_jobs, BulkDone, BulkJobs, JobAction, JobPage, JobQuery,
+    JobRow, BULK_ACTIONS, FAILED_STATES, STATES,
 };
 use crate::console::{nonempty, query_string};
 
@@ -40,6 +40,8 @@ fn job_query(q: &ParamsMap, default_state: Option<&str>) -> JobQuery {
         from_which: nonempty(q.get("from_which")),
         to_which: nonempty(q.get("to_which")),
         late: nonempty(q.get("late")),
+        tags: nonempty(q.get("tags")),
+        error: nonempty(q.get("error")),
         before: q.get("before").and_then(|b| b.parse().ok()),
         max_id: None,
     }
@@ -269,20 +271,41 @@ fn Filters(path: &'static str, query: Memo<JobQuery>) -> impl IntoView {
             </label>
             <label>
                 "Queue"
-                <input name="queue" size="10" prop:value=move || q().queue.unwrap_or_default()/>
+                <input name="queue" size="10" list="suggest-queues" prop:value=move || q().queue.unwrap_or_default()/>
             </label>
             <label>
                 "Kind"
-                <input name="kind" size="12" prop:value=move || q().kind.unwrap_or_default()/>
+                <input name="kind" size="12" list="suggest-kinds" prop:value=move || q().kind.unwrap_or_default()/>
             </label>
             <label>
                 "Args contain"
                 <input
                     name="args"
                     size="18"
+                    list="suggest-args"
                     placeholder="game_id=42"
                     title="key=value pairs separated by commas, or a JSON object"
                     prop:value=move || q().args.unwrap_or_default()
+                />
+            </label>
+            <label>
+                "Tags"
+                <input
+                    name="tags"
+                    size="10"
+                    list="suggest-tags"
+                    title="jobs carrying every one of these tags, separated by commas"
+                    prop:value=move || q().tags.unwrap_or_default()
+                />
+            </label>
+            <label>
+                "Error contains"
+                <input
+                    name="error"
+                    size="12"
+                    maxlength="200"
+                    title="text in the last error, case-insensitive"
+                    prop:value=move || q().error.unwrap_or_default()
                 />
             </label>
             <label>
@@ -300,6 +323,7 @@ fn Filters(path: &'static str, query: Memo<JobQuery>) -> impl IntoView {
             <TimeField label="to" name="to" which_name="to_which" draft=to_draft initial=to zone/>
             <ZoneInput name="zone" zone/>
             <button type="submit">"Filter"</button>
+            <Suggestions/>
             {move || query.get().has_filter().then(|| view! { <a href=path>"Clear"</a> })}
         </Form>
         <nav class="chips" aria-label="Filter by state">
@@ -318,6 +342,30 @@ fn Filters(path: &'static str, query: Memo<JobQuery>) -> impl IntoView {
                 })
                 .collect_view()}
         </nav>
+    }
+}
+
+/// The filter fields' autocomplete: the kinds, queues, tags and args keys of recent jobs (the
+/// same list as `GET /api/v1/jobs/suggestions`), read once the page is in the browser.
+#[component]
+fn Suggestions() -> impl IntoView {
+    let choices = LocalResource::new(get_job_choices);
+    let list = |id: &'static str, items: Vec<String>| {
+        view! {
+            <datalist id=id>
+                {items.into_iter().map(|v| view! { <option value=v></option> }).collect_view()}
+            </datalist>
+        }
+    };
+    move || {
+        let c = choices.get().and_then(Result::ok).unwrap_or_default();
+        let args: Vec<String> = c.args_keys.iter().map(|k| format!("{k}=")).collect();
+        view! {
+            {list("suggest-kinds", c.seen_kinds)}
+            {list("suggest-queues", c.queues)}
+            {list("suggest-tags", c.tags)}
+            {list("suggest-args", args)}
+        }
     }
 }
 

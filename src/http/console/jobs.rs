@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::{conn, entry, from_ms, ms, operator, refused, Act, ServerConsole, LIST_ROWS};
 use crate::accounts::Role;
 use crate::engine::store::history::AttemptRecord;
-use crate::engine::store::jobs::late_by_checked;
+use crate::engine::store::jobs::FilterFields;
 use crate::engine::JobFilter;
 use crate::engine::{BulkAction, Job, JobId, JobState, LatePolicy, NewJob, OnConflict, Schedule};
 use crate::http::error::AppError;
@@ -36,6 +36,21 @@ fn refuse_secret_filter(
     {
         return Err(Refusal::invalid(
             "args: only an admin can filter on header values or fields named like secrets",
+        ));
+    }
+    Ok(())
+}
+
+/// Only admins may count or act on every job whose last error holds a text: the count would
+/// include errors others see with secrets hidden. Others select the rows the list shows.
+fn refuse_error_count(
+    op: &crate::http::session::Operator,
+    filter: &JobFilter,
+) -> Result<(), Refusal> {
+    if !op.sight().may_search_secrets() && filter.error.is_some() {
+        return Err(Refusal::invalid(
+            "error: only an admin can act on every job whose error holds a text; select the \
+             jobs in the list instead",
         ));
     }
     Ok(())
@@ -182,40 +197,9 @@ fn attempts_from_errors(j: &Job) -> Vec<AttemptRow> {
     rows
 }
 
-/// `key=value, key2=value2` (values read as JSON when they parse, as text otherwise) or a JSON
-/// object: the object the listed jobs' args must contain.
-fn parse_args_filter(text: &str) -> Result<Value, String> {
-    let text = text.trim();
-    if text.starts_with('{') {
-        return match serde_json::from_str::<Value>(text) {
-            Ok(v @ Value::Object(_)) => Ok(v),
-            _ => Err("args: not a JSON object".into()),
-        };
-    }
-    let mut object = serde_json::Map::new();
-    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (k, v) = pair
-            .split_once('=')
-            .ok_or_else(|| format!("args: `{pair}` is not key=value (or give a JSON object)"))?;
-        let (k, v) = (k.trim(), v.trim());
-        if k.is_empty() {
-            return Err(format!("args: `{pair}` has no key"));
-        }
-        let value = serde_json::from_str::<Value>(v).unwrap_or_else(|_| Value::from(v));
-        object.insert(k.to_string(), value);
-    }
-    Ok(Value::Object(object))
-}
-
-/// The engine's filter for a listing's query; bad input is the operator's to fix.
+/// The engine's filter for a listing's query; bad input is the operator's to fix. The fields the
+/// API has too are read by the same code ([`FilterFields`]).
 fn job_filter(q: &JobQuery) -> Result<JobFilter, String> {
-    let states = match q.state.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
-        None => Vec::new(),
-        Some(s) => s
-            .split(',')
-            .map(|p| p.trim().parse::<JobState>())
-            .collect::<Result<Vec<_>, _>>()?,
-    };
     let time = |field: &str,
                 v: &Option<String>,
                 which: &Option<String>|
@@ -229,29 +213,29 @@ fn job_filter(q: &JobQuery) -> Result<JobFilter, String> {
             }
         }
     };
-    let text = |v: &Option<String>| {
-        v.as_deref()
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(String::from)
+    let late = match q.late.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        None => None,
+        Some(t) => Some(
+            t.parse::<f64>()
+                .map_err(|_| format!("late: `{t}` is not a number of ms"))?,
+        ),
+    };
+    let fields = FilterFields {
+        states: q.state.as_deref(),
+        queue: q.queue.as_deref(),
+        kind: q.kind.as_deref(),
+        args: q.args.as_deref(),
+        tags: q.tags.as_deref(),
+        error: q.error.as_deref(),
+        late_by_ms: late,
     };
     Ok(JobFilter {
-        states,
-        queue: text(&q.queue),
-        kind: text(&q.kind),
-        args: text(&q.args).map(|a| parse_args_filter(&a)).transpose()?,
         scheduled_from: time("from", &q.from, &q.from_which)?,
         scheduled_to: time("to", &q.to, &q.to_which)?,
         max_id: q.max_id.map(JobId),
-        late_by_ms: match text(&q.late) {
-            None => None,
-            Some(t) => Some(
-                t.parse::<f64>()
-                    .map_err(|_| format!("late: `{t}` is not a number of ms"))
-                    .and_then(late_by_checked)
-                    .map_err(|e| e.replace("late_by_ms", "late"))?,
-            ),
-        },
+        ..fields
+            .into_filter()
+            .map_err(|e| e.replace("late_by_ms", "late"))?
     })
 }
 
@@ -340,10 +324,9 @@ impl JobsConsole for ServerConsole {
                     max_id: None,
                     ..filter.clone()
                 };
-                reader
-                    .list(&head, None, NEWER_CAP)
-                    .await
-                    .map_err(refused)?
+                let head = reader.list(&head, None, NEWER_CAP).await.map_err(refused)?;
+                sight
+                    .jobs_matching(head, &filter)
                     .iter()
                     .filter(|j| j.id.0 > max_id)
                     .count() as i64
@@ -356,7 +339,11 @@ impl JobsConsole for ServerConsole {
         Ok(JobPage {
             replica_lag_ms: self.reader.lag_past_bound().await,
             now_ms,
-            rows: rows.into_iter().map(|j| job_row(&sight.job(j))).collect(),
+            rows: sight
+                .jobs_matching(rows, &filter)
+                .iter()
+                .map(job_row)
+                .collect(),
             next_before,
             newer,
         })
@@ -475,6 +462,7 @@ impl JobsConsole for ServerConsole {
 
     async fn job_choices(&self) -> Result<JobChoices, Refusal> {
         operator(Role::Viewer)?;
+        let s = self.client.job_suggestions().await.map_err(refused)?;
         let mut kinds: Vec<String> = self
             .client
             .workers()
@@ -483,15 +471,13 @@ impl JobsConsole for ServerConsole {
             .map(String::from)
             .collect();
         kinds.sort();
-        let queues = self
-            .client
-            .queues()
-            .await
-            .map_err(refused)?
-            .into_iter()
-            .map(|q| q.name)
-            .collect();
-        Ok(JobChoices { kinds, queues })
+        Ok(JobChoices {
+            kinds,
+            seen_kinds: s.kinds,
+            queues: s.queues,
+            tags: s.tags,
+            args_keys: s.args_keys,
+        })
     }
 
     async fn create_job(&self, input: NewJobInput) -> Result<i64, Refusal> {
@@ -520,6 +506,7 @@ impl JobsConsole for ServerConsole {
         let op = operator(Role::Viewer)?;
         let mut filter = job_filter(&query)?;
         refuse_secret_filter(&op, &filter)?;
+        refuse_error_count(&op, &filter)?;
         // The newest job now is the snapshot: jobs inserted after the confirmation are not touched.
         let newest = self
             .client
@@ -579,7 +566,9 @@ impl JobsConsole for ServerConsole {
                 let op = self
                     .operator_for(Role::Operator, &act.action, act.target.as_deref())
                     .await?;
-                if let Err(refusal) = refuse_secret_filter(&op, &filter) {
+                if let Err(refusal) = refuse_secret_filter(&op, &filter)
+                    .and_then(|()| refuse_error_count(&op, &filter))
+                {
                     let refused: Result<(), Refusal> = Err(refusal.clone());
                     self.record(&op, &act.action, act.target, act.filter, None, &refused)
                         .await;
@@ -757,22 +746,6 @@ pub(super) fn delivery_row(d: crate::webhooks::deliveries::DeliveryRow) -> Deliv
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn args_filter_reads_pairs_and_json() {
-        assert_eq!(
-            parse_args_filter("game_id=42, team=lions").unwrap(),
-            json!({"game_id": 42, "team": "lions"})
-        );
-        assert_eq!(
-            parse_args_filter(r#"{"a": {"b": true}}"#).unwrap(),
-            json!({"a": {"b": true}})
-        );
-        assert!(parse_args_filter("no pair here").is_err());
-        assert!(parse_args_filter("[1, 2]").is_err());
-        assert!(parse_args_filter("=3").is_err());
-    }
 
     #[test]
     fn job_filter_refuses_unknown_states_and_bad_times() {

@@ -25,6 +25,187 @@ pub struct JobFilter {
     /// Jobs with an attempt that started more than this many ms after its due time (read from
     /// `job_attempts`: attempts that ended).
     pub late_by_ms: Option<f64>,
+    /// Jobs carrying every one of these tags (`tags @> $x`, GIN-indexed).
+    pub tags: Vec<String>,
+    /// Text in the last error's message, case-insensitive (`ILIKE`, its `%`, `_` and `\\`
+    /// matched as themselves). Read row by row: bound it with a state, queue or kind on a large
+    /// table.
+    pub error: Option<String>,
+}
+
+/// At most this many tags in a filter, each 1 to this many characters: the insert's own rule
+/// ([`crate::engine::client::MAX_TAGS`], [`crate::engine::client::MAX_TAG_CHARS`]).
+pub use crate::engine::client::{
+    MAX_TAGS as FILTER_MAX_TAGS, MAX_TAG_CHARS as FILTER_MAX_TAG_CHARS,
+};
+
+/// The longest text an error filter may look for, in characters.
+pub const ERROR_TEXT_MAX_CHARS: usize = 200;
+
+/// A job filter as text, the way a URL query or the dashboard's filter form carries it. Both
+/// `GET /api/v1/jobs` (and its export) and the dashboard read their filters through
+/// [`FilterFields::into_filter`], so they accept the same filters under the same rules; the due
+/// time range is each caller's (RFC 3339 in the API, a wall time and zone in the dashboard).
+#[derive(Debug, Clone, Default)]
+pub struct FilterFields<'a> {
+    /// One state or several separated by commas.
+    pub states: Option<&'a str>,
+    pub queue: Option<&'a str>,
+    pub kind: Option<&'a str>,
+    /// A JSON object, or `key=value` pairs separated by commas (a value reads as JSON when it
+    /// parses, as text otherwise).
+    pub args: Option<&'a str>,
+    /// Tags separated by commas, or a JSON array of them (for a tag holding a comma).
+    pub tags: Option<&'a str>,
+    /// Text in the last error.
+    pub error: Option<&'a str>,
+    /// "Late by more than" this many ms.
+    pub late_by_ms: Option<f64>,
+}
+
+impl FilterFields<'_> {
+    /// The filter, or what is wrong with it, naming the field (as the API names it). Blank fields
+    /// filter nothing.
+    pub fn into_filter(self) -> Result<JobFilter, String> {
+        let text = |v: Option<&str>| v.map(str::trim).filter(|s| !s.is_empty()).map(String::from);
+        Ok(JobFilter {
+            states: match text(self.states) {
+                None => Vec::new(),
+                Some(s) => parse_states(&s)?,
+            },
+            queue: text(self.queue),
+            kind: text(self.kind),
+            args: text(self.args).map(|a| parse_args_filter(&a)).transpose()?,
+            tags: match text(self.tags) {
+                None => Vec::new(),
+                Some(t) => parse_tags_filter(&t)?,
+            },
+            error: text(self.error).map(error_text_checked).transpose()?,
+            late_by_ms: self.late_by_ms.map(late_by_checked).transpose()?,
+            ..JobFilter::default()
+        })
+    }
+}
+
+/// `available,retryable`: the states, each a known one.
+pub fn parse_states(text: &str) -> Result<Vec<JobState>, String> {
+    text.split(',')
+        .map(|p| p.trim().parse::<JobState>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("state: {e}"))
+}
+
+/// `key=value, key2=value2` (values read as JSON when they parse, as text otherwise) or a JSON
+/// object: the object the jobs' args must contain.
+pub fn parse_args_filter(text: &str) -> Result<Value, String> {
+    let text = text.trim();
+    if text.starts_with('{') {
+        return match serde_json::from_str::<Value>(text) {
+            Ok(v @ Value::Object(_)) => Ok(v),
+            _ => Err("args: not a JSON object".into()),
+        };
+    }
+    let mut object = serde_json::Map::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("args: `{pair}` is not key=value (or give a JSON object)"))?;
+        let (k, v) = (k.trim(), v.trim());
+        if k.is_empty() {
+            return Err(format!("args: `{pair}` has no key"));
+        }
+        let value = serde_json::from_str::<Value>(v).unwrap_or_else(|_| Value::from(v));
+        object.insert(k.to_string(), value);
+    }
+    if object.is_empty() {
+        return Err("args: no key=value pair".into());
+    }
+    Ok(Value::Object(object))
+}
+
+/// `vip,derby` or `["a,b", "c"]`: the tags every matching job carries.
+pub fn parse_tags_filter(text: &str) -> Result<Vec<String>, String> {
+    let text = text.trim();
+    let tags: Vec<String> = if text.starts_with('[') {
+        serde_json::from_str(text).map_err(|_| "tags: not a JSON array of strings".to_string())?
+    } else {
+        text.split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(String::from)
+            .collect()
+    };
+    tags_checked(tags)
+}
+
+/// `tags` as a tags filter, or why they cannot be.
+pub fn tags_checked(tags: Vec<String>) -> Result<Vec<String>, String> {
+    let bad =
+        |t: &String| t.is_empty() || t.chars().count() > FILTER_MAX_TAG_CHARS || t.contains('\0');
+    if tags.is_empty() || tags.len() > FILTER_MAX_TAGS || tags.iter().any(bad) {
+        return Err(format!(
+            "tags: 1 to {FILTER_MAX_TAGS} tags of 1 to {FILTER_MAX_TAG_CHARS} characters"
+        ));
+    }
+    Ok(tags)
+}
+
+/// `text` as an error filter, or why it cannot be.
+pub fn error_text_checked(text: String) -> Result<String, String> {
+    if text.chars().count() > ERROR_TEXT_MAX_CHARS || text.contains('\0') {
+        return Err(format!(
+            "error: at most {ERROR_TEXT_MAX_CHARS} characters, no NUL"
+        ));
+    }
+    Ok(text)
+}
+
+/// Whether `message` holds `text`, as the error filter matches it (case-insensitive): for the
+/// callers who see a job's errors with its secrets hidden, the listing checks again on the text
+/// they see (see `http::redact`).
+pub fn error_matches(message: &str, text: &str) -> bool {
+    message.to_lowercase().contains(&text.to_lowercase())
+}
+
+/// `text` as a LIKE pattern matching it anywhere, its wildcards escaped.
+fn contains_pattern(text: &str) -> String {
+    let mut p = String::with_capacity(text.len() + 2);
+    p.push('%');
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            p.push('\\');
+        }
+        p.push(c);
+    }
+    p.push('%');
+    p
+}
+
+impl JobFilter {
+    /// Whether the per-state counters answer how many jobs match (states, queue and a snapshot
+    /// only): every field is named, so a new one cannot be forgotten here (a late-by filter was,
+    /// and its confirmation counted every job of its states).
+    pub fn is_counted(&self) -> bool {
+        let JobFilter {
+            states: _,
+            queue: _,
+            max_id: _,
+            kind,
+            args,
+            scheduled_from,
+            scheduled_to,
+            late_by_ms,
+            tags,
+            error,
+        } = self;
+        kind.is_none()
+            && args.is_none()
+            && scheduled_from.is_none()
+            && scheduled_to.is_none()
+            && late_by_ms.is_none()
+            && tags.is_empty()
+            && error.is_none()
+    }
 }
 
 /// The largest lateness a filter may ask about: a day, in ms.
@@ -78,6 +259,14 @@ fn push_filter(qb: &mut QueryBuilder<'_, Postgres>, filter: &JobFilter, states: 
     if let Some(max_id) = filter.max_id {
         qb.push(" AND id <= ").push_bind(max_id);
     }
+    if !filter.tags.is_empty() {
+        qb.push(" AND tags @> ").push_bind(filter.tags.clone());
+    }
+    if let Some(text) = &filter.error {
+        qb.push(" AND (errors -> -1 ->> 'message') ILIKE ")
+            .push_bind(contains_pattern(text))
+            .push(" ESCAPE '\\'");
+    }
     if let Some(late) = filter.late_by_ms {
         // A semi-join: with few late attempts the planner reads `job_attempts_late_idx`.
         qb.push(" AND id IN (SELECT job_id FROM job_attempts WHERE late_ms > ")
@@ -102,6 +291,7 @@ fn uses_running_less_index(filter: &JobFilter) -> bool {
         || filter.args.is_some()
         || filter.scheduled_from.is_some()
         || filter.scheduled_to.is_some()
+        || !filter.tags.is_empty()
 }
 
 /// The states one branch of a listing reads.
@@ -360,4 +550,111 @@ pub async fn job_delete_matching<'e>(
     push_filter(&mut qb, filter, &distinct_states(filter));
     let r = qb.build().persistent(false).execute(db).await?;
     Ok(r.rows_affected())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn args_filter_reads_pairs_and_json() {
+        assert_eq!(
+            parse_args_filter("game_id=42, team=lions").unwrap(),
+            json!({"game_id": 42, "team": "lions"})
+        );
+        assert_eq!(
+            parse_args_filter(r#"{"a": {"b": true}}"#).unwrap(),
+            json!({"a": {"b": true}})
+        );
+        assert!(parse_args_filter("no pair here").is_err());
+        assert!(parse_args_filter("[1, 2]").is_err());
+        assert!(parse_args_filter("=3").is_err());
+        assert!(parse_args_filter(" , ").is_err());
+    }
+
+    #[test]
+    fn tags_and_error_text_are_checked() {
+        assert_eq!(parse_tags_filter("vip, derby").unwrap(), ["vip", "derby"]);
+        assert_eq!(parse_tags_filter(r#"["a,b", "c"]"#).unwrap(), ["a,b", "c"]);
+        assert!(parse_tags_filter("[1]").is_err());
+        assert!(parse_tags_filter(&vec!["t"; 21].join(",")).is_err());
+        assert!(parse_tags_filter(&"x".repeat(101)).is_err());
+        assert!(error_text_checked("x".repeat(201)).is_err());
+        assert_eq!(contains_pattern(r"50%_a\b"), r"%50\%\_a\\b%");
+        assert!(error_matches("HTTP 503 from Partner", "partner"));
+    }
+
+    #[test]
+    fn fields_name_what_is_wrong_and_blank_ones_filter_nothing() {
+        let f = FilterFields {
+            states: Some(" "),
+            tags: Some(""),
+            ..FilterFields::default()
+        };
+        assert_eq!(f.into_filter().unwrap(), JobFilter::default());
+        let bad = |f: FilterFields| f.into_filter().unwrap_err();
+        assert!(bad(FilterFields {
+            states: Some("exploded"),
+            ..Default::default()
+        })
+        .starts_with("state:"));
+        assert!(bad(FilterFields {
+            late_by_ms: Some(-1.0),
+            ..Default::default()
+        })
+        .starts_with("late_by_ms:"));
+        assert!(bad(FilterFields {
+            late_by_ms: Some(f64::NAN),
+            ..Default::default()
+        })
+        .starts_with("late_by_ms:"));
+        let f = FilterFields {
+            states: Some("retryable,discarded"),
+            error: Some(" timeout "),
+            late_by_ms: Some(1500.0),
+            ..FilterFields::default()
+        }
+        .into_filter()
+        .unwrap();
+        assert_eq!(f.states, [JobState::Retryable, JobState::Discarded]);
+        assert_eq!(f.error.as_deref(), Some("timeout"));
+        assert_eq!(f.late_by_ms, Some(1500.0));
+    }
+}
+
+/// What the filters of a job list may suggest: kinds, queues, tags and top-level args keys.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct JobSuggestions {
+    pub kinds: Vec<String>,
+    pub queues: Vec<String>,
+    pub tags: Vec<String>,
+    pub args_keys: Vec<String>,
+}
+
+/// The kinds, queues, tags and args keys of the newest `recent` jobs, each list sorted and cut at
+/// `each`: one read of at most `recent` rows from the primary key, whatever the table's size.
+pub async fn job_suggestions<'e>(
+    db: impl PgExecutor<'e>,
+    recent: i64,
+    each: i64,
+) -> Result<JobSuggestions, sqlx::Error> {
+    let (kinds, queues, tags, args_keys) = sqlx::query_as(
+        "WITH recent AS (SELECT kind, queue, tags, args FROM jobs ORDER BY id DESC LIMIT $1)
+         SELECT ARRAY(SELECT DISTINCT kind FROM recent ORDER BY 1 LIMIT $2),
+                ARRAY(SELECT DISTINCT queue FROM recent ORDER BY 1 LIMIT $2),
+                ARRAY(SELECT DISTINCT t FROM recent, unnest(tags) t ORDER BY 1 LIMIT $2),
+                ARRAY(SELECT DISTINCT k FROM recent, jsonb_object_keys(args) k
+                      WHERE jsonb_typeof(args) = 'object' ORDER BY 1 LIMIT $2)",
+    )
+    .bind(recent)
+    .bind(each)
+    .fetch_one(db)
+    .await?;
+    Ok(JobSuggestions {
+        kinds,
+        queues,
+        tags,
+        args_keys,
+    })
 }
