@@ -75,8 +75,20 @@ impl Auditor {
     /// returned; recording the refusal is the caller's (it knows how to word it).
     pub async fn run<T, E: From<NotRecorded>>(
         &self,
-        mut entry: AuditEntry,
+        entry: AuditEntry,
         count: impl FnOnce(&T) -> Option<i64>,
+        action: impl AsyncFnOnce(&mut Work) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let note = |done: &T, entry: &mut AuditEntry| entry.count = count(done).or(entry.count);
+        self.run_noting(entry, note, action).await
+    }
+
+    /// [`Self::run`], the entry completed by `note` from the action's result (an edit's before and
+    /// after, say) before it is written.
+    pub async fn run_noting<T, E: From<NotRecorded>>(
+        &self,
+        mut entry: AuditEntry,
+        note: impl FnOnce(&T, &mut AuditEntry),
         action: impl AsyncFnOnce(&mut Work) -> Result<T, E>,
     ) -> Result<T, E> {
         let mut work = Work {
@@ -84,7 +96,7 @@ impl Auditor {
             tx: None,
         };
         let done = action(&mut work).await?;
-        entry.count = count(&done).or(entry.count);
+        note(&done, &mut entry);
         entry.result = Ok(());
         let committed = async {
             insert(work.conn().await?, &entry).await?;

@@ -156,15 +156,44 @@ impl std::str::FromStr for BulkAction {
     }
 }
 
+/// What a bulk walk does to each job it matches: an action, a move in time or an edit.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BulkChange {
+    Action(BulkAction),
+    /// Moves waiting jobs by this many ms (see [`crate::engine::job_edit::ShiftBy`]).
+    Shift {
+        by_ms: i64,
+    },
+    /// Edits waiting jobs, each checked by its kind's worker.
+    Edit(crate::engine::job_edit::JobEdit),
+}
+
+impl From<BulkAction> for BulkChange {
+    fn from(action: BulkAction) -> Self {
+        BulkChange::Action(action)
+    }
+}
+
 /// What a bulk action did.
-#[derive(schemars::JsonSchema, Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(schemars::JsonSchema, Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct BulkReport {
     /// Jobs the action changed.
     pub changed: u64,
     /// Jobs matched (or listed) but left alone: their state did not allow the action (a retry
-    /// whose unique key a live job holds included), they changed meanwhile, or (by ids) they do
-    /// not exist.
+    /// whose unique key a live job holds included), they changed meanwhile, they belong to a
+    /// question, a move would take them out of the schedulable range, or (by ids) they do not
+    /// exist.
     pub skipped: u64,
+    /// Jobs an edit would have made invalid (their kind's check refused it), left as they were.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub refused: u64,
+    /// Why the first of them was refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -184,7 +213,7 @@ pub enum ClientError {
     Database(#[from] sqlx::Error),
 }
 
-fn invalid(field: &'static str, message: impl Into<String>) -> ClientError {
+pub(crate) fn invalid(field: &'static str, message: impl Into<String>) -> ClientError {
     ClientError::Invalid {
         field,
         message: message.into(),
@@ -249,7 +278,7 @@ impl Client {
 
     /// [`Self::validate_with`], then the host the job's call goes to as its worker reads it
     /// (`Worker::call_host`), to be kept with the job: what a rate per host counts.
-    async fn checked_with(
+    pub(crate) async fn checked_with(
         &self,
         conn: &mut PgConnection,
         new: &NewJob,
@@ -961,7 +990,7 @@ impl Client {
     pub async fn bulk_ids_with(
         &self,
         conn: &mut PgConnection,
-        action: BulkAction,
+        action: impl Into<BulkChange>,
         ids: &[JobId],
     ) -> Result<BulkReport, ClientError> {
         if ids.len() > MAX_BULK_IDS {
@@ -973,11 +1002,18 @@ impl Client {
         let mut ids = ids.to_vec();
         ids.sort_unstable();
         ids.dedup();
-        let changed = bulk_batch(conn, action, &ids, &JobFilter::default()).await?;
-        Ok(BulkReport {
-            changed,
-            skipped: ids.len() as u64 - changed,
-        })
+        let mut report = BulkReport::default();
+        bulk_batch(
+            self,
+            conn,
+            &action.into(),
+            &ids,
+            &JobFilter::default(),
+            &mut report,
+        )
+        .await?;
+        report.skipped = ids.len() as u64 - report.changed - report.refused;
+        Ok(report)
     }
 
     /// Applies `action` to every job matching `filter`, newest first, in batches of
@@ -989,7 +1025,7 @@ impl Client {
     /// Not atomic: an error stops the walk with the batches before it applied.
     pub async fn bulk_filter(
         &self,
-        action: BulkAction,
+        action: impl Into<BulkChange>,
         filter: &JobFilter,
     ) -> Result<BulkReport, ClientError> {
         let mut walk = self.bulk_walk(action, filter).await?;
@@ -1003,10 +1039,20 @@ impl Client {
     /// transaction (an audit entry, say) before it commits.
     pub async fn bulk_walk(
         &self,
-        action: BulkAction,
+        action: impl Into<BulkChange>,
         filter: &JobFilter,
     ) -> Result<BulkWalk, ClientError> {
         check_filter(filter)?;
+        let action = action.into();
+        match &action {
+            BulkChange::Action(_) => {}
+            BulkChange::Edit(edit) => edit.check()?,
+            BulkChange::Shift { by_ms } => {
+                if by_ms.unsigned_abs() > crate::engine::job_edit::MAX_SHIFT_MS as u64 {
+                    return Err(invalid("by_ms", "moves past the schedulable range"));
+                }
+            }
+        }
         let mut filter = filter.clone();
         let mut done = false;
         if filter.max_id.is_none() {
@@ -1016,7 +1062,7 @@ impl Client {
             }
         }
         Ok(BulkWalk {
-            pool: self.pool.clone(),
+            client: self.clone(),
             action,
             filter,
             before: None,
@@ -1062,8 +1108,8 @@ impl Client {
 
 /// A bulk action on a filter, walked one batch at a time (see [`Client::bulk_walk`]).
 pub struct BulkWalk {
-    pool: Db,
-    action: BulkAction,
+    client: Client,
+    action: BulkChange,
     filter: JobFilter,
     /// Where the next batch starts (the last batch's oldest id).
     before: Option<JobId>,
@@ -1075,7 +1121,8 @@ pub struct BulkWalk {
 /// One batch of a [`BulkWalk`]: its change made in its own transaction, not committed yet.
 pub struct BulkBatch {
     tx: sqlx::Transaction<'static, sqlx::Postgres>,
-    changed: u64,
+    /// What the batch did (its `skipped` not counted yet).
+    done: BulkReport,
     listed: u64,
 }
 
@@ -1087,7 +1134,7 @@ impl BulkBatch {
 
     /// How many jobs the batch changed.
     pub fn changed(&self) -> u64 {
-        self.changed
+        self.done.changed
     }
 }
 
@@ -1097,19 +1144,28 @@ impl BulkWalk {
         if self.done {
             return Ok(None);
         }
-        let ids =
-            job_store::job_list_ids(&self.pool, &self.filter, self.before, BULK_BATCH).await?;
+        let pool = &self.client.pool;
+        let ids = job_store::job_list_ids(pool, &self.filter, self.before, BULK_BATCH).await?;
         let Some(&oldest) = ids.last() else {
             self.done = true;
             return Ok(None);
         };
         self.before = Some(oldest);
         self.done = (ids.len() as i64) < BULK_BATCH;
-        let mut tx = self.pool.begin().await?;
-        let changed = bulk_batch(&mut tx, self.action, &ids, &self.filter).await?;
+        let mut tx = pool.begin().await?;
+        let mut done = BulkReport::default();
+        bulk_batch(
+            &self.client,
+            &mut tx,
+            &self.action,
+            &ids,
+            &self.filter,
+            &mut done,
+        )
+        .await?;
         Ok(Some(BulkBatch {
             tx,
-            changed,
+            done,
             listed: ids.len() as u64,
         }))
     }
@@ -1123,8 +1179,13 @@ impl BulkWalk {
     /// Commits a batch and counts it in [`Self::report`].
     pub async fn commit(&mut self, batch: BulkBatch) -> Result<(), ClientError> {
         batch.tx.commit().await?;
-        self.report.changed += batch.changed;
-        self.report.skipped += batch.listed - batch.changed;
+        let done = batch.done;
+        self.report.changed += done.changed;
+        self.report.refused += done.refused;
+        self.report.skipped += batch.listed - done.changed - done.refused;
+        if self.report.refusal.is_none() {
+            self.report.refusal = done.refusal;
+        }
         Ok(())
     }
 }
@@ -1165,15 +1226,43 @@ async fn refuse_owned(conn: &mut PgConnection, id: JobId, action: &str) -> Resul
 }
 
 async fn bulk_batch(
+    client: &Client,
     conn: &mut PgConnection,
-    action: BulkAction,
+    change: &BulkChange,
     ids: &[JobId],
     filter: &JobFilter,
-) -> Result<u64, ClientError> {
+    report: &mut BulkReport,
+) -> Result<(), ClientError> {
     if ids.is_empty() {
-        return Ok(0);
+        return Ok(());
     }
-    let changed = match action {
+    let action = match change {
+        BulkChange::Action(action) => *action,
+        BulkChange::Shift { by_ms } => {
+            let (earliest, latest) = crate::engine::job_edit::shift_window(Utc::now());
+            report.changed +=
+                job_store::job_shift_matching(&mut *conn, ids, filter, *by_ms, earliest, latest)
+                    .await?;
+            return Ok(());
+        }
+        BulkChange::Edit(edit) => {
+            for job in job_store::job_lock_waiting_matching(&mut *conn, ids, filter).await? {
+                match client.write_edit(conn, &job, edit).await {
+                    Ok(Some(_)) => report.changed += 1,
+                    Ok(None) => {}
+                    Err(e @ (ClientError::Invalid { .. } | ClientError::UnknownKind(_))) => {
+                        report.refused += 1;
+                        report
+                            .refusal
+                            .get_or_insert_with(|| format!("job {}: {e}", job.id));
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            return Ok(());
+        }
+    };
+    report.changed += match action {
         BulkAction::Cancel => {
             let cancelled = job_store::job_cancel_matching(&mut *conn, ids, filter).await?;
             notify_cancelled(conn, &cancelled).await?;
@@ -1195,7 +1284,7 @@ async fn bulk_batch(
         BulkAction::RunNow => job_store::job_run_now_matching(&mut *conn, ids, filter).await?,
         BulkAction::Delete => job_store::job_delete_matching(&mut *conn, ids, filter).await?,
     };
-    Ok(changed)
+    Ok(())
 }
 
 /// Retries the listed jobs that match `filter` under a savepoint; `None` when a unique key

@@ -31,6 +31,7 @@ pub mod executor;
 pub mod heartbeat;
 pub mod history_cache;
 pub mod job;
+pub mod job_edit;
 pub mod late_start;
 pub mod leadership;
 pub mod limits;
@@ -51,7 +52,9 @@ pub mod store;
 pub mod timer;
 pub mod worker;
 
-pub use client::{BulkAction, BulkBatch, BulkReport, BulkWalk, Client, ClientError, HistoryQuery};
+pub use client::{
+    BulkAction, BulkBatch, BulkChange, BulkReport, BulkWalk, Client, ClientError, HistoryQuery,
+};
 pub use config::EngineConfig;
 pub use db::{Db, PoolMode};
 pub use job::{Claim, ClaimToken, Inserted, Job, JobId, JobState, NewJob, OnConflict, Schedule};

@@ -21,7 +21,7 @@ use super::session::client_address;
 use super::state::AppState;
 use crate::audit::{AuditEntry, Auditor, Work};
 use crate::engine::announcer::Wakeup;
-use crate::engine::{is_transient, BulkAction, Client, ClientError, Inserted, JobFilter, NewJob};
+use crate::engine::{is_transient, Client, ClientError, Inserted, JobFilter, NewJob};
 use sqlx::{Postgres, QueryBuilder};
 
 /// What the layer knows of a call before its handler runs, for the handler's entry.
@@ -103,6 +103,43 @@ impl Audit {
         self
     }
 
+    /// An entry of this call for a second action it does (`action` its name): a shift records the
+    /// questions it moves apart from the jobs.
+    pub fn also(&self, action: &str) -> Audit {
+        Audit {
+            auditor: self.auditor.clone(),
+            entry: AuditEntry {
+                action: action.to_string(),
+                ..self.entry.clone()
+            },
+        }
+    }
+
+    /// [`Audit::run`], the entry completed by `note` from the result before it is written (see
+    /// [`Auditor::run_noting`]).
+    pub async fn run_noting<T>(
+        self,
+        note: impl FnOnce(&T, &mut AuditEntry),
+        action: impl AsyncFnOnce(&mut Work) -> Result<T, AppError>,
+    ) -> Result<Audited<T>, AppError> {
+        self.auditor
+            .run_noting(self.entry, note, action)
+            .await
+            .map(Audited)
+    }
+
+    /// A change to every job matching a filter, in batches, recorded as [`Audit::bulk_filter`]
+    /// records it; the report, for an answer that says more.
+    pub async fn bulk_report(
+        self,
+        client: &crate::engine::Client,
+        change: impl Into<crate::engine::BulkChange>,
+        filter: &JobFilter,
+    ) -> Result<crate::engine::BulkReport, AppError> {
+        let why = |e: &AppError| e.to_string();
+        super::audited::bulk_filter(&self.auditor, client, self.entry, change, filter, why).await
+    }
+
     /// Runs `action` and commits its change with the entry (see [`Auditor::run`]); `count`: how
     /// many jobs it changed, if it says.
     pub async fn run<T>(
@@ -147,7 +184,7 @@ impl Audit {
     pub async fn bulk_filter(
         self,
         client: &crate::engine::Client,
-        action: BulkAction,
+        action: impl Into<crate::engine::BulkChange>,
         filter: &JobFilter,
     ) -> Response {
         let why = |e: &AppError| e.to_string();

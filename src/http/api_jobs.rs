@@ -18,7 +18,7 @@ use crate::accounts::{Role, TokenScope};
 use crate::engine::job::{DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE};
 use crate::engine::late_start::META_LATE;
 use crate::engine::store::jobs::{
-    error_text_checked, late_by_checked, tags_checked, FilterFields, JobSuggestions,
+    error_text_checked, late_by_checked, tags_checked, JobSuggestions,
 };
 use crate::engine::{BulkAction, BulkReport, Job, JobId, JobState, NewJob, OnConflict, Schedule};
 use crate::engine::{JobFilter, LatePolicy};
@@ -159,7 +159,7 @@ pub async fn create(
 macro_rules! job_filter_query {
     ($(#[$meta:meta])* $name:ident { $($(#[$fmeta:meta])* $field:ident : $ty:ty),* $(,)? }) => {
         $(#[$meta])*
-        #[derive(schemars::JsonSchema, Debug, Default, Deserialize, Serialize)]
+        #[derive(schemars::JsonSchema, Debug, Default, ::serde::Deserialize, ::serde::Serialize)]
         #[serde(deny_unknown_fields)]
         pub struct $name {
             /// One state or several separated by commas (`retryable,discarded`).
@@ -183,9 +183,9 @@ macro_rules! job_filter_query {
             #[schemars(length(max = 200))]
             pub error: Option<String>,
             /// RFC 3339; `scheduled_at` at or after it.
-            pub scheduled_from: Option<DateTime<Utc>>,
+            pub scheduled_from: Option<::chrono::DateTime<::chrono::Utc>>,
             /// RFC 3339; `scheduled_at` before it.
-            pub scheduled_to: Option<DateTime<Utc>>,
+            pub scheduled_to: Option<::chrono::DateTime<::chrono::Utc>>,
             /// Jobs with an attempt that started more than this many ms after it was due (0 to a
             /// day).
             #[schemars(range(min = 0, max = 86400000))]
@@ -195,8 +195,10 @@ macro_rules! job_filter_query {
 
         impl $name {
             /// The engine's filter, checked by the code the dashboard's filter form goes through.
-            pub fn to_filter(&self) -> Result<JobFilter, AppError> {
-                let fields = FilterFields {
+            pub fn to_filter(
+                &self,
+            ) -> Result<$crate::engine::JobFilter, $crate::http::error::AppError> {
+                let fields = $crate::engine::store::jobs::FilterFields {
                     states: self.state.as_deref(),
                     queue: self.queue.as_deref(),
                     kind: self.kind.as_deref(),
@@ -205,15 +207,18 @@ macro_rules! job_filter_query {
                     error: self.error.as_deref(),
                     late_by_ms: self.late_by_ms,
                 };
-                Ok(JobFilter {
+                Ok($crate::engine::JobFilter {
                     scheduled_from: self.scheduled_from,
                     scheduled_to: self.scheduled_to,
-                    ..fields.into_filter().map_err(AppError::invalid)?
+                    ..fields
+                        .into_filter()
+                        .map_err($crate::http::error::AppError::invalid)?
                 })
             }
         }
     };
 }
+pub(crate) use job_filter_query;
 
 job_filter_query! {
     /// The query of `GET /api/v1/jobs`: the filters and the page.
@@ -381,9 +386,35 @@ const SECRET_ARGS_FILTER: &str =
 
 /// Refuses an args filter naming a secret to a caller who may not search secrets (the matches
 /// would tell whether a guess is right).
-fn refuse_secret_filter(sight: &redact::Sight<'_>, filter: &JobFilter) -> Result<(), AppError> {
+pub(crate) fn refuse_secret_filter(
+    sight: &redact::Sight<'_>,
+    filter: &JobFilter,
+) -> Result<(), AppError> {
     if !sight.may_search_secrets() && filter.args.as_ref().is_some_and(redact::names_a_secret) {
         return Err(AppError::Forbidden(SECRET_ARGS_FILTER.into()));
+    }
+    Ok(())
+}
+
+/// Refuses a filter whose count would tell a caller who may not search secrets whether a
+/// guessed secret is right: an args filter naming one, a text in errors they see with secrets
+/// hidden (they list such jobs, then act on their ids).
+pub(crate) fn refuse_counting_secrets(
+    caller: &ApiCaller,
+    filter: &BulkFilter,
+) -> Result<(), AppError> {
+    if sight(caller).may_search_secrets() {
+        return Ok(());
+    }
+    if filter.args.as_ref().is_some_and(redact::names_a_secret) {
+        return Err(AppError::Forbidden(SECRET_ARGS_FILTER.into()));
+    }
+    if filter.error.is_some() {
+        return Err(AppError::Forbidden(
+            "only an admin's token can act on every job whose error holds a text: list them \
+             with the filter, then act on their ids"
+                .into(),
+        ));
     }
     Ok(())
 }
@@ -461,19 +492,7 @@ pub async fn bulk(
     ApiJson(body): ApiJson<BulkBody>,
 ) -> Result<Response, AppError> {
     if let Some(filter) = &body.filter {
-        if !sight(&caller).may_search_secrets() {
-            // A bulk action's count would tell whether a guessed secret is right.
-            if filter.args.as_ref().is_some_and(redact::names_a_secret) {
-                return Err(AppError::Forbidden(SECRET_ARGS_FILTER.into()));
-            }
-            if filter.error.is_some() {
-                return Err(AppError::Forbidden(
-                    "only an admin's token can act on every job whose error holds a text: \
-                     list them with the filter, then act on their ids"
-                        .into(),
-                ));
-            }
-        }
+        refuse_counting_secrets(&caller, filter)?;
     }
     match (body.ids, body.filter) {
         (Some(ids), None) => {

@@ -2,7 +2,7 @@
 //! imports no floor: see docs/ARCHITECTURE.md).
 
 use crate::audit::{AuditEntry, Auditor, NotRecorded};
-use crate::engine::{BulkAction, BulkReport, Client, ClientError, JobFilter};
+use crate::engine::{BulkChange, BulkReport, Client, ClientError, JobFilter};
 
 /// A bulk action on every job matching `filter`, in the engine's batches (see
 /// [`Client::bulk_filter`]). The last batch commits with `entry` and the count changed, so an
@@ -18,7 +18,7 @@ pub async fn bulk_filter<E>(
     auditor: &Auditor,
     client: &Client,
     entry: AuditEntry,
-    action: BulkAction,
+    action: impl Into<BulkChange>,
     filter: &JobFilter,
     why: fn(&E) -> String,
 ) -> Result<BulkReport, E>
@@ -26,6 +26,7 @@ where
     E: From<ClientError> + From<NotRecorded> + Send + 'static,
 {
     let (auditor, client, filter) = (auditor.clone(), client.clone(), filter.clone());
+    let action = action.into();
     let walk =
         tokio::spawn(async move { walk(&auditor, &client, entry, action, &filter, why).await });
     match walk.await {
@@ -38,7 +39,7 @@ async fn walk<E: From<ClientError> + From<NotRecorded>>(
     auditor: &Auditor,
     client: &Client,
     entry: AuditEntry,
-    action: BulkAction,
+    action: BulkChange,
     filter: &JobFilter,
     why: fn(&E) -> String,
 ) -> Result<BulkReport, E> {
@@ -64,7 +65,7 @@ async fn walk<E: From<ClientError> + From<NotRecorded>>(
                 walk.commit(batch).await?;
             }
             started = true;
-            report = walk.report;
+            report = walk.report.clone();
         }
         Ok(())
     }

@@ -3,6 +3,7 @@
 pub mod api_alerts;
 pub mod api_audit;
 pub mod api_history;
+pub mod api_job_tools;
 pub mod api_jobs;
 pub mod api_questions;
 pub mod api_queues;

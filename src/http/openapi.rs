@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 
 use super::state::AppState;
 use super::{
-    api_alerts, api_history, api_jobs, api_questions, api_queues, api_schedules,
+    api_alerts, api_history, api_job_tools, api_jobs, api_questions, api_queues, api_schedules,
     api_webhook_deliveries, api_webhook_endpoints, sse,
 };
 use crate::engine::schedules::{ScheduleSpec, ScheduleView};
@@ -75,6 +75,42 @@ pub fn endpoints() -> Vec<Endpoint> {
             route: || get(api_jobs::suggestions),
         },
         Endpoint {
+            method: "get",
+            path: "/jobs/count",
+            summary: "How many jobs the filters of GET /jobs match (counted up to 100,000), with the newest one's id: the `max_id` an edit or a move of every matching job needs",
+            body: None,
+            query: Some(schema::<api_job_tools::CountParams>),
+            ok: (200, Some(schema::<api_job_tools::FilterCount>)),
+            route: || get(api_job_tools::count),
+        },
+        Endpoint {
+            method: "get",
+            path: "/jobs/export",
+            summary: "The jobs the filters of GET /jobs match, newest first, as CSV (`format=csv`, the default) or JSON lines (`format=jsonl`), streamed; at most `max_rows` (default 100,000), stated in the `Kickoff-Max-Rows` header",
+            body: None,
+            query: Some(schema::<api_job_tools::ExportParams>),
+            ok: (200, None),
+            route: || get(api_job_tools::export),
+        },
+        Endpoint {
+            method: "post",
+            path: "/jobs/edit",
+            summary: "Edit listed waiting jobs or every waiting job matching a confirmed filter (args, priority, queue, max_attempts, tags, meta); each checked by its kind's worker",
+            body: Some(schema::<api_job_tools::EditManyBody>),
+            query: None,
+            ok: (200, Some(schema::<BulkReport>)),
+            route: || post(api_job_tools::edit_many),
+        },
+        Endpoint {
+            method: "post",
+            path: "/jobs/shift",
+            summary: "Move every waiting job matching a confirmed filter by a duration or to a time (a postponed game), in batches; the game's open questions move with their lock jobs",
+            body: Some(schema::<api_job_tools::ShiftBody>),
+            query: None,
+            ok: (200, Some(schema::<api_job_tools::ShiftReport>)),
+            route: || post(api_job_tools::shift),
+        },
+        Endpoint {
             method: "post",
             path: "/jobs/bulk",
             summary: "Cancel, retry, run now or delete listed jobs or every job matching a filter",
@@ -100,6 +136,15 @@ pub fn endpoints() -> Vec<Endpoint> {
             query: None,
             ok: (200, Some(schema::<Vec<api_history::AttemptView>>)),
             route: || get(api_history::attempts),
+        },
+        Endpoint {
+            method: "patch",
+            path: "/jobs/{id}",
+            summary: "Edit a waiting job (scheduled, available or retryable: 409 otherwise): args (whole, or `args_patch` as a JSON merge patch), priority, queue, max_attempts, tags, `meta_patch`; checked by its kind's worker like an insert (422)",
+            body: Some(schema::<crate::engine::job_edit::JobEdit>),
+            query: None,
+            ok: (200, Some(schema::<Job>)),
+            route: || patch(api_job_tools::edit),
         },
         Endpoint {
             method: "delete",

@@ -247,6 +247,42 @@ fn audit_filter_for_reader(mut filter: Value) -> Value {
     filter
 }
 
+/// `job` as a reader sees it: its secrets hidden (what the audit log keeps of an edit).
+pub fn as_reader(job: Job) -> Job {
+    job_for_reader(job)
+}
+
+/// Whether `job` carries anything a reader does not see (a header value, a URL's password or
+/// query, a secret-named field).
+pub fn has_secrets(job: &Job) -> bool {
+    let shown = job_for_reader(job.clone());
+    shown.args != job.args || shown.meta != job.meta
+}
+
+/// An edit as the audit log keeps it: the values of its args and meta that name secrets (header
+/// values, a URL's password and query, secret-named fields) hidden.
+pub fn as_reader_edit(edit: &crate::engine::job_edit::JobEdit) -> Value {
+    let mut shown = serde_json::to_value(edit).unwrap_or_default();
+    if let Value::Object(map) = &mut shown {
+        map.retain(|_, v| !v.is_null());
+        for key in ["args", "args_patch", "meta_patch"] {
+            let Some(part) = map.get_mut(key) else {
+                continue;
+            };
+            hide_secret_fields(part);
+            if let Some(Value::Object(headers)) = part.get_mut("headers") {
+                headers
+                    .values_mut()
+                    .for_each(|v| *v = Value::String(REDACTED.into()));
+            }
+            if let Some(Value::String(url)) = part.get_mut("url") {
+                *url = url_for_reader(url);
+            }
+        }
+    }
+    shown
+}
+
 /// `job` with the secrets of its args and meta hidden, and in its errors' messages.
 fn job_for_reader(mut job: Job) -> Job {
     let secrets = secret_values(&job);

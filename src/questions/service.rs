@@ -180,6 +180,35 @@ impl QuestionService {
         get_with(tx, id).await
     }
 
+    /// Moves the open questions of `game` and those listed in `ids` by `by` (a postponed game):
+    /// each through [`Self::update_with`], so its lock job moves with it. Refused as a whole
+    /// (nothing moved) when a question's new game time would be refused. Returns the ids moved.
+    pub async fn shift_with(
+        &self,
+        tx: &mut PgConnection,
+        game: Option<&str>,
+        ids: &[i64],
+        by: ChronoDuration,
+    ) -> Result<Vec<i64>, QuestionError> {
+        let open = store::question_open_of_game(&mut *tx, game, ids).await?;
+        for q in &open {
+            self.update_with(&mut *tx, q.id, None, None, Some(q.game_time + by))
+                .await
+                .map_err(|e| match e {
+                    QuestionError::Invalid { message, .. } => invalid(
+                        "game_time",
+                        format!(
+                            "question {} would move to {}: {message}",
+                            q.id,
+                            q.game_time + by
+                        ),
+                    ),
+                    e => e,
+                })?;
+        }
+        Ok(open.into_iter().map(|q| q.id).collect())
+    }
+
     /// Deletes a question, its predictions, and cancels its pending jobs.
     pub async fn delete(&self, id: i64) -> Result<(), QuestionError> {
         in_transaction!(self, |tx| self.delete_with(tx, id))

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::PgExecutor;
+use sqlx::{PgConnection, PgExecutor};
 
 use crate::engine::JobId;
 
@@ -317,5 +317,21 @@ pub async fn question_time_to_game<'e>(
     )
     .bind(id)
     .fetch_one(db)
+    .await
+}
+
+/// The open questions of `game` and those of `ids` that are open, locked for an update, by id.
+pub async fn question_open_of_game(
+    tx: &mut PgConnection,
+    game: Option<&str>,
+    ids: &[i64],
+) -> Result<Vec<Question>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT * FROM questions WHERE status = 'open' AND (game = $1 OR id = ANY($2))
+         ORDER BY id FOR UPDATE",
+    )
+    .bind(game)
+    .bind(ids)
+    .fetch_all(tx)
     .await
 }

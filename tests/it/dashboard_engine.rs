@@ -662,7 +662,8 @@ async fn bulk_filter_acts_on_exactly_the_matching_jobs_up_to_the_snapshot() {
         report,
         BulkReport {
             changed: 2105,
-            skipped: 3
+            skipped: 3,
+            ..BulkReport::default()
         }
     );
     let cancelled = JobFilter {
@@ -714,7 +715,8 @@ async fn bulk_filter_acts_on_exactly_the_matching_jobs_up_to_the_snapshot() {
         rest,
         BulkReport {
             changed: 10,
-            skipped: 0
+            skipped: 0,
+            ..BulkReport::default()
         }
     );
 }
@@ -810,7 +812,8 @@ async fn bulk_retry_skips_jobs_whose_unique_key_is_taken_and_retries_the_rest() 
         report,
         BulkReport {
             changed: 3,
-            skipped: 2
+            skipped: 2,
+            ..BulkReport::default()
         }
     );
     assert_eq!(state_of(pool, held).await, JobState::Cancelled);
@@ -871,7 +874,8 @@ async fn bulk_retry_skips_a_unique_key_taken_while_the_batch_runs() {
         report,
         BulkReport {
             changed: 1,
-            skipped: 1
+            skipped: 1,
+            ..BulkReport::default()
         }
     );
     assert_eq!(state_of(pool, racing).await, JobState::Cancelled);

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use axum::http::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use crate::common::dashboard::{dashboard_as, Dashboard};
+use crate::common::dashboard::{dashboard_as, Dashboard, TOKEN};
 use kickoff::accounts::{Accounts, Role, TokenScope};
 
 /// A write token of a new operator (not an admin, not the creator of the test's jobs).
@@ -198,12 +198,7 @@ async fn the_apis_filters_match_the_dashboards_on_the_same_data() {
         ("late_by_ms=-5", "late_by_ms"),
     ] {
         let (status, body) = d
-            .api_as(
-                crate::common::dashboard::TOKEN,
-                Method::GET,
-                &format!("/jobs?{query}"),
-                Value::Null,
-            )
+            .api_as(TOKEN, Method::GET, &format!("/jobs?{query}"), Value::Null)
             .await;
         if field == "none" {
             assert_eq!(
@@ -219,7 +214,7 @@ async fn the_apis_filters_match_the_dashboards_on_the_same_data() {
     let long = "x".repeat(201);
     let (status, body) = d
         .api_as(
-            crate::common::dashboard::TOKEN,
+            TOKEN,
             Method::GET,
             &format!("/jobs?error={long}"),
             Value::Null,
@@ -341,4 +336,423 @@ async fn a_bulk_confirmation_counts_only_the_late_jobs() {
     assert_eq!(status, StatusCode::OK, "{body}");
     let count: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(count["count"], 1, "{count}");
+}
+
+async fn audit_filter(d: &Dashboard, action: &str) -> Value {
+    sqlx::query_scalar("SELECT filter FROM audit_log WHERE action = $1 ORDER BY id DESC LIMIT 1")
+        .bind(action)
+        .fetch_one(&d.pool)
+        .await
+        .unwrap()
+}
+
+async fn job(d: &Dashboard, id: i64) -> Value {
+    d.api(Method::GET, &format!("/jobs/{id}"), Value::Null)
+        .await
+}
+
+#[tokio::test]
+async fn a_waiting_job_is_edited_checked_like_an_insert_and_audited_before_and_after() {
+    let d = dashboard_as(Role::Admin).await;
+    let id = d
+        .new_job(
+            json!({"kind": "noop", "args": {"game_id": 7}, "tags": ["a"],
+                        "schedule_in_ms": 600_000}),
+        )
+        .await;
+    let edited = d
+        .api(
+            Method::PATCH,
+            &format!("/jobs/{id}"),
+            json!({"priority": 3, "queue": "q9", "tags": ["b"], "args_patch": {"team": "x"},
+                   "max_attempts": 5, "meta_patch": {"note": "moved"}}),
+        )
+        .await;
+    assert_eq!(edited["args"], json!({"game_id": 7, "team": "x"}));
+    assert_eq!(
+        (
+            &edited["queue"],
+            &edited["priority"],
+            &edited["tags"],
+            &edited["max_attempts"]
+        ),
+        (&json!("q9"), &json!(3), &json!(["b"]), &json!(5))
+    );
+    assert_eq!(edited["meta"]["note"], "moved");
+    assert_eq!(edited["state"], "scheduled", "its time is not the edit's");
+    let entry = audit_filter(&d, "api.PATCH /jobs/{id}").await;
+    assert_eq!(entry["before"]["queue"], "default", "{entry}");
+    assert_eq!(entry["after"]["queue"], "q9", "{entry}");
+    assert_eq!(entry["before"]["args"], json!({"game_id": 7}), "{entry}");
+    assert!(
+        entry["before"].get("kind").is_none(),
+        "only what changed: {entry}"
+    );
+
+    // Refused, and nothing changed: the worker's check, the edit's own rules, unknown fields.
+    let unchanged = job(&d, id).await;
+    for (body, status) in [
+        (
+            json!({"args_patch": {"sleep_ms": "soon"}}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"args_patch": {"sleep_ms": 10_000_000}}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (json!({}), StatusCode::UNPROCESSABLE_ENTITY),
+        (
+            json!({"args": {}, "args_patch": {}}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"queue": "Not A Queue"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (json!({"priority": 10}), StatusCode::UNPROCESSABLE_ENTITY),
+        (
+            json!({"meta_patch": {"owner": "question 1"}}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (json!({"tags": [""]}), StatusCode::UNPROCESSABLE_ENTITY),
+    ] {
+        let (s, text) = d
+            .api_as(TOKEN, Method::PATCH, &format!("/jobs/{id}"), body.clone())
+            .await;
+        assert_eq!(s, status, "{body}: {text}");
+    }
+    let (s, _) = d
+        .api_as(
+            TOKEN,
+            Method::PATCH,
+            &format!("/jobs/{id}"),
+            json!({"bogus": 1}),
+        )
+        .await;
+    assert!(s.is_client_error());
+    assert_eq!(job(&d, id).await, unchanged);
+    let (s, _) = d
+        .api_as(TOKEN, Method::PATCH, "/jobs/999999", json!({"priority": 1}))
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+
+    // Never an executing or a final job: 409.
+    sqlx::query(
+        "UPDATE jobs SET state = 'executing', attempt = 1, attempted_at = now(),
+                attempted_by = 'elsewhere', lease_expires_at = now() + interval '1 hour',
+                claim_token = 1 WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&d.pool)
+    .await
+    .unwrap();
+    let (s, text) = d
+        .api_as(
+            TOKEN,
+            Method::PATCH,
+            &format!("/jobs/{id}"),
+            json!({"priority": 1}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{text}");
+    let done = d.new_job(json!({"kind": "noop"})).await;
+    d.api(Method::POST, &format!("/jobs/{done}/cancel"), Value::Null)
+        .await;
+    let (s, text) = d
+        .api_as(
+            TOKEN,
+            Method::PATCH,
+            &format!("/jobs/{done}"),
+            json!({"priority": 1}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{text}");
+}
+
+/// Crossing edits with secrets: an operator who does not see a job's header values must not
+/// point it at a URL of theirs (a patch keeps the headers it does not name), nor do it to many
+/// jobs at once; the audit entry of an admin's edit keeps no secret.
+#[tokio::test]
+async fn an_edit_cannot_send_a_secret_the_editor_does_not_see_elsewhere() {
+    let d = dashboard_as(Role::Admin).await;
+    let id = d
+        .new_job(
+            json!({"kind": "noop", "args": {"api_key": "hunter2-secret"},
+                        "schedule_in_ms": 600_000}),
+        )
+        .await;
+    let ops = operator_token(&d, "ops2").await;
+    let (s, text) = d
+        .api_as(
+            &ops,
+            Method::PATCH,
+            &format!("/jobs/{id}"),
+            json!({"args_patch": {"url": "x"}}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{text}");
+    // Its priority is not a secret.
+    let (s, text) = d
+        .api_as(
+            &ops,
+            Method::PATCH,
+            &format!("/jobs/{id}"),
+            json!({"priority": 2}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{text}");
+    let (s, text) = d
+        .api_as(
+            &ops,
+            Method::POST,
+            "/jobs/edit",
+            json!({"ids": [id], "edit": {"args_patch": {"url": "x"}}}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{text}");
+    d.api(
+        Method::PATCH,
+        &format!("/jobs/{id}"),
+        json!({"args_patch": {"api_key": "new-secret-value"}}),
+    )
+    .await;
+    let entry = audit_filter(&d, "api.PATCH /jobs/{id}").await.to_string();
+    assert!(
+        !entry.contains("hunter2") && !entry.contains("new-secret-value"),
+        "{entry}"
+    );
+}
+
+#[tokio::test]
+async fn a_bulk_edit_on_a_confirmed_filter_leaves_later_jobs_and_refuses_invalid_ones() {
+    let d = dashboard_as(Role::Admin).await;
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push(
+            d.new_job(json!({"kind": "noop", "args": {"partner": "old", "n": n},
+                             "schedule_in_ms": 600_000}))
+                .await,
+        );
+    }
+    let final_one = d
+        .new_job(json!({"kind": "noop", "args": {"partner": "old"}}))
+        .await;
+    d.api(
+        Method::POST,
+        &format!("/jobs/{final_one}/cancel"),
+        Value::Null,
+    )
+    .await;
+    let count = d
+        .api(Method::GET, "/jobs/count?args=partner%3Dold", Value::Null)
+        .await;
+    assert_eq!(count["count"], 4, "{count}");
+    let max_id = count["max_id"].as_i64().unwrap();
+    let later = d
+        .new_job(json!({"kind": "noop", "args": {"partner": "old"}, "schedule_in_ms": 600_000}))
+        .await;
+    // Without the snapshot: refused.
+    let (s, _) = d
+        .api_as(
+            TOKEN,
+            Method::POST,
+            "/jobs/edit",
+            json!({"filter": {"args": {"partner": "old"}}, "edit": {"priority": 1}}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    let report = d
+        .api(
+            Method::POST,
+            "/jobs/edit",
+            json!({"filter": {"args": {"partner": "old"}, "max_id": max_id},
+                   "edit": {"args_patch": {"partner": "new"}, "priority": 2}}),
+        )
+        .await;
+    assert_eq!(report["changed"], 3, "{report}");
+    assert_eq!(report["skipped"], 1, "the cancelled one: {report}");
+    for id in &ids {
+        let j = job(&d, *id).await;
+        assert_eq!(
+            (&j["args"]["partner"], &j["priority"]),
+            (&json!("new"), &json!(2))
+        );
+    }
+    assert_eq!(job(&d, later).await["args"]["partner"], "old");
+    assert_eq!(job(&d, final_one).await["args"]["partner"], "old");
+
+    // An edit that makes one job invalid leaves that one and says why.
+    sqlx::query("UPDATE jobs SET args = args || '{\"sleep_ms\": 3500000}' WHERE id = $1")
+        .bind(ids[0])
+        .execute(&d.pool)
+        .await
+        .unwrap();
+    let report = d
+        .api(
+            Method::POST,
+            "/jobs/edit",
+            json!({"ids": ids, "edit": {"args_patch": {"sleep_ms": 10_000_000}}}),
+        )
+        .await;
+    assert_eq!(report["refused"], 3, "{report}");
+    assert!(
+        report["refusal"].as_str().unwrap().contains("sleep_ms"),
+        "{report}"
+    );
+    let entry = audit_filter(&d, "api.POST /jobs/edit").await;
+    assert_eq!(
+        entry["edit"]["args_patch"]["sleep_ms"], 10_000_000,
+        "{entry}"
+    );
+}
+
+async fn due_at(d: &Dashboard, id: i64) -> chrono::DateTime<chrono::Utc> {
+    sqlx::query_scalar("SELECT scheduled_at FROM jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&d.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_postponed_game_moves_its_jobs_and_questions_and_leaves_later_jobs() {
+    let d = dashboard_as(Role::Admin).await;
+    let at = |min: i64| (chrono::Utc::now() + chrono::Duration::minutes(min)).to_rfc3339();
+    let reminder = d
+        .new_job(json!({"kind": "noop", "args": {"game_id": 42}, "scheduled_at": at(60)}))
+        .await;
+    let kickoff = d
+        .new_job(json!({"kind": "noop", "args": {"game_id": 42}, "scheduled_at": at(120)}))
+        .await;
+    let now_due = d
+        .new_job(json!({"kind": "noop", "args": {"game_id": 42}}))
+        .await;
+    let other_game = d
+        .new_job(json!({"kind": "noop", "args": {"game_id": 43}, "scheduled_at": at(90)}))
+        .await;
+    let question = d
+        .api(
+            Method::POST,
+            "/questions",
+            json!({"game": "Lions vs Bears", "prompt": "First goal?", "choices": ["Lions", "Bears"],
+                   "game_time": at(120)}),
+        )
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let due = |id: i64| due_at(&d, id);
+    let question_time = |q: Value| -> chrono::DateTime<chrono::Utc> {
+        serde_json::from_value(q["game_time"].clone()).unwrap()
+    };
+    let game_time_before = question_time(
+        d.api(Method::GET, &format!("/questions/{question}"), Value::Null)
+            .await,
+    );
+    let mut before = Vec::new();
+    for id in [reminder, kickoff, now_due, other_game] {
+        before.push(due(id).await);
+    }
+    let count = d
+        .api(Method::GET, "/jobs/count?args=game_id%3D42", Value::Null)
+        .await;
+    assert_eq!(count["count"], 3, "{count}");
+    let max_id = count["max_id"].as_i64().unwrap();
+    let inserted_after = d
+        .new_job(json!({"kind": "noop", "args": {"game_id": 42}, "scheduled_at": at(30)}))
+        .await;
+
+    for bad in [
+        json!({"filter": {"args": {"game_id": 42}}, "by_ms": 3_600_000}),
+        json!({"filter": {"args": {"game_id": 42}, "max_id": max_id}, "by_ms": 1, "to": at(1)}),
+        json!({"filter": {"args": {"game_id": 42}, "max_id": max_id}}),
+        json!({"filter": {"args": {"game_id": 42}, "max_id": max_id}, "by_ms": i64::MAX}),
+        json!({"filter": {"args": {"game_id": 42}, "max_id": max_id}, "by_ms": -86_400_000i64 * 3,
+               "game": "Lions vs Bears"}),
+    ] {
+        let (s, text) = d
+            .api_as(TOKEN, Method::POST, "/jobs/shift", bad.clone())
+            .await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {text}");
+    }
+    assert_eq!(
+        due(reminder).await,
+        before[0],
+        "a refused shift moves nothing"
+    );
+
+    let report = d
+        .api(
+            Method::POST,
+            "/jobs/shift",
+            json!({"filter": {"args": {"game_id": 42}, "max_id": max_id}, "by_ms": 3_600_000,
+                   "game": "Lions vs Bears"}),
+        )
+        .await;
+    assert_eq!(report["jobs"]["changed"], 3, "{report}");
+    assert_eq!(report["questions"], json!([question]), "{report}");
+    let hour = chrono::Duration::hours(1);
+    assert_eq!(due(reminder).await, before[0] + hour);
+    assert_eq!(due(kickoff).await, before[1] + hour);
+    assert_eq!(due(now_due).await, before[2] + hour);
+    assert_eq!(d.state_of(now_due).await, "scheduled", "due in an hour now");
+    assert_eq!(due(other_game).await, before[3], "another game's job stays");
+    assert!(
+        due(inserted_after).await < before[0],
+        "a job inserted after the count stays"
+    );
+    let q = d
+        .api(Method::GET, &format!("/questions/{question}"), Value::Null)
+        .await;
+    let game_time: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(q["game_time"].clone()).unwrap();
+    let lock_job = q["lock_job_id"].as_i64().unwrap();
+    assert_eq!(
+        due(lock_job).await,
+        game_time,
+        "the lock job moved with its question"
+    );
+    assert_eq!(game_time, game_time_before + hour);
+    assert!(audit_filter(&d, "questions.shift").await["questions"].is_array());
+    assert_eq!(
+        audit_filter(&d, "api.POST /jobs/shift").await["by_ms"],
+        3_600_000
+    );
+
+    // `to`: the earliest matching job lands there, the others keep their distance.
+    let target = chrono::Utc::now() + chrono::Duration::hours(5);
+    let count = d
+        .api(Method::GET, "/jobs/count?args=game_id%3D43", Value::Null)
+        .await;
+    let report = d
+        .api(
+            Method::POST,
+            "/jobs/shift",
+            json!({"filter": {"args": {"game_id": 43}, "max_id": count["max_id"]},
+                   "to": target.to_rfc3339()}),
+        )
+        .await;
+    assert_eq!(report["jobs"]["changed"], 1, "{report}");
+    let moved = due(other_game).await;
+    assert!(
+        (moved - target).num_milliseconds().abs() <= 1,
+        "{moved} vs {target}"
+    );
+
+    // A filter matching a question's lock job moves the question (its owner) with it.
+    let count = d
+        .api(Method::GET, "/jobs/count?kind=lock_question", Value::Null)
+        .await;
+    let report = d
+        .api(
+            Method::POST,
+            "/jobs/shift",
+            json!({"filter": {"kind": "lock_question", "max_id": count["max_id"]},
+                   "by_ms": 600_000}),
+        )
+        .await;
+    assert_eq!(report["questions"], json!([question]), "{report}");
+    assert_eq!(
+        due(lock_job).await,
+        game_time_before + hour + chrono::Duration::minutes(10)
+    );
 }

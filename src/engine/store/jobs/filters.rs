@@ -275,6 +275,12 @@ fn push_filter(qb: &mut QueryBuilder<'_, Postgres>, filter: &JobFilter, states: 
     }
 }
 
+/// Appends the filter's conditions (its states included) to a statement on a bulk batch's
+/// listed jobs.
+pub(super) fn push_filter_for_batch(qb: &mut QueryBuilder<'_, Postgres>, filter: &JobFilter) {
+    push_filter(qb, filter, &distinct_states(filter));
+}
+
 /// The filter's states, each once, in a stable order.
 fn distinct_states(filter: &JobFilter) -> Vec<JobState> {
     JobState::ALL

@@ -15,9 +15,11 @@ use sqlx::{PgExecutor, Postgres, QueryBuilder};
 
 #[macro_use]
 mod attempts;
+mod edits;
 mod filters;
 
 pub use attempts::*;
+pub use edits::*;
 pub use filters::*;
 
 use crate::engine::job::{

@@ -1,0 +1,254 @@
+//! Editing waiting jobs and moving them in time: what an edit may change, how it merges into a
+//! job, and the checks it goes through (the kind's worker checks the edited job as it checks an
+//! insert).
+//!
+//! A job may be edited or moved while it waits (`scheduled`, `available`, `retryable`): never
+//! while it runs or once it ended, and never a job that belongs to something else (a question's
+//! lock job, `meta.owner`), which its owner moves.
+
+use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sqlx::PgConnection;
+
+use super::client::{
+    invalid, Client, ClientError, MAX_SCHEDULE_AHEAD_DAYS, MAX_SCHEDULE_PAST_HOURS,
+};
+use super::job::{Job, JobId, JobState, NewJob, Schedule};
+use super::store::jobs::{self as job_store, EditedFields};
+
+/// What an edit changes; absent fields stay as they are.
+#[derive(schemars::JsonSchema, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobEdit {
+    /// The new args, whole (a JSON object). Not with `args_patch`.
+    pub args: Option<Value>,
+    /// A JSON merge patch (RFC 7386) of the args: its keys replace the args' keys of the same
+    /// name (objects merge, `null` removes). Not with `args`.
+    pub args_patch: Option<Value>,
+    /// 0 (highest) to 9.
+    #[schemars(range(min = 0, max = 9))]
+    pub priority: Option<i16>,
+    /// 1 to 64 of a-z, 0-9, `_` and `-`.
+    #[schemars(regex(pattern = r"^[a-z0-9_-]{1,64}$"))]
+    pub queue: Option<String>,
+    /// 1 to 1,000; not below the attempts the job already made.
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_attempts: Option<i32>,
+    /// The new tags, all of them (at most 20 of 1 to 100 characters).
+    #[schemars(length(max = 20))]
+    pub tags: Option<Vec<String>>,
+    /// A JSON merge patch (RFC 7386) of the meta. `owner` is Kickoff's (refused).
+    pub meta_patch: Option<Value>,
+}
+
+impl JobEdit {
+    /// What is wrong with the edit itself, before any job is read.
+    pub fn check(&self) -> Result<(), ClientError> {
+        if *self == JobEdit::default() {
+            return Err(invalid("edit", "nothing to change"));
+        }
+        if self.args.is_some() && self.args_patch.is_some() {
+            return Err(invalid("args", "give either args or args_patch, not both"));
+        }
+        if self.args.as_ref().is_some_and(|a| !a.is_object()) {
+            return Err(invalid("args", "must be a JSON object"));
+        }
+        if self.args_patch.as_ref().is_some_and(|a| !a.is_object()) {
+            return Err(invalid("args_patch", "must be a JSON object"));
+        }
+        match &self.meta_patch {
+            Some(m) if !m.is_object() => {
+                return Err(invalid("meta_patch", "must be a JSON object"));
+            }
+            Some(m) if m.get("owner").is_some() => {
+                return Err(invalid(
+                    "meta_patch",
+                    "meta.owner is set by Kickoff on the jobs a question owns (reserved)",
+                ));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// `job` with the edit applied, as a new job to check like an insert (due now: the check of
+    /// its time is not the edit's).
+    fn applied_to(&self, job: &Job) -> Result<NewJob, ClientError> {
+        let mut args = self.args.clone().unwrap_or_else(|| job.args.clone());
+        if let Some(patch) = &self.args_patch {
+            merge_patch(&mut args, patch);
+        }
+        let mut meta = job.meta.clone();
+        if let Some(patch) = &self.meta_patch {
+            merge_patch(&mut meta, patch);
+        }
+        let max_attempts = self.max_attempts.unwrap_or(job.max_attempts);
+        if max_attempts < job.attempt {
+            return Err(invalid(
+                "max_attempts",
+                format!("job {} already made {} attempts", job.id, job.attempt),
+            ));
+        }
+        Ok(NewJob {
+            kind: job.kind.clone(),
+            args,
+            queue: self.queue.clone().unwrap_or_else(|| job.queue.clone()),
+            priority: self.priority.unwrap_or(job.priority),
+            max_attempts,
+            schedule: Schedule::Now,
+            unique_key: job.unique_key.clone(),
+            on_conflict: Default::default(),
+            tags: self.tags.clone().unwrap_or_else(|| job.tags.clone()),
+            meta,
+            created_by: job.created_by.clone(),
+        })
+    }
+}
+
+/// RFC 7386: `patch`'s members replace `target`'s (objects merge recursively, `null` removes).
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Default::default());
+    }
+    let Value::Object(object) = target else {
+        return;
+    };
+    for (key, value) in patch {
+        if value.is_null() {
+            object.remove(key);
+        } else {
+            merge_patch(object.entry(key.clone()).or_insert(Value::Null), value);
+        }
+    }
+}
+
+/// A job before and after an edit (the audit entry keeps both).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Edited {
+    pub before: Job,
+    pub after: Job,
+}
+
+/// How far a shift moves the matching jobs.
+#[derive(schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShiftBy {
+    /// By this many ms (negative: earlier).
+    Ms(i64),
+    /// The earliest matching job to this instant, the others keeping their distance to it.
+    To(DateTime<Utc>),
+}
+
+/// The longest a shift may move jobs: the furthest a job may be scheduled ahead.
+pub const MAX_SHIFT_MS: i64 = MAX_SCHEDULE_AHEAD_DAYS * 86_400_000;
+
+/// The instants a moved job's new due time must stay within (a job moved outside is left where
+/// it is and counted as skipped).
+pub fn shift_window(now: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {
+    (
+        now - ChronoDuration::hours(MAX_SCHEDULE_PAST_HOURS),
+        now + ChronoDuration::days(MAX_SCHEDULE_AHEAD_DAYS),
+    )
+}
+
+impl Client {
+    /// Edits a waiting job (see [`JobEdit`]): checked by its kind's worker like an insert, in
+    /// the caller's transaction. 409 for a job that runs, ended or belongs to a question.
+    pub async fn edit_with(
+        &self,
+        conn: &mut PgConnection,
+        id: JobId,
+        edit: &JobEdit,
+    ) -> Result<Edited, ClientError> {
+        edit.check()?;
+        let before = job_store::job_get_for_update(&mut *conn, id)
+            .await?
+            .ok_or_else(|| ClientError::NotFound(format!("job {id}")))?;
+        if !matches!(
+            before.state,
+            JobState::Scheduled | JobState::Available | JobState::Retryable
+        ) {
+            return Err(ClientError::Conflict(format!(
+                "cannot edit job {id} while it is {}: only waiting jobs (scheduled, available, \
+                 retryable) can be",
+                before.state.as_str()
+            )));
+        }
+        if let Some(owner) = before.meta.get("owner").and_then(Value::as_str) {
+            return Err(ClientError::Conflict(format!(
+                "job {id} belongs to {owner}, which moves and ends it: edit {owner} instead"
+            )));
+        }
+        let after = self.write_edit(conn, &before, edit).await?.ok_or_else(|| {
+            ClientError::Conflict(format!("job {id} started while it was being edited"))
+        })?;
+        Ok(Edited { before, after })
+    }
+
+    /// Checks `edit` on `job` (locked by the caller) and writes it; `None` if the job stopped
+    /// waiting.
+    pub(crate) async fn write_edit(
+        &self,
+        conn: &mut PgConnection,
+        job: &Job,
+        edit: &JobEdit,
+    ) -> Result<Option<Job>, ClientError> {
+        let new = edit.applied_to(job)?;
+        let call_host = self.checked_with(&mut *conn, &new).await?;
+        let fields = EditedFields {
+            args: &new.args,
+            queue: &new.queue,
+            priority: new.priority,
+            max_attempts: new.max_attempts,
+            tags: &new.tags,
+            meta: &new.meta,
+            call_host: call_host.as_deref(),
+        };
+        Ok(job_store::job_apply_edit(conn, job.id, &fields).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_merge_patch_replaces_merges_and_removes() {
+        let mut args = json!({"url": "https://old", "headers": {"a": "1", "b": "2"}, "n": 1});
+        merge_patch(
+            &mut args,
+            &json!({"url": "https://new", "headers": {"b": null, "c": "3"}, "n": null}),
+        );
+        assert_eq!(
+            args,
+            json!({"url": "https://new", "headers": {"a": "1", "c": "3"}})
+        );
+    }
+
+    #[test]
+    fn an_edit_is_checked_before_any_job_is_read() {
+        assert!(JobEdit::default().check().is_err());
+        let both = JobEdit {
+            args: Some(json!({})),
+            args_patch: Some(json!({})),
+            ..JobEdit::default()
+        };
+        assert!(both.check().is_err());
+        let owner = JobEdit {
+            meta_patch: Some(json!({"owner": "me"})),
+            ..JobEdit::default()
+        };
+        assert!(owner.check().is_err());
+        let fine = JobEdit {
+            priority: Some(3),
+            ..JobEdit::default()
+        };
+        assert!(fine.check().is_ok());
+    }
+}
