@@ -124,6 +124,16 @@ async fn main() -> std::process::ExitCode {
             action.run(&cli.config, target).await
         }
         Command::Token { action } => action.run(&cli.config),
+        // The commands against a server: exit codes that say what happened.
+        Command::Jobs { action, remote } => {
+            return remote_command(&remote, &cli.config, async |api| action.run(api).await).await;
+        }
+        Command::Queues { action, remote } => {
+            return remote_command(&remote, &cli.config, async |api| action.run(api).await).await;
+        }
+        Command::Questions { action, remote } => {
+            return remote_command(&remote, &cli.config, async |api| action.run(api).await).await;
+        }
         Command::ChaosHistory {
             seed,
             steps,
@@ -199,6 +209,19 @@ async fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Runs a command against the server `remote` names.
+async fn remote_command(
+    remote: &kickoff::cli::remote::Remote,
+    config: &Config,
+    run: impl AsyncFnOnce(&kickoff::cli::remote::Api) -> kickoff::cli::remote::Outcome,
+) -> std::process::ExitCode {
+    kickoff::cli::remote::exit_code(async {
+        let api = kickoff::cli::remote::Api::new(remote, config)?;
+        run(&api).await
+    })
+    .await
 }
 
 /// What `kickoff config check` checks beyond the command line's own parsing: the secrets given

@@ -1,8 +1,12 @@
 //! The command line: `kickoff serve` (default), `kickoff migrate`, `kickoff bench ...`,
 //! `kickoff postgres start|stop` (the embedded cluster on its own, for tests and tools),
 //! `kickoff user add|list` (dashboard accounts), `kickoff schedule ...` (recurring jobs),
-//! `kickoff chaos` (the chaos suite).
+//! `kickoff chaos` (the chaos suite), and against a running server's REST API `kickoff jobs ...`,
+//! `kickoff queues ...`, `kickoff questions ...` (see [`remote`]).
 
+pub mod jobs;
+pub mod queues;
+pub mod remote;
 pub mod schedule;
 
 use std::path::PathBuf;
@@ -192,6 +196,28 @@ pub enum Command {
         #[arg(long, global = true, env = "KICKOFF_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },
+    /// Jobs on a running server: list, show, retry, cancel, run now, delete, edit, shift in time,
+    /// export (see `kickoff jobs --help`).
+    Jobs {
+        #[command(subcommand)]
+        action: jobs::JobsAction,
+        #[command(flatten)]
+        remote: remote::Remote,
+    },
+    /// Queues on a running server: list, pause, resume, limits.
+    Queues {
+        #[command(subcommand)]
+        action: queues::QueuesAction,
+        #[command(flatten)]
+        remote: remote::Remote,
+    },
+    /// Game questions on a running server: list, show, settle.
+    Questions {
+        #[command(subcommand)]
+        action: queues::QuestionsAction,
+        #[command(flatten)]
+        remote: remote::Remote,
+    },
     /// Manage the bootstrap API token kept in the data directory.
     Token {
         #[command(subcommand)]
@@ -337,4 +363,16 @@ pub enum PostgresAction {
     Start,
     /// Stop the cluster.
     Stop,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// clap's own checks of the whole command line (unique argument names, conflicts naming
+    /// real arguments), which it otherwise makes only when a subcommand is first used.
+    #[test]
+    fn the_command_line_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
 }

@@ -15,6 +15,7 @@ mod api_schedules;
 mod attempt_records;
 mod audit_all_or_nothing;
 mod chaos;
+mod cli;
 mod config_file;
 mod console;
 mod console_queues;

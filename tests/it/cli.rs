@@ -1,0 +1,219 @@
+//! `kickoff jobs|queues|questions ...` against a real server process: every subcommand, `--json`
+//! parsed, and the exit codes that say what happened.
+
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+use crate::common::server::{Server, TOKEN};
+
+struct Cli<'a> {
+    server: &'a Server,
+}
+
+impl Cli<'_> {
+    /// Runs `kickoff <args>` against the server: its exit code and standard output.
+    fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_kickoff"))
+            .args(args)
+            .env("KICKOFF_URL", format!("http://{}", self.server.addr))
+            .env("KICKOFF_TOKEN", TOKEN)
+            .env_remove("DATABASE_URL")
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Runs with `--json`; the command must succeed.
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.push("--json");
+        let (code, out, err) = self.run(&all);
+        assert_eq!(code, 0, "kickoff {args:?}: {err}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("kickoff {args:?}: {e}: {out}"))
+    }
+
+    /// The exit code of a command that must fail, checked against `expected`.
+    fn fails(&self, args: &[&str], expected: i32) -> String {
+        let (code, _, err) = self.run(args);
+        assert_eq!(code, expected, "kickoff {args:?}: {err}");
+        err
+    }
+}
+
+#[tokio::test]
+async fn the_cli_drives_a_server_and_its_exit_codes_say_what_happened() {
+    let db = crate::common::test_db().await;
+    let server = Server::start(&[("DATABASE_URL", db.url.clone())]);
+    let cli = Cli { server: &server };
+    // A paused queue keeps the jobs waiting while the server's engine runs.
+    let (code, out, err) = cli.run(&["queues", "pause", "games"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("games: paused"), "{out}");
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let job = server
+            .post_job(
+                json!({"kind": "noop", "queue": "games", "args": {"game_id": 1, "n": n},
+                             "tags": ["derby"], "schedule_in_ms": 3_600_000}),
+            )
+            .await;
+        ids.push(job["job"]["id"].as_i64().unwrap());
+    }
+    let id = ids[0].to_string();
+
+    // list: a table by default, JSON with --json; the filters of the API.
+    let (code, table, _) = cli.run(&["jobs", "list", "--queue", "games"]);
+    assert_eq!(code, 0);
+    assert!(table.starts_with("ID"), "{table}");
+    assert_eq!(table.lines().count(), 4, "{table}");
+    let page = cli.json(&["jobs", "list", "--tags", "derby", "--args", "n=1"]);
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 1, "{page}");
+    assert_eq!(page["jobs"][0]["id"], ids[1]);
+    assert_eq!(cli.json(&["jobs", "show", &id])["id"], ids[0]);
+
+    // edit: one job, then every match (counted and confirmed with --yes).
+    let edited = cli.json(&[
+        "jobs",
+        "edit",
+        &id,
+        "--priority",
+        "3",
+        "--args-patch",
+        r#"{"team":"x"}"#,
+    ]);
+    assert_eq!(
+        (&edited["priority"], &edited["args"]["team"]),
+        (&json!(3), &json!("x"))
+    );
+    let report = cli.json(&[
+        "jobs",
+        "edit",
+        "--args",
+        "game_id=1",
+        "--set-tags",
+        "derby,moved",
+        "--yes",
+    ]);
+    assert_eq!(report["changed"], 3, "{report}");
+    // shift: every match by an hour.
+    let before = cli.json(&["jobs", "show", &id])["scheduled_at"].clone();
+    let shifted = cli.json(&["jobs", "shift", "--tags", "moved", "--by", "1h", "--yes"]);
+    assert_eq!(shifted["jobs"]["changed"], 3, "{shifted}");
+    let after = cli.json(&["jobs", "show", &id])["scheduled_at"].clone();
+    let t = |v: &Value| serde_json::from_value::<chrono::DateTime<chrono::Utc>>(v.clone()).unwrap();
+    assert_eq!(t(&after) - t(&before), chrono::Duration::hours(1));
+    // export: the rows, streamed to standard output.
+    let (code, csv, err) = cli.run(&["jobs", "export", "--queue", "games"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(csv.lines().count(), 4, "{csv}");
+    assert!(err.contains("3 jobs exported (at most 100000)"), "{err}");
+    let (code, jsonl, _) = cli.run(&[
+        "jobs",
+        "export",
+        "--queue",
+        "games",
+        "--format",
+        "jsonl",
+        "--max-rows",
+        "2",
+    ]);
+    assert_eq!(code, 0);
+    let rows: Vec<Value> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2);
+
+    // queues: list, limits, resume.
+    let queues = cli.json(&["queues", "list"]);
+    let games = queues
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "games")
+        .unwrap();
+    assert_eq!(games["paused"], true);
+    let limited = cli.json(&["queues", "limits", "games", "--rate", "10/s"]);
+    assert_eq!(limited["rate_limit"], 10, "{limited}");
+    cli.fails(&["queues", "limits", "games", "--rate", "often"], 6);
+
+    // run-now, cancel, retry, delete: one id, or several in one call.
+    assert_eq!(cli.json(&["jobs", "run-now", &id])["state"], "available");
+    let cancelled = cli.json(&["jobs", "cancel", &ids[1].to_string(), &ids[2].to_string()]);
+    assert_eq!(cancelled["changed"], 2, "{cancelled}");
+    assert_eq!(
+        cli.json(&["jobs", "retry", &ids[1].to_string()])["state"],
+        "available"
+    );
+    let (code, out, _) = cli.run(&["jobs", "delete", &ids[2].to_string()]);
+    assert_eq!(
+        (code, out.trim()),
+        (0, format!("deleted {}", ids[2]).as_str())
+    );
+
+    // Exit codes: not found 3, refused 4, conflict 5, invalid 6, usage 2, unreachable 7.
+    cli.fails(&["jobs", "show", &ids[2].to_string()], 3);
+    cli.fails(&["jobs", "edit", &ids[2].to_string(), "--priority", "1"], 3);
+    cli.fails(
+        &[
+            "jobs",
+            "edit",
+            &id,
+            "--args-patch",
+            r#"{"sleep_ms":"soon"}"#,
+        ],
+        6,
+    );
+    cli.fails(&["jobs", "edit", &id, "--priority", "12"], 6);
+    cli.fails(&["jobs", "list", "--state", "exploded"], 6);
+    cli.fails(&["jobs", "edit", &ids[1].to_string()], 2);
+    cli.fails(&["jobs", "shift", "--tags", "moved"], 2);
+    cli.fails(
+        &["jobs", "shift", "--tags", "moved", "--by", "soon", "--yes"],
+        2,
+    );
+    cli.run(&["jobs", "cancel", &id]);
+    cli.fails(&["jobs", "edit", &id, "--priority", "1"], 5);
+    let (code, _, err) = Command::new(env!("CARGO_BIN_EXE_kickoff"))
+        .args(["jobs", "list"])
+        .env("KICKOFF_URL", format!("http://{}", server.addr))
+        .env("KICKOFF_TOKEN", "wrong")
+        .output()
+        .map(|o| {
+            (
+                o.status.code().unwrap(),
+                (),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        })
+        .unwrap();
+    assert_eq!(code, 4, "{err}");
+    cli.fails(&["jobs", "list", "--server", "http://127.0.0.1:1"], 7);
+
+    // questions: list, show, settle (refused while open: a conflict).
+    let game_time = (chrono::Utc::now() + chrono::Duration::hours(2)).to_rfc3339();
+    let res = reqwest::Client::new()
+        .post(format!("http://{}/api/v1/questions", server.addr))
+        .bearer_auth(TOKEN)
+        .json(&json!({"game": "Lions vs Bears", "prompt": "First goal?",
+                      "choices": ["Lions", "Bears"], "game_time": game_time}))
+        .send()
+        .await
+        .unwrap();
+    let question: Value = res.json().await.unwrap();
+    let qid = question["id"].as_i64().unwrap().to_string();
+    let list = cli.json(&["questions", "list", "--status", "open"]);
+    assert_eq!(list[0]["id"], question["id"]);
+    let (code, shown, _) = cli.run(&["questions", "show", &qid]);
+    assert_eq!(code, 0);
+    assert!(shown.contains("First goal?"), "{shown}");
+    cli.fails(&["questions", "settle", &qid, "Lions"], 5);
+    cli.fails(&["questions", "show", "999999"], 3);
+    cli.json(&["queues", "resume", "games"]);
+}
