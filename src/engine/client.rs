@@ -31,17 +31,13 @@ use super::worker::Workers;
 pub const MAX_ARGS_BYTES: usize = 256 * 1024;
 pub const MAX_META_BYTES: usize = 16 * 1024;
 pub const MAX_TAGS: usize = 20;
+pub const MAX_TAG_CHARS: usize = 100;
+pub const MAX_UNIQUE_KEY_CHARS: usize = 255;
+pub use super::job::{MAX_SCHEDULE_AHEAD_DAYS, MAX_SCHEDULE_PAST_HOURS};
 /// How many of the newest jobs a filter's suggestions read.
 pub const SUGGEST_RECENT_JOBS: i64 = 1_000;
 /// How many suggestions of each sort (kinds, queues, tags, args keys) at most.
 pub const SUGGEST_EACH: i64 = 100;
-pub const MAX_TAG_CHARS: usize = 100;
-pub const MAX_UNIQUE_KEY_CHARS: usize = 255;
-/// How far ahead a job may be scheduled.
-pub const MAX_SCHEDULE_AHEAD_DAYS: i64 = 3650;
-/// How far in the past an absolute `scheduled_at` may lie (it then runs at once); older instants
-/// are almost surely a client's mistake (a wrong year, seconds taken for milliseconds).
-pub const MAX_SCHEDULE_PAST_HOURS: i64 = 24;
 /// The largest page of a listing.
 pub const MAX_PAGE: i64 = 500;
 /// The most ids one bulk action by ids takes.
@@ -166,6 +162,12 @@ pub enum BulkChange {
     },
     /// Edits waiting jobs, each checked by its kind's worker.
     Edit(crate::engine::job_edit::JobEdit),
+}
+
+impl From<crate::engine::job_edit::EditRefused> for ClientError {
+    fn from(e: crate::engine::job_edit::EditRefused) -> Self {
+        invalid(e.field, e.message)
+    }
 }
 
 impl From<BulkAction> for BulkChange {

@@ -4,6 +4,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// How far ahead a job may be scheduled.
+pub const MAX_SCHEDULE_AHEAD_DAYS: i64 = 3650;
+/// How far in the past an absolute `scheduled_at` may lie (it then runs at once); older instants
+/// are almost surely a client's mistake (a wrong year, seconds taken for milliseconds).
+pub const MAX_SCHEDULE_PAST_HOURS: i64 = 24;
 /// A job's id (the `jobs.id` bigserial).
 #[derive(
     schemars::JsonSchema,

@@ -9,13 +9,22 @@
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sqlx::PgConnection;
 
-use super::client::{
-    invalid, Client, ClientError, MAX_SCHEDULE_AHEAD_DAYS, MAX_SCHEDULE_PAST_HOURS,
-};
-use super::job::{Job, JobId, JobState, NewJob, Schedule};
-use super::store::jobs::{self as job_store, EditedFields};
+use super::job::{Job, NewJob, Schedule, MAX_SCHEDULE_AHEAD_DAYS, MAX_SCHEDULE_PAST_HOURS};
+
+/// Why an edit cannot be made: the field, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EditRefused {
+    pub field: &'static str,
+    pub message: String,
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> EditRefused {
+    EditRefused {
+        field,
+        message: message.into(),
+    }
+}
 
 /// What an edit changes; absent fields stay as they are.
 #[derive(schemars::JsonSchema, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -44,7 +53,7 @@ pub struct JobEdit {
 
 impl JobEdit {
     /// What is wrong with the edit itself, before any job is read.
-    pub fn check(&self) -> Result<(), ClientError> {
+    pub fn check(&self) -> Result<(), EditRefused> {
         if *self == JobEdit::default() {
             return Err(invalid("edit", "nothing to change"));
         }
@@ -74,7 +83,7 @@ impl JobEdit {
 
     /// `job` with the edit applied, as a new job to check like an insert (due now: the check of
     /// its time is not the edit's).
-    fn applied_to(&self, job: &Job) -> Result<NewJob, ClientError> {
+    pub fn applied_to(&self, job: &Job) -> Result<NewJob, EditRefused> {
         let mut args = self.args.clone().unwrap_or_else(|| job.args.clone());
         if let Some(patch) = &self.args_patch {
             merge_patch(&mut args, patch);
@@ -127,13 +136,6 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
-/// A job before and after an edit (the audit entry keeps both).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Edited {
-    pub before: Job,
-    pub after: Job,
-}
-
 /// How far a shift moves the matching jobs.
 #[derive(schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -154,63 +156,6 @@ pub fn shift_window(now: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {
         now - ChronoDuration::hours(MAX_SCHEDULE_PAST_HOURS),
         now + ChronoDuration::days(MAX_SCHEDULE_AHEAD_DAYS),
     )
-}
-
-impl Client {
-    /// Edits a waiting job (see [`JobEdit`]): checked by its kind's worker like an insert, in
-    /// the caller's transaction. 409 for a job that runs, ended or belongs to a question.
-    pub async fn edit_with(
-        &self,
-        conn: &mut PgConnection,
-        id: JobId,
-        edit: &JobEdit,
-    ) -> Result<Edited, ClientError> {
-        edit.check()?;
-        let before = job_store::job_get_for_update(&mut *conn, id)
-            .await?
-            .ok_or_else(|| ClientError::NotFound(format!("job {id}")))?;
-        if !matches!(
-            before.state,
-            JobState::Scheduled | JobState::Available | JobState::Retryable
-        ) {
-            return Err(ClientError::Conflict(format!(
-                "cannot edit job {id} while it is {}: only waiting jobs (scheduled, available, \
-                 retryable) can be",
-                before.state.as_str()
-            )));
-        }
-        if let Some(owner) = before.meta.get("owner").and_then(Value::as_str) {
-            return Err(ClientError::Conflict(format!(
-                "job {id} belongs to {owner}, which moves and ends it: edit {owner} instead"
-            )));
-        }
-        let after = self.write_edit(conn, &before, edit).await?.ok_or_else(|| {
-            ClientError::Conflict(format!("job {id} started while it was being edited"))
-        })?;
-        Ok(Edited { before, after })
-    }
-
-    /// Checks `edit` on `job` (locked by the caller) and writes it; `None` if the job stopped
-    /// waiting.
-    pub(crate) async fn write_edit(
-        &self,
-        conn: &mut PgConnection,
-        job: &Job,
-        edit: &JobEdit,
-    ) -> Result<Option<Job>, ClientError> {
-        let new = edit.applied_to(job)?;
-        let call_host = self.checked_with(&mut *conn, &new).await?;
-        let fields = EditedFields {
-            args: &new.args,
-            queue: &new.queue,
-            priority: new.priority,
-            max_attempts: new.max_attempts,
-            tags: &new.tags,
-            meta: &new.meta,
-            call_host: call_host.as_deref(),
-        };
-        Ok(job_store::job_apply_edit(conn, job.id, &fields).await?)
-    }
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ pub mod completer;
 pub mod config;
 pub mod control;
 pub mod db;
+pub mod editing;
 pub mod executor;
 pub mod heartbeat;
 pub mod history_cache;

@@ -19,9 +19,10 @@ use super::error::AppError;
 use super::extract::{ApiJson, ApiQuery, JobIdPath};
 use super::redact;
 use super::state::AppState;
-use crate::engine::job_edit::{Edited, JobEdit, MAX_SHIFT_MS};
+use crate::engine::editing::Edited;
+use crate::engine::job_edit::{JobEdit, MAX_SHIFT_MS};
 use crate::engine::store::jobs as job_store;
-use crate::engine::{BulkChange, BulkReport, Job, JobFilter, JobId};
+use crate::engine::{BulkChange, BulkReport, ClientError, Job, JobFilter, JobId};
 
 /// Edits a waiting job: `scheduled`, `available` or `retryable` (409 otherwise, and for a job a
 /// question owns), checked by its kind's worker like an insert (422). The audit entry keeps the
@@ -174,7 +175,7 @@ pub async fn edit_many(
     audit: Audit,
     ApiJson(body): ApiJson<EditManyBody>,
 ) -> Result<Response, AppError> {
-    body.edit.check()?;
+    body.edit.check().map_err(ClientError::from)?;
     let touches_args = body.edit.args.is_some()
         || body.edit.args_patch.is_some()
         || body.edit.meta_patch.is_some();

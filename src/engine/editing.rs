@@ -1,0 +1,74 @@
+//! Editing waiting jobs on the client: [`Client::edit_with`] and the check and write a bulk
+//! edit makes of each job (the edit itself: [`super::job_edit`]).
+
+use serde_json::Value;
+use sqlx::PgConnection;
+
+use super::client::{Client, ClientError};
+use super::job::{Job, JobId, JobState};
+use super::job_edit::JobEdit;
+use super::store::jobs::{self as job_store, EditedFields};
+
+/// A job before and after an edit (the audit entry keeps both).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Edited {
+    pub before: Job,
+    pub after: Job,
+}
+
+impl Client {
+    /// Edits a waiting job (see [`JobEdit`]): checked by its kind's worker like an insert, in
+    /// the caller's transaction. 409 for a job that runs, ended or belongs to a question.
+    pub async fn edit_with(
+        &self,
+        conn: &mut PgConnection,
+        id: JobId,
+        edit: &JobEdit,
+    ) -> Result<Edited, ClientError> {
+        edit.check()?;
+        let before = job_store::job_get_for_update(&mut *conn, id)
+            .await?
+            .ok_or_else(|| ClientError::NotFound(format!("job {id}")))?;
+        if !matches!(
+            before.state,
+            JobState::Scheduled | JobState::Available | JobState::Retryable
+        ) {
+            return Err(ClientError::Conflict(format!(
+                "cannot edit job {id} while it is {}: only waiting jobs (scheduled, available, \
+                 retryable) can be",
+                before.state.as_str()
+            )));
+        }
+        if let Some(owner) = before.meta.get("owner").and_then(Value::as_str) {
+            return Err(ClientError::Conflict(format!(
+                "job {id} belongs to {owner}, which moves and ends it: edit {owner} instead"
+            )));
+        }
+        let after = self.write_edit(conn, &before, edit).await?.ok_or_else(|| {
+            ClientError::Conflict(format!("job {id} started while it was being edited"))
+        })?;
+        Ok(Edited { before, after })
+    }
+
+    /// Checks `edit` on `job` (locked by the caller) and writes it; `None` if the job stopped
+    /// waiting.
+    pub(crate) async fn write_edit(
+        &self,
+        conn: &mut PgConnection,
+        job: &Job,
+        edit: &JobEdit,
+    ) -> Result<Option<Job>, ClientError> {
+        let new = edit.applied_to(job)?;
+        let call_host = self.checked_with(&mut *conn, &new).await?;
+        let fields = EditedFields {
+            args: &new.args,
+            queue: &new.queue,
+            priority: new.priority,
+            max_attempts: new.max_attempts,
+            tags: &new.tags,
+            meta: &new.meta,
+            call_host: call_host.as_deref(),
+        };
+        Ok(job_store::job_apply_edit(conn, job.id, &fields).await?)
+    }
+}
