@@ -7,7 +7,8 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
-use super::remote::{cell, confirm, parse_duration_ms, table, Api, Exit, Failure, Outcome};
+use super::remote::{cell, confirm, table, Api, Exit, Failure, Outcome};
+use crate::engine::job_edit::parse_duration_ms;
 use crate::engine::store::jobs::FilterFields;
 use crate::engine::JobFilter;
 

@@ -158,10 +158,62 @@ pub fn shift_window(now: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {
     )
 }
 
+/// A signed duration as `90s`, `-2h`, `1h30m`, `1500ms`, `3d`: in ms.
+pub fn parse_duration_ms(text: &str) -> Result<i64, String> {
+    let t = text.trim();
+    let (sign, rest) = match t.strip_prefix('-') {
+        Some(r) => (-1, r),
+        None => (1, t.strip_prefix('+').unwrap_or(t)),
+    };
+    let mut total: i64 = 0;
+    let mut number = String::new();
+    let mut chars = rest.chars().peekable();
+    let bad = || format!("`{text}` is not a duration like 90s, -2h, 1h30m, 1500ms or 3d");
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let unit = match (c, chars.peek()) {
+            ('m', Some('s')) => {
+                chars.next();
+                1
+            }
+            ('s', _) => 1_000,
+            ('m', _) => 60_000,
+            ('h', _) => 3_600_000,
+            ('d', _) => 86_400_000,
+            _ => return Err(bad()),
+        };
+        let n: i64 = number.parse().map_err(|_| bad())?;
+        total = n
+            .checked_mul(unit)
+            .and_then(|v| total.checked_add(v))
+            .ok_or_else(bad)?;
+        number.clear();
+    }
+    if !number.is_empty() || rest.is_empty() {
+        return Err(bad());
+    }
+    Ok(sign * total)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn durations_read_like_people_write_them() {
+        assert_eq!(parse_duration_ms("90s"), Ok(90_000));
+        assert_eq!(parse_duration_ms("-2h"), Ok(-7_200_000));
+        assert_eq!(parse_duration_ms("1h30m"), Ok(5_400_000));
+        assert_eq!(parse_duration_ms("1500ms"), Ok(1_500));
+        assert_eq!(parse_duration_ms("+3d"), Ok(259_200_000));
+        for bad in ["", "2", "h", "2x", "1h30", "99999999999999999999d"] {
+            assert!(parse_duration_ms(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn a_merge_patch_replaces_merges_and_removes() {

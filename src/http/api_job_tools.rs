@@ -61,7 +61,7 @@ pub async fn edit(
 
 /// What an edit's audit entry keeps: the edit, and of the fields it changed their values before
 /// and after, as a reader sees them (secrets hidden: the audit log is read by every role).
-fn edit_record(edit: &JobEdit, e: &Edited) -> Value {
+pub(crate) fn edit_record(edit: &JobEdit, e: &Edited) -> Value {
     let (before, after) = (
         redact::as_reader(e.before.clone()),
         redact::as_reader(e.after.clone()),
@@ -285,11 +285,7 @@ pub async fn shift(
     {
         return Err(AppError::invalid("game: 1 to 200 characters"));
     }
-    let owners: Vec<i64> = job_store::job_owners_matching(&state.pool, &filter)
-        .await?
-        .iter()
-        .filter_map(|o| o.strip_prefix("question ")?.parse().ok())
-        .collect();
+    let owners = questions_owning(&state.pool, &filter).await?;
     let mut questions = Vec::new();
     if by_ms != 0 && (body.game.is_some() || !owners.is_empty()) {
         let by = chrono::Duration::milliseconds(by_ms);
@@ -327,6 +323,19 @@ pub async fn shift(
         .into_response(),
         Err(e) => Audited(e).into_response(),
     })
+}
+
+/// The questions owning waiting jobs `filter` matches (their lock jobs): a shift moves them
+/// through their question.
+pub(crate) async fn questions_owning(
+    pool: &crate::engine::Db,
+    filter: &JobFilter,
+) -> Result<Vec<i64>, sqlx::Error> {
+    Ok(job_store::job_owners_matching(pool, filter)
+        .await?
+        .iter()
+        .filter_map(|o| o.strip_prefix("question ")?.parse().ok())
+        .collect())
 }
 
 /// The export's format.
@@ -369,16 +378,54 @@ pub async fn export(
     ApiQuery(params): ApiQuery<ExportParams>,
 ) -> Result<Response, AppError> {
     let filter = params.to_filter()?;
-    super::api_jobs::refuse_secret_filter(&sight(&caller), &filter)?;
-    let max_rows = params.max_rows.unwrap_or(EXPORT_DEFAULT_ROWS);
+    let sight = sight(&caller);
+    super::api_jobs::refuse_secret_filter(&sight, &filter)?;
+    let viewer = Viewer::of(&sight);
+    let format = params.format.unwrap_or_default();
+    stream_export(&state.client, viewer, filter, format, params.max_rows).await
+}
+
+/// Who reads an export, owned (the stream outlives the request's borrow): what of the jobs'
+/// secrets they see.
+#[derive(Debug, Clone)]
+pub struct Viewer {
+    name: String,
+    admin: bool,
+    reader: bool,
+}
+
+impl Viewer {
+    pub fn of(sight: &redact::Sight<'_>) -> Viewer {
+        Viewer {
+            name: sight.name.to_string(),
+            admin: sight.admin,
+            reader: sight.reader,
+        }
+    }
+
+    fn sight(&self) -> redact::Sight<'_> {
+        redact::Sight {
+            name: &self.name,
+            admin: self.admin,
+            reader: self.reader,
+        }
+    }
+}
+
+/// The export's answer: the first page is read before it starts (a failing read is an error
+/// status, not a cut body), the others as the client reads.
+pub async fn stream_export(
+    client: &crate::engine::Client,
+    viewer: Viewer,
+    filter: JobFilter,
+    format: ExportFormat,
+    max_rows: Option<i64>,
+) -> Result<Response, AppError> {
+    let max_rows = max_rows.unwrap_or(EXPORT_DEFAULT_ROWS);
     if !(1..=EXPORT_MAX_ROWS).contains(&max_rows) {
         return Err(AppError::invalid("max_rows: must be between 1 and 1000000"));
     }
-    let format = params.format.unwrap_or_default();
-    // The first page before the answer starts, so a failing read is an error status, not a
-    // cut body.
-    let first = state
-        .client
+    let first = client
         .list(&filter, None, EXPORT_PAGE.min(max_rows))
         .await?;
     let header_line = match format {
@@ -387,17 +434,17 @@ pub async fn export(
     };
     struct Walk {
         client: crate::engine::Client,
-        caller: ApiCaller,
+        viewer: Viewer,
         filter: JobFilter,
-        page: Option<Vec<Job>>,
+        page: Vec<Job>,
         left: i64,
         done: bool,
     }
     let walk = Walk {
-        client: state.client.clone(),
-        caller,
+        client: client.clone(),
+        viewer,
         filter,
-        page: Some(first),
+        page: first,
         left: max_rows,
         done: false,
     };
@@ -405,14 +452,11 @@ pub async fn export(
         if w.done || w.left <= 0 {
             return None;
         }
-        let jobs = match w.page.take() {
-            Some(jobs) => jobs,
-            None => unreachable!("a page is read before each step"),
-        };
+        let jobs = std::mem::take(&mut w.page);
         let full = jobs.len() as i64 == EXPORT_PAGE.min(w.left);
         let oldest = jobs.last().map(|j| j.id);
         w.left -= jobs.len() as i64;
-        let shown = sight(&w.caller).jobs_matching(jobs, &w.filter);
+        let shown = w.viewer.sight().jobs_matching(jobs, &w.filter);
         let bytes = match format {
             ExportFormat::Csv => csv_rows(&shown),
             ExportFormat::Jsonl => jsonl_rows(&shown),
@@ -425,11 +469,13 @@ pub async fn export(
                 .list(&w.filter, oldest, EXPORT_PAGE.min(w.left))
                 .await
             {
-                Ok(next) if !next.is_empty() => w.page = Some(next),
+                Ok(next) if !next.is_empty() => w.page = next,
                 Ok(_) => w.done = true,
                 Err(e) => {
-                    // The status is sent: the body ends short, and says so in the log.
+                    // The status is sent: the body ends short (mid-stream error), and the log
+                    // says why.
                     tracing::warn!(error = %e, "an export stopped: a page could not be read");
+                    w.done = true;
                     return Some((Err(std::io::Error::other(e.to_string())), w));
                 }
             }

@@ -80,6 +80,8 @@ pub fn router(state: AppState) -> Router {
     let dashboard = Router::new()
         // The dashboard's live stream (the API has its own, behind the token).
         .route("/events", get(sse::events))
+        // The list's export links (the session's; the API's export takes a token).
+        .route("/jobs/export", get(console::jobs::export))
         .leptos_routes_with_context(
             &state,
             routes,

@@ -915,6 +915,7 @@ async fn unfiltered_lists_answer_what_the_hydrated_browser_posts() {
                 action: "cancel".into(),
                 ids: Some(id.to_string()),
                 query: JobQuery::default(),
+                change: Default::default(),
                 // Off-site: the result goes to the overview instead.
                 back: Some("//elsewhere.example/jobs".into()),
             }),

@@ -832,3 +832,116 @@ async fn an_export_of_100000_rows_streams_with_bounded_memory() {
     assert_eq!(&first[2], "noop");
     assert!(first[12].contains("\"n\":100000"), "{first:?}");
 }
+
+/// The dashboard's side of the same tools: the job page's edit form (only what changed is sent;
+/// args shown with secrets hidden are not written back), a bulk move in time and a bulk edit on
+/// a confirmed filter, and the list's export with the session.
+#[tokio::test]
+async fn the_dashboard_edits_moves_and_exports_what_its_filter_shows() {
+    let d = dashboard_as(Role::Operator).await;
+    let id = d
+        .new_job(
+            json!({"kind": "noop", "args": {"game_id": 5}, "tags": ["x"],
+                        "schedule_in_ms": 600_000}),
+        )
+        .await;
+    let form = |fields: &[(&str, &str)]| -> String {
+        let mut s = form_urlencoded::Serializer::new(String::new());
+        for (k, v) in fields {
+            s.append_pair(k, v);
+        }
+        s.finish()
+    };
+    let shown = "{\n  \"game_id\": 5\n}";
+    let (status, body) = d
+        .server_fn(
+            "edit_job",
+            &form(&[
+                ("id", &id.to_string()),
+                ("input[args]", shown),
+                ("input[args_shown]", shown),
+                ("input[priority]", "4"),
+                ("input[queue]", "default"),
+                ("input[max_attempts]", "25"),
+                ("input[tags]", "x, y"),
+            ]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let j = job(&d, id).await;
+    assert_eq!(
+        (&j["priority"], &j["tags"], &j["args"]),
+        (&json!(4), &json!(["x", "y"]), &json!({"game_id": 5}))
+    );
+    let entry: Value = sqlx::query_scalar("SELECT filter FROM audit_log WHERE action = 'job.edit'")
+        .fetch_one(&d.pool)
+        .await
+        .unwrap();
+    assert_eq!(entry["after"]["priority"], 4, "{entry}");
+    // Invalid args: refused, nothing changed.
+    let (status, _) = d
+        .server_fn(
+            "edit_job",
+            &form(&[
+                ("id", &id.to_string()),
+                ("input[args]", r#"{"sleep_ms": "soon"}"#),
+                ("input[args_shown]", shown),
+                ("input[priority]", "4"),
+                ("input[queue]", "default"),
+                ("input[max_attempts]", "25"),
+                ("input[tags]", "x, y"),
+            ]),
+        )
+        .await;
+    assert!(status.is_client_error());
+    assert_eq!(job(&d, id).await["args"], json!({"game_id": 5}));
+
+    // A bulk move in time on the confirmed filter.
+    let before = due_at(&d, id).await;
+    let (status, body) = d.server_fn("bulk_preview", "query[args]=game_id%3D5").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let count: Value = serde_json::from_str(&body).unwrap();
+    let max_id = count["max_id"].as_i64().unwrap();
+    let (status, body) = d
+        .server_fn(
+            "bulk",
+            &format!("action=shift&query[args]=game_id%3D5&query[max_id]={max_id}&change[by]=-5m"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(due_at(&d, id).await, before - chrono::Duration::minutes(5));
+    let (status, body) = d
+        .server_fn(
+            "bulk",
+            &format!(
+                "action=edit&query[args]=game_id%3D5&query[max_id]={max_id}&change[priority]=1"
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(job(&d, id).await["priority"], 1);
+    let (status, _) = d
+        .server_fn("bulk", &format!("action=shift&ids={id}&change[by]=soon"))
+        .await;
+    assert!(status.is_client_error());
+
+    // The list's export links, with the session.
+    let res = d.get("/jobs/export?args=game_id%3D5&format=jsonl").await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let bytes = http_body_util::BodyExt::collect(res.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let rows: Vec<Value> = String::from_utf8_lossy(&bytes)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["id"], id);
+    let (status, page) = d.page("/jobs").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains("/jobs/export?format=csv"),
+        "the list offers its export"
+    );
+}

@@ -230,12 +230,42 @@ pub struct BulkCount {
 }
 
 /// The bulk actions, as (value, verb, label).
-pub const BULK_ACTIONS: [(&str, &str, &str); 4] = [
+pub const BULK_ACTIONS: [(&str, &str, &str); 6] = [
     ("cancel", "Cancel", "cancelled"),
     ("retry", "Retry", "retried"),
     ("run_now", "Run now", "made due now"),
     ("delete", "Delete", "deleted"),
+    ("shift", "Move in time", "moved"),
+    ("edit", "Edit", "edited"),
 ];
+
+/// What a bulk "move in time" or "edit" changes, as its confirmation form sends it (blank fields
+/// change nothing).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BulkChangeInput {
+    /// Move by: `90s`, `-2h`, `1h30m`, `3d`.
+    pub by: Option<String>,
+    /// The open questions of this game (its name exactly) move too.
+    pub game: Option<String>,
+    pub priority: Option<String>,
+    pub queue: Option<String>,
+    pub max_attempts: Option<String>,
+    /// All the tags, separated by commas.
+    pub tags: Option<String>,
+}
+
+/// A waiting job's edit form, as it sends it: each field as the operator left it, and the args
+/// as the page showed them (unchanged args are not sent back: the page shows others' secrets
+/// hidden).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EditJobInput {
+    pub args: String,
+    pub args_shown: String,
+    pub priority: String,
+    pub queue: String,
+    pub max_attempts: String,
+    pub tags: String,
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BulkDone {
@@ -337,7 +367,10 @@ pub trait JobsConsole: Send + Sync + 'static {
         action: String,
         ids: Vec<i64>,
         query: JobQuery,
+        change: BulkChangeInput,
     ) -> Result<BulkDone, Refusal>;
+    /// Edits a waiting job: only the fields the form changed.
+    async fn edit_job(&self, id: i64, input: EditJobInput) -> Result<(), Refusal>;
     async fn timers(&self) -> Result<TimersPage, Refusal>;
 }
 
@@ -377,6 +410,18 @@ pub async fn reschedule_job(
     let _ = csrf;
     let at_ms = instant_ms(&at, zone.as_deref(), which.as_deref()).map_err(fail)?;
     console()?.reschedule_job(id, at_ms).await.map_err(fail)
+}
+
+#[server(prefix = "/_console", endpoint = "edit_job")]
+pub async fn edit_job(
+    csrf: Option<String>,
+    id: i64,
+    input: EditJobInput,
+) -> Result<(), ServerFnError> {
+    // Checked by the server's session guard before this runs; carried here so the form's
+    // field survives the browser's encoding of the arguments.
+    let _ = csrf;
+    console()?.edit_job(id, input).await.map_err(fail)
 }
 
 #[server(prefix = "/_console", endpoint = "clone_job")]
@@ -420,13 +465,17 @@ pub async fn bulk_jobs(
     action: String,
     ids: Option<String>,
     #[server(default)] query: JobQuery,
+    #[server(default)] change: BulkChangeInput,
     back: Option<String>,
 ) -> Result<BulkDone, ServerFnError> {
     // Checked by the server's session guard before this runs; carried here so the form's
     // field survives the browser's encoding of the arguments.
     let _ = csrf;
     let ids = parse_ids(ids.as_deref().unwrap_or("")).map_err(fail)?;
-    let done = console()?.bulk(action, ids, query).await.map_err(fail)?;
+    let done = console()?
+        .bulk(action, ids, query, change)
+        .await
+        .map_err(fail)?;
     if let Some(back) = back {
         leptos_axum::redirect(&with_pairs(
             &super::accounts::safe_next(Some(&back)),

@@ -11,7 +11,9 @@ use crate::components::live::use_live;
 use crate::components::loaded::{failure, ActionError, Loaded};
 use crate::components::time::{fine_span, span, use_clock, Countdown, When};
 use crate::components::time_field::TimeField;
-use crate::console::jobs::{get_job, CloneJob, DeliveryRow, JobAction, JobDetail, RescheduleJob};
+use crate::console::jobs::{
+    get_job, CloneJob, DeliveryRow, EditJob, EditJobInput, JobAction, JobDetail, RescheduleJob,
+};
 use crate::pages::jobs::JobButtons;
 
 #[component]
@@ -23,6 +25,7 @@ pub fn JobDetailPage() -> impl IntoView {
     let action = ServerAction::<JobAction>::new();
     let reschedule = ServerAction::<RescheduleJob>::new();
     let clone = ServerAction::<CloneJob>::new();
+    let edit = ServerAction::<EditJob>::new();
     // While an attempt runs, its page reads what it logged so far every 2 s (its node writes it
     // once a second); job changes come from the live stream.
     let running = RwSignal::new(false);
@@ -41,6 +44,7 @@ pub fn JobDetailPage() -> impl IntoView {
                 live.version.get(),
                 action.version().get(),
                 reschedule.version().get(),
+                edit.version().get(),
                 running_tick(),
             )
         },
@@ -68,6 +72,13 @@ pub fn JobDetailPage() -> impl IntoView {
     let delete = ServerAction::<JobAction>::new();
     let draft = RwSignal::new(None::<String>);
     let opened = RwSignal::new(std::collections::HashSet::<String>::new());
+    // What the operator typed in the edit form: kept when live updates render the page again.
+    let edit_draft = RwSignal::new(None::<EditJobInput>);
+    Effect::new(move |_| {
+        if edit.value().with(|v| matches!(v, Some(Ok(())))) {
+            edit_draft.set(None);
+        }
+    });
     // A done reschedule shows the job's new time again.
     Effect::new(move |_| {
         if reschedule.value().with(|v| matches!(v, Some(Ok(())))) {
@@ -90,7 +101,8 @@ pub fn JobDetailPage() -> impl IntoView {
             <ActionError error=failure(reschedule.value())/>
             <ActionError error=failure(clone.value())/>
             <ActionError error=failure(delete.value())/>
-            <Loaded resource=job render=move |d: JobDetail| view! { <Detail d action reschedule clone delete draft opened/> }/>
+            <ActionError error=failure(edit.value())/>
+            <Loaded resource=job render=move |d: JobDetail| view! { <Detail d action reschedule clone delete draft opened edit edit_draft/> }/>
         </section>
     }
 }
@@ -107,6 +119,8 @@ fn Detail(
     /// The attempts' outputs and logs the operator opened (`output-N`, `logs-N`), kept open when
     /// live updates render the page again (every 2 s while an attempt runs).
     opened: RwSignal<std::collections::HashSet<String>>,
+    edit: ServerAction<EditJob>,
+    edit_draft: RwSignal<Option<EditJobInput>>,
 ) -> impl IntoView {
     let j = d.job.clone();
     let id = j.id;
@@ -202,6 +216,7 @@ fn Detail(
         </div>
         <h2>"Args"</h2>
         <pre class="json" aria-label="Args">{d.args_json.clone()}</pre>
+        {waiting.then(|| view! { <EditForm d=d.clone() edit draft=edit_draft opened/> })}
         <h2>"Meta"</h2>
         <pre class="json" aria-label="Meta">{d.meta_json.clone()}</pre>
         <h2>"Attempts"</h2>
@@ -334,5 +349,82 @@ fn Deliveries(rows: Vec<DeliveryRow>, now: i64) -> impl IntoView {
                 })
                 .collect_view()}
         </ol>
+    }
+}
+
+/// A waiting job's edit form: args, priority, queue, attempts, tags. Only what the operator
+/// changed is sent; the server checks it with the kind's worker, as an insert.
+#[component]
+fn EditForm(
+    d: JobDetail,
+    edit: ServerAction<EditJob>,
+    draft: RwSignal<Option<EditJobInput>>,
+    opened: RwSignal<std::collections::HashSet<String>>,
+) -> impl IntoView {
+    let j = d.job.clone();
+    let id = j.id;
+    let shown = EditJobInput {
+        args: d.args_json.clone(),
+        args_shown: d.args_json.clone(),
+        priority: j.priority.to_string(),
+        queue: j.queue.clone(),
+        max_attempts: j.max_attempts.to_string(),
+        tags: d.tags.join(", "),
+    };
+    let value = draft.get_untracked().unwrap_or_else(|| shown.clone());
+    let args_shown = shown.args_shown.clone();
+    let update = move |field: fn(&mut EditJobInput, String)| {
+        let shown = shown.clone();
+        move |ev: leptos::ev::Event| {
+            let v = event_target_value(&ev);
+            draft.update(|d| field(d.get_or_insert_with(|| shown.clone()), v));
+        }
+    };
+    let is_open = opened.with_untracked(|o| o.contains("edit"));
+    let remember = move |ev: leptos::ev::Event| {
+        let open = event_target::<leptos::web_sys::Element>(&ev).has_attribute("open");
+        opened.update(|o| {
+            if open {
+                o.insert("edit".into());
+            } else {
+                o.remove("edit");
+            }
+        });
+    };
+    view! {
+        <details class="edit-job" open=is_open on:toggle=remember>
+            <summary>"Edit this job…"</summary>
+            <ActionForm action=edit attr:class="stacked-form" attr:aria-label="Edit job">
+                <Csrf/>
+                <input type="hidden" name="id" value=id/>
+                <input type="hidden" name="input[args_shown]" value=args_shown/>
+                <label>
+                    "Args (JSON)"
+                    <textarea name="input[args]" rows="6" spellcheck="false" on:input=update(|d, v| d.args = v)>
+                        {value.args.clone()}
+                    </textarea>
+                </label>
+                <label>
+                    "Priority (0 highest, 9)"
+                    <input type="number" name="input[priority]" min="0" max="9" required
+                        value=value.priority.clone() on:input=update(|d, v| d.priority = v)/>
+                </label>
+                <label>
+                    "Queue"
+                    <input name="input[queue]" required pattern="[a-z0-9_-]{1,64}"
+                        value=value.queue.clone() on:input=update(|d, v| d.queue = v)/>
+                </label>
+                <label>
+                    "Max attempts"
+                    <input type="number" name="input[max_attempts]" min="1" max="1000" required
+                        value=value.max_attempts.clone() on:input=update(|d, v| d.max_attempts = v)/>
+                </label>
+                <label>
+                    "Tags (separated by commas)"
+                    <input name="input[tags]" value=value.tags.clone() on:input=update(|d, v| d.tags = v)/>
+                </label>
+                <button type="submit">"Save changes"</button>
+            </ActionForm>
+        </details>
     }
 }

@@ -141,6 +141,8 @@ fn JobList(
                         </a>
                     }
                 })}
+                <a class="button" href=move || export_href(&query.get(), "csv") download="">"Export CSV"</a>
+                <a class="button" href=move || export_href(&query.get(), "jsonl") download="">"Export JSON lines"</a>
                 <a class="button primary" href="/jobs/new">"New job"</a>
             </div>
             <Filters path query/>
@@ -195,6 +197,13 @@ fn JobList(
             />
         </section>
     }
+}
+
+/// The list's filter as an export (at most 100,000 rows, newest first: the server's default).
+fn export_href(q: &JobQuery, format: &str) -> String {
+    let mut pairs = q.filter_pairs();
+    pairs.push(("format", format.to_string()));
+    format!("/jobs/export?{}", query_string(&pairs))
 }
 
 fn bulk_href(path: &str, q: &JobQuery, action: &str) -> String {
@@ -653,6 +662,7 @@ fn BulkConfirm(
                                     {(!by_filter).then(|| view! { <input type="hidden" name="ids" value=ids_text.clone()/> })}
                                     {hidden}
                                     {max_id.map(|m| view! { <input type="hidden" name="query[max_id]" value=m/> })}
+                                    <ChangeFields action=value/>
                                     <button type="submit" class="danger">{format!("Yes, {}", verb.to_lowercase())}</button>
                                     " "
                                     <a href=back.clone()>"Back"</a>
@@ -667,4 +677,37 @@ fn BulkConfirm(
         </div>
     }
     .into_any()
+}
+
+/// The fields a bulk "move in time" or "edit" needs beside its confirmation.
+#[component]
+fn ChangeFields(action: &'static str) -> impl IntoView {
+    match action {
+        "shift" => view! {
+            <label>
+                "Move by "
+                <input name="change[by]" required size="8" placeholder="2h, -30m, 1d"
+                    pattern="[+-]?([0-9]+(ms|s|m|h|d))+"
+                    title="a duration: 90s, -2h, 1h30m, 3d (negative: earlier)"/>
+            </label>
+            " "
+            <label>
+                "and the open questions of the game "
+                <input name="change[game]" size="20" placeholder="(none)"
+                    title="its name exactly; questions whose lock job the filter matches move too"/>
+            </label>
+        }
+        .into_any(),
+        "edit" => view! {
+            <fieldset class="inline-fields">
+                <legend>"Set (blank: unchanged)"</legend>
+                <label>"Priority " <input type="number" name="change[priority]" min="0" max="9" size="3"/></label>
+                <label>"Queue " <input name="change[queue]" size="10" pattern="[a-z0-9_-]{1,64}"/></label>
+                <label>"Max attempts " <input type="number" name="change[max_attempts]" min="1" max="1000" size="4"/></label>
+                <label>"Tags " <input name="change[tags]" size="14" placeholder="a, b"/></label>
+            </fieldset>
+        }
+        .into_any(),
+        _ => ().into_any(),
+    }
 }

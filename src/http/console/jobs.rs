@@ -3,8 +3,9 @@
 
 use chrono::{DateTime, Utc};
 use kickoff_app::console::jobs::{
-    AttemptRow, BulkCount, BulkDone, DeliveryRow, JobChoices, JobDetail, JobPage, JobQuery, JobRow,
-    JobsConsole, LogLineRow, NewJobInput, TimersPage, BULK_COUNT_CAP,
+    AttemptRow, BulkChangeInput, BulkCount, BulkDone, DeliveryRow, EditJobInput, JobChoices,
+    JobDetail, JobPage, JobQuery, JobRow, JobsConsole, LogLineRow, NewJobInput, TimersPage,
+    BULK_COUNT_CAP,
 };
 use kickoff_app::console::Refusal;
 use kickoff_app::local_time::instant_ms;
@@ -12,10 +13,16 @@ use serde_json::Value;
 
 use super::{conn, entry, from_ms, ms, operator, refused, Act, ServerConsole, LIST_ROWS};
 use crate::accounts::Role;
+use crate::engine::editing::Edited;
+use crate::engine::job_edit::{parse_duration_ms, JobEdit};
 use crate::engine::store::history::AttemptRecord;
 use crate::engine::store::jobs::FilterFields;
 use crate::engine::JobFilter;
-use crate::engine::{BulkAction, Job, JobId, JobState, LatePolicy, NewJob, OnConflict, Schedule};
+use crate::engine::{
+    BulkAction, BulkChange, BulkReport, Job, JobId, JobState, LatePolicy, NewJob, OnConflict,
+    Schedule,
+};
+use crate::http::api_job_tools::{stream_export, ExportFormat, Viewer};
 use crate::http::error::AppError;
 use crate::http::redact;
 
@@ -542,7 +549,17 @@ impl JobsConsole for ServerConsole {
         action: String,
         ids: Vec<i64>,
         query: JobQuery,
+        input: BulkChangeInput,
     ) -> Result<BulkDone, Refusal> {
+        let change = bulk_change(&action, &input);
+        let mut recorded = ids
+            .is_empty()
+            .then(|| serde_json::to_value(&query).unwrap_or_default());
+        if matches!(change, Ok(BulkChange::Shift { .. } | BulkChange::Edit(_))) {
+            let shown = serde_json::to_value(&input).unwrap_or_default();
+            let record = recorded.get_or_insert_with(|| serde_json::json!({}));
+            record["change"] = shown;
+        }
         let act = Act {
             action: format!("jobs.bulk_{action}"),
             target: (!ids.is_empty()).then(|| {
@@ -551,16 +568,13 @@ impl JobsConsole for ServerConsole {
                     ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
                 )
             }),
-            filter: ids
-                .is_empty()
-                .then(|| serde_json::to_value(&query).unwrap_or_default()),
+            filter: recorded,
         };
-        let bulk_action: Result<BulkAction, _> = action.parse();
-        let by_filter = match (&bulk_action, ids.is_empty()) {
-            (Ok(a), true) => Some((*a, job_filter(&query))),
+        let by_filter = match (&change, ids.is_empty()) {
+            (Ok(c), true) => Some((c.clone(), job_filter(&query))),
             _ => None,
         };
-        if let Some((bulk_action, Ok(filter))) = by_filter {
+        if let Some((change, Ok(filter))) = by_filter {
             if filter.max_id.is_some() {
                 // In batches: the auditor records each outcome (see `audited::bulk_filter`).
                 let op = self
@@ -574,29 +588,29 @@ impl JobsConsole for ServerConsole {
                         .await;
                     return Err(refusal);
                 }
+                if let BulkChange::Shift { by_ms } = change {
+                    self.shift_questions(&filter, input.game.as_deref(), by_ms)
+                        .await?;
+                }
                 let entry = entry(&op, &act.action, act.target, act.filter);
                 let report = crate::http::audited::bulk_filter(
                     &self.auditor,
                     &self.client,
                     entry,
-                    bulk_action,
+                    change,
                     &filter,
                     |e: &AppError| e.to_string(),
                 )
                 .await
                 .map_err(refused)?;
-                return Ok(BulkDone {
-                    action,
-                    changed: report.changed,
-                    skipped: report.skipped,
-                });
+                return done(action, report);
             }
         }
         self.act(
             act,
             |d: &BulkDone| Some(d.changed as i64),
             async |work| {
-                let bulk_action = bulk_action.map_err(Refusal::invalid)?;
+                let change = change?;
                 if ids.is_empty() {
                     job_filter(&query)?;
                     return Err(Refusal::invalid(
@@ -606,17 +620,69 @@ impl JobsConsole for ServerConsole {
                 let ids: Vec<JobId> = ids.into_iter().map(JobId).collect();
                 let report = self
                     .client
-                    .bulk_ids_with(conn(work).await?, bulk_action, &ids)
+                    .bulk_ids_with(conn(work).await?, change, &ids)
                     .await
                     .map_err(refused)?;
-                Ok(BulkDone {
-                    action,
-                    changed: report.changed,
-                    skipped: report.skipped,
-                })
+                done(action, report)
             },
         )
         .await
+    }
+
+    async fn edit_job(&self, id: i64, input: EditJobInput) -> Result<(), Refusal> {
+        let act = Act {
+            action: "job.edit".to_string(),
+            target: Some(format!("job {id}")),
+            filter: None,
+        };
+        let op = self
+            .operator_for(Role::Operator, &act.action, act.target.as_deref())
+            .await?;
+        let entry = entry(&op, &act.action, act.target.clone(), None);
+        let sight = op.sight();
+        let result = self
+            .auditor
+            .run_noting(
+                entry,
+                |e: &(JobEdit, Edited), entry| {
+                    entry.filter = Some(crate::http::api_job_tools::edit_record(&e.0, &e.1))
+                },
+                async |work| {
+                    let conn = conn(work).await?;
+                    let before =
+                        crate::engine::store::jobs::job_get_for_update(&mut *conn, JobId(id))
+                            .await
+                            .map_err(refused)?
+                            .ok_or_else(|| Refusal::new(404, format!("job {id} not found")))?;
+                    let edit = edit_of(&sight.job(before.clone()), &input)?;
+                    let touches_args = edit.args.is_some();
+                    if touches_args
+                        && !sight.sees_secrets_of(&before)
+                        && redact::has_secrets(&before)
+                    {
+                        return Err(Refusal::new(
+                            403,
+                            format!(
+                                "job {id} carries secrets you do not see: only an admin or its \
+                                 creator can change its args"
+                            ),
+                        ));
+                    }
+                    let edited = self
+                        .client
+                        .edit_with(conn, JobId(id), &edit)
+                        .await
+                        .map_err(refused)?;
+                    Ok((edit, edited))
+                },
+            )
+            .await;
+        if let Err(refusal) = &result {
+            let refused: Result<(), Refusal> = Err(refusal.clone());
+            self.record(&op, &act.action, act.target, None, None, &refused)
+                .await;
+        }
+        result.map(drop)
     }
 
     async fn timers(&self) -> Result<TimersPage, Refusal> {
@@ -630,7 +696,151 @@ impl JobsConsole for ServerConsole {
     }
 }
 
+/// A bulk confirmation's result; an edit that no matching job could take is refused with the
+/// first job's reason.
+fn done(action: String, report: BulkReport) -> Result<BulkDone, Refusal> {
+    if report.changed == 0 && report.refused > 0 {
+        return Err(Refusal::invalid(report.refusal.unwrap_or_default()));
+    }
+    Ok(BulkDone {
+        action,
+        changed: report.changed,
+        skipped: report.skipped + report.refused,
+    })
+}
+
+/// The change a bulk confirmation asks for: an action, a move in time or an edit.
+fn bulk_change(action: &str, input: &BulkChangeInput) -> Result<BulkChange, Refusal> {
+    let text = |v: &Option<String>| {
+        v.as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+    };
+    let number = |field: &str, v: &Option<String>| -> Result<Option<i64>, Refusal> {
+        text(v)
+            .map(|t| {
+                t.parse::<i64>()
+                    .map_err(|_| Refusal::invalid(format!("{field}: `{t}` is not a whole number")))
+            })
+            .transpose()
+    };
+    match action {
+        "shift" => {
+            let by = text(&input.by).ok_or_else(|| Refusal::invalid("by: how far to move them"))?;
+            let by_ms = parse_duration_ms(&by).map_err(|e| Refusal::invalid(format!("by: {e}")))?;
+            Ok(BulkChange::Shift { by_ms })
+        }
+        "edit" => {
+            let edit = JobEdit {
+                priority: number("priority", &input.priority)?
+                    .map(|p| i16::try_from(p).unwrap_or(i16::MAX)),
+                queue: text(&input.queue),
+                max_attempts: number("max_attempts", &input.max_attempts)?
+                    .map(|m| i32::try_from(m).unwrap_or(i32::MAX)),
+                tags: text(&input.tags).map(|t| {
+                    t.split(',')
+                        .map(str::trim)
+                        .filter(|t| !t.is_empty())
+                        .map(String::from)
+                        .collect()
+                }),
+                ..JobEdit::default()
+            };
+            edit.check()
+                .map_err(|e| Refusal::invalid(format!("{}: {}", e.field, e.message)))?;
+            Ok(BulkChange::Edit(edit))
+        }
+        other => other
+            .parse::<BulkAction>()
+            .map(BulkChange::Action)
+            .map_err(Refusal::invalid),
+    }
+}
+
+/// The edit a job page's form asks for: the fields it changed from `shown` (the job as the page
+/// showed it).
+fn edit_of(shown: &Job, input: &EditJobInput) -> Result<JobEdit, Refusal> {
+    let mut edit = JobEdit::default();
+    if input.args.trim() != input.args_shown.trim() {
+        let args: Value = serde_json::from_str(&input.args)
+            .map_err(|e| Refusal::invalid(format!("args: not JSON ({e})")))?;
+        if args != shown.args {
+            edit.args = Some(args);
+        }
+    }
+    let number = |field: &str, t: &str| -> Result<i64, Refusal> {
+        t.trim()
+            .parse::<i64>()
+            .map_err(|_| Refusal::invalid(format!("{field}: `{t}` is not a whole number")))
+    };
+    let priority = number("priority", &input.priority)?;
+    if priority != i64::from(shown.priority) {
+        edit.priority = Some(i16::try_from(priority).unwrap_or(i16::MAX));
+    }
+    let max_attempts = number("max_attempts", &input.max_attempts)?;
+    if max_attempts != i64::from(shown.max_attempts) {
+        edit.max_attempts = Some(i32::try_from(max_attempts).unwrap_or(i32::MAX));
+    }
+    if input.queue.trim() != shown.queue {
+        edit.queue = Some(input.queue.trim().to_string());
+    }
+    let tags: Vec<String> = input
+        .tags
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(String::from)
+        .collect();
+    if tags != shown.tags {
+        edit.tags = Some(tags);
+    }
+    if edit == JobEdit::default() {
+        return Err(Refusal::invalid("nothing changed"));
+    }
+    Ok(edit)
+}
+
 impl ServerConsole {
+    /// Moves the questions a shift on `filter` carries along: those whose lock job it matches and
+    /// the open ones of `game`, in one audited transaction (`questions.shift`), before the jobs.
+    async fn shift_questions(
+        &self,
+        filter: &JobFilter,
+        game: Option<&str>,
+        by_ms: i64,
+    ) -> Result<(), Refusal> {
+        let game = game.map(str::trim).filter(|g| !g.is_empty());
+        let owners = crate::http::api_job_tools::questions_owning(self.client.pool(), filter)
+            .await
+            .map_err(refused)?;
+        if by_ms == 0 || (game.is_none() && owners.is_empty()) {
+            return Ok(());
+        }
+        let act = Act {
+            action: "questions.shift".to_string(),
+            target: None,
+            filter: Some(serde_json::json!({"game": game, "questions": owners, "by_ms": by_ms})),
+        };
+        self.act(
+            act,
+            |moved: &Vec<i64>| Some(moved.len() as i64),
+            async |work| {
+                self.questions
+                    .shift_with(
+                        conn(work).await?,
+                        game,
+                        &owners,
+                        chrono::Duration::milliseconds(by_ms),
+                    )
+                    .await
+                    .map_err(refused)
+            },
+        )
+        .await
+        .map(drop)
+    }
+
     /// What holds a waiting job back besides its time: its kind paused, its queue paused, or its
     /// queue's limits across every node (which may or may not be full now).
     /// A webhook job's delivery record, as `sight` sees it.
@@ -741,6 +951,30 @@ pub(super) fn delivery_row(d: crate::webhooks::deliveries::DeliveryRow) -> Deliv
         body: d.response_body,
         error: d.error,
     }
+}
+
+/// The export's options beside the list's filters in the address.
+#[derive(Debug, serde::Deserialize)]
+pub struct ExportOptions {
+    format: Option<ExportFormat>,
+    max_rows: Option<i64>,
+}
+
+/// `GET /jobs/export?<the list's filters>&format=csv|jsonl`: the list's "Export" links, for the
+/// signed-in operator (the API's export with the session instead of a token, and the list's own
+/// filter form: wall times in the zone it names).
+pub async fn export(
+    axum::extract::State(state): axum::extract::State<crate::http::state::AppState>,
+    axum::Extension(op): axum::Extension<crate::http::session::Operator>,
+    axum::extract::Query(query): axum::extract::Query<JobQuery>,
+    axum::extract::Query(options): axum::extract::Query<ExportOptions>,
+) -> Result<axum::response::Response, AppError> {
+    let filter = job_filter(&query).map_err(AppError::invalid)?;
+    refuse_secret_filter(&op, &filter).map_err(|r| AppError::invalid(r.message))?;
+    let client = &state.reader.client;
+    let viewer = Viewer::of(&op.sight());
+    let format = options.format.unwrap_or_default();
+    stream_export(client, viewer, filter, format, options.max_rows).await
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ mod accounts;
 mod alerts;
 mod audit;
 mod history;
-mod jobs;
+pub(crate) mod jobs;
 mod overview;
 mod questions;
 mod queues;
