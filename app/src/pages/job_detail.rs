@@ -216,7 +216,7 @@ fn Detail(
         </div>
         <h2>"Args"</h2>
         <pre class="json" aria-label="Args">{d.args_json.clone()}</pre>
-        {waiting.then(|| view! { <EditForm d=d.clone() edit draft=edit_draft opened/> })}
+        {waiting.then(|| view! { <EditForm d=d.clone() edit draft=edit_draft/> })}
         <h2>"Meta"</h2>
         <pre class="json" aria-label="Meta">{d.meta_json.clone()}</pre>
         <h2>"Attempts"</h2>
@@ -359,7 +359,6 @@ fn EditForm(
     d: JobDetail,
     edit: ServerAction<EditJob>,
     draft: RwSignal<Option<EditJobInput>>,
-    opened: RwSignal<std::collections::HashSet<String>>,
 ) -> impl IntoView {
     let j = d.job.clone();
     let id = j.id;
@@ -380,30 +379,20 @@ fn EditForm(
             draft.update(|d| field(d.get_or_insert_with(|| shown.clone()), v));
         }
     };
-    let is_open = opened.with_untracked(|o| o.contains("edit"));
-    let remember = move |ev: leptos::ev::Event| {
-        let open = event_target::<leptos::web_sys::Element>(&ev).has_attribute("open");
-        opened.update(|o| {
-            if open {
-                o.insert("edit".into());
-            } else {
-                o.remove("edit");
-            }
-        });
-    };
     view! {
-        <details class="edit-job" open=is_open on:toggle=remember>
-            <summary>"Edit this job…"</summary>
-            <ActionForm action=edit attr:class="stacked-form" attr:aria-label="Edit job">
+        <section class="edit-job">
+            <h2>"Edit"</h2>
+            <ActionForm action=edit attr:class="form-card" attr:aria-label="Edit job">
                 <Csrf/>
                 <input type="hidden" name="id" value=id/>
                 <input type="hidden" name="input[args_shown]" value=args_shown/>
                 <label>
                     "Args (JSON)"
-                    <textarea name="input[args]" rows="6" spellcheck="false" on:input=update(|d, v| d.args = v)>
+                    <textarea name="input[args]" rows="6" cols="60" spellcheck="false" on:input=update(|d, v| d.args = v)>
                         {value.args.clone()}
                     </textarea>
                 </label>
+                <div class="row">
                 <label>
                     "Priority (0 highest, 9)"
                     <input type="number" name="input[priority]" min="0" max="9" required
@@ -423,8 +412,9 @@ fn EditForm(
                     "Tags (separated by commas)"
                     <input name="input[tags]" value=value.tags.clone() on:input=update(|d, v| d.tags = v)/>
                 </label>
+                </div>
                 <button type="submit">"Save changes"</button>
             </ActionForm>
-        </details>
+        </section>
     }
 }
