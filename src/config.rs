@@ -240,6 +240,12 @@ pub struct Config {
     /// Log format: `text` or `json`. Default: `text`.
     #[arg(long, env = "KICKOFF_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
+
+    /// Export traces over OTLP/HTTP (JSON) to this collector, its base URL
+    /// (`http://127.0.0.1:4318`: traces go to `/v1/traces`). The `traceparent` of an API call
+    /// that inserts a job continues in its attempts and its webhook calls. Default: off.
+    #[arg(long, env = "KICKOFF_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Config {

@@ -22,5 +22,6 @@ pub mod postgres;
 pub mod questions;
 pub mod rate;
 pub mod server;
+pub mod telemetry;
 pub mod webhooks;
 pub mod workers;

@@ -9,7 +9,12 @@ use tracing_subscriber::{EnvFilter, Layer};
 
 use crate::engine::attempt_log::CaptureLayer;
 
-pub fn init(format: &str) {
+/// Installs the logs (and, with `otlp` set, the trace exporter: see `crate::telemetry`). The
+/// exporter's provider is returned, to shut down (flush) when the process ends.
+pub fn init(
+    format: &str,
+    otlp: Option<&str>,
+) -> Result<Option<crate::telemetry::Telemetry>, String> {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,tower_http=warn"));
     // Logs go to stderr: stdout carries what commands print for scripts (URLs, bench figures).
@@ -19,8 +24,24 @@ pub fn init(format: &str) {
     } else {
         stderr.with_filter(filter).boxed()
     };
+    let (traces, telemetry) = match otlp.map(str::trim).filter(|e| !e.is_empty()) {
+        Some(endpoint) => {
+            let url = reqwest::Url::parse(endpoint)
+                .ok()
+                .filter(|u| matches!(u.scheme(), "http" | "https"))
+                .ok_or_else(|| {
+                    format!("KICKOFF_OTLP_ENDPOINT: `{endpoint}` is not an http(s) URL")
+                })?;
+            let (layer, telemetry) = crate::telemetry::layer(url.as_str())?;
+            // Whatever RUST_LOG says of stderr: the spans of requests and attempts are INFO.
+            (Some(layer.with_filter(LevelFilter::INFO)), Some(telemetry))
+        }
+        None => (None, None),
+    };
     let _ = tracing_subscriber::registry()
         .with(stderr)
         .with(CaptureLayer.with_filter(LevelFilter::INFO))
+        .with(traces)
         .try_init();
+    Ok(telemetry)
 }

@@ -28,7 +28,14 @@ async fn main() -> std::process::ExitCode {
         };
     }
     let mut cli = loaded.cli;
-    kickoff::logging::init(&cli.config.log_format);
+    let telemetry =
+        match kickoff::logging::init(&cli.config.log_format, cli.config.otlp_endpoint.as_deref()) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return std::process::ExitCode::from(2);
+            }
+        };
     if let Err(e) = cli.config.read_secret_files() {
         eprintln!("error: {e}");
         return std::process::ExitCode::FAILURE;
@@ -202,6 +209,10 @@ async fn main() -> std::process::ExitCode {
             }
         }
     };
+    if let Some(t) = telemetry {
+        // Flushed off the runtime's threads: the exporter sends on the runtime.
+        let _ = tokio::task::spawn_blocking(move || t.shutdown()).await;
+    }
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

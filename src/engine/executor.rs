@@ -171,7 +171,7 @@ impl Executor {
             timed: true,
             armed: true,
         };
-        let span = tracing::info_span!("attempt", job = %b.job.id, kind = %b.job.kind, attempt = b.job.attempt);
+        let span = attempt_span(&b.job);
         let handle = me
             .waits
             .spawn(wait_for_due(me.clone(), b, guard).instrument(span));
@@ -213,9 +213,7 @@ impl Executor {
             timed: false,
             armed: true,
         };
-        // Every log line of the attempt (the worker's own included) names its job.
-        let span =
-            tracing::info_span!("attempt", job = %job.id, kind = %job.kind, attempt = job.attempt);
+        let span = attempt_span(&job);
         let handle = me
             .tasks
             .spawn(run_attempt(me.clone(), job, not_before, cancel, guard).instrument(span));
@@ -283,6 +281,22 @@ async fn wait_for_due(me: Arc<Inner>, mut b: Buffered, mut guard: AttemptGuard) 
     Executor { inner: me }.fill(&queue);
 }
 
+/// The span of an attempt: every log line of it (the worker's own included) names its job, and
+/// with traces exported it continues the trace the job was inserted under (`meta.traceparent`).
+fn attempt_span(job: &Job) -> tracing::Span {
+    let span =
+        tracing::info_span!("attempt", job = %job.id, kind = %job.kind, attempt = job.attempt);
+    crate::telemetry::continue_trace(&span, traceparent(job));
+    span
+}
+
+/// The trace a job continues, if its insert gave one.
+fn traceparent(job: &Job) -> Option<&str> {
+    job.meta
+        .get(crate::telemetry::META_TRACEPARENT)
+        .and_then(serde_json::Value::as_str)
+}
+
 async fn run_attempt(
     me: Arc<Inner>,
     job: Job,
@@ -306,6 +320,18 @@ async fn run_attempt(
     // layer is installed.
     recorder.attach(&tracing::Span::current());
     let late = (started_at - job.scheduled_at).to_std().unwrap_or_default();
+    // The wait before it, in its trace: from the insert (a first attempt) or its due time.
+    let waited_since = if job.attempt <= 1 {
+        job.inserted_at
+    } else {
+        job.scheduled_at
+    };
+    crate::telemetry::record_wait(
+        traceparent(&job),
+        waited_since.into(),
+        started_at.into(),
+        job.id.0,
+    );
     me.parts.metrics.started(&job.queue, late);
     record_start(&me.parts.pool, &job, late);
     let started = std::time::Instant::now();

@@ -61,6 +61,16 @@ impl CreateJob {
             (None, Some(ms)) => Schedule::In(std::time::Duration::from_millis(ms as u64)),
             (None, None) => Schedule::Now,
         };
+        if self
+            .meta
+            .as_ref()
+            .and_then(|m| m.get(crate::telemetry::META_TRACEPARENT))
+            .is_some_and(|t| !t.as_str().is_some_and(crate::telemetry::is_traceparent))
+        {
+            return Err(AppError::invalid(
+                "meta.traceparent: not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)",
+            ));
+        }
         if self.meta.as_ref().is_some_and(|m| m.get("owner").is_some()) {
             return Err(AppError::invalid(
                 "meta.owner: set by Kickoff on the jobs a question owns (reserved)",
@@ -105,10 +115,19 @@ pub struct InsertedBody {
 pub async fn create(
     State(state): State<AppState>,
     Extension(caller): Extension<ApiCaller>,
+    trace: Option<Extension<super::IncomingTrace>>,
     audit: Audit,
     ApiJson(body): ApiJson<CreateJob>,
 ) -> Result<impl IntoResponse, AppError> {
-    let new = body.into_new_job()?.created_by(creator(&caller));
+    let mut new = body.into_new_job()?.created_by(creator(&caller));
+    // The job continues the call's trace: its span's when traces are exported, else the caller's.
+    let incoming = trace.and_then(|Extension(t)| t.0);
+    if let Some(tp) = crate::telemetry::hand_on(&tracing::Span::current(), incoming.as_deref()) {
+        if let Some(meta) = new.meta.as_object_mut() {
+            meta.entry(crate::telemetry::META_TRACEPARENT)
+                .or_insert(Value::from(tp));
+        }
+    }
     let sight = sight(&caller);
     // Most inserts: the job and its audit entry in one statement.
     if let Some((inserted, wakeup)) = audit.insert_job_alone(&state.client, &new).await? {

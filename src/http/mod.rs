@@ -44,6 +44,28 @@ use self::state::AppState;
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// The REST API (authenticated by bearer token).
+/// The `traceparent` an API call came with (a valid W3C one), for the job it inserts.
+#[derive(Debug, Clone, Default)]
+pub struct IncomingTrace(pub Option<String>);
+
+/// Each API call in a span of its own, a child of the trace its `traceparent` header names (see
+/// `crate::telemetry`).
+async fn traced(
+    mut req: axum::extract::Request,
+    next: middleware::Next,
+) -> axum::response::Response {
+    let incoming = req
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .filter(|t| crate::telemetry::is_traceparent(t))
+        .map(String::from);
+    let span = tracing::info_span!("api", method = %req.method(), path = %req.uri().path());
+    crate::telemetry::continue_trace(&span, incoming.as_deref());
+    req.extensions_mut().insert(IncomingTrace(incoming));
+    tracing::Instrument::instrument(next.run(req), span).await
+}
+
 pub fn api_router(state: AppState) -> Router<AppState> {
     // Built from the table the OpenAPI document is generated from (see `openapi`).
     let mut router = Router::new();
@@ -59,6 +81,8 @@ pub fn api_router(state: AppState) -> Router<AppState> {
             auth::require_token,
         ))
         .layer(middleware::from_fn_with_state(state, api_audit::record))
+        // Outermost: the call's span (continuing the caller's trace) holds everything inside.
+        .layer(middleware::from_fn(traced))
 }
 
 /// The whole application: API, probes, dashboard and static files.

@@ -544,6 +544,22 @@ impl WebhookWorker {
             )
         });
         let headers = crate::webhooks::headers::merged(&endpoint.headers, &a.headers);
+        // The call in the job's trace: a span of its own, whose `traceparent` the partner gets (or,
+        // without traces exported, the one the job was inserted under), unless the job sets one.
+        let call_span = tracing::info_span!(
+            "webhook.call",
+            host = call.url.host_str().unwrap_or_default()
+        );
+        let inserted_under = ctx
+            .job
+            .meta
+            .get(crate::telemetry::META_TRACEPARENT)
+            .and_then(serde_json::Value::as_str);
+        let traceparent = crate::telemetry::hand_on(&call_span, inserted_under).filter(|_| {
+            !headers
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case("traceparent"))
+        });
         let mut req = http
             .request(call.method, call.url)
             .timeout(remaining)
@@ -553,6 +569,9 @@ impl WebhookWorker {
             .header("webhook-timestamp", timestamp.to_string());
         if let Some(signature) = signature {
             req = req.header("webhook-signature", signature);
+        }
+        if let Some(tp) = traceparent {
+            req = req.header("traceparent", tp);
         }
         for (k, v) in &headers {
             req = req.header(k, v);
@@ -567,15 +586,20 @@ impl WebhookWorker {
             }
             req = req.body(bytes);
         }
-        let mut res = req.send().await.map_err(|e| {
-            if e.is_timeout() {
-                WorkError::Retryable(format!("timed out after {} ms", call.timeout.as_millis()))
-            } else {
-                // Without the URL: the job shows it already, and to an admin only when it carries
-                // a credential (an alert's Slack URL); the error is shown to everyone.
-                WorkError::Retryable(format!("request failed: {}", with_causes(&e.without_url())))
-            }
-        })?;
+        let mut res = tracing::Instrument::instrument(req.send(), call_span)
+            .await
+            .map_err(|e| {
+                if e.is_timeout() {
+                    WorkError::Retryable(format!("timed out after {} ms", call.timeout.as_millis()))
+                } else {
+                    // Without the URL: the job shows it already, and to an admin only when it carries
+                    // a credential (an alert's Slack URL); the error is shown to everyone.
+                    WorkError::Retryable(format!(
+                        "request failed: {}",
+                        with_causes(&e.without_url())
+                    ))
+                }
+            })?;
         let status = res.status();
         if let Some(addr) = res.remote_addr() {
             seen.address = Some(addr.to_string());

@@ -43,6 +43,7 @@ mod schedules;
 mod secrets;
 mod setup_link;
 mod streams;
+mod traces;
 mod upgrade;
 mod users_and_tokens;
 mod webhook_deliveries;
