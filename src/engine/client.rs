@@ -186,16 +186,11 @@ pub struct BulkReport {
     /// question, a move would take them out of the schedulable range, or (by ids) they do not
     /// exist.
     pub skipped: u64,
-    /// Jobs an edit would have made invalid (their kind's check refused it), left as they were.
-    #[serde(skip_serializing_if = "is_zero")]
+    /// Jobs an edit would have made invalid (their kind's check refused it), left as they were
+    /// (always 0 for the other actions).
     pub refused: u64,
     /// Why the first of them was refused.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub refusal: Option<String>,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 #[derive(Debug, thiserror::Error)]

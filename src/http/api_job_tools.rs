@@ -189,6 +189,9 @@ pub async fn edit_many(
     let record = json!({"edit": redact::as_reader_edit(&body.edit)});
     match (body.ids, body.filter) {
         (Some(ids), None) => {
+            if ids.is_empty() {
+                return Err(AppError::invalid("ids: 1 to 1,000 job ids"));
+            }
             let mut applied = record;
             applied["ids"] = json!(ids);
             let changed = |r: &Json<BulkReport>| Some(i64::try_from(r.changed).unwrap_or(i64::MAX));

@@ -425,7 +425,10 @@ async fn bulk_actions_apply_to_ids_or_to_a_filter() {
         .call(Method::POST, "/api/v1/jobs/bulk", Some(&body))
         .await;
     assert_eq!(s, StatusCode::OK, "{b}");
-    assert_eq!(b, json!({ "changed": 2, "skipped": 0 }));
+    assert_eq!(
+        b,
+        json!({ "changed": 2, "skipped": 0, "refused": 0, "refusal": null })
+    );
     // Retry what is cancelled in `mail`, up to the newest id the caller saw.
     let body = format!(
         r#"{{"action":"retry","filter":{{"states":["cancelled","discarded"],"queue":"mail","max_id":{}}}}}"#,
@@ -435,7 +438,10 @@ async fn bulk_actions_apply_to_ids_or_to_a_filter() {
         .call(Method::POST, "/api/v1/jobs/bulk", Some(&body))
         .await;
     assert_eq!(s, StatusCode::OK, "{b}");
-    assert_eq!(b, json!({ "changed": 2, "skipped": 0 }));
+    assert_eq!(
+        b,
+        json!({ "changed": 2, "skipped": 0, "refused": 0, "refusal": null })
+    );
     // Run now: the waiting jobs in `mail` move, none is skipped; an empty filter takes every job.
     let (s, b) = api
         .call(
@@ -446,7 +452,10 @@ async fn bulk_actions_apply_to_ids_or_to_a_filter() {
         .await;
     assert_eq!(
         (s, &b),
-        (StatusCode::OK, &json!({ "changed": 4, "skipped": 0 }))
+        (
+            StatusCode::OK,
+            &json!({ "changed": 4, "skipped": 0, "refused": 0, "refusal": null })
+        )
     );
     let (s, b) = api
         .call(
@@ -457,7 +466,10 @@ async fn bulk_actions_apply_to_ids_or_to_a_filter() {
         .await;
     assert_eq!(
         (s, &b),
-        (StatusCode::OK, &json!({ "changed": 0, "skipped": 4 }))
+        (
+            StatusCode::OK,
+            &json!({ "changed": 0, "skipped": 4, "refused": 0, "refusal": null })
+        )
     );
 
     let too_many: Vec<String> = (1..=1001).map(|i| i.to_string()).collect();
