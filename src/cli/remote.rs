@@ -100,6 +100,23 @@ impl Api {
             (Some(t), _) => t.trim().to_string(),
             (None, Some(file)) => first_line(file)?,
             (None, None) => {
+                // The bootstrap token is an admin's: only ever sent to a server on this machine.
+                let host = reqwest::Url::parse(&remote.server)
+                    .ok()
+                    .and_then(|u| u.host_str().map(str::to_ascii_lowercase));
+                let loopback = host.as_deref().is_some_and(|h| {
+                    h == "localhost"
+                        || h.trim_matches(['[', ']'])
+                            .parse::<std::net::IpAddr>()
+                            .is_ok_and(|ip| ip.is_loopback())
+                });
+                if !loopback {
+                    return Err(Failure::new(
+                        Exit::Refused,
+                        "no API token: give --token, KICKOFF_TOKEN or --token-file (the local \
+                         bootstrap token is only used for a server on this machine)",
+                    ));
+                }
                 let local = config
                     .data_dir
                     .join(crate::accounts::bootstrap_token::FILE_NAME);

@@ -996,6 +996,8 @@ impl Client {
                 format!("at most {MAX_BULK_IDS} ids at once; act on a filter for more"),
             ));
         }
+        let change = action.into();
+        check_change(&change)?;
         let mut ids = ids.to_vec();
         ids.sort_unstable();
         ids.dedup();
@@ -1003,7 +1005,7 @@ impl Client {
         bulk_batch(
             self,
             conn,
-            &action.into(),
+            &change,
             &ids,
             &JobFilter::default(),
             &mut report,
@@ -1041,15 +1043,7 @@ impl Client {
     ) -> Result<BulkWalk, ClientError> {
         check_filter(filter)?;
         let action = action.into();
-        match &action {
-            BulkChange::Action(_) => {}
-            BulkChange::Edit(edit) => edit.check()?,
-            BulkChange::Shift { by_ms } => {
-                if by_ms.unsigned_abs() > crate::engine::job_edit::MAX_SHIFT_MS as u64 {
-                    return Err(invalid("by_ms", "moves past the schedulable range"));
-                }
-            }
-        }
+        check_change(&action)?;
         let mut filter = filter.clone();
         let mut done = false;
         if filter.max_id.is_none() {
@@ -1317,6 +1311,21 @@ pub(crate) async fn notify_cancelled(
         message.send(&mut *conn).await?;
     }
     Ok(())
+}
+
+/// What is wrong with a bulk change itself, before any job is read: an edit's own rules, a move
+/// past the schedulable range.
+fn check_change(change: &BulkChange) -> Result<(), ClientError> {
+    match change {
+        BulkChange::Action(_) => Ok(()),
+        BulkChange::Edit(edit) => Ok(edit.check()?),
+        BulkChange::Shift { by_ms } => {
+            if by_ms.unsigned_abs() > crate::engine::job_edit::MAX_SHIFT_MS as u64 {
+                return Err(invalid("by_ms", "at most 10 years either way"));
+            }
+            Ok(())
+        }
+    }
 }
 
 fn check_limit(limit: i64) -> Result<(), ClientError> {

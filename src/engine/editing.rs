@@ -9,6 +9,33 @@ use super::job::{Job, JobId, JobState};
 use super::job_edit::JobEdit;
 use super::store::jobs::{self as job_store, EditedFields};
 
+/// What a meta patch may not touch: the keys Kickoff sets (a schedule's run's, a question's lock
+/// job's: `schedules::RESERVED_META`; a run given `trigger` would escape the missed-run policy, a
+/// forged `schedule_id` would be cancelled as another schedule's run), and a `traceparent` that
+/// is not a W3C one.
+pub fn check_meta_patch(edit: &JobEdit) -> Result<(), ClientError> {
+    let Some(patch) = edit.meta_patch.as_ref().and_then(Value::as_object) else {
+        return Ok(());
+    };
+    if let Some(key) = patch
+        .keys()
+        .find(|k| super::schedules::RESERVED_META.contains(&k.as_str()))
+    {
+        return Err(ClientError::Invalid {
+            field: "meta_patch",
+            message: format!("meta.{key} is set by Kickoff (reserved)"),
+        });
+    }
+    match patch.get(crate::telemetry::META_TRACEPARENT) {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(t)) if crate::telemetry::is_traceparent(t) => Ok(()),
+        Some(_) => Err(ClientError::Invalid {
+            field: "meta_patch",
+            message: "meta.traceparent: not a W3C traceparent".into(),
+        }),
+    }
+}
+
 /// A job before and after an edit (the audit entry keeps both).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Edited {
@@ -58,6 +85,7 @@ impl Client {
         job: &Job,
         edit: &JobEdit,
     ) -> Result<Option<Job>, ClientError> {
+        check_meta_patch(edit)?;
         let new = edit.applied_to(job)?;
         let call_host = self.checked_with(&mut *conn, &new).await?;
         let fields = EditedFields {

@@ -93,10 +93,16 @@ impl JobEdit {
             merge_patch(&mut meta, patch);
         }
         let max_attempts = self.max_attempts.unwrap_or(job.max_attempts);
-        if max_attempts < job.attempt {
+        // Its next attempt is number `attempt + 1`: it must still be allowed.
+        if self.max_attempts.is_some() && job.attempt > 0 && max_attempts <= job.attempt {
             return Err(invalid(
                 "max_attempts",
-                format!("job {} already made {} attempts", job.id, job.attempt),
+                format!(
+                    "job {} already made {} attempts: at least {} lets it run again",
+                    job.id,
+                    job.attempt,
+                    job.attempt + 1
+                ),
             ));
         }
         Ok(NewJob {

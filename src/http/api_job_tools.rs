@@ -79,7 +79,7 @@ pub(crate) fn edit_record(edit: &JobEdit, e: &Edited) -> Value {
             now.insert(k.clone(), a[k].clone());
         }
     }
-    let mut shown = redact::as_reader_edit(edit);
+    let mut shown = redact::as_reader_edit(edit, Some(&e.before));
     shown["before"] = Value::Object(was);
     shown["after"] = Value::Object(now);
     shown
@@ -176,6 +176,7 @@ pub async fn edit_many(
     ApiJson(body): ApiJson<EditManyBody>,
 ) -> Result<Response, AppError> {
     body.edit.check().map_err(ClientError::from)?;
+    crate::engine::editing::check_meta_patch(&body.edit)?;
     let touches_args = body.edit.args.is_some()
         || body.edit.args_patch.is_some()
         || body.edit.meta_patch.is_some();
@@ -186,7 +187,7 @@ pub async fn edit_many(
                 .into(),
         ));
     }
-    let record = json!({"edit": redact::as_reader_edit(&body.edit)});
+    let record = json!({"edit": redact::as_reader_edit(&body.edit, None)});
     match (body.ids, body.filter) {
         (Some(ids), None) => {
             if ids.is_empty() {
@@ -428,9 +429,7 @@ pub async fn stream_export(
     if !(1..=EXPORT_MAX_ROWS).contains(&max_rows) {
         return Err(AppError::invalid("max_rows: must be between 1 and 1000000"));
     }
-    let first = client
-        .list(&filter, None, EXPORT_PAGE.min(max_rows))
-        .await?;
+    let first = client.list(&filter, None, EXPORT_PAGE).await?;
     let header_line = match format {
         ExportFormat::Csv => csv_header(),
         ExportFormat::Jsonl => Vec::new(),
@@ -440,7 +439,7 @@ pub async fn stream_export(
         viewer: Viewer,
         filter: JobFilter,
         page: Vec<Job>,
-        left: i64,
+        left: usize,
         done: bool,
     }
     let walk = Walk {
@@ -448,30 +447,29 @@ pub async fn stream_export(
         viewer,
         filter,
         page: first,
-        left: max_rows,
+        left: max_rows as usize,
         done: false,
     };
+    // Pages of rows as stored; only the rows the viewer sees matching count against `max_rows`
+    // (a hidden match must not shorten the answer: it would tell one exists).
     let pages = stream::unfold(walk, move |mut w| async move {
-        if w.done || w.left <= 0 {
+        if w.done {
             return None;
         }
-        let jobs = std::mem::take(&mut w.page);
-        let full = jobs.len() as i64 == EXPORT_PAGE.min(w.left);
-        let oldest = jobs.last().map(|j| j.id);
-        w.left -= jobs.len() as i64;
-        let shown = w.viewer.sight().jobs_matching(jobs, &w.filter);
+        let rows = std::mem::take(&mut w.page);
+        let more = rows.len() as i64 == EXPORT_PAGE;
+        let oldest = rows.last().map(|j| j.id);
+        let mut shown = w.viewer.sight().jobs_matching(rows, &w.filter);
+        shown.truncate(w.left);
+        w.left -= shown.len();
         let bytes = match format {
             ExportFormat::Csv => csv_rows(&shown),
             ExportFormat::Jsonl => jsonl_rows(&shown),
         };
-        if !full || w.left <= 0 {
+        if !more || w.left == 0 {
             w.done = true;
         } else {
-            match w
-                .client
-                .list(&w.filter, oldest, EXPORT_PAGE.min(w.left))
-                .await
-            {
+            match w.client.list(&w.filter, oldest, EXPORT_PAGE).await {
                 Ok(next) if !next.is_empty() => w.page = next,
                 Ok(_) => w.done = true,
                 Err(e) => {

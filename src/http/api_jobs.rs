@@ -288,14 +288,14 @@ pub async fn list(
     let sight = sight(&caller);
     refuse_secret_filter(&sight, &filter)?;
     let limit = params.limit.unwrap_or(50);
-    let jobs = state
-        .client
-        .list(&filter, params.before.map(JobId), limit)
-        .await?;
-    let next_before = (jobs.len() as i64 == limit)
-        .then(|| jobs.last().map(|j| j.id))
-        .flatten();
-    let jobs = sight.jobs_matching(jobs, &filter);
+    let (jobs, next_before) = page_as_seen(
+        &state.client,
+        &sight,
+        &filter,
+        params.before.map(JobId),
+        limit,
+    )
+    .await?;
     Ok(Json(JobPage { jobs, next_before }))
 }
 
@@ -303,6 +303,42 @@ pub async fn list(
 /// filter fields offer the same).
 pub async fn suggestions(State(state): State<AppState>) -> Result<Json<JobSuggestions>, AppError> {
     Ok(Json(state.client.job_suggestions().await?))
+}
+
+/// A page of jobs as `sight` sees them, and the cursor of the next. With an error filter, a
+/// caller who may not search secrets gets only the jobs whose error matches as they see it
+/// (secrets hidden); the page is filled from the rows after, and its cursor names the last job
+/// shown, so neither a short page nor the cursor tells that a hidden match exists.
+pub(crate) async fn page_as_seen(
+    client: &crate::engine::Client,
+    sight: &redact::Sight<'_>,
+    filter: &JobFilter,
+    before: Option<JobId>,
+    limit: i64,
+) -> Result<(Vec<Job>, Option<JobId>), crate::engine::ClientError> {
+    if filter.error.is_none() || sight.may_search_secrets() {
+        let jobs = client.list(filter, before, limit).await?;
+        let next = (jobs.len() as i64 == limit)
+            .then(|| jobs.last().map(|j| j.id))
+            .flatten();
+        return Ok((jobs.into_iter().map(|j| sight.job(j)).collect(), next));
+    }
+    let mut shown = Vec::new();
+    let mut cursor = before;
+    loop {
+        let rows = client.list(filter, cursor, limit).await?;
+        let more = rows.len() as i64 == limit;
+        cursor = rows.last().map(|j| j.id);
+        shown.extend(sight.jobs_matching(rows, filter));
+        if shown.len() as i64 >= limit {
+            shown.truncate(limit as usize);
+            let next = shown.last().map(|j| j.id);
+            return Ok((shown, next));
+        }
+        if !more {
+            return Ok((shown, None));
+        }
+    }
 }
 
 pub async fn get(

@@ -260,8 +260,11 @@ pub fn has_secrets(job: &Job) -> bool {
 }
 
 /// An edit as the audit log keeps it: the values of its args and meta that name secrets (header
-/// values, a URL's password and query, secret-named fields) hidden.
-pub fn as_reader_edit(edit: &crate::engine::job_edit::JobEdit) -> Value {
+/// values, a URL's password and query, secret-named fields) hidden, and for an alert's
+/// notification (`job`'s meta says; `None`: many jobs, any of them may be one) its URL's path too.
+pub fn as_reader_edit(edit: &crate::engine::job_edit::JobEdit, job: Option<&Job>) -> Value {
+    let alert_meta = serde_json::json!({ "alert_incident": true });
+    let meta = job.map_or(&alert_meta, |j| &j.meta);
     let mut shown = serde_json::to_value(edit).unwrap_or_default();
     if let Value::Object(map) = &mut shown {
         map.retain(|_, v| !v.is_null());
@@ -277,6 +280,9 @@ pub fn as_reader_edit(edit: &crate::engine::job_edit::JobEdit) -> Value {
             }
             if let Some(Value::String(url)) = part.get_mut("url") {
                 *url = url_for_reader(url);
+            }
+            if key != "meta_patch" {
+                hide_alert_url(meta, part);
             }
         }
     }
@@ -482,6 +488,21 @@ fn hide_alert_url(meta: &Value, args: &mut Value) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_edit_in_the_audit_log_hides_what_a_reader_may_not_see() {
+        let edit = crate::engine::job_edit::JobEdit {
+            args_patch: Some(
+                json!({"url": "https://hooks.slack.com/services/T0/B0/tok3n",
+                                    "headers": {"x-key": "s3cr3t-value"}, "api_key": "k3y-value"}),
+            ),
+            ..Default::default()
+        };
+        let shown = as_reader_edit(&edit, None).to_string();
+        for secret in ["tok3n", "s3cr3t-value", "k3y-value"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+    }
 
     #[test]
     fn an_alerts_notification_url_shows_its_origin_only() {

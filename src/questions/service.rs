@@ -192,16 +192,18 @@ impl QuestionService {
     ) -> Result<Vec<i64>, QuestionError> {
         let open = store::question_open_of_game(&mut *tx, game, ids).await?;
         for q in &open {
-            self.update_with(&mut *tx, q.id, None, None, Some(q.game_time + by))
+            let to = q.game_time.checked_add_signed(by).ok_or_else(|| {
+                invalid(
+                    "game_time",
+                    format!("question {} cannot move that far", q.id),
+                )
+            })?;
+            self.update_with(&mut *tx, q.id, None, None, Some(to))
                 .await
                 .map_err(|e| match e {
                     QuestionError::Invalid { message, .. } => invalid(
                         "game_time",
-                        format!(
-                            "question {} would move to {}: {message}",
-                            q.id,
-                            q.game_time + by
-                        ),
+                        format!("question {} would move to {to}: {message}", q.id),
                     ),
                     e => e,
                 })?;

@@ -195,6 +195,21 @@ async fn the_cli_drives_a_server_and_its_exit_codes_say_what_happened() {
         .unwrap();
     assert_eq!(code, 4, "{err}");
     cli.fails(&["jobs", "list", "--server", "http://127.0.0.1:1"], 7);
+    // The local bootstrap token (an admin's) goes to a server on this machine only: elsewhere,
+    // no token is no request.
+    let data = tempdir_with_token();
+    let out = Command::new(env!("CARGO_BIN_EXE_kickoff"))
+        .args(["jobs", "list", "--server", "http://192.0.2.1:9"])
+        .env_remove("KICKOFF_TOKEN")
+        .env("KICKOFF_DATA_DIR", &data)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("only used for a server on this machine"),
+        "{err}"
+    );
 
     // questions: list, show, settle (refused while open: a conflict).
     let game_time = (chrono::Utc::now() + chrono::Duration::hours(2)).to_rfc3339();
@@ -216,4 +231,12 @@ async fn the_cli_drives_a_server_and_its_exit_codes_say_what_happened() {
     cli.fails(&["questions", "settle", &qid, "Lions"], 5);
     cli.fails(&["questions", "show", "999999"], 3);
     cli.json(&["queues", "resume", "games"]);
+}
+
+/// A data directory holding a bootstrap token, as a local server leaves it.
+fn tempdir_with_token() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("kickoff-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("api-token"), "local-admin-token\n").unwrap();
+    dir
 }

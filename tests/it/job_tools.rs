@@ -272,6 +272,26 @@ async fn the_error_filter_does_not_find_a_secret_the_caller_sees_hidden() {
         api_ids(&serde_json::from_str(&body).unwrap()),
         BTreeSet::new()
     );
+    // Neither a cursor nor a short page may tell that a hidden match exists.
+    let (_, body) = d
+        .api_as(
+            &ops,
+            Method::GET,
+            "/jobs?error=hunter2&limit=1",
+            Value::Null,
+        )
+        .await;
+    let page: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(page["next_before"], Value::Null, "{page}");
+    let (status, body) = d
+        .api_as(
+            &ops,
+            Method::GET,
+            "/jobs/export?error=hunter2&format=jsonl",
+            Value::Null,
+        )
+        .await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, ""));
     // What they see of the message still matches.
     let (_, body) = d
         .api_as(
@@ -415,6 +435,19 @@ async fn a_waiting_job_is_edited_checked_like_an_insert_and_audited_before_and_a
             StatusCode::UNPROCESSABLE_ENTITY,
         ),
         (json!({"tags": [""]}), StatusCode::UNPROCESSABLE_ENTITY),
+        // Kickoff's own keys: a schedule run's `trigger` would escape the missed-run policy.
+        (
+            json!({"meta_patch": {"trigger": true}}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"meta_patch": {"schedule_id": 1}}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"meta_patch": {"traceparent": "x"}}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
     ] {
         let (s, text) = d
             .api_as(TOKEN, Method::PATCH, &format!("/jobs/{id}"), body.clone())
@@ -435,6 +468,34 @@ async fn a_waiting_job_is_edited_checked_like_an_insert_and_audited_before_and_a
         .api_as(TOKEN, Method::PATCH, "/jobs/999999", json!({"priority": 1}))
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND);
+
+    // A job that already made attempts must still be allowed its next one.
+    let tried = d
+        .new_job(json!({"kind": "noop", "schedule_in_ms": 600_000}))
+        .await;
+    sqlx::query("UPDATE jobs SET state = 'retryable', attempt = 2 WHERE id = $1")
+        .bind(tried)
+        .execute(&d.pool)
+        .await
+        .unwrap();
+    let (s, text) = d
+        .api_as(
+            TOKEN,
+            Method::PATCH,
+            &format!("/jobs/{tried}"),
+            json!({"max_attempts": 2}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
+    let (s, text) = d
+        .api_as(
+            TOKEN,
+            Method::PATCH,
+            &format!("/jobs/{tried}"),
+            json!({"max_attempts": 3}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{text}");
 
     // Never an executing or a final job: 409.
     sqlx::query(
@@ -845,6 +906,10 @@ async fn the_dashboard_edits_moves_and_exports_what_its_filter_shows() {
                         "schedule_in_ms": 600_000}),
         )
         .await;
+    // A tag holding a comma survives an edit of something else on the page.
+    let commas = d
+        .new_job(json!({"kind": "noop", "tags": ["a,b"], "schedule_in_ms": 600_000}))
+        .await;
     let form = |fields: &[(&str, &str)]| -> String {
         let mut s = form_urlencoded::Serializer::new(String::new());
         for (k, v) in fields {
@@ -878,6 +943,23 @@ async fn the_dashboard_edits_moves_and_exports_what_its_filter_shows() {
         .await
         .unwrap();
     assert_eq!(entry["after"]["priority"], 4, "{entry}");
+    let (status, body) = d
+        .server_fn(
+            "edit_job",
+            &form(&[
+                ("id", &commas.to_string()),
+                ("input[args]", "{}"),
+                ("input[args_shown]", "{}"),
+                ("input[priority]", "5"),
+                ("input[queue]", "default"),
+                ("input[max_attempts]", "20"),
+                ("input[tags]", "a,b"),
+            ]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let j = job(&d, commas).await;
+    assert_eq!((&j["priority"], &j["tags"]), (&json!(5), &json!(["a,b"])));
     // Invalid args: refused, nothing changed.
     let (status, _) = d
         .server_fn(
@@ -924,6 +1006,34 @@ async fn the_dashboard_edits_moves_and_exports_what_its_filter_shows() {
         .server_fn("bulk", &format!("action=shift&ids={id}&change[by]=soon"))
         .await;
     assert!(status.is_client_error());
+    // Past the schedulable range, with a game's questions to move: refused, nothing moved.
+    for by in ["9000000000000000ms", "-5000d"] {
+        let (status, body) = d
+            .server_fn(
+                "bulk",
+                &format!(
+                    "action=shift&query[args]=game_id%3D5&query[max_id]={max_id}&change[by]={by}\
+                     &change[game]=Lions"
+                ),
+            )
+            .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{by}: {body}");
+    }
+    assert_eq!(due_at(&d, id).await, before - chrono::Duration::minutes(5));
+    // Moved into the past: due now, not late by the move (a late-start policy would skip it).
+    let (status, body) = d
+        .server_fn(
+            "bulk",
+            &format!("action=shift&query[args]=game_id%3D5&query[max_id]={max_id}&change[by]=-2h"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&d.pool)
+        .await
+        .unwrap();
+    assert!((due_at(&d, id).await - now).num_seconds().abs() < 5);
+    assert_eq!(d.state_of(id).await, "available");
 
     // The list's export links, with the session.
     let res = d.get("/jobs/export?args=game_id%3D5&format=jsonl").await;

@@ -662,7 +662,7 @@ fn BulkConfirm(
                                     {(!by_filter).then(|| view! { <input type="hidden" name="ids" value=ids_text.clone()/> })}
                                     {hidden}
                                     {max_id.map(|m| view! { <input type="hidden" name="query[max_id]" value=m/> })}
-                                    <ChangeFields action=value/>
+                                    <ChangeFields action=value by_filter/>
                                     <button type="submit" class="danger">{format!("Yes, {}", verb.to_lowercase())}</button>
                                     " "
                                     <a href=back.clone()>"Back"</a>
@@ -679,9 +679,11 @@ fn BulkConfirm(
     .into_any()
 }
 
-/// The fields a bulk "move in time" or "edit" needs beside its confirmation.
+/// The fields a bulk "move in time" or "edit" needs beside its confirmation. A selection moves its
+/// jobs only (a question's lock job among them is left: its question moves it); a filter also
+/// moves the questions of a game.
 #[component]
-fn ChangeFields(action: &'static str) -> impl IntoView {
+fn ChangeFields(action: &'static str, by_filter: bool) -> impl IntoView {
     match action {
         "shift" => view! {
             <label>
@@ -691,11 +693,13 @@ fn ChangeFields(action: &'static str) -> impl IntoView {
                     title="a duration: 90s, -2h, 1h30m, 3d (negative: earlier)"/>
             </label>
             " "
-            <label>
-                "and the open questions of the game "
-                <input name="change[game]" size="20" placeholder="(none)"
-                    title="its name exactly; questions whose lock job the filter matches move too"/>
-            </label>
+            {by_filter.then(|| view! {
+                <label>
+                    "and the open questions of the game "
+                    <input name="change[game]" size="20" placeholder="(none)"
+                        title="its name exactly; questions whose lock job the filter matches move too"/>
+                </label>
+            })}
         }
         .into_any(),
         "edit" => view! {

@@ -321,10 +321,15 @@ impl JobsConsole for ServerConsole {
         refuse_secret_filter(&op, &filter)?;
         let now_ms = self.now_ms().await?;
         let reader = &self.reader.client;
-        let rows = reader
-            .list(&filter, query.before.map(JobId), LIST_ROWS)
-            .await
-            .map_err(refused)?;
+        let (rows, next_before) = crate::http::api_jobs::page_as_seen(
+            reader,
+            &sight,
+            &filter,
+            query.before.map(JobId),
+            LIST_ROWS,
+        )
+        .await
+        .map_err(refused)?;
         let newer = match (query.max_id, query.before) {
             (Some(max_id), None) => {
                 let head = JobFilter {
@@ -340,18 +345,11 @@ impl JobsConsole for ServerConsole {
             }
             _ => 0,
         };
-        let next_before = (rows.len() as i64 == LIST_ROWS)
-            .then(|| rows.last().map(|j| j.id.0))
-            .flatten();
         Ok(JobPage {
             replica_lag_ms: self.reader.lag_past_bound().await,
             now_ms,
-            rows: sight
-                .jobs_matching(rows, &filter)
-                .iter()
-                .map(job_row)
-                .collect(),
-            next_before,
+            rows: rows.iter().map(job_row).collect(),
+            next_before: next_before.map(|id| id.0),
             newer,
         })
     }
@@ -729,6 +727,9 @@ fn bulk_change(action: &str, input: &BulkChangeInput) -> Result<BulkChange, Refu
         "shift" => {
             let by = text(&input.by).ok_or_else(|| Refusal::invalid("by: how far to move them"))?;
             let by_ms = parse_duration_ms(&by).map_err(|e| Refusal::invalid(format!("by: {e}")))?;
+            if by_ms.unsigned_abs() > crate::engine::job_edit::MAX_SHIFT_MS as u64 {
+                return Err(Refusal::invalid("by: at most 10 years either way"));
+            }
             Ok(BulkChange::Shift { by_ms })
         }
         "edit" => {
@@ -785,15 +786,19 @@ fn edit_of(shown: &Job, input: &EditJobInput) -> Result<JobEdit, Refusal> {
     if input.queue.trim() != shown.queue {
         edit.queue = Some(input.queue.trim().to_string());
     }
-    let tags: Vec<String> = input
-        .tags
-        .split(',')
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .map(String::from)
-        .collect();
-    if tags != shown.tags {
-        edit.tags = Some(tags);
+    // Compared as the page showed them first: a tag holding a comma survives an edit of
+    // something else.
+    if input.tags.trim() != shown.tags.join(", ") {
+        let tags: Vec<String> = input
+            .tags
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(String::from)
+            .collect();
+        if tags != shown.tags {
+            edit.tags = Some(tags);
+        }
     }
     if edit == JobEdit::default() {
         return Err(Refusal::invalid("nothing changed"));

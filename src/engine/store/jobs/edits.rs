@@ -79,8 +79,9 @@ pub async fn job_apply_edit<'e>(
 
 /// Moves the listed waiting jobs that still match `filter` and belong to nobody by `by_ms`,
 /// those whose new time stays within `[earliest, latest]`; a job moved to or before now is due
-/// at once (`available`), one moved after now waits (`scheduled`), as a reschedule leaves it.
-/// Returns how many moved.
+/// now (`available`, its due time now: not late by the move, so a late-start policy does not
+/// skip it), one moved after now waits (`scheduled`), as a reschedule leaves it. Returns how many
+/// moved.
 pub async fn job_shift_matching<'e>(
     db: impl PgExecutor<'e>,
     ids: &[JobId],
@@ -89,9 +90,9 @@ pub async fn job_shift_matching<'e>(
     earliest: DateTime<Utc>,
     latest: DateTime<Utc>,
 ) -> Result<u64, sqlx::Error> {
-    let mut qb = QueryBuilder::new("UPDATE jobs SET scheduled_at = scheduled_at + ");
+    let mut qb = QueryBuilder::new("UPDATE jobs SET scheduled_at = greatest(scheduled_at + ");
     qb.push_bind(by_ms as f64)
-        .push(" * interval '1 millisecond', state = CASE WHEN scheduled_at + ")
+        .push(" * interval '1 millisecond', statement_timestamp()), state = CASE WHEN scheduled_at + ")
         .push_bind(by_ms as f64)
         .push(
             " * interval '1 millisecond' <= statement_timestamp() THEN 'available'::job_state
