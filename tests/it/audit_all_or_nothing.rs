@@ -19,7 +19,8 @@ async fn count(d: &Dashboard, sql: &str) -> i64 {
 async fn snapshot(d: &Dashboard) -> Value {
     sqlx::query_scalar(
         "SELECT jsonb_build_object(
-           'jobs', (SELECT jsonb_agg(jsonb_build_array(id, state, scheduled_at) ORDER BY id) FROM jobs),
+           'jobs', (SELECT jsonb_agg(jsonb_build_array(id, state, scheduled_at, priority, args, tags)
+                             ORDER BY id) FROM jobs),
            'queues', (SELECT jsonb_agg(to_jsonb(q) ORDER BY name) FROM queues q),
            'questions', (SELECT jsonb_agg(jsonb_build_array(id, status, game_time) ORDER BY id)
                          FROM questions),
@@ -172,6 +173,32 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
             json!({"scheduled_at": game_time()}),
         ),
         ("DELETE /jobs/{id}", format!("/jobs/{job}"), json!({})),
+        (
+            "PATCH /jobs/{id}",
+            format!("/jobs/{job}"),
+            json!({"priority": 4, "args_patch": {"n": 1}}),
+        ),
+        (
+            "POST /jobs/edit",
+            "/jobs/edit".to_string(),
+            json!({"ids": [job, other], "edit": {"priority": 4}}),
+        ),
+        (
+            "POST /jobs/edit",
+            "/jobs/edit".to_string(),
+            json!({"filter": {"args": {"batch": "b"}, "max_id": max_id}, "edit": {"tags": ["t"]}}),
+        ),
+        (
+            "POST /jobs/shift",
+            "/jobs/shift".to_string(),
+            json!({"filter": {"args": {"batch": "b"}, "max_id": max_id}, "by_ms": 60_000}),
+        ),
+        (
+            "POST /jobs/shift",
+            "/jobs/shift".to_string(),
+            json!({"filter": {"args": {"batch": "b"}, "max_id": max_id}, "by_ms": 60_000,
+                   "game": "Bears vs Wolves"}),
+        ),
         (
             "POST /jobs/bulk",
             "/jobs/bulk".to_string(),
@@ -337,6 +364,21 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
             format!("action=cancel&query[args]=batch%3Db&query[max_id]={max_id}"),
         ),
         ("bulk", format!("action=cancel&ids={job},{other}")),
+        (
+            "bulk",
+            format!(
+                "action=shift&query[args]=batch%3Db&query[max_id]={max_id}&change[by]=1m\
+                 &change[game]=Bears%20vs%20Wolves"
+            ),
+        ),
+        ("bulk", format!("action=edit&ids={job}&change[priority]=4")),
+        (
+            "edit_job",
+            format!(
+                "id={job}&input[args]=%7B%7D&input[args_shown]=%7B%7D&input[priority]=4\
+                 &input[queue]=default&input[max_attempts]=20&input[tags]="
+            ),
+        ),
         ("queue_action", "name=default&action=pause".to_string()),
         (
             "queue_action",

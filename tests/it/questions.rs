@@ -145,7 +145,8 @@ async fn a_prediction_just_after_game_time_is_refused_even_with_no_engine() {
             "Lions vs Tigers",
             "Who scores first?",
             &choices(),
-            in_ms(300),
+            // Room for the create and the first prediction on a loaded machine (300 ms was not).
+            in_ms(1500),
         )
         .await
         .unwrap()
