@@ -181,8 +181,8 @@ macro_rules! job_filter_query {
         #[derive(schemars::JsonSchema, Debug, Default, ::serde::Deserialize, ::serde::Serialize)]
         #[serde(deny_unknown_fields)]
         pub struct $name {
-            /// One state or several separated by commas (`retryable,discarded`).
-            #[schemars(regex(pattern = r"^\s*(available|scheduled|executing|retryable|completed|cancelled|discarded)\s*(,\s*(available|scheduled|executing|retryable|completed|cancelled|discarded)\s*)*$"))]
+            /// One state or several separated by commas (`retryable,discarded`); blank: any.
+            #[schemars(regex(pattern = r"^\s*$|^\s*(available|scheduled|executing|retryable|completed|cancelled|discarded)\s*(,\s*(available|scheduled|executing|retryable|completed|cancelled|discarded)\s*)*$"))]
             pub state: Option<String>,
             pub queue: Option<String>,
             pub kind: Option<String>,

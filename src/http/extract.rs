@@ -8,19 +8,95 @@ use serde::de::DeserializeOwned;
 use super::error::AppError;
 use crate::engine::JobId;
 
-/// `axum::Json` with [`AppError`] rejections.
+/// `axum::Json` with [`AppError`] rejections, checked first against the JSON Schema of `T` (the
+/// schema the OpenAPI document serves for it): a body that breaks a rule the document states is a
+/// 422 naming the field and the rule, so the document cannot state a rule the server does not
+/// hold. Integers written with a zero fraction (`5.0`, which JSON Schema's `integer` admits) are
+/// read as integers.
 pub struct ApiJson<T>(pub T);
 
 impl<S, T> FromRequest<S> for ApiJson<T>
 where
-    T: DeserializeOwned,
+    T: DeserializeOwned + schemars::JsonSchema + 'static,
     S: Send + Sync,
 {
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let axum::Json(v) = axum::Json::<T>::from_request(req, state).await?;
-        Ok(ApiJson(v))
+        let axum::Json(mut value) =
+            axum::Json::<serde_json::Value>::from_request(req, state).await?;
+        integral_floats_as_integers(&mut value);
+        check_against_schema::<T>(&value)?;
+        serde_json::from_value(value)
+            .map(ApiJson)
+            .map_err(|e| AppError::invalid(format!("body: {e}")))
+    }
+}
+
+/// The compiled schema of each request type, built once.
+fn validator_of<T: schemars::JsonSchema + 'static>() -> std::sync::Arc<jsonschema::Validator> {
+    use std::any::TypeId;
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    static VALIDATORS: OnceLock<Mutex<HashMap<TypeId, Arc<jsonschema::Validator>>>> =
+        OnceLock::new();
+    let map = VALIDATORS.get_or_init(Default::default);
+    if let Some(v) = map
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&TypeId::of::<T>())
+    {
+        return v.clone();
+    }
+    let schema = schemars::generate::SchemaSettings::draft2020_12()
+        .into_generator()
+        .into_root_schema_for::<T>();
+    let validator = Arc::new(
+        jsonschema::draft202012::options()
+            .should_validate_formats(true)
+            .build(schema.as_value())
+            .unwrap_or_else(|e| panic!("the schema of {} compiles: {e}", T::schema_name())),
+    );
+    map.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(TypeId::of::<T>(), validator.clone());
+    validator
+}
+
+/// The first rule of `T`'s schema that `value` breaks, as a 422 naming where.
+fn check_against_schema<T: schemars::JsonSchema + 'static>(
+    value: &serde_json::Value,
+) -> Result<(), AppError> {
+    let validator = validator_of::<T>();
+    let broken = validator.iter_errors(value).next().map(|e| {
+        let at = e.instance_path.to_string();
+        let field = at.trim_start_matches('/').replace('/', ".");
+        let field = if field.is_empty() {
+            "body".to_string()
+        } else {
+            field
+        };
+        format!("{field}: {e}")
+    });
+    match broken {
+        None => Ok(()),
+        Some(message) => Err(AppError::invalid(message)),
+    }
+}
+
+/// `5.0` as `5`, anywhere in `value`: JSON Schema's `integer` admits it, serde's integers do not.
+fn integral_floats_as_integers(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Number(n) if n.is_f64() => {
+            if let Some(f) = n.as_f64() {
+                if f.fract() == 0.0 && f.abs() < 9.0e15 {
+                    *value = serde_json::Value::from(f as i64);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(integral_floats_as_integers),
+        serde_json::Value::Object(map) => map.values_mut().for_each(integral_floats_as_integers),
+        _ => {}
     }
 }
 

@@ -469,6 +469,26 @@ async fn a_waiting_job_is_edited_checked_like_an_insert_and_audited_before_and_a
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND);
 
+    // The body is checked against the schema the document serves: `3.0` is an integer there.
+    let edited = d
+        .api(
+            Method::PATCH,
+            &format!("/jobs/{id}"),
+            json!({"priority": 3.0}),
+        )
+        .await;
+    assert_eq!(edited["priority"], 3);
+    let (s, text) = d
+        .api_as(
+            TOKEN,
+            Method::PATCH,
+            &format!("/jobs/{id}"),
+            json!({"max_attempts": 0}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
+    assert!(text.contains("max_attempts"), "{text}");
+
     // A job that already made attempts must still be allowed its next one.
     let tried = d
         .new_job(json!({"kind": "noop", "schedule_in_ms": 600_000}))
