@@ -244,8 +244,8 @@ job_filter_query! {
     ListParams {
         /// Keyset cursor: list jobs with a smaller id.
         before: Option<i64>,
-        /// 1 to 1,000 (default 50).
-        #[schemars(range(min = 1, max = 1000))]
+        /// 1 to 500 (default 50).
+        #[schemars(range(min = 1, max = 500))]
         limit: Option<i64>,
     }
 }

@@ -236,11 +236,14 @@ pub fn names_a_secret(filter: &Value) -> bool {
 }
 
 /// A bulk action's recorded filter with its `args` (an object from the API, text from the
-/// dashboard, either may name a secret's value) hidden whole.
+/// dashboard, either may name a secret's value) and its error text hidden whole.
 fn audit_filter_for_reader(mut filter: Value) -> Value {
-    if let Some(args) = filter.get_mut("args") {
-        if !args.is_null() {
-            *args = Value::String(REDACTED.into());
+    // An error search is an admin's, and its text may be the secret it looks for.
+    for key in ["args", "error"] {
+        if let Some(v) = filter.get_mut(key) {
+            if !v.is_null() {
+                *v = Value::String(REDACTED.into());
+            }
         }
     }
     hide_secret_fields(&mut filter);
@@ -488,6 +491,17 @@ fn hide_alert_url(meta: &Value, args: &mut Value) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_recorded_error_search_is_hidden_from_readers() {
+        let reader = Sight {
+            name: "viewer",
+            admin: false,
+            reader: true,
+        };
+        let shown = reader.audit_filter(json!({"error": "hunter2", "queue": "q"}));
+        assert_eq!(shown, json!({"error": REDACTED, "queue": "q"}));
+    }
 
     #[test]
     fn an_edit_in_the_audit_log_hides_what_a_reader_may_not_see() {
