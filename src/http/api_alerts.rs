@@ -92,7 +92,7 @@ pub async fn delete_rule(
         .await
 }
 
-#[derive(schemars::JsonSchema, Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct IncidentParams {
     /// `firing` (open incidents) or `resolved`; absent: both.

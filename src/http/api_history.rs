@@ -81,7 +81,7 @@ pub async fn attempts(
 }
 
 /// How the series are split.
-#[derive(schemars::JsonSchema, Debug, Clone, Copy, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Clone, Copy, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GroupParam {
     Queue,
@@ -89,7 +89,7 @@ pub enum GroupParam {
 }
 
 /// The query of `GET /api/v1/stats/history`.
-#[derive(schemars::JsonSchema, Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryParams {
     /// Only this queue's attempts.

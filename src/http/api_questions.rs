@@ -66,7 +66,7 @@ pub async fn create(
         .await
 }
 
-#[derive(schemars::JsonSchema, Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
     pub status: Option<String>,

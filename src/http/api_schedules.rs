@@ -223,7 +223,7 @@ pub async fn trigger(
         .await
 }
 
-#[derive(schemars::JsonSchema, Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PreviewParams {
     /// How many slots: 1 to 100 (default 10).
@@ -265,7 +265,7 @@ pub async fn preview(
     }))
 }
 
-#[derive(schemars::JsonSchema, Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunsParams {
     /// Runs older than this job id (the previous page's `next_before`).

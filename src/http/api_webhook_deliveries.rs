@@ -14,7 +14,7 @@ use super::extract::ApiQuery;
 use super::state::AppState;
 use crate::webhooks::deliveries::{DeliveryRow, DeliverySearch, StatusFilter, MAX_PAGE};
 
-#[derive(schemars::JsonSchema, Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeliveryParams {
     /// A status code (`500`), a class (`5xx`), or `none` for the calls that got no answer (a

@@ -100,12 +100,14 @@ fn integral_floats_as_integers(value: &mut serde_json::Value) {
     }
 }
 
-/// `axum::extract::Query` with [`AppError`] rejections.
+/// `axum::extract::Query` with [`AppError`] rejections (a value of the wrong type: 400), then
+/// checked, as read, against the JSON Schema of `T` (the parameters the OpenAPI document serves):
+/// a value breaking a stated rule (a range, a pattern, a length) is a 422 naming it.
 pub struct ApiQuery<T>(pub T);
 
 impl<S, T> FromRequestParts<S> for ApiQuery<T>
 where
-    T: DeserializeOwned,
+    T: DeserializeOwned + serde::Serialize + schemars::JsonSchema + 'static,
     S: Send + Sync,
 {
     type Rejection = AppError;
@@ -113,6 +115,9 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let axum::extract::Query(v) =
             axum::extract::Query::<T>::from_request_parts(parts, state).await?;
+        let read = serde_json::to_value(&v)
+            .map_err(|e| AppError::Internal(format!("a query read back: {e}")))?;
+        check_against_schema::<T>(&read)?;
         Ok(ApiQuery(v))
     }
 }
