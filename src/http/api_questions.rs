@@ -40,6 +40,8 @@ impl From<QuestionError> for AppError {
 pub struct CreateQuestion {
     pub game: String,
     pub prompt: String,
+    /// 2 to 20 choices.
+    #[schemars(length(min = 2, max = 20))]
     pub choices: Vec<String>,
     pub game_time: DateTime<Utc>,
 }
@@ -70,6 +72,8 @@ pub async fn create(
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
     pub status: Option<String>,
+    /// 1 to 500 (default 50).
+    #[schemars(range(min = 1, max = 500))]
     pub limit: Option<i64>,
 }
 
@@ -102,6 +106,8 @@ pub async fn get(
 #[serde(deny_unknown_fields)]
 pub struct UpdateQuestion {
     pub prompt: Option<String>,
+    /// 2 to 20 choices, while nobody predicted.
+    #[schemars(length(min = 2, max = 20))]
     pub choices: Option<Vec<String>>,
     pub game_time: Option<DateTime<Utc>>,
 }

@@ -227,6 +227,7 @@ pub async fn trigger(
 #[serde(deny_unknown_fields)]
 pub struct PreviewParams {
     /// How many slots: 1 to 100 (default 10).
+    #[schemars(range(min = 1, max = 100))]
     pub n: Option<usize>,
     /// The slots after this instant (default: now), e.g. to see a daylight-saving day.
     pub from: Option<DateTime<Utc>>,
@@ -271,6 +272,7 @@ pub struct RunsParams {
     /// Runs older than this job id (the previous page's `next_before`).
     pub before: Option<i64>,
     /// 1 to 500 (default 50).
+    #[schemars(range(min = 1, max = 500))]
     pub limit: Option<i64>,
 }
 

@@ -99,6 +99,7 @@ pub struct UpdateEndpoint {
 pub struct RotateEndpoint {
     /// How long the current secret keeps signing beside the new one, 0 to 604,800 (7 days).
     /// Default: 86,400 (a day).
+    #[schemars(range(max = 604_800))]
     pub overlap_secs: Option<u64>,
 }
 

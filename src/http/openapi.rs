@@ -777,4 +777,52 @@ mod tests {
         assert!(states.contains("\"scheduled\""), "{states}");
         assert!(states.contains("\"discarded\""), "{states}");
     }
+
+    /// The limits the document states are the server's own constants: a rule whose number is
+    /// written in an attribute and in a check fails here when the two part.
+    #[test]
+    fn the_documents_limits_are_the_servers_constants() {
+        let doc = document();
+        let param = |path: &str, name: &str| -> Value {
+            doc["paths"][path]["get"]["parameters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["name"] == name)
+                .unwrap_or_else(|| panic!("{path} {name}"))["schema"]
+                .clone()
+        };
+        let page = crate::engine::client::MAX_PAGE;
+        assert_eq!(param("/api/v1/jobs", "limit")["maximum"], json!(page));
+        assert_eq!(param("/api/v1/questions", "limit")["maximum"], json!(500));
+        assert_eq!(
+            param("/api/v1/schedules/{name}/runs", "limit")["maximum"],
+            json!(500)
+        );
+        assert_eq!(
+            param("/api/v1/schedules/{name}/preview", "n")["maximum"],
+            json!(crate::engine::schedules::service::MAX_PREVIEW)
+        );
+        let schemas = &doc["components"]["schemas"];
+        assert_eq!(
+            schemas["RotateEndpoint"]["properties"]["overlap_secs"]["maximum"],
+            json!(crate::webhooks::service::MAX_OVERLAP.as_secs())
+        );
+        assert_eq!(
+            schemas["CreateQuestion"]["properties"]["choices"]["maxItems"],
+            json!(crate::questions::service::MAX_CHOICES)
+        );
+        assert_eq!(
+            schemas["EditManyBody"]["properties"]["ids"]["maxItems"],
+            json!(crate::engine::client::MAX_BULK_IDS)
+        );
+        assert_eq!(
+            schemas["ShiftBody"]["properties"]["by_ms"]["maximum"],
+            json!(crate::engine::job_edit::MAX_SHIFT_MS)
+        );
+        assert_eq!(
+            schemas["JobEdit"]["properties"]["tags"]["maxItems"],
+            json!(crate::engine::client::MAX_TAGS)
+        );
+    }
 }
