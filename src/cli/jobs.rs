@@ -9,7 +9,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::remote::{cell, confirm, table, Api, Exit, Failure, Outcome};
 use crate::engine::job_edit::parse_duration_ms;
-use crate::engine::store::jobs::FilterFields;
+use crate::engine::store::jobs::{split_tags, FilterFields};
 use crate::engine::JobFilter;
 
 /// The filters of a job list, as `GET /api/v1/jobs` and the dashboard read them.
@@ -162,16 +162,7 @@ impl EditArgs {
             ("priority", self.priority.map(Value::from)),
             ("queue", self.queue.clone().map(Value::from)),
             ("max_attempts", self.max_attempts.map(Value::from)),
-            (
-                "tags",
-                self.tags.as_deref().map(|t| {
-                    json!(t
-                        .split(',')
-                        .map(str::trim)
-                        .filter(|t| !t.is_empty())
-                        .collect::<Vec<_>>())
-                }),
-            ),
+            ("tags", self.tags.as_deref().map(|t| json!(split_tags(t)))),
             ("meta_patch", object("--meta-patch", &self.meta_patch)?),
         ];
         for (k, v) in fields {
@@ -297,18 +288,7 @@ impl JobsAction {
                     .await?;
                 api.print(&page, |page| {
                     let rows = page["jobs"].as_array().cloned().unwrap_or_default();
-                    table(
-                        &[
-                            "id",
-                            "state",
-                            "kind",
-                            "queue",
-                            "due",
-                            "attempt",
-                            "last error",
-                        ],
-                        rows.iter().map(job_row).collect(),
-                    );
+                    table(&JOB_COLUMNS, rows.iter().map(job_row).collect());
                     if let Some(next) = page["next_before"].as_i64() {
                         eprintln!("more: --before {next}");
                     }

@@ -16,7 +16,7 @@ use crate::accounts::Role;
 use crate::engine::editing::Edited;
 use crate::engine::job_edit::{parse_duration_ms, JobEdit};
 use crate::engine::store::history::AttemptRecord;
-use crate::engine::store::jobs::FilterFields;
+use crate::engine::store::jobs::{split_tags, FilterFields};
 use crate::engine::JobFilter;
 use crate::engine::{
     BulkAction, BulkChange, BulkReport, Job, JobId, JobState, LatePolicy, NewJob, OnConflict,
@@ -739,13 +739,7 @@ fn bulk_change(action: &str, input: &BulkChangeInput) -> Result<BulkChange, Refu
                 queue: text(&input.queue),
                 max_attempts: number("max_attempts", &input.max_attempts)?
                     .map(|m| i32::try_from(m).unwrap_or(i32::MAX)),
-                tags: text(&input.tags).map(|t| {
-                    t.split(',')
-                        .map(str::trim)
-                        .filter(|t| !t.is_empty())
-                        .map(String::from)
-                        .collect()
-                }),
+                tags: text(&input.tags).map(|t| split_tags(&t)),
                 ..JobEdit::default()
             };
             edit.check()
@@ -789,13 +783,7 @@ fn edit_of(shown: &Job, input: &EditJobInput) -> Result<JobEdit, Refusal> {
     // Compared as the page showed them first: a tag holding a comma survives an edit of
     // something else.
     if input.tags.trim() != shown.tags.join(", ") {
-        let tags: Vec<String> = input
-            .tags
-            .split(',')
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(String::from)
-            .collect();
+        let tags = split_tags(&input.tags);
         if tags != shown.tags {
             edit.tags = Some(tags);
         }

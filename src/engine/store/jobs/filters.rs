@@ -129,13 +129,18 @@ pub fn parse_tags_filter(text: &str) -> Result<Vec<String>, String> {
     let tags: Vec<String> = if text.starts_with('[') {
         serde_json::from_str(text).map_err(|_| "tags: not a JSON array of strings".to_string())?
     } else {
-        text.split(',')
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(String::from)
-            .collect()
+        split_tags(text)
     };
     tags_checked(tags)
+}
+
+/// `a, b,,c` as its tags: separated by commas, trimmed, blanks dropped (a filter's, an edit's).
+pub fn split_tags(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// `tags` as a tags filter, or why they cannot be.
