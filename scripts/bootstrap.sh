@@ -110,5 +110,7 @@ if [ $WITH_E2E = 1 ]; then
     python3 -m venv "$SWH_VENV"
     "$SWH_VENV/bin/pip" install --quiet "standardwebhooks==$STANDARDWEBHOOKS_VERSION"
   fi
+  # schemathesis (PyPI): the test command fuzzes the API against its OpenAPI document.
+  "$(dirname "$0")/schemathesis" --install
 fi
 log "toolchain: $RUSTUP_TOOLCHAIN"

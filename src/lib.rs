@@ -21,6 +21,7 @@ pub mod logging;
 pub mod postgres;
 pub mod questions;
 pub mod rate;
+pub mod schema_rules;
 pub mod server;
 pub mod telemetry;
 pub mod webhooks;

@@ -87,7 +87,7 @@ impl Notifier {
                 notification_store::notification_mark(tx, inserted.job.id.0).await?;
                 Ok(true)
             }
-            Err(e @ (ClientError::Invalid { .. } | ClientError::UnknownKind(_))) => {
+            Err(e) if e.is_refusal() => {
                 tracing::warn!(rule = %rule.name, error = %e, "the alert's notification cannot be sent");
                 Ok(false)
             }

@@ -127,16 +127,22 @@ impl Payload {
 /// A new rule, as the API and the dashboard take it.
 #[derive(schemars::JsonSchema, Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = FieldsOfEachCondition)]
 pub struct RuleSpec {
-    /// 1 to 100 characters, unique.
+    /// 1 to 100 characters, not blank; unique (else 409).
+    #[schemars(length(min = 1, max = 100), regex(pattern = crate::schema_rules::NOT_BLANK))]
     pub name: String,
+    /// Needed. Each condition reads its own fields: one it does not read is refused.
     pub condition: Option<Condition>,
     /// Only this queue (`job_discarded`, `queue_backlog`, `failure_rate`, `overdue`,
     /// `late_start`).
+    #[schemars(length(max = 100), regex(pattern = crate::schema_rules::NO_NUL))]
     pub queue: Option<String>,
     /// Only this job kind (`job_discarded`, `late_start`).
+    #[schemars(length(max = 100), regex(pattern = crate::schema_rules::NO_NUL))]
     pub kind: Option<String>,
     /// Only this game's questions (`late_lock`, `question_open`).
+    #[schemars(length(max = 200), regex(pattern = crate::schema_rules::NO_NUL))]
     pub game: Option<String>,
     /// Milliseconds, 0 to 86,400,000: after game time (`late_lock`, `question_open`, default
     /// 1,000), since the heartbeat (`node_lost`, default 30,000), past due (`overdue`, default
@@ -152,10 +158,12 @@ pub struct RuleSpec {
     #[schemars(range(min = 0, max = 86_400))]
     pub for_secs: Option<i32>,
     /// Percent of failed attempts, above 0 and at most 100 (`failure_rate`, needed).
+    #[schemars(extend("exclusiveMinimum" = 0), range(max = 100))]
     pub percent: Option<f64>,
     /// Where each firing and resolution is sent: a webhook call (it must pass
-    /// `KICKOFF_WEBHOOK_ALLOWED_HOSTS`; signed when under a webhook endpoint). Absent: shown on
-    /// the dashboard and counted in `/metrics` only.
+    /// `KICKOFF_WEBHOOK_ALLOWED_HOSTS`, else 422 `notify_url_refused`; signed when under a
+    /// webhook endpoint). Absent: shown on the dashboard and counted in `/metrics` only.
+    #[schemars(length(max = 2048), regex(pattern = crate::schema_rules::NO_NUL))]
     pub notify_url: Option<String>,
     /// Default `standard`.
     pub payload: Option<Payload>,
@@ -179,6 +187,70 @@ pub struct CheckedRule {
 
 fn trimmed(v: Option<String>) -> Option<String> {
     v.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+/// The fields each condition reads, as [`RuleSpec::check`] holds them: per condition, the scopes
+/// it does not read absent (or `null`), the thresholds it needs given and those it has not
+/// absent.
+struct FieldsOfEachCondition;
+
+impl schemars::transform::Transform for FieldsOfEachCondition {
+    fn transform(&mut self, schema: &mut schemars::Schema) {
+        use serde_json::json;
+        let absent = json!({ "type": "null" });
+        let given = || json!({ "not": { "type": "null" } });
+        let mut rules =
+            vec![json!({ "required": ["condition"], "properties": { "condition": given() } })];
+        for c in Condition::ALL {
+            let mut props = serde_json::Map::new();
+            let mut required = Vec::new();
+            for scope in ["queue", "kind", "game"] {
+                if !c.scopes().contains(&scope) {
+                    // A blank scope is read as none.
+                    props.insert(scope.into(), json!({ "anyOf": [absent.clone(), { "type": "string", "pattern": r"^\s*$" }] }));
+                }
+            }
+            match (c.default_ms(), c) {
+                (None, _) => {
+                    props.insert("threshold_ms".into(), absent.clone());
+                }
+                (Some(_), Condition::LateStart) => {
+                    props.insert(
+                        "threshold_ms".into(),
+                        json!({ "anyOf": [absent.clone(), { "minimum": LATE_START_MIN_MS }] }),
+                    );
+                }
+                (Some(_), _) => {}
+            }
+            match c {
+                Condition::QueueBacklog => {
+                    required.push("threshold_n");
+                    props.insert("threshold_n".into(), given());
+                }
+                Condition::FailureRate => {}
+                _ => {
+                    props.insert("threshold_n".into(), absent.clone());
+                }
+            }
+            if c == Condition::FailureRate {
+                required.push("percent");
+                props.insert("percent".into(), given());
+            } else {
+                props.insert("percent".into(), absent.clone());
+            }
+            rules.push(json!({
+                "if": { "required": ["condition"], "properties": { "condition": { "const": c.as_str() } } },
+                "then": { "required": required, "properties": props },
+            }));
+        }
+        let all = schema
+            .ensure_object()
+            .entry("allOf")
+            .or_insert_with(|| json!([]));
+        if let Some(all) = all.as_array_mut() {
+            all.extend(rules);
+        }
+    }
 }
 
 impl RuleSpec {

@@ -12,6 +12,9 @@ use crate::engine::{Client, NewJob};
 pub enum AlertError {
     #[error("{0}")]
     Invalid(String),
+    /// The webhook worker refused the notification's URL (the allowlist, say).
+    #[error("notify_url: {0}")]
+    NotifyRefused(String),
     #[error("{0} not found")]
     NotFound(String),
     #[error("{0}")]
@@ -56,7 +59,7 @@ impl Alerts {
                 .await
                 .map_err(|e| match e {
                     crate::engine::ClientError::Database(e) => AlertError::Database(e),
-                    e => AlertError::Invalid(format!("notify_url: {e}")),
+                    e => AlertError::NotifyRefused(e.to_string()),
                 })?;
         }
         if store::rule_count(&mut *conn).await? >= super::rules::MAX_RULES {

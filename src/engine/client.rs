@@ -27,13 +27,10 @@ use super::store::stats::{self as stats_store, ThroughputMinute, STATS_RETENTION
 use super::worker::ArgsRefused;
 use super::worker::Workers;
 
-/// Limits on what a job may carry.
-pub const MAX_ARGS_BYTES: usize = 256 * 1024;
-pub const MAX_META_BYTES: usize = 16 * 1024;
-pub const MAX_TAGS: usize = 20;
-pub const MAX_TAG_CHARS: usize = 100;
-pub const MAX_UNIQUE_KEY_CHARS: usize = 255;
-pub use super::job::{MAX_SCHEDULE_AHEAD_DAYS, MAX_SCHEDULE_PAST_HOURS};
+pub use super::job::{
+    MAX_ARGS_BYTES, MAX_META_BYTES, MAX_SCHEDULE_AHEAD_DAYS, MAX_SCHEDULE_PAST_HOURS, MAX_TAGS,
+    MAX_TAG_CHARS, MAX_UNIQUE_KEY_CHARS,
+};
 /// How many of the newest jobs a filter's suggestions read.
 pub const SUGGEST_RECENT_JOBS: i64 = 1_000;
 /// How many suggestions of each sort (kinds, queues, tags, args keys) at most.
@@ -78,17 +75,17 @@ impl HistoryQuery {
             ));
         }
         if self.from >= self.to {
-            return Err(invalid("from", "must be before `to`"));
+            return Err(inconsistent("from", "must be before `to`"));
         }
         if self.to - self.from > ChronoDuration::days(Self::MAX_RANGE_DAYS) {
-            return Err(invalid(
+            return Err(inconsistent(
                 "from",
                 format!("the range may span at most {} days", Self::MAX_RANGE_DAYS),
             ));
         }
         let points = (self.to - self.from).num_seconds() / step as i64;
         if points > Self::MAX_POINTS {
-            return Err(invalid(
+            return Err(inconsistent(
                 "step",
                 format!(
                     "{points} steps over this range; at most {} (take a longer step)",
@@ -99,11 +96,13 @@ impl HistoryQuery {
         // Steps of whole hours read the hours; finer ones the minutes, kept for a day.
         let minutes_from = now - ChronoDuration::from_std(MINUTES_KEPT).unwrap_or_default();
         if !step.is_multiple_of(3600) && self.from < minutes_from {
-            return Err(invalid(
-                "step",
-                "the history is kept per minute for the last 24 hours and per hour before: \
-                 take a step of whole hours (3600, 7200, ...), or a range within the last day",
-            ));
+            return Err(ClientError::OutOfWindow {
+                field: "step",
+                message:
+                    "the history is kept per minute for the last 24 hours and per hour before: \
+                 take a step of whole hours (3600, 7200, ...), or a range within the last day"
+                        .into(),
+            });
         }
         Ok(())
     }
@@ -202,12 +201,48 @@ pub enum ClientError {
     },
     #[error("unknown job kind `{0}`")]
     UnknownKind(String),
+    /// The kind's worker refused the args (a rule of its own, which may read the database).
+    #[error("args: {0}")]
+    ArgsRefused(String),
+    /// Fields that do not fit together (an end before its start).
+    #[error("{field}: {message}")]
+    Inconsistent {
+        field: &'static str,
+        message: String,
+    },
+    /// A time too far from now.
+    #[error("{field}: {message}")]
+    OutOfWindow {
+        field: &'static str,
+        message: String,
+    },
     #[error("{0} not found")]
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
     #[error(transparent)]
     Database(#[from] sqlx::Error),
+}
+
+impl ClientError {
+    /// The input was refused (not a missing record, a conflict or the database).
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Invalid { .. }
+                | ClientError::UnknownKind(_)
+                | ClientError::ArgsRefused(_)
+                | ClientError::OutOfWindow { .. }
+                | ClientError::Inconsistent { .. }
+        )
+    }
+}
+
+fn inconsistent(field: &'static str, message: impl Into<String>) -> ClientError {
+    ClientError::Inconsistent {
+        field,
+        message: message.into(),
+    }
 }
 
 pub(crate) fn invalid(field: &'static str, message: impl Into<String>) -> ClientError {
@@ -281,12 +316,14 @@ impl Client {
         new: &NewJob,
     ) -> Result<Option<String>, ClientError> {
         let worker = self.validate_shape(new)?;
-        worker.validate(&new.args).map_err(|m| invalid("args", m))?;
+        worker
+            .validate(&new.args)
+            .map_err(ClientError::ArgsRefused)?;
         worker
             .validate_in(conn, &new.args)
             .await
             .map_err(|e| match e {
-                ArgsRefused::Invalid(m) => invalid("args", m),
+                ArgsRefused::Invalid(m) => ClientError::ArgsRefused(m),
                 ArgsRefused::Database(e) => ClientError::Database(e),
             })?;
         Ok(worker.call_host(&new.args))
@@ -1241,7 +1278,7 @@ async fn bulk_batch(
                 match client.write_edit(conn, &job, edit).await {
                     Ok(Some(_)) => report.changed += 1,
                     Ok(None) => {}
-                    Err(e @ (ClientError::Invalid { .. } | ClientError::UnknownKind(_))) => {
+                    Err(e) if e.is_refusal() => {
                         report.refused += 1;
                         report
                             .refusal
@@ -1355,16 +1392,16 @@ fn check_filter(filter: &JobFilter) -> Result<(), ClientError> {
 fn check_instant(field: &'static str, at: DateTime<Utc>) -> Result<(), ClientError> {
     let now = Utc::now();
     if at > now + ChronoDuration::days(MAX_SCHEDULE_AHEAD_DAYS) {
-        return Err(invalid(
+        return Err(ClientError::OutOfWindow {
             field,
-            format!("more than {MAX_SCHEDULE_AHEAD_DAYS} days ahead"),
-        ));
+            message: format!("more than {MAX_SCHEDULE_AHEAD_DAYS} days ahead"),
+        });
     }
     if at < now - ChronoDuration::hours(MAX_SCHEDULE_PAST_HOURS) {
-        return Err(invalid(
+        return Err(ClientError::OutOfWindow {
             field,
-            format!("more than {MAX_SCHEDULE_PAST_HOURS} hours in the past"),
-        ));
+            message: format!("more than {MAX_SCHEDULE_PAST_HOURS} hours in the past"),
+        });
     }
     Ok(())
 }

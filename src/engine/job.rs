@@ -9,6 +9,122 @@ pub const MAX_SCHEDULE_AHEAD_DAYS: i64 = 3650;
 /// How far in the past an absolute `scheduled_at` may lie (it then runs at once); older instants
 /// are almost surely a client's mistake (a wrong year, seconds taken for milliseconds).
 pub const MAX_SCHEDULE_PAST_HOURS: i64 = 24;
+/// `schedule_in_ms` at most: [`MAX_SCHEDULE_AHEAD_DAYS`] in ms.
+pub const MAX_SCHEDULE_IN_MS: i64 = MAX_SCHEDULE_AHEAD_DAYS * 86_400_000;
+/// Limits on what a job may carry.
+pub const MAX_ARGS_BYTES: usize = 256 * 1024;
+pub const MAX_META_BYTES: usize = 16 * 1024;
+pub const MAX_TAGS: usize = 20;
+pub const MAX_TAG_CHARS: usize = 100;
+pub const MAX_UNIQUE_KEY_CHARS: usize = 255;
+/// A queue's name, as [`is_valid_queue_name`] reads it.
+pub const QUEUE_PATTERN: &str = r"^[a-z0-9_-]{1,64}$";
+/// A W3C `traceparent` (`crate::telemetry::is_traceparent`): version 00, ids not all zeros.
+pub const TRACEPARENT_PATTERN: &str =
+    r"^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$";
+
+/// The meta key that marks a job as a run of a schedule (its id).
+pub const META_SCHEDULE_ID: &str = "schedule_id";
+
+/// The meta keys Kickoff sets on a schedule's runs, which its template may not: the missed-run and
+/// overlap policies and a pause read them (a template's `{"trigger": true}` would exempt every run
+/// from the missed-run policy, `{"snoozes": 0}` would keep runs ahead through a pause).
+pub const RESERVED_META: [&str; 9] = [
+    META_SCHEDULE_ID,
+    "schedule",
+    "slot",
+    "slot_ms",
+    "overlap",
+    "trigger",
+    "triggered_by",
+    "snoozes",
+    // A job another domain owns (a question's lock job: `engine::client::refuse_owned`).
+    "owner",
+];
+
+/// The tags of a job as a request gives them (or `null`): at most [`MAX_TAGS`] of 1 to
+/// [`MAX_TAG_CHARS`] characters, without NUL.
+pub fn tags_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": ["array", "null"],
+        "maxItems": MAX_TAGS,
+        "items": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_TAG_CHARS,
+            "pattern": crate::schema_rules::NO_NUL,
+        },
+    })
+}
+
+/// A job's meta as a request gives it (or `null`): an object whose texts hold no NUL, `owner`
+/// Kickoff's own (a question's lock job), `traceparent` a W3C one, `late` a late-start policy
+/// ([`super::late_start::LatePolicy`]); at most [`MAX_META_BYTES`] bytes as JSON (not stated by
+/// the schema: refused as `invalid`).
+pub fn meta_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    meta_schema_without(generator, &["owner"], true)
+}
+
+/// The meta of a schedule's template: [`meta_schema`] without any of [`RESERVED_META`] (each
+/// run's own).
+pub fn template_meta_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    meta_schema_without(generator, &RESERVED_META, false)
+}
+
+/// [`template_meta_schema`] or `null`.
+pub fn template_meta_or_null(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    meta_schema_without(generator, &RESERVED_META, true)
+}
+
+fn meta_schema_without(
+    generator: &mut schemars::SchemaGenerator,
+    reserved: &[&str],
+    nullable: bool,
+) -> schemars::Schema {
+    let late = generator.subschema_for::<super::late_start::LatePolicy>();
+    let any = generator.subschema_for::<crate::schema_rules::JsonWithoutNul>();
+    let mut properties = serde_json::Map::new();
+    for key in reserved {
+        properties.insert((*key).into(), Value::Bool(false));
+    }
+    properties.insert(
+        "traceparent".into(),
+        serde_json::json!({ "type": "string", "pattern": TRACEPARENT_PATTERN }),
+    );
+    properties.insert("late".into(), late.into());
+    let ty = if nullable {
+        serde_json::json!(["object", "null"])
+    } else {
+        serde_json::json!("object")
+    };
+    schemars::json_schema!({
+        "type": ty,
+        "propertyNames": { "pattern": crate::schema_rules::NO_NUL },
+        "properties": properties,
+        "additionalProperties": any,
+    })
+}
+
+/// Args as a request gives them (or `null`): a JSON object whose texts hold no NUL; at most
+/// [`MAX_ARGS_BYTES`] bytes as JSON (not stated by the schema: refused as `invalid`). Each kind's
+/// worker checks them further (`args_refused`).
+pub fn args_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = generator.subschema_for::<crate::schema_rules::ObjectWithoutNul>();
+    schema = schemars::json_schema!({ "anyOf": [schema, { "type": "null" }] });
+    schema
+}
+
+/// [`args_schema`] without `null`.
+pub fn args_object_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    generator.subschema_for::<crate::schema_rules::ObjectWithoutNul>()
+}
+
+/// [`tags_schema`] without `null`.
+pub fn tags_list_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = tags_schema(generator);
+    schema.insert("type".into(), "array".into());
+    schema
+}
 /// A job's id (the `jobs.id` bigserial).
 #[derive(
     schemars::JsonSchema,
@@ -333,6 +449,28 @@ pub fn is_valid_queue_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+/// A merge patch of a job's meta as a request gives it (or `null`): [`meta_schema`]'s rules, a key
+/// `null` to remove it, none of [`RESERVED_META`].
+pub fn meta_patch_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let late = generator.subschema_for::<Option<super::late_start::LatePolicy>>();
+    let any = generator.subschema_for::<crate::schema_rules::JsonWithoutNul>();
+    let mut properties = serde_json::Map::new();
+    for key in RESERVED_META {
+        properties.insert(key.into(), Value::Bool(false));
+    }
+    properties.insert(
+        "traceparent".into(),
+        serde_json::json!({ "type": ["string", "null"], "pattern": TRACEPARENT_PATTERN }),
+    );
+    properties.insert("late".into(), late.into());
+    schemars::json_schema!({
+        "type": ["object", "null"],
+        "propertyNames": { "pattern": crate::schema_rules::NO_NUL },
+        "properties": properties,
+        "additionalProperties": any,
+    })
 }
 
 #[cfg(test)]

@@ -26,28 +26,40 @@ fn invalid(field: &'static str, message: impl Into<String>) -> EditRefused {
     }
 }
 
-/// What an edit changes; absent fields stay as they are.
+/// What an edit changes; absent fields stay as they are. At least one is given.
 #[derive(schemars::JsonSchema, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = crate::schema_rules::AtMostOne(&["args", "args_patch"]))]
+#[schemars(transform = crate::schema_rules::AtLeastOneGiven(&[
+    "args", "args_patch", "priority", "queue", "max_attempts", "tags", "meta_patch",
+]))]
 pub struct JobEdit {
     /// The new args, whole (a JSON object). Not with `args_patch`.
+    #[serde(default)]
+    #[schemars(schema_with = "super::job::args_schema")]
     pub args: Option<Value>,
     /// A JSON merge patch (RFC 7386) of the args: its keys replace the args' keys of the same
     /// name (objects merge, `null` removes). Not with `args`.
+    #[serde(default)]
+    #[schemars(schema_with = "super::job::args_schema")]
     pub args_patch: Option<Value>,
     /// 0 (highest) to 9.
     #[schemars(range(min = 0, max = 9))]
     pub priority: Option<i16>,
     /// 1 to 64 of a-z, 0-9, `_` and `-`.
-    #[schemars(regex(pattern = r"^[a-z0-9_-]{1,64}$"))]
+    #[schemars(regex(pattern = super::job::QUEUE_PATTERN))]
     pub queue: Option<String>,
     /// 1 to 1,000; not below the attempts the job already made.
     #[schemars(range(min = 1, max = 1000))]
     pub max_attempts: Option<i32>,
     /// The new tags, all of them (at most 20 of 1 to 100 characters).
-    #[schemars(length(max = 20))]
+    #[serde(default)]
+    #[schemars(schema_with = "super::job::tags_schema")]
     pub tags: Option<Vec<String>>,
-    /// A JSON merge patch (RFC 7386) of the meta. `owner` is Kickoff's (refused).
+    /// A JSON merge patch (RFC 7386) of the meta. The keys Kickoff sets (`owner`, a schedule
+    /// run's) are refused.
+    #[serde(default)]
+    #[schemars(schema_with = "super::job::meta_patch_schema")]
     pub meta_patch: Option<Value>,
 }
 

@@ -95,7 +95,8 @@ pub async fn delete_rule(
 #[derive(schemars::JsonSchema, Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct IncidentParams {
-    /// `firing` (open incidents) or `resolved`; absent: both.
+    /// `firing` (open incidents) or `resolved`; absent or blank: both.
+    #[schemars(regex(pattern = r"^\s*$|^\s*(firing|resolved)\s*$"))]
     pub state: Option<String>,
     /// Keyset cursor: incidents with a smaller id.
     pub before: Option<i64>,
@@ -115,8 +116,8 @@ pub async fn list_incidents(
     State(state): State<AppState>,
     ApiQuery(params): ApiQuery<IncidentParams>,
 ) -> Result<Json<IncidentPage>, AppError> {
-    let firing = match params.state.as_deref() {
-        None => None,
+    let firing = match params.state.as_deref().map(str::trim) {
+        None | Some("") => None,
         Some("firing") => Some(true),
         Some("resolved") => Some(false),
         Some(other) => {

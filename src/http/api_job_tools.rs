@@ -23,6 +23,7 @@ use crate::engine::editing::Edited;
 use crate::engine::job_edit::{JobEdit, MAX_SHIFT_MS};
 use crate::engine::store::jobs as job_store;
 use crate::engine::{BulkChange, BulkReport, ClientError, Job, JobFilter, JobId};
+use crate::schema_rules::{ExactlyOne, InnerRequired, NOT_BLANK};
 
 /// Edits a waiting job: `scheduled`, `available` or `retryable` (409 otherwise, and for a job a
 /// question owns), checked by its kind's worker like an insert (422). The audit entry keeps the
@@ -158,9 +159,13 @@ fn confirmed(filter: JobFilter) -> Result<JobFilter, AppError> {
 /// `filter` (with the `max_id` its count answered), and the edit.
 #[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = ExactlyOne(&["ids", "filter"]))]
+#[schemars(transform = InnerRequired("filter", "max_id"))]
 pub struct EditManyBody {
-    #[schemars(length(min = 1, max = 1000))]
+    /// 1 to 1,000 ids. Not with `filter`.
+    #[schemars(length(min = 1, max = crate::engine::client::MAX_BULK_IDS))]
     pub ids: Option<Vec<JobId>>,
+    /// With the `max_id` its count answered. Not with `ids`.
     pub filter: Option<BulkFilter>,
     pub edit: JobEdit,
 }
@@ -230,6 +235,8 @@ pub async fn edit_many(
 /// The body of `POST /api/v1/jobs/shift`.
 #[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = ExactlyOne(&["by_ms", "to"]))]
+#[schemars(transform = InnerRequired("filter", "max_id"))]
 pub struct ShiftBody {
     /// The jobs to move, with the `max_id` their count answered.
     pub filter: BulkFilter,
@@ -238,11 +245,11 @@ pub struct ShiftBody {
     #[schemars(range(min = -315_360_000_000i64, max = 315_360_000_000i64))]
     pub by_ms: Option<i64>,
     /// Move the earliest of them to this instant (RFC 3339), the others keeping their distance
-    /// to it. Not with `by_ms`.
+    /// to it: at most 10 years from the earliest (else 422 `out_of_window`). Not with `by_ms`.
     pub to: Option<DateTime<Utc>>,
     /// The open questions of this game (their `game`, exactly) move by the same amount, their
     /// lock jobs with them. Questions whose lock job the filter matches move too.
-    #[schemars(length(min = 1, max = 200))]
+    #[schemars(length(min = 1, max = 200), regex(pattern = NOT_BLANK))]
     pub game: Option<String>,
 }
 
@@ -277,17 +284,15 @@ pub async fn shift(
             Some(earliest) => (to - earliest).num_milliseconds(),
             None => 0,
         },
+        // The schema admits exactly one of them.
         _ => return Err(AppError::invalid("give either by_ms or to (not both)")),
     };
     if by_ms.unsigned_abs() > MAX_SHIFT_MS as u64 {
-        return Err(AppError::invalid("by_ms: at most 10 years either way"));
-    }
-    if body
-        .game
-        .as_ref()
-        .is_some_and(|g| g.trim().is_empty() || g.chars().count() > 200)
-    {
-        return Err(AppError::invalid("game: 1 to 200 characters"));
+        return Err(ClientError::OutOfWindow {
+            field: "to",
+            message: "more than 10 years from the earliest job".into(),
+        }
+        .into());
     }
     let owners = questions_owning(&state.pool, &filter).await?;
     let mut questions = Vec::new();

@@ -20,72 +20,86 @@ use crate::engine::late_start::META_LATE;
 use crate::engine::store::jobs::{
     error_text_checked, late_by_checked, tags_checked, JobSuggestions,
 };
+use crate::engine::{job, JobFilter, LatePolicy};
 use crate::engine::{BulkAction, BulkReport, Job, JobId, JobState, NewJob, OnConflict, Schedule};
-use crate::engine::{JobFilter, LatePolicy};
+use crate::schema_rules::{AtMostOne, ExactlyOne, NO_NUL};
 
 /// The body of `POST /api/v1/jobs`.
 #[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = AtMostOne(&["scheduled_at", "schedule_in_ms"]))]
+#[schemars(transform = LateOnce)]
 pub struct CreateJob {
+    /// A kind a worker of this server runs (else 422 `unknown_kind`).
+    #[schemars(regex(pattern = NO_NUL))]
     pub kind: String,
+    /// A JSON object; its kind's worker checks it (else 422 `args_refused`).
     #[serde(default)]
+    #[schemars(schema_with = "job::args_schema")]
     pub args: Option<Value>,
+    /// 1 to 64 of a-z, 0-9, `_` and `-` (default `default`).
+    #[schemars(regex(pattern = job::QUEUE_PATTERN))]
     pub queue: Option<String>,
+    /// 0 (highest) to 9 (default 5).
+    #[schemars(range(min = 0, max = 9))]
     pub priority: Option<i16>,
+    /// 1 to 1,000 (default 20).
+    #[schemars(range(min = 1, max = 1000))]
     pub max_attempts: Option<i32>,
+    /// 1 to 255 characters: one live job per key.
+    #[schemars(length(min = 1, max = job::MAX_UNIQUE_KEY_CHARS), regex(pattern = NO_NUL))]
     pub unique_key: Option<String>,
     pub on_conflict: Option<OnConflict>,
-    /// RFC 3339.
+    /// RFC 3339, at most a day in the past and 3,650 days ahead (else 422 `out_of_window`). Not
+    /// with `schedule_in_ms`.
     pub scheduled_at: Option<DateTime<Utc>>,
+    /// Due this many ms from now: 0 to 3,650 days. Not with `scheduled_at`.
+    #[schemars(range(min = 0, max = job::MAX_SCHEDULE_IN_MS))]
     pub schedule_in_ms: Option<i64>,
+    #[serde(default)]
+    #[schemars(schema_with = "job::tags_schema")]
     pub tags: Option<Vec<String>>,
+    #[serde(default)]
+    #[schemars(schema_with = "job::meta_schema")]
     pub meta: Option<Value>,
     /// What to do with an attempt that would start more than `after_ms` after its due time:
     /// `run` it anyway (the default), `skip` it (the job is cancelled, saying how late) or
-    /// `discard` it (the job-discarded alert rule sees it). Kept as `meta.late`.
+    /// `discard` it (the job-discarded alert rule sees it). Kept as `meta.late` (not with it).
     pub on_late: Option<LatePolicy>,
 }
 
+/// `on_late` or `meta.late`, not both.
+struct LateOnce;
+
+impl schemars::transform::Transform for LateOnce {
+    fn transform(&mut self, schema: &mut schemars::Schema) {
+        let both = json!({ "not": {
+            "required": ["on_late", "meta"],
+            "properties": {
+                "on_late": { "not": { "type": "null" } },
+                "meta": { "required": [META_LATE] },
+            },
+        }});
+        schema
+            .ensure_object()
+            .entry("allOf")
+            .or_insert_with(|| json!([]))
+            .as_array_mut()
+            .expect("allOf is an array")
+            .push(both);
+    }
+}
+
 impl CreateJob {
-    pub fn into_new_job(self) -> Result<NewJob, AppError> {
+    /// The job to insert. The rules between fields (one way to schedule, `on_late` or
+    /// `meta.late`, a `traceparent`, `owner` reserved) are the schema's, checked as the body is
+    /// read ([`super::extract::ApiJson`]).
+    pub fn into_new_job(self) -> NewJob {
         let schedule = match (self.scheduled_at, self.schedule_in_ms) {
-            (Some(_), Some(_)) => {
-                return Err(AppError::invalid(
-                    "give either scheduled_at or schedule_in_ms, not both",
-                ))
-            }
-            (Some(at), None) => Schedule::At(at),
-            (None, Some(ms)) if ms < 0 => {
-                return Err(AppError::invalid("schedule_in_ms: must not be negative"))
-            }
-            (None, Some(ms)) => Schedule::In(std::time::Duration::from_millis(ms as u64)),
+            (Some(at), _) => Schedule::At(at),
+            (None, Some(ms)) => Schedule::In(std::time::Duration::from_millis(ms.max(0) as u64)),
             (None, None) => Schedule::Now,
         };
-        if self
-            .meta
-            .as_ref()
-            .and_then(|m| m.get(crate::telemetry::META_TRACEPARENT))
-            .is_some_and(|t| !t.as_str().is_some_and(crate::telemetry::is_traceparent))
-        {
-            return Err(AppError::invalid(
-                "meta.traceparent: not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)",
-            ));
-        }
-        if self.meta.as_ref().is_some_and(|m| m.get("owner").is_some()) {
-            return Err(AppError::invalid(
-                "meta.owner: set by Kickoff on the jobs a question owns (reserved)",
-            ));
-        }
-        if self.on_late.is_some()
-            && self
-                .meta
-                .as_ref()
-                .is_some_and(|m| m.get(META_LATE).is_some())
-        {
-            return Err(AppError::invalid(
-                "give either on_late or meta.late, not both",
-            ));
-        }
         let new = NewJob {
             kind: self.kind,
             args: self.args.unwrap_or_else(|| json!({})),
@@ -99,10 +113,10 @@ impl CreateJob {
             meta: self.meta.unwrap_or_else(|| json!({})),
             created_by: None,
         };
-        Ok(match self.on_late {
+        match self.on_late {
             Some(policy) => new.with_late_policy(policy),
             None => new,
-        })
+        }
     }
 }
 
@@ -119,7 +133,7 @@ pub async fn create(
     audit: Audit,
     ApiJson(body): ApiJson<CreateJob>,
 ) -> Result<impl IntoResponse, AppError> {
-    let mut new = body.into_new_job()?.created_by(creator(&caller));
+    let mut new = body.into_new_job().created_by(creator(&caller));
     // The job continues the call's trace: its span's when traces are exported, else the caller's.
     let incoming = trace.and_then(|Extension(t)| t.0);
     if let Some(tp) = crate::telemetry::hand_on(&tracing::Span::current(), incoming.as_deref()) {
@@ -184,22 +198,26 @@ macro_rules! job_filter_query {
             /// One state or several separated by commas (`retryable,discarded`); blank: any.
             #[schemars(regex(pattern = r"^\s*$|^\s*(available|scheduled|executing|retryable|completed|cancelled|discarded)\s*(,\s*(available|scheduled|executing|retryable|completed|cancelled|discarded)\s*)*$"))]
             pub state: Option<String>,
+            #[schemars(regex(pattern = $crate::schema_rules::NO_NUL))]
             pub queue: Option<String>,
+            #[schemars(regex(pattern = $crate::schema_rules::NO_NUL))]
             pub kind: Option<String>,
-            /// Jobs whose args contain this: a JSON object (`{"game_id":42}`) or `key=value`
-            /// pairs separated by commas (`game_id=42,team=lions`; a value reads as JSON when it
-            /// parses, as text otherwise). Only an admin's token may name a header or a
-            /// secret-named field.
+            /// Jobs whose args contain this: a JSON object (`{"game_id":42}`; else 422
+            /// `invalid_json`) or `key=value` pairs separated by commas
+            /// (`game_id=42,team=lions`; a value reads as JSON when it parses, as text
+            /// otherwise). Only an admin's token may name a header or a secret-named field.
+            #[schemars(regex(pattern = $crate::schema_rules::ARGS_FILTER_PATTERN))]
             pub args: Option<String>,
             /// Jobs carrying every one of these tags: separated by commas, or a JSON array (for a
-            /// tag with a comma); 1 to 20 tags of 1 to 100 characters.
+            /// tag with a comma; else 422 `invalid_json`); 1 to 20 tags of 1 to 100 characters.
+            #[schemars(regex(pattern = $crate::schema_rules::TAGS_FILTER_PATTERN))]
             pub tags: Option<String>,
             /// Text in the last error's message, case-insensitive (at most 200 characters). Read
             /// row by row: bound it with a state, queue or kind on a large table. A job whose
             /// secrets the token may not see matches on the message as shown to it (secrets
             /// hidden), so a page may hold fewer jobs than `limit` while `next_before` says more
             /// follow.
-            #[schemars(length(max = 200))]
+            #[schemars(length(max = 200), regex(pattern = $crate::schema_rules::NO_NUL))]
             pub error: Option<String>,
             /// RFC 3339; `scheduled_at` at or after it.
             pub scheduled_from: Option<::chrono::DateTime<::chrono::Utc>>,
@@ -217,6 +235,8 @@ macro_rules! job_filter_query {
             pub fn to_filter(
                 &self,
             ) -> Result<$crate::engine::JobFilter, $crate::http::error::AppError> {
+                $crate::http::api_jobs::json_filter_checked(self.args.as_deref(), '{')?;
+                $crate::http::api_jobs::json_filter_checked(self.tags.as_deref(), '[')?;
                 let fields = $crate::engine::store::jobs::FilterFields {
                     states: self.state.as_deref(),
                     queue: self.queue.as_deref(),
@@ -238,6 +258,34 @@ macro_rules! job_filter_query {
     };
 }
 pub(crate) use job_filter_query;
+
+/// A filter written as JSON (it starts with `open`) that is not JSON of that shape: 422
+/// `invalid_json` (a rule no pattern can state).
+pub(crate) fn json_filter_checked(text: Option<&str>, open: char) -> Result<(), AppError> {
+    let Some(text) = text.map(str::trim).filter(|t| t.starts_with(open)) else {
+        return Ok(());
+    };
+    use crate::engine::store::jobs::{parse_args_filter, parse_tags_filter};
+    let fits = match open {
+        '{' => parse_args_filter(text).is_ok_and(|v| !v.to_string().contains("\\u0000")),
+        _ => parse_tags_filter(text).is_ok_and(|t| !t.iter().any(|t| t.contains('\0'))),
+    };
+    if fits {
+        return Ok(());
+    }
+    Err(AppError::Unprocessable {
+        code: "invalid_json",
+        message: format!(
+            "{}: starts with `{open}` but is not a JSON {}",
+            if open == '{' { "args" } else { "tags" },
+            if open == '{' {
+                "object (without NUL)"
+            } else {
+                "array of 1 to 20 texts of 1 to 100 characters (without NUL)"
+            }
+        ),
+    })
+}
 
 job_filter_query! {
     /// The query of `GET /api/v1/jobs`: the filters and the page.
@@ -481,9 +529,13 @@ pub struct BulkFilter {
     /// Any of these states; absent or empty: every state.
     #[serde(default)]
     pub states: Vec<JobState>,
+    #[schemars(regex(pattern = NO_NUL))]
     pub queue: Option<String>,
+    #[schemars(regex(pattern = NO_NUL))]
     pub kind: Option<String>,
     /// Jobs whose args contain this object.
+    #[serde(default)]
+    #[schemars(schema_with = "job::args_schema")]
     pub args: Option<Value>,
     /// RFC 3339; `scheduled_at` at or after it.
     pub scheduled_from: Option<DateTime<Utc>>,
@@ -496,12 +548,13 @@ pub struct BulkFilter {
     #[schemars(range(min = 0, max = 86400000))]
     pub late_by_ms: Option<f64>,
     /// Jobs carrying every one of these tags (1 to 20 of 1 to 100 characters).
-    #[schemars(length(min = 1, max = 20))]
+    #[serde(default)]
+    #[schemars(schema_with = "job::tags_schema", length(min = 1))]
     pub tags: Option<Vec<String>>,
     /// Text in the last error's message, case-insensitive (at most 200 characters). Only an
     /// admin's token: a count over messages others see with secrets hidden would tell whether a
     /// guessed secret is in one (list with this filter, then act on the ids).
-    #[schemars(length(max = 200))]
+    #[schemars(length(max = 200), regex(pattern = NO_NUL))]
     pub error: Option<String>,
 }
 
@@ -527,10 +580,14 @@ impl TryFrom<BulkFilter> for JobFilter {
 /// The body of `POST /api/v1/jobs/bulk`: an action and either `ids` (at most 1,000) or `filter`.
 #[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = ExactlyOne(&["ids", "filter"]))]
 pub struct BulkBody {
     /// `cancel`, `retry`, `run_now` or `delete`.
     pub action: BulkAction,
+    /// 1 to 1,000 ids. Not with `filter`.
+    #[schemars(length(min = 1, max = crate::engine::client::MAX_BULK_IDS))]
     pub ids: Option<Vec<JobId>>,
+    /// Not with `ids`.
     pub filter: Option<BulkFilter>,
 }
 
@@ -567,6 +624,7 @@ pub async fn bulk(
             let filter = JobFilter::try_from(filter).map_err(AppError::invalid)?;
             Ok(audit.bulk_filter(&state.client, body.action, &filter).await)
         }
+        // The schema admits exactly one of them.
         _ => Err(AppError::invalid("give either ids or filter (not both)")),
     }
 }

@@ -11,9 +11,10 @@ use super::api_audit::{uncounted, Audit, Audited};
 use super::error::AppError;
 use super::extract::{ApiJson, ApiQuery, IdPath};
 use super::state::AppState;
-use crate::questions::service::QuestionDetail;
+use crate::questions::service::{QuestionDetail, MAX_CHOICES, MAX_CHOICE_CHARS, MAX_PLAYER_CHARS};
 use crate::questions::store::{Prediction, Question};
 use crate::questions::{QuestionError, QuestionStatus};
+use crate::schema_rules::{NOT_BLANK, TRIMMED};
 
 impl From<QuestionError> for AppError {
     fn from(e: QuestionError) -> Self {
@@ -38,11 +39,17 @@ impl From<QuestionError> for AppError {
 #[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateQuestion {
+    /// The game it is about: 1 to 200 characters, not blank.
+    #[schemars(length(min = 1, max = 200), regex(pattern = NOT_BLANK))]
     pub game: String,
+    /// 1 to 500 characters, not blank.
+    #[schemars(length(min = 1, max = 500), regex(pattern = NOT_BLANK))]
     pub prompt: String,
-    /// 2 to 20 choices.
-    #[schemars(length(min = 2, max = 20))]
+    /// 2 to 20 different choices of 1 to 100 characters without outer spaces.
+    #[schemars(length(min = 2, max = MAX_CHOICES), extend("uniqueItems" = true))]
+    #[schemars(inner(length(min = 1, max = MAX_CHOICE_CHARS), regex(pattern = TRIMMED)))]
     pub choices: Vec<String>,
+    /// In the future, at most 730 days ahead (else 422 `out_of_window`).
     pub game_time: DateTime<Utc>,
 }
 
@@ -71,6 +78,8 @@ pub async fn create(
 #[derive(schemars::JsonSchema, Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
+    /// `open`, `locked` or `settled`; blank or absent: every question.
+    #[schemars(regex(pattern = r"^\s*$|^\s*(open|locked|settled)\s*$"))]
     pub status: Option<String>,
     /// 1 to 500 (default 50).
     #[schemars(range(min = 1, max = 500))]
@@ -84,6 +93,8 @@ pub async fn list(
     let status = params
         .status
         .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
         .map(str::parse::<QuestionStatus>)
         .transpose()
         .map_err(AppError::invalid)?;
@@ -105,10 +116,16 @@ pub async fn get(
 #[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateQuestion {
+    /// 1 to 500 characters, not blank.
+    #[schemars(length(min = 1, max = 500), regex(pattern = NOT_BLANK))]
     pub prompt: Option<String>,
-    /// 2 to 20 choices, while nobody predicted.
-    #[schemars(length(min = 2, max = 20))]
+    /// 2 to 20 different choices of 1 to 100 characters without outer spaces, while nobody
+    /// predicted (else 409).
+    #[schemars(length(min = 2, max = MAX_CHOICES), extend("uniqueItems" = true))]
+    #[schemars(inner(length(min = 1, max = MAX_CHOICE_CHARS), regex(pattern = TRIMMED)))]
     pub choices: Option<Vec<String>>,
+    /// In the future, at most 730 days ahead (else 422 `out_of_window`), while the question is
+    /// open (else 409).
     pub game_time: Option<DateTime<Utc>>,
 }
 
@@ -152,7 +169,10 @@ pub async fn delete(
 #[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PredictBody {
+    /// 1 to 100 characters, not blank.
+    #[schemars(length(min = 1, max = MAX_PLAYER_CHARS), regex(pattern = NOT_BLANK))]
     pub player: String,
+    /// One of the question's choices (else 422 `unknown_choice`).
     pub choice: String,
 }
 

@@ -82,6 +82,9 @@ async fn set_paused(
 /// A change of some of a queue's settings; absent fields keep theirs, `null` removes one.
 #[derive(schemars::JsonSchema, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = crate::schema_rules::AtLeastOne(&[
+    "concurrency", "rate", "per", "global_concurrency",
+]))]
 pub struct QueuePatch {
     /// Per-node concurrency, 1 to 10000; `null` returns to each node's configured one.
     #[serde(default, deserialize_with = "super::extract::present")]
@@ -91,10 +94,13 @@ pub struct QueuePatch {
     /// `20/10s`; N 1 to 1000000, the period 1 ms to 1 day); `null` removes the rate. Jobs over it
     /// stay available and lose no attempt.
     #[serde(default, deserialize_with = "super::extract::present")]
+    #[schemars(regex(pattern = crate::schema_rules::RATE_PATTERN))]
     pub rate: Option<Option<String>>,
     /// What the rate is counted by, each key getting all of it: `kind`, `host` (of a webhook's
-    /// url) or `args.<field>`; `null`: one count for the queue. Needs a rate.
+    /// url) or `args.<field>` (1 to 64 of A-Z, a-z, 0-9, `_`, `-`); `null`: one count for the
+    /// queue. Needs a rate, given or the queue's (else 422 `inconsistent`).
     #[serde(default, deserialize_with = "super::extract::present")]
+    #[schemars(regex(pattern = r"^(kind|host|args\.[A-Za-z0-9_-]{1,64})$"))]
     pub per: Option<Option<String>>,
     /// Attempts executing on all nodes together, 1 to 100000; `null` removes it.
     #[serde(default, deserialize_with = "super::extract::present")]
@@ -136,6 +142,12 @@ impl QueuePatch {
                 }
                 None => None,
             };
+        }
+        if limits.per.is_some() && limits.rate.is_none() {
+            return Err(ClientError::Inconsistent {
+                field: "per",
+                message: "a partition needs a rate: give `rate` too".into(),
+            });
         }
         Ok(limits)
     }
@@ -239,7 +251,12 @@ pub async fn pause_kind(
             let row = state
                 .client
                 .pause_kind_with(conn, &kind, Some(&caller.actor))
-                .await?;
+                .await
+                .map_err(|e| match e {
+                    // The path names no kind this server runs.
+                    ClientError::UnknownKind(kind) => ClientError::NotFound(format!("kind {kind}")),
+                    e => e,
+                })?;
             Ok(Json(KindView {
                 kind: row.kind,
                 paused: true,

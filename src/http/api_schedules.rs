@@ -15,11 +15,13 @@ use super::auth::ApiCaller;
 use super::error::AppError;
 use super::extract::{ApiJson, ApiQuery};
 use super::state::AppState;
+use crate::engine::schedules::rule;
 use crate::engine::schedules::service::{spec_of, MAX_PREVIEW};
 use crate::engine::schedules::{
     Missed, Overlap, ScheduleError, ScheduleSpec, ScheduleView, Schedules, SlotPreview,
 };
-use crate::engine::{Job, JobId};
+use crate::engine::{job, Job, JobId};
+use crate::schema_rules::{AtMostOne, NO_NUL};
 
 fn schedules(state: &AppState) -> Schedules {
     Schedules::new(state.client.clone())
@@ -86,26 +88,48 @@ pub async fn create(
 /// `every_ms` and the other way round.
 #[derive(schemars::JsonSchema, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = AtMostOne(&["cron", "every_ms"]))]
 pub struct SchedulePatch {
+    /// Not with `every_ms`; a syntax error is 422 `invalid_cron`.
     pub cron: Option<String>,
+    /// 1,000 to 34,560,000,000 ms. Not with `cron`.
+    #[schemars(range(min = 1000, max = 34_560_000_000i64))]
     pub every_ms: Option<i64>,
+    #[serde(default)]
+    #[schemars(schema_with = "rule::zone_or_null")]
     pub time_zone: Option<String>,
+    /// A kind a worker of this server runs (else 422 `unknown_kind`).
+    #[schemars(regex(pattern = NO_NUL))]
     pub kind: Option<String>,
+    /// Checked by the kind's worker (else 422 `args_refused`).
+    #[serde(default)]
+    #[schemars(schema_with = "job::args_schema")]
     pub args: Option<Value>,
+    #[schemars(regex(pattern = job::QUEUE_PATTERN))]
     pub queue: Option<String>,
+    #[schemars(range(min = 0, max = 9))]
     pub priority: Option<i16>,
+    #[schemars(range(min = 1, max = 1000))]
     pub max_attempts: Option<i32>,
+    #[serde(default)]
+    #[schemars(schema_with = "job::tags_schema")]
     pub tags: Option<Vec<String>>,
+    #[serde(default)]
+    #[schemars(schema_with = "job::template_meta_or_null")]
     pub meta: Option<Value>,
     pub paused: Option<bool>,
     /// `null` removes the start.
     #[serde(default, deserialize_with = "super::extract::present")]
+    #[schemars(regex(pattern = rule::INSTANT_PATTERN))]
     pub starts_at: Option<Option<DateTime<Utc>>>,
-    /// `null` removes the end.
+    /// `null` removes the end; after the start (else 422 `inconsistent`), not passed (else 422
+    /// `out_of_window`).
     #[serde(default, deserialize_with = "super::extract::present")]
+    #[schemars(regex(pattern = rule::INSTANT_PATTERN))]
     pub ends_at: Option<Option<DateTime<Utc>>>,
     pub overlap: Option<Overlap>,
     pub missed: Option<Missed>,
+    #[schemars(range(min = 1, max = 1000))]
     pub missed_limit: Option<i32>,
 }
 

@@ -18,7 +18,8 @@ use crate::webhooks::deliveries::{DeliveryRow, DeliverySearch, StatusFilter, MAX
 #[serde(deny_unknown_fields)]
 pub struct DeliveryParams {
     /// A status code (`500`), a class (`5xx`), or `none` for the calls that got no answer (a
-    /// time-out, a refused connection, a refusal before the call).
+    /// time-out, a refused connection, a refusal before the call); blank: any.
+    #[schemars(regex(pattern = r"^\s*$|^\s*([1-9][0-9]{2}|[1-9][xX]{2}|[nN][oO][nN][eE])\s*$"))]
     pub status: Option<String>,
     /// Only this job's calls.
     #[schemars(range(min = 1))]
@@ -45,6 +46,8 @@ pub async fn list(
     let status = params
         .status
         .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
         .map(str::parse::<StatusFilter>)
         .transpose()
         .map_err(AppError::invalid)?;

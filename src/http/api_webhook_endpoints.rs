@@ -20,16 +20,36 @@ use crate::webhooks::service::DEFAULT_OVERLAP;
 use crate::webhooks::{EndpointRow, EndpointSettings, NewSecret};
 
 /// A new endpoint.
+/// The prefixes the document states: `http` or `https`, a host name or IPv4 address, a port, a
+/// path and a query of URL characters, at most 2,000 characters (a subset of what the server
+/// reads, 2,048 characters as the URL parser writes it: IPv6 hosts and characters to be
+/// percent-encoded are left out).
+pub const URL_PREFIX_PATTERN: &str = r"^[hH][tT][tT][pP][sS]?://[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*(:([1-9][0-9]{0,3}|[1-5][0-9]{4}))?(/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)?(\?[A-Za-z0-9._~%!$&'()*+,;=:@/?-]*)?$";
+
+/// Two default headers of one name in different cases: no schema states it.
+fn refuse_twice(headers: Option<&BTreeMap<String, String>>) -> Result<(), AppError> {
+    match headers.and_then(crate::webhooks::headers::twice_in_any_case) {
+        None => Ok(()),
+        Some(name) => Err(AppError::Unprocessable {
+            code: "inconsistent",
+            message: format!("headers: `{name}` is given twice (in another case)"),
+        }),
+    }
+}
+
 #[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = crate::schema_rules::TrueNeedsTrue("private_network", "allow_calls"))]
 pub struct CreateEndpoint {
-    /// `http://` or `https://` and a host, at most 2,048 characters: webhook calls whose URL
+    /// `http://` or `https://` and a host, at most 2,000 characters: webhook calls whose URL
     /// starts with it are signed with the endpoint's secret (the longest matching prefix wins).
+    #[schemars(length(min = 1, max = 2000), regex(pattern = URL_PREFIX_PATTERN))]
     pub url_prefix: String,
     /// Headers sent with every call under the endpoint, beneath the job's own (a job's header of
     /// the same name wins): at most 20, values at most 4,096 bytes, not `Host`, the hop-by-hop
     /// headers or the `webhook-*` ones. Sealed in the database; only the names are shown again.
     #[serde(default)]
+    #[schemars(schema_with = "crate::webhooks::headers::defaults_schema")]
     pub headers: Option<BTreeMap<String, String>>,
     /// Webhook jobs may call URLs under the prefix. Default: false (the endpoint only signs).
     #[serde(default)]
@@ -81,6 +101,7 @@ fn methods(given: &Option<Vec<HttpMethod>>) -> Option<Vec<String>> {
 pub struct UpdateEndpoint {
     /// Replaces all the default headers (`{}`: none); the limits of [`CreateEndpoint::headers`].
     #[serde(default)]
+    #[schemars(schema_with = "crate::webhooks::headers::defaults_schema")]
     pub headers: Option<BTreeMap<String, String>>,
     #[serde(default)]
     pub allow_calls: Option<bool>,
@@ -122,6 +143,7 @@ pub async fn create(
     ApiJson(body): ApiJson<CreateEndpoint>,
 ) -> Result<(StatusCode, Audited<Json<NewSecret>>), AppError> {
     admin(&caller)?;
+    refuse_twice(body.headers.as_ref())?;
     let made = audit
         .run(uncounted, async |work| {
             let conn = work.conn().await?;
@@ -174,6 +196,7 @@ pub async fn update(
     ApiJson(body): ApiJson<UpdateEndpoint>,
 ) -> Result<Audited<Json<EndpointRow>>, AppError> {
     admin(&caller)?;
+    refuse_twice(body.headers.as_ref())?;
     let change = EndpointSettings {
         header_methods: methods(&body.header_methods),
         headers: body.headers,

@@ -181,6 +181,18 @@ impl From<ClientError> for AppError {
                 code: "unknown_kind",
                 message: e.to_string(),
             },
+            ClientError::ArgsRefused(_) => AppError::Unprocessable {
+                code: "args_refused",
+                message: e.to_string(),
+            },
+            ClientError::OutOfWindow { .. } => AppError::Unprocessable {
+                code: "out_of_window",
+                message: e.to_string(),
+            },
+            ClientError::Inconsistent { .. } => AppError::Unprocessable {
+                code: "inconsistent",
+                message: e.to_string(),
+            },
             ClientError::NotFound(what) => AppError::NotFound(format!("{what} not found")),
             ClientError::Conflict(m) => AppError::conflict(m),
             ClientError::Database(e) => e.into(),
@@ -313,6 +325,10 @@ impl From<crate::webhooks::EndpointError> for AppError {
         use crate::webhooks::EndpointError;
         match e {
             EndpointError::Invalid(m) => AppError::invalid(m),
+            EndpointError::Inconsistent(m) => AppError::Unprocessable {
+                code: "inconsistent",
+                message: m,
+            },
             EndpointError::NotFound(_) => AppError::NotFound(e.to_string()),
             EndpointError::Taken(_) => AppError::Conflict {
                 code: "taken",
@@ -331,6 +347,10 @@ impl From<crate::alerts::AlertError> for AppError {
         use crate::alerts::AlertError;
         match e {
             AlertError::Invalid(m) => AppError::invalid(m),
+            AlertError::NotifyRefused(_) => AppError::Unprocessable {
+                code: "notify_url_refused",
+                message: e.to_string(),
+            },
             AlertError::NotFound(_) => AppError::NotFound(e.to_string()),
             AlertError::Conflict(m) => AppError::Conflict {
                 code: "conflict",

@@ -39,9 +39,89 @@ pub struct Endpoint {
     pub query: Option<SchemaFn>,
     /// The success status and the JSON it answers with (`None`: no body, or not JSON).
     pub ok: (u16, Option<SchemaFn>),
+    /// The refusals of rules no schema can state (they depend on what the server holds, on the
+    /// clock, or relate fields), each with its status and code: documented with the operation,
+    /// and the only refusals a schema-valid request may get (`scripts/schemathesis_hooks.py`).
+    pub refusals: &'static [Refusal],
     /// The handler.
     pub route: fn() -> MethodRouter<AppState>,
 }
+
+/// A refusal an operation may answer a schema-valid request with.
+pub struct Refusal {
+    pub status: u16,
+    /// The error's `code`.
+    pub code: &'static str,
+    /// The rule, in words.
+    pub when: &'static str,
+}
+
+/// A job kind no worker of this server runs.
+const UNKNOWN_KIND: Refusal = Refusal {
+    status: 422,
+    code: "unknown_kind",
+    when: "no worker of this server runs the kind",
+};
+/// The kind's worker refused the args.
+const ARGS_REFUSED: Refusal = Refusal {
+    status: 422,
+    code: "args_refused",
+    when: "the kind's worker refused the args (each kind has its own: a webhook's URL must be allowed, say)",
+};
+/// A filter written as JSON that is not.
+const INVALID_JSON: Refusal = Refusal {
+    status: 422,
+    code: "invalid_json",
+    when: "`args` starts with `{` but is not a JSON object, or `tags` starts with `[` but is not a JSON array of tags",
+};
+/// A named schedule that does not exist.
+const UNKNOWN_SCHEDULE: Refusal = Refusal {
+    status: 404,
+    code: "not_found",
+    when: "no schedule has the name `schedule`",
+};
+/// A choice the question does not have.
+const UNKNOWN_CHOICE: Refusal = Refusal {
+    status: 422,
+    code: "unknown_choice",
+    when: "the choice is not one of the question's",
+};
+/// A cron expression that does not parse (its syntax is more than a pattern can state).
+const INVALID_CRON: Refusal = Refusal {
+    status: 422,
+    code: "invalid_cron",
+    when: "the cron expression does not parse (the message names the field and the character)",
+};
+/// Fields that do not fit together.
+const INCONSISTENT: Refusal = Refusal {
+    status: 422,
+    code: "inconsistent",
+    when: "two fields do not fit together (an end before its start, a range over its limit)",
+};
+/// An alert's notification URL the webhook worker refuses.
+const NOTIFY_URL_REFUSED: Refusal = Refusal {
+    status: 422,
+    code: "notify_url_refused",
+    when: "webhook calls may not go to the URL (`KICKOFF_WEBHOOK_ALLOWED_HOSTS` and the endpoints' `allow_calls` say where they may)",
+};
+/// A name another record has.
+const NAME_TAKEN: Refusal = Refusal {
+    status: 409,
+    code: "conflict",
+    when: "the name is taken (or, for alert rules, there are 200 already)",
+};
+/// A URL prefix another endpoint has.
+const PREFIX_TAKEN: Refusal = Refusal {
+    status: 409,
+    code: "taken",
+    when: "another endpoint has the URL prefix (as the URL parser writes it)",
+};
+/// A time too far from now.
+const OUT_OF_WINDOW: Refusal = Refusal {
+    status: 422,
+    code: "out_of_window",
+    when: "a time is too far from now (the message says which and the bound)",
+};
 
 /// Every operation of `/api/v1`.
 pub fn endpoints() -> Vec<Endpoint> {
@@ -54,6 +134,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<api_jobs::CreateJob>),
             query: None,
             ok: (201, Some(schema::<api_jobs::InsertedBody>)),
+            refusals: &[UNKNOWN_KIND, ARGS_REFUSED, OUT_OF_WINDOW],
             route: || post(api_jobs::create),
         },
         Endpoint {
@@ -63,6 +144,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: Some(schema::<api_jobs::ListParams>),
             ok: (200, Some(schema::<api_jobs::JobPage>)),
+            refusals: &[INVALID_JSON],
             route: || get(api_jobs::list),
         },
         Endpoint {
@@ -72,6 +154,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<JobSuggestions>)),
+            refusals: &[],
             route: || get(api_jobs::suggestions),
         },
         Endpoint {
@@ -81,6 +164,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: Some(schema::<api_job_tools::CountParams>),
             ok: (200, Some(schema::<api_job_tools::FilterCount>)),
+            refusals: &[INVALID_JSON],
             route: || get(api_job_tools::count),
         },
         Endpoint {
@@ -90,6 +174,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: Some(schema::<api_job_tools::ExportParams>),
             ok: (200, None),
+            refusals: &[INVALID_JSON],
             route: || get(api_job_tools::export),
         },
         Endpoint {
@@ -99,6 +184,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<api_job_tools::EditManyBody>),
             query: None,
             ok: (200, Some(schema::<BulkReport>)),
+            refusals: &[],
             route: || post(api_job_tools::edit_many),
         },
         Endpoint {
@@ -108,6 +194,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<api_job_tools::ShiftBody>),
             query: None,
             ok: (200, Some(schema::<api_job_tools::ShiftReport>)),
+            refusals: &[OUT_OF_WINDOW],
             route: || post(api_job_tools::shift),
         },
         Endpoint {
@@ -117,6 +204,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<api_jobs::BulkBody>),
             query: None,
             ok: (200, Some(schema::<BulkReport>)),
+            refusals: &[],
             route: || post(api_jobs::bulk),
         },
         Endpoint {
@@ -126,6 +214,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<Job>)),
+            refusals: &[],
             route: || get(api_jobs::get),
         },
         Endpoint {
@@ -135,6 +224,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<Vec<api_history::AttemptView>>)),
+            refusals: &[],
             route: || get(api_history::attempts),
         },
         Endpoint {
@@ -144,6 +234,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<crate::engine::job_edit::JobEdit>),
             query: None,
             ok: (200, Some(schema::<Job>)),
+            refusals: &[UNKNOWN_KIND, ARGS_REFUSED],
             route: || patch(api_job_tools::edit),
         },
         Endpoint {
@@ -153,6 +244,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (204, None),
+            refusals: &[],
             route: || delete(api_jobs::delete),
         },
         Endpoint {
@@ -162,6 +254,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<Job>)),
+            refusals: &[],
             route: || post(api_jobs::cancel),
         },
         Endpoint {
@@ -171,6 +264,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<Job>)),
+            refusals: &[],
             route: || post(api_jobs::retry),
         },
         Endpoint {
@@ -180,6 +274,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<Job>)),
+            refusals: &[],
             route: || post(api_jobs::run_now),
         },
         Endpoint {
@@ -189,6 +284,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<api_jobs::RescheduleBody>),
             query: None,
             ok: (200, Some(schema::<Job>)),
+            refusals: &[OUT_OF_WINDOW],
             route: || post(api_jobs::reschedule),
         },
         Endpoint {
@@ -198,6 +294,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<Vec<api_queues::QueueView>>)),
+            refusals: &[],
             route: || get(api_queues::list),
         },
         Endpoint {
@@ -207,6 +304,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<api_queues::QueuePatch>),
             query: None,
             ok: (200, Some(schema::<crate::engine::QueueRow>)),
+            refusals: &[INCONSISTENT],
             route: || patch(api_queues::update),
         },
         Endpoint {
@@ -216,6 +314,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<crate::engine::QueueRow>)),
+            refusals: &[],
             route: || post(api_queues::pause),
         },
         Endpoint {
@@ -225,6 +324,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<crate::engine::QueueRow>)),
+            refusals: &[],
             route: || post(api_queues::resume),
         },
         Endpoint {
@@ -234,15 +334,17 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<Vec<api_queues::KindView>>)),
+            refusals: &[],
             route: || get(api_queues::kinds),
         },
         Endpoint {
             method: "post",
             path: "/kinds/{kind}/pause",
-            summary: "Pause a job kind on every node: no node claims its jobs until it is resumed (422 for a kind no worker runs)",
+            summary: "Pause a job kind on every node: no node claims its jobs until it is resumed (404 for a kind no worker runs)",
             body: None,
             query: None,
             ok: (200, Some(schema::<api_queues::KindView>)),
+            refusals: &[],
             route: || post(api_queues::pause_kind),
         },
         Endpoint {
@@ -252,6 +354,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<api_queues::KindView>)),
+            refusals: &[],
             route: || post(api_queues::resume_kind),
         },
         Endpoint {
@@ -261,6 +364,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<Vec<crate::webhooks::EndpointRow>>)),
+            refusals: &[],
             route: || get(api_webhook_endpoints::list),
         },
         Endpoint {
@@ -270,6 +374,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<api_webhook_endpoints::CreateEndpoint>),
             query: None,
             ok: (201, Some(schema::<crate::webhooks::NewSecret>)),
+            refusals: &[INCONSISTENT, PREFIX_TAKEN],
             route: || post(api_webhook_endpoints::create),
         },
         Endpoint {
@@ -279,6 +384,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<api_webhook_endpoints::RotateEndpoint>),
             query: None,
             ok: (200, Some(schema::<crate::webhooks::NewSecret>)),
+            refusals: &[],
             route: || post(api_webhook_endpoints::rotate),
         },
         Endpoint {
@@ -288,6 +394,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<api_webhook_endpoints::UpdateEndpoint>),
             query: None,
             ok: (200, Some(schema::<crate::webhooks::EndpointRow>)),
+            refusals: &[INCONSISTENT],
             route: || patch(api_webhook_endpoints::update),
         },
         Endpoint {
@@ -297,6 +404,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<crate::webhooks::EndpointRow>)),
+            refusals: &[],
             route: || delete(api_webhook_endpoints::delete),
         },
         Endpoint {
@@ -306,6 +414,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: Some(schema::<api_webhook_deliveries::DeliveryParams>),
             ok: (200, Some(schema::<api_webhook_deliveries::DeliveryPage>)),
+            refusals: &[],
             route: || get(api_webhook_deliveries::list),
         },
         Endpoint {
@@ -315,6 +424,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<Vec<crate::alerts::RuleRow>>)),
+            refusals: &[],
             route: || get(api_alerts::list_rules),
         },
         Endpoint {
@@ -324,6 +434,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<crate::alerts::RuleSpec>),
             query: None,
             ok: (201, Some(schema::<crate::alerts::RuleRow>)),
+            refusals: &[NOTIFY_URL_REFUSED, NAME_TAKEN],
             route: || post(api_alerts::create_rule),
         },
         Endpoint {
@@ -333,6 +444,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<api_alerts::RulePatch>),
             query: None,
             ok: (200, Some(schema::<crate::alerts::RuleRow>)),
+            refusals: &[],
             route: || patch(api_alerts::update_rule),
         },
         Endpoint {
@@ -342,6 +454,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<crate::alerts::RuleRow>)),
+            refusals: &[],
             route: || delete(api_alerts::delete_rule),
         },
         Endpoint {
@@ -351,6 +464,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: Some(schema::<api_alerts::IncidentParams>),
             ok: (200, Some(schema::<api_alerts::IncidentPage>)),
+            refusals: &[],
             route: || get(api_alerts::list_incidents),
         },
         Endpoint {
@@ -360,6 +474,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<crate::alerts::IncidentRow>)),
+            refusals: &[],
             route: || post(api_alerts::acknowledge),
         },
         Endpoint {
@@ -369,6 +484,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<api_queues::Stats>)),
+            refusals: &[],
             route: || get(api_queues::stats),
         },
         Endpoint {
@@ -378,6 +494,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: Some(schema::<api_history::HistoryParams>),
             ok: (200, Some(schema::<api_history::HistoryView>)),
+            refusals: &[UNKNOWN_SCHEDULE, INCONSISTENT, OUT_OF_WINDOW],
             route: || get(api_history::history),
         },
         Endpoint {
@@ -387,6 +504,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<Vec<ScheduleView>>)),
+            refusals: &[],
             route: || get(api_schedules::list),
         },
         Endpoint {
@@ -396,6 +514,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<ScheduleSpec>),
             query: None,
             ok: (201, Some(schema::<ScheduleView>)),
+            refusals: &[UNKNOWN_KIND, ARGS_REFUSED, INVALID_CRON, INCONSISTENT, OUT_OF_WINDOW, NAME_TAKEN],
             route: || post(api_schedules::create),
         },
         Endpoint {
@@ -405,6 +524,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<ScheduleView>)),
+            refusals: &[],
             route: || get(api_schedules::get),
         },
         Endpoint {
@@ -414,6 +534,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<api_schedules::SchedulePatch>),
             query: None,
             ok: (200, Some(schema::<ScheduleView>)),
+            refusals: &[UNKNOWN_KIND, ARGS_REFUSED, INVALID_CRON, INCONSISTENT, OUT_OF_WINDOW],
             route: || patch(api_schedules::update),
         },
         Endpoint {
@@ -423,6 +544,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (204, None),
+            refusals: &[],
             route: || delete(api_schedules::delete),
         },
         Endpoint {
@@ -432,6 +554,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<ScheduleView>)),
+            refusals: &[],
             route: || post(api_schedules::pause),
         },
         Endpoint {
@@ -441,6 +564,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<ScheduleView>)),
+            refusals: &[],
             route: || post(api_schedules::resume),
         },
         Endpoint {
@@ -450,6 +574,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (201, Some(schema::<Job>)),
+            refusals: &[],
             route: || post(api_schedules::trigger),
         },
         Endpoint {
@@ -459,6 +584,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: Some(schema::<api_schedules::PreviewParams>),
             ok: (200, Some(schema::<api_schedules::Preview>)),
+            refusals: &[],
             route: || get(api_schedules::preview),
         },
         Endpoint {
@@ -468,6 +594,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: Some(schema::<api_schedules::RunsParams>),
             ok: (200, Some(schema::<api_schedules::RunPage>)),
+            refusals: &[],
             route: || get(api_schedules::runs),
         },
         Endpoint {
@@ -477,6 +604,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<api_questions::CreateQuestion>),
             query: None,
             ok: (201, Some(schema::<QuestionDetail>)),
+            refusals: &[OUT_OF_WINDOW],
             route: || post(api_questions::create),
         },
         Endpoint {
@@ -486,6 +614,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: Some(schema::<api_questions::ListParams>),
             ok: (200, Some(schema::<Vec<Question>>)),
+            refusals: &[],
             route: || get(api_questions::list),
         },
         Endpoint {
@@ -495,6 +624,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, Some(schema::<QuestionDetail>)),
+            refusals: &[],
             route: || get(api_questions::get),
         },
         Endpoint {
@@ -504,6 +634,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<api_questions::UpdateQuestion>),
             query: None,
             ok: (200, Some(schema::<QuestionDetail>)),
+            refusals: &[OUT_OF_WINDOW],
             route: || patch(api_questions::update),
         },
         Endpoint {
@@ -513,6 +644,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (204, None),
+            refusals: &[],
             route: || delete(api_questions::delete),
         },
         Endpoint {
@@ -522,6 +654,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<api_questions::PredictBody>),
             query: None,
             ok: (201, Some(schema::<Prediction>)),
+            refusals: &[UNKNOWN_CHOICE],
             route: || post(api_questions::predict),
         },
         Endpoint {
@@ -531,6 +664,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<api_questions::SettleBody>),
             query: None,
             ok: (200, Some(schema::<QuestionDetail>)),
+            refusals: &[UNKNOWN_CHOICE],
             route: || post(api_questions::settle),
         },
         Endpoint {
@@ -540,6 +674,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, None),
+            refusals: &[],
             route: || get(sse::events),
         },
         Endpoint {
@@ -549,6 +684,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: None,
             query: None,
             ok: (200, None),
+            refusals: &[],
             route: || get(|| async { Json(document()) }),
         },
     ]
@@ -731,15 +867,39 @@ fn responses(generator: &mut SchemaGenerator, e: &Endpoint) -> Value {
         r["413"] = error("the body is over 1 MiB");
         r["408"] = error("the whole body did not arrive within 30 s of the request's start");
         r["415"] = error("the body is not sent as application/json");
-        r["422"] = error("a field is invalid (the message says which and why)");
+        r["422"] = error(
+            "a field breaks a rule its schema states (`invalid`; the message names the field and \
+             the rule)",
+        );
     }
     if e.query.is_some() {
         r["400"] = error("a query parameter is malformed");
-        r["422"] = error("a query parameter is invalid");
+        r["422"] = error(
+            "a query parameter breaks a rule its schema states (`invalid`; the message names it \
+             and the rule)",
+        );
     }
     if e.method == "post" && e.path.contains("{id}") || e.method == "delete" || e.method == "patch"
     {
         r["409"] = error("the job's or question's state does not allow it");
+    }
+    for refusal in e.refusals {
+        let status = refusal.status.to_string();
+        if r.get(&status).is_none() {
+            r[&status] = error("refused");
+        }
+        let line = format!("`{}`: {}", refusal.code, refusal.when);
+        let response = &mut r[&status];
+        let description = response["description"].as_str().unwrap_or_default();
+        response["description"] = format!("{description}; {line}").into();
+        let codes = response
+            .as_object_mut()
+            .expect("a response is an object")
+            .entry("x-kickoff-codes")
+            .or_insert_with(|| json!([]));
+        if let Some(codes) = codes.as_array_mut() {
+            codes.push(refusal.code.into());
+        }
     }
     r
 }
@@ -776,6 +936,30 @@ mod tests {
         let states = doc["components"]["schemas"]["JobState"].to_string();
         assert!(states.contains("\"scheduled\""), "{states}");
         assert!(states.contains("\"discarded\""), "{states}");
+    }
+
+    /// Every request's schema compiles as the check of its requests compiles it (a schema that
+    /// does not would refuse each request with a panic).
+    #[test]
+    fn every_request_schema_compiles() {
+        let mut checked = 0;
+        for e in endpoints() {
+            for schema_fn in [e.body, e.query].into_iter().flatten() {
+                let mut generator = SchemaSettings::draft2020_12().into_generator();
+                let mut root = schema_fn(&mut generator).to_value();
+                let defs: Map<String, Value> =
+                    generator.take_definitions(true).into_iter().collect();
+                root["$defs"] = Value::Object(defs);
+                if let Err(err) = jsonschema::draft202012::options()
+                    .should_validate_formats(true)
+                    .build(&root)
+                {
+                    panic!("{} {}: {err}", e.method, e.path);
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked > 20, "{checked}");
     }
 
     /// The limits the document states are the server's own constants: a rule whose number is

@@ -349,14 +349,17 @@ fn check_choices(choices: &[String]) -> Result<(), QuestionError> {
 
 fn check_game_time(t: DateTime<Utc>) -> Result<(), QuestionError> {
     let now = Utc::now();
+    let out = |message: String| {
+        QuestionError::Client(ClientError::OutOfWindow {
+            field: "game_time",
+            message,
+        })
+    };
     if t <= now {
-        return Err(invalid("game_time", "must be in the future"));
+        return Err(out("must be in the future".into()));
     }
     if t > now + ChronoDuration::days(MAX_GAME_AHEAD_DAYS) {
-        return Err(invalid(
-            "game_time",
-            format!("more than {MAX_GAME_AHEAD_DAYS} days ahead"),
-        ));
+        return Err(out(format!("more than {MAX_GAME_AHEAD_DAYS} days ahead")));
     }
     Ok(())
 }

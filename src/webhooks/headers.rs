@@ -27,6 +27,56 @@ pub const MAX_DEFAULT_HEADERS: usize = 20;
 /// The longest value of a default header, in bytes.
 pub const MAX_VALUE_BYTES: usize = 4096;
 
+/// An endpoint's default headers as the schema states them (or `null`): at most
+/// [`MAX_DEFAULT_HEADERS`], each name an HTTP token and none of [`RESERVED`] (in any case), each
+/// value visible ASCII, spaces and tabs, at most [`MAX_VALUE_BYTES`]. Two names that differ only
+/// in case are refused as `inconsistent` (no schema states it).
+pub fn defaults_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let any_case = |word: &str| -> String {
+        word.chars()
+            .map(|c| {
+                if c.is_ascii_alphabetic() {
+                    format!("[{}{}]", c.to_ascii_lowercase(), c.to_ascii_uppercase())
+                } else {
+                    regex_escape(c)
+                }
+            })
+            .collect()
+    };
+    let reserved: Vec<String> = RESERVED.iter().map(|r| any_case(r)).collect();
+    let name = format!("^(?!({})$)[!#$%&'*+.^_`|~0-9A-Za-z-]+$", reserved.join("|"));
+    schemars::json_schema!({
+        "type": ["object", "null"],
+        "maxProperties": MAX_DEFAULT_HEADERS,
+        "propertyNames": { "pattern": name },
+        "additionalProperties": {
+            "type": "string",
+            "maxLength": MAX_VALUE_BYTES,
+            "pattern": "^[\\t\\x20-\\x7e]*$",
+        },
+    })
+}
+
+fn regex_escape(c: char) -> String {
+    if c.is_ascii_alphanumeric() {
+        c.to_string()
+    } else {
+        format!("\\{c}")
+    }
+}
+
+/// The first name given twice in different cases.
+pub fn twice_in_any_case(headers: &BTreeMap<String, String>) -> Option<&str> {
+    let mut seen: Vec<&str> = Vec::new();
+    for k in headers.keys() {
+        if seen.iter().any(|n| n.eq_ignore_ascii_case(k)) {
+            return Some(k);
+        }
+        seen.push(k);
+    }
+    None
+}
+
 /// Checks headers a call would send: valid names and values, none reserved. The message names
 /// a valid header (never its value, nor a name that is not one: either may be a credential).
 pub fn check(headers: &BTreeMap<String, String>) -> Result<(), String> {

@@ -25,6 +25,9 @@ const SECRET_BYTES: usize = 32;
 pub enum EndpointError {
     #[error("{0}")]
     Invalid(String),
+    /// A change that does not fit the endpoint as it is.
+    #[error("{0}")]
+    Inconsistent(String),
     #[error("no webhook endpoint {0}")]
     NotFound(i64),
     #[error("an endpoint with the URL prefix {0} exists already")]
@@ -250,7 +253,7 @@ impl Endpoints {
         match row {
             Ok(row) => row.ok_or(EndpointError::NotFound(id)),
             Err(sqlx::Error::Database(e)) if e.constraint() == Some(PRIVATE_NEEDS_CALLS) => {
-                Err(EndpointError::Invalid(
+                Err(EndpointError::Inconsistent(
                     "private_network: only for an endpoint that allows calls (allow_calls)".into(),
                 ))
             }

@@ -640,7 +640,8 @@ async fn kinds_are_listed_paused_and_resumed_through_the_api() {
     let (s, b) = api
         .call(Method::POST, "/api/v1/kinds/no-such-kind/pause", None)
         .await;
-    assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, "unknown_kind");
+    // The path names no kind this server runs: no such record.
+    assert_error(s, &b, StatusCode::NOT_FOUND, "not_found");
     let (s, b) = api
         .call(Method::POST, "/api/v1/kinds/noop/resume", None)
         .await;

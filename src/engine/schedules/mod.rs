@@ -35,6 +35,7 @@ use serde_json::Value;
 pub use rule::{CronError, Rule};
 pub use service::{ScheduleError, ScheduleView, Schedules, SlotPreview};
 
+use crate::engine::client::ClientError;
 use crate::engine::job::{DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE};
 
 /// What happens when a run comes due while an earlier run of the schedule is not final.
@@ -107,24 +108,32 @@ impl Missed {
 #[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobTemplate {
-    /// A kind some worker runs.
+    /// A kind some worker runs (else 422 `unknown_kind`).
+    #[schemars(regex(pattern = crate::schema_rules::NO_NUL))]
     pub kind: String,
-    /// A JSON object (at most 64 KiB), checked by the kind's worker.
+    /// A JSON object (at most 64 KiB), checked by the kind's worker (else 422 `args_refused`).
     #[serde(default = "empty_object")]
+    #[schemars(schema_with = "crate::engine::job::args_object_schema")]
     pub args: Value,
+    /// 1 to 64 of a-z, 0-9, `_` and `-`.
     #[serde(default = "default_queue")]
+    #[schemars(regex(pattern = crate::engine::job::QUEUE_PATTERN))]
     pub queue: String,
     /// 0 (highest) to 9.
     #[serde(default)]
+    #[schemars(range(min = 0, max = 9))]
     pub priority: i16,
     /// 1 to 1000.
     #[serde(default = "default_max_attempts")]
+    #[schemars(range(min = 1, max = 1000))]
     pub max_attempts: i32,
     #[serde(default)]
+    #[schemars(schema_with = "crate::engine::job::tags_list_schema")]
     pub tags: Vec<String>,
     /// A JSON object; each run's meta adds `schedule`, `schedule_id`, `slot` and `slot_ms` (and
     /// `overlap`, `trigger`, `triggered_by`), which it may not hold itself, nor `snoozes`.
     #[serde(default = "empty_object")]
+    #[schemars(schema_with = "crate::engine::job::template_meta_schema")]
     pub meta: Value,
 }
 
@@ -155,8 +164,10 @@ impl JobTemplate {
 /// A schedule as its author gives it (the API's body, a service's code, the CLI).
 #[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = crate::schema_rules::ExactlyOne(&["cron", "every_ms"]))]
 pub struct ScheduleSpec {
     /// 1 to 100 characters of `A-Z a-z 0-9 _ . : -`; unique.
+    #[schemars(regex(pattern = NAME_PATTERN))]
     pub name: String,
     /// A cron expression (5 fields, or 6 with seconds first; `L`, `W`, `#`, `@hourly` ...).
     /// Exactly one of `cron` and `every_ms`.
@@ -164,18 +175,23 @@ pub struct ScheduleSpec {
     pub cron: Option<String>,
     /// An interval in ms (1,000 to 34,560,000,000), aligned to `starts_at` or the Unix epoch.
     #[serde(default)]
+    #[schemars(range(min = 1000, max = 34_560_000_000i64))]
     pub every_ms: Option<i64>,
     /// An IANA zone (`Europe/London`); `UTC` when absent. Cron rules read the zone's wall clock.
     #[serde(default = "default_zone")]
+    #[schemars(schema_with = "rule::zone_schema")]
     pub time_zone: String,
     pub job: JobTemplate,
     #[serde(default)]
     pub paused: bool,
-    /// No slot before this instant.
+    /// No slot before this instant (within the years 1970 to 9999).
     #[serde(default)]
+    #[schemars(regex(pattern = rule::INSTANT_PATTERN))]
     pub starts_at: Option<DateTime<Utc>>,
-    /// No slot at or after this instant.
+    /// No slot at or after this instant (within the years 1970 to 9999): after `starts_at` (else
+    /// 422 `inconsistent`) and not passed (else 422 `out_of_window`).
     #[serde(default)]
+    #[schemars(regex(pattern = rule::INSTANT_PATTERN))]
     pub ends_at: Option<DateTime<Utc>>,
     #[serde(default)]
     pub overlap: Overlap,
@@ -183,8 +199,12 @@ pub struct ScheduleSpec {
     pub missed: Missed,
     /// 1 to 1000: the most missed slots `run_all` runs.
     #[serde(default = "default_missed_limit")]
+    #[schemars(range(min = 1, max = 1000))]
     pub missed_limit: i32,
 }
+
+/// A schedule's name ([`valid_name`]).
+pub const NAME_PATTERN: &str = r"^[A-Za-z0-9_.:-]{1,100}$";
 
 fn default_zone() -> String {
     "UTC".to_string()
@@ -258,7 +278,10 @@ impl ScheduleSpec {
         }
         if let (Some(s), Some(e)) = (self.starts_at, self.ends_at) {
             if e <= s {
-                return Err(ScheduleError::invalid("ends_at", "must be after starts_at"));
+                return Err(ScheduleError::Client(ClientError::Inconsistent {
+                    field: "ends_at",
+                    message: "must be after starts_at".into(),
+                }));
             }
         }
         if !(1..=1000).contains(&self.missed_limit) {
@@ -292,21 +315,4 @@ pub fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
 }
 
-/// The meta key that marks a job as a run of a schedule (its id).
-pub const META_SCHEDULE_ID: &str = "schedule_id";
-
-/// The meta keys Kickoff sets on a schedule's runs, which its template may not: the missed-run and
-/// overlap policies and a pause read them (a template's `{"trigger": true}` would exempt every run
-/// from the missed-run policy, `{"snoozes": 0}` would keep runs ahead through a pause).
-pub const RESERVED_META: [&str; 9] = [
-    META_SCHEDULE_ID,
-    "schedule",
-    "slot",
-    "slot_ms",
-    "overlap",
-    "trigger",
-    "triggered_by",
-    "snoozes",
-    // A job another domain owns (a question's lock job: `engine::client::refuse_owned`).
-    "owner",
-];
+pub use crate::engine::job::{META_SCHEDULE_ID, RESERVED_META};

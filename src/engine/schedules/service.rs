@@ -682,10 +682,10 @@ async fn check_not_ended(
 ) -> Result<(), ScheduleError> {
     if let Some(end) = spec.ends_at {
         if end <= job_store::db_now(&mut *conn).await? {
-            return Err(ScheduleError::invalid(
-                "ends_at",
-                "has passed: the schedule would never run",
-            ));
+            return Err(ScheduleError::Client(ClientError::OutOfWindow {
+                field: "ends_at",
+                message: "has passed: the schedule would never run".into(),
+            }));
         }
     }
     Ok(())

@@ -1,0 +1,230 @@
+//! Rules of the request types that their JSON Schemas state beyond what schemars derives from a
+//! field's type: fields that exclude each other, a change that must name something, and the
+//! patterns of the texts the server reads (a rate, a name). The OpenAPI document serves these
+//! schemas and the REST API checks every request against them (`http::extract`), so a rule
+//! written here is both documented and enforced. Beside the floors: any type may use it.
+
+use schemars::transform::Transform;
+use schemars::Schema;
+use serde_json::{json, Value};
+
+/// A field present and not `null` (serde reads `null` as absent).
+fn given(field: &str) -> Value {
+    json!({ "required": [field], "properties": { field: { "not": { "type": "null" } } } })
+}
+
+/// A field absent or `null`.
+fn not_given(field: &str) -> Value {
+    json!({ "properties": { field: { "type": "null" } } })
+}
+
+/// Adds `rule` to the schema's `allOf` (beside any rule there already).
+fn add_rule(schema: &mut Schema, rule: Value) {
+    let all = schema
+        .ensure_object()
+        .entry("allOf")
+        .or_insert_with(|| json!([]));
+    if let Some(all) = all.as_array_mut() {
+        all.push(rule);
+    }
+}
+
+/// Exactly one of the fields is given.
+pub struct ExactlyOne(pub &'static [&'static str]);
+
+impl Transform for ExactlyOne {
+    fn transform(&mut self, schema: &mut Schema) {
+        let one_of: Vec<Value> = self
+            .0
+            .iter()
+            .map(|field| {
+                let mut all = vec![given(field)];
+                all.extend(self.0.iter().filter(|f| *f != field).map(|f| not_given(f)));
+                json!({ "allOf": all })
+            })
+            .collect();
+        add_rule(schema, json!({ "oneOf": one_of }));
+    }
+}
+
+/// At most one of the fields is given.
+pub struct AtMostOne(pub &'static [&'static str]);
+
+impl Transform for AtMostOne {
+    fn transform(&mut self, schema: &mut Schema) {
+        for (i, a) in self.0.iter().enumerate() {
+            for b in &self.0[i + 1..] {
+                add_rule(schema, json!({ "not": { "allOf": [given(a), given(b)] } }));
+            }
+        }
+    }
+}
+
+/// At least one of the fields is present (`null` counts: in a patch it removes a setting).
+pub struct AtLeastOne(pub &'static [&'static str]);
+
+impl Transform for AtLeastOne {
+    fn transform(&mut self, schema: &mut Schema) {
+        let any: Vec<Value> = self.0.iter().map(|f| json!({ "required": [f] })).collect();
+        add_rule(schema, json!({ "anyOf": any }));
+    }
+}
+
+/// At least one of the fields is given (present and not `null`).
+pub struct AtLeastOneGiven(pub &'static [&'static str]);
+
+impl Transform for AtLeastOneGiven {
+    fn transform(&mut self, schema: &mut Schema) {
+        let any: Vec<Value> = self.0.iter().map(|f| given(f)).collect();
+        add_rule(schema, json!({ "anyOf": any }));
+    }
+}
+
+/// The field, when given, requires the other one to be given too.
+pub struct Requires(pub &'static str, pub &'static str);
+
+impl Transform for Requires {
+    fn transform(&mut self, schema: &mut Schema) {
+        add_rule(
+            schema,
+            json!({ "anyOf": [not_given(self.0), given(self.1)] }),
+        );
+    }
+}
+
+/// A field (an object, when given) that must hold another field, given.
+pub struct InnerRequired(pub &'static str, pub &'static str);
+
+impl Transform for InnerRequired {
+    fn transform(&mut self, schema: &mut Schema) {
+        add_rule(schema, json!({ "properties": { self.0: given(self.1) } }));
+    }
+}
+
+/// A flag that may be `true` only when another one is `true` too.
+pub struct TrueNeedsTrue(pub &'static str, pub &'static str);
+
+impl Transform for TrueNeedsTrue {
+    fn transform(&mut self, schema: &mut Schema) {
+        add_rule(
+            schema,
+            json!({ "anyOf": [
+                { "properties": { self.0: { "not": { "const": true } } } },
+                { "required": [self.1], "properties": { self.1: { "const": true } } },
+            ]}),
+        );
+    }
+}
+
+/// Text with a character that is not a space (`trim` leaves something), without NUL.
+pub const NOT_BLANK: &str = r"^[^\x00]*[^\s\x00\x85][^\x00]*$";
+
+/// Text without outer spaces, not empty, without NUL (`trim` leaves it as it is).
+pub const TRIMMED: &str = r"^[^\s\x00\x85]([^\x00]*[^\s\x00\x85])?$";
+
+/// Text without NUL characters (PostgreSQL's text and jsonb cannot hold them).
+pub const NO_NUL: &str = r"^[^\x00]*$";
+
+/// Any JSON whose texts (values and keys, at any depth) hold no NUL character: the schema of
+/// args and meta (`#[schemars(with = "JsonWithoutNul")]` on a `Value`).
+pub struct JsonWithoutNul;
+
+impl schemars::JsonSchema for JsonWithoutNul {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "JsonWithoutNul".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> Schema {
+        let inner = generator.subschema_for::<Self>();
+        schemars::json_schema!({
+            "description": "Any JSON whose texts (keys included) hold no NUL character",
+            "pattern": NO_NUL,
+            "propertyNames": { "pattern": NO_NUL },
+            "additionalProperties": inner,
+            "items": inner,
+        })
+    }
+}
+
+/// A JSON object of [`JsonWithoutNul`] (args, meta).
+pub struct ObjectWithoutNul;
+
+impl schemars::JsonSchema for ObjectWithoutNul {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ObjectWithoutNul".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> Schema {
+        let inner = generator.subschema_for::<JsonWithoutNul>();
+        schemars::json_schema!({
+            "description": "A JSON object whose texts (keys included) hold no NUL character",
+            "type": "object",
+            "propertyNames": { "pattern": NO_NUL },
+            "additionalProperties": inner,
+        })
+    }
+}
+
+/// An args filter of a query: blank (no filter), a JSON object (`{...}`, checked as JSON by the
+/// handler) or `key=value` pairs separated by commas, each key not blank.
+pub const ARGS_FILTER_PATTERN: &str = r"^\s*$|^\s*\{[^\x00]*\}\s*$|^\s*[^,=\s\x00\x85{][^,=\x00]*=[^,\x00]*(,\s*[^,=\s\x00\x85][^,=\x00]*=[^,\x00]*)*$";
+
+/// A tags filter of a query: blank (no filter), a JSON array (`[...]`, checked as JSON by the
+/// handler) or 1 to 20 tags of 1 to 100 characters separated by commas.
+pub const TAGS_FILTER_PATTERN: &str = r"^\s*$|^\s*\[[^\x00]*\]\s*$|^\s*[^,\s\x00\x85\[][^,\x00]{0,99}(,\s*[^,\s\x00\x85][^,\x00]{0,99}){0,19}$";
+
+/// A rate as the document states it: `N/period`, N 1 to 1,000,000, the period a count (none: 1)
+/// and a unit, at most a day (`ms` up to 7 digits, `s` 4, `min` 3, `h` 1 to 24, `d` 1): a subset
+/// of what [`crate::rate::Rate`] parses, so a rate the pattern admits always parses.
+pub const RATE_PATTERN: &str = r"^([1-9][0-9]{0,5}|1000000)/(([1-9][0-9]{0,6})?ms|([1-9][0-9]{0,3})?s|([1-9][0-9]{0,2})?min|([1-9]|1[0-9]|2[0-4])?h|1?d)$";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rate_the_pattern_admits_parses() {
+        let pattern = regex_lite(RATE_PATTERN);
+        let mut admitted = 0;
+        for n in ["1", "7", "999999", "1000000", "1000001", "0", "01"] {
+            for count in [
+                "", "1", "2", "9999", "99999", "999", "24", "25", "9999999", "0",
+            ] {
+                for unit in ["ms", "s", "min", "h", "d"] {
+                    let text = format!("{n}/{count}{unit}");
+                    if pattern(&text) {
+                        admitted += 1;
+                        assert!(text.parse::<crate::rate::Rate>().is_ok(), "{text}");
+                    }
+                }
+            }
+        }
+        assert!(admitted > 50, "{admitted}");
+        assert!(pattern("100/s") && pattern("5000/min") && pattern("20/10s"));
+        assert!(!pattern("1000001/s") && !pattern("1/0s") && !pattern("1/25h"));
+    }
+
+    /// The pattern as the schema check reads it (the same crate: `jsonschema`).
+    fn regex_lite(pattern: &str) -> impl Fn(&str) -> bool {
+        let validator = jsonschema::validator_for(&json!({ "type": "string", "pattern": pattern }))
+            .expect("the pattern compiles");
+        move |text| validator.is_valid(&json!(text))
+    }
+
+    #[test]
+    fn exclusive_fields_are_read_as_serde_reads_them() {
+        let mut schema = schemars::json_schema!({ "type": "object" });
+        ExactlyOne(&["ids", "filter"]).transform(&mut schema);
+        let v = jsonschema::validator_for(schema.as_value()).unwrap();
+        assert!(v.is_valid(&json!({ "ids": [1] })));
+        assert!(v.is_valid(&json!({ "ids": [1], "filter": null })));
+        assert!(!v.is_valid(&json!({ "ids": null, "filter": null })));
+        assert!(!v.is_valid(&json!({ "ids": [1], "filter": {} })));
+        let mut schema = schemars::json_schema!({ "type": "object" });
+        AtMostOne(&["a", "b"]).transform(&mut schema);
+        let v = jsonschema::validator_for(schema.as_value()).unwrap();
+        assert!(v.is_valid(&json!({})));
+        assert!(v.is_valid(&json!({ "a": 1, "b": null })));
+        assert!(!v.is_valid(&json!({ "a": 1, "b": 2 })));
+    }
+}
