@@ -8,6 +8,10 @@ use schemars::transform::Transform;
 use schemars::Schema;
 use serde_json::{json, Value};
 
+/// The keyword holding a rule's words: the check of a request answers them when the rule is
+/// broken (`http::extract`), and the document shows them.
+pub const MESSAGE: &str = "x-message";
+
 /// A field present and not `null` (serde reads `null` as absent).
 fn given(field: &str) -> Value {
     json!({ "required": [field], "properties": { field: { "not": { "type": "null" } } } })
@@ -19,7 +23,8 @@ fn not_given(field: &str) -> Value {
 }
 
 /// Adds `rule` to the schema's `allOf` (beside any rule there already).
-fn add_rule(schema: &mut Schema, rule: Value) {
+fn add_rule(schema: &mut Schema, mut rule: Value, words: String) {
+    rule[MESSAGE] = words.into();
     let all = schema
         .ensure_object()
         .entry("allOf")
@@ -43,7 +48,8 @@ impl Transform for ExactlyOne {
                 json!({ "allOf": all })
             })
             .collect();
-        add_rule(schema, json!({ "oneOf": one_of }));
+        let words = format!("give exactly one of {}", self.0.join(", "));
+        add_rule(schema, json!({ "oneOf": one_of }), words);
     }
 }
 
@@ -54,7 +60,12 @@ impl Transform for AtMostOne {
     fn transform(&mut self, schema: &mut Schema) {
         for (i, a) in self.0.iter().enumerate() {
             for b in &self.0[i + 1..] {
-                add_rule(schema, json!({ "not": { "allOf": [given(a), given(b)] } }));
+                let words = format!("give either {a} or {b}, not both");
+                add_rule(
+                    schema,
+                    json!({ "not": { "allOf": [given(a), given(b)] } }),
+                    words,
+                );
             }
         }
     }
@@ -66,7 +77,8 @@ pub struct AtLeastOne(pub &'static [&'static str]);
 impl Transform for AtLeastOne {
     fn transform(&mut self, schema: &mut Schema) {
         let any: Vec<Value> = self.0.iter().map(|f| json!({ "required": [f] })).collect();
-        add_rule(schema, json!({ "anyOf": any }));
+        let words = format!("name a setting to change: {}", self.0.join(", "));
+        add_rule(schema, json!({ "anyOf": any }), words);
     }
 }
 
@@ -76,7 +88,8 @@ pub struct AtLeastOneGiven(pub &'static [&'static str]);
 impl Transform for AtLeastOneGiven {
     fn transform(&mut self, schema: &mut Schema) {
         let any: Vec<Value> = self.0.iter().map(|f| given(f)).collect();
-        add_rule(schema, json!({ "anyOf": any }));
+        let words = format!("nothing to change: give one of {}", self.0.join(", "));
+        add_rule(schema, json!({ "anyOf": any }), words);
     }
 }
 
@@ -88,6 +101,7 @@ impl Transform for Requires {
         add_rule(
             schema,
             json!({ "anyOf": [not_given(self.0), given(self.1)] }),
+            format!("{}: only with {}", self.0, self.1),
         );
     }
 }
@@ -97,7 +111,16 @@ pub struct InnerRequired(pub &'static str, pub &'static str);
 
 impl Transform for InnerRequired {
     fn transform(&mut self, schema: &mut Schema) {
-        add_rule(schema, json!({ "properties": { self.0: given(self.1) } }));
+        let words = format!(
+            "{}.{}: confirm the count first (GET /api/v1/jobs/count answers it), so that jobs \
+             inserted after it are left alone",
+            self.0, self.1
+        );
+        add_rule(
+            schema,
+            json!({ "properties": { self.0: given(self.1) } }),
+            words,
+        );
     }
 }
 
@@ -112,6 +135,10 @@ impl Transform for TrueNeedsTrue {
                 { "properties": { self.0: { "not": { "const": true } } } },
                 { "required": [self.1], "properties": { self.1: { "const": true } } },
             ]}),
+            format!(
+                "{}: only for an endpoint that allows calls ({})",
+                self.0, self.1
+            ),
         );
     }
 }

@@ -199,25 +199,54 @@ impl schemars::transform::Transform for FieldsOfEachCondition {
         use serde_json::json;
         let absent = json!({ "type": "null" });
         let given = || json!({ "not": { "type": "null" } });
-        let mut rules =
-            vec![json!({ "required": ["condition"], "properties": { "condition": given() } })];
+        let mut rules = vec![json!({
+            "required": ["condition"],
+            "properties": { "condition": given() },
+            "x-message": format!(
+                "condition: one of {}",
+                Condition::ALL.map(Condition::as_str).join(", ")
+            ),
+        })];
         for c in Condition::ALL {
+            let name = c.as_str();
             let mut props = serde_json::Map::new();
             let mut required = Vec::new();
+            // A field the condition does not read: absent or `null`, in the check's words.
+            let unread = |field: &str, what: &str| {
+                json!({
+                    "type": "null",
+                    "x-message": format!("{field}: a {name} rule has no {what}"),
+                })
+            };
             for scope in ["queue", "kind", "game"] {
                 if !c.scopes().contains(&scope) {
                     // A blank scope is read as none.
-                    props.insert(scope.into(), json!({ "anyOf": [absent.clone(), { "type": "string", "pattern": r"^\s*$" }] }));
+                    props.insert(
+                        scope.into(),
+                        json!({
+                            "anyOf": [absent.clone(), { "type": "string", "pattern": r"^\s*$" }],
+                            "x-message": format!("{scope}: a {name} rule is not scoped by {scope}"),
+                        }),
+                    );
                 }
             }
             match (c.default_ms(), c) {
                 (None, _) => {
-                    props.insert("threshold_ms".into(), absent.clone());
+                    props.insert(
+                        "threshold_ms".into(),
+                        unread("threshold_ms", "time threshold"),
+                    );
                 }
                 (Some(_), Condition::LateStart) => {
                     props.insert(
                         "threshold_ms".into(),
-                        json!({ "anyOf": [absent.clone(), { "minimum": LATE_START_MIN_MS }] }),
+                        json!({
+                            "anyOf": [absent.clone(), { "minimum": LATE_START_MIN_MS }],
+                            "x-message": format!(
+                                "threshold_ms: a late_start rule watches starts \
+                                 {LATE_START_MIN_MS} ms late or more (1000 to 86400000)"
+                            ),
+                        }),
                     );
                 }
                 (Some(_), _) => {}
@@ -229,18 +258,30 @@ impl schemars::transform::Transform for FieldsOfEachCondition {
                 }
                 Condition::FailureRate => {}
                 _ => {
-                    props.insert("threshold_n".into(), absent.clone());
+                    props.insert(
+                        "threshold_n".into(),
+                        unread("threshold_n", "count threshold"),
+                    );
                 }
             }
             if c == Condition::FailureRate {
                 required.push("percent");
                 props.insert("percent".into(), given());
             } else {
-                props.insert("percent".into(), absent.clone());
+                props.insert("percent".into(), unread("percent", "rate"));
             }
+            let words = match c {
+                Condition::QueueBacklog => {
+                    "threshold_n: a queue_backlog rule needs the count of available jobs it allows"
+                }
+                Condition::FailureRate => {
+                    "percent: a failure_rate rule needs the percent of failed attempts it allows"
+                }
+                _ => "a field the condition does not read is refused",
+            };
             rules.push(json!({
                 "if": { "required": ["condition"], "properties": { "condition": { "const": c.as_str() } } },
-                "then": { "required": required, "properties": props },
+                "then": { "required": required, "properties": props, "x-message": words },
             }));
         }
         let all = schema

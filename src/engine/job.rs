@@ -47,6 +47,7 @@ pub const RESERVED_META: [&str; 9] = [
 pub fn tags_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": ["array", "null"],
+        "x-message": format!("tags: at most {MAX_TAGS} tags of 1 to {MAX_TAG_CHARS} characters"),
         "maxItems": MAX_TAGS,
         "items": {
             "type": "string",
@@ -99,6 +100,11 @@ fn meta_schema_without(
     };
     schemars::json_schema!({
         "type": ty,
+        "x-message": format!(
+            "meta: a JSON object without NUL characters; {} set by Kickoff (reserved); \
+             `traceparent` a W3C one; `late` a late-start policy",
+            reserved.join(", ")
+        ),
         "propertyNames": { "pattern": crate::schema_rules::NO_NUL },
         "properties": properties,
         "additionalProperties": any,
@@ -110,7 +116,10 @@ fn meta_schema_without(
 /// worker checks them further (`args_refused`).
 pub fn args_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
     let mut schema = generator.subschema_for::<crate::schema_rules::ObjectWithoutNul>();
-    schema = schemars::json_schema!({ "anyOf": [schema, { "type": "null" }] });
+    schema = schemars::json_schema!({
+        "anyOf": [schema, { "type": "null" }],
+        "x-message": "args: a JSON object without NUL characters",
+    });
     schema
 }
 

@@ -48,6 +48,7 @@ pub struct JobEdit {
     pub priority: Option<i16>,
     /// 1 to 64 of a-z, 0-9, `_` and `-`.
     #[schemars(regex(pattern = super::job::QUEUE_PATTERN))]
+    #[schemars(extend("x-message" = "queue: must be 1 to 64 characters of a-z, 0-9, `_` and `-`"))]
     pub queue: Option<String>,
     /// 1 to 1,000; not below the attempts the job already made.
     #[schemars(range(min = 1, max = 1000))]

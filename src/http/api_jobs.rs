@@ -39,6 +39,7 @@ pub struct CreateJob {
     pub args: Option<Value>,
     /// 1 to 64 of a-z, 0-9, `_` and `-` (default `default`).
     #[schemars(regex(pattern = job::QUEUE_PATTERN))]
+    #[schemars(extend("x-message" = "queue: must be 1 to 64 characters of a-z, 0-9, `_` and `-`"))]
     pub queue: Option<String>,
     /// 0 (highest) to 9 (default 5).
     #[schemars(range(min = 0, max = 9))]

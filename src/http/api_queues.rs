@@ -95,12 +95,14 @@ pub struct QueuePatch {
     /// stay available and lose no attempt.
     #[serde(default, deserialize_with = "super::extract::present")]
     #[schemars(regex(pattern = crate::schema_rules::RATE_PATTERN))]
+    #[schemars(extend("x-message" = "rate: write N/period, N 1 to 1000000 and the period at most a day, e.g. 100/s, 5000/min, 20/10s"))]
     pub rate: Option<Option<String>>,
     /// What the rate is counted by, each key getting all of it: `kind`, `host` (of a webhook's
     /// url) or `args.<field>` (1 to 64 of A-Z, a-z, 0-9, `_`, `-`); `null`: one count for the
     /// queue. Needs a rate, given or the queue's (else 422 `inconsistent`).
     #[serde(default, deserialize_with = "super::extract::present")]
     #[schemars(regex(pattern = r"^(kind|host|args\.[A-Za-z0-9_-]{1,64})$"))]
+    #[schemars(extend("x-message" = "per: kind, host or args.<field> (1 to 64 of A-Z, a-z, 0-9, `_`, `-`)"))]
     pub per: Option<Option<String>>,
     /// Attempts executing on all nodes together, 1 to 100000; `null` removes it.
     #[serde(default, deserialize_with = "super::extract::present")]

@@ -33,13 +33,18 @@ where
     }
 }
 
+/// A request type's schema and its compiled validator.
+struct Checker {
+    validator: jsonschema::Validator,
+    schema: serde_json::Value,
+}
+
 /// The compiled schema of each request type, built once.
-fn validator_of<T: schemars::JsonSchema + 'static>() -> std::sync::Arc<jsonschema::Validator> {
+fn validator_of<T: schemars::JsonSchema + 'static>() -> std::sync::Arc<Checker> {
     use std::any::TypeId;
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex, OnceLock};
-    static VALIDATORS: OnceLock<Mutex<HashMap<TypeId, Arc<jsonschema::Validator>>>> =
-        OnceLock::new();
+    static VALIDATORS: OnceLock<Mutex<HashMap<TypeId, Arc<Checker>>>> = OnceLock::new();
     let map = VALIDATORS.get_or_init(Default::default);
     if let Some(v) = map
         .lock()
@@ -51,12 +56,13 @@ fn validator_of<T: schemars::JsonSchema + 'static>() -> std::sync::Arc<jsonschem
     let schema = schemars::generate::SchemaSettings::draft2020_12()
         .into_generator()
         .into_root_schema_for::<T>();
-    let validator = Arc::new(
-        jsonschema::draft202012::options()
+    let validator = Arc::new(Checker {
+        validator: jsonschema::draft202012::options()
             .should_validate_formats(true)
             .build(schema.as_value())
             .unwrap_or_else(|e| panic!("the schema of {} compiles: {e}", T::schema_name())),
-    );
+        schema: schema.to_value(),
+    });
     map.lock()
         .unwrap_or_else(|e| e.into_inner())
         .insert(TypeId::of::<T>(), validator.clone());
@@ -67,8 +73,11 @@ fn validator_of<T: schemars::JsonSchema + 'static>() -> std::sync::Arc<jsonschem
 fn check_against_schema<T: schemars::JsonSchema + 'static>(
     value: &serde_json::Value,
 ) -> Result<(), AppError> {
-    let validator = validator_of::<T>();
-    let broken = validator.iter_errors(value).next().map(|e| {
+    let checker = validator_of::<T>();
+    let broken = checker.validator.iter_errors(value).next().map(|e| {
+        if let Some(words) = rule_words(&checker.schema, &e.schema_path.to_string()) {
+            return words;
+        }
         let at = e.instance_path.to_string();
         let field = at.trim_start_matches('/').replace('/', ".");
         let field = if field.is_empty() {
@@ -82,6 +91,36 @@ fn check_against_schema<T: schemars::JsonSchema + 'static>(
         None => Ok(()),
         Some(message) => Err(AppError::invalid(message)),
     }
+}
+
+/// The words of the rule broken (`x-message`, on the rule or the field holding it, the innermost
+/// on the way to the broken keyword), where the schema gives them: "give either ids or filter"
+/// rather than the validator's account of a `oneOf`.
+fn rule_words(schema: &serde_json::Value, schema_path: &str) -> Option<String> {
+    let mut node = schema;
+    let mut words = node
+        .get(crate::schema_rules::MESSAGE)
+        .and_then(|m| m.as_str());
+    for segment in schema_path.split('/').skip(1) {
+        let segment = segment.replace("~1", "/").replace("~0", "~");
+        let next = match node {
+            serde_json::Value::Object(map) => map.get(&segment),
+            serde_json::Value::Array(items) => {
+                segment.parse::<usize>().ok().and_then(|i| items.get(i))
+            }
+            _ => None,
+        };
+        // A `$ref` leads out of this schema: the words found so far stand.
+        let Some(next) = next else { break };
+        node = next;
+        if let Some(m) = node
+            .get(crate::schema_rules::MESSAGE)
+            .and_then(|m| m.as_str())
+        {
+            words = Some(m);
+        }
+    }
+    words.map(String::from)
 }
 
 /// `5.0` as `5`, anywhere in `value`: JSON Schema's `integer` admits it, serde's integers do not.
@@ -191,4 +230,44 @@ pub fn present<'de, D: serde::Deserializer<'de>, T: serde::Deserialize<'de>>(
     d: D,
 ) -> Result<Option<T>, D::Error> {
     T::deserialize(d).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn refusal<T: schemars::JsonSchema + 'static>(body: serde_json::Value) -> String {
+        match check_against_schema::<T>(&body) {
+            Err(e) => e.to_string(),
+            Ok(()) => panic!("admitted: {body}"),
+        }
+    }
+
+    /// A rule the schema states in words is answered in them, not in the validator's account of
+    /// a `oneOf`; a rule without words names the field.
+    #[test]
+    fn a_broken_rule_is_answered_in_its_words() {
+        use crate::http::{api_jobs, api_webhook_endpoints};
+        assert_eq!(
+            refusal::<api_jobs::BulkBody>(json!({"action": "retry", "ids": [1], "filter": {}})),
+            "give exactly one of ids, filter"
+        );
+        let node_lost = refusal::<crate::alerts::RuleSpec>(
+            json!({"name": "n", "condition": "node_lost", "queue": "q"}),
+        );
+        assert!(
+            node_lost.starts_with("a node_lost rule is scoped by nothing"),
+            "{node_lost}"
+        );
+        let private = refusal::<api_webhook_endpoints::CreateEndpoint>(
+            json!({"url_prefix": "http://x.example/", "private_network": true}),
+        );
+        assert!(
+            private.starts_with("private_network: only for an endpoint"),
+            "{private}"
+        );
+        let priority = refusal::<api_jobs::CreateJob>(json!({"kind": "k", "priority": 12}));
+        assert!(priority.starts_with("priority: "), "{priority}");
+    }
 }

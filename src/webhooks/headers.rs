@@ -47,6 +47,11 @@ pub fn defaults_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     let name = format!("^(?!({})$)[!#$%&'*+.^_`|~0-9A-Za-z-]+$", reserved.join("|"));
     schemars::json_schema!({
         "type": ["object", "null"],
+        "x-message": format!(
+            "headers: at most {MAX_DEFAULT_HEADERS}, each name a header name other than Host, \
+             the hop-by-hop headers and webhook-*, each value visible ASCII of at most \
+             {MAX_VALUE_BYTES} bytes"
+        ),
         "maxProperties": MAX_DEFAULT_HEADERS,
         "propertyNames": { "pattern": name },
         "additionalProperties": {

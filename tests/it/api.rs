@@ -199,7 +199,7 @@ async fn bad_job_input_gets_a_clear_error_and_stores_nothing() {
         (
             r#"{"kind":"noop","args":{"sleep_ms":"x"}}"#.into(),
             StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid",
+            "args_refused",
         ),
         (
             r#"{"kind":"noop","bogus":1}"#.into(),
@@ -239,12 +239,12 @@ async fn bad_job_input_gets_a_clear_error_and_stores_nothing() {
         (
             format!(r#"{{"kind":"noop","scheduled_at":"{far}"}}"#),
             StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid",
+            "out_of_window",
         ),
         (
             format!(r#"{{"kind":"noop","scheduled_at":"{past}"}}"#),
             StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid",
+            "out_of_window",
         ),
         (
             format!(r#"{{"kind":"noop","scheduled_at":"{past}","schedule_in_ms":5}}"#),
@@ -282,23 +282,23 @@ async fn bad_job_input_gets_a_clear_error_and_stores_nothing() {
         (
             r#"{"kind":"webhook","args":{"url":"http://10.0.0.1/x"}}"#.into(),
             StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid",
+            "args_refused",
         ),
         (
             r#"{"kind":"webhook","args":{"url":"ftp://hooks.example.com/"}}"#.into(),
             StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid",
+            "args_refused",
         ),
         (
             r#"{"kind":"webhook","args":{}}"#.into(),
             StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid",
+            "args_refused",
         ),
         (
             r#"{"kind":"webhook","args":{"url":"https://hooks.example.com/a","timeout_ms":0}}"#
                 .into(),
             StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid",
+            "args_refused",
         ),
     ];
     for (body, want, code) in cases {
@@ -568,17 +568,22 @@ async fn queue_limits_are_set_by_patch_each_field_alone_and_bad_ones_change_noth
         (&b["rate_limit"], &b["global_concurrency"]),
         (&json!(100), &Value::Null)
     );
-    for (body, field) in [
-        (r#"{"rate":"fast"}"#, "rate"),
-        (r#"{"rate":"0/s"}"#, "rate"),
-        (r#"{"rate":"10/2day"}"#, "rate"),
-        (r#"{"per":"tenant"}"#, "per"),
-        (r#"{"rate":null}"#, "limits"),
-        (r#"{"global_concurrency":0}"#, "global_concurrency"),
-        (r#"{}"#, "body"),
+    for (body, code, field) in [
+        (r#"{"rate":"fast"}"#, "invalid", "rate"),
+        (r#"{"rate":"0/s"}"#, "invalid", "rate"),
+        (r#"{"rate":"10/2day"}"#, "invalid", "rate"),
+        (r#"{"per":"tenant"}"#, "invalid", "per"),
+        // The queue's partition would be left without its rate.
+        (r#"{"rate":null}"#, "inconsistent", "per"),
+        (
+            r#"{"global_concurrency":0}"#,
+            "invalid",
+            "global_concurrency",
+        ),
+        (r#"{}"#, "invalid", "name a setting to change"),
     ] {
         let (s, b) = patch(body).await;
-        assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
+        assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, code);
         assert!(
             b["error"]["message"].as_str().unwrap_or("").contains(field)
                 || b.to_string().contains(field),

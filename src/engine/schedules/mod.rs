@@ -118,6 +118,7 @@ pub struct JobTemplate {
     /// 1 to 64 of a-z, 0-9, `_` and `-`.
     #[serde(default = "default_queue")]
     #[schemars(regex(pattern = crate::engine::job::QUEUE_PATTERN))]
+    #[schemars(extend("x-message" = "queue: must be 1 to 64 characters of a-z, 0-9, `_` and `-`"))]
     pub queue: String,
     /// 0 (highest) to 9.
     #[serde(default)]
@@ -168,6 +169,7 @@ impl JobTemplate {
 pub struct ScheduleSpec {
     /// 1 to 100 characters of `A-Z a-z 0-9 _ . : -`; unique.
     #[schemars(regex(pattern = NAME_PATTERN))]
+    #[schemars(extend("x-message" = "name: must be 1 to 100 characters of A-Z, a-z, 0-9, `_`, `.`, `:` and `-`"))]
     pub name: String,
     /// A cron expression (5 fields, or 6 with seconds first; `L`, `W`, `#`, `@hourly` ...).
     /// Exactly one of `cron` and `every_ms`.

@@ -208,7 +208,11 @@ fn every_day(expr: &str) -> bool {
 /// The zones [`zone`] reads, as the schema states them: every IANA name chrono-tz knows.
 pub fn zone_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     let names: Vec<&str> = chrono_tz::TZ_VARIANTS.iter().map(|tz| tz.name()).collect();
-    schemars::json_schema!({ "type": "string", "enum": names })
+    schemars::json_schema!({
+        "type": "string",
+        "enum": names,
+        "x-message": "time_zone: not an IANA time zone (e.g. `Europe/London`, `America/New_York`, `UTC`)",
+    })
 }
 
 /// [`zone_schema`] or `null`.
