@@ -256,10 +256,7 @@ mod tests {
         let node_lost = refusal::<crate::alerts::RuleSpec>(
             json!({"name": "n", "condition": "node_lost", "queue": "q"}),
         );
-        assert!(
-            node_lost.starts_with("a node_lost rule is scoped by nothing"),
-            "{node_lost}"
-        );
+        assert_eq!(node_lost, "queue: a node_lost rule is not scoped by queue");
         let private = refusal::<api_webhook_endpoints::CreateEndpoint>(
             json!({"url_prefix": "http://x.example/", "private_network": true}),
         );
