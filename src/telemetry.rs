@@ -168,6 +168,12 @@ pub fn hand_on(span: &tracing::Span, fallback: Option<&str>) -> Option<String> {
         .or_else(|| fallback.filter(|t| is_traceparent(t)).map(String::from))
 }
 
+/// The `traceparent` of the span the caller is in, when traces are exported and it is recorded:
+/// what a job inserted there continues.
+pub fn current_traceparent() -> Option<String> {
+    traceparent_of_context(&tracing::Span::current().context())
+}
+
 /// Records the time a job waited, from `since` (inserted, or due if later) to its attempt's
 /// start, as a span of the trace `traceparent` names: the gap between the API call and the
 /// attempt shows as what it was. Nothing without an exporter.

@@ -224,6 +224,22 @@ pub enum ClientError {
     Database(#[from] sqlx::Error),
 }
 
+/// `new` continuing the trace of the span the insert runs in (an API call's, say), when traces are
+/// exported and it does not name one itself: a question's lock job, a schedule's triggered run
+/// and every job a traced request inserts join its trace.
+fn in_current_trace(new: &NewJob) -> std::borrow::Cow<'_, NewJob> {
+    use crate::telemetry::{current_traceparent, META_TRACEPARENT};
+    let names_one = new.meta.get(META_TRACEPARENT).is_some();
+    match current_traceparent() {
+        Some(tp) if !names_one && new.meta.is_object() => {
+            let mut traced = new.clone();
+            traced.meta[META_TRACEPARENT] = tp.into();
+            std::borrow::Cow::Owned(traced)
+        }
+        _ => std::borrow::Cow::Borrowed(new),
+    }
+}
+
 impl ClientError {
     /// The input was refused (not a missing record, a conflict or the database).
     pub fn is_refusal(&self) -> bool {
@@ -434,7 +450,7 @@ impl Client {
         new: &NewJob,
     ) -> Result<Inserted, ClientError> {
         let host = self.validate_shape(new)?.call_host(&new.args);
-        job_store::job_insert(conn, new, host.as_deref())
+        job_store::job_insert(conn, &in_current_trace(new), host.as_deref())
             .await
             .map_err(ClientError::from)
     }
@@ -456,7 +472,7 @@ impl Client {
         new: &NewJob,
     ) -> Result<Inserted, ClientError> {
         let host = self.checked_with(&mut *conn, new).await?;
-        job_store::job_insert(conn, new, host.as_deref())
+        job_store::job_insert(conn, &in_current_trace(new), host.as_deref())
             .await
             .map_err(ClientError::from)
     }
@@ -471,8 +487,13 @@ impl Client {
         new: &NewJob,
     ) -> Result<(Inserted, Wakeup), ClientError> {
         let host = self.checked_with(&mut *conn, new).await?;
-        let inserted =
-            job_store::job_insert_notifying(&mut *conn, new, host.as_deref(), false).await?;
+        let inserted = job_store::job_insert_notifying(
+            &mut *conn,
+            &in_current_trace(new),
+            host.as_deref(),
+            false,
+        )
+        .await?;
         let wakeup = self.announcer.wakeup(&inserted.job, inserted.existing);
         Ok((inserted, wakeup))
     }
@@ -489,7 +510,13 @@ impl Client {
     ) -> Result<Option<(Inserted, Wakeup)>, ClientError> {
         let mut conn = self.pool.unit().await?;
         let host = self.checked_with(&mut conn, new).await?;
-        let job = job_store::job_insert_alone(&mut conn, new, host.as_deref(), companion).await?;
+        let job = job_store::job_insert_alone(
+            &mut conn,
+            &in_current_trace(new),
+            host.as_deref(),
+            companion,
+        )
+        .await?;
         conn.commit().await?;
         let Some(job) = job else {
             return Ok(None);

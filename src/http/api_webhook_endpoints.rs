@@ -20,11 +20,6 @@ use crate::webhooks::service::DEFAULT_OVERLAP;
 use crate::webhooks::{EndpointRow, EndpointSettings, NewSecret};
 
 /// A new endpoint.
-/// The prefixes the document states: `http` or `https`, a host name or IPv4 address, a port, a
-/// path and a query of URL characters, at most 2,000 characters (a subset of what the server
-/// reads, 2,048 characters as the URL parser writes it: IPv6 hosts and characters to be
-/// percent-encoded are left out).
-pub const URL_PREFIX_PATTERN: &str = r"^[hH][tT][tT][pP][sS]?://[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*(:([1-9][0-9]{0,3}|[1-5][0-9]{4}))?(/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)?(\?[A-Za-z0-9._~%!$&'()*+,;=:@/?-]*)?$";
 
 /// Two default headers of one name in different cases: no schema states it.
 fn refuse_twice(headers: Option<&BTreeMap<String, String>>) -> Result<(), AppError> {
@@ -43,7 +38,7 @@ fn refuse_twice(headers: Option<&BTreeMap<String, String>>) -> Result<(), AppErr
 pub struct CreateEndpoint {
     /// `http://` or `https://` and a host, at most 2,000 characters: webhook calls whose URL
     /// starts with it are signed with the endpoint's secret (the longest matching prefix wins).
-    #[schemars(length(min = 1, max = 2000), regex(pattern = URL_PREFIX_PATTERN))]
+    #[schemars(length(min = 1, max = 2000), regex(pattern = crate::webhooks::service::PREFIX_PATTERN))]
     #[schemars(extend("x-message" = "url_prefix: an http:// or https:// URL with a host (a name or an IPv4 address), at most 2000 characters, without user info or fragment"))]
     pub url_prefix: String,
     /// Headers sent with every call under the endpoint, beneath the job's own (a job's header of

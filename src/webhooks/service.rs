@@ -462,6 +462,20 @@ fn new_secret() -> Vec<u8> {
     raw
 }
 
+/// The prefixes the document states: `http` or `https`, a host name or dotted IPv4 address, a port, a
+/// path and a query of URL characters, at most 2,000 characters (a subset of what the server
+/// reads, 2,048 characters as the URL parser writes it: IPv6 hosts and characters to be
+/// percent-encoded are left out).
+pub const PREFIX_PATTERN: &str = concat!(
+    r"^[hH][tT][tT][pP][sS]?://",
+    // A dotted IPv4 address, or names whose last label starts with a letter (a numeric last
+    // label is read as an IPv4 address), without `--` (an `xn--` label must be punycode).
+    r"((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])){3}",
+    r"|([A-Za-z0-9](-?[A-Za-z0-9]){0,62}\.)*[A-Za-z](-?[A-Za-z0-9]){0,62})",
+    r"(:([1-9][0-9]{0,3}|[1-5][0-9]{4}))?",
+    r"(/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)?(\?[A-Za-z0-9._~%!$&'()*+,;=:@/?-]*)?$",
+);
+
 /// A prefix an endpoint may have: an http(s) URL with a host, without user info or fragment,
 /// kept as the URL parser reads it (the scheme and host in lower case, an international host in
 /// ASCII, a default port dropped, `.` and `..` segments resolved, characters percent-encoded):
@@ -528,6 +542,52 @@ mod tests {
         ] {
             assert!(check_prefix(bad).is_err(), "{bad}");
         }
+    }
+
+    /// Every prefix the document's pattern admits is one [`check_prefix`] keeps (the pattern is a
+    /// subset: the schema check refuses the rest before the service reads it).
+    #[test]
+    fn every_prefix_the_pattern_admits_is_kept() {
+        let pattern = jsonschema::validator_for(&serde_json::json!({
+            "type": "string", "pattern": PREFIX_PATTERN, "maxLength": 2000,
+        }))
+        .unwrap();
+        let mut admitted = 0;
+        for scheme in ["http", "HTTPS", "ftp"] {
+            for host in [
+                "0",
+                "l.6",
+                "1.2.3.4",
+                "1.2.3.4.5",
+                "256.1.1.1",
+                "255.255.255.255",
+                "a.b",
+                "xn--a",
+                "a--b.example",
+                "A.EXAMPLE",
+                "localhost",
+                "1.example",
+                "a.0x1",
+                "-a.b",
+                "a-.b",
+                "\u{fc}.example",
+            ] {
+                for port in ["", ":0", ":8080", ":59999", ":65536"] {
+                    for rest in ["", "/", "/a/../b", "?:~-", "/p?q=1&r", "/%zz", "#f"] {
+                        let text = format!("{scheme}://{host}{port}{rest}");
+                        if pattern.is_valid(&serde_json::json!(text)) {
+                            admitted += 1;
+                            assert!(
+                                check_prefix(&text).is_ok(),
+                                "{text}: {:?}",
+                                check_prefix(&text)
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert!(admitted > 100, "{admitted}");
     }
 
     #[test]

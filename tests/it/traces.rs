@@ -118,6 +118,26 @@ async fn one_trace_shows_the_api_call_the_wait_the_attempt_and_the_webhook() {
         meta["traceparent"],
         format!("00-{TRACE}-{}-01", api["spanId"].as_str().unwrap())
     );
+    // A job another domain inserts inside a traced call joins the call's trace too: a question's
+    // lock job.
+    let res = reqwest::Client::new()
+        .post(format!("http://{}/api/v1/questions", server.addr))
+        .bearer_auth(TOKEN)
+        .header("traceparent", format!("00-{TRACE}-{CALLER_SPAN}-01"))
+        .json(
+            &json!({"game": "g", "prompt": "Who scores first?", "choices": ["a", "b"],
+                      "game_time": (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339()}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(res.status().is_success(), "{}", res.status());
+    let lock: Value = sqlx::query_scalar("SELECT meta FROM jobs WHERE kind = 'lock_question'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let tp = lock["traceparent"].as_str().unwrap_or_default();
+    assert!(tp.starts_with(&format!("00-{TRACE}-")), "{lock}");
     // The wait lasted from the insert to the attempt's start (200 ms or more).
     let ns = |s: &Value, k: &str| s[k].as_str().unwrap().parse::<u128>().unwrap();
     assert!(

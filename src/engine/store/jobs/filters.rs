@@ -568,6 +568,57 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// Every args or tags filter text the document's patterns admit is one the parsers read (the
+    /// JSON forms aside: the handler answers those `invalid_json`).
+    #[test]
+    fn every_filter_text_the_patterns_admit_is_read() {
+        use crate::schema_rules::{ARGS_FILTER_PATTERN, TAGS_FILTER_PATTERN};
+        let validator = |pattern: &str| {
+            jsonschema::validator_for(&json!({ "type": "string", "pattern": pattern })).unwrap()
+        };
+        let (args, tags) = (
+            validator(ARGS_FILTER_PATTERN),
+            validator(TAGS_FILTER_PATTERN),
+        );
+        let parts = [
+            "",
+            " ",
+            "a",
+            "a=1",
+            " a = b ",
+            "=1",
+            "a=",
+            "a=b=c",
+            "\u{85}",
+            "\u{85}a=1",
+            "\u{a0}",
+            "{",
+            "[",
+            "x\u{2028}",
+            "\t",
+        ];
+        let mut read = 0;
+        for first in parts {
+            for second in parts {
+                for sep in [",", ", ", ",,"] {
+                    let text = format!("{first}{sep}{second}");
+                    for text in [text.clone(), first.to_string()] {
+                        let blank = text.trim().is_empty();
+                        if args.is_valid(&json!(text)) && !blank && !text.trim().starts_with('{') {
+                            read += 1;
+                            assert!(parse_args_filter(&text).is_ok(), "args {text:?}");
+                        }
+                        if tags.is_valid(&json!(text)) && !blank && !text.trim().starts_with('[') {
+                            read += 1;
+                            assert!(parse_tags_filter(&text).is_ok(), "tags {text:?}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(read > 20, "{read}");
+    }
+
     #[test]
     fn args_filter_reads_pairs_and_json() {
         assert_eq!(
