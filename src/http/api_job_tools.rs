@@ -340,11 +340,24 @@ pub(crate) async fn questions_owning(
     pool: &crate::engine::Db,
     filter: &JobFilter,
 ) -> Result<Vec<i64>, sqlx::Error> {
-    Ok(job_store::job_owners_matching(pool, filter)
-        .await?
+    Ok(questions_of(
+        job_store::job_owners_matching(pool, filter).await?,
+    ))
+}
+
+/// The questions owning any of the listed waiting jobs (their lock jobs).
+pub(crate) async fn questions_owning_ids(
+    pool: &crate::engine::Db,
+    ids: &[JobId],
+) -> Result<Vec<i64>, sqlx::Error> {
+    Ok(questions_of(job_store::job_owners_of(pool, ids).await?))
+}
+
+fn questions_of(owners: Vec<String>) -> Vec<i64> {
+    owners
         .iter()
         .filter_map(|o| o.strip_prefix("question ")?.parse().ok())
-        .collect())
+        .collect()
 }
 
 /// The export's format.

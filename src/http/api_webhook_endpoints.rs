@@ -19,8 +19,6 @@ use super::state::AppState;
 use crate::webhooks::service::DEFAULT_OVERLAP;
 use crate::webhooks::{EndpointRow, EndpointSettings, NewSecret};
 
-/// A new endpoint.
-
 /// Two default headers of one name in different cases: no schema states it.
 fn refuse_twice(headers: Option<&BTreeMap<String, String>>) -> Result<(), AppError> {
     match headers.and_then(crate::webhooks::headers::twice_in_any_case) {
@@ -32,6 +30,7 @@ fn refuse_twice(headers: Option<&BTreeMap<String, String>>) -> Result<(), AppErr
     }
 }
 
+/// A new endpoint.
 #[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[schemars(transform = crate::schema_rules::TrueNeedsTrue("private_network", "allow_calls"))]

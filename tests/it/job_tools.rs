@@ -1075,3 +1075,52 @@ async fn the_dashboard_edits_moves_and_exports_what_its_filter_shows() {
         "the list offers its export"
     );
 }
+
+/// A selection moved in time on the dashboard moves the questions whose lock jobs it holds (a
+/// lock job moves only with its question, so its game time and its lock stay together), audited
+/// as the filter's move is.
+#[tokio::test]
+async fn a_selection_moved_in_time_moves_the_questions_of_its_lock_jobs() {
+    let d = dashboard_as(Role::Admin).await;
+    let game_time = chrono::Utc::now() + chrono::Duration::minutes(90);
+    let question = d
+        .api(
+            Method::POST,
+            "/questions",
+            json!({"game": "Owls vs Cats", "prompt": "First goal?", "choices": ["Owls", "Cats"],
+                   "game_time": game_time.to_rfc3339()}),
+        )
+        .await;
+    let lock = question["lock_job"]["id"].as_i64().unwrap();
+    let other = d
+        .new_job(json!({"kind": "noop", "scheduled_at": game_time.to_rfc3339()}))
+        .await;
+    let (lock_before, other_before) = (due_at(&d, lock).await, due_at(&d, other).await);
+    let (status, body) = d
+        .server_fn(
+            "bulk",
+            &format!("action=shift&ids={lock}%2C{other}&change[by]=1h"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let hour = chrono::Duration::hours(1);
+    assert_eq!(due_at(&d, other).await, other_before + hour);
+    assert_eq!(
+        due_at(&d, lock).await,
+        lock_before + hour,
+        "the lock job moved"
+    );
+    let id = question["id"].as_i64().unwrap();
+    let moved = d
+        .api(Method::GET, &format!("/questions/{id}"), Value::Null)
+        .await;
+    let moved: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(moved["game_time"].clone()).unwrap();
+    assert_eq!(moved, lock_before + hour, "the question moved with it");
+    let entry: Value =
+        sqlx::query_scalar("SELECT filter FROM audit_log WHERE action = 'questions.shift'")
+            .fetch_one(&d.pool)
+            .await
+            .unwrap();
+    assert_eq!(entry["questions"], json!([id]), "{entry}");
+}

@@ -680,8 +680,8 @@ fn BulkConfirm(
 }
 
 /// The fields a bulk "move in time" or "edit" needs beside its confirmation. A selection moves its
-/// jobs only (a question's lock job among them is left: its question moves it); a filter also
-/// moves the questions of a game.
+/// jobs, and the questions whose lock jobs it holds with them; a filter also moves the questions
+/// of a game.
 #[component]
 fn ChangeFields(action: &'static str, by_filter: bool) -> impl IntoView {
     match action {

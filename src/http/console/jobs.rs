@@ -587,7 +587,11 @@ impl JobsConsole for ServerConsole {
                     return Err(refusal);
                 }
                 if let BulkChange::Shift { by_ms } = change {
-                    self.shift_questions(&filter, input.game.as_deref(), by_ms)
+                    let owners =
+                        crate::http::api_job_tools::questions_owning(self.client.pool(), &filter)
+                            .await
+                            .map_err(refused)?;
+                    self.shift_questions(owners, input.game.as_deref(), by_ms)
                         .await?;
                 }
                 let entry = entry(&op, &act.action, act.target, act.filter);
@@ -602,6 +606,17 @@ impl JobsConsole for ServerConsole {
                 .await
                 .map_err(refused)?;
                 return done(action, report);
+            }
+        }
+        // A selection's lock jobs move with their questions, as a filter's do.
+        if let (Ok(BulkChange::Shift { by_ms }), false) = (&change, ids.is_empty()) {
+            let listed: Vec<JobId> = ids.iter().copied().map(JobId).collect();
+            let owners =
+                crate::http::api_job_tools::questions_owning_ids(self.client.pool(), &listed)
+                    .await
+                    .map_err(refused)?;
+            if !owners.is_empty() {
+                self.shift_questions(owners, None, *by_ms).await?;
             }
         }
         self.act(
@@ -797,16 +812,15 @@ fn edit_of(shown: &Job, input: &EditJobInput) -> Result<JobEdit, Refusal> {
 impl ServerConsole {
     /// Moves the questions a shift on `filter` carries along: those whose lock job it matches and
     /// the open ones of `game`, in one audited transaction (`questions.shift`), before the jobs.
+    /// Moves the questions `owners` (those whose lock jobs a move holds) and those of `game` by
+    /// `by_ms`, their lock jobs with them, audited as `questions.shift`.
     async fn shift_questions(
         &self,
-        filter: &JobFilter,
+        owners: Vec<i64>,
         game: Option<&str>,
         by_ms: i64,
     ) -> Result<(), Refusal> {
         let game = game.map(str::trim).filter(|g| !g.is_empty());
-        let owners = crate::http::api_job_tools::questions_owning(self.client.pool(), filter)
-            .await
-            .map_err(refused)?;
         if by_ms == 0 || (game.is_none() && owners.is_empty()) {
             return Ok(());
         }

@@ -131,6 +131,22 @@ pub async fn job_earliest_waiting<'e>(
 
 /// The questions (`meta.owner` = `question N`) owning waiting jobs that match `filter`: a
 /// shift moves them through their question.
+pub async fn job_owners_of<'e>(
+    db: impl PgExecutor<'e>,
+    ids: &[JobId],
+) -> Result<Vec<String>, sqlx::Error> {
+    let ids: Vec<i64> = ids.iter().map(|id| id.0).collect();
+    sqlx::query_scalar(&format!(
+        "SELECT DISTINCT meta ->> 'owner' FROM jobs
+         WHERE id = ANY($1) AND state IN {WAITING} AND meta ? 'owner'"
+    ))
+    .bind(ids)
+    .persistent(false)
+    .fetch_all(db)
+    .await
+}
+
+/// The owners (`meta.owner`) of the waiting jobs `filter` matches, at most 10,000.
 pub async fn job_owners_matching<'e>(
     db: impl PgExecutor<'e>,
     filter: &JobFilter,
