@@ -224,6 +224,23 @@ pub enum ClientError {
     Database(#[from] sqlx::Error),
 }
 
+/// The live job holding `new`'s unique key, when another domain owns it (a question's lock job)
+/// and `new` is not that owner's: not the caller's to be answered with (nor moved: the store's
+/// `on_conflict: reschedule` leaves it), so refused as a conflict.
+fn refuse_foreign_holder(new: &NewJob, inserted: Inserted) -> Result<Inserted, ClientError> {
+    let owner =
+        |meta: &serde_json::Value| meta.get("owner").and_then(|o| o.as_str()).map(String::from);
+    match owner(&inserted.job.meta) {
+        Some(holder) if inserted.existing && owner(&new.meta).as_ref() != Some(&holder) => {
+            Err(ClientError::Conflict(format!(
+                "the unique key is held by job {}, which {holder} owns: choose another key",
+                inserted.job.id
+            )))
+        }
+        _ => Ok(inserted),
+    }
+}
+
 /// `new` continuing the trace of the span the insert runs in (an API call's, say), when traces are
 /// exported and it does not name one itself: a question's lock job, a schedule's triggered run
 /// and every job a traced request inserts join its trace.
@@ -450,9 +467,8 @@ impl Client {
         new: &NewJob,
     ) -> Result<Inserted, ClientError> {
         let host = self.validate_shape(new)?.call_host(&new.args);
-        job_store::job_insert(conn, &in_current_trace(new), host.as_deref())
-            .await
-            .map_err(ClientError::from)
+        let inserted = job_store::job_insert(conn, &in_current_trace(new), host.as_deref()).await?;
+        refuse_foreign_holder(new, inserted)
     }
 
     /// Inserts a job (or returns the live job holding its unique key).
@@ -472,9 +488,8 @@ impl Client {
         new: &NewJob,
     ) -> Result<Inserted, ClientError> {
         let host = self.checked_with(&mut *conn, new).await?;
-        job_store::job_insert(conn, &in_current_trace(new), host.as_deref())
-            .await
-            .map_err(ClientError::from)
+        let inserted = job_store::job_insert(conn, &in_current_trace(new), host.as_deref()).await?;
+        refuse_foreign_holder(new, inserted)
     }
 
     /// Inserts like [`Client::insert_with`], in the caller's transaction, without the notifications
@@ -494,6 +509,7 @@ impl Client {
             false,
         )
         .await?;
+        let inserted = refuse_foreign_holder(new, inserted)?;
         let wakeup = self.announcer.wakeup(&inserted.job, inserted.existing);
         Ok((inserted, wakeup))
     }
@@ -547,10 +563,8 @@ impl Client {
             plain.into_iter().map(|(j, host)| (j.clone(), host)).unzip();
         let mut n = job_store::job_insert_many(&mut *tx, &plain, &plain_hosts).await?;
         for (new, host) in unique {
-            if !job_store::job_insert(&mut tx, new, host.as_deref())
-                .await?
-                .existing
-            {
+            let inserted = job_store::job_insert(&mut tx, new, host.as_deref()).await?;
+            if !refuse_foreign_holder(new, inserted)?.existing {
                 n += 1;
             }
         }

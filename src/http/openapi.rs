@@ -47,6 +47,79 @@ pub struct Endpoint {
     pub route: fn() -> MethodRouter<AppState>,
 }
 
+/// The records a create answers with, and where its id is in the answer: the document links the
+/// create to every operation on that record (OpenAPI `links`), so that a client, or a fuzzer's
+/// stateful phase, follows one to the other.
+const CREATES: [(&str, &str, &str, &str); 5] = [
+    // (the create's path, the record's path, its parameter, where the answer holds it)
+    ("/jobs", "/jobs/{id}", "id", "/job/id"),
+    ("/questions", "/questions/{id}", "id", "/id"),
+    ("/alert-rules", "/alert-rules/{id}", "id", "/id"),
+    (
+        "/webhook-endpoints",
+        "/webhook-endpoints/{id}",
+        "id",
+        "/endpoint/id",
+    ),
+    ("/schedules", "/schedules/{name}", "name", "/name"),
+];
+
+/// The links of a create's answer: every operation on the record it made.
+fn links_of(e: &Endpoint) -> Option<Value> {
+    if e.method != "post" {
+        return None;
+    }
+    let (_, record, param, pointer) = CREATES.iter().find(|c| c.0 == e.path)?;
+    let mut links = Map::new();
+    for other in endpoints() {
+        if other.path == *record || other.path.starts_with(&format!("{record}/")) {
+            let id = operation_id(&other);
+            links.insert(
+                id.clone(),
+                json!({
+                    "operationId": id,
+                    "parameters": { *param: format!("$response.body#{pointer}") },
+                }),
+            );
+        }
+    }
+    Some(Value::Object(links))
+}
+
+fn operation_id(e: &Endpoint) -> String {
+    format!(
+        "{}{}",
+        e.method,
+        e.path.replace(['/', '{', '}', '-', '.'], "_")
+    )
+}
+
+/// A body the server accepts, for the creates (times relative to now: the document is written
+/// per request): what a reader copies first, and what a fuzzer starts its stateful runs from.
+fn example_of(method: &str, path: &str) -> Option<Value> {
+    let in_a_day = (chrono::Utc::now() + chrono::Duration::days(1)).to_rfc3339();
+    Some(match (method, path) {
+        ("post", "/jobs") => json!({
+            "kind": "noop", "args": { "game_id": 42 }, "schedule_in_ms": 60_000,
+            "tags": ["example"],
+        }),
+        ("post", "/questions") => json!({
+            "game": "Lions vs Bears", "prompt": "Who scores first?",
+            "choices": ["Lions", "Bears", "Nobody"], "game_time": in_a_day,
+        }),
+        ("post", "/schedules") => json!({
+            "name": "nightly-report", "cron": "0 3 * * *", "time_zone": "Europe/London",
+            "job": { "kind": "noop", "args": { "report": "daily" } },
+        }),
+        ("post", "/alert-rules") => json!({
+            "name": "default backlog", "condition": "queue_backlog", "queue": "default",
+            "threshold_n": 1000,
+        }),
+        ("post", "/webhook-endpoints") => json!({ "url_prefix": "https://partner.example/hooks/" }),
+        _ => return None,
+    })
+}
+
 /// A refusal an operation may answer a schema-valid request with.
 pub struct Refusal {
     pub status: u16,
@@ -104,6 +177,12 @@ const NOTIFY_URL_REFUSED: Refusal = Refusal {
     code: "notify_url_refused",
     when: "webhook calls may not go to the URL (`KICKOFF_WEBHOOK_ALLOWED_HOSTS` and the endpoints' `allow_calls` say where they may)",
 };
+/// A unique key held by a job another domain owns.
+const KEY_HELD: Refusal = Refusal {
+    status: 409,
+    code: "conflict",
+    when: "the unique key is held by a live job another domain owns (a question's lock job), which is not the caller's to find or move",
+};
 /// A name another record has.
 const NAME_TAKEN: Refusal = Refusal {
     status: 409,
@@ -134,7 +213,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<api_jobs::CreateJob>),
             query: None,
             ok: (201, Some(schema::<api_jobs::InsertedBody>)),
-            refusals: &[UNKNOWN_KIND, ARGS_REFUSED, OUT_OF_WINDOW],
+            refusals: &[UNKNOWN_KIND, ARGS_REFUSED, OUT_OF_WINDOW, KEY_HELD],
             route: || post(api_jobs::create),
         },
         Endpoint {
@@ -714,7 +793,7 @@ pub fn document() -> Value {
         }
         let mut op = json!({
             "summary": e.summary,
-            "operationId": format!("{}{}", e.method, e.path.replace(['/', '{', '}', '-', '.'], "_")),
+            "operationId": operation_id(&e),
             "security": [{ "bearer": [] }],
             "responses": responses(&mut generator, &e),
         });
@@ -722,9 +801,13 @@ pub fn document() -> Value {
             op["parameters"] = Value::Array(parameters);
         }
         if let Some(body) = e.body {
+            let mut media = json!({ "schema": body(&mut generator) });
+            if let Some(example) = example_of(e.method, e.path) {
+                media["example"] = example;
+            }
             op["requestBody"] = json!({
                 "required": true,
-                "content": { "application/json": { "schema": body(&mut generator) } },
+                "content": { "application/json": media },
             });
         }
         let item = paths
@@ -849,7 +932,22 @@ fn responses(generator: &mut SchemaGenerator, e: &Endpoint) -> Value {
             "schema": { "type": "integer", "minimum": 1 },
         },
     });
-    r[status.to_string()]["headers"] = limit_headers;
+    r[status.to_string()]["headers"] = limit_headers.clone();
+    if (e.method, e.path) == ("post", "/jobs") {
+        // The insert of a key a live job holds answers that job.
+        let mut existing = json!({
+            "description": "a live job holds the unique key: that job, `existing: true` (moved \
+                            first with `on_conflict: reschedule`)",
+            "headers": limit_headers,
+        });
+        if let Some(body) = body {
+            existing["content"] = json!({ "application/json": { "schema": body(generator) } });
+        }
+        r["200"] = existing;
+    }
+    if let Some(links) = links_of(e) {
+        r[status.to_string()]["links"] = links;
+    }
     if e.method != "get" {
         r["403"] = error("the token may only read, or its owner's role may not act");
         if !e.path.ends_with("/predictions") {

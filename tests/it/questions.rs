@@ -696,3 +696,49 @@ async fn an_operator_cannot_cancel_move_or_delete_a_questions_lock_job_by_itself
     assert_eq!(s, StatusCode::NO_CONTENT);
     engine.stop().await;
 }
+
+/// A job inserted with the unique key of a question's lock job neither moves it (`on_conflict:
+/// reschedule` would lock the question before its game time) nor is answered with it: 409, the
+/// lock job where its question put it.
+#[tokio::test]
+async fn a_lock_jobs_unique_key_is_not_anothers_to_find_or_move() {
+    let db = test_db().await;
+    let app = crate::common::app(&db.pool, "t");
+    let game_time = in_ms(7_200_000);
+    let (s, q) = call(
+        &app,
+        Method::POST,
+        "/api/v1/questions",
+        Some(json!({"game": "g", "prompt": "p", "choices": ["a", "b"],
+                    "game_time": game_time.to_rfc3339()})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{q}");
+    let key = q["lock_job"]["unique_key"].as_str().unwrap().to_string();
+    let lock = q["lock_job"]["id"].as_i64().unwrap();
+    for conflict in [json!("reschedule"), Value::Null] {
+        let (s, b) = call(
+            &app,
+            Method::POST,
+            "/api/v1/jobs",
+            Some(
+                json!({"kind": "noop", "unique_key": key, "on_conflict": conflict,
+                        "schedule_in_ms": 60_000}),
+            ),
+        )
+        .await;
+        assert_eq!(s, StatusCode::CONFLICT, "{conflict}: {b}");
+        assert!(!b.to_string().contains("lock_question\""), "{b}");
+    }
+    let due: DateTime<Utc> = sqlx::query_scalar("SELECT scheduled_at FROM jobs WHERE id = $1")
+        .bind(lock)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        due.timestamp_micros(),
+        game_time.timestamp_micros(),
+        "the lock job stays at game time"
+    );
+    assert_eq!(count(&db.pool, "jobs").await, 1);
+}

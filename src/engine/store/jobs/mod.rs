@@ -186,12 +186,15 @@ pub async fn job_insert_notifying(
                  FROM p, quiet
                  WHERE unique_key = $1 AND finalized_at IS NULL
                    AND state IN ('scheduled', 'available', 'retryable')
+                   -- A job another domain owns (a question's lock job) moves only with it.
+                   AND meta ->> 'owner' IS NOT DISTINCT FROM $5
                  RETURNING jobs.*",
             )
             .bind(key)
             .bind(at)
             .bind(in_secs)
             .bind(notify)
+            .bind(new.meta.get("owner").and_then(|o| o.as_str()))
             .fetch_optional(&mut *conn)
             .await?;
             if let Some(job) = moved {
