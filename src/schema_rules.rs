@@ -193,17 +193,37 @@ impl schemars::JsonSchema for ObjectWithoutNul {
 }
 
 /// An args filter of a query: blank (no filter), a JSON object (`{...}`, checked as JSON by the
-/// handler) or `key=value` pairs separated by commas, each key not blank.
-pub const ARGS_FILTER_PATTERN: &str = r"^\s*$|^\s*\{[^\x00]*\}\s*$|^\s*[^,=\s\x00\x85{][^,=\x00]*=[^,\x00]*(,\s*[^,=\s\x00\x85][^,=\x00]*=[^,\x00]*)*$";
+/// handler) or `key=value` pairs separated by commas, each key not blank (blank parts between
+/// commas are skipped).
+pub const ARGS_FILTER_PATTERN: &str = concat!(
+    r"^\s*$|^\s*\{[^\x00]*\}\s*$",
+    r"|^(?=[^\x00]*[^\s,\x00])(\s*|\s*[^,=\s\x00\x85{][^,=\x00]*=[^,\x00]*)(,(\s*|\s*[^,=\s\x00\x85{][^,=\x00]*=[^,\x00]*))*$",
+);
 
 /// A tags filter of a query: blank (no filter), a JSON array (`[...]`, checked as JSON by the
-/// handler) or 1 to 20 tags of 1 to 100 characters separated by commas.
-pub const TAGS_FILTER_PATTERN: &str = r"^\s*$|^\s*\[[^\x00]*\]\s*$|^\s*[^,\s\x00\x85\[][^,\x00]{0,99}(,\s*[^,\s\x00\x85][^,\x00]{0,99}){0,19}$";
+/// handler) or 1 to 20 tags of 1 to 100 characters separated by commas (blank parts between
+/// commas are skipped; at most 20 parts).
+pub const TAGS_FILTER_PATTERN: &str = concat!(
+    r"^\s*$|^\s*\[[^\x00]*\]\s*$",
+    r"|^(?=[^\x00]*[^\s,\x00])(\s*|\s*[^,\s\x00\x85\[][^,\x00]{0,99})(,(\s*|\s*[^,\s\x00\x85][^,\x00]{0,99})){0,19}$",
+);
 
 /// A rate as the document states it: `N/period`, N 1 to 1,000,000, the period a count (none: 1)
-/// and a unit, at most a day (`ms` up to 7 digits, `s` 4, `min` 3, `h` 1 to 24, `d` 1): a subset
-/// of what [`crate::rate::Rate`] parses, so a rate the pattern admits always parses.
-pub const RATE_PATTERN: &str = r"^([1-9][0-9]{0,5}|1000000)/(([1-9][0-9]{0,6})?ms|([1-9][0-9]{0,3})?s|([1-9][0-9]{0,2})?min|([1-9]|1[0-9]|2[0-4])?h|1?d)$";
+/// and a unit (`ms`, `s`/`sec`/`second`, `m`/`min`/`minute`, `h`/`hour`, `d`/`day`) of at most a
+/// day, spaces around the parts: what [`crate::rate::Rate`] parses and writes (`1/day`), but
+/// for leading zeros.
+pub const RATE_PATTERN: &str = concat!(
+    r"^ *([1-9][0-9]{0,5}|1000000) */ *(",
+    // 1 to 86,400,000 ms
+    r"([1-9][0-9]{0,6}|[1-7][0-9]{7}|8[0-5][0-9]{6}|86[0-3][0-9]{5}|86400000)?ms",
+    // 1 to 86,400 s
+    r"|([1-9][0-9]{0,3}|[1-7][0-9]{4}|8[0-5][0-9]{3}|86[0-3][0-9]{2}|86400)?(s|sec|second)",
+    // 1 to 1,440 min
+    r"|([1-9][0-9]{0,2}|1[0-3][0-9]{2}|14[0-3][0-9]|1440)?(m|min|minute)",
+    r"|([1-9]|1[0-9]|2[0-4])?(h|hour)",
+    r"|1?(d|day)",
+    r") *$",
+);
 
 #[cfg(test)]
 mod tests {
@@ -213,11 +233,14 @@ mod tests {
     fn every_rate_the_pattern_admits_parses() {
         let pattern = regex_lite(RATE_PATTERN);
         let mut admitted = 0;
-        for n in ["1", "7", "999999", "1000000", "1000001", "0", "01"] {
+        for n in ["1", "7", "999999", "1000000", "1000001", "0", "01", " 7 "] {
             for count in [
-                "", "1", "2", "9999", "99999", "999", "24", "25", "9999999", "0",
+                "", "1", "2", "9999", "99999", "999", "24", "25", "9999999", "0", "86400", "86401",
+                "1440", "1441", "86400000", "86400001",
             ] {
-                for unit in ["ms", "s", "min", "h", "d"] {
+                for unit in [
+                    "ms", "s", "sec", "second", "m", "min", "minute", "h", "hour", "d", "day",
+                ] {
                     let text = format!("{n}/{count}{unit}");
                     if pattern(&text) {
                         admitted += 1;
@@ -226,8 +249,14 @@ mod tests {
                 }
             }
         }
-        assert!(admitted > 50, "{admitted}");
+        assert!(admitted > 300, "{admitted}");
         assert!(pattern("100/s") && pattern("5000/min") && pattern("20/10s"));
+        // What `Rate` writes is what the document admits.
+        for written in ["1/day", "10/h", "5/min", "20/10s", "50/500ms", "1/86400s"] {
+            let rate: crate::rate::Rate = written.parse().unwrap();
+            assert!(pattern(&rate.to_string()), "{rate}");
+            assert!(pattern(written), "{written}");
+        }
         assert!(!pattern("1000001/s") && !pattern("1/0s") && !pattern("1/25h"));
     }
 

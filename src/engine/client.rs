@@ -224,21 +224,22 @@ pub enum ClientError {
     Database(#[from] sqlx::Error),
 }
 
-/// The live job holding `new`'s unique key, when another domain owns it (a question's lock job)
-/// and `new` is not that owner's: not the caller's to be answered with (nor moved: the store's
-/// `on_conflict: reschedule` leaves it), so refused as a conflict.
+/// The live job holding `new`'s unique key, when its owner is not `new`'s (a question's lock job
+/// found by another insert, or an owned insert finding a job nobody owns): not the caller's to be
+/// answered with nor to adopt (the store's `on_conflict: reschedule` moves neither), so refused
+/// as a conflict.
 fn refuse_foreign_holder(new: &NewJob, inserted: Inserted) -> Result<Inserted, ClientError> {
     let owner =
         |meta: &serde_json::Value| meta.get("owner").and_then(|o| o.as_str()).map(String::from);
-    match owner(&inserted.job.meta) {
-        Some(holder) if inserted.existing && owner(&new.meta).as_ref() != Some(&holder) => {
-            Err(ClientError::Conflict(format!(
-                "the unique key is held by job {}, which {holder} owns: choose another key",
-                inserted.job.id
-            )))
-        }
-        _ => Ok(inserted),
+    let (held_by, wanted_by) = (owner(&inserted.job.meta), owner(&new.meta));
+    if !inserted.existing || held_by == wanted_by {
+        return Ok(inserted);
     }
+    let holder = held_by.unwrap_or_else(|| "nobody".into());
+    Err(ClientError::Conflict(format!(
+        "the unique key is held by job {}, which {holder} owns: choose another key",
+        inserted.job.id
+    )))
 }
 
 /// `new` continuing the trace of the span the insert runs in (an API call's, say), when traces are
@@ -432,6 +433,15 @@ impl Client {
                     "unique_key",
                     format!("must be 1 to {MAX_UNIQUE_KEY_CHARS} characters"),
                 ));
+            }
+            // `kind:...` is that kind's namespace (a question's `lock_question:42`): another
+            // kind's job taking such a key would stand in for the job it names.
+            if let Some((prefix, _)) = key.split_once(':') {
+                if prefix != new.kind && self.workers.get(prefix).is_some() {
+                    return Err(ClientError::Conflict(format!(
+                        "unique keys `{prefix}:...` are the {prefix} jobs' own"
+                    )));
+                }
             }
         }
         if new.tags.len() > MAX_TAGS

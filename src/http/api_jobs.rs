@@ -74,13 +74,16 @@ struct LateOnce;
 
 impl schemars::transform::Transform for LateOnce {
     fn transform(&mut self, schema: &mut schemars::Schema) {
-        let both = json!({ "not": {
-            "required": ["on_late", "meta"],
-            "properties": {
-                "on_late": { "not": { "type": "null" } },
-                "meta": { "required": [META_LATE] },
+        let both = json!({
+            "not": {
+                "required": ["on_late", "meta"],
+                "properties": {
+                    "on_late": { "not": { "type": "null" } },
+                    "meta": { "type": "object", "required": [META_LATE] },
+                },
             },
-        }});
+            "x-message": "give either on_late or meta.late, not both",
+        });
         schema
             .ensure_object()
             .entry("allOf")

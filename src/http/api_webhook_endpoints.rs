@@ -38,7 +38,7 @@ pub struct CreateEndpoint {
     /// `http://` or `https://` and a host, at most 2,000 characters: webhook calls whose URL
     /// starts with it are signed with the endpoint's secret (the longest matching prefix wins).
     #[schemars(length(min = 1, max = 2000), regex(pattern = crate::webhooks::service::PREFIX_PATTERN))]
-    #[schemars(extend("x-message" = "url_prefix: an http:// or https:// URL with a host (a name or an IPv4 address), at most 2000 characters, without user info or fragment"))]
+    #[schemars(extend("x-message" = "url_prefix: an http:// or https:// URL with a host, at most 2000 characters, without spaces, user info or fragment"))]
     pub url_prefix: String,
     /// Headers sent with every call under the endpoint, beneath the job's own (a job's header of
     /// the same name wins): at most 20, values at most 4,096 bytes, not `Host`, the hop-by-hop

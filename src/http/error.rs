@@ -329,6 +329,10 @@ impl From<crate::webhooks::EndpointError> for AppError {
                 code: "inconsistent",
                 message: m,
             },
+            EndpointError::BadUrl(m) => AppError::Unprocessable {
+                code: "invalid_url",
+                message: m,
+            },
             EndpointError::NotFound(_) => AppError::NotFound(e.to_string()),
             EndpointError::Taken(_) => AppError::Conflict {
                 code: "taken",

@@ -85,6 +85,10 @@ fn check_against_schema<T: schemars::JsonSchema + 'static>(
         } else {
             field
         };
+        // A value of many parts (args, headers) is not repeated: it may hold a secret.
+        if e.instance.is_object() || e.instance.is_array() {
+            return format!("{field}: {}", e.masked());
+        }
         format!("{field}: {e}")
     });
     match broken {
@@ -103,14 +107,23 @@ fn rule_words(schema: &serde_json::Value, schema_path: &str) -> Option<String> {
         .and_then(|m| m.as_str());
     for segment in schema_path.split('/').skip(1) {
         let segment = segment.replace("~1", "/").replace("~0", "~");
-        let next = match node {
+        // A `$ref` within the schema (`#/$defs/...`) leads on into the definition.
+        let next = if segment == "$ref" {
+            node.get("$ref")
+                .and_then(|r| r.as_str())
+                .and_then(|r| r.strip_prefix('#'))
+                .and_then(|pointer| schema.pointer(pointer))
+        } else {
+            None
+        };
+        let next = next.or_else(|| match node {
             serde_json::Value::Object(map) => map.get(&segment),
             serde_json::Value::Array(items) => {
                 segment.parse::<usize>().ok().and_then(|i| items.get(i))
             }
             _ => None,
-        };
-        // A `$ref` leads out of this schema: the words found so far stand.
+        });
+        // A path leading out of this schema: the words found so far stand.
         let Some(next) = next else { break };
         node = next;
         if let Some(m) = node
@@ -266,5 +279,25 @@ mod tests {
         );
         let priority = refusal::<api_jobs::CreateJob>(json!({"kind": "k", "priority": 12}));
         assert!(priority.starts_with("priority: "), "{priority}");
+        // Inside a nested type (a `$ref`), the rule's words still.
+        let nested = refusal::<crate::http::api_job_tools::EditManyBody>(
+            json!({"ids": [1], "edit": {"args": {"a": 1}, "args_patch": {"b": 2}}}),
+        );
+        assert_eq!(nested, "give either args or args_patch, not both");
+        let late = refusal::<api_jobs::CreateJob>(json!({"kind": "k",
+            "on_late": {"after_ms": 1000, "then": "skip"},
+            "meta": {"late": {"after_ms": 1000, "then": "run"}}}));
+        assert_eq!(late, "give either on_late or meta.late, not both");
+        // A value of many parts is not repeated (it may hold a secret).
+        let args = refusal::<api_jobs::CreateJob>(
+            json!({"kind": "k", "args": ["Bearer s3cr3t"], "priority": 1}),
+        );
+        assert!(!args.contains("s3cr3t"), "{args}");
+        // `null` meta is no meta: `on_late` alone is fine.
+        assert!(
+            check_against_schema::<api_jobs::CreateJob>(&json!({"kind": "k",
+            "on_late": {"after_ms": 1000, "then": "skip"}, "meta": null}))
+            .is_ok()
+        );
     }
 }

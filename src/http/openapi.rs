@@ -181,7 +181,13 @@ const NOTIFY_URL_REFUSED: Refusal = Refusal {
 const KEY_HELD: Refusal = Refusal {
     status: 409,
     code: "conflict",
-    when: "the unique key is held by a live job another domain owns (a question's lock job), which is not the caller's to find or move",
+    when: "the unique key is held by a live job another domain owns (a question's lock job), which is not the caller's to find or move; or it starts with another kind's name and `:` (that kind's namespace)",
+};
+/// A URL prefix the URL parser refuses.
+const INVALID_URL: Refusal = Refusal {
+    status: 422,
+    code: "invalid_url",
+    when: "the URL parser (WHATWG, with IDNA for the host) refuses the prefix: its grammar is more than a pattern states",
 };
 /// A name another record has.
 const NAME_TAKEN: Refusal = Refusal {
@@ -453,7 +459,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<api_webhook_endpoints::CreateEndpoint>),
             query: None,
             ok: (201, Some(schema::<crate::webhooks::NewSecret>)),
-            refusals: &[INCONSISTENT, PREFIX_TAKEN],
+            refusals: &[INCONSISTENT, INVALID_URL, PREFIX_TAKEN],
             route: || post(api_webhook_endpoints::create),
         },
         Endpoint {

@@ -716,6 +716,15 @@ async fn a_lock_jobs_unique_key_is_not_anothers_to_find_or_move() {
     assert_eq!(s, StatusCode::CREATED, "{q}");
     let key = q["lock_job"]["unique_key"].as_str().unwrap().to_string();
     let lock = q["lock_job"]["id"].as_i64().unwrap();
+    // Another kind's job may not take a key of the lock jobs' namespace either.
+    let (s, b) = call(
+        &app,
+        Method::POST,
+        "/api/v1/jobs",
+        Some(json!({"kind": "noop", "unique_key": "lock_question:999999"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{b}");
     for conflict in [json!("reschedule"), Value::Null] {
         let (s, b) = call(
             &app,

@@ -617,6 +617,13 @@ mod tests {
             }
         }
         assert!(read > 20, "{read}");
+        // Blank parts between commas are skipped, as the parsers skip them.
+        for text in ["game_id=42,", "a=1,,b=2", " a=1 , "] {
+            assert!(args.is_valid(&json!(text)), "{text}");
+        }
+        for text in ["vip,derby,", "a,,b", " a , b "] {
+            assert!(tags.is_valid(&json!(text)), "{text}");
+        }
     }
 
     #[test]
