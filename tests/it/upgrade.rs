@@ -115,7 +115,31 @@ async fn a_fleet_upgraded_one_node_at_a_time_under_load_loses_and_doubles_nothin
     let posted = Arc::new(Mutex::new(Posted::default()));
     let stop = CancellationToken::new();
     let loading = tokio::spawn(load(addrs.clone(), posted.clone(), stop.clone()));
-    let settle = || tokio::time::sleep(Duration::from_millis(1500));
+    // Each phase runs under load until 50 more posts were acknowledged (and at least 1.5 s):
+    // on a loaded machine a phase takes longer, never carries less load.
+    let acknowledged = {
+        let posted = posted.clone();
+        move || {
+            let p = posted.lock().unwrap();
+            p.jobs.len() + p.questions.len()
+        }
+    };
+    let settle = || {
+        let acknowledged = acknowledged.clone();
+        async move {
+            let from = acknowledged();
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            wait_for(
+                "50 posts acknowledged in this phase",
+                Duration::from_secs(60),
+                || {
+                    let acknowledged = acknowledged.clone();
+                    async move { acknowledged() >= from + 50 }
+                },
+            )
+            .await;
+        }
+    };
     settle().await;
 
     // A node of this release joins: it migrates the database the old ones run on.
