@@ -164,8 +164,10 @@ impl schemars::JsonSchema for JsonWithoutNul {
     fn json_schema(generator: &mut schemars::SchemaGenerator) -> Schema {
         let inner = generator.subschema_for::<Self>();
         schemars::json_schema!({
-            "description": "Any JSON whose texts (keys included) hold no NUL character",
+            "description": "Any JSON whose texts (keys included) hold no NUL character and whose numbers are at most 1e300 in magnitude",
             "pattern": NO_NUL,
+            "maximum": 1e300,
+            "minimum": -1e300,
             "propertyNames": { "pattern": NO_NUL },
             "additionalProperties": inner,
             "items": inner,

@@ -28,8 +28,8 @@ use super::worker::ArgsRefused;
 use super::worker::Workers;
 
 pub use super::job::{
-    MAX_ARGS_BYTES, MAX_META_BYTES, MAX_SCHEDULE_AHEAD_DAYS, MAX_SCHEDULE_PAST_HOURS, MAX_TAGS,
-    MAX_TAG_CHARS, MAX_UNIQUE_KEY_CHARS,
+    MAX_ARGS_BYTES, MAX_JSON_NUMBER, MAX_META_BYTES, MAX_SCHEDULE_AHEAD_DAYS,
+    MAX_SCHEDULE_PAST_HOURS, MAX_TAGS, MAX_TAG_CHARS, MAX_UNIQUE_KEY_CHARS,
 };
 /// How many of the newest jobs a filter's suggestions read.
 pub const SUGGEST_RECENT_JOBS: i64 = 1_000;
@@ -242,6 +242,18 @@ fn refuse_foreign_holder(new: &NewJob, inserted: Inserted) -> Result<Inserted, C
     )))
 }
 
+/// Whether every number in `value` reads back from PostgreSQL's jsonb: it keeps a number's
+/// decimals exactly, and one near the largest float (1.7976931348623157e308) no longer reads as
+/// a float, so its row could not be read (a job list, a claim) again.
+fn numbers_read_back(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::Number(n) => n.as_f64().is_some_and(|f| f.abs() <= MAX_JSON_NUMBER),
+        serde_json::Value::Array(items) => items.iter().all(numbers_read_back),
+        serde_json::Value::Object(map) => map.values().all(numbers_read_back),
+        _ => true,
+    }
+}
+
 /// `new` continuing the trace of the span the insert runs in (an API call's, say), when traces are
 /// exported and it does not name one itself: a question's lock job, a schedule's triggered run
 /// and every job a traced request inserts join its trace.
@@ -390,6 +402,12 @@ impl Client {
             || new.kind.contains('\0')
         {
             return Err(invalid("tags", "text must not contain NUL characters"));
+        }
+        if !numbers_read_back(&new.args) || !numbers_read_back(&new.meta) {
+            return Err(invalid(
+                "args",
+                format!("numbers in args and meta are at most {MAX_JSON_NUMBER:e} in magnitude"),
+            ));
         }
         if new.args.to_string().len() > MAX_ARGS_BYTES {
             return Err(invalid(

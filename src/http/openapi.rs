@@ -1109,6 +1109,10 @@ mod tests {
             json!(crate::engine::job_edit::MAX_SHIFT_MS)
         );
         assert_eq!(
+            schemas["JsonWithoutNul"]["maximum"],
+            json!(crate::engine::job::MAX_JSON_NUMBER)
+        );
+        assert_eq!(
             schemas["JobEdit"]["properties"]["tags"]["maxItems"],
             json!(crate::engine::client::MAX_TAGS)
         );
