@@ -165,6 +165,10 @@ pub enum BulkChange {
 
 impl From<crate::engine::job_edit::EditRefused> for ClientError {
     fn from(e: crate::engine::job_edit::EditRefused) -> Self {
+        if e.by_the_job {
+            // The job's state refuses it (409), as an edit of a running job is.
+            return ClientError::Conflict(format!("{}: {}", e.field, e.message));
+        }
         invalid(e.field, e.message)
     }
 }
@@ -1347,7 +1351,9 @@ async fn bulk_batch(
                 match client.write_edit(conn, &job, edit).await {
                     Ok(Some(_)) => report.changed += 1,
                     Ok(None) => {}
-                    Err(e) if e.is_refusal() => {
+                    // A job its own state refuses (its attempts made) is counted, as an invalid
+                    // one is: the others of the batch go on.
+                    Err(e) if e.is_refusal() || matches!(e, ClientError::Conflict(_)) => {
                         report.refused += 1;
                         report
                             .refusal

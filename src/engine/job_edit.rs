@@ -17,12 +17,15 @@ use super::job::{Job, NewJob, Schedule, MAX_SCHEDULE_AHEAD_DAYS, MAX_SCHEDULE_PA
 pub struct EditRefused {
     pub field: &'static str,
     pub message: String,
+    /// The job as it is refuses it (its attempts made), not the edit itself.
+    pub by_the_job: bool,
 }
 
 fn invalid(field: &'static str, message: impl Into<String>) -> EditRefused {
     EditRefused {
         field,
         message: message.into(),
+        by_the_job: false,
     }
 }
 
@@ -108,15 +111,18 @@ impl JobEdit {
         let max_attempts = self.max_attempts.unwrap_or(job.max_attempts);
         // Its next attempt is number `attempt + 1`: it must still be allowed.
         if self.max_attempts.is_some() && job.attempt > 0 && max_attempts <= job.attempt {
-            return Err(invalid(
-                "max_attempts",
-                format!(
-                    "job {} already made {} attempts: at least {} lets it run again",
-                    job.id,
-                    job.attempt,
-                    job.attempt + 1
-                ),
-            ));
+            return Err(EditRefused {
+                by_the_job: true,
+                ..invalid(
+                    "max_attempts",
+                    format!(
+                        "job {} already made {} attempts: at least {} lets it run again",
+                        job.id,
+                        job.attempt,
+                        job.attempt + 1
+                    ),
+                )
+            });
         }
         Ok(NewJob {
             kind: job.kind.clone(),

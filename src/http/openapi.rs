@@ -315,7 +315,7 @@ pub fn endpoints() -> Vec<Endpoint> {
         Endpoint {
             method: "patch",
             path: "/jobs/{id}",
-            summary: "Edit a waiting job (scheduled, available or retryable: 409 otherwise): args (whole, or `args_patch` as a JSON merge patch), priority, queue, max_attempts, tags, `meta_patch`; checked by its kind's worker like an insert (422)",
+            summary: "Edit a waiting job (scheduled, available or retryable: 409 otherwise, and 409 for a max_attempts it already reached): args (whole, or `args_patch` as a JSON merge patch), priority, queue, max_attempts, tags, `meta_patch`; checked by its kind's worker like an insert (422)",
             body: Some(schema::<crate::engine::job_edit::JobEdit>),
             query: None,
             ok: (200, Some(schema::<Job>)),

@@ -506,7 +506,8 @@ async fn a_waiting_job_is_edited_checked_like_an_insert_and_audited_before_and_a
             json!({"max_attempts": 2}),
         )
         .await;
-    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
+    // The job's state refuses it, not a rule of the edit: 409, as for a running job.
+    assert_eq!(s, StatusCode::CONFLICT, "{text}");
     let (s, text) = d
         .api_as(
             TOKEN,
