@@ -22,15 +22,21 @@ fn not_given(field: &str) -> Value {
     json!({ "properties": { field: { "type": "null" } } })
 }
 
-/// Adds `rule` to the schema's `allOf` (beside any rule there already).
+/// Adds `rule`, in `words`, to the schema's `allOf` (beside any rule there already).
 fn add_rule(schema: &mut Schema, mut rule: Value, words: String) {
     rule[MESSAGE] = words.into();
+    add_rules(schema, [rule]);
+}
+
+/// Adds `rules` (each carrying its own words, if any) to the schema's `allOf`: a type's own
+/// transform uses it for the rules these do not cover.
+pub fn add_rules(schema: &mut Schema, rules: impl IntoIterator<Item = Value>) {
     let all = schema
         .ensure_object()
         .entry("allOf")
         .or_insert_with(|| json!([]));
     if let Some(all) = all.as_array_mut() {
-        all.push(rule);
+        all.extend(rules);
     }
 }
 

@@ -284,13 +284,7 @@ impl schemars::transform::Transform for FieldsOfEachCondition {
                 "then": { "required": required, "properties": props, "x-message": words },
             }));
         }
-        let all = schema
-            .ensure_object()
-            .entry("allOf")
-            .or_insert_with(|| json!([]));
-        if let Some(all) = all.as_array_mut() {
-            all.extend(rules);
-        }
+        crate::schema_rules::add_rules(schema, rules);
     }
 }
 

@@ -84,13 +84,7 @@ impl schemars::transform::Transform for LateOnce {
             },
             "x-message": "give either on_late or meta.late, not both",
         });
-        schema
-            .ensure_object()
-            .entry("allOf")
-            .or_insert_with(|| json!([]))
-            .as_array_mut()
-            .expect("allOf is an array")
-            .push(both);
+        crate::schema_rules::add_rules(schema, [both]);
     }
 }
 

@@ -39,6 +39,15 @@ struct Checker {
     schema: serde_json::Value,
 }
 
+/// A request schema compiled as the check of requests reads it (JSON Schema 2020-12, formats
+/// checked).
+pub(crate) fn compile(schema: &serde_json::Value) -> Result<jsonschema::Validator, String> {
+    jsonschema::draft202012::options()
+        .should_validate_formats(true)
+        .build(schema)
+        .map_err(|e| e.to_string())
+}
+
 /// The compiled schema of each request type, built once.
 fn validator_of<T: schemars::JsonSchema + 'static>() -> std::sync::Arc<Checker> {
     use std::any::TypeId;
@@ -57,9 +66,7 @@ fn validator_of<T: schemars::JsonSchema + 'static>() -> std::sync::Arc<Checker> 
         .into_generator()
         .into_root_schema_for::<T>();
     let validator = Arc::new(Checker {
-        validator: jsonschema::draft202012::options()
-            .should_validate_formats(true)
-            .build(schema.as_value())
+        validator: compile(schema.as_value())
             .unwrap_or_else(|e| panic!("the schema of {} compiles: {e}", T::schema_name())),
         schema: schema.to_value(),
     });

@@ -112,19 +112,15 @@ pub fn check_defaults(headers: &BTreeMap<String, String>) -> Result<Vec<String>,
         return Err(format!("headers: at most {MAX_DEFAULT_HEADERS}"));
     }
     check(headers)?;
-    let mut names: Vec<String> = Vec::with_capacity(headers.len());
-    for (k, v) in headers {
-        if v.len() > MAX_VALUE_BYTES {
-            return Err(format!(
-                "headers: the value of `{k}` is longer than {MAX_VALUE_BYTES} bytes"
-            ));
-        }
-        if names.iter().any(|n| n.eq_ignore_ascii_case(k)) {
-            return Err(format!("headers: `{k}` is given twice"));
-        }
-        names.push(k.clone());
+    if let Some((k, _)) = headers.iter().find(|(_, v)| v.len() > MAX_VALUE_BYTES) {
+        return Err(format!(
+            "headers: the value of `{k}` is longer than {MAX_VALUE_BYTES} bytes"
+        ));
     }
-    Ok(names)
+    if let Some(k) = twice_in_any_case(headers) {
+        return Err(format!("headers: `{k}` is given twice"));
+    }
+    Ok(headers.keys().cloned().collect())
 }
 
 /// Headers written one per line, `Name: value` (as the dashboard's form takes them); blank lines
