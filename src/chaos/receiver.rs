@@ -1,16 +1,17 @@
 //! The loopback endpoint the chaos suite's webhook jobs call: it counts deliveries per job. The
 //! history checker's receiver is also unreliable, as partners are: by the job's id, a first
-//! attempt is answered 500, or 429 with `Retry-After: 1`, or only after 300 ms.
+//! attempt is answered 500, or 429 with `Retry-After: 1`, or 500 with the request's headers
+//! echoed back (a careless partner: [`echoes`]), or only after 300 ms.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::Router;
+use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 
 /// One call received: the attempt number it carried, and when.
@@ -55,6 +56,7 @@ async fn receive(State(r): State<Receiver>, headers: HeaderMap) -> Response {
         (true, Some(id), Some(1)) if id % 7 == 0 => {
             (StatusCode::INTERNAL_SERVER_ERROR, "not now").into_response()
         }
+        (true, Some(id), Some(1)) if echoes(id) => echo(&headers),
         (true, Some(id), Some(1)) if id % 7 == 3 => (
             StatusCode::TOO_MANY_REQUESTS,
             [(header::RETRY_AFTER, "1")],
@@ -69,12 +71,38 @@ async fn receive(State(r): State<Receiver>, headers: HeaderMap) -> Response {
     }
 }
 
+/// Whether the unreliable receiver answers the first attempt of job `id` as a careless partner
+/// does: 500, with every header of the request in the body and again as `x-echo-<name>` headers.
+/// Whatever the job sent (its `Authorization`) is then in its delivery record, and who may read
+/// that is Kickoff's to decide. Two ids in seven, so that some of a history's few jobs with
+/// planted secrets meet it.
+pub fn echoes(id: i64) -> bool {
+    matches!(id % 7, 2 | 6)
+}
+
+fn echo(headers: &HeaderMap) -> Response {
+    // By name: the delivery record keeps the first 500 characters of a body, and `authorization`
+    // sorts near the start, ahead of Kickoff's long signature headers.
+    let sent: BTreeMap<&str, &str> = headers
+        .iter()
+        .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
+        .collect();
+    let mut answer = (StatusCode::INTERNAL_SERVER_ERROR, Json(&sent)).into_response();
+    for (name, value) in headers {
+        if let Ok(echoed) = HeaderName::try_from(format!("x-echo-{name}")) {
+            answer.headers_mut().append(echoed, value.clone());
+        }
+    }
+    answer
+}
+
 /// Serves on a free loopback port until the runtime ends; returns its address and the counts.
 pub async fn start() -> Result<(SocketAddr, Deliveries), String> {
     serve(false).await
 }
 
-/// [`start`], answering some first attempts with 500 or 429 and some calls slowly.
+/// [`start`], answering some first attempts with 500 (some echoing the request's headers) or 429,
+/// and some calls slowly.
 pub async fn start_unreliable() -> Result<(SocketAddr, Deliveries), String> {
     serve(true).await
 }

@@ -1,6 +1,7 @@
 //! Runs a plan's steps against the nodes: each action as the REST request an operator would send
-//! (to one node or another, with the token of the step's role), each fault on the processes or
-//! the database; every request and answer recorded.
+//! (to one node or another, with the token of the step's role), or as the dashboard's server
+//! function a signed-in operator's or viewer's page calls, each fault on the processes or the
+//! database; every request and answer recorded.
 
 use std::time::Duration;
 
@@ -8,11 +9,12 @@ use chrono::Utc;
 use serde_json::{json, Value};
 
 use super::plan::{
-    BulkAction, Fault, JobAction, ReadWhat, Role, ScheduleAction, ScheduleSpec, Step, Work,
-    ALERT_RULES, KINDS, QUEUES,
+    BulkAction, ErrorSearchAct, Fault, JobAction, ReadWhat, Role, ScheduleAction, ScheduleSpec,
+    Step, Work, ALERT_RULES, KINDS, QUEUES,
 };
-use super::record::{Event, FaultEvent, History};
+use super::record::{Event, FaultEvent, History, DASHBOARD_AUDIT, DASHBOARD_SIGN_IN};
 use crate::chaos::node::{Node, NodeEnv};
+use crate::engine::job::RESERVED_META;
 use crate::postgres::EmbeddedPostgres;
 
 /// Every question's choices.
@@ -24,6 +26,22 @@ pub struct Tokens {
     pub operator: String,
     pub viewer: String,
 }
+
+/// The accounts behind the operator's and the viewer's tokens, to sign in to the dashboard with
+/// (the admin's bootstrap token has no account).
+pub struct Logins {
+    pub operator: Login,
+    pub viewer: Login,
+}
+
+pub struct Login {
+    pub name: String,
+    pub password: String,
+}
+
+/// The most pages of the audit log one read walks (a history writes a few hundred entries, a
+/// page holds 100).
+const MAX_AUDIT_PAGES: usize = 20;
 
 pub struct Driver<'a> {
     pub http: reqwest::Client,
@@ -38,6 +56,14 @@ pub struct Driver<'a> {
     pub hook_url: String,
     /// Jobs whose insert was acknowledged, in order: a step's `pick` chooses among them.
     pub jobs: Vec<i64>,
+    /// The admin's webhook jobs carrying a planted secret (acknowledged): what a read of one job
+    /// looks at, since only they can leak one.
+    pub secret_jobs: Vec<i64>,
+    /// Schedules made (acknowledged): their ids and names, for a forged run's meta.
+    pub schedules: Vec<(i64, String)>,
+    pub logins: Logins,
+    /// The dashboard session cookie of each role signed in so far.
+    pub sessions: Vec<(Role, String)>,
     pub questions: Vec<i64>,
     /// Webhook endpoints and alert rules made so far (their ids).
     pub endpoints: Vec<i64>,
@@ -80,15 +106,7 @@ impl Driver<'_> {
             request = request.json(b);
         }
         let sent = Utc::now();
-        let (status, answer) = match request.send().await {
-            Ok(r) => {
-                let status = r.status().as_u16();
-                let text = r.text().await.unwrap_or_default();
-                let answer = serde_json::from_str(&text).unwrap_or(Value::String(text));
-                (status, answer)
-            }
-            Err(e) => (0, Value::String(e.to_string())),
-        };
+        let (status, answer) = answer_of(request).await;
         let event = Event {
             step,
             role,
@@ -185,6 +203,14 @@ impl Driver<'_> {
                     if !self.jobs.contains(&id) {
                         self.jobs.push(id);
                     }
+                    // A unique key's holder is someone else's job, not this secret's.
+                    let existing = e.answer.get("existing").and_then(Value::as_bool);
+                    if work == (Work::Webhook { secret: true })
+                        && existing != Some(true)
+                        && !self.secret_jobs.contains(&id)
+                    {
+                        self.secret_jobs.push(id);
+                    }
                 }
             }
             Step::Job { action, pick, role } => {
@@ -279,7 +305,10 @@ impl Driver<'_> {
                 body["name"] = json!(format!("s{}", spec.name));
                 body["job"] = json!({ "kind": "noop", "queue": QUEUES[spec.queue],
                                       "args": { "sleep_ms": 50 } });
-                self.post(i, Role::Operator, "/schedules", body).await;
+                let e = self.post(i, Role::Operator, "/schedules", body).await;
+                if let (true, Some(id)) = (e.ok(), e.answer.get("id").and_then(Value::as_i64)) {
+                    self.schedules.push((id, format!("s{}", spec.name)));
+                }
             }
             Step::Schedule { name, action } => {
                 let (method, route, verb) = match action {
@@ -459,15 +488,46 @@ impl Driver<'_> {
                 )
                 .await;
             }
-            Step::Read { what, role } => {
-                let (route, path) = match what {
-                    ReadWhat::Jobs => ("/jobs", "/jobs?limit=500"),
-                    ReadWhat::Schedules => ("/schedules", "/schedules"),
-                    ReadWhat::Deliveries => ("/webhook-deliveries", "/webhook-deliveries"),
-                    ReadWhat::Endpoints => ("/webhook-endpoints", "/webhook-endpoints"),
+            Step::Read { what, role, pick } => self.read(i, what, role, pick).await,
+            Step::ForgedMeta { key, pick } => {
+                let key = RESERVED_META[key % RESERVED_META.len()];
+                let meta = forged_meta(key, pick_of_schedule(&self.schedules, pick));
+                let body = json!({ "kind": "noop", "args": { "sleep_ms": 0 }, "queue": QUEUES[0],
+                                   "meta": meta });
+                let e = self.post(i, Role::Operator, "/jobs", body).await;
+                // Refused, it changes nothing; taken, it is a job like any other (and a broken
+                // promise).
+                if let (true, Some(id)) = (e.ok(), e.job_id()) {
+                    if !self.jobs.contains(&id) {
+                        self.jobs.push(id);
+                    }
+                }
+            }
+            Step::ErrorSearch { act, pick } => {
+                let secrets = &self.history.secrets;
+                let searched = (!secrets.is_empty()).then(|| secrets[pick % secrets.len()].clone());
+                let text = searched.unwrap_or_else(|| {
+                    let planted = format!("search-sekret-{}-{i}", self.history.seed);
+                    self.history.secrets.push(planted.clone());
+                    planted
+                });
+                // The newest job the history knows stands for the count an admin confirms first.
+                let max_id = self.jobs.iter().max().copied().unwrap_or(1);
+                let filter = json!({ "error": text, "max_id": max_id });
+                let (route, body) = match act {
+                    ErrorSearchAct::Cancel => (
+                        "/jobs/bulk",
+                        json!({ "action": "cancel", "filter": filter }),
+                    ),
+                    ErrorSearchAct::Edit { priority } => (
+                        "/jobs/edit",
+                        json!({ "filter": filter, "edit": { "priority": priority } }),
+                    ),
+                    ErrorSearchAct::Shift { by_ms } => {
+                        ("/jobs/shift", json!({ "filter": filter, "by_ms": by_ms }))
+                    }
                 };
-                self.send(i, role, "GET", route, path.into(), None, None)
-                    .await;
+                self.post(i, Role::Admin, route, body).await;
             }
             Step::Fault { fault } => {
                 let at = Utc::now();
@@ -483,6 +543,207 @@ impl Driver<'_> {
             Step::Wait { ms } => tokio::time::sleep(Duration::from_millis(ms)).await,
         }
         Ok(())
+    }
+
+    /// After the plan and the quiet that follows it (every attempt made): each reader reads once
+    /// more every surface a planted secret could leak through, the lists, the exports, the audit
+    /// log and each secret-carrying job's record, so that what the last steps planted and the
+    /// receiver echoed after the plan's own reads is looked at too. `i`: the plan's length.
+    pub async fn read_everything(&mut self, i: usize) {
+        for role in [Role::Viewer, Role::Operator] {
+            for what in [
+                ReadWhat::Jobs,
+                ReadWhat::Deliveries,
+                ReadWhat::ExportJsonl,
+                ReadWhat::ExportCsv,
+                ReadWhat::Audit,
+            ] {
+                self.read(i, what, role, 0).await;
+            }
+            for pick in 0..self.secret_jobs.len() {
+                for what in [ReadWhat::Job, ReadWhat::Attempts, ReadWhat::JobDeliveries] {
+                    self.read(i, what, role, pick).await;
+                }
+            }
+        }
+    }
+
+    /// Reads `what` as `role`.
+    async fn read(&mut self, i: usize, what: ReadWhat, role: Role, pick: usize) {
+        // A job with a planted secret when there is one: only those can leak one.
+        let job = pick_of(&self.secret_jobs, pick).or_else(|| self.pick_job(pick));
+        let (route, path, subject) = match (what, job) {
+            (ReadWhat::Jobs, _) => ("/jobs", "/jobs?limit=500".to_string(), None),
+            (ReadWhat::Schedules, _) => ("/schedules", "/schedules".into(), None),
+            (ReadWhat::Deliveries, _) => (
+                "/webhook-deliveries",
+                "/webhook-deliveries?limit=500".into(),
+                None,
+            ),
+            (ReadWhat::Endpoints, _) => ("/webhook-endpoints", "/webhook-endpoints".into(), None),
+            // Text answers: `send` keeps them as a JSON string (one line of JSON reads as JSON),
+            // the same text for the secrets' search.
+            (ReadWhat::ExportJsonl, _) => {
+                ("/jobs/export", "/jobs/export?format=jsonl".into(), None)
+            }
+            (ReadWhat::ExportCsv, _) => ("/jobs/export", "/jobs/export?format=csv".into(), None),
+            (ReadWhat::Job, Some(id)) => ("/jobs/{id}", format!("/jobs/{id}"), Some(id)),
+            (ReadWhat::Attempts, Some(id)) => (
+                "/jobs/{id}/attempts",
+                format!("/jobs/{id}/attempts"),
+                Some(id),
+            ),
+            (ReadWhat::JobDeliveries, Some(id)) => (
+                "/webhook-deliveries",
+                format!("/webhook-deliveries?job_id={id}"),
+                Some(id),
+            ),
+            (ReadWhat::Job | ReadWhat::Attempts | ReadWhat::JobDeliveries, None) => return,
+            (ReadWhat::Audit, _) => return self.read_audit(i, role).await,
+        };
+        self.send(i, role, "GET", route, path, None, subject).await;
+    }
+
+    /// Reads the audit log, every page of it, as `role`'s dashboard does: the `audit` server
+    /// function its page calls, with the role's session. What a reader is served, not what the
+    /// product's redaction is thought to do.
+    async fn read_audit(&mut self, i: usize, role: Role) {
+        let Some(cookie) = self.session(i, role).await else {
+            return;
+        };
+        let mut before: Option<i64> = None;
+        for _ in 0..MAX_AUDIT_PAGES {
+            let form = before
+                .map(|b| format!("query[before]={b}"))
+                .unwrap_or_default();
+            let body = before.map(|b| json!({ "query": { "before": b } }));
+            let e = self
+                .send_dashboard(i, role, DASHBOARD_AUDIT, &cookie, form, body)
+                .await;
+            if e.status == 401 {
+                // The session ended (swept, or its user changed): the next read signs in again.
+                self.sessions.retain(|(r, _)| *r != role);
+                return;
+            }
+            match e.answer.get("next_before").and_then(Value::as_i64) {
+                Some(next) if e.ok() => before = Some(next),
+                _ => return,
+            }
+        }
+    }
+
+    /// `role`'s dashboard session cookie, signing in through the login server function the first
+    /// time. Sessions live in PostgreSQL: every node honours one, across restarts. `None` for the
+    /// admin (the bootstrap token has no account) or when the sign-in failed.
+    async fn session(&mut self, i: usize, role: Role) -> Option<String> {
+        if let Some((_, cookie)) = self.sessions.iter().find(|(r, _)| *r == role) {
+            return Some(cookie.clone());
+        }
+        let login = match role {
+            Role::Admin => return None,
+            Role::Operator => &self.logins.operator,
+            Role::Viewer => &self.logins.viewer,
+        };
+        let name = login.name.clone();
+        let form = form_urlencoded::Serializer::new(String::new())
+            .append_pair("name", &login.name)
+            .append_pair("password", &login.password)
+            .finish();
+        let node = i % self.nodes.len();
+        // The redirect a sign-in may answer is not followed: its `Set-Cookie` is what counts.
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .ok()?;
+        let sent = Utc::now();
+        let answered = http
+            .post(format!("{}{DASHBOARD_SIGN_IN}", self.nodes[node].url))
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .body(form)
+            .timeout(Duration::from_secs(15))
+            .send()
+            .await;
+        let (status, cookie, text) = match answered {
+            Ok(r) => {
+                let status = r.status().as_u16();
+                let prefix = format!("{}=", crate::http::session::COOKIE);
+                let cookie = r
+                    .headers()
+                    .get_all(reqwest::header::SET_COOKIE)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .find(|v| v.starts_with(&prefix))
+                    .and_then(|v| v.split(';').next())
+                    .map(String::from);
+                (status, cookie, r.text().await.unwrap_or_default())
+            }
+            Err(e) => (0, None, e.to_string()),
+        };
+        // The password is not recorded.
+        self.history.events.push(Event {
+            step: i,
+            role,
+            node,
+            method: "POST",
+            route: DASHBOARD_SIGN_IN,
+            path: DASHBOARD_SIGN_IN.into(),
+            body: Some(json!({ "name": name })),
+            status,
+            answer: Value::String(text),
+            sent,
+            answered: Utc::now(),
+            subject: None,
+        });
+        // A refused sign-in may set a cookie too (the form remembers the name): not a session.
+        let cookie = cookie.filter(|_| (200..400).contains(&status))?;
+        self.sessions.push((role, cookie.clone()));
+        Some(cookie)
+    }
+
+    /// Calls the dashboard's server function `route` (`/_console/...`) with the session `cookie`
+    /// and the urlencoded arguments `form`, as a hydrated page does, and records it (`body`: the
+    /// arguments as JSON).
+    async fn send_dashboard(
+        &mut self,
+        i: usize,
+        role: Role,
+        route: &'static str,
+        cookie: &str,
+        form: String,
+        body: Option<Value>,
+    ) -> Event {
+        let node = i % self.nodes.len();
+        let request = self
+            .http
+            .post(format!("{}{route}", self.nodes[node].url))
+            .header(reqwest::header::COOKIE, cookie)
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .body(form)
+            .timeout(Duration::from_secs(15));
+        let sent = Utc::now();
+        let (status, answer) = answer_of(request).await;
+        let event = Event {
+            step: i,
+            role,
+            node,
+            method: "POST",
+            route,
+            path: route.into(),
+            body,
+            status,
+            answer,
+            sent,
+            answered: Utc::now(),
+            subject: None,
+        };
+        self.history.events.push(event.clone());
+        event
     }
 
     /// Inserts a counting `noop` job with plain SQL, recorded as an event of method `SQL` (status
@@ -576,4 +837,50 @@ fn schedule_body(spec: &ScheduleSpec) -> Value {
 /// The `pick`th of `ids` (modulo their number), if there are any.
 fn pick_of(ids: &[i64], pick: usize) -> Option<i64> {
     (!ids.is_empty()).then(|| ids[pick % ids.len()])
+}
+
+fn pick_of_schedule(schedules: &[(i64, String)], pick: usize) -> Option<(i64, String)> {
+    (!schedules.is_empty()).then(|| schedules[pick % schedules.len()].clone())
+}
+
+/// A job's meta setting the reserved `key` to what Kickoff itself writes there. A schedule's
+/// markers come as a whole forged run of `schedule` (one the history made, when there is one):
+/// its slot 0, which the schedule would then take as run.
+fn forged_meta(key: &str, schedule: Option<(i64, String)>) -> Value {
+    let (schedule_id, name) = schedule.unwrap_or((1, "s0".into()));
+    let run = json!({ "schedule_id": schedule_id, "schedule": name, "slot_ms": 0 });
+    let value = match key {
+        "schedule_id" => json!(schedule_id),
+        "schedule" => json!(name),
+        "slot" => json!("1970-01-01T00:00:00Z"),
+        "slot_ms" => json!(0),
+        "overlap" => json!("skip"),
+        "trigger" => json!(true),
+        "triggered_by" => json!("operator"),
+        "snoozes" => json!(1),
+        "owner" => json!("question 1"),
+        "alert_event" => json!("fired"),
+        _ => json!(1),
+    };
+    let mut meta = match key {
+        "schedule_id" | "schedule" | "slot" | "slot_ms" | "overlap" | "trigger"
+        | "triggered_by" => run,
+        _ => json!({}),
+    };
+    meta[key] = value;
+    meta
+}
+
+/// A request's status and answer (JSON, or its text as a string; status 0 and the error when no
+/// answer came).
+async fn answer_of(request: reqwest::RequestBuilder) -> (u16, Value) {
+    match request.send().await {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap_or_default();
+            let answer = serde_json::from_str(&text).unwrap_or(Value::String(text));
+            (status, answer)
+        }
+        Err(e) => (0, Value::String(e.to_string())),
+    }
 }

@@ -4,12 +4,16 @@
 //! A seed draws a plan ([`plan`]): inserts, cancels, retries, runs now, reschedules and deletes,
 //! bulk actions on a filter, pauses and resumes of queues and kinds, limits, schedules made,
 //! paused, resumed, triggered and deleted, questions made, moved, predicted, settled and deleted,
-//! webhook endpoints with secrets, reads by each role; and faults: a node killed (SIGKILL) or
-//! restarted (SIGTERM), PostgreSQL crashed and restarted, a node's connections cut. The driver
-//! ([`drive`]) sends each action as a REST request to one of the `kickoff serve` nodes, with the
-//! token of the step's role, and records the request and its answer ([`record`]). Then it waits
-//! for quiet, reads the database, and checks every promise ([`promises`]) on the record and the
-//! database alone.
+//! webhook endpoints with secrets (and a receiver that echoes some calls' headers back), inserts
+//! forging the meta Kickoff writes, an admin's actions on the jobs whose errors hold a secret,
+//! reads by each role (lists, exports, one job's attempts and delivery record, the dashboard's
+//! audit log); and faults: a node killed (SIGKILL) or restarted (SIGTERM), PostgreSQL crashed and
+//! restarted, a node's connections cut. The driver ([`drive`]) sends each action as a REST
+//! request to one of the `kickoff serve` nodes, with the token of the step's role (the audit log
+//! through the dashboard, with the role's session), and records the request and its answer
+//! ([`record`]). Then it waits for quiet, has each reader read every surface once more (lists,
+//! exports, the audit log, each secret-carrying job's record), reads the database, and checks
+//! every promise ([`promises`]) on the record and the database alone.
 //!
 //! A failing history is shrunk: steps are left out while it still fails ([`shrink`]), and the
 //! report ends with the command that replays the shortest one.
@@ -31,7 +35,7 @@ use crate::accounts::{Accounts, Role as AccountRole, TokenScope};
 use crate::chaos::node::{Node, NodeEnv};
 use crate::chaos::receiver;
 use crate::postgres::{Durability, EmbeddedPostgres, DATABASE};
-use drive::{Driver, Tokens};
+use drive::{Driver, Login, Logins, Tokens};
 use promises::Violation;
 use record::{AuditRow, History, IncidentRow, JobRow, PredictionRow, QuestionRow, Snapshot};
 
@@ -170,7 +174,7 @@ async fn run_on(
 ) -> Result<(HistoryReport, History, Snapshot), String> {
     let url = cluster.url_for(DATABASE);
     let pool = crate::chaos::connect_and_migrate(&url, 4).await?;
-    let tokens = make_tokens(&pool).await?;
+    let (tokens, logins) = make_tokens(&pool).await?;
     let (receiver_addr, deliveries) = receiver::start_unreliable().await?;
     let log_dir = config.dir.join("nodes");
     std::fs::create_dir_all(&log_dir).map_err(|e| e.to_string())?;
@@ -200,6 +204,10 @@ async fn run_on(
         tokens,
         hook_url: format!("http://{receiver_addr}/hook"),
         jobs: Vec::new(),
+        secret_jobs: Vec::new(),
+        schedules: Vec::new(),
+        logins,
+        sessions: Vec::new(),
         questions: Vec::new(),
         endpoints: Vec::new(),
         alert_rules: Vec::new(),
@@ -217,7 +225,12 @@ async fn run_on(
         }
     }
     let quiet = match failure {
-        None => wait_for_quiet(&pool, config.settle).await,
+        None => {
+            let quiet = wait_for_quiet(&pool, config.settle).await;
+            driver.read_everything(config.steps).await;
+            // Schedules went on while the readers read: quiet again before the database is read.
+            quiet && wait_for_quiet(&pool, config.settle).await
+        }
         Some(_) => false,
     };
     let snapshot = read_snapshot(&pool).await;
@@ -272,20 +285,34 @@ fn secret_key(seed: u64) -> String {
 }
 
 /// The admin's is the bootstrap token every node is started with; an operator and a viewer are
-/// made as a deployment would.
-async fn make_tokens(pool: &Db) -> Result<Tokens, String> {
+/// made as a deployment would (their accounts also sign in to the dashboard).
+async fn make_tokens(pool: &Db) -> Result<(Tokens, Logins), String> {
     let accounts = Accounts::new(pool.clone());
     let e = |e: crate::accounts::AccountError| format!("accounts: {e}");
+    let logins = Logins {
+        operator: Login {
+            name: "operator".into(),
+            password: "history operator password".into(),
+        },
+        viewer: Login {
+            name: "viewer".into(),
+            password: "history viewer password".into(),
+        },
+    };
     let operator = accounts
         .create(
-            "operator",
-            "history operator password",
+            &logins.operator.name,
+            &logins.operator.password,
             AccountRole::Operator,
         )
         .await
         .map_err(e)?;
     let viewer = accounts
-        .create("viewer", "history viewer password", AccountRole::Viewer)
+        .create(
+            &logins.viewer.name,
+            &logins.viewer.password,
+            AccountRole::Viewer,
+        )
         .await
         .map_err(e)?;
     let (_, operator) = accounts
@@ -296,11 +323,12 @@ async fn make_tokens(pool: &Db) -> Result<Tokens, String> {
         .create_token(&viewer, "history", TokenScope::Read)
         .await
         .map_err(e)?;
-    Ok(Tokens {
+    let tokens = Tokens {
         admin: crate::chaos::node::BOOTSTRAP_TOKEN.to_string(),
         operator,
         viewer,
-    })
+    };
+    Ok((tokens, logins))
 }
 
 /// Waits until nothing is due and unheld: no job executing, none available or overdue outside a

@@ -15,8 +15,9 @@ pub const KINDS: [&str; 2] = ["noop", "webhook"];
 /// How many schedule names a history draws from (a name may be made, deleted and made again).
 pub const SCHEDULE_NAMES: u8 = 4;
 
-/// Who sends a request: the bootstrap token (admin), an operator's token, a viewer's token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// Who sends a request: the bootstrap token (admin), an operator's token, a viewer's token (or
+/// the operator's and the viewer's dashboard sessions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     Admin,
@@ -77,8 +78,35 @@ pub enum ScheduleAction {
 pub enum ReadWhat {
     Jobs,
     Schedules,
+    /// Every webhook call's delivery record (the newest 500).
     Deliveries,
     Endpoints,
+    /// `GET /jobs/export` as JSON lines, and as CSV: text, not JSON.
+    ExportJsonl,
+    ExportCsv,
+    /// One job, its attempts, its delivery record: the read's `pick` chooses among the jobs
+    /// carrying a planted secret (the ones a careless receiver may echo).
+    Job,
+    Attempts,
+    JobDeliveries,
+    /// The audit log, every page, as the dashboard serves it to the role's session: an admin's
+    /// error search is among its entries.
+    Audit,
+}
+
+/// An admin's action on every job whose last error holds a text (a planted secret: where did a
+/// credential leak?); its audit entry keeps the search, nested in the filter for an edit and a
+/// shift.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorSearchAct {
+    /// `POST /jobs/bulk` cancel.
+    Cancel,
+    /// `POST /jobs/edit` of their priority.
+    Edit { priority: u8 },
+    /// `POST /jobs/shift`, later or not at all: `DueByDatabaseClock` holds a job's first call to
+    /// the time its insert answered unless a run now, reschedule or retry moved it.
+    Shift { by_ms: u64 },
 }
 
 /// The alert rules a history may make (each on the receiver), by the condition they watch.
@@ -232,6 +260,21 @@ pub enum Step {
     Read {
         what: ReadWhat,
         role: Role,
+        /// The job a read of one job reads (unused by the other reads).
+        pick: usize,
+    },
+    /// An operator's insert whose meta sets a key Kickoff writes
+    /// (`crate::engine::job::RESERVED_META`, the `key`th modulo their number): a schedule's
+    /// markers forge a run of one the history made (the `pick`th), the others stand alone.
+    ForgedMeta {
+        key: usize,
+        pick: usize,
+    },
+    /// An admin's action on the jobs whose error holds a planted secret (the `pick`th of those
+    /// planted so far; a new one when none is).
+    ErrorSearch {
+        act: ErrorSearchAct,
+        pick: usize,
     },
     Fault {
         fault: Fault,
@@ -263,7 +306,9 @@ fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
     let pick = rng.usize(..usize::MAX);
     let overlap = ["allow", "skip", "cancel_previous"];
     let missed = ["skip", "run_once", "run_all"];
-    match rng.u32(..108) {
+    // Kinds are appended at the end of the range (from 108), the waits staying last, so that the
+    // old kinds keep their shares among themselves.
+    match rng.u32(..123) {
         0..=2 => Step::SqlInsert {
             queue,
             delay_ms: [0, 150, 700][rng.usize(..3)],
@@ -401,6 +446,7 @@ fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
                 ReadWhat::Endpoints,
             ][rng.usize(..4)],
             role: [Role::Viewer, Role::Operator][rng.usize(..2)],
+            pick,
         },
         96..=100 if faults => Step::Fault {
             fault: {
@@ -417,6 +463,45 @@ fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
                     },
                 }
             },
+        },
+        // More of the admin's webhook jobs with a planted secret, so that some meet the
+        // receiver's echo (by their id, `receiver::echoes`) before a reader looks.
+        108..=110 => Step::Insert {
+            queue,
+            work: Work::Webhook { secret: true },
+            delay_ms: [0, 0, 20, 150][rng.usize(..4)],
+            unique: None,
+            role: Role::Admin,
+        },
+        111..=117 => Step::Read {
+            what: [
+                ReadWhat::ExportJsonl,
+                ReadWhat::ExportCsv,
+                ReadWhat::Job,
+                ReadWhat::Attempts,
+                ReadWhat::JobDeliveries,
+                ReadWhat::JobDeliveries,
+                ReadWhat::Audit,
+                ReadWhat::Audit,
+            ][rng.usize(..8)],
+            role: [Role::Viewer, Role::Operator][rng.usize(..2)],
+            pick,
+        },
+        118..=119 => Step::ForgedMeta {
+            key: rng.usize(..usize::MAX),
+            pick,
+        },
+        120..=122 => Step::ErrorSearch {
+            act: match rng.u8(..3) {
+                0 => ErrorSearchAct::Cancel,
+                1 => ErrorSearchAct::Edit {
+                    priority: rng.u8(..10),
+                },
+                _ => ErrorSearchAct::Shift {
+                    by_ms: [0, 250, 1_000][rng.usize(..3)],
+                },
+            },
+            pick,
         },
         _ => Step::Wait {
             ms: [20, 100, 400][rng.usize(..3)],
@@ -438,5 +523,29 @@ mod tests {
         assert!(draw(7, 400, 2, true)
             .iter()
             .any(|s| matches!(s, Step::Fault { .. })));
+    }
+
+    #[test]
+    fn a_plan_of_the_tests_length_holds_the_reads_and_acts_that_find_leaks() {
+        // The test command's seeds run 200 steps each: every one of them forges meta, searches
+        // errors as an admin and reads what a careless receiver echoed and the audit log.
+        for seed in 1..=3 {
+            let plan = draw(seed, 200, 2, seed != 3);
+            let has = |f: &dyn Fn(&Step) -> bool| plan.iter().any(f);
+            assert!(
+                has(&|s| matches!(s, Step::ForgedMeta { .. })),
+                "seed {seed}"
+            );
+            assert!(
+                has(&|s| matches!(s, Step::ErrorSearch { .. })),
+                "seed {seed}"
+            );
+            for what in [ReadWhat::Audit, ReadWhat::JobDeliveries] {
+                assert!(
+                    has(&|s| matches!(s, Step::Read { what: w, .. } if *w == what)),
+                    "seed {seed}: no {what:?} read"
+                );
+            }
+        }
     }
 }

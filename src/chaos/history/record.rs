@@ -11,17 +11,22 @@ use serde_json::Value;
 use super::plan::{Fault, Role, Step};
 use crate::chaos::receiver::Delivery;
 
+/// The dashboard's sign-in server function, and the one its audit page reads through.
+pub const DASHBOARD_SIGN_IN: &str = "/_console/login";
+pub const DASHBOARD_AUDIT: &str = "/_console/audit";
+
 /// One request and its answer.
 #[derive(Debug, Clone, Serialize)]
 pub struct Event {
-    /// The step of the plan that sent it.
+    /// The step of the plan that sent it (the plan's length: the reads after it).
     pub step: usize,
     pub role: Role,
     pub node: usize,
     pub method: &'static str,
-    /// The route as the router and the audit log name it: `/jobs/{id}/cancel`.
+    /// The route as the router and the audit log name it: `/jobs/{id}/cancel`; or a dashboard
+    /// server function's path (`/_console/audit`).
     pub route: &'static str,
-    /// The path sent, under `/api/v1`: `/jobs/42/cancel`.
+    /// The path sent, under `/api/v1` (`/jobs/42/cancel`); a server function's at the root.
     pub path: String,
     pub body: Option<Value>,
     /// The answer's status; 0 when none came (the node died, the connection broke).
@@ -36,6 +41,14 @@ pub struct Event {
 impl Event {
     pub fn ok(&self) -> bool {
         (200..300).contains(&self.status)
+    }
+
+    /// Whether the request asks for a change the API audits: not a read (`GET`), not plain SQL,
+    /// not one of the dashboard's server functions a history calls (a sign-in and the audit
+    /// page's read: a viewer may do both, and neither is an API call's audit entry).
+    pub fn asks_for_change(&self) -> bool {
+        !matches!(self.method, "GET" | "SQL")
+            && !matches!(self.route, DASHBOARD_SIGN_IN | DASHBOARD_AUDIT)
     }
 
     /// The job an answer carries (`{"job": {...}}` or the job itself).

@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use super::plan::{Role, KINDS, QUEUES};
 use super::record::{Event, History, JobRow, Snapshot};
+use crate::engine::job::RESERVED_META;
 
 /// What Kickoff promises, and where it says so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -69,10 +70,15 @@ pub enum Promise {
     /// docs/schedules.md: every slot of a schedule that is there and not paused gets its run
     /// (made ahead; cancelled by a policy perhaps, but made), whatever nodes or the database do.
     SlotsComplete,
+    /// docs/api.md, docs/schedules.md: the keys Kickoff reserves in a job's meta
+    /// (`crate::engine::job::RESERVED_META`: a schedule run's markers, a question's `owner`, an
+    /// alert's) are its own: an insert setting one is refused, so nobody forges a run of a
+    /// schedule (taking its slot) or passes for an alert's notification.
+    ReservedMetaRefused,
 }
 
 impl Promise {
-    pub const ALL: [Promise; 14] = [
+    pub const ALL: [Promise; 15] = [
         Promise::JobsSettle,
         Promise::CancelHolds,
         Promise::PauseHolds,
@@ -87,6 +93,7 @@ impl Promise {
         Promise::AlertsNotifyOnce,
         Promise::DueByDatabaseClock,
         Promise::SlotsComplete,
+        Promise::ReservedMetaRefused,
     ];
 }
 
@@ -108,7 +115,7 @@ const CALL_SLACK: Duration = Duration::milliseconds(100);
 
 /// Every promise's violations.
 pub fn check(h: &History, s: &Snapshot) -> Vec<Violation> {
-    let checks: [fn(&History, &Snapshot) -> Vec<String>; 14] = [
+    let checks: [fn(&History, &Snapshot) -> Vec<String>; 15] = [
         jobs_settle,
         cancel_holds,
         pause_holds,
@@ -123,6 +130,7 @@ pub fn check(h: &History, s: &Snapshot) -> Vec<Violation> {
         alerts::alerts_notify_once,
         due_by_database_clock,
         slots::slots_complete,
+        reserved_meta_refused,
     ];
     Promise::ALL
         .iter()
@@ -206,7 +214,7 @@ fn jobs_settle(h: &History, s: &Snapshot) -> Vec<String> {
 /// Retries acknowledged for `job` (one or bulk on its queue) after `t`.
 fn retried_after(h: &History, job: &JobRow, t: DateTime<Utc>) -> bool {
     on_job(h, "/jobs/{id}/retry", job.id).any(|e| e.sent >= t)
-        || bulk_on(h, "retry", &job.queue).any(|e| e.sent >= t)
+        || bulk_on(h, "retry", job).any(|e| e.sent >= t)
 }
 
 /// Whether an operator retried, ran now or rescheduled `job`, by name or on a filter.
@@ -220,18 +228,35 @@ fn moved_by_hand(h: &History, job: &JobRow) -> bool {
     .any(|route| on_job(h, route, job.id).next().is_some())
         || ["retry", "run_now"]
             .into_iter()
-            .any(|action| bulk_on(h, action, &job.queue).next().is_some())
+            .any(|action| bulk_on(h, action, job).next().is_some())
 }
 
+/// Acknowledged bulk actions `action` on a filter that may have matched `job`, as far as the
+/// record tells: its queue, when the filter names one; its id, under the filter's `max_id`; and
+/// its error, when the filter searches a text: a history's errors hold no planted secret but the
+/// ones their own job sent (echoed by the receiver), so the text is in the job's args.
 fn bulk_on<'a>(
     h: &'a History,
     action: &'static str,
-    queue: &'a str,
+    job: &'a JobRow,
 ) -> impl Iterator<Item = &'a Event> + 'a {
     h.acknowledged("POST", "/jobs/bulk").filter(move |e| {
         let body = e.body.as_ref();
+        let Some(filter) = body.and_then(|b| b.get("filter")) else {
+            return false;
+        };
+        let text = |key: &str| filter.get(key).and_then(|v| v.as_str());
         body.and_then(|b| b.get("action")?.as_str()) == Some(action)
-            && body.and_then(|b| b.get("filter")?.get("queue")?.as_str()) == Some(queue)
+            && text("queue").is_none_or(|q| q == job.queue)
+            && filter
+                .get("max_id")
+                .and_then(|v| v.as_i64())
+                .is_none_or(|max| job.id <= max)
+            // The search is case-insensitive (`ILIKE`).
+            && text("error").is_none_or(|t| {
+                let sent = job.args.to_string().to_lowercase();
+                sent.contains(&t.to_lowercase())
+            })
     })
 }
 
@@ -407,7 +432,7 @@ fn cancel_explained(h: &History, s: &Snapshot) -> Vec<String> {
         .collect();
     for job in s.jobs.iter().filter(|j| j.state == "cancelled") {
         let named = on_job(h, "/jobs/{id}/cancel", job.id).next().is_some()
-            || bulk_on(h, "cancel", &job.queue).next().is_some();
+            || bulk_on(h, "cancel", job).next().is_some();
         if named {
             continue;
         }
@@ -465,7 +490,7 @@ fn effect_once(h: &History, s: &Snapshot) -> Vec<String> {
         let Some(tally) = tally_of(job) else { continue };
         let count = s.tallies.get(tally).copied().unwrap_or(0);
         let retries = (on_job(h, "/jobs/{id}/retry", job.id).count()
-            + bulk_on(h, "retry", &job.queue).count()) as i64;
+            + bulk_on(h, "retry", job).count()) as i64;
         let (low, high) = if job.state == "completed" {
             (1, 1 + retries)
         } else {
@@ -555,7 +580,7 @@ fn viewers_only_read(h: &History, _s: &Snapshot) -> Vec<String> {
     // server cannot tell who asks, and nothing changes.
     h.events
         .iter()
-        .filter(|e| e.role == Role::Viewer && e.method != "GET")
+        .filter(|e| e.role == Role::Viewer && e.asks_for_change())
         .filter(|e| !matches!(e.status, 403 | 503 | 0))
         .map(|e| {
             format!(
@@ -580,9 +605,11 @@ fn audit_complete(h: &History, s: &Snapshot) -> Vec<String> {
     }
     let mut wanted: HashMap<(String, String), usize> = HashMap::new();
     // Reads, predictions (the players' own, not an operator's) and plain SQL are not audited.
-    for e in h.events.iter().filter(|e| {
-        e.ok() && !matches!(e.method, "GET" | "SQL") && e.route != "/questions/{id}/predictions"
-    }) {
+    for e in h
+        .events
+        .iter()
+        .filter(|e| e.ok() && e.asks_for_change() && e.route != "/questions/{id}/predictions")
+    {
         let key = (
             format!("api.{} {}", e.method, e.route),
             format!("/api/v1{}", e.path),
@@ -601,6 +628,21 @@ fn audit_complete(h: &History, s: &Snapshot) -> Vec<String> {
     }
     out.sort();
     out
+}
+
+fn reserved_meta_refused(h: &History, _s: &Snapshot) -> Vec<String> {
+    h.acknowledged("POST", "/jobs")
+        .filter_map(|e| {
+            let meta = e.body.as_ref()?.get("meta")?.as_object()?;
+            let key = RESERVED_META.iter().find(|k| meta.contains_key(**k))?;
+            Some(format!(
+                "{:?}'s insert setting meta.{key} answered {} (job {:?}): not refused",
+                e.role,
+                e.status,
+                e.job_id()
+            ))
+        })
+        .collect()
 }
 
 /// How far apart two readings of one clock may be and still be read as the same instant here: the
@@ -678,7 +720,8 @@ mod tests {
     use super::*;
     use crate::chaos::history::plan::Fault;
     use crate::chaos::history::record::{
-        AuditRow, FaultEvent, IncidentRow, PredictionRow, QuestionRow,
+        AuditRow, FaultEvent, IncidentRow, PredictionRow, QuestionRow, DASHBOARD_AUDIT,
+        DASHBOARD_SIGN_IN,
     };
     use crate::chaos::receiver::Delivery;
 
@@ -1075,6 +1118,124 @@ mod tests {
         h.events[8].answer =
             json!([{ "args": { "headers": { "authorization": "Bearer sekret-1-5" } } }]);
         assert_eq!(broken(&h, &s), vec![Promise::SecretsHidden]);
+    }
+
+    #[test]
+    fn a_secret_in_a_readers_delivery_record_export_or_audit_page_is_reported() {
+        // The receiver echoed job 2's headers back; a viewer reads its delivery record.
+        let (mut h, s) = clean();
+        let mut calls = event(
+            Role::Viewer,
+            "GET",
+            "/webhook-deliveries",
+            "/webhook-deliveries?job_id=2",
+            2_000,
+        );
+        calls.subject = Some(2);
+        calls.answer = json!({ "deliveries": [{ "job_id": 2, "status": 500,
+            "response_body": r#"{"authorization":"[redacted]"}"#,
+            "response_headers": { "x-echo-authorization": "[redacted]" } }] });
+        h.events.push(calls);
+        assert_eq!(broken(&h, &s), vec![]);
+        h.events.last_mut().unwrap().answer["deliveries"][0]["response_headers"]
+            ["x-echo-authorization"] = json!("Bearer sekret-1-5");
+        assert_eq!(broken(&h, &s), vec![Promise::SecretsHidden]);
+        // An operator's export: CSV, text kept as a JSON string.
+        let (mut h, s) = clean();
+        let mut export = event(
+            Role::Operator,
+            "GET",
+            "/jobs/export",
+            "/jobs/export?format=csv",
+            2_000,
+        );
+        export.answer = Value::String(
+            "id,kind,last_error\n2,webhook,\"HTTP 500: {\"\"authorization\"\":\"\"Bearer \
+             sekret-1-5\"\"}\"\n"
+                .into(),
+        );
+        h.events.push(export);
+        assert_eq!(broken(&h, &s), vec![Promise::SecretsHidden]);
+        // A viewer signs in and reads the audit page's server function (posts that change
+        // nothing): an admin's error search, nested in an edit's filter, must be hidden.
+        let (mut h, s) = clean();
+        let sign_in = event(
+            Role::Viewer,
+            "POST",
+            DASHBOARD_SIGN_IN,
+            DASHBOARD_SIGN_IN,
+            2_000,
+        );
+        let mut audit = event(
+            Role::Viewer,
+            "POST",
+            DASHBOARD_AUDIT,
+            DASHBOARD_AUDIT,
+            2_100,
+        );
+        audit.answer = json!({ "now_ms": 0, "next_before": null, "rows": [{
+            "action": "api.POST /jobs/edit",
+            "filter": r#"{"edit":{"priority":3},"filter":{"error":"[redacted]","max_id":5}}"# }] });
+        h.events.extend([sign_in, audit]);
+        assert_eq!(broken(&h, &s), vec![]);
+        h.events.last_mut().unwrap().answer["rows"][0]["filter"] =
+            json!(r#"{"edit":{"priority":3},"filter":{"error":"sekret-1-5","max_id":5}}"#);
+        assert_eq!(broken(&h, &s), vec![Promise::SecretsHidden]);
+    }
+
+    #[test]
+    fn an_insert_setting_a_reserved_meta_key_is_reported() {
+        for key in RESERVED_META {
+            let (mut h, mut s) = clean();
+            let mut forged = event(Role::Operator, "POST", "/jobs", "/jobs", 50);
+            let mut meta = json!({ "tenant": 7 });
+            meta[key] = json!(1);
+            forged.body = Some(json!({ "kind": "noop", "meta": meta }));
+            forged.status = 422;
+            h.events.push(forged.clone());
+            assert_eq!(broken(&h, &s), vec![], "meta.{key} refused");
+            // Taken: a job like any other, and the promise broken.
+            forged.status = 201;
+            forged.answer = json!({ "job": { "id": 78 }, "existing": false });
+            s.jobs.push(job(78, "default", "noop", "completed", 1));
+            s.audit.push(audited(&forged));
+            *h.events.last_mut().unwrap() = forged;
+            assert_eq!(
+                broken(&h, &s),
+                vec![Promise::ReservedMetaRefused],
+                "meta.{key}"
+            );
+        }
+        // A meta of the caller's own keys is the caller's.
+        let (mut h, mut s) = clean();
+        let mut own = event(Role::Operator, "POST", "/jobs", "/jobs", 50);
+        own.body = Some(json!({ "kind": "noop", "meta": { "tenant": 7 } }));
+        own.status = 201;
+        own.answer = json!({ "job": { "id": 78 }, "existing": false });
+        s.jobs.push(job(78, "default", "noop", "completed", 1));
+        s.audit.push(audited(&own));
+        h.events.push(own);
+        assert_eq!(broken(&h, &s), vec![]);
+    }
+
+    #[test]
+    fn an_error_search_explains_only_the_cancels_of_jobs_that_sent_its_text() {
+        // Job 2 (a webhook) cancelled; an admin cancelled every job up to job 5 whose error holds
+        // a planted secret (searched without regard to case).
+        let (mut h, mut s) = clean();
+        s.jobs[1].state = "cancelled".into();
+        let mut search = event(Role::Admin, "POST", "/jobs/bulk", "/jobs/bulk", 1_500);
+        search.body = Some(json!({ "action": "cancel",
+                                   "filter": { "error": "SEKRET-1-5", "max_id": 5 } }));
+        s.audit.push(audited(&search));
+        h.events.push(search);
+        assert_eq!(broken(&h, &s), vec![Promise::CancelExplained]);
+        // It sent the secret: the receiver may have echoed it into its error ...
+        s.jobs[1].args = json!({ "headers": { "authorization": "Bearer sekret-1-5" } });
+        assert_eq!(broken(&h, &s), vec![]);
+        // ... but it came after the search's snapshot.
+        h.events.last_mut().unwrap().body.as_mut().unwrap()["filter"]["max_id"] = json!(1);
+        assert_eq!(broken(&h, &s), vec![Promise::CancelExplained]);
     }
 
     #[test]
