@@ -28,6 +28,24 @@ test('a list with a selection shows "N new" instead of jumping, and shows them o
   await page.close();
 });
 
+// Issue 46, point 7: a stream the server refused once (a 503 while it was busy) closed for good
+// in the browser, and the page said "Connecting…" until it was reloaded.
+test('the live stream comes up after the server refused it once', async () => {
+  const page = await browser.newPage();
+  let tries = 0;
+  await page.route('**/events', (route) => (tries++ === 0
+    ? route.fulfill({
+      status: 503,
+      headers: { 'retry-after': '1', 'content-type': 'application/json' },
+      body: '{"error":{"code":"busy","message":"too many live streams: try again shortly"}}',
+    })
+    : route.continue()));
+  await page.goto(baseUrl + '/');
+  await hydrated(page);
+  assert.ok(tries >= 2, `the stream was asked for ${tries} time(s)`);
+  await page.close();
+});
+
 test('pausing live updates holds changes until resumed', async () => {
   const page = await browser.newPage();
   await page.goto(baseUrl + '/');

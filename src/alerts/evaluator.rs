@@ -54,6 +54,8 @@ pub struct Report {
 #[derive(Clone)]
 pub struct Evaluator {
     pool: Db,
+    /// Reads the jobs an incident quotes (their secrets are hidden from it).
+    client: Client,
     notifier: Notifier,
     /// How long a resolved incident is kept. Default: the pruner's (24 h).
     retention: Duration,
@@ -68,6 +70,7 @@ impl Evaluator {
     pub fn new(pool: Db, client: Client, notify_queue: impl Into<String>) -> Self {
         Evaluator {
             pool,
+            client: client.clone(),
             notifier: Notifier::new(client, notify_queue),
             retention: DEFAULT_RETENTION,
             pages: Arc::default(),
@@ -107,6 +110,26 @@ impl Evaluator {
         Ok(report)
     }
 
+    /// A discarded job's incident quotes its last error, and every role reads incidents (and a
+    /// notification takes it to a URL outside): the job's secrets are hidden in it as from a
+    /// reader (`engine::sight`), whoever made the job.
+    async fn hide_job_secrets(
+        &self,
+        tx: &mut PgConnection,
+        holding: &mut [(String, String)],
+    ) -> Result<(), ClientError> {
+        for (subject, summary) in holding.iter_mut() {
+            let Some(id) = subject.strip_prefix("job ").and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            if let Some(job) = Client::find_with(tx, crate::engine::JobId(id)).await? {
+                *summary =
+                    crate::engine::sight::secrets(self.client.workers(), &job).scrub(summary);
+            }
+        }
+        Ok(())
+    }
+
     async fn evaluate(
         &self,
         tx: &mut PgConnection,
@@ -116,7 +139,10 @@ impl Evaluator {
         let Some(condition) = rule.condition() else {
             return Ok(());
         };
-        let holding = conditions::holding_now(tx, rule, condition).await?;
+        let mut holding = conditions::holding_now(tx, rule, condition).await?;
+        if matches!(condition, Condition::JobDiscarded) {
+            self.hide_job_secrets(tx, &mut holding).await?;
+        }
         let holding_now: HashSet<String> = holding.iter().map(|(s, _)| s.clone()).collect();
         let ripe = if rule.for_secs > 0 {
             let subjects: Vec<String> = holding_now.iter().cloned().collect();

@@ -82,7 +82,7 @@ impl Notifier {
         )
         .with_queue(self.queue.clone())
         .with_meta(meta);
-        match self.client.insert_with(tx, &job).await {
+        match self.client.insert_own_with(tx, &job).await {
             Ok(inserted) => {
                 notification_store::notification_mark(tx, inserted.job.id.0).await?;
                 Ok(true)

@@ -376,12 +376,19 @@ impl JobsAction {
                     (None, Some(at)) => req["to"] = json!(at),
                     _ => return Err(Failure::new(Exit::Usage, "give --by or --to-time")),
                 }
+                // The game's questions move whenever a game is named, even when no job matches
+                // (the snapshot is then no job at all: `max_id` 0).
+                let max_id = match (confirmed_count(api, &filter, "move", yes).await?, &game) {
+                    (Some(max_id), _) => max_id,
+                    (None, Some(game)) => {
+                        confirm(&format!("move the open questions of {game}?"), yes)?;
+                        0
+                    }
+                    (None, None) => return Ok(()),
+                };
                 if let Some(game) = game {
                     req["game"] = json!(game);
                 }
-                let Some(max_id) = confirmed_count(api, &filter, "move", yes).await? else {
-                    return Ok(());
-                };
                 req["filter"] = filter.bulk(max_id)?;
                 let report = api.call(Method::POST, "/jobs/shift", Some(&req)).await?;
                 api.print(&report, |r| {

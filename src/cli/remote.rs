@@ -34,6 +34,24 @@ pub struct Remote {
     /// Print the server's answer as JSON (one document; an export as it comes).
     #[arg(long, global = true)]
     pub json: bool,
+    /// Send the token over plain HTTP to a server that is not on this machine (refused without
+    /// it: anyone on the way would read the token). Only on a network you trust.
+    #[arg(long, global = true, env = "KICKOFF_INSECURE")]
+    pub insecure: bool,
+}
+
+/// Whether `url` names this machine: `localhost` or a loopback address (IPv4-mapped included).
+fn is_loopback(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    match host.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.to_canonical().is_loopback(),
+        Err(_) => {
+            let name = host.trim_end_matches('.').to_ascii_lowercase();
+            name == "localhost" || name.ends_with(".localhost")
+        }
+    }
 }
 
 /// What a command's exit code says.
@@ -96,20 +114,24 @@ pub struct Api {
 impl Api {
     /// The client `remote` names, its token found as [`Remote`] says.
     pub fn new(remote: &Remote, config: &Config) -> Result<Api, Failure> {
+        let server = reqwest::Url::parse(&remote.server)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+            .ok_or_else(|| {
+                Failure::new(
+                    Exit::Usage,
+                    format!(
+                        "--server: `{}` is not an http(s) URL (http://127.0.0.1:3000)",
+                        remote.server
+                    ),
+                )
+            })?;
+        let loopback = is_loopback(&server);
         let token = match (&remote.token, &remote.token_file) {
             (Some(t), _) => t.trim().to_string(),
             (None, Some(file)) => first_line(file)?,
             (None, None) => {
                 // The bootstrap token is an admin's: only ever sent to a server on this machine.
-                let host = reqwest::Url::parse(&remote.server)
-                    .ok()
-                    .and_then(|u| u.host_str().map(str::to_ascii_lowercase));
-                let loopback = host.as_deref().is_some_and(|h| {
-                    h == "localhost"
-                        || h.trim_matches(['[', ']'])
-                            .parse::<std::net::IpAddr>()
-                            .is_ok_and(|ip| ip.is_loopback())
-                });
                 if !loopback {
                     return Err(Failure::new(
                         Exit::Refused,
@@ -133,8 +155,28 @@ impl Api {
         if token.is_empty() {
             return Err(Failure::new(Exit::Refused, "the API token is empty"));
         }
+        // A token over plain HTTP to another machine is read by anyone on the way.
+        if server.scheme() == "http" && !loopback && !remote.insecure {
+            return Err(Failure::new(
+                Exit::Refused,
+                format!(
+                    "the API token would go to {} over plain HTTP: give an https:// server, or \
+                     --insecure (KICKOFF_INSECURE=1) on a network you trust",
+                    server.host_str().unwrap_or_default()
+                ),
+            ));
+        }
+        // A server on this machine is reached directly, never through a proxy the environment
+        // names (`HTTP_PROXY`): the proxy would read the token, the bootstrap token among them.
+        let mut http = reqwest::Client::builder();
+        if loopback {
+            http = http.no_proxy();
+        }
+        let http = http
+            .build()
+            .map_err(|e| Failure::new(Exit::Failed, format!("the HTTP client: {e}")))?;
         Ok(Api {
-            http: reqwest::Client::new(),
+            http,
             base: format!("{}/api/v1", remote.server.trim_end_matches('/')),
             token,
             json: remote.json,

@@ -246,6 +246,20 @@ fn refuse_foreign_holder(new: &NewJob, inserted: Inserted) -> Result<Inserted, C
     )))
 }
 
+/// A caller's job whose meta sets a key Kickoff writes: refused, naming it.
+fn refuse_reserved_meta(new: &NewJob) -> Result<(), ClientError> {
+    match super::job::reserved_meta_key(&new.meta) {
+        Some(key) => Err(invalid(
+            "meta",
+            format!(
+                "meta.{key} is set by Kickoff (reserved: {})",
+                super::job::RESERVED_META.join(", ")
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Whether every number in `value` reads back from PostgreSQL's jsonb: it keeps a number's
 /// decimals exactly, and one near the largest float (1.7976931348623157e308) no longer reads as
 /// a float, so its row could not be read (a job list, a claim) again.
@@ -326,13 +340,15 @@ impl Client {
         &self.pool
     }
 
-    /// This client's workers over another pool (the web side's, say).
+    /// This client's workers over another pool (the web side's, say, or a standby's). The closed
+    /// history steps it keeps are its own: they are what its pool read, and a standby's (behind,
+    /// or not caught up yet) must never answer for the primary's.
     pub fn with_pool(&self, pool: Db) -> Client {
         Client {
             pool,
             workers: self.workers.clone(),
             announcer: self.announcer.clone(),
-            history: self.history.clone(),
+            history: Arc::default(),
         }
     }
 
@@ -361,6 +377,18 @@ impl Client {
     /// [`Self::validate_with`], then the host the job's call goes to as its worker reads it
     /// (`Worker::call_host`), to be kept with the job: what a rate per host counts.
     pub(crate) async fn checked_with(
+        &self,
+        conn: &mut PgConnection,
+        new: &NewJob,
+    ) -> Result<Option<String>, ClientError> {
+        refuse_reserved_meta(new)?;
+        self.checked_own_with(conn, new).await
+    }
+
+    /// [`Self::checked_with`] for a job Kickoff's own code makes, whose meta carries the keys
+    /// Kickoff writes ([`super::job::RESERVED_META`]: a question's lock job its `owner`, an
+    /// alert's notification its incident, a triggered run its schedule).
+    pub(crate) async fn checked_own_with(
         &self,
         conn: &mut PgConnection,
         new: &NewJob,
@@ -512,14 +540,26 @@ impl Client {
     }
 
     /// Inserts a job on the caller's connection or inside the caller's transaction
-    /// (`&mut *tx`), so that it commits (or not) with the caller's own writes.
+    /// (`&mut *tx`), so that it commits (or not) with the caller's own writes. Its meta may not
+    /// set a key Kickoff writes ([`super::job::RESERVED_META`]).
     #[tracing::instrument(level = "debug", skip_all, fields(kind = %new.kind, queue = %new.queue))]
     pub async fn insert_with(
         &self,
         conn: &mut PgConnection,
         new: &NewJob,
     ) -> Result<Inserted, ClientError> {
-        let host = self.checked_with(&mut *conn, new).await?;
+        refuse_reserved_meta(new)?;
+        self.insert_own_with(conn, new).await
+    }
+
+    /// [`Self::insert_with`] for a job of Kickoff's own domains, whose meta carries the keys it
+    /// writes (a question's lock job, an alert's notification, a schedule's triggered run).
+    pub(crate) async fn insert_own_with(
+        &self,
+        conn: &mut PgConnection,
+        new: &NewJob,
+    ) -> Result<Inserted, ClientError> {
+        let host = self.checked_own_with(&mut *conn, new).await?;
         let inserted = job_store::job_insert(conn, &in_current_trace(new), host.as_deref()).await?;
         refuse_foreign_holder(new, inserted)
     }
@@ -649,7 +689,7 @@ impl Client {
         conn: &mut PgConnection,
         id: JobId,
     ) -> Result<Job, ClientError> {
-        refuse_owned(&mut *conn, id, "cancel").await?;
+        refuse_owned(&mut *conn, id, "cancel", true).await?;
         if self.cancel_with(&mut *conn, &[id]).await? == 0 {
             return Err(why_not(conn, id, "cancel", "it is already finished").await);
         }
@@ -683,6 +723,8 @@ impl Client {
 
     /// [`Self::retry`] on the caller's connection or inside the caller's transaction.
     pub async fn retry_with(&self, conn: &mut PgConnection, id: JobId) -> Result<Job, ClientError> {
+        // A lock job that ran locked its question: running it again is a second lock.
+        refuse_owned(&mut *conn, id, "retry", false).await?;
         match job_store::job_retry(&mut *conn, id).await {
             Ok(Some(job)) => Ok(job),
             Ok(None) => Err(why_not(
@@ -711,6 +753,8 @@ impl Client {
         conn: &mut PgConnection,
         id: JobId,
     ) -> Result<Job, ClientError> {
+        // A lock job run now would lock its question before the game.
+        refuse_owned(&mut *conn, id, "run now", true).await?;
         match job_store::job_run_now(&mut *conn, id).await? {
             Some(job) => Ok(job),
             None => Err(why_not(
@@ -737,7 +781,7 @@ impl Client {
         at: DateTime<Utc>,
     ) -> Result<Job, ClientError> {
         check_instant("scheduled_at", at)?;
-        refuse_owned(&mut *conn, id, "reschedule").await?;
+        refuse_owned(&mut *conn, id, "reschedule", true).await?;
         match job_store::job_reschedule(&mut *conn, id, at).await? {
             Some(job) => Ok(job),
             None => Err(why_not(
@@ -758,7 +802,7 @@ impl Client {
 
     /// [`Self::delete`] on the caller's connection or inside the caller's transaction.
     pub async fn delete_with(&self, conn: &mut PgConnection, id: JobId) -> Result<(), ClientError> {
-        refuse_owned(&mut *conn, id, "delete").await?;
+        refuse_owned(&mut *conn, id, "delete", true).await?;
         if job_store::job_delete(&mut *conn, id).await? {
             Ok(())
         } else {
@@ -1185,9 +1229,12 @@ impl Client {
         id: JobId,
     ) -> Result<Job, ClientError> {
         let mut job = get_with(&mut *conn, id).await?;
-        // The copy belongs to nobody: its original's owner knows only the original.
+        // The copy is nobody's: not its original's owner's (who knows only the original), not a
+        // run of its schedule, not an alert's notification. Kickoff's keys stay with the original.
         if let Some(meta) = job.meta.as_object_mut() {
-            meta.remove("owner");
+            for key in super::job::RESERVED_META {
+                meta.remove(key);
+            }
         }
         let new = NewJob {
             kind: job.kind,
@@ -1311,21 +1358,28 @@ async fn why_not(conn: &mut PgConnection, id: JobId, op: &str, rule: &str) -> Cl
     }
 }
 
-/// One batch of a bulk action on `conn`: the listed jobs that still match `filter`. Returns how
-/// many changed.
-/// An operator's cancel, reschedule or delete of a job that belongs to something else (a question's
-/// lock job: `meta.owner`), while it lives: refused, because its owner's promise rests on it (a
-/// question locks at its game time). The owner's own code moves and ends it (`cancel_with`, an
-/// insert with `OnConflict::Reschedule`); a bulk action skips it.
-async fn refuse_owned(conn: &mut PgConnection, id: JobId, action: &str) -> Result<(), ClientError> {
-    match job_store::job_owner(conn, id).await? {
+/// An operator's cancel, reschedule, delete or run now of a job that belongs to something else (a
+/// question's lock job: `meta.owner`) while it lives (`live`), or its retry at any time: refused,
+/// because its owner's promise rests on it (a question locks at its game time, once). The
+/// owner's own code moves and ends it (`cancel_with`, an insert with `OnConflict::Reschedule`); a
+/// bulk action skips it.
+async fn refuse_owned(
+    conn: &mut PgConnection,
+    id: JobId,
+    action: &str,
+    live: bool,
+) -> Result<(), ClientError> {
+    match job_store::job_owner(conn, id, live).await? {
         Some(owner) => Err(ClientError::Conflict(format!(
-            "job {id} belongs to {owner}, which moves and ends it: {action} {owner} instead"
+            "job {id} belongs to {owner}, which moves, runs and ends it: cannot {action} it by \
+             itself (change {owner} instead)"
         ))),
         None => Ok(()),
     }
 }
 
+/// One batch of a bulk action on `conn`: the listed jobs that still match `filter`. Returns how
+/// many changed.
 async fn bulk_batch(
     client: &Client,
     conn: &mut PgConnection,

@@ -9,18 +9,14 @@ use super::job::{Job, JobId, JobState};
 use super::job_edit::JobEdit;
 use super::store::jobs::{self as job_store, EditedFields};
 
-/// What a meta patch may not touch: the keys Kickoff sets (a schedule's run's, a question's lock
-/// job's: `schedules::RESERVED_META`; a run given `trigger` would escape the missed-run policy, a
-/// forged `schedule_id` would be cancelled as another schedule's run), and a `traceparent` that
-/// is not a W3C one.
+/// What a meta patch may not touch: the keys Kickoff sets ([`super::job::RESERVED_META`]; a run
+/// given `trigger` would escape the missed-run policy, a forged `schedule_id` would be cancelled as
+/// another schedule's run), and a `traceparent` that is not a W3C one.
 pub fn check_meta_patch(edit: &JobEdit) -> Result<(), ClientError> {
-    let Some(patch) = edit.meta_patch.as_ref().and_then(Value::as_object) else {
+    let Some(patch) = edit.meta_patch.as_ref().filter(|p| p.is_object()) else {
         return Ok(());
     };
-    if let Some(key) = patch
-        .keys()
-        .find(|k| super::schedules::RESERVED_META.contains(&k.as_str()))
-    {
+    if let Some(key) = super::job::reserved_meta_key(patch) {
         return Err(ClientError::Invalid {
             field: "meta_patch",
             message: format!("meta.{key} is set by Kickoff (reserved)"),
@@ -87,7 +83,12 @@ impl Client {
     ) -> Result<Option<Job>, ClientError> {
         check_meta_patch(edit)?;
         let new = edit.applied_to(job)?;
-        let call_host = self.checked_with(&mut *conn, &new).await?;
+        // The patch was checked for Kickoff's own meta keys above: those the job carries (a
+        // schedule's run's) stay.
+        let call_host = self.checked_own_with(&mut *conn, &new).await?;
+        // A secret the edit takes out is still in what the job's earlier attempts left (their
+        // errors, records, a partner's answers): the job keeps it, to hide it there.
+        let dropped = super::sight::secrets_dropped(self.workers(), job, &new.args, &new.meta);
         let fields = EditedFields {
             args: &new.args,
             queue: &new.queue,
@@ -96,6 +97,7 @@ impl Client {
             tags: &new.tags,
             meta: &new.meta,
             call_host: call_host.as_deref(),
+            former_secrets: &dropped,
         };
         Ok(job_store::job_apply_edit(conn, job.id, &fields).await?)
     }

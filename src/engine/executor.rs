@@ -342,6 +342,17 @@ async fn run_attempt(
         .flatten()
         .and_then(|p| p.decide(late));
     let (result, completed_in_tx, backoff) = match (late_end, me.parts.workers.get(&job.kind)) {
+        // A row holding what could not be read as stored (plain SQL's, an older release's):
+        // its handler would run on other args than the row holds, so it ends here, naming why.
+        _ if job.unreadable.is_some() => {
+            let why = job.unreadable.clone().unwrap_or_default();
+            tracing::warn!(job = job.id.0, "a row that cannot be read as stored: {why}");
+            (
+                Err(WorkError::Fatal(format!("cannot be read as stored: {why}"))),
+                false,
+                Duration::ZERO,
+            )
+        }
         (Some(end), _) => {
             let refused = match end {
                 LateEnd::Skip(why) => WorkError::Cancel(why),

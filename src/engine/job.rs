@@ -28,10 +28,15 @@ pub const TRACEPARENT_PATTERN: &str =
 /// The meta key that marks a job as a run of a schedule (its id).
 pub const META_SCHEDULE_ID: &str = "schedule_id";
 
-/// The meta keys Kickoff sets on a schedule's runs, which its template may not: the missed-run and
-/// overlap policies and a pause read them (a template's `{"trigger": true}` would exempt every run
-/// from the missed-run policy, `{"snoozes": 0}` would keep runs ahead through a pause).
-pub const RESERVED_META: [&str; 9] = [
+/// The meta keys Kickoff writes itself, which no insert, edit or schedule template may set: the
+/// missed-run and overlap policies, a pause and the runs' own cancel read a schedule's run's keys
+/// (a forged `{"schedule_id": N, "slot_ms": 0}` would pass for a run of schedule N and hold its
+/// overlap gate; a template's `{"trigger": true}` would exempt every run from the missed-run
+/// policy, `{"snoozes": 0}` would keep runs ahead through a pause); a question's lock job is
+/// marked by `owner`; an alert's notifications by their `alert_*` keys (counted against the
+/// rule's notifications). Checked by [`reserved_meta_key`] on every path that takes a caller's
+/// meta, and stated by the API's schemas from this list.
+pub const RESERVED_META: [&str; 13] = [
     META_SCHEDULE_ID,
     "schedule",
     "slot",
@@ -42,7 +47,18 @@ pub const RESERVED_META: [&str; 9] = [
     "snoozes",
     // A job another domain owns (a question's lock job: `engine::client::refuse_owned`).
     "owner",
+    // An alert's notification (`alerts::notifier`).
+    "alert_incident",
+    "alert_rule",
+    "alert_event",
+    "alert_digest",
 ];
+
+/// The first of [`RESERVED_META`] that `meta` (an object, or a merge patch of one) sets.
+pub fn reserved_meta_key(meta: &Value) -> Option<&'static str> {
+    let map = meta.as_object()?;
+    RESERVED_META.into_iter().find(|k| map.contains_key(*k))
+}
 
 /// The tags of a job as a request gives them (or `null`): at most [`MAX_TAGS`] of 1 to
 /// [`MAX_TAG_CHARS`] characters, without NUL.
@@ -60,12 +76,12 @@ pub fn tags_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
-/// A job's meta as a request gives it (or `null`): an object whose texts hold no NUL, `owner`
-/// Kickoff's own (a question's lock job), `traceparent` a W3C one, `late` a late-start policy
+/// A job's meta as a request gives it (or `null`): an object whose texts hold no NUL, none of
+/// [`RESERVED_META`] (Kickoff's own), `traceparent` a W3C one, `late` a late-start policy
 /// ([`super::late_start::LatePolicy`]); at most [`MAX_META_BYTES`] bytes as JSON (not stated by
 /// the schema: refused as `invalid`).
 pub fn meta_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    meta_schema_without(generator, &["owner"], true)
+    meta_schema_without(generator, &RESERVED_META, true)
 }
 
 /// The meta of a schedule's template: [`meta_schema`] without any of [`RESERVED_META`] (each
@@ -281,8 +297,9 @@ pub struct AttemptError {
     pub message: String,
 }
 
-/// A job row.
-#[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize, sqlx::FromRow)]
+/// A job row. Read leniently ([`sqlx::FromRow`] below): one row never fails the batch it is read
+/// in (a claim, a list, a page, the export).
+#[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
     pub id: JobId,
     pub queue: String,
@@ -297,7 +314,6 @@ pub struct Job {
     pub attempted_by: Option<String>,
     pub lease_expires_at: Option<DateTime<Utc>>,
     pub finalized_at: Option<DateTime<Utc>>,
-    #[sqlx(json)]
     pub errors: Vec<AttemptError>,
     pub unique_key: Option<String>,
     pub tags: Vec<String>,
@@ -306,7 +322,6 @@ pub struct Job {
     /// Who inserted it through the dashboard or the REST API (a user's name; `api-token` for the
     /// bootstrap token); absent for jobs the engine or a library caller inserted. A clone keeps
     /// its original's.
-    #[sqlx(default)]
     pub created_by: Option<String>,
     /// The token of the job's latest claim (engine-internal: not shown by the API).
     #[serde(skip)]
@@ -314,16 +329,60 @@ pub struct Job {
     pub claim_token: Option<ClaimToken>,
     /// The host its call goes to, as its worker read it at insert (`Worker::call_host`); absent
     /// for kinds that name none, and rows written by SQL (engine-internal).
-    #[sqlx(default)]
     #[serde(skip)]
     #[schemars(skip)]
     pub call_host: Option<String>,
     /// Its key under its queue's partitioned rate (see `limits`); absent when the queue has
     /// none (engine-internal).
-    #[sqlx(default)]
     #[serde(skip)]
     #[schemars(skip)]
     pub rate_key: Option<String>,
+    /// What of the row could not be read as it is stored, by field (`args.n: a number out of
+    /// range ...`): a row written by plain SQL or an older release. Those values are shown as
+    /// their text, and a claim of the row ends it with this as its error (engine-internal).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub unreadable: Option<String>,
+    /// Secrets the job held before an edit took them out (`jobs.former_secrets`): its earlier
+    /// attempts' errors, records and answers may quote them, and they stay hidden there
+    /// (`engine::sight`; engine-internal, never shown).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub former_secrets: Vec<String>,
+}
+
+impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for Job {
+    fn from_row(row: &'r sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
+        use super::row_reading::{json_column, json_list_column, optional_column};
+        use sqlx::Row;
+        let mut unreadable = Vec::new();
+        Ok(Job {
+            id: row.try_get("id")?,
+            queue: row.try_get("queue")?,
+            kind: row.try_get("kind")?,
+            args: json_column(row, "args", &mut unreadable)?,
+            state: row.try_get("state")?,
+            priority: row.try_get("priority")?,
+            attempt: row.try_get("attempt")?,
+            max_attempts: row.try_get("max_attempts")?,
+            scheduled_at: row.try_get("scheduled_at")?,
+            attempted_at: row.try_get("attempted_at")?,
+            attempted_by: row.try_get("attempted_by")?,
+            lease_expires_at: row.try_get("lease_expires_at")?,
+            finalized_at: row.try_get("finalized_at")?,
+            errors: json_list_column(row, "errors", &mut unreadable)?,
+            unique_key: row.try_get("unique_key")?,
+            tags: row.try_get("tags")?,
+            meta: json_column(row, "meta", &mut unreadable)?,
+            inserted_at: row.try_get("inserted_at")?,
+            created_by: optional_column(row, "created_by")?,
+            claim_token: row.try_get("claim_token")?,
+            call_host: optional_column(row, "call_host")?,
+            rate_key: optional_column(row, "rate_key")?,
+            unreadable: (!unreadable.is_empty()).then(|| unreadable.join("; ")),
+            former_secrets: optional_column(row, "former_secrets")?.unwrap_or_default(),
+        })
+    }
 }
 
 impl Job {

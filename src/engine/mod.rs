@@ -43,9 +43,11 @@ pub mod notifier;
 pub mod producer;
 pub mod queue_settings;
 pub mod queue_state;
+pub mod row_reading;
 pub mod runtime;
 pub mod schedules;
 pub mod schema;
+pub mod sight;
 /// The engine's SQL. Application code goes through [`Client`] and the types re-exported here;
 /// the store is public only for the integration tests of its guarded statements.
 #[doc(hidden)]

@@ -169,7 +169,8 @@ pub const MAX_PENDING_OUTCOMES: usize = 2_000;
 #[derive(Default)]
 pub struct Attempts {
     running: Mutex<HashMap<JobId, Running>>,
-    interrupted: Mutex<Vec<Claim>>,
+    /// With what each had done when it was interrupted (`None`: its handler never started).
+    interrupted: Mutex<Vec<(Claim, Option<AttemptEnd>)>>,
     pending_outcomes: Mutex<HashSet<Claim>>,
     /// Told when the outcomes waiting fall back under [`MAX_PENDING_OUTCOMES`].
     drained: Notify,
@@ -268,10 +269,12 @@ impl Attempts {
                 None
             }
         });
-        let stopped = entry.map(|e| e.stopped).unwrap_or(true);
-        if unfinished && !stopped {
+        let Some(entry) = entry else { return };
+        if unfinished && !entry.stopped {
+            // What it logged and recorded until it was stopped: its record keeps it.
+            let end = entry.recorder.map(|r| r.end());
             if let Ok(mut v) = self.interrupted.lock() {
-                v.push(claim);
+                v.push((claim, end));
             }
         }
     }
@@ -365,10 +368,10 @@ impl Attempts {
         self.drained.notified().await
     }
 
-    /// The attempts interrupted at shutdown, sorted; taken once.
-    pub fn take_interrupted(&self) -> Vec<Claim> {
+    /// The attempts interrupted at shutdown, sorted, with what each had done; taken once.
+    pub fn take_interrupted(&self) -> Vec<(Claim, Option<AttemptEnd>)> {
         let mut v = std::mem::take(&mut *self.interrupted.lock().expect("poisoned"));
-        v.sort_unstable();
+        v.sort_unstable_by_key(|(claim, _)| *claim);
         v
     }
 }

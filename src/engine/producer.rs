@@ -281,7 +281,8 @@ impl Producer {
     /// Hands back claimed jobs taken from the buffer; on an error they go back to its front.
     async fn hand_back(&self, jobs: Vec<Buffered>) -> Result<u64, sqlx::Error> {
         let claims: Vec<_> = jobs.iter().map(|b| b.claim).collect();
-        let handed = job_store::job_hand_back(&self.pool, &claims, &self.settings.node_id).await;
+        let handed =
+            job_store::job_hand_back(&self.pool, &claims, &[], &self.settings.node_id).await;
         match handed {
             Ok(n) => {
                 self.executor.forget(&jobs);

@@ -42,6 +42,7 @@ use super::queue_settings::QueueSettingsSync;
 use super::queue_state::Queues;
 use super::schedules::Schedules;
 use super::store::errors::is_transient;
+use super::store::jobs::AttemptEnd;
 use super::store::{jobs as job_store, nodes as node_store, queues as queue_store};
 use super::timer::Timer;
 use super::worker::Workers;
@@ -350,20 +351,25 @@ impl Engine {
             .collect();
         self.executor.forget(&buffered);
         let mut claims: Vec<_> = buffered.iter().map(|b| b.claim).collect();
-        claims.extend(self.attempts.take_interrupted());
+        let mut ends = vec![AttemptEnd::default(); claims.len()];
+        for (claim, end) in self.attempts.take_interrupted() {
+            claims.push(claim);
+            ends.push(end.unwrap_or_default());
+        }
         if !claims.is_empty() {
-            self.hand_back(&claims).await;
+            self.hand_back(&claims, &ends).await;
         }
     }
 
-    /// Hands interrupted attempts back to `available`, with a few tries through a transient
-    /// error: a job that is not handed back is rescued when its lease lapses, which costs it an
-    /// attempt.
-    async fn hand_back(&self, interrupted: &[super::job::Claim]) {
+    /// Hands interrupted attempts back to `available` (those that had started recorded with
+    /// `ends`, one per claim), with a few tries through a transient error: a job that is not
+    /// handed back is rescued when its lease lapses, which costs it an attempt.
+    async fn hand_back(&self, interrupted: &[super::job::Claim], ends: &[AttemptEnd]) {
         for try_number in 1.. {
             let handed = job_store::job_hand_back(
                 &self.pools.bookkeeping,
                 interrupted,
+                ends,
                 &self.config.node_id,
             )
             .await;

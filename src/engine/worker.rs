@@ -110,6 +110,16 @@ pub trait Worker: Send + Sync + 'static {
         None
     }
 
+    /// Hides in `args` what a job of this kind holds secret beyond the fields named like secrets
+    /// (those are hidden for every kind: see `engine::sight`), for whoever may not see the job's
+    /// secrets: a webhook's header values, its URL's credentials. Each part hidden shows as
+    /// [`crate::engine::sight::REDACTED`]; the values it hid are returned, as a text may quote
+    /// them (an error, a log line, a partner's answer), to be hidden there too. `meta` is the
+    /// job's. Default: nothing more.
+    fn hide_secrets(&self, _args: &mut Value, _meta: &Value) -> Vec<String> {
+        Vec::new()
+    }
+
     /// How long one attempt may run before it counts as failed. Default: 60 s.
     fn timeout(&self) -> Duration {
         Duration::from_secs(60)

@@ -67,7 +67,7 @@ impl From<AttemptRecord> for AttemptView {
 }
 
 /// The records of a job's attempts that ended, oldest first; 404 for an unknown job. A caller
-/// who does not see the job's secrets (see `redact`) sees them hidden in the records' errors,
+/// who does not see the job's secrets (see `engine::sight`) sees them hidden in the records' errors,
 /// outputs and log lines too.
 pub async fn attempts(
     State(state): State<AppState>,
@@ -76,7 +76,7 @@ pub async fn attempts(
 ) -> Result<Json<Vec<AttemptView>>, AppError> {
     let job = state.client.get(id).await?;
     let records = state.client.attempts(id).await?;
-    let records = super::api_jobs::sight(&caller).attempts(&job, records);
+    let records = super::api_jobs::sight(&caller, state.client.workers()).attempts(&job, records);
     Ok(Json(records.into_iter().map(AttemptView::from).collect()))
 }
 

@@ -17,12 +17,12 @@ use super::api_jobs::{sight, BulkFilter};
 use super::auth::ApiCaller;
 use super::error::AppError;
 use super::extract::{ApiJson, ApiQuery, JobIdPath};
-use super::redact;
 use super::state::AppState;
 use crate::engine::editing::Edited;
 use crate::engine::job_edit::{JobEdit, MAX_SHIFT_MS};
+use crate::engine::sight::{self, Sight};
 use crate::engine::store::jobs as job_store;
-use crate::engine::{BulkChange, BulkReport, ClientError, Job, JobFilter, JobId};
+use crate::engine::{BulkChange, BulkReport, ClientError, Job, JobFilter, JobId, Workers};
 use crate::schema_rules::{ExactlyOne, InnerRequired, NOT_BLANK};
 
 /// Edits a waiting job: `scheduled`, `available` or `retryable` (409 otherwise, and for a job a
@@ -35,18 +35,21 @@ pub async fn edit(
     JobIdPath(id): JobIdPath,
     ApiJson(body): ApiJson<JobEdit>,
 ) -> Result<Audited<Json<Job>>, AppError> {
-    let sight = sight(&caller);
+    let sight = sight(&caller, state.client.workers());
     let touches_args =
         body.args.is_some() || body.args_patch.is_some() || body.meta_patch.is_some();
     let done = audit
         .run_noting(
-            |e: &Edited, entry| entry.filter = Some(edit_record(&body, e)),
+            |e: &Edited, entry| entry.filter = Some(edit_record(state.client.workers(), &body, e)),
             async |work| {
                 let conn = work.conn().await?;
                 let before = job_store::job_get_for_update(&mut *conn, id)
                     .await?
                     .ok_or_else(|| AppError::NotFound(format!("job {id} not found")))?;
-                if touches_args && !sight.sees_secrets_of(&before) && redact::has_secrets(&before) {
+                if touches_args
+                    && !sight.sees_secrets_of(&before)
+                    && sight::has_secrets(state.client.workers(), &before)
+                {
                     // A patch keeps the secrets it does not name: a new URL would receive them.
                     return Err(AppError::Forbidden(format!(
                         "job {id} carries secrets you do not see: only an admin or its creator \
@@ -62,10 +65,10 @@ pub async fn edit(
 
 /// What an edit's audit entry keeps: the edit, and of the fields it changed their values before
 /// and after, as a reader sees them (secrets hidden: the audit log is read by every role).
-pub(crate) fn edit_record(edit: &JobEdit, e: &Edited) -> Value {
+pub(crate) fn edit_record(workers: &Workers, edit: &JobEdit, e: &Edited) -> Value {
     let (before, after) = (
-        redact::as_reader(e.before.clone()),
-        redact::as_reader(e.after.clone()),
+        sight::as_reader(workers, e.before.clone()),
+        sight::as_reader(workers, e.after.clone()),
     );
     let fields = |j: &Job| {
         json!({"args": j.args, "queue": j.queue, "priority": j.priority,
@@ -80,7 +83,7 @@ pub(crate) fn edit_record(edit: &JobEdit, e: &Edited) -> Value {
             now.insert(k.clone(), a[k].clone());
         }
     }
-    let mut shown = redact::as_reader_edit(edit, Some(&e.before));
+    let mut shown = sight::as_reader_edit(edit, Some(&e.before));
     shown["before"] = Value::Object(was);
     shown["after"] = Value::Object(now);
     shown
@@ -107,8 +110,8 @@ pub struct FilterCount {
 pub const COUNT_CAP: i64 = 100_000;
 
 /// The filter of an edit or a move, checked for the caller like a bulk action's.
-fn checked_filter(caller: &ApiCaller, filter: BulkFilter) -> Result<JobFilter, AppError> {
-    super::api_jobs::refuse_counting_secrets(caller, &filter)?;
+fn checked_filter(sight: &Sight<'_>, filter: BulkFilter) -> Result<JobFilter, AppError> {
+    super::api_jobs::refuse_counting_secrets(sight, &filter)?;
     JobFilter::try_from(filter).map_err(AppError::invalid)
 }
 
@@ -120,7 +123,7 @@ pub async fn count(
     ApiQuery(params): ApiQuery<CountParams>,
 ) -> Result<Json<FilterCount>, AppError> {
     let mut filter = params.to_filter()?;
-    let sight = sight(&caller);
+    let sight = sight(&caller, state.client.workers());
     super::api_jobs::refuse_secret_filter(&sight, &filter)?;
     if filter.error.is_some() && !sight.may_search_secrets() {
         return Err(AppError::Forbidden(
@@ -185,14 +188,14 @@ pub async fn edit_many(
     let touches_args = body.edit.args.is_some()
         || body.edit.args_patch.is_some()
         || body.edit.meta_patch.is_some();
-    if touches_args && !sight(&caller).may_search_secrets() {
+    if touches_args && !sight(&caller, state.client.workers()).may_search_secrets() {
         return Err(AppError::Forbidden(
             "only an admin's token can change the args or meta of many jobs at once (they may \
              carry secrets you do not see): PATCH each of your own jobs instead"
                 .into(),
         ));
     }
-    let record = json!({"edit": redact::as_reader_edit(&body.edit, None)});
+    let record = json!({"edit": sight::as_reader_edit(&body.edit, None)});
     match (body.ids, body.filter) {
         (Some(ids), None) => {
             if ids.is_empty() {
@@ -218,7 +221,10 @@ pub async fn edit_many(
         (None, Some(filter)) => {
             let mut applied = record;
             applied["filter"] = serde_json::to_value(&filter).unwrap_or_default();
-            let filter = confirmed(checked_filter(&caller, filter)?)?;
+            let filter = confirmed(checked_filter(
+                &sight(&caller, state.client.workers()),
+                filter,
+            )?)?;
             let done = audit
                 .applied_to(applied)
                 .bulk_report(&state.client, BulkChange::Edit(body.edit), &filter)
@@ -277,13 +283,25 @@ pub async fn shift(
     ApiJson(body): ApiJson<ShiftBody>,
 ) -> Result<Response, AppError> {
     let applied = serde_json::to_value(&body.filter).unwrap_or_default();
-    let filter = confirmed(checked_filter(&caller, body.filter)?)?;
+    let filter = confirmed(checked_filter(
+        &sight(&caller, state.client.workers()),
+        body.filter,
+    )?)?;
     let by_ms = match (body.by_ms, body.to) {
         (Some(ms), None) => ms,
-        (None, Some(to)) => match job_store::job_earliest_waiting(&state.pool, &filter).await? {
-            Some(earliest) => (to - earliest).num_milliseconds(),
-            None => 0,
-        },
+        // The earliest of what moves lands at `to`: a waiting job the filter matches (a lock job
+        // among them), or an open question of the game.
+        (None, Some(to)) => {
+            let jobs = job_store::job_earliest_waiting(&state.pool, &filter).await?;
+            let questions = match body.game.as_deref() {
+                Some(game) => state.questions.earliest_of_game(game).await?,
+                None => None,
+            };
+            match jobs.into_iter().chain(questions).min() {
+                Some(earliest) => (to - earliest).num_milliseconds(),
+                None => 0,
+            }
+        }
         // The schema admits exactly one of them.
         _ => return Err(AppError::invalid("give either by_ms or to (not both)")),
     };
@@ -400,7 +418,7 @@ pub async fn export(
     ApiQuery(params): ApiQuery<ExportParams>,
 ) -> Result<Response, AppError> {
     let filter = params.to_filter()?;
-    let sight = sight(&caller);
+    let sight = sight(&caller, state.client.workers());
     super::api_jobs::refuse_secret_filter(&sight, &filter)?;
     let viewer = Viewer::of(&sight);
     let format = params.format.unwrap_or_default();
@@ -417,7 +435,7 @@ pub struct Viewer {
 }
 
 impl Viewer {
-    pub fn of(sight: &redact::Sight<'_>) -> Viewer {
+    pub fn of(sight: &Sight<'_>) -> Viewer {
         Viewer {
             name: sight.name.to_string(),
             admin: sight.admin,
@@ -425,11 +443,12 @@ impl Viewer {
         }
     }
 
-    fn sight(&self) -> redact::Sight<'_> {
-        redact::Sight {
+    fn sight<'a>(&'a self, workers: &'a crate::engine::Workers) -> Sight<'a> {
+        Sight {
             name: &self.name,
             admin: self.admin,
             reader: self.reader,
+            workers,
         }
     }
 }
@@ -477,7 +496,10 @@ pub async fn stream_export(
         let rows = std::mem::take(&mut w.page);
         let more = rows.len() as i64 == EXPORT_PAGE;
         let oldest = rows.last().map(|j| j.id);
-        let mut shown = w.viewer.sight().jobs_matching(rows, &w.filter);
+        let mut shown = w
+            .viewer
+            .sight(w.client.workers())
+            .jobs_matching(rows, &w.filter);
         shown.truncate(w.left);
         w.left -= shown.len();
         let bytes = match format {

@@ -12,15 +12,15 @@ use super::api_audit::{uncounted, Audit, Audited};
 use super::auth::ApiCaller;
 use super::error::AppError;
 use super::extract::{ApiJson, ApiQuery, JobIdPath};
-use super::redact;
 use super::state::AppState;
 use crate::accounts::{Role, TokenScope};
 use crate::engine::job::{DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE};
 use crate::engine::late_start::META_LATE;
+use crate::engine::sight::{self, Sight};
 use crate::engine::store::jobs::{
     error_text_checked, late_by_checked, tags_checked, JobSuggestions,
 };
-use crate::engine::{job, JobFilter, LatePolicy};
+use crate::engine::{job, JobFilter, LatePolicy, Workers};
 use crate::engine::{BulkAction, BulkReport, Job, JobId, JobState, NewJob, OnConflict, Schedule};
 use crate::schema_rules::{AtMostOne, ExactlyOne, NO_NUL};
 
@@ -140,7 +140,7 @@ pub async fn create(
                 .or_insert(Value::from(tp));
         }
     }
-    let sight = sight(&caller);
+    let sight = sight(&caller, state.client.workers());
     // Most inserts: the job and its audit entry in one statement.
     if let Some((inserted, wakeup)) = audit.insert_job_alone(&state.client, &new).await? {
         wakeup.send();
@@ -316,12 +316,14 @@ pub(crate) fn creator(caller: &ApiCaller) -> &str {
 /// The creator of the jobs the bootstrap token inserts (spaces and parentheses: no user's name).
 pub const BOOTSTRAP_CREATOR: &str = "(bootstrap token)";
 
-/// What of the jobs' secrets `caller` sees (see [`redact`]).
-pub(crate) fn sight(caller: &ApiCaller) -> redact::Sight<'_> {
-    redact::Sight {
+/// What of the jobs' secrets `caller` sees (see [`sight`](crate::engine::sight)), by the rules of
+/// the kinds `workers` run.
+pub(crate) fn sight<'a>(caller: &'a ApiCaller, workers: &'a Workers) -> Sight<'a> {
+    Sight {
         name: creator(caller),
         admin: caller.role == Role::Admin,
         reader: caller.scope < TokenScope::Write || caller.role < Role::Operator,
+        workers,
     }
 }
 
@@ -331,7 +333,7 @@ pub async fn list(
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Json<JobPage>, AppError> {
     let filter = params.to_filter()?;
-    let sight = sight(&caller);
+    let sight = sight(&caller, state.client.workers());
     refuse_secret_filter(&sight, &filter)?;
     let limit = params.limit.unwrap_or(50);
     let (jobs, next_before) = page_as_seen(
@@ -357,7 +359,7 @@ pub async fn suggestions(State(state): State<AppState>) -> Result<Json<JobSugges
 /// shown, so neither a short page nor the cursor tells that a hidden match exists.
 pub(crate) async fn page_as_seen(
     client: &crate::engine::Client,
-    sight: &redact::Sight<'_>,
+    sight: &Sight<'_>,
     filter: &JobFilter,
     before: Option<JobId>,
     limit: i64,
@@ -392,7 +394,9 @@ pub async fn get(
     Extension(caller): Extension<ApiCaller>,
     JobIdPath(id): JobIdPath,
 ) -> Result<Json<Job>, AppError> {
-    Ok(Json(sight(&caller).job(state.client.get(id).await?)))
+    Ok(Json(
+        sight(&caller, state.client.workers()).job(state.client.get(id).await?),
+    ))
 }
 
 pub async fn cancel(
@@ -401,7 +405,7 @@ pub async fn cancel(
     audit: Audit,
     JobIdPath(id): JobIdPath,
 ) -> Result<Audited<Json<Job>>, AppError> {
-    let sight = sight(&caller);
+    let sight = sight(&caller, state.client.workers());
     audit
         .run(uncounted, async |work| {
             Ok(Json(sight.job(
@@ -417,7 +421,7 @@ pub async fn retry(
     audit: Audit,
     JobIdPath(id): JobIdPath,
 ) -> Result<Audited<Json<Job>>, AppError> {
-    let sight = sight(&caller);
+    let sight = sight(&caller, state.client.workers());
     audit
         .run(uncounted, async |work| {
             Ok(Json(sight.job(
@@ -433,7 +437,7 @@ pub async fn run_now(
     audit: Audit,
     JobIdPath(id): JobIdPath,
 ) -> Result<Audited<Json<Job>>, AppError> {
-    let sight = sight(&caller);
+    let sight = sight(&caller, state.client.workers());
     audit
         .run(uncounted, async |work| {
             Ok(Json(sight.job(
@@ -456,7 +460,7 @@ pub async fn reschedule(
     JobIdPath(id): JobIdPath,
     ApiJson(body): ApiJson<RescheduleBody>,
 ) -> Result<Audited<Json<Job>>, AppError> {
-    let sight = sight(&caller);
+    let sight = sight(&caller, state.client.workers());
     audit
         .run(uncounted, async |work| {
             let conn = work.conn().await?;
@@ -487,11 +491,8 @@ const SECRET_ARGS_FILTER: &str =
 
 /// Refuses an args filter naming a secret to a caller who may not search secrets (the matches
 /// would tell whether a guess is right).
-pub(crate) fn refuse_secret_filter(
-    sight: &redact::Sight<'_>,
-    filter: &JobFilter,
-) -> Result<(), AppError> {
-    if !sight.may_search_secrets() && filter.args.as_ref().is_some_and(redact::names_a_secret) {
+pub(crate) fn refuse_secret_filter(sight: &Sight<'_>, filter: &JobFilter) -> Result<(), AppError> {
+    if !sight.may_search_secrets() && filter.args.as_ref().is_some_and(sight::names_a_secret) {
         return Err(AppError::Forbidden(SECRET_ARGS_FILTER.into()));
     }
     Ok(())
@@ -501,13 +502,13 @@ pub(crate) fn refuse_secret_filter(
 /// guessed secret is right: an args filter naming one, a text in errors they see with secrets
 /// hidden (they list such jobs, then act on their ids).
 pub(crate) fn refuse_counting_secrets(
-    caller: &ApiCaller,
+    sight: &Sight<'_>,
     filter: &BulkFilter,
 ) -> Result<(), AppError> {
-    if sight(caller).may_search_secrets() {
+    if sight.may_search_secrets() {
         return Ok(());
     }
-    if filter.args.as_ref().is_some_and(redact::names_a_secret) {
+    if filter.args.as_ref().is_some_and(sight::names_a_secret) {
         return Err(AppError::Forbidden(SECRET_ARGS_FILTER.into()));
     }
     if filter.error.is_some() {
@@ -602,7 +603,7 @@ pub async fn bulk(
     ApiJson(body): ApiJson<BulkBody>,
 ) -> Result<Response, AppError> {
     if let Some(filter) = &body.filter {
-        refuse_counting_secrets(&caller, filter)?;
+        refuse_counting_secrets(&sight(&caller, state.client.workers()), filter)?;
     }
     match (body.ids, body.filter) {
         (Some(ids), None) => {

@@ -47,7 +47,7 @@ pub async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<ApiCaller>,
 ) -> Result<Json<Vec<ScheduleView>>, AppError> {
-    let sight = sight(&caller);
+    let sight = sight(&caller, state.client.workers());
     let views = schedules(&state).list().await?;
     Ok(Json(views.into_iter().map(|v| sight.schedule(v)).collect()))
 }
@@ -58,7 +58,7 @@ pub async fn get(
     Path(name): Path<String>,
 ) -> Result<Json<ScheduleView>, AppError> {
     Ok(Json(
-        sight(&caller).schedule(schedules(&state).get(&name).await?),
+        sight(&caller, state.client.workers()).schedule(schedules(&state).get(&name).await?),
     ))
 }
 
@@ -80,7 +80,7 @@ pub async fn create(
     let view = s.view(row.0).await?;
     Ok(Audited((
         StatusCode::CREATED,
-        Json(sight(&caller).schedule(view)),
+        Json(sight(&caller, state.client.workers()).schedule(view)),
     )))
 }
 
@@ -176,7 +176,9 @@ pub async fn update(
         })
         .await?;
     let view = s.view(row.0).await?;
-    Ok(Audited(Json(sight(&caller).schedule(view))))
+    Ok(Audited(Json(
+        sight(&caller, state.client.workers()).schedule(view),
+    )))
 }
 
 pub async fn delete(
@@ -225,7 +227,9 @@ async fn set_paused(
         })
         .await?;
     let view = s.view(row.0).await?;
-    Ok(Audited(Json(sight(caller).schedule(view))))
+    Ok(Audited(Json(
+        sight(caller, state.client.workers()).schedule(view),
+    )))
 }
 
 /// Runs the schedule now, outside its slots: 201 with the job inserted.
@@ -236,7 +240,7 @@ pub async fn trigger(
     Path(name): Path<String>,
 ) -> Result<impl IntoResponse, AppError> {
     let s = schedules(&state);
-    let sight = sight(&caller);
+    let sight = sight(&caller, state.client.workers());
     audit
         .run(uncounted, async |work| {
             let job = s
@@ -323,7 +327,7 @@ pub async fn runs(
     let next_before = (jobs.len() as i64 == limit)
         .then(|| jobs.last().map(|j| j.id))
         .flatten();
-    let sight = sight(&caller);
+    let sight = sight(&caller, state.client.workers());
     Ok(Json(RunPage {
         runs: jobs.into_iter().map(|j| sight.job(j)).collect(),
         next_before,

@@ -65,9 +65,9 @@ pub async fn list(
     let next_before = (found.len() as i64 == limit)
         .then(|| found.last().map(|d| d.id))
         .flatten();
-    let sight = super::api_jobs::sight(&caller);
+    let sight = super::api_jobs::sight(&caller, state.client.workers());
     Ok(Json(DeliveryPage {
-        deliveries: found.into_iter().map(|d| sight.delivery(d)).collect(),
+        deliveries: found.into_iter().map(|d| d.as_seen_by(&sight)).collect(),
         next_before,
     }))
 }

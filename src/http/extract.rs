@@ -11,8 +11,9 @@ use crate::engine::JobId;
 /// `axum::Json` with [`AppError`] rejections, checked first against the JSON Schema of `T` (the
 /// schema the OpenAPI document serves for it): a body that breaks a rule the document states is a
 /// 422 naming the field and the rule, so the document cannot state a rule the server does not
-/// hold. Integers written with a zero fraction (`5.0`, which JSON Schema's `integer` admits) are
-/// read as integers.
+/// hold. Where the schema says `integer`, a number written with a zero fraction (`5.0`, which
+/// JSON Schema's `integer` admits) is read as an integer; anywhere else (args, meta, a webhook's
+/// body) a number stays as written: `10.0` reaches the partner as `10.0`.
 pub struct ApiJson<T>(pub T);
 
 impl<S, T> FromRequest<S> for ApiJson<T>
@@ -23,14 +24,21 @@ where
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let axum::Json(mut value) =
-            axum::Json::<serde_json::Value>::from_request(req, state).await?;
-        integral_floats_as_integers(&mut value);
-        check_against_schema::<T>(&value)?;
-        serde_json::from_value(value)
-            .map(ApiJson)
-            .map_err(|e| AppError::invalid(format!("body: {e}")))
+        let axum::Json(value) = axum::Json::<serde_json::Value>::from_request(req, state).await?;
+        body_of(value).map(ApiJson)
     }
+}
+
+/// A request body as [`ApiJson`] reads it: integers where the schema says so, checked against
+/// `T`'s schema, then deserialized.
+pub(crate) fn body_of<T>(mut value: serde_json::Value) -> Result<T, AppError>
+where
+    T: DeserializeOwned + schemars::JsonSchema + 'static,
+{
+    let checker = validator_of::<T>();
+    integers_where_the_schema_says(&mut value, &checker.schema, &checker.schema, 0);
+    check_against_schema::<T>(&value)?;
+    serde_json::from_value(value).map_err(|e| AppError::invalid(format!("body: {e}")))
 }
 
 /// A request type's schema and its compiled validator.
@@ -77,7 +85,7 @@ fn validator_of<T: schemars::JsonSchema + 'static>() -> std::sync::Arc<Checker> 
 }
 
 /// The first rule of `T`'s schema that `value` breaks, as a 422 naming where.
-fn check_against_schema<T: schemars::JsonSchema + 'static>(
+pub(crate) fn check_against_schema<T: schemars::JsonSchema + 'static>(
     value: &serde_json::Value,
 ) -> Result<(), AppError> {
     let checker = validator_of::<T>();
@@ -143,18 +151,71 @@ fn rule_words(schema: &serde_json::Value, schema_path: &str) -> Option<String> {
     words.map(String::from)
 }
 
-/// `5.0` as `5`, anywhere in `value`: JSON Schema's `integer` admits it, serde's integers do not.
-fn integral_floats_as_integers(value: &mut serde_json::Value) {
+/// `5.0` as `5` where `schema` (a part of `root`, the request type's schema) says `integer`: JSON
+/// Schema's `integer` admits it, serde's integers do not. Followed through `$ref`, the
+/// alternatives (`allOf`, `anyOf`, `oneOf`), properties and items; free JSON (args, meta, a
+/// body) says `number` at most, so its numbers stay as written.
+fn integers_where_the_schema_says(
+    value: &mut serde_json::Value,
+    schema: &serde_json::Value,
+    root: &serde_json::Value,
+    depth: usize,
+) {
+    use serde_json::Value;
+    // A schema that refers to itself (a recursive type) goes no deeper than the value does; this
+    // bounds a `$ref` cycle that does not descend.
+    if depth > 64 {
+        return;
+    }
+    if let Some(target) = schema
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix('#'))
+        .and_then(|pointer| root.pointer(pointer))
+    {
+        integers_where_the_schema_says(value, target, root, depth + 1);
+    }
+    for key in ["allOf", "anyOf", "oneOf"] {
+        for part in schema
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            integers_where_the_schema_says(value, part, root, depth + 1);
+        }
+    }
+    let says_integer = match schema.get("type") {
+        Some(Value::String(t)) => t == "integer",
+        Some(Value::Array(types)) => {
+            types.iter().any(|t| t == "integer") && !types.iter().any(|t| t == "number")
+        }
+        _ => false,
+    };
     match value {
-        serde_json::Value::Number(n) if n.is_f64() => {
+        Value::Number(n) if says_integer && n.is_f64() => {
             if let Some(f) = n.as_f64() {
                 if f.fract() == 0.0 && f.abs() < 9.0e15 {
-                    *value = serde_json::Value::from(f as i64);
+                    *value = Value::from(f as i64);
                 }
             }
         }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(integral_floats_as_integers),
-        serde_json::Value::Object(map) => map.values_mut().for_each(integral_floats_as_integers),
+        Value::Object(map) => {
+            let properties = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (key, v) in map.iter_mut() {
+                if let Some(part) = properties.and_then(|p| p.get(key)).or(additional) {
+                    integers_where_the_schema_says(v, part, root, depth + 1);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(part) = schema.get("items").filter(|i| i.is_object()) {
+                for v in items.iter_mut() {
+                    integers_where_the_schema_says(v, part, root, depth + 1);
+                }
+            }
+        }
         _ => {}
     }
 }
@@ -250,61 +311,4 @@ pub fn present<'de, D: serde::Deserializer<'de>, T: serde::Deserialize<'de>>(
     d: D,
 ) -> Result<Option<T>, D::Error> {
     T::deserialize(d).map(Some)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn refusal<T: schemars::JsonSchema + 'static>(body: serde_json::Value) -> String {
-        match check_against_schema::<T>(&body) {
-            Err(e) => e.to_string(),
-            Ok(()) => panic!("admitted: {body}"),
-        }
-    }
-
-    /// A rule the schema states in words is answered in them, not in the validator's account of
-    /// a `oneOf`; a rule without words names the field.
-    #[test]
-    fn a_broken_rule_is_answered_in_its_words() {
-        use crate::http::{api_jobs, api_webhook_endpoints};
-        assert_eq!(
-            refusal::<api_jobs::BulkBody>(json!({"action": "retry", "ids": [1], "filter": {}})),
-            "give exactly one of ids, filter"
-        );
-        let node_lost = refusal::<crate::alerts::RuleSpec>(
-            json!({"name": "n", "condition": "node_lost", "queue": "q"}),
-        );
-        assert_eq!(node_lost, "queue: a node_lost rule is not scoped by queue");
-        let private = refusal::<api_webhook_endpoints::CreateEndpoint>(
-            json!({"url_prefix": "http://x.example/", "private_network": true}),
-        );
-        assert!(
-            private.starts_with("private_network: only for an endpoint"),
-            "{private}"
-        );
-        let priority = refusal::<api_jobs::CreateJob>(json!({"kind": "k", "priority": 12}));
-        assert!(priority.starts_with("priority: "), "{priority}");
-        // Inside a nested type (a `$ref`), the rule's words still.
-        let nested = refusal::<crate::http::api_job_tools::EditManyBody>(
-            json!({"ids": [1], "edit": {"args": {"a": 1}, "args_patch": {"b": 2}}}),
-        );
-        assert_eq!(nested, "give either args or args_patch, not both");
-        let late = refusal::<api_jobs::CreateJob>(json!({"kind": "k",
-            "on_late": {"after_ms": 1000, "then": "skip"},
-            "meta": {"late": {"after_ms": 1000, "then": "run"}}}));
-        assert_eq!(late, "give either on_late or meta.late, not both");
-        // A value of many parts is not repeated (it may hold a secret).
-        let args = refusal::<api_jobs::CreateJob>(
-            json!({"kind": "k", "args": ["Bearer s3cr3t"], "priority": 1}),
-        );
-        assert!(!args.contains("s3cr3t"), "{args}");
-        // `null` meta is no meta: `on_late` alone is fine.
-        assert!(
-            check_against_schema::<api_jobs::CreateJob>(&json!({"kind": "k",
-            "on_late": {"after_ms": 1000, "then": "skip"}, "meta": null}))
-            .is_ok()
-        );
-    }
 }

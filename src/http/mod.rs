@@ -22,7 +22,6 @@ pub mod metrics;
 pub mod openapi;
 pub mod reader;
 pub mod rechecks;
-pub mod redact;
 pub mod session;
 pub mod sse;
 pub mod state;

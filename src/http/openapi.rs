@@ -1012,6 +1012,89 @@ fn responses(generator: &mut SchemaGenerator, e: &Endpoint) -> Value {
 mod tests {
     use super::*;
 
+    fn refusal<T: schemars::JsonSchema + 'static>(body: serde_json::Value) -> String {
+        match crate::http::extract::check_against_schema::<T>(&body) {
+            Err(e) => e.to_string(),
+            Ok(()) => panic!("admitted: {body}"),
+        }
+    }
+
+    /// A rule the schema states in words is answered in them, not in the validator's account of
+    /// a `oneOf`; a rule without words names the field.
+    #[test]
+    fn a_broken_rule_is_answered_in_its_words() {
+        use crate::http::extract::check_against_schema;
+        use crate::http::{api_jobs, api_webhook_endpoints};
+        use serde_json::json;
+        assert_eq!(
+            refusal::<api_jobs::BulkBody>(json!({"action": "retry", "ids": [1], "filter": {}})),
+            "give exactly one of ids, filter"
+        );
+        let node_lost = refusal::<crate::alerts::RuleSpec>(
+            json!({"name": "n", "condition": "node_lost", "queue": "q"}),
+        );
+        assert_eq!(node_lost, "queue: a node_lost rule is not scoped by queue");
+        let private = refusal::<api_webhook_endpoints::CreateEndpoint>(
+            json!({"url_prefix": "http://x.example/", "private_network": true}),
+        );
+        assert!(
+            private.starts_with("private_network: only for an endpoint"),
+            "{private}"
+        );
+        let priority = refusal::<api_jobs::CreateJob>(json!({"kind": "k", "priority": 12}));
+        assert!(priority.starts_with("priority: "), "{priority}");
+        // Inside a nested type (a `$ref`), the rule's words still.
+        let nested = refusal::<crate::http::api_job_tools::EditManyBody>(
+            json!({"ids": [1], "edit": {"args": {"a": 1}, "args_patch": {"b": 2}}}),
+        );
+        assert_eq!(nested, "give either args or args_patch, not both");
+        let late = refusal::<api_jobs::CreateJob>(json!({"kind": "k",
+            "on_late": {"after_ms": 1000, "then": "skip"},
+            "meta": {"late": {"after_ms": 1000, "then": "run"}}}));
+        assert_eq!(late, "give either on_late or meta.late, not both");
+        // A value of many parts is not repeated (it may hold a secret).
+        let args = refusal::<api_jobs::CreateJob>(
+            json!({"kind": "k", "args": ["Bearer s3cr3t"], "priority": 1}),
+        );
+        assert!(!args.contains("s3cr3t"), "{args}");
+        // `null` meta is no meta: `on_late` alone is fine.
+        assert!(
+            check_against_schema::<api_jobs::CreateJob>(&json!({"kind": "k",
+            "on_late": {"after_ms": 1000, "then": "skip"}, "meta": null}))
+            .is_ok()
+        );
+    }
+
+    /// A number written `5.0` is read as an integer where the schema says `integer` (a
+    /// priority, a late policy's `after_ms`, a list of ids) and kept as written anywhere else
+    /// (args, meta, a webhook's body).
+    #[test]
+    fn integral_floats_become_integers_only_where_the_schema_says_integer() {
+        use crate::http::{api_job_tools, api_jobs};
+        use serde_json::json;
+        let job: api_jobs::CreateJob = crate::http::extract::body_of(json!({
+            "kind": "noop", "priority": 5.0, "args": {"amount": 10.0, "list": [1.0, 2]},
+            "meta": {"ratio": 2.0, "late": {"after_ms": 60000.0, "then": "skip"}},
+        }))
+        .unwrap();
+        let shown = format!("{job:?}");
+        for part in [
+            "priority: Some(5)",
+            "Number(10.0)",
+            "Number(1.0)",
+            "Number(2.0)",
+        ] {
+            assert!(shown.contains(part), "{part} in {shown}");
+        }
+        assert!(!shown.contains("Number(60000.0)"), "{shown}");
+        let edit: api_job_tools::EditManyBody = crate::http::extract::body_of(json!({
+            "ids": [1.0, 2.0], "edit": {"max_attempts": 4.0, "args_patch": {"x": 3.0}},
+        }))
+        .unwrap();
+        let shown = format!("{edit:?}");
+        assert!(shown.contains("3.0"), "{shown}");
+    }
+
     #[test]
     fn the_document_describes_every_endpoint_with_its_schemas() {
         let doc = document();

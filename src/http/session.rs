@@ -106,12 +106,17 @@ impl Operator {
         self.user.role >= role
     }
 
-    /// What of the jobs' secrets this user sees (see [`super::redact`]).
-    pub fn sight(&self) -> super::redact::Sight<'_> {
-        super::redact::Sight {
+    /// What of the jobs' secrets this user sees (see [`crate::engine::sight`]), by the rules of
+    /// the kinds `workers` run.
+    pub fn sight<'a>(
+        &'a self,
+        workers: &'a crate::engine::Workers,
+    ) -> crate::engine::sight::Sight<'a> {
+        crate::engine::sight::Sight {
             name: &self.user.name,
             admin: self.may(Role::Admin),
             reader: !self.may(Role::Operator),
+            workers,
         }
     }
 }

@@ -97,7 +97,7 @@ impl QuestionService {
             .await?;
         let job = self
             .client
-            .insert_with(&mut *conn, &lock_job(q.id, game_time))
+            .insert_own_with(&mut *conn, &lock_job(q.id, game_time))
             .await?
             .job;
         store::question_set_lock_job(&mut *conn, q.id, job.id).await?;
@@ -169,7 +169,7 @@ impl QuestionService {
             // The same job, moved (a lock job that is running right now snoozes until the new time).
             let job = self
                 .client
-                .insert_with(
+                .insert_own_with(
                     &mut *tx,
                     &lock_job(id, t).with_unique_key(lock_key(id), OnConflict::Reschedule),
                 )
@@ -209,6 +209,15 @@ impl QuestionService {
                 })?;
         }
         Ok(open.into_iter().map(|q| q.id).collect())
+    }
+
+    /// The earliest game time of `game`'s open questions (a move of the game `to` a time takes
+    /// it as the game's start when no job of it is earlier).
+    pub async fn earliest_of_game(
+        &self,
+        game: &str,
+    ) -> Result<Option<DateTime<Utc>>, QuestionError> {
+        Ok(store::question_earliest_of_game(self.client.pool(), game).await?)
     }
 
     /// Deletes a question, its predictions, and cancels its pending jobs.

@@ -335,3 +335,14 @@ pub async fn question_open_of_game(
     .fetch_all(tx)
     .await
 }
+
+/// The earliest game time of the open questions of `game`.
+pub async fn question_earliest_of_game<'e>(
+    db: impl PgExecutor<'e>,
+    game: &str,
+) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+    sqlx::query_scalar("SELECT min(game_time) FROM questions WHERE status = 'open' AND game = $1")
+        .bind(game)
+        .fetch_one(db)
+        .await
+}

@@ -11,7 +11,10 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use serde_json::Value;
 use sqlx::{PgExecutor, Postgres, QueryBuilder};
+
+use crate::engine::sight::{self, Sight};
 
 /// How many characters of a response body are kept.
 pub const BODY_CHARS: usize = 500;
@@ -59,9 +62,69 @@ pub struct DeliveryRow {
     #[serde(skip)]
     #[schemars(skip)]
     pub job_created_by: Option<String>,
+    /// The job's kind, args and meta (as text: read leniently) and former secrets: what the
+    /// answer may quote, hidden from whoever may not see the job's secrets.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub job_kind: Option<String>,
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub job_args: Option<String>,
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub job_meta: Option<String>,
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub job_former_secrets: Option<Vec<String>>,
 }
 
 impl DeliveryRow {
+    /// The call as `sight` sees it, by the rule every surface applies to a job's data
+    /// (`engine::sight`): whole for admins and the job's creator; for anyone else, the answer to
+    /// a call that carried its endpoint's default headers is left out, and every other answer
+    /// (its body, its headers, the error) shows with the job's own secrets hidden, a careless
+    /// partner echoing them (its header values, its URL's credentials) included.
+    pub fn as_seen_by(mut self, sight: &Sight<'_>) -> Self {
+        if sight.sees_secrets_of_creator(self.job_created_by.as_deref()) {
+            return self;
+        }
+        if self.credentialed {
+            self = self.without_answer();
+        }
+        let parts = (|| {
+            let kind = self.job_kind.as_deref()?;
+            let args: Value = serde_json::from_str(self.job_args.as_deref()?).ok()?;
+            let meta: Value = serde_json::from_str(self.job_meta.as_deref()?).ok()?;
+            let former = self.job_former_secrets.clone().unwrap_or_default();
+            Some(sight::secrets_of_parts(
+                sight.workers,
+                kind,
+                &args,
+                &meta,
+                &former,
+            ))
+        })();
+        let Some(secrets) = parts else {
+            // The job cannot be read (gone, or a row no float reads): nothing says what of the
+            // answer is its secret, so none of it is shown.
+            self = self.without_answer();
+            self.error = self.error.map(|_| sight::REDACTED.into());
+            return self;
+        };
+        self.response_body = self.response_body.map(|b| secrets.scrub(&b));
+        self.error = self.error.map(|e| secrets.scrub(&e));
+        if let Some(headers) = self.response_headers.as_mut() {
+            for (name, value) in headers.0.iter_mut() {
+                *value = if sight::is_secret_name(name) {
+                    sight::REDACTED.into()
+                } else {
+                    secrets.scrub(value)
+                };
+            }
+        }
+        self
+    }
+
     /// The row without what the call's answer said: for a credentialed call seen by someone who
     /// may not spend the endpoint's credentials.
     pub fn without_answer(mut self) -> Self {
@@ -179,7 +242,9 @@ pub async fn insert<'e>(db: impl PgExecutor<'e>, d: &NewDelivery) -> Result<(), 
 
 const COLUMNS: &str = "d.id, d.job_id, d.attempt, d.started_at, d.late_ms, d.duration_ms, \
                        d.address, d.status, d.response_headers, d.response_body, d.error, \
-                       d.credentialed, j.created_by AS job_created_by";
+                       d.credentialed, j.created_by AS job_created_by, j.kind AS job_kind, \
+                       j.args::text AS job_args, j.meta::text AS job_meta, \
+                       j.former_secrets AS job_former_secrets";
 /// The record with each call's job (for its creator; the job may have been pruned).
 const FROM: &str = "webhook_deliveries d LEFT JOIN jobs j ON j.id = d.job_id";
 

@@ -415,6 +415,43 @@ impl Worker for WebhookWorker {
         })
     }
 
+    /// A webhook's own credentials: every header value (an `Authorization`, often), and what of
+    /// its URL may be one: its user info (`https://svc:hunter2@host`) and its query's values
+    /// (`?api_key=K`). An alert's notification (meta `alert_incident`, see `alerts::notifier`)
+    /// calls the rule's URL, an incoming-webhook URL whose path is the secret (Slack's carries its
+    /// token there): only its origin is shown.
+    fn hide_secrets(&self, args: &mut Value, meta: &Value) -> Vec<String> {
+        use crate::engine::sight::{collect_strings, url_for_reader, url_origin_for_reader};
+        let mut found = Vec::new();
+        if let Some(Value::Object(headers)) = args.get_mut("headers") {
+            for value in headers.values_mut() {
+                collect_strings(value, &mut found);
+                *value = Value::String(crate::engine::sight::REDACTED.into());
+            }
+        }
+        if let Some(Value::String(url)) = args.get_mut("url") {
+            if let Ok(parsed) = reqwest::Url::parse(url) {
+                found.extend(parsed.password().map(String::from));
+                if !parsed.username().is_empty() {
+                    found.push(parsed.username().to_string());
+                }
+                for pair in parsed.query().unwrap_or_default().split('&') {
+                    found.push(pair.split_once('=').map_or(pair, |(_, v)| v).to_string());
+                }
+                found.extend(parsed.query_pairs().map(|(_, v)| v.into_owned()));
+                if meta.get("alert_incident").is_some() {
+                    found.push(parsed.path().trim_start_matches('/').to_string());
+                }
+            }
+            *url = if meta.get("alert_incident").is_some() {
+                url_origin_for_reader(url)
+            } else {
+                url_for_reader(url)
+            };
+        }
+        found
+    }
+
     fn timeout(&self) -> Duration {
         Duration::from_millis(MAX_TIMEOUT_MS + 5_000)
     }

@@ -634,21 +634,17 @@ async fn an_undeliverable_notification_is_never_the_subject_of_a_rule() {
     );
     assert!(rig.receiver.calls_to("/alerts").is_empty());
 
-    // An operator's job that carries a notification's meta still alerts when it is discarded.
-    let forged = rig
-        .engine
-        .client()
-        .insert(
-            &NewJob::new("noop", json!({}))
-                .with_queue("parked")
-                .with_meta(json!({ "alert_incident": 1, "alert_event": "fired" }))
-                .created_by("ops"),
-        )
-        .await
-        .unwrap()
-        .job
-        .id
-        .0;
+    // A job that carries a notification's meta without being one (the client refuses those keys;
+    // plain SQL can still write them) still alerts when it is discarded.
+    let forged: i64 = sqlx::query_scalar(
+        r#"INSERT INTO jobs (queue, kind, args, meta, created_by, state)
+           VALUES ('parked', 'noop', '{}', '{"alert_incident": 1, "alert_event": "fired"}', 'ops',
+                   'available')
+           RETURNING id"#,
+    )
+    .fetch_one(&rig.db.pool)
+    .await
+    .unwrap();
     rig.sql(&format!(
         "UPDATE jobs SET state = 'discarded', finalized_at = now(), attempt = 1 WHERE id = {forged}"
     ))
@@ -1083,5 +1079,41 @@ async fn a_late_start_policys_discard_fires_the_discarded_and_late_start_rules()
         ))
         .await;
     assert_eq!(deliveries, 0, "the late call was made");
+    rig.engine.stop().await;
+}
+
+/// Issue 46: a `job_discarded` incident quotes the job's last error, and every role reads
+/// incidents (a notification takes them outside): a webhook job whose partner echoed its header
+/// into the error shows that value hidden there, as its page does for a reader.
+#[tokio::test]
+async fn a_discarded_jobs_incident_hides_the_secrets_its_error_quotes() {
+    let rig = rig().await;
+    rig.rule(json!({ "name": "discards", "condition": "job_discarded", "queue": "parked" }))
+        .await;
+    rig.sql(
+        r#"INSERT INTO jobs (id, queue, kind, args, state, attempt, finalized_at, created_by, errors)
+           VALUES (9002, 'parked', 'webhook',
+                   '{"url": "https://hooks.example.com/x", "headers": {"X-Partner": "p4rtn3r-v4lue-99"}}',
+                   'discarded', 1, now(), 'ana',
+                   '[{"attempt": 1, "at": "2026-12-02T10:00:00Z", "node": null,
+                      "message": "HTTP 500: x-partner: p4rtn3r-v4lue-99"}]')"#,
+    )
+    .await;
+    let (fired, _) = rig.evaluate().await;
+    assert_eq!(fired, ["job 9002"]);
+    let summary: String =
+        sqlx::query_scalar("SELECT summary FROM alert_incidents WHERE subject = 'job 9002'")
+            .fetch_one(&rig.db.pool)
+            .await
+            .unwrap();
+    assert!(summary.contains("HTTP 500"), "{summary}");
+    assert!(!summary.contains("p4rtn3r"), "{summary}");
+    let sent: Vec<String> =
+        sqlx::query_scalar("SELECT args::text FROM jobs WHERE meta ? 'alert_incident'")
+            .fetch_all(&rig.db.pool)
+            .await
+            .unwrap();
+    assert_eq!(sent.len(), 1);
+    assert!(!sent[0].contains("p4rtn3r"), "{sent:?}");
     rig.engine.stop().await;
 }

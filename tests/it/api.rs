@@ -988,3 +988,40 @@ async fn an_insert_is_recorded_alike_whether_written_in_one_statement_or_in_a_tr
         .unwrap();
     assert_eq!(jobs, 1);
 }
+
+/// What a client sends is what a partner receives: a number written `10.0` in args or meta (a
+/// webhook's body, say) stays `10.0`, though an integer field (`priority`) written `5.0` is
+/// still read as 5.
+#[tokio::test]
+async fn an_integral_float_in_args_and_meta_is_kept_as_written() {
+    let a = api().await;
+    let (status, body) = a
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(
+                r#"{"kind": "noop", "priority": 5.0, "schedule_in_ms": 60000,
+                    "args": {"amount": 10.0, "list": [1.0, 2.5, 3], "deep": {"x": -0.0}},
+                    "meta": {"ratio": 2.0}}"#,
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["job"]["priority"], 5);
+    let id = body["job"]["id"].as_i64().unwrap();
+    let (args, meta): (String, String) =
+        sqlx::query_as("SELECT args::text, meta::text FROM jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&a.pool)
+            .await
+            .unwrap();
+    assert!(args.contains(r#""amount": 10.0"#), "{args}");
+    assert!(args.contains(r#"[1.0, 2.5, 3]"#), "{args}");
+    assert!(meta.contains(r#""ratio": 2.0"#), "{meta}");
+    let (status, job) = a
+        .call(Method::GET, &format!("/api/v1/jobs/{id}"), None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(job["args"]["amount"].is_f64(), "{job}");
+    assert_eq!(job["args"]["amount"].to_string(), "10.0");
+}

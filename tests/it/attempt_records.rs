@@ -602,3 +602,165 @@ async fn lines_left_by_an_earlier_run_of_the_same_attempt_number_are_not_shown()
     let shown = client.attempt_so_far(&job).await.unwrap().unwrap();
     assert_eq!(shown.logs.unwrap()[0]["message"], "the earlier run");
 }
+
+fn messages(logs: &Option<Value>) -> Vec<String> {
+    logs.as_ref()
+        .and_then(Value::as_array)
+        .map(|lines| {
+            lines
+                .iter()
+                .map(|l| l["message"].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// An attempt cancelled while it runs keeps, in its record, the lines its page showed while it
+/// ran (they were deleted with the live row, and the record had none).
+#[tokio::test]
+async fn a_cancelled_attempt_keeps_the_lines_its_page_showed() {
+    use kickoff::engine::JobState;
+    capture_logs();
+    let db = test_db().await;
+    let engine = start(&db.pool).await;
+    let client = engine.client();
+    let held = insert(&client, json!({"mode": "hold", "lines": 2})).await;
+    wait_for(
+        "the running attempt's lines",
+        Duration::from_secs(10),
+        || async {
+            let job = client.get(held.id).await.unwrap();
+            job.state == JobState::Executing && client.attempt_so_far(&job).await.unwrap().is_some()
+        },
+    )
+    .await;
+    client.cancel(held.id).await.unwrap();
+    let rows = wait_records(&db.pool, held.id, 1).await;
+    assert_eq!(rows[0].outcome, "cancelled");
+    assert_eq!(
+        messages(&rows[0].logs),
+        [
+            "working line=0",
+            "working line=1",
+            "holding until cancelled"
+        ],
+        "{rows:?}"
+    );
+    engine.stop().await;
+}
+
+/// An attempt rescued after its node died keeps the output and lines its node last wrote, and
+/// their live row goes with the rescue.
+#[tokio::test]
+async fn a_lost_attempt_keeps_the_output_and_lines_its_node_last_wrote() {
+    let db = test_db().await;
+    let mut workers = Workers::new();
+    workers.register(Recorder);
+    let client = kickoff::engine::Client::new(db.pool.clone(), std::sync::Arc::new(workers));
+    let job = insert(&client, json!({"mode": "ok"})).await;
+    let claimed = kickoff::engine::store::jobs::job_claim(
+        &db.pool,
+        "default",
+        1,
+        "dead-node",
+        Duration::from_millis(10),
+    )
+    .await
+    .unwrap();
+    let claim = claimed[0].claim().unwrap();
+    sqlx::query(
+        r#"INSERT INTO job_attempt_live (job_id, attempt, claim_token, node, output, logs, logs_dropped)
+           VALUES ($1, 1, $2, 'dead-node', '{"step": 2}', '[{"message": "half way", "level": "INFO"}]', 3)"#,
+    )
+    .bind(job.id)
+    .bind(claim.token)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let later = Utc::now() + chrono::Duration::seconds(5);
+    kickoff::engine::store::jobs::job_rescue_expired(&db.pool, Some(later), 10)
+        .await
+        .unwrap();
+    let rows = records(&db.pool, job.id).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].outcome, "lost");
+    assert_eq!(rows[0].output, Some(json!({"step": 2})), "{rows:?}");
+    assert_eq!(messages(&rows[0].logs), ["half way"]);
+    assert_eq!(rows[0].logs_dropped, 3);
+    let live: i64 = sqlx::query_scalar("SELECT count(*) FROM job_attempt_live")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(live, 0, "the dead node's lines went with the rescue");
+}
+
+/// An attempt interrupted at a graceful stop (handed back, not counted) has a record of its own
+/// with what it logged, and its rerun is counted late from the hand-back, not from the original
+/// due time: a late-start policy does not skip it for the time the stop took.
+#[tokio::test]
+async fn an_attempt_handed_back_at_shutdown_is_recorded_and_its_rerun_starts_on_time() {
+    use kickoff::engine::{LatePolicy, OnLate};
+    capture_logs();
+    let db = test_db().await;
+    let mut workers = Workers::new();
+    workers.register(Recorder);
+    let quick_stop = EngineConfig {
+        shutdown_grace: Duration::from_millis(200),
+        ..config()
+    };
+    let engine = Engine::start(db.pool.clone(), workers, quick_stop.clone())
+        .await
+        .unwrap();
+    let client = engine.client();
+    let late = LatePolicy {
+        after_ms: 1_000,
+        then: OnLate::Skip,
+    };
+    let job = client
+        .insert(&recorder(json!({"mode": "hold", "lines": 1})).with_late_policy(late))
+        .await
+        .unwrap()
+        .job;
+    wait_for("the job to run", Duration::from_secs(10), || async {
+        client.get(job.id).await.unwrap().state == kickoff::engine::JobState::Executing
+    })
+    .await;
+    // Long enough that the rerun would count as late from the original due time.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    engine.stop().await;
+    let rows = records(&db.pool, job.id).await;
+    assert_eq!(
+        rows.len(),
+        1,
+        "the interrupted attempt is recorded: {rows:?}"
+    );
+    assert_eq!(
+        (rows[0].attempt, rows[0].outcome.as_str()),
+        (1, "interrupted")
+    );
+    assert_eq!(rows[0].due_at, job.scheduled_at);
+    assert!(
+        messages(&rows[0].logs).contains(&"holding until cancelled".to_string()),
+        "{rows:?}"
+    );
+    let back = client.get(job.id).await.unwrap();
+    assert_eq!(back.attempt, 0, "the interruption does not count");
+    sqlx::query(r#"UPDATE jobs SET args = '{"mode": "ok"}' WHERE id = $1"#)
+        .bind(job.id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut workers = Workers::new();
+    workers.register(Recorder);
+    let engine = Engine::start(db.pool.clone(), workers, quick_stop)
+        .await
+        .unwrap();
+    let rows = wait_records(&db.pool, job.id, 2).await;
+    assert_eq!(
+        (rows[1].attempt, rows[1].outcome.as_str()),
+        (1, "completed"),
+        "{rows:?}"
+    );
+    assert!(rows[1].late_ms < 1_000.0, "{rows:?}");
+    engine.stop().await;
+}

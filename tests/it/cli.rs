@@ -14,12 +14,18 @@ struct Cli<'a> {
 impl Cli<'_> {
     /// Runs `kickoff <args>` against the server: its exit code and standard output.
     fn run(&self, args: &[&str]) -> (i32, String, String) {
+        self.run_with(args, &[])
+    }
+
+    /// [`Cli::run`] with more of the environment set.
+    fn run_with(&self, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
         let out = Command::new(env!("CARGO_BIN_EXE_kickoff"))
             .args(args)
             .env("KICKOFF_URL", format!("http://{}", self.server.addr))
             .env("KICKOFF_TOKEN", TOKEN)
             .env_remove("DATABASE_URL")
             .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
             .output()
             .unwrap();
         (
@@ -230,7 +236,112 @@ async fn the_cli_drives_a_server_and_its_exit_codes_say_what_happened() {
     assert!(shown.contains("First goal?"), "{shown}");
     cli.fails(&["questions", "settle", &qid, "Lions"], 5);
     cli.fails(&["questions", "show", "999999"], 3);
+
+    // A postponed game whose filter matches no job still moves its questions (the CLI said "no
+    // job matches" and called nothing: the question would have locked two hours early).
+    let before: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(question["game_time"].clone()).unwrap();
+    let shifted = cli.json(&[
+        "jobs",
+        "shift",
+        "--args",
+        "game_id=999",
+        "--by",
+        "2h",
+        "--game",
+        "Lions vs Bears",
+        "--yes",
+    ]);
+    assert_eq!(shifted["questions"], json!([question["id"]]), "{shifted}");
+    let moved = cli.json(&["questions", "show", &qid]);
+    let after: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(moved["game_time"].clone()).unwrap();
+    assert_eq!(after - before, chrono::Duration::hours(2), "{moved}");
     cli.json(&["queues", "resume", "games"]);
+
+    // A token never goes over plain HTTP to another host unless asked (`--insecure`), and a
+    // server on this machine is never reached through a proxy.
+    plain_http_and_proxies(&cli);
+}
+
+/// A listener that counts its connections and answers each with a 500.
+fn counting_listener(
+    addr: &str,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind(addr).unwrap();
+    let local = listener.local_addr().unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut buf = [0u8; 4096];
+            let n = conn.read(&mut buf).unwrap_or(0);
+            kept.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            let _ = conn.write_all(
+                b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            );
+        }
+    });
+    (local, seen)
+}
+
+/// This machine's address on its way out (not loopback), if it has one.
+fn outward_address() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("192.0.2.1:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+fn plain_http_and_proxies(cli: &Cli<'_>) {
+    // Another host over plain HTTP: refused before any connection, naming the way out.
+    let host = outward_address().map_or("192.0.2.1".to_string(), |ip| ip.to_string());
+    let (addr, seen) = counting_listener(&format!("{host}:0"));
+    let server = format!("http://{host}:{}", addr.port());
+    let err = cli.fails(&["jobs", "list", "--server", &server], 4);
+    assert!(err.contains("https") && err.contains("--insecure"), "{err}");
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "a connection was made: {seen:?}"
+    );
+    // Asked for: the call is made (the listener answers 500).
+    if outward_address().is_some() {
+        cli.fails(&["jobs", "list", "--server", &server, "--insecure"], 7);
+        let requests = seen.lock().unwrap().clone();
+        assert_eq!(requests.len(), 1, "{requests:?}");
+        assert!(requests[0]
+            .to_ascii_lowercase()
+            .contains("authorization: bearer"));
+    }
+    // HTTPS elsewhere is fine to try (nothing listens there: unreachable, not refused).
+    cli.fails(&["jobs", "list", "--server", "https://192.0.2.1:1"], 7);
+
+    // A proxy in the environment is not used for the local server.
+    let (proxy, through) = counting_listener("127.0.0.1:0");
+    let proxy = format!("http://{proxy}");
+    let (code, _, err) = cli.run_with(
+        &["jobs", "list"],
+        &[
+            ("HTTP_PROXY", proxy.as_str()),
+            ("http_proxy", proxy.as_str()),
+            ("ALL_PROXY", proxy.as_str()),
+            ("all_proxy", proxy.as_str()),
+            ("NO_PROXY", ""),
+            ("no_proxy", ""),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        through.lock().unwrap().is_empty(),
+        "went through the proxy: {through:?}"
+    );
 }
 
 /// A data directory holding a bootstrap token, as a local server leaves it.

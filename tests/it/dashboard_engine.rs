@@ -133,7 +133,7 @@ async fn counts_stay_exact_through_every_kind_of_write_before_and_after_folding(
     job_store::job_snooze(pool, claimed[8].claim().unwrap(), Duration::from_secs(600))
         .await
         .unwrap();
-    job_store::job_hand_back(pool, &[claimed[9].claim().unwrap()], "node-a")
+    job_store::job_hand_back(pool, &[claimed[9].claim().unwrap()], &[], "node-a")
         .await
         .unwrap();
     assert_counts_exact_around_a_fold(&client, "outcomes").await;

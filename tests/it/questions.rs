@@ -751,3 +751,103 @@ async fn a_lock_jobs_unique_key_is_not_anothers_to_find_or_move() {
     );
     assert_eq!(count(&db.pool, "jobs").await, 1);
 }
+
+/// A question's lock job runs once, at its game time: an operator's run now (the lock before
+/// its time) and retry (a second attempt of a lock that ran) are refused like a cancel (409,
+/// naming the question), and a bulk run now or retry skips it.
+#[tokio::test]
+async fn an_operator_cannot_run_a_questions_lock_job_early_or_again() {
+    let db = test_db().await;
+    let app = crate::common::app(&db.pool, "t");
+    let (s, b) = call(
+        &app,
+        Method::POST,
+        "/api/v1/questions",
+        Some(json!({"game": "Owls vs Hawks", "prompt": "First to score?",
+                    "choices": ["Owls", "Hawks"], "game_time": in_ms(2_000).to_rfc3339()})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    let question = b["id"].as_i64().unwrap();
+    let job = b["lock_job"]["id"].as_i64().unwrap();
+    let refused = |s: StatusCode, b: &Value, what: &str| {
+        assert_eq!(s, StatusCode::CONFLICT, "{what}: {b}");
+        let message = b["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(&format!("question {question}")),
+            "{what}: {message}"
+        );
+    };
+    let (s, b) = call(
+        &app,
+        Method::POST,
+        &format!("/api/v1/jobs/{job}/run-now"),
+        None,
+    )
+    .await;
+    refused(s, &b, "run now");
+    for body in [
+        json!({ "action": "run_now", "ids": [job] }),
+        json!({ "action": "run_now", "filter": { "queue": "questions" } }),
+    ] {
+        let (s, b) = call(&app, Method::POST, "/api/v1/jobs/bulk", Some(body.clone())).await;
+        assert_eq!(
+            (s, &b["changed"]),
+            (StatusCode::OK, &json!(0)),
+            "{body}: {b}"
+        );
+    }
+    assert_eq!(
+        state_of(&db.pool, kickoff::engine::JobId(job)).await,
+        JobState::Scheduled,
+        "the lock waits for its game time"
+    );
+    let engine = Engine::start(
+        db.pool.clone(),
+        kickoff::workers::builtin(vec![]),
+        engine_config(),
+    )
+    .await
+    .unwrap();
+    let svc = service(&db.pool);
+    wait_for("the question to lock", Duration::from_secs(10), || async {
+        svc.get(question).await.unwrap().question.status == QuestionStatus::Locked
+    })
+    .await;
+    wait_for(
+        "the lock job to complete",
+        Duration::from_secs(10),
+        || async { state_of(&db.pool, kickoff::engine::JobId(job)).await == JobState::Completed },
+    )
+    .await;
+    let (s, b) = call(
+        &app,
+        Method::POST,
+        &format!("/api/v1/jobs/{job}/retry"),
+        None,
+    )
+    .await;
+    refused(s, &b, "retry");
+    for body in [
+        json!({ "action": "retry", "ids": [job] }),
+        json!({ "action": "retry", "filter": { "queue": "questions" } }),
+    ] {
+        let (s, b) = call(&app, Method::POST, "/api/v1/jobs/bulk", Some(body.clone())).await;
+        assert_eq!(
+            (s, &b["changed"]),
+            (StatusCode::OK, &json!(0)),
+            "{body}: {b}"
+        );
+    }
+    let attempts: i32 = sqlx::query_scalar("SELECT attempt FROM jobs WHERE id = $1")
+        .bind(job)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(attempts, 1, "the lock ran once");
+    assert_eq!(
+        state_of(&db.pool, kickoff::engine::JobId(job)).await,
+        JobState::Completed
+    );
+    engine.stop().await;
+}

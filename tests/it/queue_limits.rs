@@ -999,7 +999,7 @@ async fn a_job_executing_when_its_partition_changed_comes_back_under_the_new_key
             }
             "hand-back" => {
                 let handed = [running];
-                let n = job_store::job_hand_back(&db.pool, &handed, "node-a");
+                let n = job_store::job_hand_back(&db.pool, &handed, &[], "node-a");
                 assert_eq!(n.await.unwrap(), 1);
             }
             _ => {

@@ -273,3 +273,212 @@ async fn a_triggered_run_keeps_its_schedules_creator_and_shows_no_secret_to_the_
     .unwrap();
     assert_eq!(triggers, 2, "each trigger is audited under who did it");
 }
+
+/// Issue 46, points 1 and 8: one rule of who sees a job's secrets, on every surface that shows
+/// the job's data. A webhook job of `ana`'s carries its own credentials and calls a careless
+/// partner that echoes every request header into its 500 (body and headers). Another operator and
+/// a viewer read the job, its attempts, its delivery record, the lists, the export and every page
+/// without the values; `ana` reads them whole. Once `ana` edits the credentials out of the job,
+/// what the job held before stays hidden just the same.
+#[tokio::test]
+async fn a_jobs_own_secrets_are_hidden_on_every_surface_and_stay_hidden_after_an_edit() {
+    use crate::common::dashboard::{get_as, sign_in};
+    use crate::common::receiver::Receiver;
+    use crate::common::wait_for;
+    use kickoff::engine::{Engine, EngineConfig, NewJob};
+    use std::time::Duration;
+
+    const BEARER: &str = "Bearer s3cr3t-bearer-77";
+    const KEY: &str = "s3cr3t-key-88";
+    // A header whose name says nothing: its value is hidden as the job's, and only so.
+    const PARTNER: &str = "p4rtn3r-v4lue-99";
+    let d = dashboard_as(Role::Operator).await; // `ops`, signed in
+    let accounts = Accounts::new(d.pool.clone());
+    let ops = accounts.list().await.unwrap().remove(0);
+    let ops_token = accounts
+        .create_token(&ops, "write", TokenScope::Write)
+        .await
+        .unwrap()
+        .1;
+    let ana_token = write_token(&d, "ana", Role::Operator).await;
+    let vic = accounts
+        .create("vic", PASSWORD, Role::Viewer)
+        .await
+        .unwrap();
+    let vic_token = accounts
+        .create_token(&vic, "read", TokenScope::Read)
+        .await
+        .unwrap()
+        .1;
+    let (vic_cookie, _) = sign_in(&d.app, "vic", PASSWORD, None).await;
+
+    let receiver = Receiver::start().await;
+    let engine = Engine::start(
+        d.pool.clone(),
+        kickoff::workers::builtin(vec![receiver.addr.to_string()]),
+        EngineConfig {
+            queues: vec![("default".into(), 2)],
+            ..EngineConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut new = NewJob::new(
+        "webhook",
+        json!({"url": receiver.url("/echo/500"),
+               "headers": {"Authorization": BEARER, "X-Api-Key": KEY, "X-Partner": PARTNER},
+               "body": {"game": 7}}),
+    )
+    .with_max_attempts(3);
+    new.created_by = Some("ana".into());
+    let id = engine.client().insert(&new).await.unwrap().job.id.0;
+    wait_for(
+        "the first call to fail",
+        Duration::from_secs(20),
+        || async {
+            d.state_of(id).await == "retryable"
+                && !kickoff::webhooks::deliveries::of_job(&d.pool, id)
+                    .await
+                    .unwrap()
+                    .is_empty()
+        },
+    )
+    .await;
+    engine.stop().await;
+    assert_eq!(receiver.calls()[0].header("x-partner"), PARTNER);
+
+    let api_paths = [
+        format!("/jobs/{id}"),
+        format!("/jobs/{id}/attempts"),
+        format!("/webhook-deliveries?job_id={id}"),
+        "/webhook-deliveries".to_string(),
+        "/jobs".to_string(),
+        "/jobs?state=retryable".to_string(),
+        "/jobs/export?format=csv".to_string(),
+        "/jobs/export?format=jsonl".to_string(),
+    ];
+    let pages = [
+        format!("/jobs/{id}"),
+        "/jobs".to_string(),
+        "/failures".to_string(),
+        "/timers".to_string(),
+        "/calls".to_string(),
+        "/".to_string(),
+    ];
+    let nothing_shows = |when: &'static str| {
+        let d = &d;
+        let (api_paths, pages) = (&api_paths, &pages);
+        let (ops_token, vic_token, vic_cookie) = (&ops_token, &vic_token, &vic_cookie);
+        async move {
+            for token in [ops_token, vic_token] {
+                for path in api_paths {
+                    let (status, text) = d.api_as(token, Method::GET, path, json!(null)).await;
+                    assert_eq!(status, StatusCode::OK, "{when}: {path}: {text}");
+                    for secret in ["s3cr3t-bearer-77", KEY, PARTNER] {
+                        assert!(
+                            !text.contains(secret),
+                            "{when}: {path} shows {secret}: {text}"
+                        );
+                    }
+                }
+            }
+            for path in pages {
+                for (who, body) in [
+                    ("ops", d.page(path).await.1),
+                    ("vic", get_as(&d.app, vic_cookie, path).await.1),
+                ] {
+                    for secret in ["s3cr3t-bearer-77", KEY, PARTNER] {
+                        assert!(
+                            !body.contains(secret),
+                            "{when}: {who}'s {path} shows {secret}"
+                        );
+                    }
+                }
+            }
+        }
+    };
+    nothing_shows("after the call").await;
+    // Its creator sees what the partner answered, whole.
+    let (_, text) = d
+        .api_as(
+            &ana_token,
+            Method::GET,
+            &format!("/webhook-deliveries?job_id={id}"),
+            json!(null),
+        )
+        .await;
+    assert!(text.contains(KEY), "{text}");
+
+    // The credentials edited out of the job (the edit's use case, as `PATCH /jobs/{id}` runs it,
+    // with the receiver allowed): what it held before stays hidden.
+    let client = kickoff::engine::Client::new(
+        d.pool.clone(),
+        std::sync::Arc::new(kickoff::workers::builtin(vec![receiver.addr.to_string()])),
+    );
+    let edit = kickoff::engine::job_edit::JobEdit {
+        args_patch: Some(json!({"headers": null})),
+        ..Default::default()
+    };
+    let mut tx = d.pool.begin().await.unwrap();
+    let edited = client
+        .edit_with(&mut tx, kickoff::engine::JobId(id), &edit)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert!(edited.after.args.get("headers").is_none());
+    nothing_shows("after the edit").await;
+    // Its creator still sees what the partner answered.
+    let (_, text) = d
+        .api_as(
+            &ana_token,
+            Method::GET,
+            &format!("/webhook-deliveries?job_id={id}"),
+            json!(null),
+        )
+        .await;
+    assert!(text.contains(KEY), "{text}");
+}
+
+/// Issue 46, point 2: an admin's error search is hidden from the audit log's readers wherever
+/// the entry keeps it: a shift, a bulk edit and a bulk action each store their filter nested
+/// under `filter`.
+#[tokio::test]
+async fn an_error_search_is_hidden_in_the_audit_log_at_any_depth() {
+    use crate::common::dashboard::get_as;
+    const SEARCH: &str = "sk_live_4fG7hunt";
+    let d = dashboard_as(Role::Viewer).await; // `ops`, a viewer, signed in
+    let admin_token = write_token(&d, "root", Role::Admin).await;
+    let job = d
+        .new_job(json!({"kind": "noop", "schedule_in_ms": 600_000, "args": {"g": 1}}))
+        .await;
+    let filter = json!({"error": SEARCH, "max_id": job});
+    for (path, body) in [
+        ("/jobs/shift", json!({"filter": filter, "by_ms": 60_000})),
+        (
+            "/jobs/edit",
+            json!({"filter": filter, "edit": {"priority": 3}}),
+        ),
+        ("/jobs/bulk", json!({"filter": filter, "action": "cancel"})),
+    ] {
+        let (status, text) = d.api_as(&admin_token, Method::POST, path, body).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {text}");
+    }
+    let stored: Vec<Value> =
+        sqlx::query_scalar("SELECT filter FROM audit_log WHERE filter IS NOT NULL")
+            .fetch_all(&d.pool)
+            .await
+            .unwrap();
+    assert!(
+        stored
+            .iter()
+            .filter(|f| f.to_string().contains(SEARCH))
+            .count()
+            >= 3,
+        "the log keeps what the admin searched: {stored:?}"
+    );
+    let (_, page) = get_as(&d.app, &d.cookie, "/audit").await;
+    assert!(page.contains("jobs/shift"), "{page}");
+    assert!(!page.contains(SEARCH), "a viewer reads the admin's search");
+    let (_, rows) = d.server_fn("audit", "").await;
+    assert!(!rows.contains(SEARCH), "{rows}");
+}

@@ -32,7 +32,7 @@ pub fn provide_live() -> Live {
     if crate::components::session::use_me().is_some() {
         Effect::new(move |prev: Option<()>| {
             if prev.is_none() {
-                connect(live);
+                connect(live, StoredValue::new(0));
             }
         });
     }
@@ -55,8 +55,13 @@ impl Live {
     }
 }
 
+/// The longest wait before the stream is opened again after the server refused it.
 #[cfg(feature = "hydrate")]
-fn connect(live: Live) {
+const MAX_REOPEN_DELAY_MS: u64 = 30_000;
+
+/// Opens the stream. `refusals` counts the refusals in a row (for the wait before the next try).
+#[cfg(feature = "hydrate")]
+fn connect(live: Live, refusals: StoredValue<u32>) {
     use std::time::Duration;
     use wasm_bindgen::prelude::*;
 
@@ -90,14 +95,33 @@ fn connect(live: Live) {
     let _ = source.add_event_listener_with_callback("lagged", on_change.as_ref().unchecked_ref());
     on_change.forget();
     let on_open = Closure::<dyn FnMut()>::new(move || {
+        refusals.set_value(0);
         live.connected.set(true);
         // Whatever changed while disconnected: refetch.
         live.version.update(|v| *v += 1);
     });
     source.set_onopen(Some(on_open.as_ref().unchecked_ref()));
     on_open.forget();
-    // EventSource reconnects by itself after an error.
-    let on_error = Closure::<dyn FnMut()>::new(move || live.connected.set(false));
+    // The browser reconnects by itself after a dropped connection, but not after an answer that is
+    // no stream (a 503 while the server is busy, a 401 of a session being renewed): it closes the
+    // source for good, and the badge would say "Connecting…" until the page is reloaded. That
+    // source is closed here and a new one opened after a wait that doubles, up to 30 s.
+    let closed_source = source.clone();
+    let on_error = Closure::<dyn FnMut()>::new(move || {
+        live.connected.set(false);
+        if closed_source.ready_state() != web_sys::EventSource::CLOSED {
+            return;
+        }
+        closed_source.set_onerror(None);
+        closed_source.set_onopen(None);
+        let tries = refusals.get_value();
+        refusals.set_value(tries.saturating_add(1));
+        let delay = (1_000u64 << tries.min(5)).min(MAX_REOPEN_DELAY_MS);
+        set_timeout(
+            move || connect(live, refusals),
+            Duration::from_millis(delay),
+        );
+    });
     source.set_onerror(Some(on_error.as_ref().unchecked_ref()));
     on_error.forget();
 }

@@ -292,11 +292,7 @@ impl ScheduleSpec {
                 "must be between 1 and 1000",
             ));
         }
-        if let Some(key) = self.job.meta.as_object().and_then(|m| {
-            m.keys()
-                .find(|k| RESERVED_META.contains(&k.as_str()))
-                .cloned()
-        }) {
+        if let Some(key) = crate::engine::job::reserved_meta_key(&self.job.meta) {
             return Err(ScheduleError::invalid(
                 "job.meta",
                 format!(

@@ -320,7 +320,7 @@ impl Schedules {
                 meta.insert("triggered_by".into(), json!(by));
             }
         }
-        let inserted = self.client.insert_with(&mut *conn, &new).await?;
+        let inserted = self.client.insert_own_with(&mut *conn, &new).await?;
         store::schedule_record_slots(&mut *conn, row.id, None, 1, 0, None).await?;
         Ok(inserted.job)
     }

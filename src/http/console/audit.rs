@@ -11,7 +11,7 @@ use crate::audit::AuditFilter;
 impl AuditConsole for ServerConsole {
     async fn audit(&self, query: AuditQuery) -> Result<AuditPage, Refusal> {
         let op = operator(Role::Viewer)?;
-        let sight = op.sight();
+        let sight = op.sight(self.client.workers());
         let now_ms = self.now_ms().await?;
         let ok = match query.result.as_deref() {
             None | Some("") => None,

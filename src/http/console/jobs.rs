@@ -24,7 +24,6 @@ use crate::engine::{
 };
 use crate::http::api_job_tools::{stream_export, ExportFormat, Viewer};
 use crate::http::error::AppError;
-use crate::http::redact;
 
 /// How many upcoming timers the timers page shows.
 const TIMER_ROWS: i64 = 200;
@@ -37,9 +36,14 @@ const ARGS_PREVIEW_CHARS: usize = 80;
 /// job) would tell whether a guess is right.
 fn refuse_secret_filter(
     op: &crate::http::session::Operator,
+    workers: &crate::engine::Workers,
     filter: &JobFilter,
 ) -> Result<(), Refusal> {
-    if !op.sight().may_search_secrets() && filter.args.as_ref().is_some_and(redact::names_a_secret)
+    if !op.sight(workers).may_search_secrets()
+        && filter
+            .args
+            .as_ref()
+            .is_some_and(crate::engine::sight::names_a_secret)
     {
         return Err(Refusal::invalid(
             "args: only an admin can filter on header values or fields named like secrets",
@@ -52,9 +56,10 @@ fn refuse_secret_filter(
 /// include errors others see with secrets hidden. Others select the rows the list shows.
 fn refuse_error_count(
     op: &crate::http::session::Operator,
+    workers: &crate::engine::Workers,
     filter: &JobFilter,
 ) -> Result<(), Refusal> {
-    if !op.sight().may_search_secrets() && filter.error.is_some() {
+    if !op.sight(workers).may_search_secrets() && filter.error.is_some() {
         return Err(Refusal::invalid(
             "error: only an admin can act on every job whose error holds a text; select the \
              jobs in the list instead",
@@ -63,7 +68,7 @@ fn refuse_error_count(
     Ok(())
 }
 
-/// A job's row in a list, its args as given (pass them through [`redact::Sight`] first).
+/// A job's row in a list, its args as given (pass them through [`crate::engine::sight::Sight`] first).
 pub(super) fn job_row(j: &Job) -> JobRow {
     let mut preview = j.args.to_string();
     if preview.chars().count() > ARGS_PREVIEW_CHARS {
@@ -316,9 +321,9 @@ fn new_job(input: NewJobInput) -> Result<NewJob, String> {
 impl JobsConsole for ServerConsole {
     async fn jobs(&self, query: JobQuery) -> Result<JobPage, Refusal> {
         let op = operator(Role::Viewer)?;
-        let sight = op.sight();
+        let sight = op.sight(self.client.workers());
         let filter = job_filter(&query)?;
-        refuse_secret_filter(&op, &filter)?;
+        refuse_secret_filter(&op, self.client.workers(), &filter)?;
         let now_ms = self.now_ms().await?;
         let reader = &self.reader.client;
         let (rows, next_before) = crate::http::api_jobs::page_as_seen(
@@ -360,8 +365,8 @@ impl JobsConsole for ServerConsole {
         let stored = self.client.get(JobId(id)).await.map_err(refused)?;
         let mut records = self.client.attempts(stored.id).await.map_err(refused)?;
         records.extend(self.client.attempt_so_far(&stored).await.map_err(refused)?);
-        let records = op.sight().attempts(&stored, records);
-        let j = op.sight().job(stored);
+        let records = op.sight(self.client.workers()).attempts(&stored, records);
+        let j = op.sight(self.client.workers()).job(stored);
         let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
         Ok(JobDetail {
             now_ms,
@@ -385,7 +390,9 @@ impl JobsConsole for ServerConsole {
                 .and_then(|s| s.as_str())
                 .map(String::from),
             held: self.held(&j).await?,
-            deliveries: self.deliveries(&j, &op.sight()).await?,
+            deliveries: self
+                .deliveries(&j, &op.sight(self.client.workers()))
+                .await?,
         })
     }
 
@@ -510,8 +517,8 @@ impl JobsConsole for ServerConsole {
     async fn bulk_preview(&self, query: JobQuery) -> Result<BulkCount, Refusal> {
         let op = operator(Role::Viewer)?;
         let mut filter = job_filter(&query)?;
-        refuse_secret_filter(&op, &filter)?;
-        refuse_error_count(&op, &filter)?;
+        refuse_secret_filter(&op, self.client.workers(), &filter)?;
+        refuse_error_count(&op, self.client.workers(), &filter)?;
         // The newest job now is the snapshot: jobs inserted after the confirmation are not touched.
         let newest = self
             .client
@@ -578,8 +585,8 @@ impl JobsConsole for ServerConsole {
                 let op = self
                     .operator_for(Role::Operator, &act.action, act.target.as_deref())
                     .await?;
-                if let Err(refusal) = refuse_secret_filter(&op, &filter)
-                    .and_then(|()| refuse_error_count(&op, &filter))
+                if let Err(refusal) = refuse_secret_filter(&op, self.client.workers(), &filter)
+                    .and_then(|()| refuse_error_count(&op, self.client.workers(), &filter))
                 {
                     let refused: Result<(), Refusal> = Err(refusal.clone());
                     self.record(&op, &act.action, act.target, act.filter, None, &refused)
@@ -652,13 +659,17 @@ impl JobsConsole for ServerConsole {
             .operator_for(Role::Operator, &act.action, act.target.as_deref())
             .await?;
         let entry = entry(&op, &act.action, act.target.clone(), None);
-        let sight = op.sight();
+        let sight = op.sight(self.client.workers());
         let result = self
             .auditor
             .run_noting(
                 entry,
                 |e: &(JobEdit, Edited), entry| {
-                    entry.filter = Some(crate::http::api_job_tools::edit_record(&e.0, &e.1))
+                    entry.filter = Some(crate::http::api_job_tools::edit_record(
+                        self.client.workers(),
+                        &e.0,
+                        &e.1,
+                    ))
                 },
                 async |work| {
                     let conn = conn(work).await?;
@@ -671,7 +682,7 @@ impl JobsConsole for ServerConsole {
                     let touches_args = edit.args.is_some();
                     if touches_args
                         && !sight.sees_secrets_of(&before)
-                        && redact::has_secrets(&before)
+                        && crate::engine::sight::has_secrets(self.client.workers(), &before)
                     {
                         return Err(Refusal::new(
                             403,
@@ -700,7 +711,7 @@ impl JobsConsole for ServerConsole {
 
     async fn timers(&self) -> Result<TimersPage, Refusal> {
         let op = operator(Role::Viewer)?;
-        let sight = op.sight();
+        let sight = op.sight(self.client.workers());
         let (jobs, now) = self.client.timers(TIMER_ROWS).await.map_err(refused)?;
         Ok(TimersPage {
             now_ms: ms(now),
@@ -854,7 +865,7 @@ impl ServerConsole {
     async fn deliveries(
         &self,
         j: &Job,
-        sight: &crate::http::redact::Sight<'_>,
+        sight: &crate::engine::sight::Sight<'_>,
     ) -> Result<Vec<DeliveryRow>, Refusal> {
         if j.kind != crate::workers::webhook::KIND {
             return Ok(Vec::new());
@@ -866,7 +877,7 @@ impl ServerConsole {
             .map_err(refused)?;
         Ok(rows
             .into_iter()
-            .map(|r| delivery_row(sight.delivery(r)))
+            .map(|r| delivery_row(r.as_seen_by(sight)))
             .collect())
     }
 
@@ -977,9 +988,10 @@ pub async fn export(
     axum::extract::Query(options): axum::extract::Query<ExportOptions>,
 ) -> Result<axum::response::Response, AppError> {
     let filter = job_filter(&query).map_err(AppError::invalid)?;
-    refuse_secret_filter(&op, &filter).map_err(|r| AppError::invalid(r.message))?;
+    refuse_secret_filter(&op, state.client.workers(), &filter)
+        .map_err(|r| AppError::invalid(r.message))?;
     let client = &state.reader.client;
-    let viewer = Viewer::of(&op.sight());
+    let viewer = Viewer::of(&op.sight(state.client.workers()));
     let format = options.format.unwrap_or_default();
     stream_export(client, viewer, filter, format, options.max_rows).await
 }

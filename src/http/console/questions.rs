@@ -59,7 +59,13 @@ impl QuestionsConsole for ServerConsole {
         };
         Ok(QuestionDetail {
             refused_predictions: d.question.refused_predictions,
-            lock_late_ms: lock.as_ref().map(|a| a.late_ms),
+            // Against the game time, not the attempt's due time: a lock rescued or handed back
+            // runs again due from then, and its proof must still say how late the game locked.
+            lock_late_ms: lock.as_ref().map(|a| {
+                (a.started_at - d.question.game_time)
+                    .num_microseconds()
+                    .map_or(f64::MAX, |us| us as f64 / 1000.0)
+            }),
             lock_node: lock.map(|a| a.node),
             now_ms,
             question: question_row(&d.question),

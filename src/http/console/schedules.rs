@@ -106,7 +106,7 @@ impl SchedulesConsole for ServerConsole {
 
     async fn schedule(&self, name: String) -> Result<ScheduleDetail, Refusal> {
         let op = operator(Role::Viewer)?;
-        let sight = op.sight();
+        let sight = op.sight(self.client.workers());
         let s = self.schedules_service();
         let view = sight.schedule(s.get(&name).await.map_err(refused)?);
         let runs = s.runs(&name, None, RUNS_SHOWN).await.map_err(refused)?;
@@ -249,7 +249,7 @@ impl SchedulesConsole for ServerConsole {
                         // Args the operator saw with their secrets hidden, sent back as they
                         // were shown: the stored ones stay.
                         let shown = op
-                            .sight()
+                            .sight(self.client.workers())
                             .schedule(s.view(row.clone()).await.map_err(refused)?)
                             .job
                             .args;

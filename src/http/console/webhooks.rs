@@ -116,7 +116,7 @@ impl WebhooksConsole for ServerConsole {
             // with a credential, and the entry is written whether the prefix is taken or not.
             target: Some(format!(
                 "endpoint {} ({})",
-                crate::http::redact::url_for_reader(url_prefix.trim()),
+                crate::engine::sight::url_for_reader(url_prefix.trim()),
                 described(&form)
             )),
             filter: None,
@@ -245,7 +245,7 @@ impl WebhooksConsole for ServerConsole {
             now_ms: self.now_ms().await?,
             rows: rows
                 .into_iter()
-                .map(|r| delivery_row(op.sight().delivery(r)))
+                .map(|r| delivery_row(r.as_seen_by(&op.sight(self.client.workers()))))
                 .collect(),
             next_before,
         })

@@ -3,6 +3,8 @@
 //! - `/fail-once`: 500 to its first call, then 200;
 //! - `/status/N`: status N, the body `answered N`, and the headers `x-receiver: kickoff-tests` and
 //!   `set-cookie: session=s3cr3t`;
+//! - `/echo/N`: status N, the request's headers echoed in the body (`name: value` lines) and
+//!   each as a response header `x-echo-NAME` (a careless partner's error page);
 //! - `/slow/MS`: 200 after MS milliseconds;
 //! - anything else: 200 `ok`.
 
@@ -74,6 +76,10 @@ impl Receiver {
 
 async fn answer(State(calls): State<Calls>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
     let path = uri.path().to_string();
+    let echoed: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or_default().to_string()))
+        .collect();
     let before = {
         let mut calls = calls.0.lock().unwrap();
         let before = calls.iter().filter(|c| c.path == path).count();
@@ -98,6 +104,20 @@ async fn answer(State(calls): State<Calls>, uri: Uri, headers: HeaderMap, body: 
             format!("answered {code}"),
         )
             .into_response();
+    }
+    if let Some(code) = path.strip_prefix("/echo/") {
+        let status = StatusCode::from_u16(code.parse().unwrap()).unwrap();
+        let body: String = echoed.iter().map(|(k, v)| format!("{k}: {v}\n")).collect();
+        let mut res = (status, body).into_response();
+        for (k, v) in &echoed {
+            if let (Ok(name), Ok(value)) = (
+                axum::http::HeaderName::from_bytes(format!("x-echo-{k}").as_bytes()),
+                axum::http::HeaderValue::from_str(v),
+            ) {
+                res.headers_mut().insert(name, value);
+            }
+        }
+        return res;
     }
     if let Some(ms) = path.strip_prefix("/slow/") {
         tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await;

@@ -130,12 +130,17 @@ macro_rules! cancel_and_record {
                            jobs.kind, jobs.meta, jobs.attempted_by, jobs.attempted_at,
                            target.due_at),
              ran AS (
-                 SELECT id, attempt, queue, kind, meta, attempted_by, attempted_at, due_at,
-                        NULL::timestamptz AS started_at, NULL::float8 AS duration_ms,
-                        NULL::text AS output, NULL::text AS logs, 0 AS dropped,
+                 -- What its page showed while it ran (the node's last beat) goes into its
+                 -- record; the node deletes the live row once its attempt stopped.
+                 SELECT c.id, c.attempt, c.queue, c.kind, c.meta, c.attempted_by, c.attempted_at,
+                        c.due_at, NULL::timestamptz AS started_at, NULL::float8 AS duration_ms,
+                        l.output::text AS output, l.logs::text AS logs,
+                        coalesce(l.logs_dropped, 0) AS dropped,
                         'cancelled' AS outcome, 'cancelled while it ran' AS error
-                 FROM cancelled
-                 WHERE before = 'executing' AND attempted_at <= now()),
+                 FROM cancelled c
+                 LEFT JOIN job_attempt_live l
+                        ON l.job_id = c.id AND l.claim_token = c.claim_token
+                 WHERE c.before = 'executing' AND c.attempted_at <= now()),
              recorded AS (",
             record_attempts_from!("ran"),
             ")
@@ -617,34 +622,67 @@ pub async fn job_snooze_with<'e>(
 /// job (its number goes back). A job claimed ahead of its due time goes back to waiting for it
 /// (`scheduled`, or `retryable` if it had attempts before), never to `available`: no node may
 /// start it early.
+///
+/// `ends` (one per claim, or none) say what each attempt had done when it was interrupted: one
+/// that had started (`started_at`) is recorded (`interrupted`, with its output and log lines),
+/// and its rerun is due from now, so that its lateness (and a late-start policy) counts from the
+/// hand-back, not again from the time it first waited.
 pub async fn job_hand_back<'e>(
     db: impl PgExecutor<'e>,
     claims: &[Claim],
+    ends: &[AttemptEnd],
     node: &str,
 ) -> Result<u64, sqlx::Error> {
     let (ids, tokens) = split_claims(claims);
-    let r = sqlx::query(
+    let e = end_arrays(ends);
+    let r: i64 = sqlx::query_scalar(concat!(
         "WITH held AS (
-             SELECT jobs.id FROM jobs
-             JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token)
-               ON jobs.id = h.id AND jobs.claim_token = h.token
+             SELECT jobs.id, jobs.scheduled_at AS due_at, h.started_at, h.duration_ms,
+                    h.output, h.logs, h.dropped
+             FROM jobs
+             JOIN unnest($1::bigint[], $2::bigint[]) WITH ORDINALITY AS h0(id, token, n)
+               ON jobs.id = h0.id AND jobs.claim_token = h0.token
+             LEFT JOIN unnest($4::timestamptz[], $5::float8[], $6::text[], $7::text[], $8::int[])
+                  WITH ORDINALITY AS h(started_at, duration_ms, output, logs, dropped, n)
+               ON h.n = h0.n
              WHERE jobs.state = 'executing' AND jobs.attempted_by = $3
              ORDER BY jobs.id
-             FOR NO KEY UPDATE OF jobs)
-         UPDATE jobs SET state = CASE
-                    WHEN jobs.scheduled_at <= now() THEN 'available'::job_state
-                    WHEN jobs.attempt > 1 THEN 'retryable'::job_state
-                    ELSE 'scheduled'::job_state END,
-                lease_expires_at = NULL, claim_token = NULL, attempt = attempt - 1,
-                rate_key = kickoff_rate_key(jobs.queue, jobs.kind, jobs.args, jobs.call_host)
-         FROM held WHERE jobs.id = held.id",
-    )
+             FOR NO KEY UPDATE OF jobs),
+         back AS (
+             UPDATE jobs SET state = CASE
+                        WHEN held.started_at IS NOT NULL OR jobs.scheduled_at <= now()
+                            THEN 'available'::job_state
+                        WHEN jobs.attempt > 1 THEN 'retryable'::job_state
+                        ELSE 'scheduled'::job_state END,
+                    scheduled_at = CASE WHEN held.started_at IS NOT NULL
+                                        THEN greatest(jobs.scheduled_at, now())
+                                        ELSE jobs.scheduled_at END,
+                    lease_expires_at = NULL, claim_token = NULL, attempt = attempt - 1,
+                    rate_key = kickoff_rate_key(jobs.queue, jobs.kind, jobs.args, jobs.call_host)
+             FROM held WHERE jobs.id = held.id
+             RETURNING jobs.id, jobs.attempt + 1 AS attempt, jobs.queue, jobs.kind, jobs.meta,
+                       jobs.attempted_by, jobs.attempted_at, held.due_at, held.started_at,
+                       held.duration_ms, held.output, held.logs, held.dropped,
+                       'interrupted' AS outcome,
+                       'interrupted: node ' || jobs.attempted_by
+                           || ' stopped before it ended (handed back, not counted)' AS error),
+         ran AS (SELECT * FROM back WHERE started_at IS NOT NULL),
+         recorded AS (",
+        record_attempts_from!("ran"),
+        ")
+         SELECT count(*) FROM back"
+    ))
     .bind(&ids)
     .bind(&tokens)
     .bind(node)
-    .execute(db)
+    .bind(&e.started_at)
+    .bind(&e.duration_ms)
+    .bind(&e.output)
+    .bind(&e.logs)
+    .bind(&e.dropped)
+    .fetch_one(db)
     .await?;
-    Ok(r.rows_affected())
+    Ok(r as u64)
 }
 
 /// Extends to `lease` the leases of these claims that have under `renew_below` left (the others
@@ -763,11 +801,17 @@ pub async fn job_rescue_expired<'e>(
 ) -> Result<Vec<(JobId, JobState)>, sqlx::Error> {
     sqlx::query_as(concat!(
         "WITH expired AS (
-             SELECT id, scheduled_at AS due_at FROM jobs
+             SELECT id, claim_token, scheduled_at AS due_at FROM jobs
              WHERE state = 'executing' AND lease_expires_at < coalesce($1, now())
              ORDER BY lease_expires_at
              LIMIT $2
              FOR UPDATE SKIP LOCKED),
+         -- What the dead node last wrote of its attempts (their pages showed it) goes into their
+         -- records, and their live rows go: no node is left to delete them.
+         live AS (
+             DELETE FROM job_attempt_live l USING expired e
+             WHERE l.job_id = e.id AND l.claim_token = e.claim_token
+             RETURNING l.job_id, l.output, l.logs, l.logs_dropped),
          rescued AS (
              UPDATE jobs SET
                     state = CASE WHEN attempt >= max_attempts THEN 'discarded'::job_state
@@ -781,11 +825,13 @@ pub async fn job_rescue_expired<'e>(
                         'attempt', attempt, 'started_at', attempted_at, 'at', now(), 'node', attempted_by,
                         'message', 'rescued: the lease of node ' || attempted_by
                                    || ' expired (the node crashed, hung or lost its database connection)'))
-             FROM expired WHERE jobs.id = expired.id
+             FROM expired LEFT JOIN live ON live.job_id = expired.id
+             WHERE jobs.id = expired.id
              RETURNING jobs.id, jobs.state, jobs.attempt, jobs.queue, jobs.kind, jobs.meta,
                        jobs.attempted_by, jobs.attempted_at, expired.due_at,
                        NULL::timestamptz AS started_at, NULL::float8 AS duration_ms,
-                       NULL::text AS output, NULL::text AS logs, 0 AS dropped,
+                       live.output::text AS output, live.logs::text AS logs,
+                       coalesce(live.logs_dropped, 0) AS dropped,
                        'lost' AS outcome,
                        'the lease of node ' || jobs.attempted_by || ' expired' AS error),
          recorded AS (",

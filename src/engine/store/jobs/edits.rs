@@ -51,6 +51,8 @@ pub struct EditedFields<'a> {
     pub meta: &'a Value,
     /// The host its call goes to, as its worker reads the new args (a rate per host counts it).
     pub call_host: Option<&'a str>,
+    /// Secrets the edit takes out, added to the job's former ones (`engine::sight`).
+    pub former_secrets: &'a [String],
 }
 
 /// Writes an edit to a job that still waits; `None` when it no longer does.
@@ -61,7 +63,10 @@ pub async fn job_apply_edit<'e>(
 ) -> Result<Option<Job>, sqlx::Error> {
     sqlx::query_as(&format!(
         "UPDATE jobs SET args = $2, queue = $3, priority = $4, max_attempts = $5, tags = $6,
-                meta = $7, call_host = $8, rate_key = kickoff_rate_key($3, kind, $2, $8)
+                meta = $7, call_host = $8, rate_key = kickoff_rate_key($3, kind, $2, $8),
+                former_secrets = CASE WHEN cardinality($9::text[]) > 0
+                                      THEN coalesce(former_secrets, '{{}}') || $9::text[]
+                                      ELSE former_secrets END
          WHERE id = $1 AND state IN {WAITING}
          RETURNING *"
     ))
@@ -73,6 +78,7 @@ pub async fn job_apply_edit<'e>(
     .bind(f.tags)
     .bind(f.meta)
     .bind(f.call_host)
+    .bind(f.former_secrets)
     .fetch_optional(db)
     .await
 }
@@ -114,13 +120,14 @@ pub async fn job_shift_matching<'e>(
 }
 
 /// The earliest due time of the waiting jobs matching `filter` (a shift `to` a time moves that
-/// one there, the others keeping their distance to it).
+/// one there, the others keeping their distance to it), those with an owner included: a
+/// question's lock job moves with its question, by the same amount.
 pub async fn job_earliest_waiting<'e>(
     db: impl PgExecutor<'e>,
     filter: &JobFilter,
 ) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
     let mut qb = QueryBuilder::new(format!(
-        "SELECT min(scheduled_at) FROM jobs WHERE state IN {WAITING} AND NOT (meta ? 'owner')"
+        "SELECT min(scheduled_at) FROM jobs WHERE state IN {WAITING}"
     ));
     push_filter_for_batch(&mut qb, filter);
     qb.build_query_scalar()

@@ -167,7 +167,7 @@ pub fn error_text_checked(text: String) -> Result<String, String> {
 
 /// Whether `message` holds `text`, as the error filter matches it (case-insensitive): for the
 /// callers who see a job's errors with its secrets hidden, the listing checks again on the text
-/// they see (see `http::redact`).
+/// they see (see `engine::sight`).
 pub fn error_matches(message: &str, text: &str) -> bool {
     message.to_lowercase().contains(&text.to_lowercase())
 }
@@ -491,8 +491,8 @@ pub async fn job_cancel_matching<'e>(
     qb.build_query_as().persistent(false).fetch_all(db).await
 }
 
-/// Runs the listed retryable or final jobs that still match again, now (as [`job_retry`]).
-/// Returns how many moved.
+/// Runs the listed retryable or final jobs that still match again, now (as [`job_retry`]; not
+/// those with an owner). Returns how many moved.
 ///
 /// A final job whose unique key a live job holds is skipped rather than failing the batch, and of
 /// several final jobs in the batch sharing a key only the newest runs. A job inserted with the key
@@ -517,6 +517,9 @@ pub async fn job_retry_matching<'e>(
                 max_attempts = least(greatest(max_attempts, attempt + 1), 1000),
                 rate_key = kickoff_rate_key(queue, kind, args, call_host)
          WHERE state IN ('retryable', 'completed', 'discarded', 'cancelled')
+           -- A job with an owner (a question's lock job) runs when its owner says: never again
+           -- by an operator's bulk retry.
+           AND NOT meta ? 'owner'
            AND (unique_key IS NULL OR finalized_at IS NULL
                 OR (id IN (SELECT id FROM newest_per_key)
                     AND NOT EXISTS (SELECT 1 FROM jobs live
@@ -530,7 +533,8 @@ pub async fn job_retry_matching<'e>(
     Ok(r.rows_affected())
 }
 
-/// Makes the listed waiting jobs that still match due now. Returns how many moved.
+/// Makes the listed waiting jobs that still match due now (not those with an owner: a question's
+/// lock job runs at its game time). Returns how many moved.
 pub async fn job_run_now_matching<'e>(
     db: impl PgExecutor<'e>,
     ids: &[JobId],
@@ -538,7 +542,8 @@ pub async fn job_run_now_matching<'e>(
 ) -> Result<u64, sqlx::Error> {
     let mut qb = QueryBuilder::new(
         "UPDATE jobs SET state = 'available', scheduled_at = statement_timestamp()
-         WHERE state IN ('scheduled', 'retryable', 'available') AND id = ANY(",
+         WHERE state IN ('scheduled', 'retryable', 'available') AND NOT meta ? 'owner'
+           AND id = ANY(",
     );
     qb.push_bind(ids_param(ids)).push(")");
     push_filter(&mut qb, filter, &distinct_states(filter));

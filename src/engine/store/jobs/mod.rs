@@ -410,16 +410,19 @@ pub async fn job_reschedule<'e>(
     .await
 }
 
-/// What job `id` belongs to while it has not finished (`meta.owner`, set by the domain that
-/// inserted it, e.g. `question 34`): an operator changes it through that owner.
+/// What job `id` belongs to (`meta.owner`, set by the domain that inserted it, e.g. `question
+/// 34`): an operator changes it through that owner. `live`: only while it has not finished.
 pub async fn job_owner<'e>(
     db: impl PgExecutor<'e>,
     id: JobId,
+    live: bool,
 ) -> Result<Option<String>, sqlx::Error> {
     sqlx::query_scalar(
-        "SELECT meta ->> 'owner' FROM jobs WHERE id = $1 AND finalized_at IS NULL AND meta ? 'owner'",
+        "SELECT meta ->> 'owner' FROM jobs
+         WHERE id = $1 AND meta ? 'owner' AND (finalized_at IS NULL OR NOT $2)",
     )
     .bind(id)
+    .bind(live)
     .fetch_optional(db)
     .await
 }

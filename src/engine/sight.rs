@@ -1,0 +1,819 @@
+//! Who sees what of a job's data: one rule, applied by every surface that shows it (the job, its
+//! attempts' records, its webhook calls' delivery record, the lists, the export, the audit log,
+//! the dashboard's pages, and the command line through the API).
+//!
+//! A job's secrets are the values of its args and meta fields named like a secret (at any depth,
+//! for every kind), what its kind's worker holds secret ([`Worker::hide_secrets`]: a webhook's
+//! header values, its URL's user info and query values, an alert notification's URL path), and
+//! what the job held so before an edit took it out (`jobs.former_secrets`: a credential edited
+//! out of a job is still in the errors, records and answers of its earlier attempts, and often
+//! still valid). Admins and the job's creator see them whole, acting with a credential that may
+//! change things; every other caller (another operator, a viewer, a read-scope token) sees each
+//! replaced by [`REDACTED`], in the job's fields and wherever a text quotes them: an attempt's
+//! error, output and log lines, a partner's answer to its call (body, headers and the error). The
+//! value of every `name=value` or `name: value` whose name reads like a secret is hidden in those
+//! texts as well (a handler's `tracing::info!(token = ...)`). A clone keeps its original's
+//! creator, so copying a job reveals nothing.
+//!
+//! A kind this server does not run has no worker to say what of its args is secret: its args
+//! are hidden whole from those callers.
+
+use serde_json::Value;
+
+use super::job::Job;
+use super::schedules::ScheduleView;
+use super::store::history::AttemptRecord;
+use super::store::jobs::{error_matches, JobFilter};
+use super::worker::Workers;
+
+/// What a hidden value is shown as.
+pub const REDACTED: &str = "[redacted]";
+
+/// Who is looking, as far as secrets go.
+#[derive(Clone, Copy)]
+pub struct Sight<'a> {
+    /// The caller's name, as jobs record their creator (a user's; `api-token`).
+    pub name: &'a str,
+    pub admin: bool,
+    /// Reads only: a viewer, or a read-scope token (whoever owns it).
+    pub reader: bool,
+    /// The kinds this server runs, each of which says what of its args is secret.
+    pub workers: &'a Workers,
+}
+
+impl std::fmt::Debug for Sight<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sight")
+            .field("name", &self.name)
+            .field("admin", &self.admin)
+            .field("reader", &self.reader)
+            .finish()
+    }
+}
+
+/// The values of one job's secrets, as a text may quote them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Secrets {
+    /// Longest first (a value inside a longer one is hidden with it), none shorter than
+    /// [`MIN_SECRET_CHARS`].
+    values: Vec<String>,
+}
+
+/// The shortest value looked for as a secret in text: a shorter one (a header `X-Beta: on`)
+/// would hide every occurrence of a common word and tell nothing.
+pub const MIN_SECRET_CHARS: usize = 4;
+
+impl Secrets {
+    fn new(mut values: Vec<String>) -> Secrets {
+        values.retain(|s| s.chars().count() >= MIN_SECRET_CHARS);
+        values.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        values.dedup();
+        Secrets { values }
+    }
+
+    /// The values themselves (what an edit that drops them keeps as the job's former secrets).
+    pub fn values(&self) -> &[String] {
+        &self.values
+    }
+
+    /// `text` with each secret hidden (and a secret's beginning where the text ends: texts are
+    /// cut to a bound, and the cut may fall inside one), and the value of each `name=value` or
+    /// `name: value` whose name reads like a secret.
+    pub fn scrub(&self, text: &str) -> String {
+        let mut text = text.to_string();
+        for s in &self.values {
+            if text.contains(s.as_str()) {
+                text = text.replace(s.as_str(), REDACTED);
+            }
+        }
+        for s in &self.values {
+            let cut = s
+                .char_indices()
+                .map(|(i, _)| i)
+                .filter(|&i| s[..i].chars().count() >= MIN_SECRET_CHARS)
+                .rev()
+                .find(|&i| text.ends_with(&s[..i]));
+            if let Some(i) = cut {
+                text.truncate(text.len() - i);
+                text.push_str(REDACTED);
+            }
+        }
+        hide_named_values(&text)
+    }
+
+    /// Every string in `value` (keys aside) through [`Secrets::scrub`].
+    pub fn scrub_json(&self, value: &mut Value) {
+        match value {
+            Value::String(s) => *s = self.scrub(s),
+            Value::Object(map) => map.values_mut().for_each(|v| self.scrub_json(v)),
+            Value::Array(items) => items.iter_mut().for_each(|v| self.scrub_json(v)),
+            _ => {}
+        }
+    }
+}
+
+impl Sight<'_> {
+    /// Whether the caller sees whole the secrets of a job `created_by` made: an admin, or its
+    /// creator, acting with a credential that may change things.
+    pub fn sees_secrets_of_creator(&self, created_by: Option<&str>) -> bool {
+        !self.reader && (self.admin || created_by == Some(self.name))
+    }
+
+    /// Whether the caller sees `job`'s secrets whole.
+    pub fn sees_secrets_of(&self, job: &Job) -> bool {
+        self.sees_secrets_of_creator(job.created_by.as_deref())
+    }
+
+    /// Whether the caller may look for jobs by their secrets (an args filter naming a header or
+    /// a secret-named field matches every job's, whoever created it): admins only.
+    pub fn may_search_secrets(&self) -> bool {
+        !self.reader && self.admin
+    }
+
+    /// `jobs` as the caller sees them, those `filter`'s error text no longer matches once their
+    /// secrets are hidden left out: the database matched the text as stored, and a caller who
+    /// sees a job's errors with its secrets hidden must not learn what they hide by searching.
+    pub fn jobs_matching(&self, jobs: Vec<Job>, filter: &JobFilter) -> Vec<Job> {
+        jobs.into_iter()
+            .map(|j| self.job(j))
+            .filter(|j| match &filter.error {
+                None => true,
+                Some(text) => j
+                    .errors
+                    .last()
+                    .is_some_and(|e| error_matches(&e.message, text)),
+            })
+            .collect()
+    }
+
+    /// `job` as the caller sees it.
+    pub fn job(&self, job: Job) -> Job {
+        if self.sees_secrets_of(&job) {
+            job
+        } else {
+            as_reader(self.workers, job)
+        }
+    }
+
+    /// `job`'s args as the caller sees them.
+    pub fn args(&self, job: &Job) -> Value {
+        if self.sees_secrets_of(job) {
+            job.args.clone()
+        } else {
+            hidden_args(self.workers, &job.kind, &job.args, &job.meta).0
+        }
+    }
+
+    /// The secrets a text about `job` may quote, for this caller: none when the caller sees them
+    /// whole.
+    pub fn secrets_of(&self, job: &Job) -> Option<Secrets> {
+        (!self.sees_secrets_of(job)).then(|| secrets(self.workers, job))
+    }
+
+    /// The records of `job`'s attempts as the caller sees them (`job` as stored, its secrets
+    /// whole: they are what is looked for).
+    pub fn attempts(&self, job: &Job, records: Vec<AttemptRecord>) -> Vec<AttemptRecord> {
+        let Some(secrets) = self.secrets_of(job) else {
+            return records;
+        };
+        records
+            .into_iter()
+            .map(|mut r| {
+                r.error = r.error.map(|e| secrets.scrub(&e));
+                if let Some(output) = r.output.as_mut() {
+                    hide_secret_fields(output);
+                    secrets.scrub_json(output);
+                }
+                if let Some(logs) = r.logs.as_mut() {
+                    secrets.scrub_json(logs);
+                }
+                r
+            })
+            .collect()
+    }
+
+    /// A schedule as the caller sees it: its template's secrets whole for admins and its creator
+    /// (acting with a credential that may change things), hidden for the others, as for jobs.
+    pub fn schedule(&self, mut s: ScheduleView) -> ScheduleView {
+        if !self.sees_secrets_of_creator(s.created_by.as_deref()) {
+            s.job.args = hidden_args(self.workers, &s.job.kind, &s.job.args, &s.job.meta).0;
+            hide_secret_fields(&mut s.job.meta);
+        }
+        s
+    }
+
+    /// An action's recorded filter as the caller sees it (it may name anyone's secrets).
+    pub fn audit_filter(&self, filter: Value) -> Value {
+        if self.may_search_secrets() {
+            filter
+        } else {
+            audit_filter_for_reader(filter)
+        }
+    }
+}
+
+/// The values of `job`'s secrets (see the module's doc), as a text may quote them.
+pub fn secrets(workers: &Workers, job: &Job) -> Secrets {
+    secrets_of_parts(
+        workers,
+        &job.kind,
+        &job.args,
+        &job.meta,
+        &job.former_secrets,
+    )
+}
+
+/// [`secrets`] of a job known by its parts (a delivery record reads them beside its call).
+pub fn secrets_of_parts(
+    workers: &Workers,
+    kind: &str,
+    args: &Value,
+    meta: &Value,
+    former: &[String],
+) -> Secrets {
+    let (_, mut found) = hidden_args(workers, kind, args, meta);
+    collect_named_secrets(meta, &mut found);
+    found.extend(former.iter().cloned());
+    Secrets::new(found)
+}
+
+/// The secrets `before` held that it no longer holds once edited to `args` and `meta`: what the
+/// job keeps as its former secrets, hidden in what its earlier attempts left.
+pub fn secrets_dropped(workers: &Workers, before: &Job, args: &Value, meta: &Value) -> Vec<String> {
+    let now = secrets_of_parts(workers, &before.kind, args, meta, &before.former_secrets);
+    secrets(workers, before)
+        .values
+        .into_iter()
+        .filter(|v| !now.values.contains(v))
+        .collect()
+}
+
+/// `job` as a reader sees it: its secrets hidden in its args, its meta and its errors (what the
+/// audit log keeps of an edit).
+pub fn as_reader(workers: &Workers, mut job: Job) -> Job {
+    let secrets = secrets(workers, &job);
+    for e in &mut job.errors {
+        e.message = secrets.scrub(&e.message);
+    }
+    job.args = hidden_args(workers, &job.kind, &job.args, &job.meta).0;
+    hide_secret_fields(&mut job.meta);
+    job
+}
+
+/// Whether `job` carries anything a reader does not see (a header value, a URL's password or
+/// query, a secret-named field).
+pub fn has_secrets(workers: &Workers, job: &Job) -> bool {
+    let shown = as_reader(workers, job.clone());
+    shown.args != job.args || shown.meta != job.meta
+}
+
+/// `args` of a job of `kind` with its secrets hidden, and the values hidden: those its kind's
+/// worker holds secret, then every field named like a secret. A kind this server does not run
+/// shows its args hidden whole.
+fn hidden_args(workers: &Workers, kind: &str, args: &Value, meta: &Value) -> (Value, Vec<String>) {
+    let mut found = Vec::new();
+    let Some(worker) = workers.get(kind) else {
+        collect_strings(args, &mut found);
+        return (Value::String(REDACTED.into()), found);
+    };
+    let mut shown = args.clone();
+    found.extend(worker.hide_secrets(&mut shown, meta));
+    collect_named_secrets(args, &mut found);
+    hide_secret_fields(&mut shown);
+    (shown, found)
+}
+
+/// Parts of a field name that mark it as a secret (compared case-insensitively, `-` and `_`
+/// ignored).
+const SECRET_NAMES: [&str; 9] = [
+    "secret",
+    "password",
+    "passwd",
+    "token",
+    "authorization",
+    "apikey",
+    "credential",
+    "privatekey",
+    "cookie",
+];
+
+/// Whether a field (or header) name reads like a secret's.
+pub fn is_secret_name(name: &str) -> bool {
+    let plain: String = name
+        .chars()
+        .filter(|c| !matches!(c, '-' | '_'))
+        .flat_map(char::to_lowercase)
+        .collect();
+    SECRET_NAMES.iter().any(|s| plain.contains(s))
+}
+
+/// Every field named like a secret in `value`, at any depth, replaced by [`REDACTED`].
+pub fn hide_secret_fields(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                if is_secret_name(key) {
+                    *v = Value::String(REDACTED.into());
+                } else {
+                    hide_secret_fields(v);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(hide_secret_fields),
+        _ => {}
+    }
+}
+
+/// Whether an args filter looks into what readers do not see (a webhook's `headers`, a field
+/// named like a secret), at any depth.
+pub fn names_a_secret(filter: &Value) -> bool {
+    match filter {
+        Value::Object(map) => map
+            .iter()
+            .any(|(k, v)| k == "headers" || is_secret_name(k) || names_a_secret(v)),
+        Value::Array(items) => items.iter().any(names_a_secret),
+        _ => false,
+    }
+}
+
+/// An action's recorded filter with every search it holds hidden whole, at any depth (a bulk
+/// action keeps its filter at the top, a shift or a bulk edit under `filter`): the text of an
+/// error search (an admin's, and it may be the secret it looks for) and a filter's `args` (an
+/// object from the API, text from the dashboard, either may name a secret's value).
+fn audit_filter_for_reader(mut filter: Value) -> Value {
+    hide_searches(&mut filter, true);
+    hide_secret_fields(&mut filter);
+    filter
+}
+
+/// [`audit_filter_for_reader`]'s walk: `error` anywhere, `args` where `value` is a filter.
+fn hide_searches(value: &mut Value, is_filter: bool) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                if !v.is_null() && (key == "error" || (is_filter && key == "args")) {
+                    *v = Value::String(REDACTED.into());
+                } else {
+                    hide_searches(v, key == "filter");
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| hide_searches(v, false)),
+        _ => {}
+    }
+}
+
+/// An edit as the audit log keeps it: the values of its args and meta that name secrets (header
+/// values, a URL's password and query, secret-named fields) hidden, and for an alert's
+/// notification (`job`'s meta says; `None`: many jobs, any of them may be one) its URL's path too.
+pub fn as_reader_edit(edit: &super::job_edit::JobEdit, job: Option<&Job>) -> Value {
+    let alert = job.is_none_or(|j| j.meta.get("alert_incident").is_some());
+    let mut shown = serde_json::to_value(edit).unwrap_or_default();
+    if let Value::Object(map) = &mut shown {
+        map.retain(|_, v| !v.is_null());
+        for key in ["args", "args_patch", "meta_patch"] {
+            let Some(part) = map.get_mut(key) else {
+                continue;
+            };
+            hide_secret_fields(part);
+            if let Some(Value::Object(headers)) = part.get_mut("headers") {
+                headers
+                    .values_mut()
+                    .for_each(|v| *v = Value::String(REDACTED.into()));
+            }
+            if let Some(Value::String(url)) = part.get_mut("url") {
+                *url = if alert && key != "meta_patch" {
+                    url_origin_for_reader(url)
+                } else {
+                    url_for_reader(url)
+                };
+            }
+        }
+    }
+    shown
+}
+
+/// A URL whose path is a secret (an incoming-webhook URL: Slack's carries its token there), as
+/// shown: its origin alone.
+pub fn url_origin_for_reader(url: &str) -> String {
+    let origin = reqwest::Url::parse(url)
+        .map(|u| u.origin().ascii_serialization())
+        .unwrap_or_default();
+    format!("{origin}/{REDACTED}")
+}
+
+/// A webhook's URL with what may be a credential hidden: its user info
+/// (`https://svc:hunter2@host`) and its query's values (`?api_key=K`, `?sig=...`: a query value's
+/// name says too little to tell). The scheme, host, port, path and query names stay, so an
+/// operator still sees where it calls. A URL that does not parse is hidden whole.
+pub fn url_for_reader(url: &str) -> String {
+    let Ok(parsed) = reqwest::Url::parse(url) else {
+        return REDACTED.into();
+    };
+    let mut shown = format!("{}://", parsed.scheme());
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        shown.push_str(REDACTED);
+        shown.push('@');
+    }
+    shown.push_str(parsed.host_str().unwrap_or_default());
+    if let Some(port) = parsed.port() {
+        shown.push_str(&format!(":{port}"));
+    }
+    shown.push_str(parsed.path());
+    if let Some(query) = parsed.query() {
+        // A pair's name stays; a bare word (`?sk_live_abc`) may be the credential itself.
+        let names: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) => format!("{name}={REDACTED}"),
+                None => REDACTED.to_string(),
+            })
+            .collect();
+        shown.push('?');
+        shown.push_str(&names.join("&"));
+    }
+    shown
+}
+
+/// The string values (and numbers, as written) of every secret-named field in `value`.
+fn collect_named_secrets(value: &Value, found: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                if is_secret_name(key) {
+                    collect_strings(v, found);
+                } else {
+                    collect_named_secrets(v, found);
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_named_secrets(v, found)),
+        _ => {}
+    }
+}
+
+/// Every string in `value`, and its numbers as written, pushed to `found`.
+pub fn collect_strings(value: &Value, found: &mut Vec<String>) {
+    match value {
+        Value::String(s) => found.push(s.clone()),
+        Value::Number(n) => found.push(n.to_string()),
+        Value::Object(map) => map.values().for_each(|v| collect_strings(v, found)),
+        Value::Array(items) => items.iter().for_each(|v| collect_strings(v, found)),
+        _ => {}
+    }
+}
+
+/// `text` with the value of each `name=value`, `name: value` or `"name": value` whose name reads
+/// like a secret replaced by [`REDACTED`]: a quoted value up to its closing quote, another up to
+/// the next space, comma, `&`, `;` or closing bracket.
+fn hide_named_values(text: &str) -> String {
+    let is_name_char = |c: char| c.is_alphanumeric() || c == '_' || c == '-';
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(['=', ':']) {
+        let (before, after) = rest.split_at(at);
+        let sep = &after[..1];
+        let mut value = &after[1..];
+        let name = before.trim_end_matches('"');
+        let name = &name[name
+            .char_indices()
+            .rev()
+            .find(|&(_, c)| !is_name_char(c))
+            .map_or(0, |(i, c)| i + c.len_utf8())..];
+        out.push_str(before);
+        out.push_str(sep);
+        // `name: value` takes one space; `name=value` none.
+        if sep == ":" {
+            if let Some(v) = value.strip_prefix(' ') {
+                out.push(' ');
+                value = v;
+            } else if !value.starts_with('"') {
+                rest = value;
+                continue;
+            }
+        }
+        if name.is_empty()
+            || !is_secret_name(name)
+            || value.is_empty()
+            || value.starts_with(REDACTED)
+        {
+            rest = value;
+            continue;
+        }
+        let end = match value.strip_prefix('"') {
+            Some(quoted) => quoted
+                .char_indices()
+                .scan(false, |escaped, (i, c)| {
+                    let closes = c == '"' && !*escaped;
+                    *escaped = c == '\\' && !*escaped;
+                    Some((i, closes))
+                })
+                .find(|&(_, closes)| closes)
+                .map_or(value.len(), |(i, _)| i + 2),
+            None => unquoted_end(value),
+        };
+        out.push_str(REDACTED);
+        rest = &value[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Where an unquoted secret value ends: at the end of its line, a `&` (a URL's next query pair),
+/// or before the next word followed by `=` or `: ` (the next field). A value may hold spaces
+/// (`authorization=Bearer abc`, `%`-formatted fields are not quoted), so more is hidden rather
+/// than less.
+fn unquoted_end(value: &str) -> usize {
+    let is_name_char = |c: char| c.is_alphanumeric() || c == '_' || c == '-';
+    let line = value.find(['\n', '&']).unwrap_or(value.len());
+    let mut from = 0;
+    while let Some(space) = value[from..line].find(char::is_whitespace) {
+        let at = from + space;
+        let next = value[at..line].trim_start();
+        let word = next.len() - next.trim_start_matches(is_name_char).len();
+        let after = &next[word..];
+        if word > 0 && (after.starts_with('=') || after.starts_with(": ")) {
+            return at;
+        }
+        from = at + value[at..].chars().next().map_or(1, char::len_utf8);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn workers() -> Workers {
+        crate::workers::builtin(vec![])
+    }
+
+    fn args_for_reader(kind: &str, args: &Value) -> Value {
+        hidden_args(&workers(), kind, args, &json!({})).0
+    }
+
+    #[test]
+    fn a_recorded_error_search_is_hidden_from_readers() {
+        let workers = workers();
+        let reader = Sight {
+            name: "viewer",
+            admin: false,
+            reader: true,
+            workers: &workers,
+        };
+        let shown = reader.audit_filter(json!({"error": "hunter2", "queue": "q"}));
+        assert_eq!(shown, json!({"error": REDACTED, "queue": "q"}));
+        // A shift and a bulk edit keep their filter under `filter`.
+        let shown = reader.audit_filter(json!({
+            "filter": {"error": "sk_live_1", "args": {"x": "sk_live_2"}, "queue": "q"},
+            "by_ms": 60000, "game": "Lions vs Bears",
+            "edit": {"priority": 3, "args": {"team": "lions"}},
+        }));
+        assert_eq!(
+            shown,
+            json!({
+                "filter": {"error": REDACTED, "args": REDACTED, "queue": "q"},
+                "by_ms": 60000, "game": "Lions vs Bears",
+                "edit": {"priority": 3, "args": {"team": "lions"}},
+            })
+        );
+    }
+
+    #[test]
+    fn an_edit_in_the_audit_log_hides_what_a_reader_may_not_see() {
+        let edit = crate::engine::job_edit::JobEdit {
+            args_patch: Some(
+                json!({"url": "https://hooks.slack.com/services/T0/B0/tok3n",
+                                    "headers": {"x-key": "s3cr3t-value"}, "api_key": "k3y-value"}),
+            ),
+            ..Default::default()
+        };
+        let shown = as_reader_edit(&edit, None).to_string();
+        for secret in ["tok3n", "s3cr3t-value", "k3y-value"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+    }
+
+    #[test]
+    fn an_alerts_notification_url_shows_its_origin_only() {
+        let meta = json!({ "alert_incident": 4, "alert_event": "fired" });
+        let args = json!({ "url": "https://hooks.slack.com/services/T0/B0/tok3n", "body": {} });
+        let (shown, found) = hidden_args(&workers(), "webhook", &args, &meta);
+        assert_eq!(shown["url"], format!("https://hooks.slack.com/{REDACTED}"));
+        assert!(found.iter().any(|f| f.contains("tok3n")), "{found:?}");
+        let other = json!({ "url": "https://hooks.example.com/x" });
+        let (shown, _) = hidden_args(&workers(), "webhook", &other, &json!({}));
+        assert_eq!(shown["url"], "https://hooks.example.com/x");
+    }
+
+    #[test]
+    fn a_webhook_urls_user_info_and_query_values_are_hidden() {
+        let shown = args_for_reader(
+            "webhook",
+            &json!({"url": "https://svc:hunter2@hooks.example.com/x?api_key=K&team=lions#f"}),
+        );
+        let url = shown["url"].as_str().unwrap();
+        assert!(
+            !url.contains("hunter2") && !url.contains("=K") && !url.contains("lions"),
+            "{url}"
+        );
+        assert_eq!(
+            url,
+            "https://[redacted]@hooks.example.com/x?api_key=[redacted]&team=[redacted]"
+        );
+        let bare = args_for_reader(
+            "webhook",
+            &json!({"url": "https://h.example/x?sk_live_abc&a=1"}),
+        );
+        assert_eq!(bare["url"], "https://h.example/x?[redacted]&a=[redacted]");
+        let plain = args_for_reader("webhook", &json!({"url": "https://hooks.example.com/x"}));
+        assert_eq!(plain["url"], "https://hooks.example.com/x");
+        assert_eq!(
+            args_for_reader("webhook", &json!({"url": "not a url"}))["url"],
+            REDACTED
+        );
+    }
+
+    #[test]
+    fn header_values_and_secret_named_fields_are_hidden() {
+        let args = json!({
+            "url": "https://hooks.example.com/x",
+            "headers": {"Authorization": "Bearer abc", "X-Team": "lions"},
+            "body": {"game": 7, "api_key": "k", "nested": [{"Client-Secret": "s"}]},
+        });
+        let shown = args_for_reader("webhook", &args);
+        assert_eq!(
+            shown["headers"],
+            json!({"Authorization": REDACTED, "X-Team": REDACTED})
+        );
+        assert_eq!(shown["body"]["api_key"], REDACTED);
+        assert_eq!(shown["body"]["nested"][0]["Client-Secret"], REDACTED);
+        assert_eq!(shown["body"]["game"], 7);
+        assert_eq!(shown["url"], "https://hooks.example.com/x");
+        // Another kind's `headers` is just a field (its secret-named ones hidden all the same).
+        let other = args_for_reader("noop", &json!({"headers": {"a": 1}, "password": "p"}));
+        assert_eq!(other, json!({"headers": {"a": 1}, "password": REDACTED}));
+    }
+
+    fn webhook(args: Value) -> Job {
+        let mut job: Job = serde_json::from_value(json!({
+            "id": 1, "queue": "default", "kind": "webhook", "args": args, "meta": {},
+            "state": "completed", "priority": 0, "attempt": 1, "max_attempts": 3,
+            "scheduled_at": "2026-12-05T00:00:00Z", "inserted_at": "2026-12-05T00:00:00Z",
+            "errors": [], "tags": []
+        }))
+        .unwrap();
+        job.created_by = Some("ada".into());
+        job
+    }
+
+    fn record(error: &str, output: Value, logs: Value) -> AttemptRecord {
+        let at = chrono::Utc::now();
+        AttemptRecord {
+            job_id: crate::engine::JobId(1),
+            attempt: 1,
+            node: "n".into(),
+            due_at: at,
+            started_at: at,
+            finished_at: at,
+            late_ms: 0.0,
+            duration_ms: 1.0,
+            outcome: "failed".into(),
+            error: Some(error.into()),
+            output: Some(output),
+            logs: Some(logs),
+            logs_dropped: 0,
+        }
+    }
+
+    #[test]
+    fn an_attempts_text_hides_the_jobs_secrets_and_secret_named_values_from_readers() {
+        let job = webhook(json!({
+            "url": "https://svc:hunter22@hooks.example.com/x?sig=s1gnature&v=2",
+            "headers": {"Authorization": "Bearer abc123", "X-Beta": "on"},
+            "body": {"game": 7, "api_key": "k-9876"},
+        }));
+        let rec = record(
+            "POST https://svc:hunter22@hooks.example.com/x?sig=s1gnature&v=2 said 401",
+            json!({"status": 401, "echo": "Bearer abc123", "token": "other", "beta": "on"}),
+            json!([
+                {"message": "calling with api_key=k-9876 now", "level": "INFO"},
+                {"message": "retrying token=\"q w e\" password: pw-1 (attempt 2)"},
+                {"message": "{\"client_secret\":\"zz-top\",\"game\":7} ok"},
+                {"message": "status: 401, game=7, at 12:30"},
+                {"message": "authorization=Bearer xyz-tok user=bob\nnext line"},
+            ]),
+        );
+        let workers = workers();
+        let reader = Sight {
+            name: "bob",
+            admin: false,
+            reader: false,
+            workers: &workers,
+        };
+        let shown = &reader.attempts(&job, vec![rec.clone()])[0];
+        let text = format!("{shown:?}");
+        for secret in [
+            "hunter22",
+            "s1gnature",
+            "abc123",
+            "k-9876",
+            "other",
+            "q w e",
+            "pw-1",
+            "zz-top",
+        ] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        assert_eq!(
+            shown.error.as_deref(),
+            Some("POST https://svc:[redacted]@hooks.example.com/x?sig=[redacted]&v=2 said 401")
+        );
+        // What is not a secret stays readable: a 2-character header value, a status, a time.
+        assert_eq!(shown.output.as_ref().unwrap()["beta"], "on");
+        assert_eq!(shown.output.as_ref().unwrap()["status"], 401);
+        let logs = shown.logs.as_ref().unwrap();
+        assert_eq!(logs[0]["message"], "calling with api_key=[redacted] now");
+        assert_eq!(
+            logs[1]["message"],
+            "retrying token=[redacted] password: [redacted]"
+        );
+        assert_eq!(
+            logs[2]["message"],
+            "{\"client_secret\":[redacted],\"game\":7} ok"
+        );
+        assert_eq!(logs[3]["message"], "status: 401, game=7, at 12:30");
+        assert_eq!(
+            logs[4]["message"],
+            "authorization=[redacted] user=bob\nnext line"
+        );
+        // The job's creator and admins see the record as written; a viewer never does.
+        let creator = Sight {
+            name: "ada",
+            admin: false,
+            reader: false,
+            workers: &workers,
+        };
+        assert_eq!(creator.attempts(&job, vec![rec.clone()])[0], rec);
+        let admin = Sight {
+            name: "eve",
+            admin: true,
+            reader: false,
+            workers: &workers,
+        };
+        assert_eq!(admin.attempts(&job, vec![rec.clone()])[0], rec);
+        let viewer = Sight {
+            name: "ada",
+            admin: true,
+            reader: true,
+            workers: &workers,
+        };
+        assert_ne!(viewer.attempts(&job, vec![rec.clone()])[0], rec);
+    }
+
+    #[test]
+    fn a_failed_attempts_message_hides_the_jobs_secrets_from_readers() {
+        let mut job =
+            webhook(json!({"url": "https://h.example/x", "headers": {"X-Key": "sk_live_1"}}));
+        job.errors.push(
+            serde_json::from_value(json!({
+                "attempt": 1, "at": "2026-12-05T00:00:00Z", "node": "n",
+                "message": "refused key sk_live_1"
+            }))
+            .unwrap(),
+        );
+        let shown = as_reader(&workers(), job);
+        assert_eq!(shown.errors[0].message, "refused key [redacted]");
+    }
+
+    /// What a job held before an edit took it out stays hidden in what its attempts left; a
+    /// secret cut where a text was cut to its bound is hidden too; a kind this server does not
+    /// run shows no args at all.
+    #[test]
+    fn former_secrets_cut_secrets_and_unknown_kinds_are_hidden() {
+        let workers = workers();
+        let before =
+            webhook(json!({"url": "https://h.example/x", "headers": {"X-Key": "sk_live_old"}}));
+        let mut after = before.clone();
+        after.args = json!({"url": "https://h.example/x"});
+        let dropped = secrets_dropped(&workers, &before, &after.args, &after.meta);
+        assert_eq!(dropped, ["sk_live_old"]);
+        after.former_secrets = dropped;
+        after.errors.push(
+            serde_json::from_value(json!({
+                "attempt": 1, "at": "2026-12-05T00:00:00Z", "node": "n",
+                "message": "refused key sk_live_old; body ended: sk_li"
+            }))
+            .unwrap(),
+        );
+        let shown = as_reader(&workers, after);
+        assert_eq!(
+            shown.errors[0].message,
+            "refused key [redacted]; body ended: [redacted]"
+        );
+        let mut unknown = webhook(json!({"anything": "as_is"}));
+        unknown.kind = "not_run_here".into();
+        assert_eq!(as_reader(&workers, unknown).args, json!(REDACTED));
+    }
+}
