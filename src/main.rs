@@ -152,11 +152,14 @@ async fn main() -> std::process::ExitCode {
             shrink,
             dir,
             records,
+            server_binary,
         } => {
             let dir = dir.unwrap_or_else(|| {
                 std::env::temp_dir().join(format!("kickoff-history-{}", std::process::id()))
             });
-            let binary = std::env::current_exe().unwrap_or_else(|_| "kickoff".into());
+            let binary = server_binary
+                .or_else(|| std::env::current_exe().ok())
+                .unwrap_or_else(|| "kickoff".into());
             let mut config = chaos::history::HistoryConfig::new(binary, dir, seed);
             config.steps = steps as usize;
             config.nodes = nodes as usize;

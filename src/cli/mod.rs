@@ -177,6 +177,10 @@ pub enum Command {
         /// only a failing one's.
         #[arg(long)]
         records: bool,
+        /// The `kickoff` binary the nodes run (default: this one): another release's, to check
+        /// it against this release's promises.
+        #[arg(long)]
+        server_binary: Option<PathBuf>,
     },
     /// Manage the dashboard's accounts (in the database the server uses).
     User {
