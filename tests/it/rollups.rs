@@ -67,7 +67,17 @@ async fn rollups_equal_the_jobs_table_and_outlive_pruned_jobs() {
     let db = test_db().await;
     let mut workers = Workers::new();
     workers.register(Recorder);
-    let engine = Engine::start(db.pool.clone(), workers, config())
+    // The leader's own folds wait: the test folds once itself, after reading the deltas unfolded
+    // (with its 1 s default, a fold between the last completion and the stop left none, under
+    // the full suite's load).
+    let unfolded = kickoff::engine::EngineConfig {
+        count_folder: CountFolderConfig {
+            interval: Duration::from_secs(3600),
+            ..CountFolderConfig::default()
+        },
+        ..config()
+    };
+    let engine = Engine::start(db.pool.clone(), workers, unfolded)
         .await
         .unwrap();
     let client = engine.client();
