@@ -126,8 +126,13 @@ async fn main() -> std::process::ExitCode {
             action,
             server,
             token,
+            insecure,
         } => {
-            let target = kickoff::cli::schedule::Target { server, token };
+            let target = kickoff::cli::schedule::Target {
+                server,
+                token,
+                insecure,
+            };
             action.run(&cli.config, target).await
         }
         Command::Token { action } => action.run(&cli.config),

@@ -199,6 +199,9 @@ pub enum Command {
         /// The API token for --server.
         #[arg(long, global = true, env = "KICKOFF_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// Send the token over plain HTTP to a server that is not on this machine.
+        #[arg(long, global = true, env = "KICKOFF_INSECURE")]
+        insecure: bool,
     },
     /// Jobs on a running server: list, show, retry, cancel, run now, delete, edit, shift in time,
     /// export (see `kickoff jobs --help`).

@@ -41,17 +41,50 @@ pub struct Remote {
 }
 
 /// Whether `url` names this machine: `localhost` or a loopback address (IPv4-mapped included).
+/// Not a name under `localhost` (`x.localhost`): a resolver may well ask DNS for it.
 fn is_loopback(url: &reqwest::Url) -> bool {
     let Some(host) = url.host_str() else {
         return false;
     };
     match host.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
         Ok(ip) => ip.to_canonical().is_loopback(),
-        Err(_) => {
-            let name = host.trim_end_matches('.').to_ascii_lowercase();
-            name == "localhost" || name.ends_with(".localhost")
-        }
+        Err(_) => host.trim_end_matches('.').eq_ignore_ascii_case("localhost"),
     }
+}
+
+/// The HTTP client for a server at `server`, whose calls carry an API token: refused for plain
+/// HTTP to another machine unless `insecure` (anyone on the way would read the token), and never
+/// through a proxy for a server on this machine (the proxy would read it: the bootstrap token,
+/// an admin's, among them). Also `loopback`: whether `server` is on this machine.
+pub fn client_for(server: &str, insecure: bool) -> Result<(reqwest::Client, bool), Failure> {
+    let url = reqwest::Url::parse(server)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+        .ok_or_else(|| {
+            Failure::new(
+                Exit::Usage,
+                format!("--server: `{server}` is not an http(s) URL (http://127.0.0.1:3000)"),
+            )
+        })?;
+    let loopback = is_loopback(&url);
+    if url.scheme() == "http" && !loopback && !insecure {
+        return Err(Failure::new(
+            Exit::Refused,
+            format!(
+                "the API token would go to {} over plain HTTP: give an https:// server, or \
+                 --insecure (KICKOFF_INSECURE=1) on a network you trust",
+                url.host_str().unwrap_or_default()
+            ),
+        ));
+    }
+    let mut http = reqwest::Client::builder();
+    if loopback {
+        http = http.no_proxy();
+    }
+    let http = http
+        .build()
+        .map_err(|e| Failure::new(Exit::Failed, format!("the HTTP client: {e}")))?;
+    Ok((http, loopback))
 }
 
 /// What a command's exit code says.
@@ -114,19 +147,9 @@ pub struct Api {
 impl Api {
     /// The client `remote` names, its token found as [`Remote`] says.
     pub fn new(remote: &Remote, config: &Config) -> Result<Api, Failure> {
-        let server = reqwest::Url::parse(&remote.server)
+        let loopback = reqwest::Url::parse(&remote.server)
             .ok()
-            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
-            .ok_or_else(|| {
-                Failure::new(
-                    Exit::Usage,
-                    format!(
-                        "--server: `{}` is not an http(s) URL (http://127.0.0.1:3000)",
-                        remote.server
-                    ),
-                )
-            })?;
-        let loopback = is_loopback(&server);
+            .is_some_and(|u| is_loopback(&u));
         let token = match (&remote.token, &remote.token_file) {
             (Some(t), _) => t.trim().to_string(),
             (None, Some(file)) => first_line(file)?,
@@ -155,26 +178,7 @@ impl Api {
         if token.is_empty() {
             return Err(Failure::new(Exit::Refused, "the API token is empty"));
         }
-        // A token over plain HTTP to another machine is read by anyone on the way.
-        if server.scheme() == "http" && !loopback && !remote.insecure {
-            return Err(Failure::new(
-                Exit::Refused,
-                format!(
-                    "the API token would go to {} over plain HTTP: give an https:// server, or \
-                     --insecure (KICKOFF_INSECURE=1) on a network you trust",
-                    server.host_str().unwrap_or_default()
-                ),
-            ));
-        }
-        // A server on this machine is reached directly, never through a proxy the environment
-        // names (`HTTP_PROXY`): the proxy would read the token, the bootstrap token among them.
-        let mut http = reqwest::Client::builder();
-        if loopback {
-            http = http.no_proxy();
-        }
-        let http = http
-            .build()
-            .map_err(|e| Failure::new(Exit::Failed, format!("the HTTP client: {e}")))?;
+        let (http, _) = client_for(&remote.server, remote.insecure)?;
         Ok(Api {
             http,
             base: format!("{}/api/v1", remote.server.trim_end_matches('/')),
@@ -306,5 +310,46 @@ pub fn confirm(question: &str, yes: bool) -> Result<(), Failure> {
             Exit::Usage,
             "not confirmed: nothing changed (--yes to skip the question)",
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This machine, however it is written; nothing else (a name under `localhost` may be asked
+    /// of DNS), and plain HTTP elsewhere is refused unless asked.
+    #[test]
+    fn a_token_goes_in_clear_only_to_this_machine() {
+        let loopback = |u: &str| is_loopback(&reqwest::Url::parse(u).unwrap());
+        for here in [
+            "http://localhost:3000",
+            "http://LOCALHOST.:3000",
+            "http://127.0.0.1:3000",
+            "http://127.1:3000",
+            "http://0x7f.1:3000",
+            "http://[::1]:3000",
+            "http://[::ffff:127.0.0.1]:3000",
+        ] {
+            assert!(loopback(here), "{here}");
+            assert!(client_for(here, false).is_ok(), "{here}");
+        }
+        for elsewhere in [
+            "http://x.localhost:3000",
+            "http://localhost@evil.example:3000",
+            "http://192.0.2.1:3000",
+            "HTTP://kickoff.example.com",
+            "http://[::2]:3000",
+        ] {
+            assert!(!loopback(elsewhere), "{elsewhere}");
+            let refused = client_for(elsewhere, false).unwrap_err();
+            assert_eq!(refused.exit, Exit::Refused, "{elsewhere}");
+            assert!(client_for(elsewhere, true).is_ok(), "{elsewhere}");
+        }
+        assert!(client_for("https://kickoff.example.com", false).is_ok());
+        assert_eq!(
+            client_for("kickoff.example.com", false).unwrap_err().exit,
+            Exit::Usage
+        );
     }
 }

@@ -68,6 +68,8 @@ pub struct Target {
     pub server: Option<String>,
     /// The API token for `server`.
     pub token: Option<String>,
+    /// The token may go over plain HTTP to another machine (see `remote::client_for`).
+    pub insecure: bool,
 }
 
 impl ScheduleAction {
@@ -77,7 +79,7 @@ impl ScheduleAction {
                 let token = target
                     .token
                     .ok_or("--server needs a token (--token or KICKOFF_TOKEN)")?;
-                self.over_http(&server, &token).await
+                self.over_http(&server, &token, target.insecure).await
             }
             None => self.on_database(config).await,
         }
@@ -227,9 +229,9 @@ impl ScheduleAction {
         Ok(())
     }
 
-    async fn over_http(self, server: &str, token: &str) -> Result<(), String> {
+    async fn over_http(self, server: &str, token: &str, insecure: bool) -> Result<(), String> {
         let base = format!("{}/api/v1/schedules", server.trim_end_matches('/'));
-        let http = reqwest::Client::new();
+        let (http, _) = super::remote::client_for(server, insecure).map_err(|f| f.message)?;
         let spec = self.spec()?;
         let (method, url, body) = match &self {
             ScheduleAction::List => (reqwest::Method::GET, base.clone(), None),

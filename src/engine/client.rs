@@ -246,19 +246,9 @@ fn refuse_foreign_holder(new: &NewJob, inserted: Inserted) -> Result<Inserted, C
     )))
 }
 
-/// A caller's job whose meta sets a key Kickoff writes: refused, naming it.
-fn refuse_reserved_meta(new: &NewJob) -> Result<(), ClientError> {
-    match super::job::reserved_meta_key(&new.meta) {
-        Some(key) => Err(invalid(
-            "meta",
-            format!(
-                "meta.{key} is set by Kickoff (reserved: {})",
-                super::job::RESERVED_META.join(", ")
-            ),
-        )),
-        None => Ok(()),
-    }
-}
+/// The unique keys of a schedule's runs (`schedule:{id}:{slot_ms}`): a caller's job holding one
+/// would pass for the run of that slot, and the run would never be inserted.
+pub const SCHEDULE_KEY_PREFIX: &str = "schedule:";
 
 /// Whether every number in `value` reads back from PostgreSQL's jsonb: it keeps a number's
 /// decimals exactly, and one near the largest float (1.7976931348623157e308) no longer reads as
@@ -381,7 +371,7 @@ impl Client {
         conn: &mut PgConnection,
         new: &NewJob,
     ) -> Result<Option<String>, ClientError> {
-        refuse_reserved_meta(new)?;
+        self.refuse_kickoffs_own(new)?;
         self.checked_own_with(conn, new).await
     }
 
@@ -520,6 +510,45 @@ impl Client {
         Ok(worker)
     }
 
+    /// What of a caller's job only Kickoff writes, refused with its name: a meta key it writes
+    /// ([`super::job::RESERVED_META`]), a schedule's run's unique key, a kind only its own code
+    /// inserts ([`crate::engine::Worker::kickoffs_own`]).
+    fn refuse_kickoffs_own(&self, new: &NewJob) -> Result<(), ClientError> {
+        if let Some(key) = super::job::reserved_meta_key(&new.meta) {
+            return Err(invalid(
+                "meta",
+                format!(
+                    "meta.{key} is set by Kickoff (reserved: {})",
+                    super::job::RESERVED_META.join(", ")
+                ),
+            ));
+        }
+        if new
+            .unique_key
+            .as_deref()
+            .is_some_and(|k| k.starts_with(SCHEDULE_KEY_PREFIX))
+        {
+            return Err(ClientError::Conflict(format!(
+                "unique keys `{SCHEDULE_KEY_PREFIX}...` are the schedules' runs' own"
+            )));
+        }
+        if self
+            .workers
+            .get(&new.kind)
+            .is_some_and(|w| w.kickoffs_own())
+        {
+            return Err(invalid(
+                "kind",
+                format!(
+                    "`{}` jobs are inserted by Kickoff alone (a question's): create or change the \
+                     question instead",
+                    new.kind
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Inserts a run of a schedule in the caller's transaction (see [`Self::validate_shape`]).
     pub(crate) async fn insert_run_with(
         &self,
@@ -548,7 +577,7 @@ impl Client {
         conn: &mut PgConnection,
         new: &NewJob,
     ) -> Result<Inserted, ClientError> {
-        refuse_reserved_meta(new)?;
+        self.refuse_kickoffs_own(new)?;
         self.insert_own_with(conn, new).await
     }
 
@@ -1229,8 +1258,23 @@ impl Client {
         id: JobId,
     ) -> Result<Job, ClientError> {
         let mut job = get_with(&mut *conn, id).await?;
-        // The copy is nobody's: not its original's owner's (who knows only the original), not a
-        // run of its schedule, not an alert's notification. Kickoff's keys stay with the original.
+        // An alert's notification is Kickoff's own job, and its URL's path is the rule's secret
+        // (hidden by what its meta says): a copy would be neither.
+        if ["alert_incident", "alert_rule"]
+            .iter()
+            .any(|k| job.meta.get(k).is_some())
+        {
+            return Err(ClientError::Conflict(format!(
+                "job {id} is an alert's notification, Kickoff's own: retry it instead of copying it"
+            )));
+        }
+        if let Some(field) = &job.unreadable {
+            return Err(ClientError::Conflict(format!(
+                "job {id} cannot be read as stored ({field}): it cannot be copied"
+            )));
+        }
+        // The copy is nobody's: not its original's owner's (who knows only the original), nor a
+        // run of its schedule. Kickoff's keys stay with the original.
         if let Some(meta) = job.meta.as_object_mut() {
             for key in super::job::RESERVED_META {
                 meta.remove(key);

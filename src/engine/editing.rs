@@ -62,6 +62,11 @@ impl Client {
                 before.state.as_str()
             )));
         }
+        if let Some(field) = &before.unreadable {
+            return Err(ClientError::Conflict(format!(
+                "job {id} cannot be read as stored ({field}): an edit would write it back changed"
+            )));
+        }
         if let Some(owner) = before.meta.get("owner").and_then(Value::as_str) {
             return Err(ClientError::Conflict(format!(
                 "job {id} belongs to {owner}, which moves and ends it: edit {owner} instead"
@@ -82,6 +87,12 @@ impl Client {
         edit: &JobEdit,
     ) -> Result<Option<Job>, ClientError> {
         check_meta_patch(edit)?;
+        if let Some(field) = &job.unreadable {
+            return Err(ClientError::Conflict(format!(
+                "job {} cannot be read as stored ({field}): an edit would write it back changed",
+                job.id
+            )));
+        }
         let new = edit.applied_to(job)?;
         // The patch was checked for Kickoff's own meta keys above: those the job carries (a
         // schedule's run's) stay.
@@ -89,6 +100,14 @@ impl Client {
         // A secret the edit takes out is still in what the job's earlier attempts left (their
         // errors, records, a partner's answers): the job keeps it, to hide it there.
         let dropped = super::sight::secrets_dropped(self.workers(), job, &new.args, &new.meta);
+        if job.former_secrets.len() + dropped.len() > super::sight::MAX_FORMER_SECRETS {
+            return Err(ClientError::Conflict(format!(
+                "job {}: {} secrets were edited out of it already, the most a job keeps hidden: \
+                 copy it with its new args instead",
+                job.id,
+                job.former_secrets.len()
+            )));
+        }
         let fields = EditedFields {
             args: &new.args,
             queue: &new.queue,

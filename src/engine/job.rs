@@ -370,7 +370,9 @@ impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for Job {
             attempted_by: row.try_get("attempted_by")?,
             lease_expires_at: row.try_get("lease_expires_at")?,
             finalized_at: row.try_get("finalized_at")?,
-            errors: json_list_column(row, "errors", &mut unreadable)?,
+            // An error entry that cannot be read is left out of the list: the job's own fields
+            // are whole, and it runs.
+            errors: json_list_column(row, "errors", &mut Vec::new())?,
             unique_key: row.try_get("unique_key")?,
             tags: row.try_get("tags")?,
             meta: json_column(row, "meta", &mut unreadable)?,

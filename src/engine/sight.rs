@@ -59,6 +59,10 @@ pub struct Secrets {
     values: Vec<String>,
 }
 
+/// The most secrets a job keeps once edits took them out ([`Job::former_secrets`]): an edit
+/// past it is refused rather than forget one (each is looked for in every text about the job).
+pub const MAX_FORMER_SECRETS: usize = 100;
+
 /// The shortest value looked for as a secret in text: a shorter one (a header `X-Beta: on`)
 /// would hide every occurrence of a common word and tell nothing.
 pub const MIN_SECRET_CHARS: usize = 4;
@@ -87,14 +91,8 @@ impl Secrets {
             }
         }
         for s in &self.values {
-            let cut = s
-                .char_indices()
-                .map(|(i, _)| i)
-                .filter(|&i| s[..i].chars().count() >= MIN_SECRET_CHARS)
-                .rev()
-                .find(|&i| text.ends_with(&s[..i]));
-            if let Some(i) = cut {
-                text.truncate(text.len() - i);
+            if let Some(cut) = cut_beginning(&text, s) {
+                text.truncate(text.len() - cut);
                 text.push_str(REDACTED);
             }
         }
@@ -110,6 +108,26 @@ impl Secrets {
             _ => {}
         }
     }
+}
+
+/// The longest beginning of a secret looked for where a text ends: texts are cut to bounds of a
+/// few hundred characters (a partner's answer to 500, a header value to 300), and the work stays
+/// bounded however long a secret is.
+const MAX_CUT_BYTES: usize = 512;
+
+/// How many bytes at the end of `text` are the beginning of `secret` (of
+/// [`MIN_SECRET_CHARS`] characters or more, short of the whole), the longest such, if any.
+fn cut_beginning(text: &str, secret: &str) -> Option<usize> {
+    let longest = secret
+        .len()
+        .saturating_sub(1)
+        .min(text.len())
+        .min(MAX_CUT_BYTES);
+    (text.len() - longest..text.len())
+        .filter(|&at| text.is_char_boundary(at))
+        .map(|at| &text[at..])
+        .find(|tail| secret.starts_with(tail) && tail.chars().count() >= MIN_SECRET_CHARS)
+        .map(str::len)
 }
 
 impl Sight<'_> {
@@ -363,31 +381,41 @@ fn hide_searches(value: &mut Value, is_filter: bool) {
     }
 }
 
-/// An edit as the audit log keeps it: the values of its args and meta that name secrets (header
-/// values, a URL's password and query, secret-named fields) hidden, and for an alert's
-/// notification (`job`'s meta says; `None`: many jobs, any of them may be one) its URL's path too.
-pub fn as_reader_edit(edit: &super::job_edit::JobEdit, job: Option<&Job>) -> Value {
-    let alert = job.is_none_or(|j| j.meta.get("alert_incident").is_some());
+/// An edit as the audit log keeps it, for its readers: in its args (whole or a patch) what the
+/// job's kind holds secret ([`Worker::hide_secrets`]) and every field named like a secret hidden,
+/// as on the job; for a bulk edit (`job` `None`: many jobs, of any kind), what any kind this
+/// server runs would hold secret (a webhook's header values and URL credentials, an alert
+/// notification's URL path). A meta patch's secret-named fields are hidden.
+///
+/// [`Worker::hide_secrets`]: super::worker::Worker::hide_secrets
+pub fn as_reader_edit(
+    workers: &Workers,
+    edit: &super::job_edit::JobEdit,
+    job: Option<&Job>,
+) -> Value {
+    // Any notification's URL path is hidden too when the jobs are not known.
+    let any_alert = serde_json::json!({ "alert_incident": true });
     let mut shown = serde_json::to_value(edit).unwrap_or_default();
     if let Value::Object(map) = &mut shown {
         map.retain(|_, v| !v.is_null());
-        for key in ["args", "args_patch", "meta_patch"] {
+        for key in ["args", "args_patch"] {
             let Some(part) = map.get_mut(key) else {
                 continue;
             };
+            match job {
+                Some(j) => *part = hidden_args(workers, &j.kind, part, &j.meta).0,
+                None => {
+                    for kind in workers.kinds() {
+                        if let Some(worker) = workers.get(kind) {
+                            worker.hide_secrets(part, &any_alert);
+                        }
+                    }
+                    hide_secret_fields(part);
+                }
+            }
+        }
+        if let Some(part) = map.get_mut("meta_patch") {
             hide_secret_fields(part);
-            if let Some(Value::Object(headers)) = part.get_mut("headers") {
-                headers
-                    .values_mut()
-                    .for_each(|v| *v = Value::String(REDACTED.into()));
-            }
-            if let Some(Value::String(url)) = part.get_mut("url") {
-                *url = if alert && key != "meta_patch" {
-                    url_origin_for_reader(url)
-                } else {
-                    url_for_reader(url)
-                };
-            }
         }
     }
     shown
@@ -589,7 +617,7 @@ mod tests {
             ),
             ..Default::default()
         };
-        let shown = as_reader_edit(&edit, None).to_string();
+        let shown = as_reader_edit(&workers(), &edit, None).to_string();
         for secret in ["tok3n", "s3cr3t-value", "k3y-value"] {
             assert!(!shown.contains(secret), "{shown}");
         }

@@ -110,6 +110,13 @@ pub trait Worker: Send + Sync + 'static {
         None
     }
 
+    /// Whether only Kickoff's own code inserts jobs of this kind (a question's lock and settle
+    /// jobs: the question's promise rests on them): an insert through the API, the dashboard, the
+    /// command line or the engine's client is refused. Default: no.
+    fn kickoffs_own(&self) -> bool {
+        false
+    }
+
     /// Hides in `args` what a job of this kind holds secret beyond the fields named like secrets
     /// (those are hidden for every kind: see `engine::sight`), for whoever may not see the job's
     /// secrets: a webhook's header values, its URL's credentials. Each part hidden shows as
@@ -257,4 +264,43 @@ impl Workers {
         kinds.sort_unstable();
         kinds
     }
+}
+
+/// A whole number in a job's args as its worker reads it: `5000` or `5000.0` (the API keeps a
+/// number as the client wrote it, and a client's JSON library may write any number with a
+/// fraction), refused when it has a fraction or does not fit. For `#[serde(deserialize_with)]`
+/// (and `default` where the field may be absent).
+pub fn whole_number<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i64> + TryFrom<u64>,
+{
+    use serde::de::Error;
+    use serde::Deserialize;
+    let n = serde_json::Number::deserialize(deserializer)?;
+    let too_large = || D::Error::custom(format!("{n} is out of range"));
+    if let Some(i) = n.as_i64() {
+        return T::try_from(i).map_err(|_| too_large());
+    }
+    if let Some(u) = n.as_u64() {
+        return T::try_from(u).map_err(|_| too_large());
+    }
+    match n.as_f64() {
+        Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => {
+            T::try_from(f as i64).map_err(|_| too_large())
+        }
+        _ => Err(D::Error::custom(format!("{n} is not a whole number"))),
+    }
+}
+
+/// [`whole_number`] for an optional field.
+pub fn optional_whole_number<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i64> + TryFrom<u64>,
+{
+    #[derive(serde::Deserialize)]
+    struct Whole<T: TryFrom<i64> + TryFrom<u64>>(#[serde(deserialize_with = "whole_number")] T);
+    use serde::Deserialize;
+    Ok(Option::<Whole<T>>::deserialize(deserializer)?.map(|w| w.0))
 }

@@ -83,7 +83,7 @@ pub(crate) fn edit_record(workers: &Workers, edit: &JobEdit, e: &Edited) -> Valu
             now.insert(k.clone(), a[k].clone());
         }
     }
-    let mut shown = sight::as_reader_edit(edit, Some(&e.before));
+    let mut shown = sight::as_reader_edit(workers, edit, Some(&e.before));
     shown["before"] = Value::Object(was);
     shown["after"] = Value::Object(now);
     shown
@@ -195,7 +195,7 @@ pub async fn edit_many(
                 .into(),
         ));
     }
-    let record = json!({"edit": sight::as_reader_edit(&body.edit, None)});
+    let record = json!({"edit": sight::as_reader_edit(state.client.workers(), &body.edit, None)});
     match (body.ids, body.filter) {
         (Some(ids), None) => {
             if ids.is_empty() {

@@ -67,7 +67,7 @@ pub async fn list(
         .flatten();
     let sight = super::api_jobs::sight(&caller, state.client.workers());
     Ok(Json(DeliveryPage {
-        deliveries: found.into_iter().map(|d| d.as_seen_by(&sight)).collect(),
+        deliveries: DeliveryRow::all_as_seen_by(found, &sight),
         next_before,
     }))
 }

@@ -19,6 +19,7 @@ pub const SETTLE_KIND: &str = "settle_question";
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QuestionArgs {
+    #[serde(deserialize_with = "crate::engine::worker::whole_number")]
     pub question_id: i64,
 }
 

@@ -299,7 +299,9 @@ impl QuestionService {
             )));
         }
         store::question_set_answer(&mut *tx, id, correct_choice).await?;
-        self.client.insert_with(&mut *tx, &settle_job(id)).await?;
+        self.client
+            .insert_own_with(&mut *tx, &settle_job(id))
+            .await?;
         get_with(tx, id).await
     }
 }

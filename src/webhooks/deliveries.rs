@@ -6,7 +6,7 @@
 //! (`Set-Cookie` values left out) and the first characters of its body, or the error. Request
 //! headers are never kept: they may carry a job's credentials and the signature.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use chrono::{DateTime, Utc};
@@ -84,27 +84,51 @@ impl DeliveryRow {
     /// a call that carried its endpoint's default headers is left out, and every other answer
     /// (its body, its headers, the error) shows with the job's own secrets hidden, a careless
     /// partner echoing them (its header values, its URL's credentials) included.
-    pub fn as_seen_by(mut self, sight: &Sight<'_>) -> Self {
+    pub fn as_seen_by(self, sight: &Sight<'_>) -> Self {
+        let secrets = self.secrets(sight);
+        self.seen_with(sight, secrets.as_ref())
+    }
+
+    /// Each of `rows` as `sight` sees it ([`Self::as_seen_by`]), each job's secrets found once.
+    pub fn all_as_seen_by(rows: Vec<DeliveryRow>, sight: &Sight<'_>) -> Vec<DeliveryRow> {
+        let mut found: HashMap<i64, Option<sight::Secrets>> = HashMap::new();
+        rows.into_iter()
+            .map(|row| {
+                if sight.sees_secrets_of_creator(row.job_created_by.as_deref()) {
+                    return row;
+                }
+                let secrets = found
+                    .entry(row.job_id)
+                    .or_insert_with(|| row.secrets(sight))
+                    .clone();
+                row.seen_with(sight, secrets.as_ref())
+            })
+            .collect()
+    }
+
+    /// The secrets of the row's job (`None` when it cannot be read).
+    fn secrets(&self, sight: &Sight<'_>) -> Option<sight::Secrets> {
+        let kind = self.job_kind.as_deref()?;
+        let args: Value = serde_json::from_str(self.job_args.as_deref()?).ok()?;
+        let meta: Value = serde_json::from_str(self.job_meta.as_deref()?).ok()?;
+        let former = self.job_former_secrets.clone().unwrap_or_default();
+        Some(sight::secrets_of_parts(
+            sight.workers,
+            kind,
+            &args,
+            &meta,
+            &former,
+        ))
+    }
+
+    fn seen_with(mut self, sight: &Sight<'_>, secrets: Option<&sight::Secrets>) -> Self {
         if sight.sees_secrets_of_creator(self.job_created_by.as_deref()) {
             return self;
         }
         if self.credentialed {
             self = self.without_answer();
         }
-        let parts = (|| {
-            let kind = self.job_kind.as_deref()?;
-            let args: Value = serde_json::from_str(self.job_args.as_deref()?).ok()?;
-            let meta: Value = serde_json::from_str(self.job_meta.as_deref()?).ok()?;
-            let former = self.job_former_secrets.clone().unwrap_or_default();
-            Some(sight::secrets_of_parts(
-                sight.workers,
-                kind,
-                &args,
-                &meta,
-                &former,
-            ))
-        })();
-        let Some(secrets) = parts else {
+        let Some(secrets) = secrets else {
             // The job cannot be read (gone, or a row no float reads): nothing says what of the
             // answer is its secret, so none of it is shown.
             self = self.without_answer();

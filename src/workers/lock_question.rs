@@ -17,6 +17,12 @@ impl Worker for LockQuestionWorker {
         jobs::LOCK_KIND
     }
 
+    /// Inserted by the questions service alone (a question's lock at its game time, its
+    /// settling once its answer is known).
+    fn kickoffs_own(&self) -> bool {
+        true
+    }
+
     fn validate(&self, args: &Value) -> Result<(), String> {
         jobs::validate_args(args)
     }

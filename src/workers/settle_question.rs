@@ -21,6 +21,12 @@ impl Worker for SettleQuestionWorker {
         jobs::SETTLE_KIND
     }
 
+    /// Inserted by the questions service alone (a question's lock at its game time, its
+    /// settling once its answer is known).
+    fn kickoffs_own(&self) -> bool {
+        true
+    }
+
     fn validate(&self, args: &Value) -> Result<(), String> {
         jobs::validate_args(args)
     }

@@ -96,7 +96,10 @@ struct WebhookArgs {
     headers: BTreeMap<String, String>,
     #[serde(default)]
     body: Option<Value>,
-    #[serde(default)]
+    #[serde(
+        default,
+        deserialize_with = "crate::engine::worker::optional_whole_number"
+    )]
     timeout_ms: Option<u64>,
 }
 

@@ -101,6 +101,28 @@ async fn no_insert_path_accepts_a_key_kickoff_writes_into_meta() {
         assert!(RESERVED_META.contains(&key), "{key} is Kickoff's own");
     }
 
+    // Nor may a caller's job take a schedule's run's unique key (the stager would count the slot
+    // as run), or be one of the kinds only Kickoff inserts (a question's lock and settle jobs).
+    let slot_key = format!("schedule:{schedule}:0");
+    for (body, want) in [
+        (
+            json!({"kind": "noop", "unique_key": slot_key}),
+            StatusCode::CONFLICT,
+        ),
+        (
+            json!({"kind": "lock_question", "args": {"question_id": 1}}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"kind": "settle_question", "args": {"question_id": 1}}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+    ] {
+        let (status, answer) =
+            call(&app, Method::POST, "/api/v1/jobs", Some(&ops), Some(&body)).await;
+        assert_eq!(status, want, "{body} -> {answer}");
+    }
+
     // A copy of a schedule's run is nobody's run: it keeps the template's meta, none of the
     // run's own keys.
     let (status, run) = call(
@@ -128,4 +150,21 @@ async fn no_insert_path_accepts_a_key_kickoff_writes_into_meta() {
             copy.meta
         );
     }
+
+    // An alert's notification is not copied either (its URL's path is the rule's secret, hidden
+    // by what its meta says).
+    let notification: i64 = sqlx::query_scalar(
+        r#"INSERT INTO jobs (queue, kind, args, meta, state, scheduled_at)
+           VALUES ('webhooks', 'webhook', '{"url": "https://hooks.example.com/services/T0/tok3n"}',
+                   '{"alert_incident": 1, "alert_event": "fired"}', 'scheduled', now() + interval '1 hour')
+           RETURNING id"#,
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let refused = client.clone_job(kickoff::engine::JobId(notification)).await;
+    assert!(
+        matches!(refused, Err(ClientError::Conflict(_))),
+        "{refused:?}"
+    );
 }

@@ -862,7 +862,12 @@ fn run_job(row: &ScheduleRow, slot: DateTime<Utc>, due_now: bool) -> NewJob {
     let mut new = template_job(&spec.job)
         .with_meta(Value::Object(meta))
         .with_unique_key(
-            format!("schedule:{}:{}", row.id, slot.timestamp_millis()),
+            format!(
+                "{}{}:{}",
+                crate::engine::client::SCHEDULE_KEY_PREFIX,
+                row.id,
+                slot.timestamp_millis()
+            ),
             OnConflict::Keep,
         );
     if !due_now {

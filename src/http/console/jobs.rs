@@ -875,10 +875,12 @@ impl ServerConsole {
             .deliveries_of_job(j.id.0)
             .await
             .map_err(refused)?;
-        Ok(rows
-            .into_iter()
-            .map(|r| delivery_row(r.as_seen_by(sight)))
-            .collect())
+        Ok(
+            crate::webhooks::deliveries::DeliveryRow::all_as_seen_by(rows, sight)
+                .into_iter()
+                .map(delivery_row)
+                .collect(),
+        )
     }
 
     async fn held(&self, j: &Job) -> Result<Option<String>, Refusal> {

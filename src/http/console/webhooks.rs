@@ -243,10 +243,13 @@ impl WebhooksConsole for ServerConsole {
             .flatten();
         Ok(CallsPage {
             now_ms: self.now_ms().await?,
-            rows: rows
-                .into_iter()
-                .map(|r| delivery_row(r.as_seen_by(&op.sight(self.client.workers()))))
-                .collect(),
+            rows: crate::webhooks::deliveries::DeliveryRow::all_as_seen_by(
+                rows,
+                &op.sight(self.client.workers()),
+            )
+            .into_iter()
+            .map(delivery_row)
+            .collect(),
             next_before,
         })
     }
