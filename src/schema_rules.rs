@@ -12,6 +12,10 @@ use serde_json::{json, Value};
 /// broken (`http::extract`), and the document shows them.
 pub const MESSAGE: &str = "x-message";
 
+/// The keyword naming the code a broken rule is answered with, where it is not `invalid` (a
+/// kind this server does not run: `unknown_kind`).
+pub const CODE: &str = "x-kickoff-code";
+
 /// A field present and not `null` (serde reads `null` as absent).
 fn given(field: &str) -> Value {
     json!({ "required": [field], "properties": { field: { "not": { "type": "null" } } } })
@@ -37,6 +41,84 @@ pub fn add_rules(schema: &mut Schema, rules: impl IntoIterator<Item = Value>) {
         .or_insert_with(|| json!([]));
     if let Some(all) = all.as_array_mut() {
         all.extend(rules);
+    }
+}
+
+/// An alert rule's notification URL as the server reads it: blank (none), or an absolute `http`
+/// or `https` URL with a host, outer whitespace trimmed (Rust's `trim`: the class below, where
+/// `\s` differs on U+0085 and U+FEFF); no NUL. Whether its host may be called is the allowlist's
+/// (422 `notify_url_refused`).
+pub const NOTIFY_URL_PATTERN: &str = concat!(
+    r"^[\t\n\u000b\u000c\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*",
+    r"([hH][tT][tT][pP][sS]?://[^\s/?#\u0000]+([/?#][^\s\u0000]*)?",
+    r"[\t\n\u000b\u000c\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*)?$"
+);
+
+/// Marks a job's `kind` in a request's schema: one of the kinds this server runs (less Kickoff's
+/// own), known only once the server has its workers. [`with_kinds`] states them.
+pub const KINDS_MARK: &str = "x-kickoff-kinds";
+
+/// Marks the `kind` of the `job` a schedule's request carries (the template type is shared with
+/// answers, where a stored schedule may name a kind no longer run): see [`KINDS_MARK`].
+pub struct JobKindRun;
+
+impl Transform for JobKindRun {
+    fn transform(&mut self, schema: &mut Schema) {
+        add_rules(
+            schema,
+            [
+                json!({ "properties": { "job": { "properties": { "kind": { KINDS_MARK: true } } } } }),
+            ],
+        );
+    }
+}
+
+/// `schema` with every `kind` marked [`KINDS_MARK`] stated as one of `kinds` (an `enum`, `null`
+/// kept where the field admits it, in words too); the marks stay where `kinds` is empty (a
+/// schema looked at without a server).
+pub fn with_kinds(schema: &mut Value, kinds: &[&str]) {
+    match schema {
+        Value::Object(map) => {
+            if kinds.is_empty() || map.remove(KINDS_MARK).is_none() {
+                map.values_mut().for_each(|v| with_kinds(v, kinds));
+                return;
+            }
+            let nullable = match map.get("type") {
+                Some(Value::Array(types)) => types.iter().any(|t| t == "null"),
+                _ => false,
+            };
+            let mut one_of: Vec<Value> = kinds.iter().map(|k| json!(k)).collect();
+            if nullable {
+                one_of.push(Value::Null);
+            }
+            map.insert("enum".into(), Value::Array(one_of));
+            map.insert(
+                MESSAGE.into(),
+                format!(
+                    "kind: one of the kinds this server runs: {}",
+                    kinds.join(", ")
+                )
+                .into(),
+            );
+            map.insert(CODE.into(), "unknown_kind".into());
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| with_kinds(v, kinds)),
+        _ => {}
+    }
+}
+
+/// A field given with another set to `null` beside it: refused (a queue's partition with its
+/// rate removed in the same change).
+pub struct NotRemovedWith(pub &'static str, pub &'static str);
+
+impl Transform for NotRemovedWith {
+    fn transform(&mut self, schema: &mut Schema) {
+        let removed = json!({ "required": [self.1], "properties": { self.1: { "type": "null" } } });
+        add_rule(
+            schema,
+            json!({ "not": { "allOf": [given(self.0), removed] } }),
+            format!("{}: not with {} removed (`null`)", self.0, self.1),
+        );
     }
 }
 

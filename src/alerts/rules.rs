@@ -162,8 +162,10 @@ pub struct RuleSpec {
     pub percent: Option<f64>,
     /// Where each firing and resolution is sent: a webhook call (it must pass
     /// `KICKOFF_WEBHOOK_ALLOWED_HOSTS`, else 422 `notify_url_refused`; signed when under a
-    /// webhook endpoint). Absent: shown on the dashboard and counted in `/metrics` only.
-    #[schemars(length(max = 2048), regex(pattern = crate::schema_rules::NO_NUL))]
+    /// webhook endpoint). An absolute `http(s)` URL; blank or absent: shown on the dashboard and
+    /// counted in `/metrics` only.
+    #[schemars(length(max = 2048), regex(pattern = crate::schema_rules::NOTIFY_URL_PATTERN))]
+    #[schemars(extend("x-message" = "notify_url: an absolute http(s) URL (https://hooks.example.com/alerts)"))]
     pub notify_url: Option<String>,
     /// Default `standard`.
     pub payload: Option<Payload>,

@@ -258,6 +258,19 @@ impl Workers {
         self.by_kind.get(kind)
     }
 
+    /// The kinds a caller may insert (those not [`Worker::kickoffs_own`]), sorted: what the
+    /// API's document states a job's `kind` is one of.
+    pub fn insertable_kinds(&self) -> Vec<&'static str> {
+        let mut kinds: Vec<_> = self
+            .by_kind
+            .iter()
+            .filter(|(_, w)| !w.kickoffs_own())
+            .map(|(k, _)| *k)
+            .collect();
+        kinds.sort_unstable();
+        kinds
+    }
+
     /// The registered kinds, sorted.
     pub fn kinds(&self) -> Vec<&'static str> {
         let mut kinds: Vec<_> = self.by_kind.keys().copied().collect();

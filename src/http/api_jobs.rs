@@ -30,8 +30,10 @@ use crate::schema_rules::{AtMostOne, ExactlyOne, NO_NUL};
 #[schemars(transform = AtMostOne(&["scheduled_at", "schedule_in_ms"]))]
 #[schemars(transform = LateOnce)]
 pub struct CreateJob {
-    /// A kind a worker of this server runs (else 422 `unknown_kind`).
+    /// One of the kinds this server runs (the document's `enum`: its workers', less those only
+    /// Kickoff inserts).
     #[schemars(regex(pattern = NO_NUL))]
+    #[schemars(extend("x-kickoff-kinds" = true))]
     pub kind: String,
     /// A JSON object; its kind's worker checks it (else 422 `args_refused`).
     #[serde(default)]

@@ -85,6 +85,7 @@ async fn set_paused(
 #[schemars(transform = crate::schema_rules::AtLeastOne(&[
     "concurrency", "rate", "per", "global_concurrency",
 ]))]
+#[schemars(transform = crate::schema_rules::NotRemovedWith("per", "rate"))]
 pub struct QueuePatch {
     /// Per-node concurrency, 1 to 10000; `null` returns to each node's configured one.
     #[serde(default, deserialize_with = "super::extract::present")]
@@ -99,7 +100,8 @@ pub struct QueuePatch {
     pub rate: Option<Option<String>>,
     /// What the rate is counted by, each key getting all of it: `kind`, `host` (of a webhook's
     /// url) or `args.<field>` (1 to 64 of A-Z, a-z, 0-9, `_`, `-`); `null`: one count for the
-    /// queue. Needs a rate, given or the queue's (else 422 `inconsistent`).
+    /// queue. Needs a rate: not with `rate` `null`; without `rate`, the queue's (else 422
+    /// `inconsistent`).
     #[serde(default, deserialize_with = "super::extract::present")]
     #[schemars(regex(pattern = r"^(kind|host|args\.[A-Za-z0-9_-]{1,64})$"))]
     #[schemars(extend("x-message" = "per: kind, host or args.<field> (1 to 64 of A-Z, a-z, 0-9, `_`, `-`)"))]

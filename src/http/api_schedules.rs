@@ -90,7 +90,8 @@ pub async fn create(
 #[serde(deny_unknown_fields)]
 #[schemars(transform = AtMostOne(&["cron", "every_ms"]))]
 pub struct SchedulePatch {
-    /// Not with `every_ms`; a syntax error is 422 `invalid_cron`.
+    /// Not with `every_ms`, not blank; a syntax error is 422 `invalid_cron`.
+    #[schemars(regex(pattern = crate::schema_rules::NOT_BLANK))]
     pub cron: Option<String>,
     /// 1,000 to 34,560,000,000 ms. Not with `cron`.
     #[schemars(range(min = 1000, max = 34_560_000_000i64))]
@@ -98,8 +99,10 @@ pub struct SchedulePatch {
     #[serde(default)]
     #[schemars(schema_with = "rule::zone_or_null")]
     pub time_zone: Option<String>,
-    /// A kind a worker of this server runs (else 422 `unknown_kind`).
+    /// One of the kinds this server runs (the document's `enum`; a stored kind no longer run:
+    /// 422 `unknown_kind`).
     #[schemars(regex(pattern = NO_NUL))]
+    #[schemars(extend("x-kickoff-kinds" = true))]
     pub kind: Option<String>,
     /// Checked by the kind's worker (else 422 `args_refused`).
     #[serde(default)]

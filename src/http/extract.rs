@@ -6,6 +6,7 @@ use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
 use super::error::AppError;
+use super::state::ServerKinds;
 use crate::engine::JobId;
 
 /// `axum::Json` with [`AppError`] rejections, checked first against the JSON Schema of `T` (the
@@ -20,24 +21,26 @@ impl<S, T> FromRequest<S> for ApiJson<T>
 where
     T: DeserializeOwned + schemars::JsonSchema + 'static,
     S: Send + Sync,
+    ServerKinds: axum::extract::FromRef<S>,
 {
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let kinds = <ServerKinds as axum::extract::FromRef<S>>::from_ref(state);
         let axum::Json(value) = axum::Json::<serde_json::Value>::from_request(req, state).await?;
-        body_of(value).map(ApiJson)
+        body_of(value, &kinds).map(ApiJson)
     }
 }
 
 /// A request body as [`ApiJson`] reads it: integers where the schema says so, checked against
-/// `T`'s schema, then deserialized.
-pub(crate) fn body_of<T>(mut value: serde_json::Value) -> Result<T, AppError>
+/// `T`'s schema (its job kinds `kinds`), then deserialized.
+pub(crate) fn body_of<T>(mut value: serde_json::Value, kinds: &ServerKinds) -> Result<T, AppError>
 where
     T: DeserializeOwned + schemars::JsonSchema + 'static,
 {
-    let checker = validator_of::<T>();
+    let checker = validator_of::<T>(kinds);
     integers_where_the_schema_says(&mut value, &checker.schema, &checker.schema, 0);
-    check_against_schema::<T>(&value)?;
+    check_against_schema::<T>(&value, kinds)?;
     serde_json::from_value(value).map_err(|e| AppError::invalid(format!("body: {e}")))
 }
 
@@ -56,39 +59,53 @@ pub(crate) fn compile(schema: &serde_json::Value) -> Result<jsonschema::Validato
         .map_err(|e| e.to_string())
 }
 
-/// The compiled schema of each request type, built once.
-fn validator_of<T: schemars::JsonSchema + 'static>() -> std::sync::Arc<Checker> {
+/// The compiled schema of each request type with the server's job kinds stated in it
+/// (`schema_rules::with_kinds`, as the document states them), built once per type and kinds.
+fn validator_of<T: schemars::JsonSchema + 'static>(kinds: &ServerKinds) -> std::sync::Arc<Checker> {
     use std::any::TypeId;
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex, OnceLock};
-    static VALIDATORS: OnceLock<Mutex<HashMap<TypeId, Arc<Checker>>>> = OnceLock::new();
+    type Checkers = HashMap<(TypeId, ServerKinds), Arc<Checker>>;
+    static VALIDATORS: OnceLock<Mutex<Checkers>> = OnceLock::new();
     let map = VALIDATORS.get_or_init(Default::default);
-    if let Some(v) = map
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&TypeId::of::<T>())
-    {
+    let key = (TypeId::of::<T>(), kinds.clone());
+    if let Some(v) = map.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return v.clone();
     }
-    let schema = schemars::generate::SchemaSettings::draft2020_12()
+    let mut schema = schemars::generate::SchemaSettings::draft2020_12()
         .into_generator()
-        .into_root_schema_for::<T>();
+        .into_root_schema_for::<T>()
+        .to_value();
+    crate::schema_rules::with_kinds(&mut schema, &kinds.0);
     let validator = Arc::new(Checker {
-        validator: compile(schema.as_value())
+        validator: compile(&schema)
             .unwrap_or_else(|e| panic!("the schema of {} compiles: {e}", T::schema_name())),
-        schema: schema.to_value(),
+        schema,
     });
     map.lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(TypeId::of::<T>(), validator.clone());
+        .insert(key, validator.clone());
     validator
 }
 
-/// The first rule of `T`'s schema that `value` breaks, as a 422 naming where.
+/// The first rule of `T`'s schema (its job kinds `kinds`) that `value` breaks, as a 422 naming
+/// where.
 pub(crate) fn check_against_schema<T: schemars::JsonSchema + 'static>(
     value: &serde_json::Value,
+    kinds: &ServerKinds,
 ) -> Result<(), AppError> {
-    let checker = validator_of::<T>();
+    let checker = validator_of::<T>(kinds);
+    if let Some(e) = checker.validator.iter_errors(value).next() {
+        // A rule that answers with a code of its own (a kind this server does not run:
+        // `unknown_kind`, as the insert itself would).
+        let path = e.schema_path.to_string();
+        if innermost(&checker.schema, &path, crate::schema_rules::CODE).as_deref()
+            == Some("unknown_kind")
+        {
+            let kind = e.instance.as_str().unwrap_or_default().to_string();
+            return Err(crate::engine::ClientError::UnknownKind(kind).into());
+        }
+    }
     let broken = checker.validator.iter_errors(value).next().map(|e| {
         if let Some(words) = rule_words(&checker.schema, &e.schema_path.to_string()) {
             return words;
@@ -116,10 +133,13 @@ pub(crate) fn check_against_schema<T: schemars::JsonSchema + 'static>(
 /// on the way to the broken keyword), where the schema gives them: "give either ids or filter"
 /// rather than the validator's account of a `oneOf`.
 fn rule_words(schema: &serde_json::Value, schema_path: &str) -> Option<String> {
+    innermost(schema, schema_path, crate::schema_rules::MESSAGE)
+}
+
+/// The innermost value of `keyword` on the way along `schema_path` (through `$ref`).
+fn innermost(schema: &serde_json::Value, schema_path: &str, keyword: &str) -> Option<String> {
     let mut node = schema;
-    let mut words = node
-        .get(crate::schema_rules::MESSAGE)
-        .and_then(|m| m.as_str());
+    let mut words = node.get(keyword).and_then(|m| m.as_str());
     for segment in schema_path.split('/').skip(1) {
         let segment = segment.replace("~1", "/").replace("~0", "~");
         // A `$ref` within the schema (`#/$defs/...`) leads on into the definition.
@@ -141,10 +161,7 @@ fn rule_words(schema: &serde_json::Value, schema_path: &str) -> Option<String> {
         // A path leading out of this schema: the words found so far stand.
         let Some(next) = next else { break };
         node = next;
-        if let Some(m) = node
-            .get(crate::schema_rules::MESSAGE)
-            .and_then(|m| m.as_str())
-        {
+        if let Some(m) = node.get(keyword).and_then(|m| m.as_str()) {
             words = Some(m);
         }
     }
@@ -237,7 +254,8 @@ where
             axum::extract::Query::<T>::from_request_parts(parts, state).await?;
         let read = serde_json::to_value(&v)
             .map_err(|e| AppError::Internal(format!("a query read back: {e}")))?;
-        check_against_schema::<T>(&read)?;
+        // A query names no kind a job must be (a filter's kind is any text).
+        check_against_schema::<T>(&read, &ServerKinds::default())?;
         Ok(ApiQuery(v))
     }
 }

@@ -3,6 +3,7 @@
 //! Request and response bodies are described by the JSON Schemas of the very types the handlers
 //! read and write (derived with schemars, honouring their serde attributes).
 
+use axum::extract::State;
 use axum::routing::{delete, get, patch, post, MethodRouter};
 use axum::Json;
 use schemars::generate::SchemaSettings;
@@ -219,7 +220,7 @@ pub fn endpoints() -> Vec<Endpoint> {
             body: Some(schema::<api_jobs::CreateJob>),
             query: None,
             ok: (201, Some(schema::<api_jobs::InsertedBody>)),
-            refusals: &[UNKNOWN_KIND, ARGS_REFUSED, OUT_OF_WINDOW, KEY_HELD],
+            refusals: &[ARGS_REFUSED, OUT_OF_WINDOW, KEY_HELD],
             route: || post(api_jobs::create),
         },
         Endpoint {
@@ -595,11 +596,11 @@ pub fn endpoints() -> Vec<Endpoint> {
         Endpoint {
             method: "post",
             path: "/schedules",
-            summary: "Create a schedule (a cron expression or an interval, a zone, a job template) and insert its runs ahead; 422 `invalid_cron` names the field and the character where an expression goes wrong, 422 for an unknown zone or a kind no worker runs, 409 for a name taken",
+            summary: "Create a schedule (a cron expression or an interval, a zone, a job template of one of the kinds this server runs) and insert its runs ahead; 422 `invalid_cron` names the field and the character where an expression goes wrong, 422 for an unknown zone, 409 for a name taken",
             body: Some(schema::<ScheduleSpec>),
             query: None,
             ok: (201, Some(schema::<ScheduleView>)),
-            refusals: &[UNKNOWN_KIND, ARGS_REFUSED, INVALID_CRON, INCONSISTENT, OUT_OF_WINDOW, NAME_TAKEN],
+            refusals: &[ARGS_REFUSED, INVALID_CRON, INCONSISTENT, OUT_OF_WINDOW, NAME_TAKEN],
             route: || post(api_schedules::create),
         },
         Endpoint {
@@ -770,12 +771,24 @@ pub fn endpoints() -> Vec<Endpoint> {
             query: None,
             ok: (200, None),
             refusals: &[],
-            route: || get(|| async { Json(document()) }),
+            route: || {
+                get(|State(state): State<AppState>| async move {
+                    Json(document_for(&state.kinds.0))
+                })
+            },
         },
     ]
 }
 
-/// The OpenAPI 3.1 document of `/api/v1`.
+/// The OpenAPI 3.1 document of `/api/v1` of a server whose callers may insert jobs of `kinds`
+/// (stated as the `enum` of a job's `kind`; none: left open).
+pub fn document_for(kinds: &[&str]) -> Value {
+    let mut doc = document();
+    crate::schema_rules::with_kinds(&mut doc, kinds);
+    doc
+}
+
+/// The OpenAPI 3.1 document of `/api/v1`, its job kinds left open (see [`document_for`]).
 pub fn document() -> Value {
     // OpenAPI 3.1 takes JSON Schema 2020-12 as it is; only the definitions move.
     let mut settings = SchemaSettings::draft2020_12();
@@ -1013,7 +1026,7 @@ mod tests {
     use super::*;
 
     fn refusal<T: schemars::JsonSchema + 'static>(body: serde_json::Value) -> String {
-        match crate::http::extract::check_against_schema::<T>(&body) {
+        match crate::http::extract::check_against_schema::<T>(&body, &Default::default()) {
             Err(e) => e.to_string(),
             Ok(()) => panic!("admitted: {body}"),
         }
@@ -1058,11 +1071,12 @@ mod tests {
         );
         assert!(!args.contains("s3cr3t"), "{args}");
         // `null` meta is no meta: `on_late` alone is fine.
-        assert!(
-            check_against_schema::<api_jobs::CreateJob>(&json!({"kind": "k",
-            "on_late": {"after_ms": 1000, "then": "skip"}, "meta": null}))
-            .is_ok()
-        );
+        assert!(check_against_schema::<api_jobs::CreateJob>(
+            &json!({"kind": "k",
+            "on_late": {"after_ms": 1000, "then": "skip"}, "meta": null}),
+            &Default::default()
+        )
+        .is_ok());
     }
 
     /// A number written `5.0` is read as an integer where the schema says `integer` (a
@@ -1072,10 +1086,13 @@ mod tests {
     fn integral_floats_become_integers_only_where_the_schema_says_integer() {
         use crate::http::{api_job_tools, api_jobs};
         use serde_json::json;
-        let job: api_jobs::CreateJob = crate::http::extract::body_of(json!({
-            "kind": "noop", "priority": 5.0, "args": {"amount": 10.0, "list": [1.0, 2]},
-            "meta": {"ratio": 2.0, "late": {"after_ms": 60000.0, "then": "skip"}},
-        }))
+        let job: api_jobs::CreateJob = crate::http::extract::body_of(
+            json!({
+                "kind": "noop", "priority": 5.0, "args": {"amount": 10.0, "list": [1.0, 2]},
+                "meta": {"ratio": 2.0, "late": {"after_ms": 60000.0, "then": "skip"}},
+            }),
+            &Default::default(),
+        )
         .unwrap();
         let shown = format!("{job:?}");
         for part in [
@@ -1087,9 +1104,12 @@ mod tests {
             assert!(shown.contains(part), "{part} in {shown}");
         }
         assert!(!shown.contains("Number(60000.0)"), "{shown}");
-        let edit: api_job_tools::EditManyBody = crate::http::extract::body_of(json!({
-            "ids": [1.0, 2.0], "edit": {"max_attempts": 4.0, "args_patch": {"x": 3.0}},
-        }))
+        let edit: api_job_tools::EditManyBody = crate::http::extract::body_of(
+            json!({
+                "ids": [1.0, 2.0], "edit": {"max_attempts": 4.0, "args_patch": {"x": 3.0}},
+            }),
+            &Default::default(),
+        )
         .unwrap();
         let shown = format!("{edit:?}");
         assert!(shown.contains("3.0"), "{shown}");

@@ -53,6 +53,19 @@ pub struct AppState {
     pub alerts: crate::alerts::Alerts,
     /// Where the dashboard's lists, charts and counts are read (see [`super::reader`]).
     pub reader: super::reader::Reader,
+    /// The kinds a caller may insert here: the document's and the request check's `kind` enum.
+    pub kinds: ServerKinds,
+}
+
+/// The kinds of jobs a caller may insert on this server (its workers', less Kickoff's own), as
+/// the API's document states them and its request check holds to them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ServerKinds(pub Arc<[&'static str]>);
+
+impl axum::extract::FromRef<AppState> for ServerKinds {
+    fn from_ref(state: &AppState) -> Self {
+        state.kinds.clone()
+    }
 }
 
 /// What a server's [`AppState`] is made of; [`AppState::new`] derives the rest (the questions
@@ -74,6 +87,7 @@ pub struct StateParts {
 impl AppState {
     pub fn new(parts: StateParts) -> Self {
         AppState {
+            kinds: ServerKinds(parts.client.workers().insertable_kinds().into()),
             questions: QuestionService::new(parts.client.clone()),
             auditor: Auditor::new(parts.pool.clone()),
             sse_clients: Arc::default(),

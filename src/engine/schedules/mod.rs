@@ -166,14 +166,16 @@ impl JobTemplate {
 #[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[schemars(transform = crate::schema_rules::ExactlyOne(&["cron", "every_ms"]))]
+#[schemars(transform = crate::schema_rules::JobKindRun)]
 pub struct ScheduleSpec {
     /// 1 to 100 characters of `A-Z a-z 0-9 _ . : -`; unique.
     #[schemars(regex(pattern = NAME_PATTERN))]
     #[schemars(extend("x-message" = "name: must be 1 to 100 characters of A-Z, a-z, 0-9, `_`, `.`, `:` and `-`"))]
     pub name: String,
     /// A cron expression (5 fields, or 6 with seconds first; `L`, `W`, `#`, `@hourly` ...).
-    /// Exactly one of `cron` and `every_ms`.
+    /// Exactly one of `cron` and `every_ms`. Not blank.
     #[serde(default)]
+    #[schemars(regex(pattern = crate::schema_rules::NOT_BLANK))]
     pub cron: Option<String>,
     /// An interval in ms (1,000 to 34,560,000,000), aligned to `starts_at` or the Unix epoch.
     #[serde(default)]
