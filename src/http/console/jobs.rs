@@ -478,7 +478,7 @@ impl JobsConsole for ServerConsole {
         let mut kinds: Vec<String> = self
             .client
             .workers()
-            .kinds()
+            .insertable_kinds()
             .into_iter()
             .map(String::from)
             .collect();

@@ -163,7 +163,7 @@ impl SchedulesConsole for ServerConsole {
         let mut kinds: Vec<String> = self
             .client
             .workers()
-            .kinds()
+            .insertable_kinds()
             .into_iter()
             .map(String::from)
             .collect();
