@@ -1,6 +1,7 @@
 // Shared by the end-to-end tests: Debian's Chromium through playwright-core, the server under test
 // (started by scripts/test, which passes KICKOFF_E2E_URL and KICKOFF_E2E_TOKEN), and web-first waits.
 import { chromium } from 'playwright-core';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -14,9 +15,67 @@ export const adminPassword = process.env.KICKOFF_E2E_ADMIN_PASSWORD ?? '';
 
 // A browser profile of its own, signed in as the admin unless `signedOut` is set.
 export async function launch({ signedOut = false, ...options } = {}) {
-  const context = await launchProfile(options);
-  if (!signedOut) await signIn(context);
-  return context;
+  const browser = new Browser(signedOut, options);
+  await browser.start();
+  return browser;
+}
+
+// Waits for `promise` at most `ms`; then rejects, saying `what`.
+function within(ms, what, promise) {
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms / 1000} s`)), ms);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
+
+// A Chromium profile, as the tests use it (`newPage`, `request`, `close`), that does not let
+// Chromium itself hang a test file: opening a tab and closing a tab or the browser have no
+// time-out of their own in Playwright, and Chromium was seen (in CI, and in a fifth full run of
+// this session's) to never answer one, the whole file timing out after 3 minutes with no word.
+// A tab that does not open within 20 s gets a fresh browser (signed in again as it was); a close
+// that does not end within 10 s is left behind (the browser's is killed).
+class Browser {
+  constructor(signedOut, options) {
+    this.signedOut = signedOut;
+    this.options = options;
+  }
+
+  async start() {
+    const { context, userDataDir } = await launchProfile(this.options);
+    this.context = context;
+    this.userDataDir = userDataDir;
+    // On the profile itself: a tab that does not open here fails the start, it does not loop.
+    if (!this.signedOut) await within(60_000, 'signing in', signIn(this.context));
+  }
+
+  get request() {
+    return this.context.request;
+  }
+
+  async newPage() {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const page = await within(20_000, 'Chromium opening a tab', this.context.newPage());
+        const close = page.close.bind(page);
+        page.close = (...args) => within(10_000, 'Chromium closing a tab', close(...args))
+          .catch((e) => console.error(`${e.message}: left open`));
+        return page;
+      } catch (e) {
+        if (attempt >= 2) throw e;
+        console.error(`${e.message}: starting a fresh browser`);
+        await this.close();
+        await this.start();
+      }
+    }
+  }
+
+  async close() {
+    await within(10_000, 'Chromium closing', this.context.close()).catch((e) => {
+      console.error(`${e.message}: killing it`);
+      spawnSync('pkill', ['-KILL', '-f', this.userDataDir]);
+    });
+  }
 }
 
 // Signs in through the login form (it works with and without JavaScript).
@@ -41,7 +100,7 @@ async function launchProfile(options) {
     // A new profile each time; the flags keep Chromium off the network this machine does not have.
     const userDataDir = mkdtempSync(path.join(tmpdir(), 'kickoff-chromium-'));
     try {
-      return await chromium.launchPersistentContext(userDataDir, {
+      const context = await chromium.launchPersistentContext(userDataDir, {
         timeout: 60_000,
         ...options,
         executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
@@ -49,6 +108,7 @@ async function launchProfile(options) {
         args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
           '--disable-background-networking', '--disable-component-update', '--disable-sync'],
       });
+      return { context, userDataDir };
     } catch (e) {
       if (attempt >= 2) throw e;
       console.error(`Chromium did not start (${e.message.split('\n')[0]}): trying a fresh profile`);
