@@ -3,14 +3,16 @@
 
 mod alerts;
 mod pages;
+mod percentiles;
 mod schedules;
 mod streams;
+mod worker;
 
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use crate::engine::db::{Db, PoolMode};
+use crate::db::{Db, PoolMode};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -20,29 +22,11 @@ use tokio::sync::mpsc;
 use crate::cli::BenchWorkload;
 use crate::config::Config;
 use crate::engine::store::jobs as job_store;
-use crate::engine::{
-    BoxFuture, Engine, EngineConfig, JobContext, JobId, JobState, NewJob, WorkError, Worker,
-    Workers, MIGRATOR,
-};
+use crate::engine::{Engine, EngineConfig, JobId, JobState, NewJob, MIGRATOR};
 use crate::postgres::{Durability, EmbeddedPostgres};
 
-const KIND: &str = "bench";
-
-/// A worker that only reports when each attempt started.
-struct BenchWorker {
-    started: mpsc::UnboundedSender<(JobId, DateTime<Utc>, DateTime<Utc>)>,
-}
-
-impl Worker for BenchWorker {
-    fn kind(&self) -> &'static str {
-        KIND
-    }
-    fn work(&self, ctx: JobContext) -> BoxFuture<'_, Result<(), WorkError>> {
-        let now = Utc::now();
-        let _ = self.started.send((ctx.job.id, now, ctx.job.scheduled_at));
-        Box::pin(async { Ok(()) })
-    }
-}
+use self::percentiles::with_percentiles;
+use self::worker::{workers, workers_reporting_to, Starts, KIND};
 
 /// Knobs of the workloads.
 #[derive(Debug, Clone)]
@@ -167,23 +151,6 @@ pub async fn run(
     }
     println!("{}", result?);
     Ok(())
-}
-
-/// The channel each bench handler reports its start to: (job, started, scheduled_at).
-type Starts = mpsc::UnboundedReceiver<(JobId, DateTime<Utc>, DateTime<Utc>)>;
-
-fn workers() -> (Workers, Starts) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    (workers_reporting_to(tx), rx)
-}
-
-/// Bench workers that report to `started` (several engines may share one channel).
-fn workers_reporting_to(
-    started: mpsc::UnboundedSender<(JobId, DateTime<Utc>, DateTime<Utc>)>,
-) -> Workers {
-    let mut w = Workers::new();
-    w.register(BenchWorker { started });
-    w
 }
 
 /// Waits until `n` handlers started (60 s at most between two starts); returns when the first one
@@ -566,19 +533,4 @@ async fn scheduled(pool: &Db, o: &BenchOptions) -> Result<Value, String> {
         out["p99_after_first_50ms_ms"] = json!((p99 * 100.0).round() / 100.0);
     }
     Ok(out)
-}
-
-fn with_percentiles(mut base: Value, mut samples: Vec<f64>) -> Value {
-    samples.sort_by(|a, b| a.total_cmp(b));
-    let pick = |p: f64| -> f64 {
-        let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
-        (samples[i] * 100.0).round() / 100.0
-    };
-    if let Value::Object(m) = &mut base {
-        m.insert("p50_ms".into(), json!(pick(0.50)));
-        m.insert("p95_ms".into(), json!(pick(0.95)));
-        m.insert("p99_ms".into(), json!(pick(0.99)));
-        m.insert("max_ms".into(), json!(pick(1.0)));
-    }
-    base
 }

@@ -50,7 +50,7 @@ pub struct Config {
     /// and LISTEN go through `KICKOFF_LISTEN_DATABASE_URL`, and without it the node polls).
     /// Default: `direct`.
     #[arg(long, env = "KICKOFF_DATABASE_POOL_MODE", default_value = "direct")]
-    pub database_pool_mode: crate::engine::PoolMode,
+    pub database_pool_mode: crate::db::PoolMode,
 
     /// How often a node that cannot LISTEN looks for work, in milliseconds: behind a transaction
     /// pooler without `KICKOFF_LISTEN_DATABASE_URL`. A job inserted by another process starts up

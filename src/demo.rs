@@ -47,7 +47,7 @@ pub async fn run(config: &Config) -> Result<(), String> {
     Ok(())
 }
 
-async fn seed(pool: &crate::engine::db::Db) -> Result<String, String> {
+async fn seed(pool: &crate::db::Db) -> Result<String, String> {
     // The demo's own webhook target: a closed local port, so these calls fail for real.
     let failing_host = "127.0.0.1:9".to_string();
     let client = Client::new(

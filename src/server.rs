@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::engine::db::{Db, PoolMode};
-
 use crate::accounts::bootstrap_token::{BootstrapToken, Opened};
 use crate::accounts::SetupLink;
 use crate::config::Config;
+use crate::db::{Db, PoolMode};
 use crate::engine::maintenance::count_folder::CountFolderConfig;
 use crate::engine::maintenance::pruner::PrunerConfig;
 use crate::engine::{Engine, EngineConfig};
@@ -20,6 +19,7 @@ use crate::http::{
     state::{AppState, StateParts},
 };
 use crate::postgres::{Durability, EmbeddedError, EmbeddedPostgres, DATABASE};
+use crate::supervisor::{Supervisor, STOP_GRACE};
 use crate::workers;
 
 /// A failure that stops the server, with what to do about it.
@@ -223,7 +223,7 @@ fn api_token(config: &Config) -> Result<BootstrapToken, StartError> {
 /// Seals again, bound to their endpoint, the endpoints' values sealed before binding (once, by
 /// the first node of this version to start; see `webhooks::service::Endpoints::bind_sealed`).
 async fn bind_sealed_values(
-    pool: &crate::engine::db::Db,
+    pool: &crate::db::Db,
     key: &Arc<crate::webhooks::SecretKey>,
 ) -> Result<(), StartError> {
     let endpoints = crate::webhooks::service::Endpoints::new(pool.clone(), key.clone());
@@ -334,8 +334,13 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         Err(e) => return Err(StartError::Config(format!("KICKOFF_ADMIN_PASSWORD: {e}"))),
     };
     let accounts = accounts.with_setup_link(setup_link.clone());
-    tokio::spawn(token.clone().watch(shutdown.clone()));
-    tokio::spawn(http::session::sweep_expired(web.clone(), shutdown.clone()));
+    // Every background task of the server, stopped after HTTP and awaited before the pools close
+    // (dropped on a failed start: its tasks are aborted with it).
+    let mut tasks = Supervisor::new();
+    tasks.spawn("bootstrap token watch", |stop| token.clone().watch(stop));
+    tasks.spawn("session sweep", |stop| {
+        http::session::sweep_expired(web.clone(), stop)
+    });
     let state = AppState::new(StateParts {
         shutdown: shutdown.clone(),
         client: engine.client().with_pool(web.clone()),
@@ -376,27 +381,27 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         });
     // The alerts' evaluation: on whichever node leads (see `alerts::evaluator`).
     let notify_queue = engine_queue_for_notifications(&config);
-    tokio::spawn(
-        crate::alerts::Evaluator::new(
-            web.clone(),
-            engine.client().with_pool(web.clone()),
-            notify_queue,
-        )
-        .with_retention(config.retention())
-        .run(
+    let evaluator = crate::alerts::Evaluator::new(
+        web.clone(),
+        engine.client().with_pool(web.clone()),
+        notify_queue,
+    )
+    .with_retention(config.retention());
+    tasks.spawn("alert evaluator", |stop| {
+        evaluator.run(
             Duration::from_millis(config.alert_interval_ms),
             engine.leader_check(),
-            shutdown.clone(),
-        ),
-    );
+            stop,
+        )
+    });
     // Rotated endpoints' previous secrets, dropped once their overlap ended (on the leader).
-    tokio::spawn(
+    tasks.spawn("secret sweeper", |stop| {
         crate::webhooks::sweeper::SecretSweeper::new(web.clone()).run(
             crate::webhooks::sweeper::DEFAULT_INTERVAL,
             engine.leader_check(),
-            shutdown.clone(),
-        ),
-    );
+            stop,
+        )
+    });
     let app = http::router(state);
     println!("Kickoff listening on http://{local_addr}");
     // Only here, on this process's own output: the code is kept nowhere else.
@@ -405,11 +410,12 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
             "No operator account yet: open {url} to create the first admin (the link works once)."
         );
     }
-    tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            stop_signals.recv().await;
-            shutdown.cancel();
+    // A stop signal ends HTTP (gracefully); the tasks stop once it has.
+    let http_stop = shutdown.clone();
+    tasks.spawn("stop signals", |stop| async move {
+        tokio::select! {
+            _ = stop_signals.recv() => http_stop.cancel(),
+            _ = stop.cancelled() => {}
         }
     });
     // Open event streams end with the shutdown token, so the graceful stop does not wait on them.
@@ -427,7 +433,8 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         Duration::from_secs(config.shutdown_grace_secs),
     )
     .await;
-    tracing::info!("stopping: engine first, then the database");
+    tracing::info!("stopping: the background tasks, the engine, then the database");
+    tasks.stop(STOP_GRACE).await;
     engine.stop().await;
     web.close().await;
     db.close().await;

@@ -23,11 +23,11 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use crate::engine::db::Db;
+use crate::db::Db;
 
+use super::error::LoginError;
 use super::request_limit::{address_key, RequestLimiter, Requester};
 use super::store::{self, LoginCounter, LoginScope};
-use super::LoginError;
 
 /// Failures (of one name, or from one address) after which each further failed attempt is
 /// answered only after [`SLOWDOWN`]: 5.

@@ -25,6 +25,7 @@
 
 pub mod api_token;
 pub mod bootstrap_token;
+pub mod error;
 mod login_throttle;
 mod name;
 mod password;
@@ -40,6 +41,7 @@ mod text_column;
 pub mod token_store;
 
 pub use api_token::TokenScope;
+pub use error::{AccountError, LoginError};
 pub use login_throttle::{
     FAILURE_WINDOW, LOCK_AFTER_FAILURES, LOCK_DURATION, SLOWDOWN, SLOW_AFTER_FAILURES,
 };
@@ -47,7 +49,7 @@ pub use name::{normalize_name, BOOTSTRAP_ACTOR, MAX_NAME_CHARS};
 pub use password::{validate_password, MAX_PASSWORD_CHARS, MIN_PASSWORD_CHARS};
 pub use request_limit::{RequestLimits, Taken, DEFAULT_SIGN_IN_RATE};
 pub use role::Role;
-pub use service::{AccountError, Accounts, LoginError, FIRST_ADMIN_NAME, UNKNOWN_NAME};
+pub use service::{Accounts, FIRST_ADMIN_NAME, UNKNOWN_NAME};
 pub use setup_link::{SetupError, SetupLink, SetupPass};
 pub use store::User;
 pub use token_store::{ApiToken, TokenOwner};

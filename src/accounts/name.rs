@@ -1,6 +1,6 @@
 //! Login names: what one may be, and the one spelling it is stored and looked up in.
 
-use super::AccountError;
+use super::error::AccountError;
 
 /// The name the audit log and the jobs' creators give the bootstrap token: no user may take it.
 pub const BOOTSTRAP_ACTOR: &str = "api-token";

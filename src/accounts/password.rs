@@ -9,7 +9,7 @@ use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
 
-use super::AccountError;
+use super::error::AccountError;
 
 /// The shortest password, in characters.
 pub const MIN_PASSWORD_CHARS: usize = 12;

@@ -22,7 +22,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::engine::db::Db;
+use crate::db::Db;
 
 use super::store;
 use crate::rate::Rate;

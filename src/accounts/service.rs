@@ -3,68 +3,26 @@
 
 use std::net::IpAddr;
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use sqlx::PgConnection;
 
+use super::api_token::TokenScope;
 use super::api_token::{self, MAX_TOKEN_NAME_CHARS};
+use super::error::{AccountError, LoginError};
 use super::login_throttle::LoginThrottle;
+use super::name::normalize_name;
+use super::password::{self, validate_password};
 use super::request_limit::{RequestLimiter, RequestLimits, Requester, Taken};
+use super::role::Role;
 use super::setup_link::{SetupError, SetupLink, SetupPass};
 use super::store::{self, User};
 use super::token_store::{self, ApiToken, TokenOwner};
-use super::{normalize_name, password, validate_password, Role, TokenScope};
 
 /// The name of the administrator made on first start.
 pub const FIRST_ADMIN_NAME: &str = "admin";
 
-#[derive(Debug, thiserror::Error)]
-pub enum AccountError {
-    /// Input that breaks a rule (name, password); the message says which rule, for the user.
-    #[error("{field} {message}")]
-    Invalid {
-        field: &'static str,
-        message: String,
-    },
-    #[error("the name `{0}` is taken")]
-    NameTaken(String),
-    /// The change is refused as things stand (the last admin, a token revoked already).
-    #[error("{0}")]
-    Conflict(String),
-    /// What was not found, e.g. `user 42`.
-    #[error("{0} not found")]
-    NotFound(String),
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-}
-
 /// What the audit log says for a failed sign-in whose name names no account.
 pub const UNKNOWN_NAME: &str = "(unknown name)";
-
-#[derive(Debug, thiserror::Error)]
-pub enum LoginError {
-    /// Unknown name, wrong password, or a disabled account: deliberately one answer, so that it
-    /// does not tell which names exist or which accounts are disabled.
-    #[error("wrong name or password")]
-    BadCredentials,
-    /// Too many failed logins for this name or from this address; no password is checked until
-    /// the lock ends.
-    /// `unchecked`: this attempt was refused without a look at its password (the lock was set
-    /// before it), so it is counted with the lock's other refusals, not audited on its own.
-    #[error("too many failed logins: try again in {retry_after_secs} s")]
-    Locked {
-        retry_after_secs: u64,
-        unchecked: bool,
-    },
-    /// Too many attempts from this address in the current window of `KICKOFF_SIGN_IN_RATE_LIMIT`,
-    /// right or wrong: refused unchecked and uncounted (see `request_limit`).
-    #[error("too many sign-in attempts from this address: try again in {retry_after_secs} s")]
-    RateLimited { retry_after_secs: u64 },
-    /// A new password that breaks the rules (changing one's own password).
-    #[error("{0}")]
-    Invalid(String),
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-}
 
 /// A new password, checked against the rules and hashed: ready to write. Hashing takes a while
 /// (and its memory): make it before taking a connection.
@@ -146,7 +104,7 @@ impl Accounts {
     ) -> Result<User, AccountError> {
         refuse_reserved(&normalize_name(name)?)?;
         let password = self.new_password(password).await?;
-        crate::engine::in_transaction!(self, |tx| self.create_with(tx, name, &password, role))
+        crate::db::in_transaction!(self, |tx| self.create_with(tx, name, &password, role))
     }
 
     /// Checks and hashes a new password.
@@ -238,7 +196,7 @@ impl Accounts {
     /// sessions signed in before now end at their next request.
     pub async fn set_password(&self, id: i64, password: &str) -> Result<User, AccountError> {
         let password = self.new_password(password).await?;
-        crate::engine::in_transaction!(self, |tx| self.set_password_with(tx, id, &password))
+        crate::db::in_transaction!(self, |tx| self.set_password_with(tx, id, &password))
     }
 
     /// [`Self::set_password`] on the caller's connection or inside the caller's transaction.
@@ -416,7 +374,10 @@ impl Accounts {
     /// Deletes failure counters that no longer count (window over, no running lock). For a
     /// periodic sweep; returns how many were deleted.
     pub async fn prune_login_failures(&self) -> Result<u64, AccountError> {
-        Ok(store::login_failure_prune(&self.pool, super::FAILURE_WINDOW, None).await?)
+        Ok(
+            store::login_failure_prune(&self.pool, super::login_throttle::FAILURE_WINDOW, None)
+                .await?,
+        )
     }
 
     /// Writes the audit entry of each sign-in lock that is over, with the attempts it refused
@@ -435,7 +396,7 @@ impl Accounts {
         name: &str,
         scope: TokenScope,
     ) -> Result<(ApiToken, String), AccountError> {
-        crate::engine::in_transaction!(self, |tx| self.create_token_with(tx, user, name, scope))
+        crate::db::in_transaction!(self, |tx| self.create_token_with(tx, user, name, scope))
     }
 
     /// [`Self::create_token`] on the caller's connection or inside the caller's transaction.
@@ -492,7 +453,7 @@ impl Accounts {
 
     /// Revokes a token: the next request that presents it is refused.
     pub async fn revoke_token(&self, id: i64) -> Result<ApiToken, AccountError> {
-        crate::engine::in_transaction!(self, |tx| self.revoke_token_with(tx, id))
+        crate::db::in_transaction!(self, |tx| self.revoke_token_with(tx, id))
     }
 
     /// [`Self::revoke_token`] on the caller's connection or inside the caller's transaction.
@@ -580,7 +541,7 @@ fn setup_refused(e: LoginError) -> SetupError {
 
 /// Refuses a name no user may take (the bootstrap token's in the audit log).
 pub fn refuse_reserved(name: &str) -> Result<(), AccountError> {
-    if name == super::BOOTSTRAP_ACTOR {
+    if name == super::name::BOOTSTRAP_ACTOR {
         return Err(AccountError::Invalid {
             field: "name",
             message: format!("`{name}` is the bootstrap token's name in the audit log"),

@@ -3,14 +3,14 @@
 //! store used, so sessions signed in before this store keep working).
 //!
 //! Kickoff's own rather than `tower-sessions-sqlx-store`'s: every statement goes through a [`Db`],
-//! so sessions work behind a transaction pooler too (see `engine::db`).
+//! so sessions work behind a transaction pooler too (see `db`).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tower_sessions::session::{Id, Record};
 use tower_sessions::session_store::{self, ExpiredDeletion, SessionStore};
 
-use crate::engine::db::Db;
+use crate::db::Db;
 
 #[derive(Clone, Debug)]
 pub struct PgSessionStore {

@@ -18,8 +18,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
+use super::error::AccountError;
 use super::secret::{constant_time_eq, random_hex};
-use super::AccountError;
 
 /// Bytes of randomness in a setup code.
 const CODE_BYTES: usize = 24;

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgExecutor;
 
-use super::Role;
+use super::role::Role;
 
 /// The columns a [`User`] is read from.
 const USER_COLUMNS: &str = "id, name, role, disabled, created_at, session_epoch";

@@ -3,7 +3,8 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
-use super::{Role, TokenScope};
+use super::api_token::TokenScope;
+use super::role::Role;
 
 /// A token as lists show it: never its secret (which is not stored) nor its hash.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]

@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use sqlx::PgConnection;
 use tokio_util::sync::CancellationToken;
 

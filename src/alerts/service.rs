@@ -1,7 +1,7 @@
 //! Managing rules (admins) and incidents (acknowledging: operators), inside the caller's
 //! transaction so that each change commits with its audit entry.
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use sqlx::PgConnection;
 
 use super::rules::{RuleRow, RuleSpec, MAX_RULES};

@@ -6,7 +6,7 @@ pub mod store;
 
 use std::net::IpAddr;
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use serde_json::Value;
 use sqlx::{PgConnection, Postgres, QueryBuilder, Transaction};
 

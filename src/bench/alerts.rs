@@ -10,7 +10,7 @@
 
 use std::time::Instant;
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use serde_json::{json, Value};
 
 use crate::alerts::{Alerts, Condition, Evaluator, RuleSpec};
@@ -114,7 +114,7 @@ pub async fn alerts(pool: &Db, rows: i64, samples: usize) -> Result<Value, Strin
         changes += report.fired.len() + report.resolved.len();
     }
     times.sort_by(f64::total_cmp);
-    let p = |q: f64| (super::pages::percentile(&times, q) * 100.0).round() / 100.0;
+    let p = |q: f64| (super::percentiles::percentile(&times, q) * 100.0).round() / 100.0;
     // Where the steady state's time goes: each rule alone (the others switched off in the table,
     // leaving their incidents as they are), its median over a fifth of the samples.
     let mut per_rule = serde_json::Map::new();
@@ -131,7 +131,7 @@ pub async fn alerts(pool: &Db, rows: i64, samples: usize) -> Result<Value, Strin
             alone.push(started.elapsed().as_secs_f64() * 1000.0);
         }
         alone.sort_by(f64::total_cmp);
-        let median = (super::pages::percentile(&alone, 0.5) * 100.0).round() / 100.0;
+        let median = (super::percentiles::percentile(&alone, 0.5) * 100.0).round() / 100.0;
         per_rule.insert(spec.name.clone(), json!(median));
     }
     Ok(json!({

@@ -9,7 +9,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::engine::db::Db;
+use super::percentiles::percentile;
+
+use crate::db::Db;
 use serde_json::{json, Value};
 
 use crate::engine::store::jobs as job_store;
@@ -131,14 +133,6 @@ async fn seed_history(pool: &Db) -> Result<(), String> {
     run("ANALYZE job_history_minute").await?;
     run("ANALYZE job_history_hour").await?;
     Ok(())
-}
-
-pub(super) fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
 }
 
 fn rss_kib() -> Option<u64> {

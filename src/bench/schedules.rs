@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use chrono::Timelike;
 use serde_json::{json, Value};
 
@@ -50,7 +50,7 @@ async fn seed(pool: &Db, count: usize) -> Result<(), String> {
     )
     .bind(count as i64)
     .bind(first_hour)
-    .bind(super::KIND)
+    .bind(super::worker::KIND)
     .execute(pool)
     .await
     .map_err(|e| format!("seeding schedules: {e}"))?;
@@ -58,7 +58,7 @@ async fn seed(pool: &Db, count: usize) -> Result<(), String> {
 }
 
 pub async fn schedules(pool: &Db, count: usize, config: EngineConfig) -> Result<Value, String> {
-    let (workers, mut started) = super::workers();
+    let (workers, mut started) = super::worker::workers();
     let engine = Engine::start(pool.clone(), workers, config)
         .await
         .map_err(|e| e.to_string())?;
@@ -93,7 +93,7 @@ pub async fn schedules(pool: &Db, count: usize, config: EngineConfig) -> Result<
     let spec = ScheduleSpec::every(
         "every-second",
         Duration::from_secs(1),
-        JobTemplate::new(super::KIND, json!({})),
+        JobTemplate::new(super::worker::KIND, json!({})),
     );
     Schedules::new(engine.client())
         .create(&spec, None)
@@ -112,7 +112,7 @@ pub async fn schedules(pool: &Db, count: usize, config: EngineConfig) -> Result<
         }
     }
     engine.stop().await;
-    Ok(super::with_percentiles(
+    Ok(super::percentiles::with_percentiles(
         json!({
             "bench": "schedules",
             "idle_schedules": count,

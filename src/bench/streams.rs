@@ -19,13 +19,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
-use super::pages::percentile;
+use super::percentiles::percentile;
 use crate::accounts::{Accounts, Role, TokenScope};
 use crate::http::sse::MAX_STREAMS_PER_HOLDER;
 

@@ -92,7 +92,7 @@ impl Standby {
 
     /// Whether `pool` (through the address) reaches the standby, promoted: a primary on the
     /// standby's port.
-    pub async fn serves(&self, pool: &crate::engine::Db) -> bool {
+    pub async fn serves(&self, pool: &crate::db::Db) -> bool {
         let found: Result<(i32, bool), _> =
             sqlx::query_as("SELECT inet_server_port(), pg_is_in_recovery()")
                 .fetch_one(pool)

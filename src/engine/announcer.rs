@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::mpsc;

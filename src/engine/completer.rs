@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -78,7 +78,7 @@ pub struct Completer {
     rx: mpsc::UnboundedReceiver<Completion>,
     stop: CancellationToken,
     deferred: Vec<Deferred>,
-    /// Set on a node that cannot LISTEN (see `engine::db`): the timer is told of the retries and
+    /// Set on a node that cannot LISTEN (see `db`): the timer is told of the retries and
     /// snoozes written here, which the database's notification would otherwise bring.
     wake_timer: Option<Arc<TimerSignal>>,
 }

@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use chrono::{DateTime, Utc};
 use futures_util::FutureExt;
 use tokio::sync::mpsc;
@@ -459,7 +459,7 @@ const CONNECTION_RERUNS: usize = 2;
 /// not answer are closed, the others go back. After a database restart or a cut, a pool that
 /// does not ping on checkout (a round trip per job) holds dead connections that would each fail
 /// one handler; this drops them all at the first failure.
-async fn drop_dead_connections(pool: &crate::engine::db::Db) {
+async fn drop_dead_connections(pool: &crate::db::Db) {
     use sqlx::Connection as _;
     let mut alive = Vec::new();
     while let Some(mut conn) = pool.pool().try_acquire() {

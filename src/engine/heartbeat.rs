@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::db::Db;
 use super::store::history::{self as history_store, HistoryFilter, HistoryGroup, HistoryPoint};
+use crate::db::Db;
 
 /// Steps that ended this long ago are closed: every attempt of theirs has its record.
 pub const CLOSED_AFTER: Duration = Duration::from_secs(600);

@@ -500,8 +500,8 @@ impl NewJob {
 
     /// What to do with an attempt that would start more than `policy.after_ms` late (kept in
     /// `meta`, see [`crate::engine::late_start`]).
-    pub fn with_late_policy(mut self, policy: crate::engine::LatePolicy) -> Self {
-        crate::engine::LatePolicy::put_in_meta(Some(policy), &mut self.meta);
+    pub fn with_late_policy(mut self, policy: super::late_start::LatePolicy) -> Self {
+        super::late_start::LatePolicy::put_in_meta(Some(policy), &mut self.meta);
         self
     }
 }

@@ -22,7 +22,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -30,9 +30,9 @@ use super::client::Client;
 use super::maintenance::{
     count_folder::{CountFolder, CountFolderConfig},
     pruner::{JobPruner, PrunerConfig},
-    scheduler::ScheduleEnqueuer,
 };
 use super::node::LeaderFlag;
+use super::schedules::enqueuer::ScheduleEnqueuer;
 use super::schedules::Schedules;
 use super::store::leader::{self as leader_store, LEADER_NAME};
 use super::worker::Workers;

@@ -3,22 +3,6 @@
 //! Use [`Engine::start`] with a pool, a set of [`Workers`] and an [`EngineConfig`]; insert jobs with
 //! the [`Client`] (also inside your own transaction, with [`Client::insert_with`]).
 
-/// Runs `$call` (an action taking a transaction as `$tx`) in a transaction of `$owner.pool`,
-/// committed when it succeeds: how a `*_with(conn, …)` method becomes the method that needs no
-/// connection of the caller's.
-macro_rules! in_transaction {
-    ($owner:expr, |$tx:ident| $call:expr) => {{
-        let mut tx = $owner.pool.begin().await?;
-        let done = {
-            let $tx: &mut sqlx::PgConnection = &mut tx;
-            $call.await?
-        };
-        tx.commit().await?;
-        Ok(done)
-    }};
-}
-pub(crate) use in_transaction;
-
 pub mod alarm;
 pub mod announcer;
 pub mod attempt_log;
@@ -26,7 +10,6 @@ pub mod client;
 pub mod completer;
 pub mod config;
 pub mod control;
-pub mod db;
 pub mod editing;
 pub mod executor;
 pub mod heartbeat;
@@ -55,15 +38,17 @@ pub mod store;
 pub mod timer;
 pub mod worker;
 
+pub use crate::db::{Db, PoolMode};
 pub use client::{
     BulkAction, BulkBatch, BulkChange, BulkReport, BulkWalk, Client, ClientError, HistoryQuery,
 };
 pub use config::EngineConfig;
-pub use db::{Db, PoolMode};
 pub use job::{Claim, ClaimToken, Inserted, Job, JobId, JobState, NewJob, OnConflict, Schedule};
 pub use late_start::{LatePolicy, OnLate};
 pub use runtime::{Engine, EngineError};
+pub use schema::MIGRATOR;
 pub use store::errors::is_transient;
+pub use store::history::AttemptRecord;
 pub use store::jobs::JobFilter;
 pub use store::kinds::KindPause;
 pub use store::leader::LeaderRow;
@@ -71,6 +56,3 @@ pub use store::nodes::NodeRow;
 pub use store::queues::QueueRow;
 pub use store::stats::ThroughputMinute;
 pub use worker::{ArgsRefused, BoxFuture, JobContext, WorkError, Worker, Workers};
-
-/// The database migrations of the engine (and of the whole server).
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");

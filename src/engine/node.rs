@@ -17,11 +17,11 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::attempt_log::AttemptRecorder;
-use super::db::{Db, PoolMode};
 use super::job::{Claim, JobId};
 use super::metrics::Metrics;
 use super::store::jobs as job_store;
 use super::store::jobs::AttemptEnd;
+use crate::db::{Db, PoolMode};
 
 /// The node's connection pools.
 #[derive(Clone)]

@@ -22,15 +22,15 @@ use serde::Deserialize;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::PgPool;
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::control::{self, Control};
-use super::db::with_role;
 use super::node::{Attempts, TimerSignal};
 use super::queue_settings::QueueSettingsSync;
 use super::queue_state::Queues;
+use crate::db::with_role;
 
 pub const CHANNEL_DUE: &str = "kickoff_due";
 pub const CHANNEL_EVENTS: &str = "kickoff_events";

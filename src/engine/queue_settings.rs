@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use tokio_util::sync::CancellationToken;
 
 use super::maintenance::{run_every, Report};

@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -29,7 +29,6 @@ use super::client::Client;
 use super::completer::Completer;
 use super::config::EngineConfig;
 use super::control::Control;
-use super::db::PoolMode;
 use super::executor::{Executor, ExecutorParts};
 use super::heartbeat::Heartbeat;
 use super::leadership::{failover_horizon, LeaderElector, Maintenance};
@@ -46,6 +45,7 @@ use super::store::jobs::AttemptEnd;
 use super::store::{jobs as job_store, nodes as node_store, queues as queue_store};
 use super::timer::Timer;
 use super::worker::Workers;
+use crate::db::PoolMode;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {

@@ -1,5 +1,5 @@
 //! The schema a node runs on, for rolling upgrades (docs/deployment.md): the node applies the
-//! migrations it knows ([`super::MIGRATOR`]) and runs on a database that a newer release migrated
+//! migrations it knows ([`MIGRATOR`]) and runs on a database that a newer release migrated
 //! further, as long as those newer migrations only expanded the schema. A contract migration
 //! (one that drops or changes what an older release uses) raises the floor in `kickoff_schema`
 //! (`oldest_migration`: the newest migration a release must know to run here) to its own
@@ -8,10 +8,12 @@
 
 use sqlx::migrate::{MigrateError, Migrator};
 
-use super::db::{Db, PoolMode};
+use crate::db::{Db, PoolMode};
 
 use super::store::schema as store;
-use super::MIGRATOR;
+
+/// The database migrations of the engine (and of the whole server).
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 #[derive(Debug, thiserror::Error)]
 pub enum SchemaError {

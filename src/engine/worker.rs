@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sqlx::{PgConnection, Postgres, Transaction};

@@ -355,7 +355,7 @@ pub async fn shift(
 /// The questions owning waiting jobs `filter` matches (their lock jobs): a shift moves them
 /// through their question.
 pub(crate) async fn questions_owning(
-    pool: &crate::engine::Db,
+    pool: &crate::db::Db,
     filter: &JobFilter,
 ) -> Result<Vec<i64>, sqlx::Error> {
     Ok(questions_of(
@@ -365,7 +365,7 @@ pub(crate) async fn questions_owning(
 
 /// The questions owning any of the listed waiting jobs (their lock jobs).
 pub(crate) async fn questions_owning_ids(
-    pool: &crate::engine::Db,
+    pool: &crate::db::Db,
     ids: &[JobId],
 ) -> Result<Vec<i64>, sqlx::Error> {
     Ok(questions_of(job_store::job_owners_of(pool, ids).await?))

@@ -129,7 +129,7 @@ pub struct InsertedBody {
 pub async fn create(
     State(state): State<AppState>,
     Extension(caller): Extension<ApiCaller>,
-    trace: Option<Extension<super::IncomingTrace>>,
+    trace: Option<Extension<super::traced::IncomingTrace>>,
     audit: Audit,
     ApiJson(body): ApiJson<CreateJob>,
 ) -> Result<impl IntoResponse, AppError> {

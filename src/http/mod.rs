@@ -12,6 +12,7 @@ pub mod api_webhook_deliveries;
 pub mod api_webhook_endpoints;
 pub mod audited;
 pub mod auth;
+pub mod body_limits;
 pub mod client_address;
 pub mod console;
 pub mod error;
@@ -25,6 +26,7 @@ pub mod rechecks;
 pub mod session;
 pub mod sse;
 pub mod state;
+pub mod traced;
 
 use std::sync::Arc;
 
@@ -36,35 +38,11 @@ use axum::{middleware, Json, Router};
 use leptos_axum::{generate_route_list, LeptosRoutes};
 use serde_json::json;
 
+use self::body_limits::{MAX_BODY_BYTES, MAX_DASHBOARD_BODY_BYTES};
 use self::error::AppError;
 use self::state::AppState;
 
-/// The largest request body the API reads.
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
-
 /// The REST API (authenticated by bearer token).
-/// The `traceparent` an API call came with (a valid W3C one), for the job it inserts.
-#[derive(Debug, Clone, Default)]
-pub struct IncomingTrace(pub Option<String>);
-
-/// Each API call in a span of its own, a child of the trace its `traceparent` header names (see
-/// `crate::telemetry`).
-async fn traced(
-    mut req: axum::extract::Request,
-    next: middleware::Next,
-) -> axum::response::Response {
-    let incoming = req
-        .headers()
-        .get("traceparent")
-        .and_then(|v| v.to_str().ok())
-        .filter(|t| crate::telemetry::is_traceparent(t))
-        .map(String::from);
-    let span = tracing::info_span!("api", method = %req.method(), path = %req.uri().path());
-    crate::telemetry::continue_trace(&span, incoming.as_deref());
-    req.extensions_mut().insert(IncomingTrace(incoming));
-    tracing::Instrument::instrument(next.run(req), span).await
-}
-
 pub fn api_router(state: AppState) -> Router<AppState> {
     // Built from the table the OpenAPI document is generated from (see `openapi`).
     let mut router = Router::new();
@@ -81,7 +59,7 @@ pub fn api_router(state: AppState) -> Router<AppState> {
         ))
         .layer(middleware::from_fn_with_state(state, api_audit::record))
         // Outermost: the call's span (continuing the caller's trace) holds everything inside.
-        .layer(middleware::from_fn(traced))
+        .layer(middleware::from_fn(traced::traced))
 }
 
 /// The whole application: API, probes, dashboard and static files.
@@ -155,10 +133,6 @@ pub fn router(state: AppState) -> Router {
         ))
         .with_state(state)
 }
-
-/// The largest body a dashboard request may carry (its forms send a few kilobytes; a new job's
-/// args are limited to 256 KiB by the engine).
-pub const MAX_DASHBOARD_BODY_BYTES: usize = 1024 * 1024;
 
 /// Reads a dashboard request's body up to [`MAX_DASHBOARD_BODY_BYTES`], answering 413 past it,
 /// before anything else (the session store, the sign-in check) spends work on it.

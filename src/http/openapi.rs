@@ -1214,7 +1214,7 @@ mod tests {
         );
         assert_eq!(
             schemas["JobEdit"]["properties"]["tags"]["maxItems"],
-            json!(crate::engine::client::MAX_TAGS)
+            json!(crate::engine::job::MAX_TAGS)
         );
     }
 }

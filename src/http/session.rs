@@ -44,7 +44,7 @@ const SEEN_RESOLUTION: Duration = Duration::from_secs(60);
 /// How often expired sessions are deleted.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(300);
 /// The most of a form body read to find its CSRF token.
-const MAX_FORM_BYTES: usize = super::MAX_DASHBOARD_BODY_BYTES;
+const MAX_FORM_BYTES: usize = super::body_limits::MAX_DASHBOARD_BODY_BYTES;
 
 /// The session cookie's name.
 pub const COOKIE: &str = "kickoff_session";
@@ -122,7 +122,7 @@ impl Operator {
 }
 
 /// The session layer. `secure`: the cookie is sent over HTTPS only (set it behind HTTPS).
-pub fn layer(pool: crate::engine::db::Db, secure: bool) -> SessionManagerLayer<PgSessionStore> {
+pub fn layer(pool: crate::db::Db, secure: bool) -> SessionManagerLayer<PgSessionStore> {
     // The table is made by the migrations (20261202000002_sessions.sql), not by the store.
     SessionManagerLayer::new(PgSessionStore::new(pool))
         .with_name(COOKIE)
@@ -136,7 +136,7 @@ pub fn layer(pool: crate::engine::db::Db, secure: bool) -> SessionManagerLayer<P
 
 /// Deletes expired sessions (and stale sign-in failure counters and request counts) now and then, until `shutdown`. Every node may run it: deleting what
 /// another node deleted already is harmless.
-pub async fn sweep_expired(pool: crate::engine::db::Db, shutdown: CancellationToken) {
+pub async fn sweep_expired(pool: crate::db::Db, shutdown: CancellationToken) {
     use tower_sessions::ExpiredDeletion;
     let accounts = crate::accounts::Accounts::new(pool.clone());
     let store = PgSessionStore::new(pool);

@@ -3,7 +3,7 @@
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use tokio::sync::broadcast;
 
 use crate::accounts::Accounts;

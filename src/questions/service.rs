@@ -1,14 +1,15 @@
 //! What the API does with questions: each operation validates first, then writes the question and
 //! its jobs in one transaction.
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use serde::Serialize;
 use sqlx::PgConnection;
 
 use super::jobs::{lock_job, lock_key, settle_job};
 use super::store::{self, ChoiceCount, Prediction, Question, QuestionStatus};
-use crate::engine::{in_transaction, Client, ClientError, Job, OnConflict};
+use crate::db::in_transaction;
+use crate::engine::{Client, ClientError, Job, OnConflict};
 
 /// How far ahead a game may be scheduled.
 pub const MAX_GAME_AHEAD_DAYS: i64 = 730;
@@ -105,7 +106,7 @@ impl QuestionService {
     }
 
     pub async fn get(&self, id: i64) -> Result<QuestionDetail, QuestionError> {
-        crate::engine::in_transaction!(self, |tx| get_with(tx, id))
+        crate::db::in_transaction!(self, |tx| get_with(tx, id))
     }
 
     pub async fn list(

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use password_hash::rand_core::{OsRng, RngCore};
 use sqlx::PgConnection;
 

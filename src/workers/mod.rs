@@ -3,6 +3,8 @@
 pub mod lock_question;
 pub mod noop;
 pub mod settle_question;
+#[cfg(test)]
+mod sight_tests;
 pub mod tally_store;
 pub mod webhook;
 mod webhook_address;

@@ -12,6 +12,7 @@ mod alerts;
 mod api;
 mod api_fuzz;
 mod api_schedules;
+mod architecture;
 mod attempt_records;
 mod audit_all_or_nothing;
 mod chaos;

@@ -1,5 +1,5 @@
 //! Kickoff behind Debian's PgBouncer in transaction mode (`KICKOFF_DATABASE_POOL_MODE=transaction`;
-//! see `engine::db`). Each test starts a PgBouncer of its own in front of the test cluster. The
+//! see `db`). Each test starts a PgBouncer of its own in front of the test cluster. The
 //! engine, API, schedules, limits and questions suites also run whole through one: scripts/test
 //! runs them again with `KICKOFF_TEST_POOL_MODE=transaction`.
 

@@ -47,7 +47,7 @@ pub struct Driver<'a> {
     pub http: reqwest::Client,
     pub env: &'a NodeEnv,
     pub cluster: &'a EmbeddedPostgres,
-    pub pool: crate::engine::db::Db,
+    pub pool: crate::db::Db,
     pub nodes: Vec<Node>,
     pub generations: Vec<usize>,
     /// How far each node slot's wall clock is moved (seconds; 0: not), kept across its restarts.

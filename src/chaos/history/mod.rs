@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use serde::Serialize;
 
 use crate::accounts::{Accounts, Role as AccountRole, TokenScope};

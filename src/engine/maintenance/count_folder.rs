@@ -21,7 +21,7 @@
 
 use std::time::Duration;
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use tokio_util::sync::CancellationToken;
 
 use super::{run_every, Report};

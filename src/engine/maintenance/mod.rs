@@ -1,12 +1,11 @@
-//! Maintenance services: the rescuer (every node), and the pruner, the schedules' runs ahead and the count folder
-//! (the leader only). Each has a `XxxConfig` with documented defaults and `validate()`,
+//! Maintenance services: the rescuer (every node), and the pruner and the count folder (the
+//! leader only; the schedules' runs ahead, `schedules::enqueuer`, has the same shape). Each has a `XxxConfig` with documented defaults and `validate()`,
 //! `run_once()` (which tests call directly) and `run(shutdown)`, which loops and logs only when it
 //! did something.
 
 pub mod count_folder;
 pub mod pruner;
 pub mod rescuer;
-pub mod scheduler;
 
 use std::future::Future;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 

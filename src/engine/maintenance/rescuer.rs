@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 

@@ -1,12 +1,13 @@
 //! The overlap policy of a schedule, applied when one of its runs starts: the run's meta carries
 //! the policy (`overlap`, absent for `allow`), so runs of schedules without one cost a map lookup.
 
-use crate::engine::db::Db;
+use crate::db::Db;
 use serde_json::Value;
 
-use super::{Overlap, META_SCHEDULE_ID};
+use super::spec::Overlap;
 use crate::engine::client::notify_cancelled;
 use crate::engine::job::Job;
+use crate::engine::job::META_SCHEDULE_ID;
 use crate::engine::store::jobs as job_store;
 use crate::engine::store::schedules as store;
 use crate::engine::worker::WorkError;

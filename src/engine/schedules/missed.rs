@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use chrono::{DateTime, Duration, Utc};
 use chrono_tz::Tz;
 
-use super::Rule;
+use super::rule::Rule;
 
 /// Cron slots counted one by one before the rest is estimated.
 pub const MAX_COUNTED: u64 = 10_000;

@@ -10,10 +10,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sqlx::PgConnection;
 
-use super::{
-    missed, CronError, JobTemplate, Missed, Overlap, Rule, ScheduleSpec, META_SCHEDULE_ID,
-};
+use super::error::ScheduleError;
+use super::missed;
+use super::rule::Rule;
+use super::spec::{JobTemplate, Missed, Overlap, ScheduleSpec};
 use crate::engine::client::{Client, ClientError};
+use crate::engine::job::META_SCHEDULE_ID;
 use crate::engine::job::{Job, JobId, NewJob, OnConflict};
 use crate::engine::store::jobs as job_store;
 use crate::engine::store::nodes as node_store;
@@ -29,43 +31,6 @@ pub const RUN_GRACE: Duration = Duration::from_secs(1);
 const MAX_RUNS_AHEAD: usize = 100;
 /// The most slots a preview lists.
 pub const MAX_PREVIEW: usize = 100;
-
-#[derive(Debug, thiserror::Error)]
-pub enum ScheduleError {
-    #[error("{field}: {message}")]
-    Invalid {
-        field: &'static str,
-        message: String,
-    },
-    #[error("cron: {0}")]
-    Cron(CronError),
-    #[error("schedule `{0}` not found")]
-    NotFound(String),
-    #[error("{0}")]
-    Conflict(String),
-    #[error(transparent)]
-    Client(ClientError),
-    #[error(transparent)]
-    Database(#[from] sqlx::Error),
-}
-
-impl ScheduleError {
-    pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
-        ScheduleError::Invalid {
-            field,
-            message: message.into(),
-        }
-    }
-}
-
-impl From<ClientError> for ScheduleError {
-    fn from(e: ClientError) -> Self {
-        match e {
-            ClientError::Database(e) => ScheduleError::Database(e),
-            other => ScheduleError::Client(other),
-        }
-    }
-}
 
 /// A slot of a preview: the instant, and the wall-clock time in the schedule's zone.
 #[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -848,7 +813,7 @@ fn run_job(row: &ScheduleRow, slot: DateTime<Utc>, due_now: bool) -> NewJob {
         _ => Default::default(),
     };
     // A schedule stored before the template's check refused them: the markers are Kickoff's.
-    for key in super::RESERVED_META {
+    for key in crate::engine::job::RESERVED_META {
         meta.remove(key);
     }
     meta.insert(META_SCHEDULE_ID.into(), json!(row.id));

@@ -2,7 +2,7 @@
 //! `kickoff_schema` and the versions sqlx recorded in `_sqlx_migrations`. Either table may be
 //! missing (a new database, or one from before the floor): read as none.
 
-use crate::engine::db::Db;
+use crate::db::Db;
 
 /// `Ok(None)` for a missing table (SQLSTATE 42P01), the error otherwise.
 fn missing_as_none<T>(read: Result<T, sqlx::Error>) -> Result<Option<T>, sqlx::Error> {

@@ -7,6 +7,7 @@
 //! a violation of it.
 
 mod alerts;
+mod by_hand;
 mod limits;
 mod slots;
 
@@ -15,6 +16,7 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 
+use self::by_hand::{bulk_on, on_job};
 use super::plan::{Role, KINDS, QUEUES};
 use super::record::{Event, History, JobRow, Snapshot};
 use crate::engine::job::RESERVED_META;
@@ -163,12 +165,6 @@ fn acknowledged_jobs(h: &History) -> Vec<(i64, DateTime<Utc>)> {
     jobs
 }
 
-/// Acknowledged requests that named `job` on `route`.
-fn on_job<'a>(h: &'a History, route: &'static str, job: i64) -> impl Iterator<Item = &'a Event> {
-    h.acknowledged("POST", route)
-        .filter(move |e| e.subject == Some(job))
-}
-
 /// Whether `job` (acknowledged at `at`) may have been deleted: by name, or by a bulk delete sent
 /// after it (its queue is not known once it is gone).
 fn deleted(h: &History, job: i64, at: DateTime<Utc>) -> bool {
@@ -215,49 +211,6 @@ fn jobs_settle(h: &History, s: &Snapshot) -> Vec<String> {
 fn retried_after(h: &History, job: &JobRow, t: DateTime<Utc>) -> bool {
     on_job(h, "/jobs/{id}/retry", job.id).any(|e| e.sent >= t)
         || bulk_on(h, "retry", job).any(|e| e.sent >= t)
-}
-
-/// Whether an operator retried, ran now or rescheduled `job`, by name or on a filter.
-fn moved_by_hand(h: &History, job: &JobRow) -> bool {
-    [
-        "/jobs/{id}/retry",
-        "/jobs/{id}/run-now",
-        "/jobs/{id}/reschedule",
-    ]
-    .into_iter()
-    .any(|route| on_job(h, route, job.id).next().is_some())
-        || ["retry", "run_now"]
-            .into_iter()
-            .any(|action| bulk_on(h, action, job).next().is_some())
-}
-
-/// Acknowledged bulk actions `action` on a filter that may have matched `job`, as far as the
-/// record tells: its queue, when the filter names one; its id, under the filter's `max_id`; and
-/// its error, when the filter searches a text: a history's errors hold no planted secret but the
-/// ones their own job sent (echoed by the receiver), so the text is in the job's args.
-fn bulk_on<'a>(
-    h: &'a History,
-    action: &'static str,
-    job: &'a JobRow,
-) -> impl Iterator<Item = &'a Event> + 'a {
-    h.acknowledged("POST", "/jobs/bulk").filter(move |e| {
-        let body = e.body.as_ref();
-        let Some(filter) = body.and_then(|b| b.get("filter")) else {
-            return false;
-        };
-        let text = |key: &str| filter.get(key).and_then(|v| v.as_str());
-        body.and_then(|b| b.get("action")?.as_str()) == Some(action)
-            && text("queue").is_none_or(|q| q == job.queue)
-            && filter
-                .get("max_id")
-                .and_then(|v| v.as_i64())
-                .is_none_or(|max| job.id <= max)
-            // The search is case-insensitive (`ILIKE`).
-            && text("error").is_none_or(|t| {
-                let sent = job.args.to_string().to_lowercase();
-                sent.contains(&t.to_lowercase())
-            })
-    })
 }
 
 fn cancel_holds(h: &History, s: &Snapshot) -> Vec<String> {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::moved_by_hand;
+use super::by_hand::moved_by_hand;
 use crate::chaos::history::plan::Fault;
 use crate::chaos::history::plan::SCHEDULE_NAMES;
 use crate::chaos::history::record::{Event, History, JobRow, Snapshot};

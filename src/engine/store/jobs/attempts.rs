@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
-use super::{secs, split_claims};
+use super::params::{secs, split_claims};
 use crate::engine::job::{Claim, ClaimToken, Job, JobId, JobState};
 use crate::engine::limits::PARTITION_KEYS;
 

@@ -6,9 +6,9 @@ use serde_json::Value;
 use sqlx::{PgConnection, PgExecutor, QueryBuilder};
 
 use super::filters::push_filter_for_batch;
-use super::ids_param;
+use super::filters::JobFilter;
+use super::params::ids_param;
 use crate::engine::job::{Job, JobId};
-use crate::engine::store::jobs::JobFilter;
 
 /// The states a job may be edited or moved in: it has not started (or waits to run again).
 pub const WAITING: &str = "('scheduled', 'available', 'retryable')";

@@ -4,7 +4,8 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{PgExecutor, Postgres, QueryBuilder};
 
-use super::{ids_param, CancelledJob};
+use super::cancelled::CancelledJob;
+use super::params::ids_param;
 use crate::engine::job::{Job, JobId, JobState};
 
 /// Filters of a job listing (and of bulk actions on everything matching).
@@ -33,11 +34,8 @@ pub struct JobFilter {
     pub error: Option<String>,
 }
 
-/// At most this many tags in a filter, each 1 to this many characters: the insert's own rule
-/// ([`crate::engine::client::MAX_TAGS`], [`crate::engine::client::MAX_TAG_CHARS`]).
-pub use crate::engine::client::{
-    MAX_TAGS as FILTER_MAX_TAGS, MAX_TAG_CHARS as FILTER_MAX_TAG_CHARS,
-};
+/// At most this many tags in a filter, each 1 to this many characters: the insert's own rule.
+use crate::engine::job::{MAX_TAGS, MAX_TAG_CHARS};
 
 /// The longest text an error filter may look for, in characters.
 pub const ERROR_TEXT_MAX_CHARS: usize = 200;
@@ -145,11 +143,10 @@ pub fn split_tags(text: &str) -> Vec<String> {
 
 /// `tags` as a tags filter, or why they cannot be.
 pub fn tags_checked(tags: Vec<String>) -> Result<Vec<String>, String> {
-    let bad =
-        |t: &String| t.is_empty() || t.chars().count() > FILTER_MAX_TAG_CHARS || t.contains('\0');
-    if tags.is_empty() || tags.len() > FILTER_MAX_TAGS || tags.iter().any(bad) {
+    let bad = |t: &String| t.is_empty() || t.chars().count() > MAX_TAG_CHARS || t.contains('\0');
+    if tags.is_empty() || tags.len() > MAX_TAGS || tags.iter().any(bad) {
         return Err(format!(
-            "tags: 1 to {FILTER_MAX_TAGS} tags of 1 to {FILTER_MAX_TAG_CHARS} characters"
+            "tags: 1 to {MAX_TAGS} tags of 1 to {MAX_TAG_CHARS} characters"
         ));
     }
     Ok(tags)

@@ -15,25 +15,18 @@ use sqlx::{PgExecutor, Postgres, QueryBuilder};
 
 #[macro_use]
 mod attempts;
+mod cancelled;
 mod edits;
 mod filters;
+mod params;
 
 pub use attempts::*;
+pub use cancelled::CancelledJob;
 pub use edits::*;
 pub use filters::*;
 
-use crate::engine::job::{
-    Claim, ClaimToken, Inserted, Job, JobId, JobState, NewJob, OnConflict, Schedule,
-};
-
-/// Claims as the two arrays `unnest($1::bigint[], $2::bigint[])` takes.
-pub(super) fn split_claims(claims: &[Claim]) -> (Vec<i64>, Vec<i64>) {
-    claims.iter().map(|c| (c.id.0, c.token.0)).unzip()
-}
-
-pub(super) fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
-}
+use self::params::secs;
+use crate::engine::job::{Inserted, Job, JobId, JobState, NewJob, OnConflict, Schedule};
 
 /// The instant a schedule names, as SQL parameters: an absolute time, or seconds after the
 /// statement's start.
@@ -325,22 +318,6 @@ pub async fn job_get<'e>(db: impl PgExecutor<'e>, id: JobId) -> Result<Option<Jo
         .await
 }
 
-/// A job a cancellation moved: its state before, and the claim of its attempt if it was
-/// executing (that attempt is to be stopped on its node, and only that one).
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct CancelledJob {
-    pub id: JobId,
-    pub before: JobState,
-    pub claim_token: Option<ClaimToken>,
-}
-
-impl CancelledJob {
-    /// The claim of the attempt that was running when the job was cancelled.
-    pub fn claim(&self) -> Option<Claim> {
-        self.claim_token.map(|token| Claim { id: self.id, token })
-    }
-}
-
 /// Cancels jobs that are not final.
 pub async fn job_cancel_many<'e>(
     db: impl PgExecutor<'e>,
@@ -434,10 +411,6 @@ pub async fn job_delete<'e>(db: impl PgExecutor<'e>, id: JobId) -> Result<bool, 
         .execute(db)
         .await?;
     Ok(r.rows_affected() == 1)
-}
-
-pub(super) fn ids_param(ids: &[JobId]) -> Vec<i64> {
-    ids.iter().map(|id| id.0).collect()
 }
 
 /// Job counts per queue and state, counted over the whole table: exact, but a scan of every row.

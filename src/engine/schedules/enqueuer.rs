@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{run_every, Report};
-use crate::engine::schedules::Schedules;
+use super::service::Schedules;
+use crate::engine::maintenance::{run_every, Report};
 
 /// How often the leader makes sure the coming runs of every schedule exist.
 pub const SCHEDULE_CHECK_INTERVAL: Duration = Duration::from_secs(1);

@@ -43,6 +43,22 @@ use sqlx::postgres::{
 };
 use sqlx::{Describe, Either, Execute, Executor, PgConnection, PgPool, Postgres, Transaction};
 
+/// Runs `$call` (an action taking a transaction as `$tx`) in a transaction of `$owner.pool`,
+/// committed when it succeeds: how a `*_with(conn, …)` method becomes the method that needs no
+/// connection of the caller's.
+macro_rules! in_transaction {
+    ($owner:expr, |$tx:ident| $call:expr) => {{
+        let mut tx = $owner.pool.begin().await?;
+        let done = {
+            let $tx: &mut sqlx::PgConnection = &mut tx;
+            $call.await?
+        };
+        tx.commit().await?;
+        Ok(done)
+    }};
+}
+pub(crate) use in_transaction;
+
 /// How Kickoff reaches PostgreSQL through `DATABASE_URL` (`KICKOFF_DATABASE_POOL_MODE`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum PoolMode {
