@@ -9,7 +9,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::remote::{cell, confirm, table, Api, Exit, Failure, Outcome};
 use crate::engine::job_edit::parse_duration_ms;
-use crate::engine::store::jobs::{split_tags, FilterFields};
+use crate::engine::job_filter::{split_tags, FilterFields};
 use crate::engine::JobFilter;
 
 /// The filters of a job list, as `GET /api/v1/jobs` and the dashboard read them.

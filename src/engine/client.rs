@@ -224,6 +224,9 @@ pub enum ClientError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// Not the caller's to do (a change to what it may not see).
+    #[error("{0}")]
+    Forbidden(String),
     #[error(transparent)]
     Database(#[from] sqlx::Error),
 }
@@ -460,12 +463,9 @@ impl Client {
                 "must be 1 to 64 characters of a-z, 0-9, `_` and `-`",
             ));
         }
-        if !(0..=9).contains(&new.priority) {
-            return Err(invalid("priority", "must be between 0 (highest) and 9"));
-        }
-        if !(1..=1000).contains(&new.max_attempts) {
-            return Err(invalid("max_attempts", "must be between 1 and 1000"));
-        }
+        super::job::check_priority(new.priority.into()).map_err(|m| invalid("priority", m))?;
+        super::job::check_max_attempts(new.max_attempts.into())
+            .map_err(|m| invalid("max_attempts", m))?;
         if let Some(key) = &new.unique_key {
             let n = key.chars().count();
             if n == 0 || n > MAX_UNIQUE_KEY_CHARS {
@@ -693,6 +693,12 @@ impl Client {
     /// The database's clock now (the one clock every node and every due time goes by).
     pub async fn db_now(&self) -> Result<DateTime<Utc>, ClientError> {
         Ok(job_store::db_now(&self.pool).await?)
+    }
+
+    /// How far behind its primary the server this client reads is, in milliseconds: `None` on
+    /// a primary (see `store::replica`).
+    pub async fn replica_lag_ms(&self) -> Result<Option<f64>, ClientError> {
+        Ok(super::store::replica::replica_lag_ms(&self.pool).await?)
     }
 
     pub async fn list(

@@ -1,13 +1,15 @@
 //! Editing waiting jobs on the client: [`Client::edit_with`] and the check and write a bulk
 //! edit makes of each job (the edit itself: [`super::job_edit`]).
 
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgConnection;
 
 use super::client::{Client, ClientError};
 use super::job::{Job, JobId, JobState};
 use super::job_edit::JobEdit;
-use super::store::jobs::{self as job_store, EditedFields};
+use super::sight::{self, Sight};
+use super::store::jobs::{self as job_store, EditedFields, JobFilter};
 
 /// What a meta patch may not touch: the keys Kickoff sets ([`super::job::RESERVED_META`]; a run
 /// given `trigger` would escape the missed-run policy, a forged `schedule_id` would be cancelled as
@@ -40,6 +42,58 @@ pub struct Edited {
 }
 
 impl Client {
+    /// The one use case "edit a waiting job" as a caller sees it, which the REST API and the
+    /// dashboard both call: the job locked for the caller's transaction, the edit made from what
+    /// `sight`'s caller sees of it (`edit_of`: the body as sent, or a form compared with the page
+    /// it filled), refused (forbidden) when it changes the args or meta of a job whose secrets the
+    /// caller does not see (a patch keeps the secrets it does not name: a new URL would receive
+    /// them), then checked and written as [`Client::edit_with`] does.
+    pub async fn edit_as_with<E: From<ClientError>>(
+        &self,
+        conn: &mut PgConnection,
+        id: JobId,
+        sight: &Sight<'_>,
+        edit_of: impl FnOnce(&Job) -> Result<JobEdit, E>,
+    ) -> Result<(JobEdit, Edited), E> {
+        let before = job_store::job_get_for_update(&mut *conn, id)
+            .await
+            .map_err(ClientError::from)?
+            .ok_or_else(|| ClientError::NotFound(format!("job {id}")))?;
+        let edit = edit_of(&sight.job(before.clone()))?;
+        if edit.touches_args_or_meta()
+            && !sight.sees_secrets_of(&before)
+            && sight::has_secrets(self.workers(), &before)
+        {
+            return Err(ClientError::Forbidden(format!(
+                "job {id} carries secrets you do not see: only an admin or its creator can \
+                 change its args or meta"
+            ))
+            .into());
+        }
+        let edited = self.edit_with(conn, id, &edit).await?;
+        Ok((edit, edited))
+    }
+
+    /// The earliest due time of the waiting jobs `filter` matches, owned ones included: a shift
+    /// `to` a time moves that one there.
+    pub async fn earliest_waiting(
+        &self,
+        filter: &JobFilter,
+    ) -> Result<Option<DateTime<Utc>>, ClientError> {
+        Ok(job_store::job_earliest_waiting(self.pool(), filter).await?)
+    }
+
+    /// The owners (`meta.owner`) of the waiting jobs `filter` matches (at most 10,000): a shift
+    /// moves an owned job through its owner.
+    pub async fn owners_of_waiting(&self, filter: &JobFilter) -> Result<Vec<String>, ClientError> {
+        Ok(job_store::job_owners_matching(self.pool(), filter).await?)
+    }
+
+    /// The owners of the listed jobs that wait.
+    pub async fn owners_of_waiting_ids(&self, ids: &[JobId]) -> Result<Vec<String>, ClientError> {
+        Ok(job_store::job_owners_of(self.pool(), ids).await?)
+    }
+
     /// Edits a waiting job (see [`JobEdit`]): checked by its kind's worker like an insert, in
     /// the caller's transaction. 409 for a job that runs, ended or belongs to a question.
     pub async fn edit_with(

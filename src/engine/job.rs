@@ -437,6 +437,37 @@ pub struct NewJob {
     pub created_by: Option<String>,
 }
 
+/// A job's priority: `PRIORITY_MIN` (the highest: claimed first) to `PRIORITY_MAX`. The one
+/// statement of the range: the insert's and the edit's checks and the API's schema use these
+/// (the table's CHECK `priority_range` is held to them by a test).
+pub const PRIORITY_MIN: i16 = 0;
+pub const PRIORITY_MAX: i16 = 9;
+/// A job's `max_attempts`: `MAX_ATTEMPTS_MIN` to `MAX_ATTEMPTS_MAX` (as the priority's range).
+pub const MAX_ATTEMPTS_MIN: i32 = 1;
+pub const MAX_ATTEMPTS_MAX: i32 = 1000;
+
+/// Refuses a priority out of its range.
+pub fn check_priority(priority: i64) -> Result<(), String> {
+    if (i64::from(PRIORITY_MIN)..=i64::from(PRIORITY_MAX)).contains(&priority) {
+        Ok(())
+    } else {
+        Err(format!(
+            "must be a whole number from {PRIORITY_MIN} (highest) to {PRIORITY_MAX}"
+        ))
+    }
+}
+
+/// Refuses a `max_attempts` out of its range.
+pub fn check_max_attempts(max_attempts: i64) -> Result<(), String> {
+    if (i64::from(MAX_ATTEMPTS_MIN)..=i64::from(MAX_ATTEMPTS_MAX)).contains(&max_attempts) {
+        Ok(())
+    } else {
+        Err(format!(
+            "must be a whole number from {MAX_ATTEMPTS_MIN} to {MAX_ATTEMPTS_MAX}"
+        ))
+    }
+}
+
 /// The defaults of a new job.
 pub const DEFAULT_QUEUE: &str = "default";
 pub const DEFAULT_PRIORITY: i16 = 0;

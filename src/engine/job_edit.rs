@@ -46,15 +46,15 @@ pub struct JobEdit {
     #[serde(default)]
     #[schemars(schema_with = "super::job::args_schema")]
     pub args_patch: Option<Value>,
-    /// 0 (highest) to 9.
-    #[schemars(range(min = 0, max = 9))]
+    /// Lower is claimed first (0 is the highest).
+    #[schemars(range(min = super::job::PRIORITY_MIN, max = super::job::PRIORITY_MAX))]
     pub priority: Option<i16>,
     /// 1 to 64 of a-z, 0-9, `_` and `-`.
     #[schemars(regex(pattern = super::job::QUEUE_PATTERN))]
     #[schemars(extend("x-message" = "queue: must be 1 to 64 characters of a-z, 0-9, `_` and `-`"))]
     pub queue: Option<String>,
-    /// 1 to 1,000; not below the attempts the job already made.
-    #[schemars(range(min = 1, max = 1000))]
+    /// Not below the attempts the job already made.
+    #[schemars(range(min = super::job::MAX_ATTEMPTS_MIN, max = super::job::MAX_ATTEMPTS_MAX))]
     pub max_attempts: Option<i32>,
     /// The new tags, all of them (at most 20 of 1 to 100 characters).
     #[serde(default)]
@@ -68,6 +68,11 @@ pub struct JobEdit {
 }
 
 impl JobEdit {
+    /// Whether it changes the job's args or meta (what may carry a job's secrets).
+    pub fn touches_args_or_meta(&self) -> bool {
+        self.args.is_some() || self.args_patch.is_some() || self.meta_patch.is_some()
+    }
+
     /// What is wrong with the edit itself, before any job is read.
     pub fn check(&self) -> Result<(), EditRefused> {
         if *self == JobEdit::default() {

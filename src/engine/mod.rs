@@ -39,6 +39,24 @@ pub mod timer;
 pub mod worker;
 
 pub use crate::db::{Db, PoolMode};
+/// The job filter's vocabulary (what a list, a count, an export and a bulk action match), for the
+/// surfaces that parse and show it; the statements built from it stay in the store.
+pub mod job_filter {
+    pub use super::store::jobs::{
+        error_text_checked, late_by_checked, parse_args_filter, parse_tags_filter, split_tags,
+        tags_checked, FilterFields, JobSuggestions,
+    };
+}
+
+/// The attempts' history as the surfaces ask for it and show it: its filters, groups, points and
+/// lateness buckets, and one attempt's record.
+pub mod history {
+    pub use super::store::history::{
+        by_series, late_quantile, AttemptRecord, HistoryFilter, HistoryGroup, HistoryPoint,
+        LATE_BOUNDS_MS, LATE_BUCKETS,
+    };
+}
+
 pub use client::{
     BulkAction, BulkBatch, BulkChange, BulkReport, BulkWalk, Client, ClientError, HistoryQuery,
 };
@@ -53,6 +71,6 @@ pub use store::jobs::JobFilter;
 pub use store::kinds::KindPause;
 pub use store::leader::LeaderRow;
 pub use store::nodes::NodeRow;
-pub use store::queues::QueueRow;
+pub use store::queues::{LimitUse, QueueRow};
 pub use store::stats::ThroughputMinute;
 pub use worker::{ArgsRefused, BoxFuture, JobContext, WorkError, Worker, Workers};

@@ -13,7 +13,7 @@ use super::auth::ApiCaller;
 use super::error::AppError;
 use super::extract::{ApiQuery, JobIdPath};
 use super::state::AppState;
-use crate::engine::store::history::{
+use crate::engine::history::{
     by_series, late_quantile, AttemptRecord, HistoryFilter, HistoryGroup, HistoryPoint,
     LATE_BOUNDS_MS,
 };

@@ -21,7 +21,6 @@ use super::state::AppState;
 use crate::engine::editing::Edited;
 use crate::engine::job_edit::{JobEdit, MAX_SHIFT_MS};
 use crate::engine::sight::{self, Sight};
-use crate::engine::store::jobs as job_store;
 use crate::engine::{BulkChange, BulkReport, ClientError, Job, JobFilter, JobId, Workers};
 use crate::schema_rules::{ExactlyOne, InnerRequired, NOT_BLANK};
 
@@ -36,31 +35,22 @@ pub async fn edit(
     ApiJson(body): ApiJson<JobEdit>,
 ) -> Result<Audited<Json<Job>>, AppError> {
     let sight = sight(&caller, state.client.workers());
-    let touches_args =
-        body.args.is_some() || body.args_patch.is_some() || body.meta_patch.is_some();
     let done = audit
         .run_noting(
-            |e: &Edited, entry| entry.filter = Some(edit_record(state.client.workers(), &body, e)),
+            |(edit, e): &(JobEdit, Edited), entry| {
+                entry.filter = Some(edit_record(state.client.workers(), edit, e))
+            },
             async |work| {
                 let conn = work.conn().await?;
-                let before = job_store::job_get_for_update(&mut *conn, id)
-                    .await?
-                    .ok_or_else(|| AppError::NotFound(format!("job {id} not found")))?;
-                if touches_args
-                    && !sight.sees_secrets_of(&before)
-                    && sight::has_secrets(state.client.workers(), &before)
-                {
-                    // A patch keeps the secrets it does not name: a new URL would receive them.
-                    return Err(AppError::Forbidden(format!(
-                        "job {id} carries secrets you do not see: only an admin or its creator \
-                         can change its args or meta"
-                    )));
-                }
-                Ok(state.client.edit_with(conn, id, &body).await?)
+                state
+                    .client
+                    .edit_as_with(conn, id, &sight, |_| Ok::<_, AppError>(body))
+                    .await
             },
         )
         .await?;
-    Ok(Audited(Json(sight.job(done.0.after))))
+    let Audited((_, edited)) = done;
+    Ok(Audited(Json(sight.job(edited.after))))
 }
 
 /// What an edit's audit entry keeps: the edit, and of the fields it changed their values before
@@ -292,7 +282,7 @@ pub async fn shift(
         // The earliest of what moves lands at `to`: a waiting job the filter matches (a lock job
         // among them), or an open question of the game.
         (None, Some(to)) => {
-            let jobs = job_store::job_earliest_waiting(&state.pool, &filter).await?;
+            let jobs = state.client.earliest_waiting(&filter).await?;
             let questions = match body.game.as_deref() {
                 Some(game) => state.questions.earliest_of_game(game).await?,
                 None => None,
@@ -312,7 +302,7 @@ pub async fn shift(
         }
         .into());
     }
-    let owners = questions_owning(&state.pool, &filter).await?;
+    let owners = state.questions.owning_jobs_matching(&filter).await?;
     let mut questions = Vec::new();
     if by_ms != 0 && (body.game.is_some() || !owners.is_empty()) {
         let by = chrono::Duration::milliseconds(by_ms);
@@ -350,32 +340,6 @@ pub async fn shift(
         .into_response(),
         Err(e) => Audited(e).into_response(),
     })
-}
-
-/// The questions owning waiting jobs `filter` matches (their lock jobs): a shift moves them
-/// through their question.
-pub(crate) async fn questions_owning(
-    pool: &crate::db::Db,
-    filter: &JobFilter,
-) -> Result<Vec<i64>, sqlx::Error> {
-    Ok(questions_of(
-        job_store::job_owners_matching(pool, filter).await?,
-    ))
-}
-
-/// The questions owning any of the listed waiting jobs (their lock jobs).
-pub(crate) async fn questions_owning_ids(
-    pool: &crate::db::Db,
-    ids: &[JobId],
-) -> Result<Vec<i64>, sqlx::Error> {
-    Ok(questions_of(job_store::job_owners_of(pool, ids).await?))
-}
-
-fn questions_of(owners: Vec<String>) -> Vec<i64> {
-    owners
-        .iter()
-        .filter_map(|o| o.strip_prefix("question ")?.parse().ok())
-        .collect()
 }
 
 /// The export's format.

@@ -15,11 +15,11 @@ use super::extract::{ApiJson, ApiQuery, JobIdPath};
 use super::state::AppState;
 use crate::accounts::{Role, TokenScope};
 use crate::engine::job::{DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE};
-use crate::engine::late_start::META_LATE;
-use crate::engine::sight::{self, Sight};
-use crate::engine::store::jobs::{
+use crate::engine::job_filter::{
     error_text_checked, late_by_checked, tags_checked, JobSuggestions,
 };
+use crate::engine::late_start::META_LATE;
+use crate::engine::sight::{self, Sight};
 use crate::engine::{job, JobFilter, LatePolicy, Workers};
 use crate::engine::{BulkAction, BulkReport, Job, JobId, JobState, NewJob, OnConflict, Schedule};
 use crate::schema_rules::{AtMostOne, ExactlyOne, NO_NUL};
@@ -43,11 +43,11 @@ pub struct CreateJob {
     #[schemars(regex(pattern = job::QUEUE_PATTERN))]
     #[schemars(extend("x-message" = "queue: must be 1 to 64 characters of a-z, 0-9, `_` and `-`"))]
     pub queue: Option<String>,
-    /// 0 (highest) to 9 (default 5).
-    #[schemars(range(min = 0, max = 9))]
+    /// Lower is claimed first: 0 is the highest (default 0).
+    #[schemars(range(min = job::PRIORITY_MIN, max = job::PRIORITY_MAX))]
     pub priority: Option<i16>,
-    /// 1 to 1,000 (default 20).
-    #[schemars(range(min = 1, max = 1000))]
+    /// Attempts before the job is discarded (default 20).
+    #[schemars(range(min = job::MAX_ATTEMPTS_MIN, max = job::MAX_ATTEMPTS_MAX))]
     pub max_attempts: Option<i32>,
     /// 1 to 255 characters: one live job per key.
     #[schemars(length(min = 1, max = job::MAX_UNIQUE_KEY_CHARS), regex(pattern = NO_NUL))]
@@ -186,7 +186,7 @@ pub async fn create(
 
 /// A query string struct holding the job filters of `GET /api/v1/jobs` and its export, with the
 /// fields given after them: the dashboard's filters, read by the same code
-/// (`engine::store::jobs::FilterFields`). Every filter given must hold. (A macro, not a flattened
+/// (`engine::job_filter::FilterFields`). Every filter given must hold. (A macro, not a flattened
 /// struct: serde's `flatten` reads a query string's numbers as strings and drops
 /// `deny_unknown_fields`.)
 macro_rules! job_filter_query {
@@ -237,7 +237,7 @@ macro_rules! job_filter_query {
             ) -> Result<$crate::engine::JobFilter, $crate::http::error::AppError> {
                 $crate::http::api_jobs::json_filter_checked(self.args.as_deref(), '{')?;
                 $crate::http::api_jobs::json_filter_checked(self.tags.as_deref(), '[')?;
-                let fields = $crate::engine::store::jobs::FilterFields {
+                let fields = $crate::engine::job_filter::FilterFields {
                     states: self.state.as_deref(),
                     queue: self.queue.as_deref(),
                     kind: self.kind.as_deref(),
@@ -265,7 +265,7 @@ pub(crate) fn json_filter_checked(text: Option<&str>, open: char) -> Result<(), 
     let Some(text) = text.map(str::trim).filter(|t| t.starts_with(open)) else {
         return Ok(());
     };
-    use crate::engine::store::jobs::{parse_args_filter, parse_tags_filter};
+    use crate::engine::job_filter::{parse_args_filter, parse_tags_filter};
     let fits = match open {
         '{' => parse_args_filter(text).is_ok_and(|v| !v.to_string().contains("\\u0000")),
         _ => parse_tags_filter(text).is_ok_and(|t| !t.iter().any(|t| t.contains('\0'))),

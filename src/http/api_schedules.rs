@@ -110,9 +110,9 @@ pub struct SchedulePatch {
     pub args: Option<Value>,
     #[schemars(regex(pattern = job::QUEUE_PATTERN))]
     pub queue: Option<String>,
-    #[schemars(range(min = 0, max = 9))]
+    #[schemars(range(min = job::PRIORITY_MIN, max = job::PRIORITY_MAX))]
     pub priority: Option<i16>,
-    #[schemars(range(min = 1, max = 1000))]
+    #[schemars(range(min = job::MAX_ATTEMPTS_MIN, max = job::MAX_ATTEMPTS_MAX))]
     pub max_attempts: Option<i32>,
     #[serde(default)]
     #[schemars(schema_with = "job::tags_schema")]

@@ -195,6 +195,7 @@ impl From<ClientError> for AppError {
             },
             ClientError::NotFound(what) => AppError::NotFound(format!("{what} not found")),
             ClientError::Conflict(m) => AppError::conflict(m),
+            ClientError::Forbidden(m) => AppError::Forbidden(m),
             ClientError::Database(e) => e.into(),
         }
     }

@@ -15,8 +15,8 @@ use super::{
     api_alerts, api_history, api_job_tools, api_jobs, api_questions, api_queues, api_schedules,
     api_webhook_deliveries, api_webhook_endpoints, sse,
 };
+use crate::engine::job_filter::JobSuggestions;
 use crate::engine::schedules::{ScheduleSpec, ScheduleView};
-use crate::engine::store::jobs::JobSuggestions;
 use crate::engine::{BulkReport, Job};
 use crate::questions::service::QuestionDetail;
 use crate::questions::store::{Prediction, Question};

@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use crate::engine::store::replica::replica_lag_ms;
 use crate::engine::Client;
 
 #[derive(Clone)]
@@ -40,7 +39,7 @@ impl Reader {
     /// itself then fails and says so).
     pub async fn lag_past_bound(&self) -> Option<i64> {
         let bound = self.bound?;
-        match replica_lag_ms(self.client.pool()).await {
+        match self.client.replica_lag_ms().await {
             Ok(Some(ms)) if ms > bound.as_millis() as f64 => Some(ms.round() as i64),
             Ok(_) => None,
             Err(e) => {

@@ -35,12 +35,22 @@ pub fn lock_key(question_id: i64) -> String {
     format!("{LOCK_KIND}:{question_id}")
 }
 
+/// The owner a question's jobs carry (`meta.owner`).
+pub fn owner(question_id: i64) -> String {
+    format!("question {question_id}")
+}
+
+/// The question an owner names, if it is a question.
+pub fn question_of_owner(owner: &str) -> Option<i64> {
+    owner.strip_prefix("question ")?.parse().ok()
+}
+
 /// The job that locks question `question_id` at `game_time` (kept if one exists). It belongs to
 /// the question (`meta.owner`): an operator cannot cancel, reschedule or delete it by itself, since
 /// the question's promise (locked at game time) rests on it; moving or deleting the question does.
 pub fn lock_job(question_id: i64, game_time: DateTime<Utc>) -> NewJob {
     NewJob::new(LOCK_KIND, json!({ "question_id": question_id }))
-        .with_meta(json!({ "owner": format!("question {question_id}") }))
+        .with_meta(json!({ "owner": owner(question_id) }))
         .with_queue(QUEUE)
         .at(game_time)
         .with_unique_key(lock_key(question_id), OnConflict::Keep)

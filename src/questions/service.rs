@@ -6,10 +6,10 @@ use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use serde::Serialize;
 use sqlx::PgConnection;
 
-use super::jobs::{lock_job, lock_key, settle_job};
+use super::jobs::{lock_job, lock_key, question_of_owner, settle_job};
 use super::store::{self, ChoiceCount, Prediction, Question, QuestionStatus};
 use crate::db::in_transaction;
-use crate::engine::{Client, ClientError, Job, OnConflict};
+use crate::engine::{Client, ClientError, Job, JobFilter, JobId, OnConflict};
 
 /// How far ahead a game may be scheduled.
 pub const MAX_GAME_AHEAD_DAYS: i64 = 730;
@@ -219,6 +219,22 @@ impl QuestionService {
         game: &str,
     ) -> Result<Option<DateTime<Utc>>, QuestionError> {
         Ok(store::question_earliest_of_game(self.client.pool(), game).await?)
+    }
+
+    /// The questions owning waiting jobs `filter` matches (their lock jobs): a shift of those
+    /// jobs moves them through their question.
+    pub async fn owning_jobs_matching(
+        &self,
+        filter: &JobFilter,
+    ) -> Result<Vec<i64>, QuestionError> {
+        let owners = self.client.owners_of_waiting(filter).await?;
+        Ok(owners.iter().filter_map(|o| question_of_owner(o)).collect())
+    }
+
+    /// The questions owning any of the listed waiting jobs.
+    pub async fn owning_jobs(&self, ids: &[JobId]) -> Result<Vec<i64>, QuestionError> {
+        let owners = self.client.owners_of_waiting_ids(ids).await?;
+        Ok(owners.iter().filter_map(|o| question_of_owner(o)).collect())
     }
 
     /// Deletes a question, its predictions, and cancels its pending jobs.

@@ -257,3 +257,93 @@ fn the_checks_above_see_what_they_look_for() {
         BTreeSet::from(["engine".to_string(), "rate".to_string()])
     );
 }
+
+#[test]
+fn nothing_outside_the_engine_reaches_its_store() {
+    // docs/ARCHITECTURE.md: the server goes through the engine's `Client` and the types it
+    // re-exports; the benches alone time the store's statements directly.
+    let mut reaching = Vec::new();
+    for path in tree() {
+        let outside = path.starts_with("src/")
+            && path.ends_with(".rs")
+            && !path.starts_with("src/engine/")
+            && !path.starts_with("src/bench");
+        if !outside {
+            continue;
+        }
+        let code = read(&path);
+        let uses = code
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .any(|l| l.contains("engine::store"));
+        if uses {
+            reaching.push(path);
+        }
+    }
+    assert!(
+        reaching.is_empty(),
+        "files that reach the engine's store: {reaching:?}"
+    );
+}
+
+/// Whether every CHECK of `table` naming `column` admits `value` (on a row of that column alone,
+/// its attempt 0: the CHECKs are evaluated, nothing is written).
+async fn checks_admit(pool: &kickoff::engine::Db, table: &str, column: &str, value: i32) -> bool {
+    let checks: Vec<String> = sqlx::query_scalar(
+        "SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c
+         JOIN pg_class t ON t.oid = c.conrelid
+         WHERE t.relname = $1 AND c.contype = 'c'
+           AND pg_get_constraintdef(c.oid) LIKE '%' || $2 || '%'",
+    )
+    .bind(table)
+    .bind(column)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert!(!checks.is_empty(), "{table} has no CHECK on {column}");
+    let mut admits = true;
+    for check in checks {
+        let expr = check.trim_start_matches("CHECK ");
+        let sql = format!("SELECT {expr} FROM (SELECT $1::int AS {column}, 0 AS attempt) row");
+        let holds: Option<bool> = sqlx::query_scalar(&sql)
+            .bind(value)
+            .fetch_one(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        admits &= holds != Some(false);
+    }
+    admits
+}
+
+#[tokio::test]
+async fn the_tables_checks_hold_the_engines_ranges_of_priority_and_max_attempts() {
+    use kickoff::engine::job::{MAX_ATTEMPTS_MAX, MAX_ATTEMPTS_MIN, PRIORITY_MAX, PRIORITY_MIN};
+    let db = crate::common::test_db().await;
+    // The tables' CHECKs are the one statement of these ranges the engine's constants cannot
+    // make: each bound admitted, one past it refused, in the jobs and the schedules tables.
+    let ranges = [
+        ("priority", i32::from(PRIORITY_MIN), i32::from(PRIORITY_MAX)),
+        ("max_attempts", MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX),
+    ];
+    for table in ["jobs", "schedules"] {
+        for (column, lo, hi) in ranges {
+            let pool = &db.pool;
+            assert!(
+                checks_admit(pool, table, column, lo).await,
+                "{table}.{column} {lo}"
+            );
+            assert!(
+                checks_admit(pool, table, column, hi).await,
+                "{table}.{column} {hi}"
+            );
+            assert!(
+                !checks_admit(pool, table, column, lo - 1).await,
+                "{table}.{column}"
+            );
+            assert!(
+                !checks_admit(pool, table, column, hi + 1).await,
+                "{table}.{column}"
+            );
+        }
+    }
+}

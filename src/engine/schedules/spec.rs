@@ -11,7 +11,10 @@ use serde_json::Value;
 use super::error::ScheduleError;
 use super::rule::{self, Rule};
 use crate::engine::client::ClientError;
-use crate::engine::job::{DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, RESERVED_META};
+use crate::engine::job::{
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, MAX_ATTEMPTS_MAX, MAX_ATTEMPTS_MIN,
+    PRIORITY_MAX, PRIORITY_MIN, RESERVED_META,
+};
 
 /// What happens when a run comes due while an earlier run of the schedule is not final.
 #[derive(
@@ -95,13 +98,13 @@ pub struct JobTemplate {
     #[schemars(regex(pattern = crate::engine::job::QUEUE_PATTERN))]
     #[schemars(extend("x-message" = "queue: must be 1 to 64 characters of a-z, 0-9, `_` and `-`"))]
     pub queue: String,
-    /// 0 (highest) to 9.
+    /// Lower is claimed first (0 is the highest).
     #[serde(default)]
-    #[schemars(range(min = 0, max = 9))]
+    #[schemars(range(min = PRIORITY_MIN, max = PRIORITY_MAX))]
     pub priority: i16,
-    /// 1 to 1000.
+    /// Attempts before a run is discarded.
     #[serde(default = "default_max_attempts")]
-    #[schemars(range(min = 1, max = 1000))]
+    #[schemars(range(min = MAX_ATTEMPTS_MIN, max = MAX_ATTEMPTS_MAX))]
     pub max_attempts: i32,
     #[serde(default)]
     #[schemars(schema_with = "crate::engine::job::tags_list_schema")]

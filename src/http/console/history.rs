@@ -9,7 +9,7 @@ use kickoff_app::console::Refusal;
 
 use super::{ms, operator, refused, ServerConsole};
 use crate::accounts::Role;
-use crate::engine::store::history::{
+use crate::engine::history::{
     by_series, late_quantile, HistoryFilter, HistoryGroup, HistoryPoint, LATE_BOUNDS_MS,
 };
 use crate::engine::HistoryQuery;
@@ -111,7 +111,7 @@ impl HistoryConsole for ServerConsole {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::store::history::LATE_BUCKETS;
+    use crate::engine::history::LATE_BUCKETS;
 
     #[test]
     fn late_counts_the_buckets_from_a_second_on() {

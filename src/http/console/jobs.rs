@@ -14,9 +14,10 @@ use serde_json::Value;
 use super::{conn, entry, from_ms, ms, operator, refused, Act, ServerConsole, LIST_ROWS};
 use crate::accounts::Role;
 use crate::engine::editing::Edited;
+use crate::engine::history::AttemptRecord;
+use crate::engine::job::{check_max_attempts, check_priority};
 use crate::engine::job_edit::{parse_duration_ms, JobEdit};
-use crate::engine::store::history::AttemptRecord;
-use crate::engine::store::jobs::{split_tags, FilterFields};
+use crate::engine::job_filter::{split_tags, FilterFields};
 use crate::engine::JobFilter;
 use crate::engine::{
     BulkAction, BulkChange, BulkReport, Job, JobId, JobState, LatePolicy, NewJob, OnConflict,
@@ -289,17 +290,16 @@ fn new_job(input: NewJobInput) -> Result<NewJob, String> {
     };
     let mut job = NewJob::new(input.kind.trim(), args).with_queue(input.queue.trim());
     job.schedule = schedule;
+    // A fraction is refused as a value out of range is: the rule names whole numbers.
+    let whole = |field: &str, x: f64, check: fn(i64) -> Result<(), String>| {
+        let n = if x.fract() == 0.0 { x as i64 } else { i64::MAX };
+        check(n).map(|()| n).map_err(|m| format!("{field}: {m}"))
+    };
     if let Some(p) = number("priority", &input.priority)? {
-        if p.fract() != 0.0 || !(0.0..=9.0).contains(&p) {
-            return Err("priority: must be a whole number from 0 to 9".into());
-        }
-        job = job.with_priority(p as i16);
+        job = job.with_priority(whole("priority", p, check_priority)? as i16);
     }
     if let Some(m) = number("max_attempts", &input.max_attempts)? {
-        if m.fract() != 0.0 || !(1.0..=1000.0).contains(&m) {
-            return Err("max_attempts: must be a whole number from 1 to 1000".into());
-        }
-        job = job.with_max_attempts(m as i32);
+        job = job.with_max_attempts(whole("max_attempts", m, check_max_attempts)? as i32);
     }
     if let Some(key) = input
         .unique_key
@@ -594,10 +594,11 @@ impl JobsConsole for ServerConsole {
                     return Err(refusal);
                 }
                 if let BulkChange::Shift { by_ms } = change {
-                    let owners =
-                        crate::http::api_job_tools::questions_owning(self.client.pool(), &filter)
-                            .await
-                            .map_err(refused)?;
+                    let owners = self
+                        .questions
+                        .owning_jobs_matching(&filter)
+                        .await
+                        .map_err(refused)?;
                     self.shift_questions(owners, input.game.as_deref(), by_ms)
                         .await?;
                 }
@@ -618,10 +619,7 @@ impl JobsConsole for ServerConsole {
         // A selection's lock jobs move with their questions, as a filter's do.
         if let (Ok(BulkChange::Shift { by_ms }), false) = (&change, ids.is_empty()) {
             let listed: Vec<JobId> = ids.iter().copied().map(JobId).collect();
-            let owners =
-                crate::http::api_job_tools::questions_owning_ids(self.client.pool(), &listed)
-                    .await
-                    .map_err(refused)?;
+            let owners = self.questions.owning_jobs(&listed).await.map_err(refused)?;
             if !owners.is_empty() {
                 self.shift_questions(owners, None, *by_ms).await?;
             }
@@ -673,31 +671,9 @@ impl JobsConsole for ServerConsole {
                 },
                 async |work| {
                     let conn = conn(work).await?;
-                    let before =
-                        crate::engine::store::jobs::job_get_for_update(&mut *conn, JobId(id))
-                            .await
-                            .map_err(refused)?
-                            .ok_or_else(|| Refusal::new(404, format!("job {id} not found")))?;
-                    let edit = edit_of(&sight.job(before.clone()), &input)?;
-                    let touches_args = edit.args.is_some();
-                    if touches_args
-                        && !sight.sees_secrets_of(&before)
-                        && crate::engine::sight::has_secrets(self.client.workers(), &before)
-                    {
-                        return Err(Refusal::new(
-                            403,
-                            format!(
-                                "job {id} carries secrets you do not see: only an admin or its \
-                                 creator can change its args"
-                            ),
-                        ));
-                    }
-                    let edited = self
-                        .client
-                        .edit_with(conn, JobId(id), &edit)
+                    self.client
+                        .edit_as_with(conn, JobId(id), &sight, |seen| edit_of(seen, &input))
                         .await
-                        .map_err(refused)?;
-                    Ok((edit, edited))
                 },
             )
             .await;

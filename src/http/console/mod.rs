@@ -206,6 +206,13 @@ fn refused(e: impl Into<AppError>) -> Refusal {
     e.into().into()
 }
 
+/// An engine refusal as the dashboard answers it: as the API would (its status and words).
+impl From<crate::engine::ClientError> for Refusal {
+    fn from(e: crate::engine::ClientError) -> Self {
+        refused(e)
+    }
+}
+
 /// A failure of the session store: logged, and answered like an unreachable database.
 fn unavailable(e: impl std::fmt::Display) -> Refusal {
     tracing::error!(error = %e, "dashboard query failed");

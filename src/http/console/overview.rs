@@ -7,7 +7,7 @@ use kickoff_app::console::Refusal;
 
 use super::{ms, operator, refused, ServerConsole};
 use crate::accounts::Role;
-use crate::engine::store::history::{late_quantile, HistoryFilter, HistoryGroup, LATE_BUCKETS};
+use crate::engine::history::{late_quantile, HistoryFilter, HistoryGroup, LATE_BUCKETS};
 use crate::engine::HistoryQuery;
 use crate::engine::JobState;
 use chrono::DurationRound;

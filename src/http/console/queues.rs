@@ -9,11 +9,11 @@ use serde_json::Value;
 
 use super::{conn, operator, refused, Act, ServerConsole};
 use crate::accounts::Role;
+use crate::engine::history::{HistoryFilter, HistoryGroup};
 use crate::engine::limits::{QueueLimits, PARTITION_SCAN};
-use crate::engine::store::history::{HistoryFilter, HistoryGroup};
-use crate::engine::store::queues::LimitUse;
 use crate::engine::HistoryQuery;
 use crate::engine::JobState;
+use crate::engine::LimitUse;
 use chrono::DurationRound;
 
 #[async_trait::async_trait]
