@@ -402,6 +402,8 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
             stop,
         )
     });
+    // Bulk walks outlive their requests: awaited once HTTP has stopped.
+    let auditor = state.auditor.clone();
     let app = http::router(state);
     println!("Kickoff listening on http://{local_addr}");
     // Only here, on this process's own output: the code is kept nowhere else.
@@ -434,7 +436,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     )
     .await;
     tracing::info!("stopping: the background tasks, the engine, then the database");
-    tasks.stop(STOP_GRACE).await;
+    tokio::join!(tasks.stop(STOP_GRACE), auditor.finish_walks(STOP_GRACE));
     engine.stop().await;
     web.close().await;
     db.close().await;

@@ -26,7 +26,12 @@ test('a waiting job is edited on its page, and a postponed game is moved and exp
   await page.goto(`${baseUrl}/jobs/${ids[0]}`);
   await hydrated(page);
   const form = page.getByRole('form', { name: 'Edit job' });
-  await form.getByLabel('Priority (0 highest, 9)').fill('2');
+  // The form's ranges are the engine's, sent by the server (the UI keeps no copy of them).
+  const priority = form.getByLabel('Priority (0 highest)');
+  assert.deepEqual([await priority.getAttribute('min'), await priority.getAttribute('max')], ['0', '9']);
+  const attempts = form.getByLabel('Max attempts');
+  assert.deepEqual([await attempts.getAttribute('min'), await attempts.getAttribute('max')], ['1', '1000']);
+  await priority.fill('2');
   // Another job changing sends a live update: what is typed stays.
   await api('POST', '/jobs', { kind: 'noop', args: { e2e: 'live-update' } });
   await form.getByLabel('Tags (separated by commas)').fill('e2e-tools, edited');

@@ -61,11 +61,40 @@ fn cut(s: &str) -> String {
 #[derive(Clone)]
 pub struct Auditor {
     pool: Db,
+    /// Recorded work that outlives the request that started it (a bulk walk goes on when its
+    /// client goes away): the server awaits it before it closes the pools.
+    walks: tokio_util::task::TaskTracker,
 }
 
 impl Auditor {
     pub fn new(pool: Db) -> Self {
-        Auditor { pool }
+        Auditor {
+            pool,
+            walks: tokio_util::task::TaskTracker::new(),
+        }
+    }
+
+    /// Runs `walk` as a task of its own, tracked: [`Auditor::finish_walks`] awaits it.
+    pub fn spawn_walk<F>(&self, walk: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.walks.spawn(walk)
+    }
+
+    /// Awaits the walks running (and any started meanwhile), for at most `grace`; whether all
+    /// ended.
+    pub async fn finish_walks(&self, grace: std::time::Duration) -> bool {
+        self.walks.close();
+        let ended = tokio::time::timeout(grace, self.walks.wait()).await.is_ok();
+        if !ended {
+            tracing::warn!(
+                walks = self.walks.len(),
+                "bulk actions still running after {grace:?}: their closing audit entries may be lost"
+            );
+        }
+        ended
     }
 
     /// Runs `action` with its [`Work`] and, when it succeeds, writes `entry` (with the count
@@ -214,4 +243,45 @@ async fn insert_as(
         &result,
     )
     .await
+}
+
+#[cfg(test)]
+mod walk_tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn auditor() -> Auditor {
+        // Never connected: the walks here touch no database.
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .connect_lazy("postgres://nobody@127.0.0.1:1/none")
+            .unwrap();
+        Auditor::new(Db::new(pool, crate::db::PoolMode::Direct))
+    }
+
+    #[tokio::test]
+    async fn a_walk_whose_request_went_away_is_awaited_before_the_pools_close() {
+        let auditor = auditor();
+        let done = Arc::new(AtomicBool::new(false));
+        let walk = auditor.spawn_walk({
+            let done = done.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                done.store(true, Ordering::SeqCst);
+            }
+        });
+        // The request that awaited it is gone.
+        drop(walk);
+        assert!(auditor.finish_walks(Duration::from_secs(10)).await);
+        assert!(done.load(Ordering::SeqCst), "the walk was not awaited");
+    }
+
+    #[tokio::test]
+    async fn a_walk_that_will_not_end_is_left_after_the_grace() {
+        let auditor = auditor();
+        let _walk = auditor.spawn_walk(std::future::pending::<()>());
+        assert!(!auditor.finish_walks(Duration::from_millis(20)).await);
+    }
 }

@@ -12,8 +12,9 @@ use crate::engine::{BulkChange, BulkReport, Client, ClientError, JobFilter};
 /// batch), the end is recorded on its own: the count so far and the error worded by `why`.
 /// Every outcome is recorded here, a refusal's included.
 ///
-/// The walk runs as a task of its own: a client that goes away, or a server stopping, does not cut
-/// it between a batch and its entry, nor leave it without its closing entry.
+/// The walk runs as a task of its own, which the auditor tracks: a client that goes away, or a
+/// server stopping (it awaits the auditor's walks before it closes the pools), does not cut it
+/// between a batch and its entry, nor leave it without its closing entry.
 pub async fn bulk_filter<E>(
     auditor: &Auditor,
     client: &Client,
@@ -27,8 +28,9 @@ where
 {
     let (auditor, client, filter) = (auditor.clone(), client.clone(), filter.clone());
     let action = action.into();
-    let walk =
-        tokio::spawn(async move { walk(&auditor, &client, entry, action, &filter, why).await });
+    let tracked = auditor.clone();
+    let walk = tracked
+        .spawn_walk(async move { walk(&auditor, &client, entry, action, &filter, why).await });
     match walk.await {
         Ok(done) => done,
         Err(e) => std::panic::resume_unwind(e.into_panic()),

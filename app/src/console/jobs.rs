@@ -138,6 +138,16 @@ impl JobRow {
     }
 }
 
+/// The ranges of a job's numbers as the server's engine states them: the forms' `min` and `max`
+/// (this crate cannot import the engine, and keeps no copy of its rules; the server checks them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobLimits {
+    pub priority_min: i16,
+    pub priority_max: i16,
+    pub max_attempts_min: i32,
+    pub max_attempts_max: i32,
+}
+
 /// The job detail page.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobDetail {
@@ -159,6 +169,8 @@ pub struct JobDetail {
     pub held: Option<String>,
     /// A webhook job's calls, in the order made (its delivery record); empty for other kinds.
     pub deliveries: Vec<DeliveryRow>,
+    /// The edit form's ranges.
+    pub limits: JobLimits,
 }
 
 /// One webhook call of a job, as the delivery record keeps it.
@@ -322,6 +334,8 @@ pub struct JobChoices {
     pub tags: Vec<String>,
     /// Top-level args keys of recent jobs.
     pub args_keys: Vec<String>,
+    /// The forms' ranges (absent until loaded: the server checks them anyway).
+    pub limits: Option<JobLimits>,
 }
 
 /// A new job as the form submits it.

@@ -394,8 +394,9 @@ fn EditForm(
                 </label>
                 <div class="row">
                 <label>
-                    "Priority (0 highest, 9)"
-                    <input type="number" name="input[priority]" min="0" max="9" required
+                    "Priority (0 highest)"
+                    <input type="number" name="input[priority]" required
+                        min=d.limits.priority_min.to_string() max=d.limits.priority_max.to_string()
                         value=value.priority.clone() on:input=update(|d, v| d.priority = v)/>
                 </label>
                 <label>
@@ -405,7 +406,8 @@ fn EditForm(
                 </label>
                 <label>
                     "Max attempts"
-                    <input type="number" name="input[max_attempts]" min="1" max="1000" required
+                    <input type="number" name="input[max_attempts]" required
+                        min=d.limits.max_attempts_min.to_string() max=d.limits.max_attempts_max.to_string()
                         value=value.max_attempts.clone() on:input=update(|d, v| d.max_attempts = v)/>
                 </label>
                 <label>

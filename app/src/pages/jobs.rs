@@ -23,7 +23,7 @@ use crate::components::time::{use_clock, Countdown, When};
 use crate::components::time_field::{TimeField, ZoneInput};
 use crate::console::jobs::{
     bulk_preview, get_job_choices, list_jobs, BulkDone, BulkJobs, JobAction, JobPage, JobQuery,
-    JobRow, BULK_ACTIONS, FAILED_STATES, STATES,
+    JobLimits, JobRow, BULK_ACTIONS, FAILED_STATES, STATES,
 };
 use crate::console::{nonempty, query_string};
 
@@ -684,6 +684,11 @@ fn BulkConfirm(
 /// of a game.
 #[component]
 fn ChangeFields(action: &'static str, by_filter: bool) -> impl IntoView {
+    // The edit's ranges, as the server states them (read once the form is in the browser).
+    let choices = LocalResource::new(get_job_choices);
+    let limit = move |f: fn(&JobLimits) -> String| {
+        move || choices.get().and_then(Result::ok).and_then(|c| c.limits).as_ref().map(f)
+    };
     match action {
         "shift" => view! {
             <label>
@@ -705,9 +710,11 @@ fn ChangeFields(action: &'static str, by_filter: bool) -> impl IntoView {
         "edit" => view! {
             <fieldset class="inline-fields">
                 <legend>"Set (blank: unchanged)"</legend>
-                <label>"Priority " <input type="number" name="change[priority]" min="0" max="9" size="3"/></label>
+                <label>"Priority " <input type="number" name="change[priority]" size="3"
+                    min=limit(|l| l.priority_min.to_string()) max=limit(|l| l.priority_max.to_string())/></label>
                 <label>"Queue " <input name="change[queue]" size="10" pattern="[a-z0-9_-]{1,64}"/></label>
-                <label>"Max attempts " <input type="number" name="change[max_attempts]" min="1" max="1000" size="4"/></label>
+                <label>"Max attempts " <input type="number" name="change[max_attempts]" size="4"
+                    min=limit(|l| l.max_attempts_min.to_string()) max=limit(|l| l.max_attempts_max.to_string())/></label>
                 <label>"Tags " <input name="change[tags]" size="14" placeholder="a, b"/></label>
             </fieldset>
         }

@@ -10,7 +10,7 @@ use leptos_router::hooks::use_navigate;
 use crate::components::late_start::LateStartFields;
 use crate::components::loaded::{failure, ActionError, Loaded};
 use crate::components::time_field::TimeField;
-use crate::console::jobs::{get_job_choices, CreateJob, JobChoices};
+use crate::console::jobs::{get_job_choices, CreateJob, JobChoices, JobLimits};
 
 /// Why `text` is not acceptable as a job's args, if it is not.
 pub fn args_problem(text: &str) -> Option<String> {
@@ -48,6 +48,9 @@ fn NewJobForm(c: JobChoices, create: ServerAction<CreateJob>) -> impl IntoView {
     let args = RwSignal::new("{}".to_string());
     let problem = Memo::new(move |_| args.with(|a| args_problem(a)));
     let first_kind = c.kinds.first().cloned().unwrap_or_default();
+    // The ranges as the server states them.
+    let limits = c.limits;
+    let limit = move |f: fn(&JobLimits) -> String| limits.as_ref().map(f);
     view! {
         <ActionForm action=create attr:class="form-card" attr:aria-label="New job">
             <Csrf/>
@@ -116,11 +119,13 @@ fn NewJobForm(c: JobChoices, create: ServerAction<CreateJob>) -> impl IntoView {
                 </label>
                 <label>
                     "Priority (0 first)"
-                    <input type="number" name="input[priority]" min="0" max="9" value="0"/>
+                    <input type="number" name="input[priority]" value="0"
+                        min=limit(|l| l.priority_min.to_string()) max=limit(|l| l.priority_max.to_string())/>
                 </label>
                 <label>
                     "Max attempts"
-                    <input type="number" name="input[max_attempts]" min="1" max="1000" value="20"/>
+                    <input type="number" name="input[max_attempts]" value="20"
+                        min=limit(|l| l.max_attempts_min.to_string()) max=limit(|l| l.max_attempts_max.to_string())/>
                 </label>
                 <label>
                     "Unique key (optional)"

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use kickoff_app::console::jobs::{
-    AttemptRow, BulkChangeInput, BulkCount, BulkDone, DeliveryRow, EditJobInput, JobChoices,
+    AttemptRow, BulkChangeInput, BulkCount, BulkDone, DeliveryRow, EditJobInput, JobChoices, JobLimits,
     JobDetail, JobPage, JobQuery, JobRow, JobsConsole, LogLineRow, NewJobInput, TimersPage,
     BULK_COUNT_CAP,
 };
@@ -393,6 +393,7 @@ impl JobsConsole for ServerConsole {
             deliveries: self
                 .deliveries(&j, &op.sight(self.client.workers()))
                 .await?,
+            limits: job_limits(),
         })
     }
 
@@ -489,6 +490,7 @@ impl JobsConsole for ServerConsole {
             queues: s.queues,
             tags: s.tags,
             args_keys: s.args_keys,
+            limits: Some(job_limits()),
         })
     }
 
@@ -757,6 +759,17 @@ fn bulk_change(action: &str, input: &BulkChangeInput) -> Result<BulkChange, Refu
 
 /// The edit a job page's form asks for: the fields it changed from `shown` (the job as the page
 /// showed it).
+/// The engine's ranges of a job's numbers, for the forms.
+fn job_limits() -> JobLimits {
+    use crate::engine::job::{MAX_ATTEMPTS_MAX, MAX_ATTEMPTS_MIN, PRIORITY_MAX, PRIORITY_MIN};
+    JobLimits {
+        priority_min: PRIORITY_MIN,
+        priority_max: PRIORITY_MAX,
+        max_attempts_min: MAX_ATTEMPTS_MIN,
+        max_attempts_max: MAX_ATTEMPTS_MAX,
+    }
+}
+
 fn edit_of(shown: &Job, input: &EditJobInput) -> Result<JobEdit, Refusal> {
     let mut edit = JobEdit::default();
     if input.args.trim() != input.args_shown.trim() {
