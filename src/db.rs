@@ -33,6 +33,7 @@ use std::fmt;
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
@@ -171,10 +172,31 @@ impl Db {
     }
 
     /// Begins a transaction on a pooled connection.
+    ///
+    /// sqlx 0.8's `Pool::begin` is not cancel-safe on PostgreSQL (transact-rs/sqlx#4393): a
+    /// future dropped while its `BEGIN` is on the wire leaves the connection inside a transaction
+    /// that nothing rolls back, and the pool hands it on; the next borrower's statements run in it
+    /// and keep its row locks (every sign-in from one address stalled for the statement timeout
+    /// once). So the begin runs as a task of its own: a caller that goes away (a client that
+    /// disconnects, a timeout) leaves it to finish, and the transaction it made is dropped there,
+    /// rolled back, before the connection goes back to the pool.
     pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        match self.mode {
-            PoolMode::Direct => self.pool.begin().await,
-            PoolMode::Transaction => self.pool.begin_with(self.begin.to_string()).await,
+        let pool = self.pool.clone();
+        let begin = match self.mode {
+            PoolMode::Direct => None,
+            PoolMode::Transaction => Some(self.begin.to_string()),
+        };
+        let began = tokio::spawn(async move {
+            match begin {
+                None => pool.begin().await,
+                Some(statement) => pool.begin_with(statement).await,
+            }
+        });
+        match began.await {
+            Ok(tx) => tx,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // The runtime is shutting down.
+            Err(_) => Err(sqlx::Error::PoolClosed),
         }
     }
 
@@ -184,6 +206,7 @@ impl Db {
         Ok(DbConn {
             conn: self.pool.acquire().await?,
             begin: (self.mode == PoolMode::Transaction).then(|| self.begin.clone()),
+            beginning: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -246,6 +269,33 @@ pub struct DbConn {
     conn: PoolConnection<Postgres>,
     /// Behind a transaction pooler: what opens the transaction each statement runs in.
     begin: Option<Arc<str>>,
+    /// A `BEGIN` was sent and its answer not read (the statement was given up on): the
+    /// connection may be inside a transaction nothing will end (see [`Db::begin`]), so it is
+    /// closed when dropped, not handed on.
+    beginning: Arc<AtomicBool>,
+}
+
+impl Drop for DbConn {
+    fn drop(&mut self) {
+        if self.beginning.load(Ordering::Acquire) {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
+/// `begin`, with `beginning` set until it answered.
+fn begin_marked<'c>(
+    conn: &'c mut PgConnection,
+    statement: &str,
+    beginning: Arc<AtomicBool>,
+) -> impl Future<Output = Result<Transaction<'c, Postgres>, sqlx::Error>> + Send + 'c {
+    beginning.store(true, Ordering::Release);
+    let begin = sqlx::Connection::begin_with(conn, statement.to_string());
+    async move {
+        let tx = begin.await;
+        beginning.store(false, Ordering::Release);
+        tx
+    }
 }
 
 impl fmt::Debug for DbConn {
@@ -278,7 +328,7 @@ impl<'c> Executor<'c> for &'c mut DbConn {
         match self.begin.clone() {
             None => self.conn.fetch_many(query),
             Some(begin) => fetch_many_alone(
-                sqlx::Connection::begin_with(&mut *self.conn, begin.to_string()),
+                begin_marked(&mut self.conn, &begin, self.beginning.clone()),
                 query,
             ),
         }
@@ -295,7 +345,7 @@ impl<'c> Executor<'c> for &'c mut DbConn {
         match self.begin.clone() {
             None => self.conn.fetch_optional(query),
             Some(begin) => fetch_optional_alone(
-                sqlx::Connection::begin_with(&mut *self.conn, begin.to_string()),
+                begin_marked(&mut self.conn, &begin, self.beginning.clone()),
                 query,
             ),
         }

@@ -293,7 +293,11 @@ fn the_checks_above_see_what_they_look_for() {
     let code = "use crate::engine::Db;\n// crate::http is named here\nlet x = crate::rate::parse(); // crate::cli\nuse crate::{db::{a, b}, questions,\n    workers::x};\n";
     let names = ["db", "engine", "questions", "rate", "workers"].map(String::from);
     assert_eq!(imported_modules(code, "crate::"), BTreeSet::from(names));
-    assert!(names_after(&code_of("use crate::engine::{job, store::jobs};"), "engine::").contains("store"));
+    assert!(names_after(
+        &code_of("use crate::engine::{job, store::jobs};"),
+        "engine::"
+    )
+    .contains("store"));
 }
 
 #[test]

@@ -23,6 +23,7 @@ mod console_queues;
 mod console_schedules;
 mod console_webhooks;
 mod dashboard_engine;
+mod db_cancel;
 mod engine;
 mod engine_interleavings;
 mod fetch_ahead;

@@ -22,8 +22,8 @@ use crate::components::replica_lag::ReplicaLag;
 use crate::components::time::{use_clock, Countdown, When};
 use crate::components::time_field::{TimeField, ZoneInput};
 use crate::console::jobs::{
-    bulk_preview, get_job_choices, list_jobs, BulkDone, BulkJobs, JobAction, JobPage, JobQuery,
-    JobLimits, JobRow, BULK_ACTIONS, FAILED_STATES, STATES,
+    bulk_preview, get_job_choices, list_jobs, BulkDone, BulkJobs, JobAction, JobLimits, JobPage,
+    JobQuery, JobRow, BULK_ACTIONS, FAILED_STATES, STATES,
 };
 use crate::console::{nonempty, query_string};
 
@@ -687,7 +687,14 @@ fn ChangeFields(action: &'static str, by_filter: bool) -> impl IntoView {
     // The edit's ranges, as the server states them (read once the form is in the browser).
     let choices = LocalResource::new(get_job_choices);
     let limit = move |f: fn(&JobLimits) -> String| {
-        move || choices.get().and_then(Result::ok).and_then(|c| c.limits).as_ref().map(f)
+        move || {
+            choices
+                .get()
+                .and_then(Result::ok)
+                .and_then(|c| c.limits)
+                .as_ref()
+                .map(f)
+        }
     };
     match action {
         "shift" => view! {

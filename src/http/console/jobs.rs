@@ -3,9 +3,9 @@
 
 use chrono::{DateTime, Utc};
 use kickoff_app::console::jobs::{
-    AttemptRow, BulkChangeInput, BulkCount, BulkDone, DeliveryRow, EditJobInput, JobChoices, JobLimits,
-    JobDetail, JobPage, JobQuery, JobRow, JobsConsole, LogLineRow, NewJobInput, TimersPage,
-    BULK_COUNT_CAP,
+    AttemptRow, BulkChangeInput, BulkCount, BulkDone, DeliveryRow, EditJobInput, JobChoices,
+    JobDetail, JobLimits, JobPage, JobQuery, JobRow, JobsConsole, LogLineRow, NewJobInput,
+    TimersPage, BULK_COUNT_CAP,
 };
 use kickoff_app::console::Refusal;
 use kickoff_app::local_time::instant_ms;
