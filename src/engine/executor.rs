@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use super::attempt_hook::AttemptHooks;
 use super::attempt_log::AttemptRecorder;
 use super::completer::Completion;
 use super::job::{Claim, Job};
@@ -36,8 +37,7 @@ use super::late_start::{LateEnd, LatePolicy};
 use super::metrics::{Metrics, Outcome};
 use super::node::{Attempts, DbClock};
 use super::queue_state::{Buffered, QueueState};
-use super::schedules::gate::{overlap_gate, record_start};
-use super::worker::{JobContext, WorkError, Workers};
+use super::worker::{JobContext, WorkError, Worker, Workers};
 
 /// The wait before retrying a job whose kind no worker on this node knows.
 const UNKNOWN_KIND_BACKOFF: Duration = Duration::from_secs(30);
@@ -71,6 +71,8 @@ pub struct ExecutorParts {
     /// Where outcomes go (the completer's channel).
     pub completions: mpsc::UnboundedSender<Completion>,
     pub node_id: String,
+    /// What features add to every attempt (a schedule's runs).
+    pub hooks: AttemptHooks,
 }
 
 impl Executor {
@@ -297,22 +299,69 @@ fn traceparent(job: &Job) -> Option<&str> {
         .and_then(serde_json::Value::as_str)
 }
 
+/// An attempt, as a pipeline of named steps (the shape of Oban's executor): **wait** for its due
+/// instant, **begin** (the start recorded where every reader finds it), **gate** (what may end it
+/// before its handler), **perform** (the handler, under its timeout), **finish** (its outcome to
+/// the completer, its slot to the next job). What a feature adds to every attempt goes behind an
+/// [`AttemptHooks`] (a schedule's runs: `schedules::gate`), not in these steps.
 async fn run_attempt(
     me: Arc<Inner>,
     job: Job,
     not_before: Option<DateTime<Utc>>,
     cancel: CancellationToken,
-    mut guard: AttemptGuard,
+    guard: AttemptGuard,
 ) {
     if let Some(at) = not_before {
         // Claimed ahead of its due time: it starts at that instant of the database clock, never
         // before (a cancel aborts the task meanwhile).
         me.parts.clock.wait_until(at).await;
     }
+    let started = begin(&me, job, &guard);
+    let verdict = match gate(&me, &started) {
+        Ok(worker) => perform(&me, worker, &started, &cancel).await,
+        Err(ended) => ended,
+    };
+    finish(me, started, verdict, guard);
+}
+
+/// An attempt that has begun.
+struct Started {
+    job: Arc<Job>,
+    /// How late it started (after its due time, by the database clock).
+    late: Duration,
+    /// Its output and log lines, for its record.
+    recorder: Arc<AttemptRecorder>,
+    /// When it began, by this process's monotonic clock: what it took.
+    at: std::time::Instant,
+}
+
+/// How an attempt ended, for the completer.
+struct Verdict {
+    result: Result<(), WorkError>,
+    /// Its handler completed the job in its own transaction.
+    completed_in_tx: bool,
+    /// The wait before the next attempt, if it is retried.
+    backoff: Duration,
+}
+
+impl Verdict {
+    /// Ended before a handler ran.
+    fn before_handler(result: Result<(), WorkError>, backoff: Duration) -> Self {
+        Verdict {
+            result,
+            completed_in_tx: false,
+            backoff,
+        }
+    }
+}
+
+/// The start, recorded: its page shows what it logs while it runs, its trace the wait before it,
+/// the metrics its lateness, and each hook its start.
+fn begin(me: &Inner, job: Job, guard: &AttemptGuard) -> Started {
     let job = Arc::new(job);
     let started_at = me.parts.clock.now();
     let recorder = AttemptRecorder::new(started_at);
-    // Its page shows what it logs while it runs (the heartbeat writes it).
+    // The heartbeat writes what it logs while it runs.
     me.parts
         .attempts
         .set_recorder(guard.claim, recorder.clone());
@@ -333,98 +382,122 @@ async fn run_attempt(
         job.id.0,
     );
     me.parts.metrics.started(&job.queue, late);
-    record_start(&me.parts.pool, &job, late);
-    let started = std::time::Instant::now();
-    // A policy of the job's may end an attempt that starts too late before its handler runs
-    // (checked at insert: a malformed one here was written by SQL, and runs).
+    me.parts.hooks.started(&job, late);
+    Started {
+        job,
+        late,
+        recorder,
+        at: std::time::Instant::now(),
+    }
+}
+
+/// What ends an attempt before its handler, by the job alone: a row that cannot be read as
+/// stored, a late-start policy (checked at insert: a malformed one here was written by SQL, and
+/// runs), a kind no worker of this node knows. Else the worker that runs it.
+fn gate<'a>(me: &'a Inner, started: &Started) -> Result<&'a Arc<dyn Worker>, Verdict> {
+    let job = &started.job;
+    // A row holding what could not be read as stored (plain SQL's, an older release's): its
+    // handler would run on other args than the row holds, so it ends here, naming why.
+    if let Some(why) = &job.unreadable {
+        tracing::warn!(job = job.id.0, "a row that cannot be read as stored: {why}");
+        return Err(Verdict::before_handler(
+            Err(WorkError::Fatal(format!("cannot be read as stored: {why}"))),
+            Duration::ZERO,
+        ));
+    }
     let late_end = LatePolicy::from_meta(&job.meta)
         .ok()
         .flatten()
-        .and_then(|p| p.decide(late));
-    let (result, completed_in_tx, backoff) = match (late_end, me.parts.workers.get(&job.kind)) {
-        // A row holding what could not be read as stored (plain SQL's, an older release's):
-        // its handler would run on other args than the row holds, so it ends here, naming why.
-        _ if job.unreadable.is_some() => {
-            let why = job.unreadable.clone().unwrap_or_default();
-            tracing::warn!(job = job.id.0, "a row that cannot be read as stored: {why}");
-            (
-                Err(WorkError::Fatal(format!("cannot be read as stored: {why}"))),
-                false,
-                Duration::ZERO,
-            )
-        }
-        (Some(end), _) => {
-            let refused = match end {
-                LateEnd::Skip(why) => WorkError::Cancel(why),
-                LateEnd::Discard(why) => WorkError::Fatal(why),
-            };
-            tracing::info!(
-                late_ms = late.as_secs_f64() * 1000.0,
-                "late start: {refused}"
-            );
-            (Err(refused), false, Duration::ZERO)
-        }
-        (None, None) => (
+        .and_then(|p| p.decide(started.late));
+    if let Some(end) = late_end {
+        let refused = match end {
+            LateEnd::Skip(why) => WorkError::Cancel(why),
+            LateEnd::Discard(why) => WorkError::Fatal(why),
+        };
+        tracing::info!(
+            late_ms = started.late.as_secs_f64() * 1000.0,
+            "late start: {refused}"
+        );
+        return Err(Verdict::before_handler(Err(refused), Duration::ZERO));
+    }
+    me.parts.workers.get(&job.kind).ok_or_else(|| {
+        Verdict::before_handler(
             Err(WorkError::Retryable(format!(
                 "no worker for kind `{}` on node {}",
                 job.kind, me.parts.node_id
             ))),
-            false,
             UNKNOWN_KIND_BACKOFF,
-        ),
-        (None, Some(worker)) => {
-            let ctx = JobContext::new(
-                job.clone(),
-                me.parts.pool.clone(),
-                cancel.clone(),
-                recorder.clone(),
-            );
-            let timeout = worker.timeout();
-            let deadline = tokio::time::Instant::now() + timeout;
-            let mut runs = 0;
-            let result = loop {
-                runs += 1;
-                let work = AssertUnwindSafe(async {
-                    // A run of a schedule with an overlap policy may be skipped, or cancel the
-                    // runs it overlaps, before its handler starts.
-                    overlap_gate(&me.parts.pool, &job).await?;
-                    worker.work(ctx.clone()).await
-                })
-                .catch_unwind();
-                let result = match tokio::time::timeout_at(deadline, work).await {
-                    Err(_) => Err(WorkError::Retryable(format!(
-                        "timed out after {} ms",
-                        timeout.as_millis()
-                    ))),
-                    Ok(Err(panic)) => Err(WorkError::Retryable(format!(
-                        "panicked: {}",
-                        panic_message(panic.as_ref())
-                    ))),
-                    Ok(Ok(r)) => r,
-                };
-                // A connection the database had dropped: nothing the handler wrote on it
-                // committed. The pool's other dead connections go, and the handler runs again
-                // at once (an attempt and a backoff spent on it would make a lock late).
-                match result {
-                    Err(WorkError::ConnectionLost(_))
-                        if runs <= CONNECTION_RERUNS
-                            && !ctx.already_completed()
-                            && !cancel.is_cancelled() =>
-                    {
-                        drop_dead_connections(&me.parts.pool).await;
-                    }
-                    Err(WorkError::ConnectionLost(e)) => {
-                        break Err(WorkError::Retryable(format!(
-                            "database connection lost: {e}"
-                        )))
-                    }
-                    r => break r,
-                }
-            };
-            (result, ctx.already_completed(), worker.backoff(job.attempt))
+        )
+    })
+}
+
+/// The handler, under its worker's timeout, a panic caught as a failure; each run behind the
+/// hooks' gates (a run of a schedule may be skipped, or cancel the runs it overlaps). A handler
+/// whose database connection was gone runs again at once, uncounted (see [`CONNECTION_RERUNS`]).
+async fn perform(
+    me: &Inner,
+    worker: &Arc<dyn Worker>,
+    started: &Started,
+    cancel: &CancellationToken,
+) -> Verdict {
+    let job = &started.job;
+    let ctx = JobContext::new(
+        job.clone(),
+        me.parts.pool.clone(),
+        cancel.clone(),
+        started.recorder.clone(),
+    );
+    let timeout = worker.timeout();
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut runs = 0;
+    let result = loop {
+        runs += 1;
+        let work = AssertUnwindSafe(async {
+            me.parts.hooks.gate(job).await?;
+            worker.work(ctx.clone()).await
+        })
+        .catch_unwind();
+        let result = match tokio::time::timeout_at(deadline, work).await {
+            Err(_) => Err(WorkError::Retryable(format!(
+                "timed out after {} ms",
+                timeout.as_millis()
+            ))),
+            Ok(Err(panic)) => Err(WorkError::Retryable(format!(
+                "panicked: {}",
+                panic_message(panic.as_ref())
+            ))),
+            Ok(Ok(r)) => r,
+        };
+        // A connection the database had dropped: nothing the handler wrote on it committed. The
+        // pool's other dead connections go, and the handler runs again at once (an attempt and a
+        // backoff spent on it would make a lock late).
+        match result {
+            Err(WorkError::ConnectionLost(_))
+                if runs <= CONNECTION_RERUNS
+                    && !ctx.already_completed()
+                    && !cancel.is_cancelled() =>
+            {
+                drop_dead_connections(&me.parts.pool).await;
+            }
+            Err(WorkError::ConnectionLost(e)) => {
+                break Err(WorkError::Retryable(format!(
+                    "database connection lost: {e}"
+                )))
+            }
+            r => break r,
         }
     };
-    let outcome = match &result {
+    Verdict {
+        result,
+        completed_in_tx: ctx.already_completed(),
+        backoff: worker.backoff(job.attempt),
+    }
+}
+
+/// The outcome counted and sent to the completer (the attempt's lease renewed until it is
+/// written), and its slot freed: a job waiting in the buffer takes it at once.
+fn finish(me: Arc<Inner>, started: Started, verdict: Verdict, mut guard: AttemptGuard) {
+    let outcome = match &verdict.result {
         Ok(()) => Outcome::Completed,
         Err(WorkError::Retryable(_)) => Outcome::Failed,
         Err(WorkError::Fatal(_)) => Outcome::Fatal,
@@ -433,20 +506,18 @@ async fn run_attempt(
         Err(WorkError::Fenced) => Outcome::Fenced,
         Err(WorkError::ConnectionLost(_)) => Outcome::Failed,
     };
-    let took = started.elapsed();
-    me.parts.metrics.finished(&job.kind, outcome, took);
+    let took = started.at.elapsed();
+    me.parts.metrics.finished(&started.job.kind, outcome, took);
     guard.queue.attempt_took(took);
-    // Its lease is renewed until the outcome is written (see the heartbeat).
     me.parts.attempts.outcome_pending(guard.claim);
     let _ = me.parts.completions.send(Completion {
         claim: guard.claim,
-        result,
-        completed_in_tx,
-        backoff,
-        end: recorder.end(),
+        result: verdict.result,
+        completed_in_tx: verdict.completed_in_tx,
+        backoff: verdict.backoff,
+        end: started.recorder.end(),
     });
     guard.finished = true;
-    // The slot frees; a job waiting in the buffer takes it at once.
     let queue = guard.queue.clone();
     drop(guard);
     Executor { inner: me }.fill(&queue);

@@ -5,6 +5,7 @@
 
 pub mod alarm;
 pub mod announcer;
+pub mod attempt_hook;
 pub mod attempt_log;
 pub mod client;
 pub mod completer;

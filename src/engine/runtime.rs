@@ -25,6 +25,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::attempt_hook::AttemptHooks;
 use super::client::Client;
 use super::completer::Completer;
 use super::config::EngineConfig;
@@ -39,6 +40,7 @@ use super::notifier::{Listeners, Notifier};
 use super::producer::{ClaimSettings, Producer};
 use super::queue_settings::QueueSettingsSync;
 use super::queue_state::Queues;
+use super::schedules::gate::ScheduleRuns;
 use super::schedules::Schedules;
 use super::store::errors::is_transient;
 use super::store::jobs::AttemptEnd;
@@ -110,6 +112,7 @@ impl Engine {
             metrics: metrics.clone(),
             completions,
             node_id: node_id.clone(),
+            hooks: AttemptHooks::new(vec![Arc::new(ScheduleRuns::new(pool.clone()))]),
         });
 
         pools.warm_up(config.lease).await?;

@@ -1259,6 +1259,7 @@ async fn the_producer_claims_into_free_slots_and_no_more() {
         metrics: metrics.clone(),
         completions,
         node_id: "solo".into(),
+        hooks: Default::default(),
     });
     let queue = p.queues.get("default").unwrap().clone();
     let producer = Producer::new(

@@ -209,6 +209,7 @@ fn solo(
         metrics: metrics.clone(),
         completions,
         node_id: "solo".into(),
+        hooks: Default::default(),
     });
     let producer = Producer::new(
         queue.clone(),

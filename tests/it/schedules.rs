@@ -922,7 +922,13 @@ async fn the_overlap_policy_sees_a_run_triggered_by_hand() {
                 .await
                 .unwrap()
                 .unwrap();
-        let gate = kickoff::engine::schedules::gate::overlap_gate(&db.pool, &slot_run).await;
+        // Through the hook the executor calls before the run's handler.
+        use kickoff::engine::attempt_hook::AttemptHook as _;
+        let hook = kickoff::engine::schedules::gate::ScheduleRuns::new(db.pool.clone());
+        let gate = hook
+            .gate(&slot_run)
+            .expect("a run with an overlap policy is gated")
+            .await;
         match overlap {
             Overlap::Skip => assert!(
                 matches!(gate, Err(WorkError::Cancel(_))),

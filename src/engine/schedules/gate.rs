@@ -1,20 +1,47 @@
-//! The overlap policy of a schedule, applied when one of its runs starts: the run's meta carries
-//! the policy (`overlap`, absent for `allow`), so runs of schedules without one cost a map lookup.
+//! A schedule's part in its runs' attempts, the executor's hook (`ScheduleRuns`): a run's start is
+//! recorded on its schedule, and its overlap policy applied before its handler. The run's meta
+//! carries the policy (`overlap`, absent for `allow`), so runs of schedules without one, and jobs
+//! of no schedule, cost a map lookup.
+
+use std::time::Duration;
 
 use crate::db::Db;
 use serde_json::Value;
 
 use super::spec::Overlap;
+use crate::engine::attempt_hook::AttemptHook;
 use crate::engine::client::notify_cancelled;
 use crate::engine::job::Job;
 use crate::engine::job::META_SCHEDULE_ID;
 use crate::engine::store::jobs as job_store;
 use crate::engine::store::schedules as store;
-use crate::engine::worker::WorkError;
+use crate::engine::worker::{BoxFuture, WorkError};
+
+/// The hook the runtime gives the executor for the runs of schedules.
+pub struct ScheduleRuns {
+    pool: Db,
+}
+
+impl ScheduleRuns {
+    pub fn new(pool: Db) -> Self {
+        ScheduleRuns { pool }
+    }
+}
+
+impl AttemptHook for ScheduleRuns {
+    fn started(&self, job: &Job, late: Duration) {
+        record_start(&self.pool, job, late);
+    }
+
+    fn gate<'a>(&'a self, job: &'a Job) -> Option<BoxFuture<'a, Result<(), WorkError>>> {
+        let (policy, schedule_id) = overlap_policy(job)?;
+        Some(Box::pin(overlap_gate(&self.pool, job, policy, schedule_id)))
+    }
+}
 
 /// Records the start of a run of a schedule (its first attempt) and how late it started, without
 /// holding up its handler: the schedule's page and metrics show it.
-pub fn record_start(pool: &Db, job: &Job, late: std::time::Duration) {
+fn record_start(pool: &Db, job: &Job, late: Duration) {
     if job.attempt != 1 {
         return;
     }
@@ -29,21 +56,27 @@ pub fn record_start(pool: &Db, job: &Job, late: std::time::Duration) {
     });
 }
 
-/// Whether `job` may start: `Err(Cancel)` when its schedule skips a run that overlaps an earlier
-/// one still not final; with `cancel_previous` the earlier runs are cancelled first (their nodes
-/// stop them).
-pub async fn overlap_gate(pool: &Db, job: &Job) -> Result<(), WorkError> {
-    let Some(policy) = job
+/// The overlap policy of a run and its schedule, when it has one other than `allow`.
+fn overlap_policy(job: &Job) -> Option<(Overlap, i64)> {
+    let policy = job
         .meta
         .get("overlap")
         .and_then(Value::as_str)
         .and_then(Overlap::parse)
-    else {
-        return Ok(());
-    };
-    let Some(schedule_id) = job.meta.get(META_SCHEDULE_ID).and_then(Value::as_i64) else {
-        return Ok(());
-    };
+        .filter(|p| *p != Overlap::Allow)?;
+    let schedule_id = job.meta.get(META_SCHEDULE_ID).and_then(Value::as_i64)?;
+    Some((policy, schedule_id))
+}
+
+/// Whether `job` may start: `Err(Cancel)` when its schedule skips a run that overlaps an earlier
+/// one still not final; with `cancel_previous` the earlier runs are cancelled first (their nodes
+/// stop them).
+async fn overlap_gate(
+    pool: &Db,
+    job: &Job,
+    policy: Overlap,
+    schedule_id: i64,
+) -> Result<(), WorkError> {
     match policy {
         Overlap::Allow => Ok(()),
         Overlap::Skip => {
