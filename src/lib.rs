@@ -19,6 +19,7 @@ pub mod demo;
 pub mod engine;
 pub mod http;
 pub mod logging;
+pub mod operations;
 pub mod postgres;
 pub mod questions;
 pub mod rate;

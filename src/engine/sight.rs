@@ -41,6 +41,16 @@ pub struct Sight<'a> {
     pub workers: &'a Workers,
 }
 
+/// A search [`Sight::check_search`] or [`Sight::check_walk`] refuses the caller (the API answers
+/// 403; the dashboard, beside the filter's field, 422).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct SearchRefused {
+    /// The filter's field refused.
+    pub field: &'static str,
+    pub message: &'static str,
+}
+
 impl std::fmt::Debug for Sight<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sight")
@@ -146,6 +156,34 @@ impl Sight<'_> {
     /// a secret-named field matches every job's, whoever created it): admins only.
     pub fn may_search_secrets(&self) -> bool {
         !self.reader && self.admin
+    }
+
+    /// Whether the caller may look for jobs by `filter`: an args filter naming a header or a
+    /// secret-named field is an admin's (matching a hidden value, in anyone's job, would tell
+    /// whether a guess is right).
+    pub fn check_search(&self, filter: &JobFilter) -> Result<(), SearchRefused> {
+        if !self.may_search_secrets() && filter.args.as_ref().is_some_and(names_a_secret) {
+            return Err(SearchRefused {
+                field: "args",
+                message: "only an admin may filter on header values or fields named like secrets",
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether the caller may count, or act on, every job `filter` matches: [`Self::check_search`],
+    /// and a text searched in errors is an admin's too (the count would include errors the
+    /// caller sees with secrets hidden; they list such jobs, then act on their ids).
+    pub fn check_walk(&self, filter: &JobFilter) -> Result<(), SearchRefused> {
+        self.check_search(filter)?;
+        if !self.may_search_secrets() && filter.error.is_some() {
+            return Err(SearchRefused {
+                field: "error",
+                message: "only an admin may count or act on every job whose error holds a text: \
+                          list them with the filter, then act on the jobs chosen",
+            });
+        }
+        Ok(())
     }
 
     /// `jobs` as the caller sees them, those `filter`'s error text no longer matches once their

@@ -21,7 +21,7 @@ use super::session::client_address;
 use super::state::AppState;
 use crate::audit::{AuditEntry, Auditor, Work};
 use crate::engine::announcer::Wakeup;
-use crate::engine::{is_transient, Client, ClientError, Inserted, JobFilter, NewJob};
+use crate::engine::{is_transient, Client, ClientError, Inserted, NewJob};
 use sqlx::{Postgres, QueryBuilder};
 
 /// What the layer knows of a call before its handler runs, for the handler's entry.
@@ -128,16 +128,10 @@ impl Audit {
             .map(Audited)
     }
 
-    /// A change to every job matching a filter, in batches, recorded as [`Audit::bulk_filter`]
-    /// records it; the report, for an answer that says more.
-    pub async fn bulk_report(
-        self,
-        client: &crate::engine::Client,
-        change: impl Into<crate::engine::BulkChange>,
-        filter: &JobFilter,
-    ) -> Result<crate::engine::BulkReport, AppError> {
-        let why = |e: &AppError| e.to_string();
-        super::audited::bulk_filter(&self.auditor, client, self.entry, change, filter, why).await
+    /// The entry, for an operation that records its own outcomes (see `crate::operations`):
+    /// answer its result with [`recorded`].
+    pub fn into_entry(self) -> AuditEntry {
+        self.entry
     }
 
     /// Runs `action` and commits its change with the entry (see [`Auditor::run`]); `count`: how
@@ -178,24 +172,20 @@ impl Audit {
             Err(e) => Err(e.into()),
         }
     }
+}
 
-    /// A bulk action on a filter, in batches (see [`super::audited::bulk_filter`]). Its entries are
-    /// written here, a refusal's included.
-    pub async fn bulk_filter(
-        self,
-        client: &crate::engine::Client,
-        action: impl Into<crate::engine::BulkChange>,
-        filter: &JobFilter,
-    ) -> Response {
-        let why = |e: &AppError| e.to_string();
-        let done =
-            super::audited::bulk_filter(&self.auditor, client, self.entry, action, filter, why)
-                .await;
-        match done {
-            Ok(report) => Audited(axum::Json(report)).into_response(),
-            Err(e) => Audited(e).into_response(),
-        }
+/// The answer of an operation that recorded its outcome, a refusal's included (see
+/// `crate::operations`): the layer records nothing more.
+pub fn recorded<T: IntoResponse>(done: Result<T, AppError>) -> Response {
+    match done {
+        Ok(t) => Audited(t).into_response(),
+        Err(e) => Audited(e).into_response(),
     }
+}
+
+/// How an audit entry words a refusal of the API.
+pub fn worded(e: &AppError) -> String {
+    e.to_string()
 }
 
 /// The route players post predictions to: not recorded.

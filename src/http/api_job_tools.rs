@@ -12,16 +12,17 @@ use futures_util::stream::{self, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::api_audit::{Audit, Audited};
+use super::api_audit::{recorded, worded, Audit, Audited};
 use super::api_jobs::{sight, BulkFilter};
 use super::auth::ApiCaller;
 use super::error::AppError;
 use super::extract::{ApiJson, ApiQuery, JobIdPath};
 use super::state::AppState;
 use crate::engine::editing::Edited;
-use crate::engine::job_edit::{JobEdit, MAX_SHIFT_MS};
+use crate::engine::job_edit::JobEdit;
 use crate::engine::sight::{self, Sight};
 use crate::engine::{BulkChange, BulkReport, ClientError, Job, JobFilter, JobId, Workers};
+use crate::operations::{Selection, ShiftBy};
 use crate::schema_rules::{ExactlyOne, InnerRequired, NOT_BLANK};
 
 /// Edits a waiting job: `scheduled`, `available` or `retryable` (409 otherwise, and for a job a
@@ -96,15 +97,6 @@ pub struct FilterCount {
     pub max_id: Option<JobId>,
 }
 
-/// The most a confirmation counts.
-pub const COUNT_CAP: i64 = 100_000;
-
-/// The filter of an edit or a move, checked for the caller like a bulk action's.
-fn checked_filter(sight: &Sight<'_>, filter: BulkFilter) -> Result<JobFilter, AppError> {
-    super::api_jobs::refuse_counting_secrets(sight, &filter)?;
-    JobFilter::try_from(filter).map_err(AppError::invalid)
-}
-
 /// Counts what a filter matches, with the newest matching job's id: the confirmation before an
 /// edit or a move of every job it matches (give that id as their filter's `max_id`).
 pub async fn count(
@@ -112,28 +104,13 @@ pub async fn count(
     Extension(caller): Extension<ApiCaller>,
     ApiQuery(params): ApiQuery<CountParams>,
 ) -> Result<Json<FilterCount>, AppError> {
-    let mut filter = params.to_filter()?;
+    let filter = params.to_filter()?;
     let sight = sight(&caller, state.client.workers());
-    super::api_jobs::refuse_secret_filter(&sight, &filter)?;
-    if filter.error.is_some() && !sight.may_search_secrets() {
-        return Err(AppError::Forbidden(
-            "only an admin's token can count every job whose error holds a text".into(),
-        ));
-    }
-    let newest = state.client.list(&filter, None, 1).await?;
-    let Some(max_id) = newest.first().map(|j| j.id) else {
-        return Ok(Json(FilterCount {
-            count: 0,
-            capped: false,
-            max_id: None,
-        }));
-    };
-    filter.max_id = Some(max_id);
-    let n = state.client.count_matching(&filter, COUNT_CAP + 1).await?;
+    let c = state.operations().confirm(&sight, &filter).await?;
     Ok(Json(FilterCount {
-        count: n.min(COUNT_CAP),
-        capped: n > COUNT_CAP,
-        max_id: Some(max_id),
+        count: c.count,
+        capped: c.capped,
+        max_id: c.max_id,
     }))
 }
 
@@ -178,7 +155,8 @@ pub async fn edit_many(
     let touches_args = body.edit.args.is_some()
         || body.edit.args_patch.is_some()
         || body.edit.meta_patch.is_some();
-    if touches_args && !sight(&caller, state.client.workers()).may_search_secrets() {
+    let sight = sight(&caller, state.client.workers());
+    if touches_args && !sight.may_search_secrets() {
         return Err(AppError::Forbidden(
             "only an admin's token can change the args or meta of many jobs at once (they may \
              carry secrets you do not see): PATCH each of your own jobs instead"
@@ -193,36 +171,25 @@ pub async fn edit_many(
             }
             let mut applied = record;
             applied["ids"] = json!(ids);
-            let changed = |r: &Json<BulkReport>| Some(i64::try_from(r.changed).unwrap_or(i64::MAX));
-            let (client, edit) = (state.client.clone(), body.edit);
-            let done = audit
-                .applied_to(applied)
-                .run(changed, async move |work| {
-                    let conn = work.conn().await?;
-                    Ok(Json(
-                        client
-                            .bulk_ids_with(conn, BulkChange::Edit(edit), &ids)
-                            .await?,
-                    ))
-                })
-                .await?;
-            Ok(done.into_response())
+            let entry = audit.applied_to(applied).into_entry();
+            let change = BulkChange::Edit(body.edit);
+            let done = state
+                .operations()
+                .bulk_ids(entry, change, &ids, worded)
+                .await;
+            Ok(recorded(done.map(Json)))
         }
         (None, Some(filter)) => {
             let mut applied = record;
             applied["filter"] = serde_json::to_value(&filter).unwrap_or_default();
-            let filter = confirmed(checked_filter(
-                &sight(&caller, state.client.workers()),
-                filter,
-            )?)?;
-            let done = audit
-                .applied_to(applied)
-                .bulk_report(&state.client, BulkChange::Edit(body.edit), &filter)
+            let filter = confirmed(JobFilter::try_from(filter).map_err(AppError::invalid)?)?;
+            let entry = audit.applied_to(applied).into_entry();
+            let change = BulkChange::Edit(body.edit);
+            let done = state
+                .operations()
+                .bulk_filter(&sight, entry, change, &filter, worded)
                 .await;
-            Ok(match done {
-                Ok(report) => Audited(Json(report)).into_response(),
-                Err(e) => Audited(e).into_response(),
-            })
+            Ok(recorded(done.map(Json)))
         }
         _ => Err(AppError::invalid("give either ids or filter (not both)")),
     }
@@ -272,74 +239,31 @@ pub async fn shift(
     audit: Audit,
     ApiJson(body): ApiJson<ShiftBody>,
 ) -> Result<Response, AppError> {
-    let applied = serde_json::to_value(&body.filter).unwrap_or_default();
-    let filter = confirmed(checked_filter(
-        &sight(&caller, state.client.workers()),
-        body.filter,
-    )?)?;
-    let by_ms = match (body.by_ms, body.to) {
-        (Some(ms), None) => ms,
-        // The earliest of what moves lands at `to`: a waiting job the filter matches (a lock job
-        // among them), or an open question of the game.
-        (None, Some(to)) => {
-            let jobs = state.client.earliest_waiting(&filter).await?;
-            let questions = match body.game.as_deref() {
-                Some(game) => state.questions.earliest_of_game(game).await?,
-                None => None,
-            };
-            match jobs.into_iter().chain(questions).min() {
-                Some(earliest) => (to - earliest).num_milliseconds(),
-                None => 0,
-            }
-        }
-        // The schema admits exactly one of them.
-        _ => return Err(AppError::invalid("give either by_ms or to (not both)")),
-    };
-    if by_ms.unsigned_abs() > MAX_SHIFT_MS as u64 {
-        return Err(ClientError::OutOfWindow {
-            field: "to",
-            message: "more than 10 years from the earliest job".into(),
-        }
-        .into());
-    }
-    let owners = state.questions.owning_jobs_matching(&filter).await?;
-    let mut questions = Vec::new();
-    if by_ms != 0 && (body.game.is_some() || !owners.is_empty()) {
-        let by = chrono::Duration::milliseconds(by_ms);
-        let game = body.game.clone();
-        let moved = audit
-            .also("questions.shift")
-            .applied_to(json!({"game": game, "questions": owners, "by_ms": by_ms}))
-            .run(
-                |ids: &Vec<i64>| Some(ids.len() as i64),
-                async |work| {
-                    let conn = work.conn().await?;
-                    Ok(state
-                        .questions
-                        .shift_with(conn, game.as_deref(), &owners, by)
-                        .await?)
-                },
-            )
-            .await?;
-        questions = moved.0;
-    }
-    let mut applied = json!({"filter": applied, "by_ms": by_ms});
+    let mut applied = json!({"filter": body.filter});
     if let Some(game) = &body.game {
         applied["game"] = json!(game);
     }
-    let done = audit
-        .applied_to(applied)
-        .bulk_report(&state.client, BulkChange::Shift { by_ms }, &filter)
+    let filter = confirmed(JobFilter::try_from(body.filter).map_err(AppError::invalid)?)?;
+    let by = match (body.by_ms, body.to) {
+        (Some(ms), None) => ShiftBy::Ms(ms),
+        (None, Some(to)) => ShiftBy::To(to),
+        // The schema admits exactly one of them.
+        _ => return Err(AppError::invalid("give either by_ms or to (not both)")),
+    };
+    let sight = sight(&caller, state.client.workers());
+    let entry = audit.applied_to(applied).into_entry();
+    let jobs = Selection::Filter(filter);
+    let done = state
+        .operations()
+        .shift(&sight, entry, &jobs, by, body.game.as_deref(), worded)
         .await;
-    Ok(match done {
-        Ok(jobs) => Audited(Json(ShiftReport {
-            by_ms,
-            jobs,
-            questions,
-        }))
-        .into_response(),
-        Err(e) => Audited(e).into_response(),
-    })
+    Ok(recorded(done.map(|r| {
+        Json(ShiftReport {
+            by_ms: r.by_ms,
+            jobs: r.jobs,
+            questions: r.questions,
+        })
+    })))
 }
 
 /// The export's format.
@@ -383,7 +307,7 @@ pub async fn export(
 ) -> Result<Response, AppError> {
     let filter = params.to_filter()?;
     let sight = sight(&caller, state.client.workers());
-    super::api_jobs::refuse_secret_filter(&sight, &filter)?;
+    sight.check_search(&filter).map_err(ClientError::from)?;
     let viewer = Viewer::of(&sight);
     let format = params.format.unwrap_or_default();
     stream_export(&state.client, viewer, filter, format, params.max_rows).await

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::api_audit::{uncounted, Audit, Audited};
+use super::api_audit::{recorded, uncounted, worded, Audit, Audited};
 use super::auth::ApiCaller;
 use super::error::AppError;
 use super::extract::{ApiJson, ApiQuery, JobIdPath};
@@ -19,9 +19,9 @@ use crate::engine::job_filter::{
     error_text_checked, late_by_checked, tags_checked, JobSuggestions,
 };
 use crate::engine::late_start::META_LATE;
-use crate::engine::sight::{self, Sight};
+use crate::engine::sight::Sight;
 use crate::engine::{job, JobFilter, LatePolicy, Workers};
-use crate::engine::{BulkAction, BulkReport, Job, JobId, JobState, NewJob, OnConflict, Schedule};
+use crate::engine::{BulkAction, ClientError, Job, JobId, JobState, NewJob, OnConflict, Schedule};
 use crate::schema_rules::{AtMostOne, ExactlyOne, NO_NUL};
 
 /// The body of `POST /api/v1/jobs`.
@@ -336,7 +336,7 @@ pub async fn list(
 ) -> Result<Json<JobPage>, AppError> {
     let filter = params.to_filter()?;
     let sight = sight(&caller, state.client.workers());
-    refuse_secret_filter(&sight, &filter)?;
+    sight.check_search(&filter).map_err(ClientError::from)?;
     let limit = params.limit.unwrap_or(50);
     let (jobs, next_before) = page_as_seen(
         &state.client,
@@ -488,41 +488,6 @@ pub async fn delete(
         .await
 }
 
-const SECRET_ARGS_FILTER: &str =
-    "only an admin's token can match jobs by header values or fields named like secrets";
-
-/// Refuses an args filter naming a secret to a caller who may not search secrets (the matches
-/// would tell whether a guess is right).
-pub(crate) fn refuse_secret_filter(sight: &Sight<'_>, filter: &JobFilter) -> Result<(), AppError> {
-    if !sight.may_search_secrets() && filter.args.as_ref().is_some_and(sight::names_a_secret) {
-        return Err(AppError::Forbidden(SECRET_ARGS_FILTER.into()));
-    }
-    Ok(())
-}
-
-/// Refuses a filter whose count would tell a caller who may not search secrets whether a
-/// guessed secret is right: an args filter naming one, a text in errors they see with secrets
-/// hidden (they list such jobs, then act on their ids).
-pub(crate) fn refuse_counting_secrets(
-    sight: &Sight<'_>,
-    filter: &BulkFilter,
-) -> Result<(), AppError> {
-    if sight.may_search_secrets() {
-        return Ok(());
-    }
-    if filter.args.as_ref().is_some_and(sight::names_a_secret) {
-        return Err(AppError::Forbidden(SECRET_ARGS_FILTER.into()));
-    }
-    if filter.error.is_some() {
-        return Err(AppError::Forbidden(
-            "only an admin's token can act on every job whose error holds a text: list them \
-             with the filter, then act on their ids"
-                .into(),
-        ));
-    }
-    Ok(())
-}
-
 /// The filter of a bulk action: every field optional; `{}` matches every job.
 #[derive(schemars::JsonSchema, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -597,33 +562,31 @@ pub struct BulkBody {
 ///
 /// The audit entry keeps what it was applied to (the ids or the filter) and how many changed.
 /// Listed ids change in one transaction with the entry; a filter's batches each commit on their
-/// own, the first with an entry reading `started` (see [`super::audited::bulk_filter`]).
+/// own, the first with an entry reading `started` (see `Operations::bulk_filter`).
 pub async fn bulk(
     State(state): State<AppState>,
     Extension(caller): Extension<ApiCaller>,
     audit: Audit,
     ApiJson(body): ApiJson<BulkBody>,
 ) -> Result<Response, AppError> {
-    if let Some(filter) = &body.filter {
-        refuse_counting_secrets(&sight(&caller, state.client.workers()), filter)?;
-    }
     match (body.ids, body.filter) {
         (Some(ids), None) => {
-            let audit = audit.applied_to(json!({ "ids": ids }));
-            let changed = |r: &Json<BulkReport>| Some(i64::try_from(r.changed).unwrap_or(i64::MAX));
-            let (client, action) = (state.client.clone(), body.action);
-            let done = audit
-                .run(changed, async move |work| {
-                    let conn = work.conn().await?;
-                    Ok(Json(client.bulk_ids_with(conn, action, &ids).await?))
-                })
-                .await?;
-            Ok(done.into_response())
+            let entry = audit.applied_to(json!({ "ids": ids })).into_entry();
+            let done = state
+                .operations()
+                .bulk_ids(entry, body.action, &ids, worded)
+                .await;
+            Ok(recorded(done.map(Json)))
         }
         (None, Some(filter)) => {
             let audit = audit.applied_to(serde_json::to_value(&filter).unwrap_or_default());
             let filter = JobFilter::try_from(filter).map_err(AppError::invalid)?;
-            Ok(audit.bulk_filter(&state.client, body.action, &filter).await)
+            let sight = sight(&caller, state.client.workers());
+            let done = state
+                .operations()
+                .bulk_filter(&sight, audit.into_entry(), body.action, &filter, worded)
+                .await;
+            Ok(recorded(done.map(Json)))
         }
         // The schema admits exactly one of them.
         _ => Err(AppError::invalid("give either ids or filter (not both)")),

@@ -10,7 +10,6 @@ pub mod api_queues;
 pub mod api_schedules;
 pub mod api_webhook_deliveries;
 pub mod api_webhook_endpoints;
-pub mod audited;
 pub mod auth;
 pub mod body_limits;
 pub mod client_address;

@@ -138,6 +138,11 @@ impl Default for StreamLimits {
 }
 
 impl AppState {
+    /// The use cases every surface shares, over this state's services.
+    pub fn operations(&self) -> crate::operations::Operations<'_> {
+        crate::operations::Operations::new(&self.client, &self.questions, &self.auditor)
+    }
+
     /// This state reading the dashboard's lists, charts and counts through `reader`.
     pub fn with_reader(mut self, reader: super::reader::Reader) -> Self {
         self.reader = reader;

@@ -23,9 +23,6 @@ pub const STATES: [&str; 7] = [
 /// The states that count as failures on the failures page.
 pub const FAILED_STATES: &str = "retryable,discarded";
 
-/// The largest number of jobs a bulk confirmation counts exactly.
-pub const BULK_COUNT_CAP: i64 = 100_000;
-
 /// A job listing's filter, as the address bar holds it (`/jobs?state=retryable&queue=webhooks`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct JobQuery {
@@ -235,7 +232,7 @@ pub struct TimersPage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BulkCount {
     pub count: i64,
-    /// The count stopped at [`BULK_COUNT_CAP`].
+    /// The count stopped at the server's cap (100,000: `operations::COUNT_CAP`).
     pub capped: bool,
     /// The newest job the action may touch: jobs inserted after the confirmation are left alone.
     pub max_id: Option<i64>,

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use kickoff_app::console::jobs::{
     AttemptRow, BulkChangeInput, BulkCount, BulkDone, DeliveryRow, EditJobInput, JobChoices,
     JobDetail, JobLimits, JobPage, JobQuery, JobRow, JobsConsole, LogLineRow, NewJobInput,
-    TimersPage, BULK_COUNT_CAP,
+    TimersPage,
 };
 use kickoff_app::console::Refusal;
 use kickoff_app::local_time::instant_ms;
@@ -18,6 +18,7 @@ use crate::engine::history::AttemptRecord;
 use crate::engine::job::{check_max_attempts, check_priority};
 use crate::engine::job_edit::{parse_duration_ms, JobEdit};
 use crate::engine::job_filter::{split_tags, FilterFields};
+use crate::engine::sight::SearchRefused;
 use crate::engine::JobFilter;
 use crate::engine::{
     BulkAction, BulkChange, BulkReport, Job, JobId, JobState, LatePolicy, NewJob, OnConflict,
@@ -25,6 +26,7 @@ use crate::engine::{
 };
 use crate::http::api_job_tools::{stream_export, ExportFormat, Viewer};
 use crate::http::error::AppError;
+use crate::operations::{Selection, ShiftBy};
 
 /// How many upcoming timers the timers page shows.
 const TIMER_ROWS: i64 = 200;
@@ -33,40 +35,10 @@ const NEWER_CAP: i64 = 100;
 /// How long an args preview in a list is.
 const ARGS_PREVIEW_CHARS: usize = 80;
 
-/// Only admins may filter on secrets: matching on a value hidden from the caller (in anyone's
-/// job) would tell whether a guess is right.
-fn refuse_secret_filter(
-    op: &crate::http::session::Operator,
-    workers: &crate::engine::Workers,
-    filter: &JobFilter,
-) -> Result<(), Refusal> {
-    if !op.sight(workers).may_search_secrets()
-        && filter
-            .args
-            .as_ref()
-            .is_some_and(crate::engine::sight::names_a_secret)
-    {
-        return Err(Refusal::invalid(
-            "args: only an admin can filter on header values or fields named like secrets",
-        ));
-    }
-    Ok(())
-}
-
-/// Only admins may count or act on every job whose last error holds a text: the count would
-/// include errors others see with secrets hidden. Others select the rows the list shows.
-fn refuse_error_count(
-    op: &crate::http::session::Operator,
-    workers: &crate::engine::Workers,
-    filter: &JobFilter,
-) -> Result<(), Refusal> {
-    if !op.sight(workers).may_search_secrets() && filter.error.is_some() {
-        return Err(Refusal::invalid(
-            "error: only an admin can act on every job whose error holds a text; select the \
-             jobs in the list instead",
-        ));
-    }
-    Ok(())
+/// A search the caller's sight refuses (`Sight::check_search`, `Sight::check_walk`), as the
+/// dashboard answers it: beside the filter's field.
+fn refused_search(e: SearchRefused) -> Refusal {
+    Refusal::invalid(format!("{}: {}", e.field, e.message))
 }
 
 /// A job's row in a list, its args as given (pass them through [`crate::engine::sight::Sight`] first).
@@ -323,7 +295,7 @@ impl JobsConsole for ServerConsole {
         let op = operator(Role::Viewer)?;
         let sight = op.sight(self.client.workers());
         let filter = job_filter(&query)?;
-        refuse_secret_filter(&op, self.client.workers(), &filter)?;
+        sight.check_search(&filter).map_err(refused_search)?;
         let now_ms = self.now_ms().await?;
         let reader = &self.reader.client;
         let (rows, next_before) = crate::http::api_jobs::page_as_seen(
@@ -518,36 +490,18 @@ impl JobsConsole for ServerConsole {
 
     async fn bulk_preview(&self, query: JobQuery) -> Result<BulkCount, Refusal> {
         let op = operator(Role::Viewer)?;
-        let mut filter = job_filter(&query)?;
-        refuse_secret_filter(&op, self.client.workers(), &filter)?;
-        refuse_error_count(&op, self.client.workers(), &filter)?;
-        // The newest job now is the snapshot: jobs inserted after the confirmation are not touched.
-        let newest = self
-            .client
-            .list(
-                &JobFilter {
-                    max_id: None,
-                    ..filter.clone()
-                },
-                None,
-                1,
-            )
-            .await
-            .map_err(refused)?;
-        let max_id = newest.first().map(|j| j.id.0);
-        filter.max_id = max_id.map(JobId);
-        let count = match max_id {
-            None => 0,
-            Some(_) => self
-                .client
-                .count_matching(&filter, BULK_COUNT_CAP + 1)
-                .await
-                .map_err(refused)?,
+        // The newest job now is the snapshot: a former confirmation's is not kept.
+        let filter = JobFilter {
+            max_id: None,
+            ..job_filter(&query)?
         };
+        let sight = op.sight(self.client.workers());
+        sight.check_walk(&filter).map_err(refused_search)?;
+        let c = self.operations().confirm(&sight, &filter).await?;
         Ok(BulkCount {
-            count: count.min(BULK_COUNT_CAP),
-            capped: count > BULK_COUNT_CAP,
-            max_id,
+            count: c.count,
+            capped: c.capped,
+            max_id: c.max_id.map(|id| id.0),
         })
     }
 
@@ -577,76 +531,50 @@ impl JobsConsole for ServerConsole {
             }),
             filter: recorded,
         };
-        let by_filter = match (&change, ids.is_empty()) {
-            (Ok(c), true) => Some((c.clone(), job_filter(&query))),
-            _ => None,
-        };
-        if let Some((change, Ok(filter))) = by_filter {
-            if filter.max_id.is_some() {
-                // In batches: the auditor records each outcome (see `audited::bulk_filter`).
-                let op = self
-                    .operator_for(Role::Operator, &act.action, act.target.as_deref())
-                    .await?;
-                if let Err(refusal) = refuse_secret_filter(&op, self.client.workers(), &filter)
-                    .and_then(|()| refuse_error_count(&op, self.client.workers(), &filter))
-                {
-                    let refused: Result<(), Refusal> = Err(refusal.clone());
-                    self.record(&op, &act.action, act.target, act.filter, None, &refused)
-                        .await;
-                    return Err(refusal);
-                }
-                if let BulkChange::Shift { by_ms } = change {
-                    let owners = self
-                        .questions
-                        .owning_jobs_matching(&filter)
-                        .await
-                        .map_err(refused)?;
-                    self.shift_questions(owners, input.game.as_deref(), by_ms)
-                        .await?;
-                }
-                let entry = entry(&op, &act.action, act.target, act.filter);
-                let report = crate::http::audited::bulk_filter(
-                    &self.auditor,
-                    &self.client,
-                    entry,
-                    change,
-                    &filter,
-                    |e: &AppError| e.to_string(),
-                )
-                .await
-                .map_err(refused)?;
-                return done(action, report);
+        let op = self
+            .operator_for(Role::Operator, &act.action, act.target.as_deref())
+            .await?;
+        let selection = match (change, ids.is_empty()) {
+            (Err(refusal), _) => Err(refusal),
+            (Ok(change), false) => {
+                Ok((change, Selection::Ids(ids.into_iter().map(JobId).collect())))
             }
-        }
-        // A selection's lock jobs move with their questions, as a filter's do.
-        if let (Ok(BulkChange::Shift { by_ms }), false) = (&change, ids.is_empty()) {
-            let listed: Vec<JobId> = ids.iter().copied().map(JobId).collect();
-            let owners = self.questions.owning_jobs(&listed).await.map_err(refused)?;
-            if !owners.is_empty() {
-                self.shift_questions(owners, None, *by_ms).await?;
-            }
-        }
-        self.act(
-            act,
-            |d: &BulkDone| Some(d.changed as i64),
-            async |work| {
-                let change = change?;
-                if ids.is_empty() {
-                    job_filter(&query)?;
-                    return Err(Refusal::invalid(
+            (Ok(change), true) => job_filter(&query)
+                .map_err(Refusal::from)
+                .and_then(|filter| match filter.max_id {
+                    Some(_) => Ok((change, Selection::Filter(filter))),
+                    None => Err(Refusal::invalid(
                         "confirm the count first: the action needs its snapshot",
-                    ));
-                }
-                let ids: Vec<JobId> = ids.into_iter().map(JobId).collect();
-                let report = self
-                    .client
-                    .bulk_ids_with(conn(work).await?, change, &ids)
+                    )),
+                }),
+        };
+        let (change, selection) = match selection {
+            Ok(planned) => planned,
+            Err(refusal) => {
+                let refused: Result<(), Refusal> = Err(refusal.clone());
+                self.record(&op, &act.action, act.target, act.filter, None, &refused)
+                    .await;
+                return Err(refusal);
+            }
+        };
+        // The operation records every outcome, a refusal's included.
+        let entry = entry(&op, &act.action, act.target, act.filter);
+        let sight = op.sight(self.client.workers());
+        let ops = self.operations();
+        let why = |e: &AppError| e.to_string();
+        let report = match (change, &selection) {
+            (BulkChange::Shift { by_ms }, _) => {
+                let by = ShiftBy::Ms(by_ms);
+                ops.shift(&sight, entry, &selection, by, input.game.as_deref(), why)
                     .await
-                    .map_err(refused)?;
-                done(action, report)
-            },
-        )
-        .await
+                    .map(|shifted| shifted.jobs)
+            }
+            (change, Selection::Filter(filter)) => {
+                ops.bulk_filter(&sight, entry, change, filter, why).await
+            }
+            (change, Selection::Ids(ids)) => ops.bulk_ids(entry, change, ids, why).await,
+        };
+        done(action, report.map_err(refused)?)
     }
 
     async fn edit_job(&self, id: i64, input: EditJobInput) -> Result<(), Refusal> {
@@ -731,9 +659,7 @@ fn bulk_change(action: &str, input: &BulkChangeInput) -> Result<BulkChange, Refu
         "shift" => {
             let by = text(&input.by).ok_or_else(|| Refusal::invalid("by: how far to move them"))?;
             let by_ms = parse_duration_ms(&by).map_err(|e| Refusal::invalid(format!("by: {e}")))?;
-            if by_ms.unsigned_abs() > crate::engine::job_edit::MAX_SHIFT_MS as u64 {
-                return Err(Refusal::invalid("by: at most 10 years either way"));
-            }
+            // Its range is the operation's (`operations::shift`).
             Ok(BulkChange::Shift { by_ms })
         }
         "edit" => {
@@ -810,44 +736,6 @@ fn edit_of(shown: &Job, input: &EditJobInput) -> Result<JobEdit, Refusal> {
 }
 
 impl ServerConsole {
-    /// Moves the questions a shift on `filter` carries along: those whose lock job it matches and
-    /// the open ones of `game`, in one audited transaction (`questions.shift`), before the jobs.
-    /// Moves the questions `owners` (those whose lock jobs a move holds) and those of `game` by
-    /// `by_ms`, their lock jobs with them, audited as `questions.shift`.
-    async fn shift_questions(
-        &self,
-        owners: Vec<i64>,
-        game: Option<&str>,
-        by_ms: i64,
-    ) -> Result<(), Refusal> {
-        let game = game.map(str::trim).filter(|g| !g.is_empty());
-        if by_ms == 0 || (game.is_none() && owners.is_empty()) {
-            return Ok(());
-        }
-        let act = Act {
-            action: "questions.shift".to_string(),
-            target: None,
-            filter: Some(serde_json::json!({"game": game, "questions": owners, "by_ms": by_ms})),
-        };
-        self.act(
-            act,
-            |moved: &Vec<i64>| Some(moved.len() as i64),
-            async |work| {
-                self.questions
-                    .shift_with(
-                        conn(work).await?,
-                        game,
-                        &owners,
-                        chrono::Duration::milliseconds(by_ms),
-                    )
-                    .await
-                    .map_err(refused)
-            },
-        )
-        .await
-        .map(drop)
-    }
-
     /// What holds a waiting job back besides its time: its kind paused, its queue paused, or its
     /// queue's limits across every node (which may or may not be full now).
     /// A webhook job's delivery record, as `sight` sees it.
@@ -979,10 +867,12 @@ pub async fn export(
     axum::extract::Query(options): axum::extract::Query<ExportOptions>,
 ) -> Result<axum::response::Response, AppError> {
     let filter = job_filter(&query).map_err(AppError::invalid)?;
-    refuse_secret_filter(&op, state.client.workers(), &filter)
-        .map_err(|r| AppError::invalid(r.message))?;
+    let sight = op.sight(state.client.workers());
+    sight
+        .check_search(&filter)
+        .map_err(|e| AppError::invalid(refused_search(e).message))?;
     let client = &state.reader.client;
-    let viewer = Viewer::of(&op.sight(state.client.workers()));
+    let viewer = Viewer::of(&sight);
     let format = options.format.unwrap_or_default();
     stream_export(client, viewer, filter, format, options.max_rows).await
 }

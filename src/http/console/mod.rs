@@ -78,6 +78,11 @@ fn operator(need: Role) -> Result<Operator, Refusal> {
 }
 
 impl ServerConsole {
+    /// The use cases every surface shares, over this console's services.
+    fn operations(&self) -> crate::operations::Operations<'_> {
+        crate::operations::Operations::new(&self.client, &self.questions, &self.auditor)
+    }
+
     pub fn new(
         client: Client,
         questions: QuestionService,
