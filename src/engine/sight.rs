@@ -21,7 +21,7 @@
 use serde_json::Value;
 
 use super::job::Job;
-use super::schedules::ScheduleView;
+use super::schedules::{JobTemplate, ScheduleView};
 use super::store::history::AttemptRecord;
 use super::store::jobs::{error_matches, JobFilter};
 use super::worker::Workers;
@@ -252,10 +252,18 @@ impl Sight<'_> {
     /// (acting with a credential that may change things), hidden for the others, as for jobs.
     pub fn schedule(&self, mut s: ScheduleView) -> ScheduleView {
         if !self.sees_secrets_of_creator(s.created_by.as_deref()) {
-            s.job.args = hidden_args(self.workers, &s.job.kind, &s.job.args, &s.job.meta).0;
-            hide_secret_fields(&mut s.job.meta);
+            hide_template(self.workers, &mut s.job);
         }
         s
+    }
+
+    /// A schedule's job template as the caller sees it (`created_by`: the schedule's creator),
+    /// as [`Self::schedule`] shows it.
+    pub fn template(&self, created_by: Option<&str>, mut job: JobTemplate) -> JobTemplate {
+        if !self.sees_secrets_of_creator(created_by) {
+            hide_template(self.workers, &mut job);
+        }
+        job
     }
 
     /// An action's recorded filter as the caller sees it (it may name anyone's secrets).
@@ -609,4 +617,10 @@ fn unquoted_end(value: &str) -> usize {
         from = at + value[at..].chars().next().map_or(1, char::len_utf8);
     }
     line
+}
+
+/// A job template's secrets hidden: its args by its kind's rule, its meta's secret-named fields.
+fn hide_template(workers: &Workers, job: &mut JobTemplate) {
+    job.args = hidden_args(workers, &job.kind, &job.args, &job.meta).0;
+    hide_secret_fields(&mut job.meta);
 }

@@ -137,7 +137,8 @@ pub struct SchedulePatch {
 }
 
 impl SchedulePatch {
-    /// `spec` with this patch applied.
+    /// `spec` with this patch applied (to the spec as the caller sees it: see
+    /// `Operations::change_schedule_with`).
     pub fn apply(self, mut spec: ScheduleSpec) -> ScheduleSpec {
         if let Some(cron) = self.cron {
             spec.cron = Some(cron);
@@ -170,18 +171,20 @@ pub async fn update(
     ApiJson(patch): ApiJson<SchedulePatch>,
 ) -> Result<Audited<Json<ScheduleView>>, AppError> {
     let s = schedules(&state);
+    let sight = sight(&caller, state.client.workers());
     let row = audit
         .run(uncounted, async |work| {
             let conn = work.conn().await?;
-            let old = s.row_with(&mut *conn, &name).await?;
-            let spec = patch.apply(spec_of(&old));
-            Ok(s.replace_with(conn, &spec, &old.source).await?)
+            let apply = |spec: &mut ScheduleSpec| {
+                *spec = patch.apply(spec.clone());
+                Ok::<_, AppError>(())
+            };
+            let ops = state.operations();
+            ops.change_schedule_with(conn, &sight, &name, apply).await
         })
         .await?;
     let view = s.view(row.0).await?;
-    Ok(Audited(Json(
-        sight(&caller, state.client.workers()).schedule(view),
-    )))
+    Ok(Audited(Json(sight.schedule(view))))
 }
 
 pub async fn delete(

@@ -10,11 +10,14 @@
 //! - `bulk.rs`: the count that confirms a filter's snapshot, and the walk over every job a
 //!   confirmed filter matches, in batches, with its audit entries;
 //! - `shift.rs`: moving jobs in time (a postponed game), the questions they belong to and those
-//!   of the game moving with them, first and in one transaction.
+//!   of the game moving with them, first and in one transaction;
+//! - `schedules.rs`: changing a schedule as its caller sees it (what it may not see of the
+//!   template kept, or the change refused).
 //!
 //! Its floor is above the engine, the questions and the audit log, below `http` and `cli`.
 
 mod bulk;
+mod schedules;
 mod services;
 mod shift;
 

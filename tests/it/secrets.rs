@@ -482,3 +482,88 @@ async fn an_error_search_is_hidden_in_the_audit_log_at_any_depth() {
     let (_, rows) = d.server_fn("audit", "").await;
     assert!(!rows.contains(SEARCH), "{rows}");
 }
+
+/// A change of an admin's schedule by an operator who sees its template's secret header
+/// redacted: the args sent back as they were shown keep the stored secret (through the API as
+/// through the dashboard), and args changed beside a secret the caller does not see are refused,
+/// as a job's edit is (a new URL would receive the header).
+#[tokio::test]
+async fn a_schedule_changed_by_who_does_not_see_its_secrets_keeps_them() {
+    let d = dashboard_as(Role::Operator).await;
+    let admin_token = write_token(&d, "root", Role::Admin).await;
+    let ana_token = write_token(&d, "ana", Role::Operator).await;
+    let (status, body) = d
+        .api_as(
+            &admin_token,
+            Method::POST,
+            "/schedules",
+            json!({"name": "partner-sync", "cron": "0 3 * * *", "job": {"kind": "webhook", "args": {
+                "url": "https://hooks.example.com/sync",
+                "headers": {"Authorization": HEADER},
+            }}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let stored_args = async || -> Value {
+        sqlx::query_scalar("SELECT args FROM schedules WHERE name = 'partner-sync'")
+            .fetch_one(&d.pool)
+            .await
+            .unwrap()
+    };
+
+    // The args as ana's GET showed them, sent back with another queue.
+    let (status, body) = d
+        .api_as(
+            &ana_token,
+            Method::GET,
+            "/schedules/partner-sync",
+            json!(null),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let shown: Value = serde_json::from_str(&body).unwrap();
+    assert!(!body.contains("s3cr3t"), "{body}");
+    let (status, body) = d
+        .api_as(
+            &ana_token,
+            Method::PATCH,
+            "/schedules/partner-sync",
+            json!({"args": shown["job"]["args"], "queue": "partners"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(!body.contains("s3cr3t"), "{body}");
+    let args = stored_args().await;
+    assert_eq!(
+        args["headers"]["Authorization"], HEADER,
+        "the PATCH wrote what ana saw: {args}"
+    );
+
+    // Args changed beside the secret: refused, nothing written.
+    let mut moved = shown["job"]["args"].clone();
+    moved["url"] = json!("https://elsewhere.example.net/sync");
+    let (status, body) = d
+        .api_as(
+            &ana_token,
+            Method::PATCH,
+            "/schedules/partner-sync",
+            json!({"args": moved}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let args = stored_args().await;
+    assert_eq!(args["url"], "https://hooks.example.com/sync", "{args}");
+    assert_eq!(args["headers"]["Authorization"], HEADER, "{args}");
+
+    // The admin changes them.
+    let (status, body) = d
+        .api_as(
+            &admin_token,
+            Method::PATCH,
+            "/schedules/partner-sync",
+            json!({"args": {"url": "https://hooks.example.com/v2", "headers": {"Authorization": HEADER}}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(stored_args().await["url"], "https://hooks.example.com/v2");
+}

@@ -28,6 +28,8 @@ pub mod rule;
 pub mod service;
 pub mod spec;
 
+/// A schedule as stored (what `Schedules::row_with` answers).
+pub use crate::engine::store::schedules::ScheduleRow;
 pub use error::ScheduleError;
 pub use rule::{CronError, Rule};
 pub use service::{ScheduleView, Schedules, SlotPreview};

@@ -244,27 +244,23 @@ impl SchedulesConsole for ServerConsole {
                 let conn = conn(work).await?;
                 match &original {
                     Some(original) => {
-                        let row = s.row_with(&mut *conn, original).await.map_err(refused)?;
-                        let mut spec = spec_of(&row);
-                        // Args the operator saw with their secrets hidden, sent back as they
-                        // were shown: the stored ones stay.
-                        let shown = op
-                            .sight(self.client.workers())
-                            .schedule(s.view(row.clone()).await.map_err(refused)?)
-                            .job
-                            .args;
-                        if args != shown {
+                        let sight = op.sight(self.client.workers());
+                        // The form filled from the schedule as the operator saw it: args given
+                        // back as shown keep what is stored.
+                        let apply = |spec: &mut ScheduleSpec| {
                             spec.job.args = args;
-                        }
-                        spec.cron = cron;
-                        spec.every_ms = every_ms;
-                        spec.time_zone = form.time_zone.trim().to_string();
-                        spec.job.kind = form.kind.trim().to_string();
-                        spec.job.queue = form.queue.trim().to_string();
-                        spec.overlap = overlap;
-                        spec.missed = missed;
-                        LatePolicy::put_in_meta(late, &mut spec.job.meta);
-                        s.replace_with(conn, &spec, &row.source)
+                            spec.cron = cron;
+                            spec.every_ms = every_ms;
+                            spec.time_zone = form.time_zone.trim().to_string();
+                            spec.job.kind = form.kind.trim().to_string();
+                            spec.job.queue = form.queue.trim().to_string();
+                            spec.overlap = overlap;
+                            spec.missed = missed;
+                            LatePolicy::put_in_meta(late, &mut spec.job.meta);
+                            Ok::<_, crate::http::error::AppError>(())
+                        };
+                        self.operations()
+                            .change_schedule_with(conn, &sight, original, apply)
                             .await
                             .map_err(refused)?;
                         Ok(original.clone())
