@@ -204,18 +204,11 @@ async fn a_jobs_secrets_are_shown_to_its_creator_and_admins_only() {
     assert!(refused.to_string().contains("bootstrap"), "{refused}");
 }
 
-/// Issue 30, point 3: "run now" on an admin's schedule whose webhook template carries a secret
-/// header: the run keeps the schedule's creator, so the operator who triggered it (through the
-/// API or the dashboard) sees the header redacted, in the answer and in the job; who triggered it
-/// is in the run's meta and the audit log.
-#[tokio::test]
-async fn a_triggered_run_keeps_its_schedules_creator_and_shows_no_secret_to_the_operator() {
-    let d = dashboard_as(Role::Operator).await;
-    let admin_token = write_token(&d, "root", Role::Admin).await;
-    let ana_token = write_token(&d, "ana", Role::Operator).await;
+/// The schedule `partner-sync`, created with `token`: a webhook template with a secret header.
+async fn partner_sync(d: &Dashboard, token: &str) {
     let (status, body) = d
         .api_as(
-            &admin_token,
+            token,
             Method::POST,
             "/schedules",
             json!({"name": "partner-sync", "cron": "0 3 * * *", "job": {"kind": "webhook", "args": {
@@ -225,6 +218,18 @@ async fn a_triggered_run_keeps_its_schedules_creator_and_shows_no_secret_to_the_
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
+}
+
+/// Issue 30, point 3: "run now" on an admin's schedule whose webhook template carries a secret
+/// header: the run keeps the schedule's creator, so the operator who triggered it (through the
+/// API or the dashboard) sees the header redacted, in the answer and in the job; who triggered it
+/// is in the run's meta and the audit log.
+#[tokio::test]
+async fn a_triggered_run_keeps_its_schedules_creator_and_shows_no_secret_to_the_operator() {
+    let d = dashboard_as(Role::Operator).await;
+    let admin_token = write_token(&d, "root", Role::Admin).await;
+    let ana_token = write_token(&d, "ana", Role::Operator).await;
+    partner_sync(&d, &admin_token).await;
 
     let (status, body) = d
         .api_as(
@@ -492,18 +497,7 @@ async fn a_schedule_changed_by_who_does_not_see_its_secrets_keeps_them() {
     let d = dashboard_as(Role::Operator).await;
     let admin_token = write_token(&d, "root", Role::Admin).await;
     let ana_token = write_token(&d, "ana", Role::Operator).await;
-    let (status, body) = d
-        .api_as(
-            &admin_token,
-            Method::POST,
-            "/schedules",
-            json!({"name": "partner-sync", "cron": "0 3 * * *", "job": {"kind": "webhook", "args": {
-                "url": "https://hooks.example.com/sync",
-                "headers": {"Authorization": HEADER},
-            }}}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
+    partner_sync(&d, &admin_token).await;
     let stored_args = async || -> Value {
         sqlx::query_scalar("SELECT args FROM schedules WHERE name = 'partner-sync'")
             .fetch_one(&d.pool)
