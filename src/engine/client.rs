@@ -1006,6 +1006,21 @@ impl Client {
         Ok(kind_store::kind_pause_list(&self.pool).await?)
     }
 
+    /// Every kind this node's workers run and any other kind paused (a kind another release
+    /// runs), sorted, each with its pause if it is paused: what the kinds' pages list.
+    pub async fn kinds_and_pauses(&self) -> Result<Vec<(String, Option<KindPause>)>, ClientError> {
+        let mut kinds: std::collections::BTreeMap<String, Option<KindPause>> = self
+            .workers()
+            .kinds()
+            .into_iter()
+            .map(|kind| (kind.to_string(), None))
+            .collect();
+        for pause in self.paused_kinds().await? {
+            kinds.insert(pause.kind.clone(), Some(pause));
+        }
+        Ok(kinds.into_iter().collect())
+    }
+
     /// Pauses a kind on every node: no node claims its jobs (they stay as they are: available,
     /// scheduled) until it is resumed; attempts already running finish. Pausing a paused kind
     /// keeps the first pause. A kind no worker of this node runs is refused.
@@ -1108,6 +1123,29 @@ impl Client {
         Ok(schedule_store::schedule_get(&self.pool, name)
             .await?
             .map(|s| s.id))
+    }
+
+    /// The history's filter, its schedule named (`NotFound` for a name no schedule has): what
+    /// the API's and the dashboard's history ask for.
+    pub async fn history_filter(
+        &self,
+        queue: Option<String>,
+        kind: Option<String>,
+        schedule: Option<&str>,
+    ) -> Result<HistoryFilter, ClientError> {
+        let schedule_id = match schedule {
+            None => None,
+            Some(name) => Some(
+                self.schedule_id(name)
+                    .await?
+                    .ok_or_else(|| ClientError::NotFound(format!("schedule {name}")))?,
+            ),
+        };
+        Ok(HistoryFilter {
+            queue,
+            kind,
+            schedule_id,
+        })
     }
 
     /// The history of the attempts `q` selects (see [`HistoryQuery`]), refused when its range

@@ -89,6 +89,22 @@ impl fmt::Display for Partition {
     }
 }
 
+/// The range of a queue's global concurrency (attempts executing on all nodes together): the
+/// API's schema, the settings and the dashboard's check all take it from here.
+pub const GLOBAL_CONCURRENCY_MIN: i64 = 1;
+pub const GLOBAL_CONCURRENCY_MAX: i64 = 100_000;
+
+/// Whether `g` is a global concurrency (see [`GLOBAL_CONCURRENCY_MIN`]).
+pub fn check_global(g: i64) -> Result<u32, String> {
+    if (GLOBAL_CONCURRENCY_MIN..=GLOBAL_CONCURRENCY_MAX).contains(&g) {
+        Ok(g as u32)
+    } else {
+        Err(format!(
+            "a global concurrency is {GLOBAL_CONCURRENCY_MIN} to {GLOBAL_CONCURRENCY_MAX}"
+        ))
+    }
+}
+
 /// A queue's limits across every node.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueueLimits {
@@ -127,9 +143,7 @@ impl QueueLimits {
             return Err("a partition (per=) needs a rate (rate=)".into());
         }
         if let Some(g) = self.global {
-            if !(1..=100_000).contains(&g) {
-                return Err("a global concurrency is 1 to 100000".into());
-            }
+            check_global(i64::from(g))?;
         }
         Ok(())
     }

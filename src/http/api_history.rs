@@ -14,8 +14,7 @@ use super::error::AppError;
 use super::extract::{ApiQuery, JobIdPath};
 use super::state::AppState;
 use crate::engine::history::{
-    by_series, late_quantile, AttemptRecord, HistoryFilter, HistoryGroup, HistoryPoint,
-    LATE_BOUNDS_MS,
+    by_series, late_quantile, AttemptRecord, HistoryGroup, HistoryPoint, LATE_BOUNDS_MS,
 };
 use crate::engine::HistoryQuery;
 
@@ -179,16 +178,10 @@ pub async fn history_query(
     params: HistoryParams,
     now: DateTime<Utc>,
 ) -> Result<HistoryQuery, AppError> {
-    let schedule_id = match &params.schedule {
-        None => None,
-        Some(name) => Some(
-            state
-                .client
-                .schedule_id(name)
-                .await?
-                .ok_or_else(|| AppError::NotFound(format!("schedule {name} not found")))?,
-        ),
-    };
+    let filter = state
+        .client
+        .history_filter(params.queue, params.kind, params.schedule.as_deref())
+        .await?;
     let to = params.to.unwrap_or(now);
     let from = params.from.unwrap_or(to - chrono::Duration::hours(1));
     let step = params
@@ -199,11 +192,7 @@ pub async fn history_query(
             60
         });
     Ok(HistoryQuery {
-        filter: HistoryFilter {
-            queue: params.queue,
-            kind: params.kind,
-            schedule_id,
-        },
+        filter,
         group: match params.group {
             None => HistoryGroup::All,
             Some(GroupParam::Queue) => HistoryGroup::Queue,

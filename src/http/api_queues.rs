@@ -11,7 +11,9 @@ use super::auth::ApiCaller;
 use super::error::AppError;
 use super::extract::ApiJson;
 use super::state::AppState;
-use crate::engine::limits::QueueLimits;
+use crate::engine::limits::{
+    check_global, QueueLimits, GLOBAL_CONCURRENCY_MAX, GLOBAL_CONCURRENCY_MIN,
+};
 use crate::engine::QueueRow;
 use crate::engine::{ClientError, JobState};
 
@@ -108,7 +110,7 @@ pub struct QueuePatch {
     pub per: Option<Option<String>>,
     /// Attempts executing on all nodes together, 1 to 100000; `null` removes it.
     #[serde(default, deserialize_with = "super::extract::present")]
-    #[schemars(range(min = 1, max = 100000))]
+    #[schemars(range(min = GLOBAL_CONCURRENCY_MIN, max = GLOBAL_CONCURRENCY_MAX))]
     pub global_concurrency: Option<Option<i32>>,
 }
 
@@ -136,16 +138,10 @@ impl QueuePatch {
                 .map_err(|e| invalid("per", e))?;
         }
         if let Some(global) = self.global_concurrency {
-            limits.global = match global {
-                Some(g) if (1..=100_000).contains(&g) => Some(g as u32),
-                Some(_) => {
-                    return Err(invalid(
-                        "global_concurrency",
-                        "must be between 1 and 100000".into(),
-                    ))
-                }
-                None => None,
-            };
+            limits.global = global
+                .map(|g| check_global(i64::from(g)))
+                .transpose()
+                .map_err(|e| invalid("global_concurrency", e))?;
         }
         if limits.per.is_some() && limits.rate.is_none() {
             return Err(ClientError::Inconsistent {
@@ -208,38 +204,18 @@ pub struct KindView {
 
 /// Every kind this server's workers run, and any other kind that is paused.
 pub async fn kinds(State(state): State<AppState>) -> Result<Json<Vec<KindView>>, AppError> {
-    let paused = state.client.paused_kinds().await?;
-    let mut views: Vec<KindView> = state
-        .client
-        .workers()
-        .kinds()
-        .into_iter()
-        .map(|kind| KindView {
-            kind: kind.to_string(),
-            paused: false,
-            paused_at: None,
-            paused_by: None,
-        })
-        .collect();
-    for p in paused {
-        let view = match views.iter_mut().find(|v| v.kind == p.kind) {
-            Some(v) => v,
-            None => {
-                views.push(KindView {
-                    kind: p.kind.clone(),
-                    paused: true,
-                    paused_at: None,
-                    paused_by: None,
-                });
-                views.last_mut().expect("just pushed")
-            }
-        };
-        view.paused = true;
-        view.paused_at = Some(p.paused_at);
-        view.paused_by = p.paused_by;
-    }
-    views.sort_by(|a, b| a.kind.cmp(&b.kind));
-    Ok(Json(views))
+    let kinds = state.client.kinds_and_pauses().await?;
+    Ok(Json(
+        kinds
+            .into_iter()
+            .map(|(kind, pause)| KindView {
+                kind,
+                paused: pause.is_some(),
+                paused_at: pause.as_ref().map(|p| p.paused_at),
+                paused_by: pause.and_then(|p| p.paused_by),
+            })
+            .collect(),
+    ))
 }
 
 /// Pauses a kind on every node: its jobs stay where they are until it is resumed.

@@ -94,7 +94,7 @@ pub struct SchedulePatch {
     #[schemars(regex(pattern = crate::schema_rules::NOT_BLANK))]
     pub cron: Option<String>,
     /// 1,000 to 34,560,000,000 ms. Not with `cron`.
-    #[schemars(range(min = 1000, max = 34_560_000_000i64))]
+    #[schemars(range(min = rule::MIN_EVERY_MS, max = rule::MAX_EVERY_MS))]
     pub every_ms: Option<i64>,
     #[serde(default)]
     #[schemars(schema_with = "rule::zone_or_null")]

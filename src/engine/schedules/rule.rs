@@ -25,9 +25,12 @@ use croner::parser::{CronParser, Seconds, Year};
 use croner::Cron;
 
 /// The shortest interval, and the finest cron resolution (a seconds field).
-pub const MIN_EVERY: Duration = Duration::from_secs(1);
+pub const MIN_EVERY: Duration = Duration::from_millis(MIN_EVERY_MS as u64);
 /// The longest interval (a year and a bit: longer rules are cron expressions).
-pub const MAX_EVERY: Duration = Duration::from_secs(400 * 86_400);
+pub const MAX_EVERY: Duration = Duration::from_millis(MAX_EVERY_MS as u64);
+/// [`MIN_EVERY`] and [`MAX_EVERY`] in ms, as a spec's `every_ms` and the API's schema state them.
+pub const MIN_EVERY_MS: i64 = 1_000;
+pub const MAX_EVERY_MS: i64 = 400 * 86_400_000;
 /// The longest expression accepted.
 pub const MAX_CRON_CHARS: usize = 200;
 

@@ -157,7 +157,7 @@ pub struct ScheduleSpec {
     pub cron: Option<String>,
     /// An interval in ms (1,000 to 34,560,000,000), aligned to `starts_at` or the Unix epoch.
     #[serde(default)]
-    #[schemars(range(min = 1000, max = 34_560_000_000i64))]
+    #[schemars(range(min = rule::MIN_EVERY_MS, max = rule::MAX_EVERY_MS))]
     pub every_ms: Option<i64>,
     /// An IANA zone (`Europe/London`); `UTC` when absent. Cron rules read the zone's wall clock.
     #[serde(default = "default_zone")]

@@ -10,7 +10,7 @@ use kickoff_app::console::Refusal;
 use super::{ms, operator, refused, ServerConsole};
 use crate::accounts::Role;
 use crate::engine::history::{
-    by_series, late_quantile, HistoryFilter, HistoryGroup, HistoryPoint, LATE_BOUNDS_MS,
+    by_series, late_quantile, HistoryGroup, HistoryPoint, LATE_BOUNDS_MS,
 };
 use crate::engine::HistoryQuery;
 
@@ -69,27 +69,17 @@ impl HistoryConsole for ServerConsole {
             }
         };
         let reader = &self.reader.client;
-        let schedule_id = match &q.schedule {
-            None => None,
-            Some(name) => Some(
-                reader
-                    .schedule_id(name)
-                    .await
-                    .map_err(refused)?
-                    .ok_or_else(|| Refusal::not_found(format!("schedule {name} not found")))?,
-            ),
-        };
+        let filter = reader
+            .history_filter(q.queue.clone(), q.kind.clone(), q.schedule.as_deref())
+            .await
+            .map_err(refused)?;
         let now = reader.db_now().await.map_err(refused)?;
         // Whole steps, the last one holding now.
         let step_ms = step * 1000;
         let to_ms = (ms(now) / step_ms + 1) * step_ms;
         let from_ms = to_ms - secs * 1000;
         let query = HistoryQuery {
-            filter: HistoryFilter {
-                queue: q.queue.clone(),
-                kind: q.kind.clone(),
-                schedule_id,
-            },
+            filter,
             group,
             from: chrono::DateTime::from_timestamp_millis(from_ms).unwrap_or(now),
             to: chrono::DateTime::from_timestamp_millis(to_ms).unwrap_or(now),

@@ -243,8 +243,11 @@ fn new_job(input: NewJobInput) -> Result<NewJob, String> {
         "in" => {
             let minutes = number("in_minutes", &input.in_minutes)?
                 .ok_or("in_minutes: say in how many minutes")?;
-            if !(0.0..=5_256_000.0).contains(&minutes) {
-                return Err("in_minutes: must be between 0 and 5,256,000 (ten years)".into());
+            let most = (crate::engine::job::MAX_SCHEDULE_AHEAD_DAYS * 24 * 60) as f64;
+            if !(0.0..=most).contains(&minutes) {
+                return Err(format!(
+                    "in_minutes: must be between 0 and {most} (ten years)"
+                ));
             }
             Schedule::In(std::time::Duration::from_secs_f64(minutes * 60.0))
         }

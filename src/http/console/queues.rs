@@ -106,38 +106,23 @@ impl QueuesConsole for ServerConsole {
 
     async fn kinds(&self) -> Result<Vec<KindInfo>, Refusal> {
         operator(Role::Viewer)?;
-        let paused = self.client.paused_kinds().await.map_err(refused)?;
-        let mut kinds: BTreeMap<String, KindInfo> = self
-            .client
-            .workers()
-            .kinds()
+        let kinds = self.client.kinds_and_pauses().await.map_err(refused)?;
+        Ok(kinds
             .into_iter()
-            .map(|k| {
-                let info = KindInfo {
-                    kind: k.to_string(),
-                    paused: false,
-                    paused_note: None,
-                };
-                (k.to_string(), info)
+            .map(|(kind, pause)| KindInfo {
+                kind,
+                paused: pause.is_some(),
+                paused_note: pause.map(|p| {
+                    format!(
+                        "since {}{}",
+                        p.paused_at.format("%Y-%m-%d %H:%M:%S UTC"),
+                        p.paused_by
+                            .map(|by| format!(" by {by}"))
+                            .unwrap_or_default()
+                    )
+                }),
             })
-            .collect();
-        for p in paused {
-            let note = format!(
-                "since {}{}",
-                p.paused_at.format("%Y-%m-%d %H:%M:%S UTC"),
-                p.paused_by
-                    .map(|by| format!(" by {by}"))
-                    .unwrap_or_default()
-            );
-            let info = kinds.entry(p.kind.clone()).or_insert_with(|| KindInfo {
-                kind: p.kind.clone(),
-                paused: true,
-                paused_note: None,
-            });
-            info.paused = true;
-            info.paused_note = Some(note);
-        }
-        Ok(kinds.into_values().collect())
+            .collect())
     }
 
     async fn kind_action(&self, kind: String, action: String) -> Result<(), Refusal> {

@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::jobs::job_row;
 use super::{conn, operator, refused, Act, ServerConsole};
 use crate::accounts::Role;
+use crate::engine::schedules::rule::{MAX_EVERY, MIN_EVERY};
 use crate::engine::schedules::service::{spec_of, MAX_PREVIEW};
 use crate::engine::schedules::{
     Missed, Overlap, Rule, ScheduleSpec, ScheduleView, Schedules, SlotPreview,
@@ -74,10 +75,11 @@ fn rule_fields(form: &ScheduleForm) -> Result<(Option<String>, Option<i64>), Ref
                     form.every_secs.trim()
                 ))
             })?;
-            if !secs.is_finite() || !(1.0..=34_560_000.0).contains(&secs) {
-                return Err(Refusal::invalid(
-                    "every: must be between 1 and 34,560,000 seconds",
-                ));
+            let (min, max) = (MIN_EVERY.as_secs_f64(), MAX_EVERY.as_secs_f64());
+            if !secs.is_finite() || !(min..=max).contains(&secs) {
+                return Err(Refusal::invalid(format!(
+                    "every: must be between {min} and {max} seconds"
+                )));
             }
             Ok((None, Some((secs * 1000.0).round() as i64)))
         }
