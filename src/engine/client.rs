@@ -231,12 +231,6 @@ pub enum ClientError {
     Database(#[from] sqlx::Error),
 }
 
-impl From<super::sight::SearchRefused> for ClientError {
-    fn from(e: super::sight::SearchRefused) -> Self {
-        ClientError::Forbidden(e.message.to_string())
-    }
-}
-
 /// The live job holding `new`'s unique key, when its owner is not `new`'s (a question's lock job
 /// found by another insert, or an owned insert finding a job nobody owns): not the caller's to be
 /// answered with nor to adopt (the store's `on_conflict: reschedule` moves neither), so refused

@@ -51,6 +51,12 @@ pub struct SearchRefused {
     pub message: &'static str,
 }
 
+impl From<SearchRefused> for super::client::ClientError {
+    fn from(e: SearchRefused) -> Self {
+        super::client::ClientError::Forbidden(e.message.to_string())
+    }
+}
+
 impl std::fmt::Debug for Sight<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sight")
