@@ -68,7 +68,7 @@ pub fn api_router(state: AppState) -> Router<AppState> {
 pub fn router(state: AppState) -> Router {
     let leptos_options = state.leptos_options.clone();
     let routes = generate_route_list(kickoff_app::App);
-    let console: Arc<dyn kickoff_app::console::Console> = Arc::new(console::ServerConsole::new(
+    let console = Arc::new(console::ServerConsole::new(
         state.client.clone(),
         state.questions.clone(),
         state.accounts.clone(),
@@ -87,7 +87,7 @@ pub fn router(state: AppState) -> Router {
             routes,
             {
                 let console = console.clone();
-                move || leptos::prelude::provide_context(console.clone())
+                move || kickoff_app::console::provide(console.clone())
             },
             {
                 let options = leptos_options.clone();

@@ -5,7 +5,13 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "ssr")]
-use super::{console, fail, Refusal};
+use super::port::{fail, Refusal};
+
+/// The server's implementation of this area (see `port::console`).
+#[cfg(feature = "ssr")]
+fn console() -> Result<std::sync::Arc<dyn AccountsConsole>, ServerFnError> {
+    super::port::console()
+}
 
 /// The signed-in operator, as the pages need them: the server's request guard puts it in the
 /// request; the browser reads it from the page's `<meta>` tags.

@@ -5,7 +5,13 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "ssr")]
-use super::{console, fail, Refusal};
+use super::port::{fail, Refusal};
+
+/// The server's implementation of this area (see `port::console`).
+#[cfg(feature = "ssr")]
+fn console() -> Result<std::sync::Arc<dyn AlertsConsole>, ServerFnError> {
+    super::port::console()
+}
 
 /// The conditions a rule may watch, as the form offers them: (value, words).
 pub const CONDITIONS: [(&str, &str); 8] = [

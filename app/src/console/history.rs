@@ -5,7 +5,13 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "ssr")]
-use super::{console, fail, Refusal};
+use super::port::{fail, Refusal};
+
+/// The server's implementation of this area (see `port::console`).
+#[cfg(feature = "ssr")]
+fn console() -> Result<std::sync::Arc<dyn HistoryConsole>, ServerFnError> {
+    super::port::console()
+}
 
 /// The ranges the history page offers: `(name, seconds, step in seconds)`. Steps of whole
 /// hours read the hourly rollups (a day of minutes is 1,440 rows a queue and kind: the 24-hour

@@ -5,7 +5,13 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "ssr")]
-use super::{console, fail, Refusal};
+use super::port::{fail, Refusal};
+
+/// The server's implementation of this area (see `port::console`).
+#[cfg(feature = "ssr")]
+fn console() -> Result<std::sync::Arc<dyn JobsConsole>, ServerFnError> {
+    super::port::console()
+}
 #[cfg(feature = "ssr")]
 use crate::local_time::instant_ms;
 
@@ -500,7 +506,7 @@ pub async fn bulk_jobs(
 #[cfg(feature = "ssr")]
 fn with_pairs(path: &str, pairs: &[(&str, String)]) -> String {
     let sep = if path.contains('?') { '&' } else { '?' };
-    format!("{path}{sep}{}", super::query_string(pairs))
+    format!("{path}{sep}{}", super::port::query_string(pairs))
 }
 
 /// Parses `1,2,3` (spaces allowed, empty: none).

@@ -1,7 +1,9 @@
 //! The port between the dashboard and the server: the data the UI shows, the server functions
 //! that fetch it or act, and the traits the server implements (behind the `ssr` feature), one
 //! module an area of the dashboard, each with its DTOs, its trait and its server functions.
-//! `Console` is their sum: the one object the server provides as context.
+//! `Console` is their sum: the one object the server implements; [`provide`] puts it in the
+//! context as each area's trait, which that area's server functions find there (`port.rs`), so
+//! no area depends on the others' traits.
 //!
 //! Times travel as milliseconds since the epoch; every page's data carries the database clock
 //! (`now_ms`) it was read at, so countdowns and "2 s late" are measured against the database, not
@@ -17,82 +19,15 @@ pub mod audit;
 pub mod history;
 pub mod jobs;
 pub mod overview;
+mod port;
 pub mod questions;
 pub mod queues;
 pub mod schedules;
 pub mod webhooks;
 
 #[cfg(feature = "ssr")]
-use leptos::prelude::*;
-
-/// A query parameter's value, trimmed; `None` when absent or blank.
-pub fn nonempty(v: Option<String>) -> Option<String> {
-    v.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
-}
-
-/// Encodes pairs as a query string (`a=1&b=x%20y`).
-pub fn query_string(pairs: &[(&str, String)]) -> String {
-    pairs
-        .iter()
-        .map(|(k, v)| format!("{k}={}", encode(v)))
-        .collect::<Vec<_>>()
-        .join("&")
-}
-
-fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
-/// Why the server refused a dashboard request: the HTTP status of the server function's response
-/// and a message for the operator. A client's mistake is never a 500. The server makes one from
-/// each of its errors by the table its REST API answers with, so the two agree.
-#[cfg(feature = "ssr")]
-#[derive(Debug, Clone, PartialEq)]
-pub struct Refusal {
-    pub status: u16,
-    pub message: String,
-    /// When the client may try again, in seconds (a `Retry-After` header): a sign-in lock.
-    pub retry_after_secs: Option<u64>,
-}
-
-#[cfg(feature = "ssr")]
-impl Refusal {
-    pub fn new(status: u16, message: impl Into<String>) -> Self {
-        Refusal {
-            status,
-            message: message.into(),
-            retry_after_secs: None,
-        }
-    }
-    /// 422: the input is wrong.
-    pub fn invalid(message: impl Into<String>) -> Self {
-        Refusal::new(422, message)
-    }
-    /// 404: no such job, question or queue.
-    pub fn not_found(message: impl Into<String>) -> Self {
-        Refusal::new(404, message)
-    }
-    /// 409: the thing's state does not allow it.
-    pub fn conflict(message: impl Into<String>) -> Self {
-        Refusal::new(409, message)
-    }
-}
-
-#[cfg(feature = "ssr")]
-impl From<String> for Refusal {
-    fn from(message: String) -> Self {
-        Refusal::invalid(message)
-    }
-}
+pub use port::Refusal;
+pub use port::{nonempty, query_string};
 
 /// What the server provides to the dashboard: every area's trait, as one object (the server
 /// functions find it in the Leptos context as `Arc<dyn Console>`).
@@ -126,40 +61,20 @@ impl<T> Console for T where
 {
 }
 
+/// Puts `console` in the Leptos context as each area's trait, where the areas' server functions
+/// find it (call it in the context of every dashboard request).
 #[cfg(feature = "ssr")]
-fn console() -> Result<std::sync::Arc<dyn Console>, ServerFnError> {
-    use_context::<std::sync::Arc<dyn Console>>()
-        .ok_or_else(|| ServerFnError::new("the console is not available"))
-}
-
-/// Turns a refusal into the server function's error, with its HTTP status (and `Retry-After`) on
-/// the response (also on a server-rendered page whose data was refused: a missing job's page is a
-/// 404).
-///
-/// A plain form post (no JavaScript: the browser accepts HTML) keeps the redirect back to the page
-/// it came from, which then shows the job or queue as it is.
-#[cfg(feature = "ssr")]
-fn fail(refusal: impl Into<Refusal>) -> ServerFnError {
-    let refusal = refusal.into();
-    let response = use_context::<leptos_axum::ResponseOptions>();
-    if let (Some(response), Some(secs)) = (&response, refusal.retry_after_secs) {
-        response.insert_header(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
-    }
-    let form_post = use_context::<http::request::Parts>().is_some_and(|parts| {
-        parts.method == http::Method::POST
-            && parts
-                .headers
-                .get(http::header::ACCEPT)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v.contains("text/html"))
-    });
-    if form_post {
-        return ServerFnError::new(refusal.message);
-    }
-    if let Some(response) = response {
-        if let Ok(status) = http::StatusCode::from_u16(refusal.status) {
-            response.set_status(status);
-        }
-    }
-    ServerFnError::new(refusal.message)
+pub fn provide<C: Console>(console: std::sync::Arc<C>) {
+    use leptos::prelude::provide_context;
+    use std::sync::Arc;
+    provide_context::<Arc<dyn overview::OverviewConsole>>(console.clone());
+    provide_context::<Arc<dyn jobs::JobsConsole>>(console.clone());
+    provide_context::<Arc<dyn queues::QueuesConsole>>(console.clone());
+    provide_context::<Arc<dyn schedules::SchedulesConsole>>(console.clone());
+    provide_context::<Arc<dyn questions::QuestionsConsole>>(console.clone());
+    provide_context::<Arc<dyn accounts::AccountsConsole>>(console.clone());
+    provide_context::<Arc<dyn audit::AuditConsole>>(console.clone());
+    provide_context::<Arc<dyn webhooks::WebhooksConsole>>(console.clone());
+    provide_context::<Arc<dyn alerts::AlertsConsole>>(console.clone());
+    provide_context::<Arc<dyn history::HistoryConsole>>(console);
 }

@@ -5,7 +5,13 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "ssr")]
-use super::{console, fail, Refusal};
+use super::port::{fail, Refusal};
+
+/// The server's implementation of this area (see `port::console`).
+#[cfg(feature = "ssr")]
+fn console() -> Result<std::sync::Arc<dyn QuestionsConsole>, ServerFnError> {
+    super::port::console()
+}
 #[cfg(feature = "ssr")]
 use crate::local_time::instant_ms;
 

@@ -10,7 +10,13 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "ssr")]
-use super::{console, fail, Refusal};
+use super::port::{fail, Refusal};
+
+/// The server's implementation of this area (see `port::console`).
+#[cfg(feature = "ssr")]
+fn console() -> Result<std::sync::Arc<dyn SchedulesConsole>, ServerFnError> {
+    super::port::console()
+}
 
 use super::jobs::JobRow;
 
@@ -193,7 +199,7 @@ pub async fn save_schedule(
         late_after_secs: late_after_secs.unwrap_or_default(),
         late_then: late_then.unwrap_or_default(),
     };
-    let original = super::nonempty(original);
+    let original = super::port::nonempty(original);
     console()?.save_schedule(original, form).await.map_err(fail)
 }
 

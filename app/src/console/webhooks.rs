@@ -7,7 +7,13 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "ssr")]
-use super::{console, fail, Refusal};
+use super::port::{fail, Refusal};
+
+/// The server's implementation of this area (see `port::console`).
+#[cfg(feature = "ssr")]
+fn console() -> Result<std::sync::Arc<dyn WebhooksConsole>, ServerFnError> {
+    super::port::console()
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EndpointInfo {
