@@ -8,7 +8,6 @@ use serde_json::{json, Value};
 use crate::audit::{AuditEntry, Auditor, NotRecorded};
 use crate::config::Config;
 use crate::engine::schedules::rule::MAX_EVERY;
-use crate::engine::schedules::service::spec_of;
 use crate::engine::schedules::{
     JobTemplate, Missed, Overlap, ScheduleError, ScheduleSpec, ScheduleView, Schedules,
 };
@@ -169,10 +168,7 @@ impl ScheduleAction {
                 return Ok(());
             }
             ScheduleAction::Show { name } => {
-                let view = s.get(&name).await.map_err(fail)?;
-                let now = s.client().db_now().await.map_err(|e| e.to_string())?;
-                let spec = spec_of(&s.row(&name).await.map_err(fail)?);
-                let next = s.preview(&spec, 5, now).map_err(fail)?;
+                let (view, next) = s.upcoming(&name, 5, None).await.map_err(fail)?;
                 json!({ "schedule": view, "next": next })
             }
             ScheduleAction::Add { name, .. } => {

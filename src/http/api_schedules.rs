@@ -16,7 +16,6 @@ use super::error::AppError;
 use super::extract::{ApiJson, ApiQuery};
 use super::state::AppState;
 use crate::engine::schedules::rule;
-use crate::engine::schedules::service::{spec_of, MAX_PREVIEW};
 use crate::engine::schedules::{
     Missed, Overlap, ScheduleError, ScheduleSpec, ScheduleView, Schedules, SlotPreview,
 };
@@ -281,22 +280,11 @@ pub async fn preview(
     ApiQuery(params): ApiQuery<PreviewParams>,
 ) -> Result<Json<Preview>, AppError> {
     let n = params.n.unwrap_or(10);
-    if !(1..=MAX_PREVIEW).contains(&n) {
-        return Err(AppError::invalid(format!(
-            "n: must be between 1 and {MAX_PREVIEW}"
-        )));
-    }
-    let s = schedules(&state);
-    let view = s.get(&name).await?;
-    let spec = spec_of(&s.row(&name).await?);
-    let from = match params.from {
-        Some(from) => from,
-        None => state.client.db_now().await?,
-    };
+    let (view, slots) = schedules(&state).upcoming(&name, n, params.from).await?;
     Ok(Json(Preview {
         time_zone: view.time_zone,
         rule_text: view.rule_text,
-        slots: s.preview(&spec, n, from)?,
+        slots,
     }))
 }
 

@@ -316,6 +316,30 @@ impl Schedules {
     }
 
     /// The stored row (for callers that need its spec, e.g. to patch it).
+    /// The schedule `name` and its next `n` slots (1 to [`MAX_PREVIEW`]) after `from`, now by
+    /// the database clock when `None`: what its page, `GET /api/v1/schedules/{name}/preview`
+    /// and `kickoff schedule show` show.
+    pub async fn upcoming(
+        &self,
+        name: &str,
+        n: usize,
+        from: Option<DateTime<Utc>>,
+    ) -> Result<(ScheduleView, Vec<SlotPreview>), ScheduleError> {
+        if !(1..=MAX_PREVIEW).contains(&n) {
+            return Err(ScheduleError::invalid(
+                "n",
+                format!("must be between 1 and {MAX_PREVIEW}"),
+            ));
+        }
+        let row = self.row(name).await?;
+        let from = match from {
+            Some(from) => from,
+            None => self.client.db_now().await?,
+        };
+        let slots = self.preview(&spec_of(&row), n, from)?;
+        Ok((self.view(row).await?, slots))
+    }
+
     pub async fn row(&self, name: &str) -> Result<ScheduleRow, ScheduleError> {
         store::schedule_get(self.client.pool(), name)
             .await?

@@ -15,7 +15,7 @@ use super::jobs::job_row;
 use super::{conn, operator, refused, Act, ServerConsole};
 use crate::accounts::Role;
 use crate::engine::schedules::rule::{MAX_EVERY, MIN_EVERY};
-use crate::engine::schedules::service::{spec_of, MAX_PREVIEW};
+use crate::engine::schedules::service::MAX_PREVIEW;
 use crate::engine::schedules::{
     Missed, Overlap, Rule, ScheduleSpec, ScheduleView, Schedules, SlotPreview,
 };
@@ -110,18 +110,16 @@ impl SchedulesConsole for ServerConsole {
         let op = operator(Role::Viewer)?;
         let sight = op.sight(self.client.workers());
         let s = self.schedules_service();
-        let view = sight.schedule(s.get(&name).await.map_err(refused)?);
         let runs = s.runs(&name, None, RUNS_SHOWN).await.map_err(refused)?;
         let now = self.client.db_now().await.map_err(refused)?;
-        let spec = spec_of(&s.row(&name).await.map_err(refused)?);
+        let (view, next) = s
+            .upcoming(&name, SLOTS_SHOWN, Some(now))
+            .await
+            .map_err(refused)?;
+        let view = sight.schedule(view);
         let zone =
             crate::engine::schedules::rule::zone(&view.time_zone).unwrap_or(chrono_tz::Tz::UTC);
-        let next = s
-            .preview(&spec, SLOTS_SHOWN, now)
-            .map_err(refused)?
-            .iter()
-            .map(|p| slot_of(p, zone))
-            .collect();
+        let next = next.iter().map(|p| slot_of(p, zone)).collect();
         let late = LatePolicy::from_meta(&view.job.meta).ok().flatten();
         let form = ScheduleForm {
             name: view.name.clone(),
