@@ -13,7 +13,7 @@ pub const MAX_SCHEDULE_PAST_HOURS: i64 = 24;
 pub const MAX_SCHEDULE_IN_MS: i64 = MAX_SCHEDULE_AHEAD_DAYS * 86_400_000;
 /// Limits on what a job may carry.
 pub const MAX_ARGS_BYTES: usize = 256 * 1024;
-/// The largest magnitude of a number in args or meta (`engine::client::numbers_read_back`).
+/// The largest magnitude of a number in args or meta (`engine::validation::numbers_read_back`).
 pub const MAX_JSON_NUMBER: f64 = 1e300;
 pub const MAX_META_BYTES: usize = 16 * 1024;
 pub const MAX_TAGS: usize = 20;

@@ -7,6 +7,7 @@ pub mod alarm;
 pub mod announcer;
 pub mod attempt_hook;
 pub mod attempt_log;
+pub mod bulk;
 pub mod client;
 pub mod completer;
 pub mod config;
@@ -25,8 +26,10 @@ pub mod metrics;
 pub mod node;
 pub mod notifier;
 pub mod producer;
+pub mod queue_control;
 pub mod queue_settings;
 pub mod queue_state;
+pub mod reading;
 pub mod row_reading;
 pub mod runtime;
 pub mod schedules;
@@ -37,6 +40,7 @@ pub mod sight;
 #[doc(hidden)]
 pub mod store;
 pub mod timer;
+pub mod validation;
 pub mod worker;
 
 pub use crate::db::{Db, PoolMode};
@@ -58,12 +62,12 @@ pub mod history {
     };
 }
 
-pub use client::{
-    BulkAction, BulkBatch, BulkChange, BulkReport, BulkWalk, Client, ClientError, HistoryQuery,
-};
+pub use bulk::{BulkAction, BulkBatch, BulkChange, BulkReport, BulkWalk};
+pub use client::{Client, ClientError};
 pub use config::EngineConfig;
 pub use job::{Claim, ClaimToken, Inserted, Job, JobId, JobState, NewJob, OnConflict, Schedule};
 pub use late_start::{LatePolicy, OnLate};
+pub use reading::HistoryQuery;
 pub use runtime::{Engine, EngineError};
 pub use schema::MIGRATOR;
 pub use store::errors::is_transient;

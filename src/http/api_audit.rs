@@ -20,9 +20,6 @@ use super::error::AppError;
 use super::session::client_address;
 use super::state::AppState;
 use crate::audit::{AuditEntry, Auditor, Work};
-use crate::engine::announcer::Wakeup;
-use crate::engine::{is_transient, Client, ClientError, Inserted, NewJob};
-use sqlx::{Postgres, QueryBuilder};
 
 /// What the layer knows of a call before its handler runs, for the handler's entry.
 #[derive(Debug, Clone)]
@@ -145,32 +142,6 @@ impl Audit {
             .run(self.entry, count, action)
             .await
             .map(Audited)
-    }
-
-    /// Inserts `new` with this call's entry in one statement (see [`Client::insert_alone`]): one
-    /// round trip and one commit instead of four. `None` when nothing was written: a live job
-    /// holds its unique key, or the database refused the statement (a constraint, the audit log
-    /// refusing the entry: it cannot say which of its two writes it refused): take
-    /// [`Audit::run`], which tells them apart. Any other failure is answered as it is: after a
-    /// broken connection the statement may have committed, and a second try could insert the
-    /// job twice; after a timeout a second try would only wait again.
-    pub async fn insert_job_alone(
-        &self,
-        client: &Client,
-        new: &NewJob,
-    ) -> Result<Option<(Inserted, Wakeup)>, AppError> {
-        let entry = &self.entry;
-        let companion = |qb: &mut QueryBuilder<'_, Postgres>, inserted: &str| {
-            crate::audit::record_with_row_of(qb, inserted, entry)
-        };
-        match client.insert_alone(new, &companion).await {
-            Ok(done) => Ok(done),
-            Err(ClientError::Database(e @ sqlx::Error::Database(_))) if !is_transient(&e) => {
-                tracing::debug!(error = %e, "the one-statement insert was refused; trying it in a transaction");
-                Ok(None)
-            }
-            Err(e) => Err(e.into()),
-        }
     }
 }
 

@@ -133,7 +133,7 @@ fn confirmed(filter: JobFilter) -> Result<JobFilter, AppError> {
 #[schemars(transform = InnerRequired("filter", "max_id"))]
 pub struct EditManyBody {
     /// 1 to 1,000 ids. Not with `filter`.
-    #[schemars(length(min = 1, max = crate::engine::client::MAX_BULK_IDS))]
+    #[schemars(length(min = 1, max = crate::engine::bulk::MAX_BULK_IDS))]
     pub ids: Option<Vec<JobId>>,
     /// With the `max_id` its count answered. Not with `ids`.
     pub filter: Option<BulkFilter>,

@@ -143,45 +143,23 @@ pub async fn create(
         }
     }
     let sight = sight(&caller, state.client.workers());
-    // Most inserts: the job and its audit entry in one statement.
-    if let Some((inserted, wakeup)) = audit.insert_job_alone(&state.client, &new).await? {
-        wakeup.send();
-        return Ok(Audited((
-            StatusCode::CREATED,
-            Json(InsertedBody {
-                job: sight.job(inserted.job),
-                existing: false,
-            }),
-        )));
-    }
-    let mut wakeup = None;
-    let answer = audit
-        .run(uncounted, async |work| {
-            let (inserted, woken) = state
-                .client
-                .insert_quietly_with(work.conn().await?, &new)
-                .await?;
-            wakeup = Some(woken);
-            let status = if inserted.existing {
-                StatusCode::OK
-            } else {
-                StatusCode::CREATED
-            };
-            Ok((
-                status,
-                Json(InsertedBody {
-                    // The live job holding the unique key may be another's: shown as they may see it.
-                    job: sight.job(inserted.job),
-                    existing: inserted.existing,
-                }),
-            ))
-        })
+    let inserted = state
+        .operations()
+        .insert::<AppError>(audit.into_entry(), &new)
         .await?;
-    // Committed with its audit entry: now the nodes hear of it (see `engine::announcer`).
-    if let Some(wakeup) = wakeup {
-        wakeup.send();
-    }
-    Ok(answer)
+    let status = if inserted.existing {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok(Audited((
+        status,
+        Json(InsertedBody {
+            // The live job holding the unique key may be another's: shown as they may see it.
+            job: sight.job(inserted.job),
+            existing: inserted.existing,
+        }),
+    )))
 }
 
 /// A query string struct holding the job filters of `GET /api/v1/jobs` and its export, with the
@@ -551,7 +529,7 @@ pub struct BulkBody {
     /// `cancel`, `retry`, `run_now` or `delete`.
     pub action: BulkAction,
     /// 1 to 1,000 ids. Not with `filter`.
-    #[schemars(length(min = 1, max = crate::engine::client::MAX_BULK_IDS))]
+    #[schemars(length(min = 1, max = crate::engine::bulk::MAX_BULK_IDS))]
     pub ids: Option<Vec<JobId>>,
     /// Not with `ids`.
     pub filter: Option<BulkFilter>,

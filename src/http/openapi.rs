@@ -1202,7 +1202,7 @@ mod tests {
         );
         assert_eq!(
             schemas["EditManyBody"]["properties"]["ids"]["maxItems"],
-            json!(crate::engine::client::MAX_BULK_IDS)
+            json!(crate::engine::bulk::MAX_BULK_IDS)
         );
         assert_eq!(
             schemas["ShiftBody"]["properties"]["by_ms"]["maximum"],

@@ -12,11 +12,13 @@
 //! - `shift.rs`: moving jobs in time (a postponed game), the questions they belong to and those
 //!   of the game moving with them, first and in one transaction;
 //! - `schedules.rs`: changing a schedule as its caller sees it (what it may not see of the
-//!   template kept, or the change refused).
+//!   template kept, or the change refused);
+//! - `insert.rs`: a job with its audit entry, in one statement when it can.
 //!
 //! Its floor is above the engine, the questions and the audit log, below `http` and `cli`.
 
 mod bulk;
+mod insert;
 mod schedules;
 mod services;
 mod shift;

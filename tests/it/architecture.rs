@@ -386,3 +386,36 @@ async fn the_tables_checks_hold_the_engines_ranges_of_priority_and_max_attempts(
         }
     }
 }
+
+/// The tooling that is not the product (the chaos suite, the benches, the demo) is kept apart:
+/// modules of their own on the top floor, reached from the command line alone (`main.rs`,
+/// `src/cli/`), never from the server's code. (One binary on purpose: a second would link the
+/// engine again on every change, docs/ARCHITECTURE.md.)
+#[test]
+fn the_tooling_is_reached_from_the_command_line_alone() {
+    let tooling = ["chaos", "bench", "demo"];
+    let mut reached = Vec::new();
+    for path in tree() {
+        let Some(rel) = path.strip_prefix("src/") else {
+            continue;
+        };
+        let module = rel.split('/').next().unwrap().trim_end_matches(".rs");
+        if !rel.ends_with(".rs")
+            || rel == "lib.rs"
+            || module == "main"
+            || module == "cli"
+            || tooling.contains(&module)
+        {
+            continue;
+        }
+        for used in imported_modules(&read(&path), "crate::") {
+            if tooling.contains(&used.as_str()) {
+                reached.push(format!("{path} uses {used}"));
+            }
+        }
+    }
+    assert!(
+        reached.is_empty(),
+        "the server's code reaches the tooling: {reached:#?}"
+    );
+}

@@ -497,7 +497,7 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
 #[tokio::test]
 async fn a_bulk_action_in_batches_commits_its_first_and_last_batch_with_an_entry() {
     let d = dashboard_as(Role::Admin).await;
-    let jobs = kickoff::engine::client::BULK_BATCH as usize + 500;
+    let jobs = kickoff::engine::bulk::BULK_BATCH as usize + 500;
     sqlx::query(
         "INSERT INTO jobs (queue, kind, args, state, scheduled_at)
          SELECT 'default', 'noop', '{\"batch\": \"big\"}', 'scheduled', now() + interval '1 hour'
@@ -531,11 +531,11 @@ async fn a_bulk_action_in_batches_commits_its_first_and_last_batch_with_an_entry
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
     assert_eq!(
         count(&d, cancelled).await,
-        kickoff::engine::client::BULK_BATCH,
+        kickoff::engine::bulk::BULK_BATCH,
         "only the first batch"
     );
     let stopped = (
-        Some(kickoff::engine::client::BULK_BATCH),
+        Some(kickoff::engine::bulk::BULK_BATCH),
         "stopped after 1000 changed: the action was not done: the audit log could not record it; \
          try again"
             .to_string(),

@@ -853,7 +853,7 @@ fn run_job(row: &ScheduleRow, slot: DateTime<Utc>, due_now: bool) -> NewJob {
         .with_unique_key(
             format!(
                 "{}{}:{}",
-                crate::engine::client::SCHEDULE_KEY_PREFIX,
+                crate::engine::validation::SCHEDULE_KEY_PREFIX,
                 row.id,
                 slot.timestamp_millis()
             ),

@@ -475,20 +475,27 @@ impl JobsConsole for ServerConsole {
             target: Some(format!("{} in {}", input.kind.trim(), input.queue.trim())),
             filter: None,
         };
-        self.act(
-            act,
-            |_| None,
-            async |work| {
-                let mut job = new_job(input)?;
-                job.created_by = operator(Role::Operator).ok().map(|op| op.user.name);
-                self.client
-                    .insert_with(conn(work).await?, &job)
-                    .await
-                    .map(|i| i.job.id.0)
-                    .map_err(refused)
-            },
-        )
-        .await
+        let op = self
+            .operator_for(Role::Operator, &act.action, act.target.as_deref())
+            .await?;
+        let entry = entry(&op, &act.action, act.target.clone(), act.filter.clone());
+        let inserted = match new_job(input) {
+            Ok(job) => self
+                .operations()
+                .insert::<AppError>(entry, &job.created_by(op.user.name.clone()))
+                .await
+                .map_err(refused),
+            Err(invalid) => Err(Refusal::from(invalid)),
+        };
+        match inserted {
+            Ok(inserted) => Ok(inserted.job.id.0),
+            Err(refusal) => {
+                let refused: Result<(), Refusal> = Err(refusal.clone());
+                self.record(&op, &act.action, act.target, act.filter, None, &refused)
+                    .await;
+                Err(refusal)
+            }
+        }
     }
 
     async fn bulk_preview(&self, query: JobQuery) -> Result<BulkCount, Refusal> {
