@@ -4,6 +4,7 @@
 //! `kickoff chaos` (the chaos suite), and against a running server's REST API `kickoff jobs ...`,
 //! `kickoff queues ...`, `kickoff questions ...` (see [`remote`]).
 
+mod audited;
 pub mod jobs;
 pub mod queues;
 pub mod remote;
@@ -294,11 +295,21 @@ impl UserAction {
                 let db = Database::open_beside_server(config)
                     .await
                     .map_err(|e| e.to_string())?;
-                let created = Accounts::new(db.pool.clone())
-                    .create(&name, &password, role)
-                    .await;
+                let accounts = Accounts::new(db.pool.clone());
+                let auditor = crate::audit::Auditor::new(db.pool.clone());
+                let entry = || audited::entry("user.create", format!("user {}", name.trim()));
+                // Hashed before the transaction opens: it takes tens of milliseconds.
+                let created = match accounts.new_password(&password).await {
+                    Ok(password) => {
+                        audited::run(&auditor, entry, async |conn| {
+                            accounts.create_with(conn, &name, &password, role).await
+                        })
+                        .await
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
                 db.close().await;
-                let user = created.map_err(|e| e.to_string())?;
+                let user = created?;
                 println!("created user {} ({})", user.name, user.role);
                 Ok(())
             }

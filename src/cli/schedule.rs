@@ -5,7 +5,8 @@
 use clap::Subcommand;
 use serde_json::{json, Value};
 
-use crate::audit::{AuditEntry, Auditor, NotRecorded};
+use super::audited;
+use crate::audit::Auditor;
 use crate::config::Config;
 use crate::engine::schedules::rule::MAX_EVERY;
 use crate::engine::schedules::{
@@ -147,19 +148,8 @@ impl ScheduleAction {
         auditor: &Auditor,
         spec: Option<ScheduleSpec>,
     ) -> Result<(), String> {
-        let actor = format!(
-            "cli ({})",
-            std::env::var("USER").unwrap_or_else(|_| "unknown".into())
-        );
-        let entry = |action: &str, name: &str| AuditEntry {
-            actor: actor.clone(),
-            role: "admin".into(),
-            action: format!("schedule.{action}"),
-            target: Some(format!("schedule {name}")),
-            filter: None,
-            count: None,
-            address: None,
-            result: Ok(()),
+        let entry = |action: &str, name: &str| {
+            audited::entry(&format!("schedule.{action}"), format!("schedule {name}"))
         };
         let fail = |e: ScheduleError| e.to_string();
         let printed = match self {
@@ -173,7 +163,7 @@ impl ScheduleAction {
             }
             ScheduleAction::Add { name, .. } => {
                 let spec = spec.expect("add has a spec");
-                audited(
+                audited::run(
                     auditor,
                     || entry("create", &name),
                     async |conn| s.create_with(conn, &spec, None, "api").await,
@@ -182,7 +172,7 @@ impl ScheduleAction {
                 json!(s.get(&name).await.map_err(fail)?)
             }
             ScheduleAction::Pause { name } => {
-                audited(
+                audited::run(
                     auditor,
                     || entry("pause", &name),
                     async |conn| s.set_paused_with(conn, &name, true).await,
@@ -191,7 +181,7 @@ impl ScheduleAction {
                 json!(s.get(&name).await.map_err(fail)?)
             }
             ScheduleAction::Resume { name } => {
-                audited(
+                audited::run(
                     auditor,
                     || entry("resume", &name),
                     async |conn| s.set_paused_with(conn, &name, false).await,
@@ -200,7 +190,7 @@ impl ScheduleAction {
                 json!(s.get(&name).await.map_err(fail)?)
             }
             ScheduleAction::Trigger { name } => {
-                let job = audited(
+                let job = audited::run(
                     auditor,
                     || entry("trigger", &name),
                     async |conn| s.trigger_with(conn, &name, None).await,
@@ -209,7 +199,7 @@ impl ScheduleAction {
                 json!(job)
             }
             ScheduleAction::Delete { name } => {
-                audited(
+                audited::run(
                     auditor,
                     || entry("delete", &name),
                     async |conn| s.delete_with(conn, &name).await,
@@ -275,41 +265,6 @@ impl ScheduleAction {
         }
         Ok(())
     }
-}
-
-/// An action refused (or its entry not recorded): why.
-struct Failure(String);
-
-impl From<NotRecorded> for Failure {
-    fn from(e: NotRecorded) -> Self {
-        Failure(e.to_string())
-    }
-}
-
-/// Runs `run` in a transaction committed with its audit entry; a refusal is recorded too.
-async fn audited<T>(
-    auditor: &Auditor,
-    entry: impl Fn() -> AuditEntry,
-    run: impl AsyncFnOnce(&mut sqlx::PgConnection) -> Result<T, ScheduleError>,
-) -> Result<T, String> {
-    let done: Result<T, Failure> = auditor
-        .run(
-            entry(),
-            |_| None,
-            async |work| {
-                let conn = work.conn().await.map_err(|e| Failure(e.to_string()))?;
-                run(conn).await.map_err(|e| Failure(e.to_string()))
-            },
-        )
-        .await;
-    if let Err(Failure(why)) = &done {
-        let refused = AuditEntry {
-            result: Err(why.clone()),
-            ..entry()
-        };
-        auditor.record_first(&refused).await.ok();
-    }
-    done.map_err(|Failure(why)| why)
 }
 
 fn print_list(views: &[ScheduleView]) {

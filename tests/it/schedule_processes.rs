@@ -233,3 +233,59 @@ async fn the_schedule_command_manages_schedules_on_the_database_and_through_a_se
     assert!(!ok && err.contains("401"), "{err}");
     server.terminate();
 }
+
+/// `kickoff user add` on the database, like the dashboard's user creation: its audit entry names
+/// the command line's user, a refusal (the name taken) is recorded too, and the password never is.
+#[tokio::test]
+async fn the_user_command_records_the_accounts_it_creates_in_the_audit_log() {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let db = test_db().await;
+    let add = |name: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kickoff"))
+            .args(["user", "add", name, "--role", "admin"])
+            .env_remove("KICKOFF_SERVER_URL")
+            .env("DATABASE_URL", db.url.as_str())
+            .env("USER", "ops")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run kickoff");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"a long enough password\n")
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (ok, out) = add("ana");
+    assert!(ok, "{out}");
+    let (ok, out) = add("ana");
+    assert!(!ok, "a second ana: {out}");
+    let entries: Vec<(String, String, Option<String>, bool, String)> = sqlx::query_as(
+        "SELECT actor, role, target, ok, result FROM audit_log WHERE action = 'user.create'
+         ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert_eq!(entries[0].0, "cli (ops)");
+    assert_eq!(entries[0].2.as_deref(), Some("user ana"));
+    assert!(entries[0].3, "{entries:?}");
+    assert!(!entries[1].3 && entries[1].4.contains("ana"), "{entries:?}");
+    assert!(
+        !entries
+            .iter()
+            .any(|e| format!("{e:?}").contains("long enough")),
+        "{entries:?}"
+    );
+}
