@@ -11,6 +11,7 @@ mod accounts;
 mod alerts;
 mod audit;
 mod history;
+mod job_forms;
 pub(crate) mod jobs;
 mod overview;
 mod questions;
