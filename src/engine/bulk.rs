@@ -20,7 +20,7 @@ pub const MAX_BULK_IDS: usize = 1000;
 /// Jobs per batch (and per short transaction) of a bulk action on a filter.
 pub const BULK_BATCH: i64 = 1000;
 /// An action applied to many jobs at once, with the state rules of the single-job operation.
-#[derive(schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BulkAction {
     /// Cancel jobs that are not final (executing attempts are stopped on their node).
@@ -81,7 +81,7 @@ impl From<BulkAction> for BulkChange {
 }
 
 /// What a bulk action did.
-#[derive(schemars::JsonSchema, Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct BulkReport {
     /// Jobs the action changed.
     pub changed: u64,

@@ -60,112 +60,9 @@ pub fn reserved_meta_key(meta: &Value) -> Option<&'static str> {
     RESERVED_META.into_iter().find(|k| map.contains_key(*k))
 }
 
-/// The tags of a job as a request gives them (or `null`): at most [`MAX_TAGS`] of 1 to
-/// [`MAX_TAG_CHARS`] characters, without NUL.
-pub fn tags_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": ["array", "null"],
-        "x-message": format!("tags: at most {MAX_TAGS} tags of 1 to {MAX_TAG_CHARS} characters"),
-        "maxItems": MAX_TAGS,
-        "items": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": MAX_TAG_CHARS,
-            "pattern": crate::schema_rules::NO_NUL,
-        },
-    })
-}
-
-/// A job's meta as a request gives it (or `null`): an object whose texts hold no NUL, none of
-/// [`RESERVED_META`] (Kickoff's own), `traceparent` a W3C one, `late` a late-start policy
-/// ([`super::late_start::LatePolicy`]); at most [`MAX_META_BYTES`] bytes as JSON (not stated by
-/// the schema: refused as `invalid`).
-pub fn meta_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    meta_schema_without(generator, &RESERVED_META, true)
-}
-
-/// The meta of a schedule's template: [`meta_schema`] without any of [`RESERVED_META`] (each
-/// run's own).
-pub fn template_meta_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    meta_schema_without(generator, &RESERVED_META, false)
-}
-
-/// [`template_meta_schema`] or `null`.
-pub fn template_meta_or_null(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    meta_schema_without(generator, &RESERVED_META, true)
-}
-
-fn meta_schema_without(
-    generator: &mut schemars::SchemaGenerator,
-    reserved: &[&str],
-    nullable: bool,
-) -> schemars::Schema {
-    let late = generator.subschema_for::<super::late_start::LatePolicy>();
-    let any = generator.subschema_for::<crate::schema_rules::JsonWithoutNul>();
-    let mut properties = serde_json::Map::new();
-    for key in reserved {
-        properties.insert((*key).into(), Value::Bool(false));
-    }
-    properties.insert(
-        "traceparent".into(),
-        serde_json::json!({ "type": "string", "pattern": TRACEPARENT_PATTERN }),
-    );
-    properties.insert("late".into(), late.into());
-    let ty = if nullable {
-        serde_json::json!(["object", "null"])
-    } else {
-        serde_json::json!("object")
-    };
-    schemars::json_schema!({
-        "type": ty,
-        "x-message": format!(
-            "meta: a JSON object without NUL characters; {} set by Kickoff (reserved); \
-             `traceparent` a W3C one; `late` a late-start policy",
-            reserved.join(", ")
-        ),
-        "propertyNames": { "pattern": crate::schema_rules::NO_NUL },
-        "properties": properties,
-        "additionalProperties": any,
-    })
-}
-
-/// Args as a request gives them (or `null`): a JSON object whose texts hold no NUL; at most
-/// [`MAX_ARGS_BYTES`] bytes as JSON (not stated by the schema: refused as `invalid`). Each kind's
-/// worker checks them further (`args_refused`).
-pub fn args_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    let mut schema = generator.subschema_for::<crate::schema_rules::ObjectWithoutNul>();
-    schema = schemars::json_schema!({
-        "anyOf": [schema, { "type": "null" }],
-        "x-message": "args: a JSON object without NUL characters",
-    });
-    schema
-}
-
-/// [`args_schema`] without `null`.
-pub fn args_object_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    generator.subschema_for::<crate::schema_rules::ObjectWithoutNul>()
-}
-
-/// [`tags_schema`] without `null`.
-pub fn tags_list_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    let mut schema = tags_schema(generator);
-    schema.insert("type".into(), "array".into());
-    schema
-}
 /// A job's id (the `jobs.id` bigserial).
 #[derive(
-    schemars::JsonSchema,
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    sqlx::Type,
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, sqlx::Type,
 )]
 #[sqlx(transparent)]
 #[serde(transparent)]
@@ -205,18 +102,7 @@ pub struct Claim {
 
 /// Where a job is in its life. Mapped to the Postgres enum `job_state`; the database's CHECK
 /// constraints tie `finalized_at` and the lease columns to it.
-#[derive(
-    schemars::JsonSchema,
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    sqlx::Type,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::Type)]
 #[sqlx(type_name = "job_state", rename_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
@@ -284,7 +170,7 @@ impl std::str::FromStr for JobState {
 }
 
 /// One failed attempt, as kept in `jobs.errors`.
-#[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AttemptError {
     pub attempt: i32,
     /// When the attempt ended.
@@ -299,7 +185,7 @@ pub struct AttemptError {
 
 /// A job row. Read leniently ([`sqlx::FromRow`] below): one row never fails the batch it is read
 /// in (a claim, a list, a page, the export).
-#[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
     pub id: JobId,
     pub queue: String,
@@ -325,29 +211,24 @@ pub struct Job {
     pub created_by: Option<String>,
     /// The token of the job's latest claim (engine-internal: not shown by the API).
     #[serde(skip)]
-    #[schemars(skip)]
     pub claim_token: Option<ClaimToken>,
     /// The host its call goes to, as its worker read it at insert (`Worker::call_host`); absent
     /// for kinds that name none, and rows written by SQL (engine-internal).
     #[serde(skip)]
-    #[schemars(skip)]
     pub call_host: Option<String>,
     /// Its key under its queue's partitioned rate (see `limits`); absent when the queue has
     /// none (engine-internal).
     #[serde(skip)]
-    #[schemars(skip)]
     pub rate_key: Option<String>,
     /// What of the row could not be read as it is stored, by field (`args.n: a number out of
     /// range ...`): a row written by plain SQL or an older release. Those values are shown as
     /// their text, and a claim of the row ends it with this as its error (engine-internal).
     #[serde(skip)]
-    #[schemars(skip)]
     pub unreadable: Option<String>,
     /// Secrets the job held before an edit took them out (`jobs.former_secrets`): its earlier
     /// attempts' errors, records and answers may quote them, and they stay hidden there
     /// (`engine::sight`; engine-internal, never shown).
     #[serde(skip)]
-    #[schemars(skip)]
     pub former_secrets: Vec<String>,
 }
 
@@ -408,9 +289,7 @@ pub enum Schedule {
 }
 
 /// What to do when a live job with the same unique key exists.
-#[derive(
-    schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnConflict {
     /// Keep the existing job untouched and return it.
@@ -552,28 +431,6 @@ pub fn is_valid_queue_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
-}
-
-/// A merge patch of a job's meta as a request gives it (or `null`): [`meta_schema`]'s rules, a key
-/// `null` to remove it, none of [`RESERVED_META`].
-pub fn meta_patch_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    let late = generator.subschema_for::<Option<super::late_start::LatePolicy>>();
-    let any = generator.subschema_for::<crate::schema_rules::JsonWithoutNul>();
-    let mut properties = serde_json::Map::new();
-    for key in RESERVED_META {
-        properties.insert(key.into(), Value::Bool(false));
-    }
-    properties.insert(
-        "traceparent".into(),
-        serde_json::json!({ "type": ["string", "null"], "pattern": TRACEPARENT_PATTERN }),
-    );
-    properties.insert("late".into(), late.into());
-    schemars::json_schema!({
-        "type": ["object", "null"],
-        "propertyNames": { "pattern": crate::schema_rules::NO_NUL },
-        "properties": properties,
-        "additionalProperties": any,
-    })
 }
 
 #[cfg(test)]

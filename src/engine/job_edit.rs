@@ -30,40 +30,28 @@ fn invalid(field: &'static str, message: impl Into<String>) -> EditRefused {
 }
 
 /// What an edit changes; absent fields stay as they are. At least one is given.
-#[derive(schemars::JsonSchema, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[schemars(transform = crate::schema_rules::AtMostOne(&["args", "args_patch"]))]
-#[schemars(transform = crate::schema_rules::AtLeastOneGiven(&[
-    "args", "args_patch", "priority", "queue", "max_attempts", "tags", "meta_patch",
-]))]
 pub struct JobEdit {
     /// The new args, whole (a JSON object). Not with `args_patch`.
     #[serde(default)]
-    #[schemars(schema_with = "super::job::args_schema")]
     pub args: Option<Value>,
     /// A JSON merge patch (RFC 7386) of the args: its keys replace the args' keys of the same
     /// name (objects merge, `null` removes). Not with `args`.
     #[serde(default)]
-    #[schemars(schema_with = "super::job::args_schema")]
     pub args_patch: Option<Value>,
     /// Lower is claimed first (0 is the highest).
-    #[schemars(range(min = super::job::PRIORITY_MIN, max = super::job::PRIORITY_MAX))]
     pub priority: Option<i16>,
     /// 1 to 64 of a-z, 0-9, `_` and `-`.
-    #[schemars(regex(pattern = super::job::QUEUE_PATTERN))]
-    #[schemars(extend("x-message" = "queue: must be 1 to 64 characters of a-z, 0-9, `_` and `-`"))]
     pub queue: Option<String>,
     /// Not below the attempts the job already made.
-    #[schemars(range(min = super::job::MAX_ATTEMPTS_MIN, max = super::job::MAX_ATTEMPTS_MAX))]
     pub max_attempts: Option<i32>,
     /// The new tags, all of them (at most 20 of 1 to 100 characters).
     #[serde(default)]
-    #[schemars(schema_with = "super::job::tags_schema")]
     pub tags: Option<Vec<String>>,
     /// A JSON merge patch (RFC 7386) of the meta. The keys Kickoff sets (`owner`, a schedule
     /// run's) are refused.
     #[serde(default)]
-    #[schemars(schema_with = "super::job::meta_patch_schema")]
     pub meta_patch: Option<Value>,
 }
 
@@ -167,7 +155,7 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 }
 
 /// How far a shift moves the matching jobs.
-#[derive(schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ShiftBy {
     /// By this many ms (negative: earlier).

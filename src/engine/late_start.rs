@@ -19,9 +19,7 @@ pub const META_LATE: &str = "late";
 pub const MAX_AFTER_MS: u64 = 86_400_000;
 
 /// What happens to an attempt that would start more than `after_ms` late.
-#[derive(
-    schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnLate {
     /// Run it anyway.
@@ -34,11 +32,10 @@ pub enum OnLate {
 }
 
 /// A job's late-start policy, as `meta.late` holds it.
-#[derive(schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LatePolicy {
     /// How late (ms after the due time, by the database's clock) an attempt may start.
-    #[schemars(range(min = 0, max = 86400000))]
     pub after_ms: u64,
     /// What happens to an attempt that would start later.
     pub then: OnLate,

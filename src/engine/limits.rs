@@ -173,7 +173,7 @@ impl QueueLimits {
 }
 
 /// The limits of a queue's row, as the API and the dashboard show them.
-#[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LimitsView {
     /// `N/period`, e.g. `100/s` (null: no rate).
     pub rate: Option<String>,

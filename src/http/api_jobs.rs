@@ -37,7 +37,7 @@ pub struct CreateJob {
     pub kind: String,
     /// A JSON object; its kind's worker checks it (else 422 `args_refused`).
     #[serde(default)]
-    #[schemars(schema_with = "job::args_schema")]
+    #[schemars(schema_with = "super::schema::args_schema")]
     pub args: Option<Value>,
     /// 1 to 64 of a-z, 0-9, `_` and `-` (default `default`).
     #[schemars(regex(pattern = job::QUEUE_PATTERN))]
@@ -60,10 +60,10 @@ pub struct CreateJob {
     #[schemars(range(min = 0, max = job::MAX_SCHEDULE_IN_MS))]
     pub schedule_in_ms: Option<i64>,
     #[serde(default)]
-    #[schemars(schema_with = "job::tags_schema")]
+    #[schemars(schema_with = "super::schema::tags_schema")]
     pub tags: Option<Vec<String>>,
     #[serde(default)]
-    #[schemars(schema_with = "job::meta_schema")]
+    #[schemars(schema_with = "super::schema::meta_schema")]
     pub meta: Option<Value>,
     /// What to do with an attempt that would start more than `after_ms` after its due time:
     /// `run` it anyway (the default), `skip` it (the job is cancelled, saying how late) or
@@ -479,7 +479,7 @@ pub struct BulkFilter {
     pub kind: Option<String>,
     /// Jobs whose args contain this object.
     #[serde(default)]
-    #[schemars(schema_with = "job::args_schema")]
+    #[schemars(schema_with = "super::schema::args_schema")]
     pub args: Option<Value>,
     /// RFC 3339; `scheduled_at` at or after it.
     pub scheduled_from: Option<DateTime<Utc>>,
@@ -493,7 +493,7 @@ pub struct BulkFilter {
     pub late_by_ms: Option<f64>,
     /// Jobs carrying every one of these tags (1 to 20 of 1 to 100 characters).
     #[serde(default)]
-    #[schemars(schema_with = "job::tags_schema", length(min = 1))]
+    #[schemars(schema_with = "super::schema::tags_schema", length(min = 1))]
     pub tags: Option<Vec<String>>,
     /// Text in the last error's message, case-insensitive (at most 200 characters). Only an
     /// admin's token: a count over messages others see with secrets hidden would tell whether a

@@ -96,7 +96,7 @@ pub struct SchedulePatch {
     #[schemars(range(min = rule::MIN_EVERY_MS, max = rule::MAX_EVERY_MS))]
     pub every_ms: Option<i64>,
     #[serde(default)]
-    #[schemars(schema_with = "rule::zone_or_null")]
+    #[schemars(schema_with = "super::schema::zone_or_null")]
     pub time_zone: Option<String>,
     /// One of the kinds this server runs (the document's `enum`; a stored kind no longer run:
     /// 422 `unknown_kind`).
@@ -105,7 +105,7 @@ pub struct SchedulePatch {
     pub kind: Option<String>,
     /// Checked by the kind's worker (else 422 `args_refused`).
     #[serde(default)]
-    #[schemars(schema_with = "job::args_schema")]
+    #[schemars(schema_with = "super::schema::args_schema")]
     pub args: Option<Value>,
     #[schemars(regex(pattern = job::QUEUE_PATTERN))]
     pub queue: Option<String>,
@@ -114,10 +114,10 @@ pub struct SchedulePatch {
     #[schemars(range(min = job::MAX_ATTEMPTS_MIN, max = job::MAX_ATTEMPTS_MAX))]
     pub max_attempts: Option<i32>,
     #[serde(default)]
-    #[schemars(schema_with = "job::tags_schema")]
+    #[schemars(schema_with = "super::schema::tags_schema")]
     pub tags: Option<Vec<String>>,
     #[serde(default)]
-    #[schemars(schema_with = "job::template_meta_or_null")]
+    #[schemars(schema_with = "super::schema::template_meta_or_null")]
     pub meta: Option<Value>,
     pub paused: Option<bool>,
     /// `null` removes the start.

@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod reader;
 pub mod rechecks;
+pub mod schema;
 pub mod session;
 pub mod sse;
 pub mod state;

@@ -1025,3 +1025,99 @@ async fn an_integral_float_in_args_and_meta_is_kept_as_written() {
     assert!(job["args"]["amount"].is_f64(), "{job}");
     assert_eq!(job["args"]["amount"].to_string(), "10.0");
 }
+
+/// The API document's schemas of the engine's types are held at the HTTP edge
+/// (`http/schema.rs`), mirrors of the types: every field the engine writes is stated, every
+/// field stated as required is written. A field added to an engine type and not to its mirror
+/// fails here.
+#[tokio::test]
+async fn the_documents_schemas_state_every_field_the_engine_writes() {
+    use kickoff::engine::job_edit::JobEdit;
+    use kickoff::engine::schedules::{JobTemplate, ScheduleSpec};
+    let api = api().await;
+    let doc = kickoff::http::openapi::document();
+    let check = |name: &str, value: &Value| {
+        let schema = &doc["components"]["schemas"][name];
+        let stated: std::collections::BTreeSet<&str> = schema["properties"]
+            .as_object()
+            .unwrap_or_else(|| panic!("no schema {name}"))
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let written: std::collections::BTreeSet<&str> = value
+            .as_object()
+            .unwrap_or_else(|| panic!("{name}: {value}"))
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let unstated: Vec<_> = written.difference(&stated).collect();
+        assert!(
+            unstated.is_empty(),
+            "{name} writes fields its schema does not state: {unstated:?}"
+        );
+        for required in schema["required"].as_array().into_iter().flatten() {
+            let field = required.as_str().unwrap();
+            assert!(
+                written.contains(field),
+                "{name}: `{field}` is required, not written: {value}"
+            );
+        }
+    };
+    let (status, inserted) = api
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(
+                r#"{"kind": "noop", "args": {"a": 1}, "tags": ["t"], "meta": {"m": 1},
+                    "unique_key": "drift", "schedule_in_ms": 600000}"#,
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{inserted}");
+    check("Job", &inserted["job"]);
+    let id = inserted["job"]["id"].as_i64().unwrap();
+    let (status, report) = api
+        .call(
+            Method::POST,
+            "/api/v1/jobs/bulk",
+            Some(&json!({"action": "cancel", "ids": [id]}).to_string()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    check("BulkReport", &report);
+    let (status, schedule) = api
+        .call(
+            Method::POST,
+            "/api/v1/schedules",
+            Some(r#"{"name": "drift", "cron": "0 3 * * *", "job": {"kind": "noop"}}"#),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{schedule}");
+    check("ScheduleView", &schedule);
+    check("JobTemplate", &schedule["job"]);
+    let (status, queue) = api
+        .call(
+            Method::PATCH,
+            "/api/v1/queues/default",
+            Some(r#"{"concurrency": 5, "rate": "10/s", "per": "kind"}"#),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{queue}");
+    check("QueueRow", &queue);
+    // What requests carry, every field given.
+    let edit = JobEdit {
+        args: Some(json!({})),
+        args_patch: Some(json!({})),
+        priority: Some(1),
+        queue: Some("q".into()),
+        max_attempts: Some(2),
+        tags: Some(vec!["t".into()]),
+        meta_patch: Some(json!({})),
+    };
+    check("JobEdit", &serde_json::to_value(&edit).unwrap());
+    let mut spec = ScheduleSpec::cron("drift", "0 3 * * *", JobTemplate::new("noop", json!({})));
+    spec.every_ms = Some(60_000);
+    spec.starts_at = Some(chrono::Utc::now());
+    spec.ends_at = Some(chrono::Utc::now());
+    check("ScheduleSpec", &serde_json::to_value(&spec).unwrap());
+}

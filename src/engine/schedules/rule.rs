@@ -207,31 +207,11 @@ fn every_day(expr: &str) -> bool {
             .all(|f| *f == "*" || *f == "?")
 }
 
-/// Parses an IANA zone name (`Europe/London`, `UTC`).
-/// The zones [`zone`] reads, as the schema states them: every IANA name chrono-tz knows.
-pub fn zone_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    let names: Vec<&str> = chrono_tz::TZ_VARIANTS.iter().map(|tz| tz.name()).collect();
-    schemars::json_schema!({
-        "type": "string",
-        "enum": names,
-        "x-message": "time_zone: not an IANA time zone (e.g. `Europe/London`, `America/New_York`, `UTC`)",
-    })
-}
-
-/// [`zone_schema`] or `null`.
-pub fn zone_or_null(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    let mut schema = zone_schema(generator);
-    schema.insert("type".into(), serde_json::json!(["string", "null"]));
-    if let Some(names) = schema.get_mut("enum").and_then(|e| e.as_array_mut()) {
-        names.push(serde_json::Value::Null);
-    }
-    schema
-}
-
 /// An RFC 3339 instant within the years 1970 to 9999 in UTC: the years 1970 to 9999 but their
 /// first and last day (an offset could take them out).
 pub const INSTANT_PATTERN: &str = r"^(?!1970-01-01|9999-12-31)(19[7-9][0-9]|[2-9][0-9]{3})-";
 
+/// Parses an IANA zone name (`Europe/London`, `UTC`).
 pub fn zone(name: &str) -> Result<Tz, String> {
     Tz::from_str(name.trim()).map_err(|_| {
         format!(

@@ -33,7 +33,7 @@ const MAX_RUNS_AHEAD: usize = 100;
 pub const MAX_PREVIEW: usize = 100;
 
 /// A slot of a preview: the instant, and the wall-clock time in the schedule's zone.
-#[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SlotPreview {
     pub at: DateTime<Utc>,
     /// RFC 3339 with the zone's offset at that instant.
@@ -41,7 +41,7 @@ pub struct SlotPreview {
 }
 
 /// The latest run of a schedule that came due.
-#[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LastRun {
     pub job_id: JobId,
     pub state: String,
@@ -53,7 +53,7 @@ pub struct LastRun {
 }
 
 /// A schedule as callers see it.
-#[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScheduleView {
     pub name: String,
     pub cron: Option<String>,

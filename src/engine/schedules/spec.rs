@@ -11,15 +11,10 @@ use serde_json::Value;
 use super::error::ScheduleError;
 use super::rule::{self, Rule};
 use crate::engine::client::ClientError;
-use crate::engine::job::{
-    DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, MAX_ATTEMPTS_MAX, MAX_ATTEMPTS_MIN,
-    PRIORITY_MAX, PRIORITY_MIN, RESERVED_META,
-};
+use crate::engine::job::{DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, RESERVED_META};
 
 /// What happens when a run comes due while an earlier run of the schedule is not final.
-#[derive(
-    schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Overlap {
     /// Run it anyway (runs may overlap).
@@ -50,9 +45,7 @@ impl Overlap {
 }
 
 /// What runs for the slots that passed while no node was running (downtime).
-#[derive(
-    schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Missed {
     /// None of them: the schedule goes on with its next slot.
@@ -83,46 +76,38 @@ impl Missed {
 }
 
 /// The job each run of a schedule inserts.
-#[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobTemplate {
-    /// A kind some worker runs (else 422 `unknown_kind`).
-    #[schemars(regex(pattern = crate::schema_rules::NO_NUL))]
+    /// A kind some worker runs.
     pub kind: String,
-    /// A JSON object (at most 64 KiB), checked by the kind's worker (else 422 `args_refused`).
+    /// A JSON object (at most 64 KiB), checked by the kind's worker.
     #[serde(default = "empty_object")]
-    #[schemars(schema_with = "crate::engine::job::args_object_schema")]
     pub args: Value,
     /// 1 to 64 of a-z, 0-9, `_` and `-`.
     #[serde(default = "default_queue")]
-    #[schemars(regex(pattern = crate::engine::job::QUEUE_PATTERN))]
-    #[schemars(extend("x-message" = "queue: must be 1 to 64 characters of a-z, 0-9, `_` and `-`"))]
     pub queue: String,
     /// Lower is claimed first (0 is the highest).
     #[serde(default)]
-    #[schemars(range(min = PRIORITY_MIN, max = PRIORITY_MAX))]
     pub priority: i16,
     /// Attempts before a run is discarded.
     #[serde(default = "default_max_attempts")]
-    #[schemars(range(min = MAX_ATTEMPTS_MIN, max = MAX_ATTEMPTS_MAX))]
     pub max_attempts: i32,
     #[serde(default)]
-    #[schemars(schema_with = "crate::engine::job::tags_list_schema")]
     pub tags: Vec<String>,
     /// A JSON object; each run's meta adds `schedule`, `schedule_id`, `slot` and `slot_ms` (and
     /// `overlap`, `trigger`, `triggered_by`), which it may not hold itself, nor `snoozes`.
     #[serde(default = "empty_object")]
-    #[schemars(schema_with = "crate::engine::job::template_meta_schema")]
     pub meta: Value,
 }
 
-fn empty_object() -> Value {
+pub(crate) fn empty_object() -> Value {
     Value::Object(Default::default())
 }
-fn default_queue() -> String {
+pub(crate) fn default_queue() -> String {
     DEFAULT_QUEUE.to_string()
 }
-fn default_max_attempts() -> i32 {
+pub(crate) fn default_max_attempts() -> i32 {
     DEFAULT_MAX_ATTEMPTS
 }
 
@@ -141,39 +126,30 @@ impl JobTemplate {
 }
 
 /// A schedule as its author gives it (the API's body, a service's code, the CLI).
-#[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[schemars(transform = crate::schema_rules::ExactlyOne(&["cron", "every_ms"]))]
-#[schemars(transform = crate::schema_rules::JobKindRun)]
 pub struct ScheduleSpec {
     /// 1 to 100 characters of `A-Z a-z 0-9 _ . : -`; unique.
-    #[schemars(regex(pattern = NAME_PATTERN))]
-    #[schemars(extend("x-message" = "name: must be 1 to 100 characters of A-Z, a-z, 0-9, `_`, `.`, `:` and `-`"))]
     pub name: String,
     /// A cron expression (5 fields, or 6 with seconds first; `L`, `W`, `#`, `@hourly` ...).
     /// Exactly one of `cron` and `every_ms`. Not blank.
     #[serde(default)]
-    #[schemars(regex(pattern = crate::schema_rules::NOT_BLANK))]
     pub cron: Option<String>,
     /// An interval in ms (1,000 to 34,560,000,000), aligned to `starts_at` or the Unix epoch.
     #[serde(default)]
-    #[schemars(range(min = rule::MIN_EVERY_MS, max = rule::MAX_EVERY_MS))]
     pub every_ms: Option<i64>,
     /// An IANA zone (`Europe/London`); `UTC` when absent. Cron rules read the zone's wall clock.
     #[serde(default = "default_zone")]
-    #[schemars(schema_with = "rule::zone_schema")]
     pub time_zone: String,
     pub job: JobTemplate,
     #[serde(default)]
     pub paused: bool,
     /// No slot before this instant (within the years 1970 to 9999).
     #[serde(default)]
-    #[schemars(regex(pattern = rule::INSTANT_PATTERN))]
     pub starts_at: Option<DateTime<Utc>>,
-    /// No slot at or after this instant (within the years 1970 to 9999): after `starts_at` (else
-    /// 422 `inconsistent`) and not passed (else 422 `out_of_window`).
+    /// No slot at or after this instant (within the years 1970 to 9999): after `starts_at`, not
+    /// passed.
     #[serde(default)]
-    #[schemars(regex(pattern = rule::INSTANT_PATTERN))]
     pub ends_at: Option<DateTime<Utc>>,
     #[serde(default)]
     pub overlap: Overlap,
@@ -181,17 +157,16 @@ pub struct ScheduleSpec {
     pub missed: Missed,
     /// 1 to 1000: the most missed slots `run_all` runs.
     #[serde(default = "default_missed_limit")]
-    #[schemars(range(min = 1, max = 1000))]
     pub missed_limit: i32,
 }
 
 /// A schedule's name ([`valid_name`]).
 pub const NAME_PATTERN: &str = r"^[A-Za-z0-9_.:-]{1,100}$";
 
-fn default_zone() -> String {
+pub(crate) fn default_zone() -> String {
     "UTC".to_string()
 }
-fn default_missed_limit() -> i32 {
+pub(crate) fn default_missed_limit() -> i32 {
     10
 }
 

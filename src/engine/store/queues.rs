@@ -8,7 +8,7 @@ use crate::engine::job::Job;
 use crate::engine::limits::{QueueLimits, Rate};
 
 /// A queue's shared settings.
-#[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct QueueRow {
     pub name: String,
     pub paused: bool,

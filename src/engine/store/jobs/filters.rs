@@ -695,7 +695,7 @@ mod tests {
 }
 
 /// What the filters of a job list may suggest: kinds, queues, tags and top-level args keys.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct JobSuggestions {
     pub kinds: Vec<String>,
     pub queues: Vec<String>,
