@@ -265,16 +265,21 @@ mod walk_tests {
     async fn a_walk_whose_request_went_away_is_awaited_before_the_pools_close() {
         let auditor = auditor();
         let done = Arc::new(AtomicBool::new(false));
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
         let walk = auditor.spawn_walk({
             let done = done.clone();
             async move {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                released.await.ok();
                 done.store(true, Ordering::SeqCst);
             }
         });
         // The request that awaited it is gone.
         drop(walk);
-        assert!(auditor.finish_walks(Duration::from_secs(10)).await);
+        // The walk ends only once the stop is already waiting for it.
+        let (finished, ()) = tokio::join!(auditor.finish_walks(Duration::from_secs(10)), async {
+            release.send(()).ok();
+        });
+        assert!(finished);
         assert!(done.load(Ordering::SeqCst), "the walk was not awaited");
     }
 
