@@ -45,10 +45,22 @@ fn alarms() -> &'static mpsc::Sender<(Instant, oneshot::Sender<()>)> {
         let (tx, rx) = mpsc::channel::<(Instant, oneshot::Sender<()>)>();
         std::thread::Builder::new()
             .name("kickoff-alarm".into())
-            .spawn(move || ring(rx))
+            .spawn(move || {
+                without_timer_slack();
+                ring(rx)
+            })
             .expect("starting the alarm thread");
         tx
     })
+}
+
+/// The kernel lets a timed wait of a normal thread end up to 50 µs late (its timer slack, to
+/// batch wake-ups); the alarm thread asks for none. Best effort: where `/proc` does not allow it
+/// the wait is only that much later.
+fn without_timer_slack() {
+    if let Err(e) = std::fs::write("/proc/thread-self/timerslack_ns", "1") {
+        tracing::debug!(error = %e, "the alarm thread keeps the default timer slack");
+    }
 }
 
 /// The alarm thread: waits for the earliest instant or a new request, whichever comes first.

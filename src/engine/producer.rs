@@ -99,7 +99,8 @@ impl Producer {
                 _ = shutdown.cancelled() => return,
                 _ = self.queue.wake.notified() => {}
                 _ = self.executor.outcomes_drained(), if backlogged => {}
-                _ = tokio::time::sleep(backstop) => {}
+                // The backstop: whatever a lost notification did not say, the table does.
+                _ = tokio::time::sleep(backstop) => self.queue.wake_for_work(),
                 _ = sleep_until_some(hand_back) => {}
                 _ = sleep_until_some(limit_retry) => {}
             }
@@ -147,6 +148,13 @@ impl Producer {
         if free == 0 && (want == 0 || want < lead.div_ceil(2)) {
             return Ok(false);
         }
+        // Woken only to claim ahead (a timed attempt started, a slot freed) while nothing can
+        // have made a job available since the last claim found none: straight to the claim ahead.
+        if !limited && q.drained() {
+            self.claim_soon().await?;
+            return Ok(false);
+        }
+        let seen = q.work_seen();
         let want = want.min(self.settings.batch);
         let asked = std::time::Instant::now();
         let (pool, name, node, lease) = (
@@ -172,6 +180,7 @@ impl Producer {
         let got = jobs.len();
         let full = got == want;
         q.saturated.store(full, Ordering::SeqCst);
+        q.claimed(seen, full);
         let registered: Vec<_> = jobs
             .into_iter()
             .filter_map(|job| self.executor.register(job))
@@ -286,6 +295,8 @@ impl Producer {
         match handed {
             Ok(n) => {
                 self.executor.forget(&jobs);
+                // Available again: this node's free slots may take them back.
+                self.queue.wake_for_work();
                 Ok(n)
             }
             Err(e) => {

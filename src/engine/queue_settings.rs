@@ -64,7 +64,7 @@ impl QueueSettingsSync {
         for row in rows {
             if let Some(q) = self.queues.get(&row.name) {
                 if q.apply(&row) {
-                    q.wake.notify_one();
+                    q.wake_for_work();
                     report.changed.push(row.name);
                 }
             }
@@ -87,7 +87,7 @@ impl QueueSettingsSync {
                 tracing::warn!(queue = %name, error = %e, "reloading queue settings failed; the backstop poll retries")
             }
         }
-        q.wake.notify_one();
+        q.wake_for_work();
     }
 
     /// Reads the paused kinds again (a notification said they changed), and wakes every producer

@@ -125,7 +125,15 @@ pub struct QueueState {
     pub timed: AtomicUsize,
     /// The last claim took every slot it asked for: jobs may be waiting.
     pub saturated: AtomicBool,
+    /// Wakes the producer. A signal that may bring available jobs goes through
+    /// [`QueueState::wake_for_work`]; a bare `notify_one` asks only for a claim ahead of due
+    /// times, a refill of the buffer or a hand-back.
     pub wake: Notify,
+    /// Counts the signals that may bring available jobs (see [`QueueState::drained`]).
+    work: AtomicU64,
+    /// `work` as it was when a claim last found fewer available jobs than it asked for
+    /// (`u64::MAX`: the last claim was full, or none ran yet).
+    drained_at: AtomicU64,
     /// `version` of the settings row applied last: a slower read of an older row (the backstop
     /// poll racing a notification's read) must not undo a newer one. Held while a row is applied,
     /// so that two applies never interleave.
@@ -158,6 +166,8 @@ impl QueueState {
             timed: AtomicUsize::new(0),
             saturated: AtomicBool::new(true),
             wake: Notify::new(),
+            work: AtomicU64::new(0),
+            drained_at: AtomicU64::new(u64::MAX),
             applied: Mutex::new(None),
             buffer: Mutex::new(VecDeque::new()),
             fetch_ahead: 0,
@@ -245,6 +255,33 @@ impl QueueState {
     /// Holds the next claim until `at` (a limit held jobs back), or clears the hold.
     pub fn set_limit_retry(&self, at: Option<Instant>) {
         *self.limit_retry.lock().expect("queue limit lock poisoned") = at;
+    }
+
+    /// Available jobs may wait in the table (a notification, a stage, a settings change, the
+    /// backstop poll): wakes the producer to claim.
+    pub fn wake_for_work(&self) {
+        self.work.fetch_add(1, Ordering::SeqCst);
+        self.wake.notify_one();
+    }
+
+    /// The count of [`QueueState::wake_for_work`] signals, read before a claim.
+    pub fn work_seen(&self) -> u64 {
+        self.work.load(Ordering::SeqCst)
+    }
+
+    /// A claim begun after `seen` signals took every job it asked for (`full`), or fewer: the
+    /// queue had no more available jobs then.
+    pub fn claimed(&self, seen: u64, full: bool) {
+        let at = if full { u64::MAX } else { seen };
+        self.drained_at.store(at, Ordering::SeqCst);
+    }
+
+    /// The last claim found no more available jobs, and no signal that may bring some came since:
+    /// a producer woken only to claim ahead of due times (a timed attempt started, a slot freed)
+    /// need not ask the table for available jobs. Each such claim is a round trip and a
+    /// statement's triggers, once per job of a stream of scheduled jobs.
+    pub fn drained(&self) -> bool {
+        self.drained_at.load(Ordering::SeqCst) == self.work.load(Ordering::SeqCst)
     }
 
     pub fn free_slots(&self) -> usize {
@@ -505,13 +542,13 @@ impl Queues {
     /// Wakes the producer of `queue`, if this node runs it.
     pub fn wake(&self, queue: &str) {
         if let Some(q) = self.by_name.get(queue) {
-            q.wake.notify_one();
+            q.wake_for_work();
         }
     }
 
     pub fn wake_all(&self) {
         for q in self.by_name.values() {
-            q.wake.notify_one();
+            q.wake_for_work();
         }
     }
 }
