@@ -513,7 +513,10 @@ async fn scheduled(pool: &Db, o: &BenchOptions) -> Result<Value, String> {
             v.get(((v.len() as f64 - 1.0) * q).round() as usize)
                 .map(|x| (x * 100.0).round() / 100.0)
         };
-        let began: Vec<f64> = samples.iter().filter_map(|s| begun.get(&s.2).copied()).collect();
+        let began: Vec<f64> = samples
+            .iter()
+            .filter_map(|s| begun.get(&s.2).copied())
+            .collect();
         let to_handler: Vec<f64> = samples
             .iter()
             .filter_map(|s| begun.get(&s.2).map(|b| s.1 - b))

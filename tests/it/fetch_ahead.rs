@@ -1182,7 +1182,10 @@ async fn a_producer_that_found_no_available_job_claims_again_at_the_next_signal_
     let seen = s.queue.work_seen();
     s.queue.wake_for_work();
     s.queue.claimed(seen, false);
-    assert!(!s.queue.drained(), "a signal after the claim began keeps the queue claimable");
+    assert!(
+        !s.queue.drained(),
+        "a signal after the claim began keeps the queue claimable"
+    );
 
     // Running, the producer claims on the backstop poll what no signal announced.
     assert!(!s.producer.run_once().await.unwrap());
