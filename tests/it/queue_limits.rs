@@ -147,13 +147,47 @@ async fn a_rate_of_fifty_a_second_holds_across_three_nodes() {
     assert!(starts.len() >= 15, "{starts:?}");
     let off: Vec<_> = starts.iter().filter(|r| r.2 != 50).collect();
     assert!(off.is_empty(), "seconds without exactly 50 starts: {off:?}");
-    // Completions follow within the second (one may land in the next).
-    let done = per_second(&db.pool, "finalized_at", "''").await;
-    let off: Vec<_> = done.iter().filter(|r| (r.2 - 50).abs() > 1).collect();
+    // Attempts end within the second they started in (one may end in the next), by their
+    // records' ends.
+    let ended: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT floor(extract(epoch FROM finished_at))::bigint, count(*)
+         FROM job_attempts WHERE queue = $1 GROUP BY 1 ORDER BY 1",
+    )
+    .bind(QUEUE)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let inner = &ended[1..ended.len() - 1];
+    let off: Vec<_> = inner.iter().filter(|r| (r.1 - 50).abs() > 1).collect();
     assert!(
         off.is_empty(),
-        "seconds outside 50 ± 1 completions: {off:?}"
+        "seconds outside 50 ± 1 attempt ends: {off:?}"
     );
+    // Their completions are written within the second too on a direct connection. Behind the
+    // test's PgBouncer (12 server connections for three nodes' pools) a write may queue for most
+    // of a second (seen: 60 in one second, 10 of them a second's burst written late): there the
+    // lag is bounded instead.
+    if std::env::var("KICKOFF_TEST_POOL_MODE").is_err() {
+        let done = per_second(&db.pool, "finalized_at", "''").await;
+        let off: Vec<_> = done.iter().filter(|r| (r.2 - 50).abs() > 1).collect();
+        assert!(
+            off.is_empty(),
+            "seconds outside 50 ± 1 completions: {off:?}"
+        );
+    } else {
+        let lag_ms: f64 = sqlx::query_scalar(
+            "SELECT max(extract(epoch FROM j.finalized_at - a.finished_at) * 1000)::float8
+             FROM jobs j JOIN job_attempts a ON a.job_id = j.id WHERE j.queue = $1",
+        )
+        .bind(QUEUE)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert!(
+            lag_ms < 2000.0,
+            "a completion written {lag_ms} ms after its attempt ended"
+        );
+    }
     // Held back, never failed: every job ran on its first attempt.
     assert_eq!(attempts_above_one(&db.pool).await, 0);
     // Each attempt's record says how long the rate held it (the last ones most of the run), one
