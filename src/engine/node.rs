@@ -316,6 +316,14 @@ impl Attempts {
         self.running.lock().map(|r| r.len()).unwrap_or(0)
     }
 
+    /// The claims of the attempts whose handlers run here now (or wait to start), stopped or not.
+    pub fn running_claims(&self) -> std::collections::HashSet<Claim> {
+        self.running
+            .lock()
+            .map(|r| r.values().map(|x| x.claim).collect())
+            .unwrap_or_default()
+    }
+
     /// The claims whose leases this node holds: attempts still running (and not stopped), and
     /// finished ones whose outcome the completer has not written yet. Sorted, without repeats.
     pub fn held(&self) -> Vec<Claim> {

@@ -834,3 +834,64 @@ async fn the_listening_connection_uses_its_own_url_when_given() {
         .await
         .is_err());
 }
+
+/// The database refuses exactly the queue names the engine refuses: its check (cheaper since
+/// issue 48, without the regular expression's bounded repetition) states the same rule as
+/// `is_valid_queue_name`, and is still checked on every row written.
+#[tokio::test]
+async fn the_database_refuses_the_queue_names_the_engine_refuses() {
+    let db = test_db().await;
+    let long = "q".repeat(64);
+    let too_long = "q".repeat(65);
+    let names = [
+        "default",
+        "a",
+        "game-8812_lock",
+        "0",
+        "-",
+        "_",
+        &long,
+        "",
+        &too_long,
+        "Default",
+        "a b",
+        "a.b",
+        "é",
+        "a\n",
+        "\na",
+        "queue/1",
+        "ü-queue",
+        "a$",
+        "^a",
+    ];
+    for name in names {
+        let inserted =
+            sqlx::query("INSERT INTO jobs (queue, kind, state) VALUES ($1, 'probe', 'available')")
+                .bind(name)
+                .execute(&db.pool)
+                .await;
+        let valid = kickoff::engine::job::is_valid_queue_name(name);
+        match inserted {
+            Ok(_) => assert!(valid, "the database took the queue name {name:?}"),
+            Err(e) => {
+                assert!(!valid, "the database refused the queue name {name:?}: {e}");
+                let constraint = e.as_database_error().and_then(|d| d.constraint());
+                assert_eq!(constraint, Some("queue_name"), "{name:?}: {e}");
+            }
+        }
+    }
+    // A row written again is checked again (each claim and completion writes the row).
+    let id: i64 = sqlx::query_scalar("SELECT id FROM jobs WHERE queue = 'default'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let renamed = sqlx::query("UPDATE jobs SET queue = 'Bad' WHERE id = $1")
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        renamed.as_database_error().and_then(|d| d.constraint()),
+        Some("queue_name")
+    );
+}

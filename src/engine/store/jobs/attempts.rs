@@ -64,7 +64,8 @@ macro_rules! record_attempts_from {
                                        started_at, finished_at, duration_ms, outcome, error,
                                        output, logs, logs_dropped)
              SELECT id, attempt, queue, kind,
-                    CASE WHEN (meta->>'schedule_id') ~ '^[0-9]{1,18}$'
+                    CASE WHEN (meta->>'schedule_id') ~ '^[0-9]+$'
+                              AND char_length(meta->>'schedule_id') <= 18
                          THEN (meta->>'schedule_id')::bigint END,
                     coalesce(attempted_by, ''), due_at, s.at,
                     s.at + make_interval(secs => s.ms / 1000), s.ms,
@@ -81,22 +82,27 @@ macro_rules! record_attempts_from {
 
 /// Completes the claims of `$done` (`id`, `token` and the attempt's fields; locked by it) and
 /// records their attempts; returns the completed rows' `id` and `token`.
+///
+/// Each claim's row is found by its key, one at a time in id order (the lock order of every
+/// multi-row write): a join let the planner read every executing row's entry of a state index
+/// instead, dead entries included (a bitmap scan never marks them dead), 26,000 index entries
+/// and 665 heap pages for 369 completions in `kickoff bench throughput`.
 macro_rules! complete_and_record {
     ($lock:literal) => {
         concat!(
             "WITH done AS (
-                 SELECT jobs.id, h.token, jobs.scheduled_at AS due_at, h.started_at,
+                 SELECT j.id, h.token, j.scheduled_at AS due_at, h.started_at,
                         h.duration_ms, h.output, h.logs, h.dropped
-                 FROM jobs
-                 JOIN unnest($1::bigint[], $2::bigint[], $3::timestamptz[], $4::float8[],
-                             $5::text[], $6::text[], $7::int[])
-                      AS h(id, token, started_at, duration_ms, output, logs, dropped)
-                   ON jobs.id = h.id AND jobs.claim_token = h.token
-                 WHERE jobs.state = 'executing'
-                 ORDER BY jobs.id
-                 ",
+                 FROM (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[],
+                                            $4::float8[], $5::text[], $6::text[], $7::int[])
+                            AS u(id, token, started_at, duration_ms, output, logs, dropped)
+                       ORDER BY id) h,
+                      LATERAL (SELECT jobs.id, jobs.scheduled_at FROM jobs
+                               WHERE jobs.id = h.id AND jobs.claim_token = h.token
+                                 AND jobs.state = 'executing'
+                               ",
             $lock,
-            "),
+            ") j),
              completed AS (
                  UPDATE jobs SET state = 'completed', finalized_at = now(),
                         lease_expires_at = NULL, claim_token = NULL
