@@ -183,6 +183,9 @@ impl Client {
         let mut conn = self.pool.unit().await?;
         let inserted = self.insert_with(&mut conn, new).await?;
         conn.commit().await?;
+        let job = &inserted.job;
+        self.announcer
+            .tell_here_of(&job.queue, job.state, job.scheduled_at.timestamp_millis());
         Ok(inserted)
     }
 

@@ -155,11 +155,7 @@ impl Notifier {
                 let Ok(due) = serde_json::from_str::<Due>(payload) else {
                     return;
                 };
-                if due.state == "available" {
-                    to.queues.wake(&due.queue);
-                } else {
-                    to.timer.hint(due.at_ms);
-                }
+                tell_due(&to.queues, &to.timer, &due.queue, &due.state, due.at_ms);
             }
             CHANNEL_EVENTS => {
                 let _ = to.events.send(payload.to_string());
@@ -176,6 +172,17 @@ impl Notifier {
             }
             _ => {}
         }
+    }
+}
+
+/// What a due notification tells a node (and what this process's own writes tell its engine at
+/// once: see `announcer`): an available job wakes its queue's producer; a scheduled or retryable
+/// one tells the timer of a due time that may be earlier than the one it knows.
+pub fn tell_due(queues: &Queues, timer: &TimerSignal, queue: &str, state: &str, at_ms: i64) {
+    if state == "available" {
+        queues.wake(queue);
+    } else {
+        timer.hint(at_ms);
     }
 }
 

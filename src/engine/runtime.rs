@@ -251,9 +251,15 @@ impl Engine {
             .run(),
         );
 
+        // A node that cannot LISTEN hears of this process's own inserts from its client, at once
+        // (see `announcer`); one that listens hears of them from the database as of the others'.
+        let client = Client::new(pool, workers);
+        if poll_only {
+            client.announcer.here(queues.clone(), timer_signal.clone());
+        }
         tracing::info!(node = %node_id, queues = ?config.queues, "engine started");
         Ok(Engine {
-            client: Client::new(pool, workers),
+            client,
             config,
             pools,
             attempts,

@@ -227,3 +227,49 @@ async fn runs_a_job(server: &Server, db: &Db) {
     )
     .await;
 }
+
+/// A node that cannot LISTEN (behind the pooler, no direct URL) starts a job inserted through its
+/// own client at once, not at its next poll: the client tells its engine when the insert has
+/// committed, beside the notification (see `announcer`). Its polls here are a minute apart; the
+/// first job may be taken by the node's first look at the table, the second only by being told.
+#[tokio::test]
+async fn a_node_that_polls_starts_a_job_inserted_through_its_own_client_at_once() {
+    let db = test_db().await;
+    let direct: PgConnectOptions = db.direct_url.parse().unwrap();
+    let bouncer = PgBouncer::start(&direct).await;
+    let pool = Db::new(
+        PgPoolOptions::new()
+            .max_connections(5)
+            .connect_lazy_with(PoolMode::Transaction.connect_options(bouncer.in_front_of(&direct))),
+        PoolMode::Transaction,
+    );
+    let config = kickoff::engine::EngineConfig {
+        backstop_poll: Duration::from_secs(60),
+        poll_only_interval: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let workers = kickoff::workers::builtin(Vec::new());
+    let engine = kickoff::engine::Engine::start(pool, workers, config)
+        .await
+        .unwrap();
+    let read = Db::from(PgPoolOptions::new().connect_with(direct).await.unwrap());
+    for _ in 0..2 {
+        let inserted = engine
+            .client()
+            .insert(&kickoff::engine::NewJob::new("noop", json!({})))
+            .await
+            .unwrap();
+        wait_for(
+            "a job inserted through the node's own client to complete",
+            Duration::from_secs(10),
+            || async {
+                job_store::job_get(&read, inserted.job.id)
+                    .await
+                    .unwrap()
+                    .is_some_and(|j| j.state == JobState::Completed)
+            },
+        )
+        .await;
+    }
+    engine.stop().await;
+}
