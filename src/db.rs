@@ -44,6 +44,29 @@ use sqlx::postgres::{
 };
 use sqlx::{Describe, Either, Execute, Executor, PgConnection, PgPool, Postgres, Transaction};
 
+/// How long a pooled connection of the engine's own pools may sit idle and still be handed out
+/// without a ping first (see [`ping_when_idle`]).
+pub const IDLE_BEFORE_PING: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `options` with a ping before a checkout only for a connection idle longer than
+/// [`IDLE_BEFORE_PING`]. sqlx pings before every checkout by default: a round trip before every
+/// claim, every batch of outcomes and every beat of the engine's own pools (and behind a
+/// transaction pooler, a server's round trip too). Under load those connections are used every
+/// few milliseconds; one idle for longer (a quiet node, or one whose database restarted
+/// meanwhile) is still pinged, and closed and replaced when it does not answer.
+pub fn ping_when_idle(options: PgPoolOptions) -> PgPoolOptions {
+    options
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for > IDLE_BEFORE_PING {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
+}
+
 /// Runs `$call` (an action taking a transaction as `$tx`) in a transaction of `$owner.pool`,
 /// committed when it succeeds: how a `*_with(conn, …)` method becomes the method that needs no
 /// connection of the caller's.

@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
-use crate::db::Db;
+use crate::db::{ping_when_idle, Db};
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::mpsc;
@@ -86,7 +86,7 @@ impl Announcer {
             pool: pool.beside(
                 "announcer",
                 &[("synchronous_commit", "off".to_string())],
-                PgPoolOptions::new().max_connections(1),
+                ping_when_idle(PgPoolOptions::new()).max_connections(1),
             ),
             tx: Arc::new(OnceLock::new()),
             here: Arc::new(OnceLock::new()),

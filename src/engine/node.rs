@@ -21,7 +21,7 @@ use super::job::{Claim, JobId};
 use super::metrics::Metrics;
 use super::store::jobs as job_store;
 use super::store::jobs::AttemptEnd;
-use crate::db::{Db, PoolMode};
+use crate::db::{ping_when_idle, Db, PoolMode};
 
 /// The node's connection pools.
 #[derive(Clone)]
@@ -87,7 +87,7 @@ impl Pools {
             claims: pool.beside(
                 "claims",
                 &claims,
-                PgPoolOptions::new()
+                ping_when_idle(PgPoolOptions::new())
                     .max_connections(queues as u32 + 2)
                     .min_connections(queues as u32 + 2)
                     .acquire_timeout(Duration::from_secs(10)),
@@ -95,7 +95,7 @@ impl Pools {
             bookkeeping: pool.beside(
                 "bookkeeping",
                 &bookkeeping,
-                PgPoolOptions::new()
+                ping_when_idle(PgPoolOptions::new())
                     .max_connections(BOOKKEEPING_CONNECTIONS)
                     .min_connections(2)
                     .acquire_timeout(Duration::from_secs(10)),
