@@ -2,6 +2,7 @@
 //! server, or in the embedded cluster) and prints one JSON line.
 
 mod alerts;
+mod cpu;
 mod pages;
 mod percentiles;
 mod schedules;
@@ -214,6 +215,7 @@ async fn throughput(pool: &Db, o: &BenchOptions) -> Result<Value, String> {
     let insert_s = t.elapsed().as_secs_f64();
 
     let (workers, mut rx) = workers();
+    let cpu = self::cpu::CpuMeter::start(pool).await?;
     let t = Instant::now();
     let engine = Engine::start(pool.clone(), workers, engine_config(concurrency, o))
         .await
@@ -222,6 +224,8 @@ async fn throughput(pool: &Db, o: &BenchOptions) -> Result<Value, String> {
     // Every handler ran; wait for the last completions to be written.
     until_all_completed(pool, t).await?;
     let process_s = t.elapsed().as_secs_f64();
+    // Read before the engine's connections close.
+    let cpu_us_per_job = cpu.per_job(pool, n).await?;
     engine.stop().await;
     Ok(json!({
         "bench": "throughput",
@@ -230,6 +234,7 @@ async fn throughput(pool: &Db, o: &BenchOptions) -> Result<Value, String> {
         "fetch_ahead": o.fetch_ahead,
         "insert_jobs_per_s": (n as f64 / insert_s).round(),
         "process_jobs_per_s": (n as f64 / process_s).round(),
+        "cpu_us_per_job": cpu_us_per_job,
     }))
 }
 

@@ -343,7 +343,7 @@ impl UserAction {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum BenchWorkload {
-    /// Bulk insert 20,000 jobs (`--jobs`), then process them with concurrency 10.
+    /// Bulk insert 20,000 jobs (`--jobs`), then process them with concurrency 10: jobs a second, and the CPU microseconds a job cost this process and the database's backends (where `/proc` shows them)
     Throughput,
     /// 500 jobs inserted one at a time, 20 ms apart: insert-to-start latency.
     Latency,
