@@ -53,7 +53,11 @@ pub const IDLE_BEFORE_PING: std::time::Duration = std::time::Duration::from_secs
 /// claim, every batch of outcomes and every beat of the engine's own pools (and behind a
 /// transaction pooler, a server's round trip too). Under load those connections are used every
 /// few milliseconds; one idle for longer (a quiet node, or one whose database restarted
-/// meanwhile) is still pinged, and closed and replaced when it does not answer.
+/// meanwhile) is still pinged, and closed and replaced when it does not answer. (sqlx 0.8 also
+/// pings each connection as it goes back to the pool, in the background, off the statement's
+/// path: that one stays, and drops a connection that died in use. After a restart, a connection
+/// used within the last second fails its next statement once, and the statement's own retry
+/// takes another.)
 pub fn ping_when_idle(options: PgPoolOptions) -> PgPoolOptions {
     options
         .test_before_acquire(false)
