@@ -59,11 +59,16 @@ pub const IDLE_BEFORE_PING: std::time::Duration = std::time::Duration::from_secs
 /// used within the last second fails its next statement once, and the statement's own retry
 /// takes another.)
 pub fn ping_when_idle(options: PgPoolOptions) -> PgPoolOptions {
+    ping_when_idle_over(options, IDLE_BEFORE_PING)
+}
+
+/// [`ping_when_idle`] with another bound than [`IDLE_BEFORE_PING`].
+pub fn ping_when_idle_over(options: PgPoolOptions, idle: std::time::Duration) -> PgPoolOptions {
     options
         .test_before_acquire(false)
-        .before_acquire(|conn, meta| {
+        .before_acquire(move |conn, meta| {
             Box::pin(async move {
-                if meta.idle_for > IDLE_BEFORE_PING {
+                if meta.idle_for > idle {
                     sqlx::Connection::ping(conn).await?;
                 }
                 Ok(true)

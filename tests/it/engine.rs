@@ -897,14 +897,16 @@ async fn the_database_refuses_the_queue_names_the_engine_refuses() {
 }
 
 /// The engine's own pools ping a connection before a checkout only when it sat idle longer than
-/// `IDLE_BEFORE_PING` (sqlx's ping before every checkout was a round trip before every claim and
-/// every batch of outcomes). A connection the database dropped while the node was quiet is
-/// still found out at its checkout, and replaced: the statement after it runs.
+/// a bound (`IDLE_BEFORE_PING`, a second; sqlx's ping before every checkout was a round trip
+/// before every claim and every batch of outcomes). A connection the database dropped while the
+/// node was quiet is still found out at its checkout, and replaced: the statement after it runs.
+/// (A bound of 50 ms here: the rule, without a second's wait.)
 #[tokio::test]
 async fn a_pooled_connection_the_database_dropped_while_idle_is_replaced_before_use() {
     let db = test_db().await;
     let options: sqlx::postgres::PgConnectOptions = db.direct_url.parse().unwrap();
-    let pool = kickoff::db::ping_when_idle(sqlx::postgres::PgPoolOptions::new())
+    let idle = Duration::from_millis(50);
+    let pool = kickoff::db::ping_when_idle_over(sqlx::postgres::PgPoolOptions::new(), idle)
         .max_connections(1)
         .connect_with(options)
         .await
@@ -920,7 +922,7 @@ async fn a_pooled_connection_the_database_dropped_while_idle_is_replaced_before_
         .unwrap();
     assert!(ended);
     // Idle past the bound: the checkout pings, finds the connection gone, and opens another.
-    tokio::time::sleep(kickoff::db::IDLE_BEFORE_PING + Duration::from_millis(100)).await;
+    tokio::time::sleep(idle + Duration::from_millis(20)).await;
     let second: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
         .fetch_one(&pool)
         .await
