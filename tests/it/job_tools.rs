@@ -1125,3 +1125,72 @@ async fn a_selection_moved_in_time_moves_the_questions_of_its_lock_jobs() {
             .unwrap();
     assert_eq!(entry["questions"], json!([id]), "{entry}");
 }
+
+/// A tags filter reads the index of the tagged jobs (`jobs_tagged_idx`, which leaves out the jobs
+/// without tags so that their completions write no entry into it: issue 48) and still finds
+/// every job carrying the tags, running ones included.
+#[tokio::test]
+async fn a_tags_filter_reads_the_index_of_the_tagged_jobs() {
+    use kickoff::engine::store::jobs::{job_list, JobFilter};
+    use sqlx::Connection;
+    let db = crate::common::test_db().await;
+    sqlx::query(
+        "INSERT INTO jobs (kind, state, finalized_at, tags)
+         SELECT 'probe', 'completed', now(),
+                CASE WHEN i % 200 = 0 THEN '{vip,derby}'::text[] ELSE '{}' END
+         FROM generate_series(1, 6000) i",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO jobs (kind, state, tags) VALUES ('probe', 'available', '{vip}'),
+                                                   ('probe', 'scheduled', '{vip}'),
+                                                   ('probe', 'available', '{}')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE jobs").execute(&db.pool).await.unwrap();
+    let expected: Vec<i64> =
+        sqlx::query_scalar("SELECT id FROM jobs WHERE 'vip' = ANY(tags) ORDER BY id DESC")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(expected.len(), 32);
+
+    // The index's scans, counted on a connection of its own to the database itself (not through
+    // a pooler), its statistics flushed once the listing is done.
+    let mut conn = sqlx::PgConnection::connect(&db.direct_url).await.unwrap();
+    let before = tagged_index_scans(&mut conn).await;
+    let filter = JobFilter {
+        tags: vec!["vip".into()],
+        ..JobFilter::default()
+    };
+    let listed: Vec<i64> = job_list(&mut conn, &filter, None, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| j.id.0)
+        .collect();
+    assert_eq!(listed, expected);
+    sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let after = tagged_index_scans(&mut conn).await;
+    assert!(
+        after > before,
+        "the tags filter did not read jobs_tagged_idx ({before} scans before, {after} after)"
+    );
+}
+
+/// How many scans `jobs_tagged_idx` has had, as the statistics say.
+async fn tagged_index_scans(conn: &mut sqlx::PgConnection) -> i64 {
+    sqlx::query_scalar(
+        "SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = 'jobs_tagged_idx'",
+    )
+    .fetch_one(conn)
+    .await
+    .expect("the index of the tagged jobs")
+}

@@ -262,7 +262,11 @@ fn push_filter(qb: &mut QueryBuilder<'_, Postgres>, filter: &JobFilter, states: 
         qb.push(" AND id <= ").push_bind(max_id);
     }
     if !filter.tags.is_empty() {
-        qb.push(" AND tags @> ").push_bind(filter.tags.clone());
+        // `tags <> '{}'` is implied (the filter has a tag), and written so the planner proves
+        // `jobs_tagged_idx`'s predicate, word for word its own.
+        qb.push(" AND tags @> ")
+            .push_bind(filter.tags.clone())
+            .push(TAGGED);
     }
     if let Some(text) = &filter.error {
         qb.push(" AND (errors -> -1 ->> 'message') ILIKE ")
@@ -312,6 +316,10 @@ enum Branch {
     /// predicate, so the planner reads them as before they left those two states out.
     NotRunning,
 }
+
+/// The condition a tags filter adds: word for word the predicate of `jobs_tagged_idx`, which
+/// leaves out the jobs without tags.
+const TAGGED: &str = " AND tags <> '{}'";
 
 /// The condition [`Branch::NotRunning`] adds, word for word the filter indexes' predicate.
 const NOT_RUNNING: &str = " AND state NOT IN ('available', 'executing')";
