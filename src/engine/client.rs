@@ -86,7 +86,7 @@ fn refuse_foreign_holder(new: &NewJob, inserted: Inserted) -> Result<Inserted, C
 /// `new` continuing the trace of the span the insert runs in (an API call's, say), when traces are
 /// exported and it does not name one itself: a question's lock job, a schedule's triggered run
 /// and every job a traced request inserts join its trace.
-fn in_current_trace(new: &NewJob) -> std::borrow::Cow<'_, NewJob> {
+pub(super) fn in_current_trace(new: &NewJob) -> std::borrow::Cow<'_, NewJob> {
     use crate::telemetry::{current_traceparent, META_TRACEPARENT};
     let names_one = new.meta.get(META_TRACEPARENT).is_some();
     match current_traceparent() {
@@ -530,6 +530,12 @@ async fn get_with(conn: &mut PgConnection, id: JobId) -> Result<Job, ClientError
 /// state does not allow the operation.
 async fn why_not(conn: &mut PgConnection, id: JobId, op: &str, rule: &str) -> ClientError {
     match job_store::job_get(conn, id).await {
+        Ok(Some(job)) if job.step_id.is_some() && job.finalized_at.is_some() => {
+            ClientError::Conflict(format!(
+                "cannot {op} job {id}: it is the job of a workflow step that settled with it \
+                 (a step runs again through its run)"
+            ))
+        }
         Ok(Some(job)) => ClientError::Conflict(format!(
             "cannot {op} job {id} while it is {}: {rule}",
             job.state.as_str()

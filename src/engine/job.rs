@@ -230,6 +230,8 @@ pub struct Job {
     /// (`engine::sight`; engine-internal, never shown).
     #[serde(skip)]
     pub former_secrets: Vec<String>,
+    /// The workflow step it is the job of (see `workflow`); absent for every other job.
+    pub step_id: Option<i64>,
 }
 
 impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for Job {
@@ -264,6 +266,7 @@ impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for Job {
             rate_key: optional_column(row, "rate_key")?,
             unreadable: (!unreadable.is_empty()).then(|| unreadable.join("; ")),
             former_secrets: optional_column(row, "former_secrets")?.unwrap_or_default(),
+            step_id: optional_column(row, "step_id")?,
         })
     }
 }

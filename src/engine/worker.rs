@@ -192,6 +192,17 @@ impl JobContext {
             .map_err(|e| WorkError::Fatal(format!("invalid args for {}: {e}", self.job.kind)))
     }
 
+    /// The output step `name` of this job's workflow run recorded ([`JobContext::record`]) when
+    /// it completed: `None` when it recorded none, has not completed, the run has no such step,
+    /// or this job is not a workflow step's.
+    pub async fn dep_output(&self, name: &str) -> Result<Option<serde_json::Value>, WorkError> {
+        let Some(step) = self.job.step_id else {
+            return Ok(None);
+        };
+        let output = super::store::workflows::sibling_output(&self.pool, step, name).await?;
+        Ok(output.flatten())
+    }
+
     /// The database pool, for reads and for writes that need no exactly-once guarantee.
     pub fn pool(&self) -> &Db {
         &self.pool

@@ -259,6 +259,8 @@ pub struct JobSchema {
     #[serde(skip)]
     #[schemars(skip)]
     pub former_secrets: Vec<String>,
+    /// The workflow step this job is the run of (docs/workflows.md); absent for every other job.
+    pub step_id: Option<i64>,
 }
 /// One failed attempt, as kept in `jobs.errors`.
 #[derive(JsonSchema)]

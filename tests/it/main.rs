@@ -55,3 +55,4 @@ mod webhook_endpoint_settings;
 mod webhook_headers;
 mod webhook_safety;
 mod webhook_signatures;
+mod workflows;

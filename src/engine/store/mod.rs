@@ -12,3 +12,4 @@ pub mod replica;
 pub mod schedules;
 pub mod schema;
 pub mod stats;
+pub mod workflows;

@@ -525,6 +525,8 @@ pub async fn job_retry_matching<'e>(
            -- A job with an owner (a question's lock job) runs when its owner says: never again
            -- by an operator's bulk retry.
            AND NOT meta ? 'owner'
+           -- Nor a settled workflow step's job: it runs again with its step, through its run.
+           AND (step_id IS NULL OR finalized_at IS NULL)
            AND (unique_key IS NULL OR finalized_at IS NULL
                 OR (id IN (SELECT id FROM newest_per_key)
                     AND NOT EXISTS (SELECT 1 FROM jobs live

@@ -346,6 +346,8 @@ pub async fn job_retry<'e>(db: impl PgExecutor<'e>, id: JobId) -> Result<Option<
                 max_attempts = least(greatest(max_attempts, attempt + 1), 1000),
                 rate_key = kickoff_rate_key(queue, kind, args, call_host)
          WHERE id = $1 AND state IN ('retryable', 'completed', 'discarded', 'cancelled')
+           -- A settled workflow step's job runs again with its step, through its run.
+           AND (step_id IS NULL OR finalized_at IS NULL)
          RETURNING *",
     )
     .bind(id)

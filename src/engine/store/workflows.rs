@@ -1,0 +1,217 @@
+//! SQL of workflows (issue 49): a run's insert (its steps, their dependencies, the jobs of the
+//! steps that wait for nothing) and its reading. A step's unblocking is not here: it is in the
+//! database (`kickoff_step_settle`, migration `20261224000001_workflows.sql`), run by a trigger
+//! in the transaction that settles the step's job, whichever path settles it (a completion, a
+//! handler's own transaction, a failure, a cancel, a rescue, a delete).
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::{PgConnection, PgExecutor};
+
+use crate::engine::job::JobId;
+
+/// A run as stored, with its steps counted by state.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct RunRow {
+    pub id: i64,
+    pub name: String,
+    pub key: Option<String>,
+    /// `running`, `completed`, `failed` or `cancelled`.
+    pub state: String,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub created_by: Option<String>,
+    pub steps: i32,
+    pub blocked: i32,
+    pub ready: i32,
+    pub completed: i32,
+    pub failed: i32,
+    pub skipped: i32,
+    pub cancelled: i32,
+}
+
+/// A step of a run as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct StepRow {
+    pub id: i64,
+    pub run_id: i64,
+    pub name: String,
+    /// `blocked`, `ready`, `completed`, `failed`, `skipped` or `cancelled`.
+    pub state: String,
+    /// Dependencies not yet settled in a way that lets it run.
+    pub deps_left: i32,
+    pub queue: String,
+    pub kind: String,
+    pub job_id: Option<JobId>,
+    pub output: Option<Value>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// A step to insert: the job it becomes (checked like any new job), and how many dependencies
+/// it waits for.
+pub struct StepInsert<'a> {
+    pub name: &'a str,
+    pub queue: &'a str,
+    pub kind: &'a str,
+    pub args: &'a Value,
+    pub priority: i16,
+    pub max_attempts: i32,
+    pub tags: &'a [String],
+    pub meta: &'a Value,
+    pub created_by: Option<&'a str>,
+    pub call_host: Option<String>,
+    pub deps: i32,
+}
+
+/// Inserts a run of `steps` steps, all blocked; `None` when a live run holds `key` (nothing is
+/// written).
+pub async fn run_insert(
+    conn: &mut PgConnection,
+    name: &str,
+    key: Option<&str>,
+    created_by: Option<&str>,
+    steps: i32,
+) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar(
+        "INSERT INTO workflow_runs (name, key, created_by, steps, blocked)
+         VALUES ($1, $2, $3, $4, $4)
+         ON CONFLICT (key) WHERE key IS NOT NULL AND finished_at IS NULL DO NOTHING
+         RETURNING id",
+    )
+    .bind(name)
+    .bind(key)
+    .bind(created_by)
+    .bind(steps)
+    .fetch_optional(conn)
+    .await
+}
+
+/// The live run holding `key`.
+pub async fn run_live_by_key<'e>(
+    db: impl PgExecutor<'e>,
+    key: &str,
+) -> Result<Option<RunRow>, sqlx::Error> {
+    sqlx::query_as("SELECT * FROM workflow_runs WHERE key = $1 AND finished_at IS NULL")
+        .bind(key)
+        .fetch_optional(db)
+        .await
+}
+
+/// Inserts the steps of run `run`, blocked, in the order given (their ids follow it).
+pub async fn steps_insert(
+    conn: &mut PgConnection,
+    run: i64,
+    steps: &[StepInsert<'_>],
+) -> Result<(), sqlx::Error> {
+    let col = |f: fn(&StepInsert<'_>) -> Value| steps.iter().map(f).collect::<Vec<_>>();
+    sqlx::query(
+        "INSERT INTO workflow_steps (run_id, name, state, deps_left, queue, kind, args, priority,
+                                     max_attempts, tags, meta, created_by, call_host)
+         SELECT $1, s.name, 'blocked', s.deps, s.queue, s.kind, s.args, s.priority,
+                s.max_attempts, ARRAY(SELECT jsonb_array_elements_text(s.tags)), s.meta,
+                s.created_by, s.call_host
+         FROM unnest($2::text[], $3::int[], $4::text[], $5::text[], $6::jsonb[], $7::int2[],
+                     $8::int[], $9::jsonb[], $10::jsonb[], $11::text[], $12::text[])
+              WITH ORDINALITY AS s(name, deps, queue, kind, args, priority, max_attempts, tags,
+                                   meta, created_by, call_host, n)
+         ORDER BY s.n",
+    )
+    .bind(run)
+    .bind(steps.iter().map(|s| s.name).collect::<Vec<_>>())
+    .bind(steps.iter().map(|s| s.deps).collect::<Vec<_>>())
+    .bind(steps.iter().map(|s| s.queue).collect::<Vec<_>>())
+    .bind(steps.iter().map(|s| s.kind).collect::<Vec<_>>())
+    .bind(col(|s| s.args.clone()))
+    .bind(steps.iter().map(|s| s.priority).collect::<Vec<_>>())
+    .bind(steps.iter().map(|s| s.max_attempts).collect::<Vec<_>>())
+    .bind(col(|s| Value::from(s.tags.to_vec())))
+    .bind(col(|s| s.meta.clone()))
+    .bind(steps.iter().map(|s| s.created_by).collect::<Vec<_>>())
+    .bind(
+        steps
+            .iter()
+            .map(|s| s.call_host.clone())
+            .collect::<Vec<_>>(),
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Inserts the dependencies of run `run`'s steps, by name: `steps[i]` waits for `deps[i]`, which
+/// failing does `on_failure[i]` to it.
+pub async fn edges_insert(
+    conn: &mut PgConnection,
+    run: i64,
+    deps: &[&str],
+    steps: &[&str],
+    on_failure: &[&str],
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO workflow_edges (dep_id, step_id, on_failure)
+         SELECT d.id, s.id, e.on_failure
+         FROM unnest($2::text[], $3::text[], $4::text[]) AS e(dep, step, on_failure)
+         JOIN workflow_steps d ON d.run_id = $1 AND d.name = e.dep
+         JOIN workflow_steps s ON s.run_id = $1 AND s.name = e.step",
+    )
+    .bind(run)
+    .bind(deps)
+    .bind(steps)
+    .bind(on_failure)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Makes the jobs of run `run`'s steps that wait for nothing, in step order; returns each one's
+/// queue.
+pub async fn steps_start_free(
+    conn: &mut PgConnection,
+    run: i64,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT queue FROM (SELECT queue, kickoff_step_start(id) AS job FROM workflow_steps
+                            WHERE run_id = $1 AND deps_left = 0 ORDER BY id) started
+         WHERE job IS NOT NULL",
+    )
+    .bind(run)
+    .fetch_all(conn)
+    .await
+}
+
+pub async fn run_get<'e>(db: impl PgExecutor<'e>, id: i64) -> Result<Option<RunRow>, sqlx::Error> {
+    sqlx::query_as("SELECT * FROM workflow_runs WHERE id = $1")
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+/// The steps of run `run`, in the order they were declared.
+pub async fn run_steps<'e>(db: impl PgExecutor<'e>, run: i64) -> Result<Vec<StepRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, run_id, name, state, deps_left, queue, kind, job_id, output, finished_at
+         FROM workflow_steps WHERE run_id = $1 ORDER BY id",
+    )
+    .bind(run)
+    .fetch_all(db)
+    .await
+}
+
+/// The output of step `name` of the run that step `step` belongs to: `None` when the run has no
+/// such step, `Some(None)` when it recorded none (or has not completed).
+pub async fn sibling_output<'e>(
+    db: impl PgExecutor<'e>,
+    step: i64,
+    name: &str,
+) -> Result<Option<Option<Value>>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT d.output FROM workflow_steps s
+         JOIN workflow_steps d ON d.run_id = s.run_id AND d.name = $2
+         WHERE s.id = $1",
+    )
+    .bind(step)
+    .bind(name)
+    .fetch_optional(db)
+    .await
+}

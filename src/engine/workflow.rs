@@ -1,0 +1,344 @@
+//! Workflows (issue 49): a run of named steps, each an ordinary job once its dependencies allow
+//! it, unblocked in the transaction that settles the job of its last dependency.
+//!
+//! ```no_run
+//! # use kickoff::engine::{Client, NewJob};
+//! # use kickoff::engine::workflow::{OnDepFailure, Workflow};
+//! # use serde_json::json;
+//! # async fn f(client: Client) -> Result<(), kickoff::engine::ClientError> {
+//! let game = Workflow::new("game")
+//!     .key("game:8812")
+//!     .step("lock", NewJob::new("lock_question", json!({ "question_id": 7 })))
+//!     .step("settle", NewJob::new("settle", json!({ "game": 8812 })))
+//!     .after("lock")
+//!     .step("leaderboard", NewJob::new("publish", json!({ "game": 8812 })))
+//!     .after_or("settle", OnDepFailure::Run);
+//! let run = client.insert_workflow(&game).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! A step names only steps declared before it, so a run's graph cannot have a cycle. What a
+//! step's dependency that failed (or was cancelled) does to it is its edge's [`OnDepFailure`]; a
+//! completed or skipped dependency lets it go on. The rules live in the database
+//! (`kickoff_step_settle`), where every path that settles a job reaches them: docs/workflows.md.
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+use sqlx::PgConnection;
+
+use super::client::{in_current_trace, invalid, Client, ClientError};
+use super::job::{JobState, NewJob, Schedule};
+use super::store::workflows::{self as store, StepInsert};
+pub use super::store::workflows::{RunRow, StepRow};
+
+/// At most this many steps in a run (a large fan-out is a map step's tasks, not steps).
+pub const MAX_STEPS: usize = 1000;
+/// A run's and a step's name: 1 to this many characters.
+pub const MAX_NAME_CHARS: usize = 128;
+/// A run's key: 1 to this many characters.
+pub const MAX_KEY_CHARS: usize = 255;
+
+/// What a dependency that failed or was cancelled does to the step waiting for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnDepFailure {
+    /// The step fails without running (the default).
+    #[default]
+    Fail,
+    /// The step is skipped; the steps after it go on as after a completed one.
+    Skip,
+    /// The step and every step after it are skipped.
+    SkipFollowing,
+    /// The step runs anyway.
+    Run,
+}
+
+impl OnDepFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnDepFailure::Fail => "fail",
+            OnDepFailure::Skip => "skip",
+            OnDepFailure::SkipFollowing => "skip_following",
+            OnDepFailure::Run => "run",
+        }
+    }
+}
+
+/// A step: its name, the job it becomes, and the steps it waits for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub name: String,
+    pub job: NewJob,
+    pub after: Vec<(String, OnDepFailure)>,
+}
+
+/// A workflow to insert as a run ([`Client::insert_workflow`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workflow {
+    pub name: String,
+    /// Unique among the live runs: inserting a run whose key a live run holds returns that run.
+    pub key: Option<String>,
+    pub created_by: Option<String>,
+    pub steps: Vec<Step>,
+}
+
+impl Workflow {
+    pub fn new(name: impl Into<String>) -> Self {
+        Workflow {
+            name: name.into(),
+            key: None,
+            created_by: None,
+            steps: Vec::new(),
+        }
+    }
+
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Adds a step that becomes `job` (due as soon as its dependencies allow: its own schedule
+    /// must be [`Schedule::Now`]).
+    pub fn step(mut self, name: impl Into<String>, job: NewJob) -> Self {
+        self.steps.push(Step {
+            name: name.into(),
+            job,
+            after: Vec::new(),
+        });
+        self
+    }
+
+    /// The last step added waits for step `dep` (declared before it), and fails without running
+    /// if `dep` fails.
+    pub fn after(self, dep: impl Into<String>) -> Self {
+        self.after_or(dep, OnDepFailure::Fail)
+    }
+
+    /// The last step added waits for step `dep`; `on_failure` says what `dep` failing does to it.
+    pub fn after_or(mut self, dep: impl Into<String>, on_failure: OnDepFailure) -> Self {
+        if let Some(last) = self.steps.last_mut() {
+            last.after.push((dep.into(), on_failure));
+        }
+        self
+    }
+
+    /// The run's own rules, before any step's job is checked: names, the key, the number of
+    /// steps, each dependency on a step declared before (so no cycle), none twice.
+    fn check_shape(&self) -> Result<(), ClientError> {
+        let name_ok = |n: &str, max: usize| {
+            let chars = n.chars().count();
+            (1..=max).contains(&chars) && !n.contains('\0')
+        };
+        if !name_ok(&self.name, MAX_NAME_CHARS) {
+            return Err(invalid(
+                "name",
+                format!("1 to {MAX_NAME_CHARS} characters, without NUL"),
+            ));
+        }
+        if let Some(key) = &self.key {
+            if !name_ok(key, MAX_KEY_CHARS) {
+                return Err(invalid(
+                    "key",
+                    format!("1 to {MAX_KEY_CHARS} characters, without NUL"),
+                ));
+            }
+        }
+        if self.steps.is_empty() || self.steps.len() > MAX_STEPS {
+            return Err(invalid("steps", format!("1 to {MAX_STEPS} steps")));
+        }
+        let mut declared = HashSet::new();
+        for step in &self.steps {
+            if !name_ok(&step.name, MAX_NAME_CHARS) {
+                return Err(invalid(
+                    "steps",
+                    format!("a step's name is 1 to {MAX_NAME_CHARS} characters, without NUL"),
+                ));
+            }
+            let mut deps = HashSet::new();
+            for (dep, _) in &step.after {
+                if !declared.contains(dep.as_str()) {
+                    return Err(invalid(
+                        "steps",
+                        format!(
+                            "step {:?} waits for {dep:?}, which is not a step declared before it",
+                            step.name
+                        ),
+                    ));
+                }
+                if !deps.insert(dep.as_str()) {
+                    return Err(invalid(
+                        "steps",
+                        format!("step {:?} names {dep:?} twice", step.name),
+                    ));
+                }
+            }
+            if !declared.insert(step.name.as_str()) {
+                return Err(invalid(
+                    "steps",
+                    format!("two steps are named {:?}", step.name),
+                ));
+            }
+            if step.job.schedule != Schedule::Now {
+                return Err(invalid(
+                    "steps",
+                    format!(
+                        "step {:?}: a step's job starts when its dependencies allow (its schedule \
+                         must be now)",
+                        step.name
+                    ),
+                ));
+            }
+            if step.job.unique_key.is_some() {
+                return Err(invalid(
+                    "steps",
+                    format!(
+                        "step {:?}: a step's job has no unique key (the run's key is its identity)",
+                        step.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A run inserted, or the live run that holds its key (`existing`: nothing was written).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunInserted {
+    pub run: RunRow,
+    pub existing: bool,
+}
+
+impl Client {
+    /// Inserts `workflow` as a run: its steps, their dependencies, and the jobs of the steps that
+    /// wait for nothing, in one transaction (or returns the live run holding its key).
+    pub async fn insert_workflow(&self, workflow: &Workflow) -> Result<RunInserted, ClientError> {
+        let mut tx = self.pool.begin().await?;
+        let (inserted, queues) = self.insert_workflow_in(&mut tx, workflow).await?;
+        tx.commit().await?;
+        let now = chrono::Utc::now().timestamp_millis();
+        for queue in queues {
+            self.announcer
+                .tell_here_of(&queue, JobState::Available, now);
+        }
+        Ok(inserted)
+    }
+
+    /// [`Self::insert_workflow`] inside the caller's transaction (`&mut *tx`): the run and its
+    /// first jobs commit (or not) with the caller's own writes.
+    pub async fn insert_workflow_with(
+        &self,
+        conn: &mut PgConnection,
+        workflow: &Workflow,
+    ) -> Result<RunInserted, ClientError> {
+        Ok(self.insert_workflow_in(conn, workflow).await?.0)
+    }
+
+    async fn insert_workflow_in(
+        &self,
+        conn: &mut PgConnection,
+        workflow: &Workflow,
+    ) -> Result<(RunInserted, Vec<String>), ClientError> {
+        workflow.check_shape()?;
+        let mut hosts = Vec::with_capacity(workflow.steps.len());
+        for step in &workflow.steps {
+            let host = self
+                .checked_with(&mut *conn, &step.job)
+                .await
+                .map_err(|e| match e {
+                    ClientError::Invalid { field, message } => {
+                        invalid("steps", format!("step {:?}: {field}: {message}", step.name))
+                    }
+                    other => other,
+                })?;
+            hosts.push(host);
+        }
+        // Each step's job joins the caller's trace, as an insert's would.
+        let jobs: Vec<_> = workflow
+            .steps
+            .iter()
+            .map(|s| in_current_trace(&s.job))
+            .collect();
+        let created_by = workflow.created_by.as_deref();
+        let run = store::run_insert(
+            &mut *conn,
+            &workflow.name,
+            workflow.key.as_deref(),
+            created_by,
+            workflow.steps.len() as i32,
+        )
+        .await?;
+        let Some(run) = run else {
+            let key = workflow.key.as_deref().unwrap_or_default();
+            let run = store::run_live_by_key(&mut *conn, key)
+                .await?
+                .ok_or_else(|| ClientError::NotFound(format!("the live run of key {key:?}")))?;
+            return Ok((
+                RunInserted {
+                    run,
+                    existing: true,
+                },
+                Vec::new(),
+            ));
+        };
+        let steps: Vec<StepInsert<'_>> = workflow
+            .steps
+            .iter()
+            .zip(&jobs)
+            .zip(hosts)
+            .map(|((s, job), call_host)| StepInsert {
+                name: &s.name,
+                queue: &job.queue,
+                kind: &job.kind,
+                args: &job.args,
+                priority: job.priority,
+                max_attempts: job.max_attempts,
+                tags: &job.tags,
+                meta: &job.meta,
+                created_by: job.created_by.as_deref().or(created_by),
+                call_host,
+                deps: s.after.len() as i32,
+            })
+            .collect();
+        store::steps_insert(&mut *conn, run, &steps).await?;
+        let edges: Vec<(&str, &str, &str)> = workflow
+            .steps
+            .iter()
+            .flat_map(|s| {
+                s.after
+                    .iter()
+                    .map(move |(dep, on)| (dep.as_str(), s.name.as_str(), on.as_str()))
+            })
+            .collect();
+        if !edges.is_empty() {
+            let (deps, rest): (Vec<&str>, Vec<(&str, &str)>) =
+                edges.iter().map(|(d, s, o)| (*d, (*s, *o))).unzip();
+            let (names, policies): (Vec<&str>, Vec<&str>) = rest.into_iter().unzip();
+            store::edges_insert(&mut *conn, run, &deps, &names, &policies).await?;
+        }
+        let queues = store::steps_start_free(&mut *conn, run).await?;
+        let row = store::run_get(&mut *conn, run)
+            .await?
+            .ok_or_else(|| ClientError::NotFound(format!("run {run}")))?;
+        Ok((
+            RunInserted {
+                run: row,
+                existing: false,
+            },
+            queues,
+        ))
+    }
+
+    /// Run `id` as stored.
+    pub async fn workflow_run(&self, id: i64) -> Result<RunRow, ClientError> {
+        store::run_get(&self.pool, id)
+            .await?
+            .ok_or_else(|| ClientError::NotFound(format!("workflow run {id}")))
+    }
+
+    /// The steps of run `id`, in the order they were declared.
+    pub async fn workflow_steps(&self, id: i64) -> Result<Vec<StepRow>, ClientError> {
+        Ok(store::run_steps(&self.pool, id).await?)
+    }
+}
