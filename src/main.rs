@@ -146,6 +146,9 @@ async fn main() -> std::process::ExitCode {
         Command::Questions { action, remote } => {
             return remote_command(&remote, &cli.config, async |api| action.run(api).await).await;
         }
+        Command::Workflows { action, remote } => {
+            return remote_command(&remote, &cli.config, async |api| action.run(api).await).await;
+        }
         Command::ChaosHistory {
             seed,
             steps,

@@ -2,13 +2,14 @@
 //! `kickoff postgres start|stop` (the embedded cluster on its own, for tests and tools),
 //! `kickoff user add|list` (dashboard accounts), `kickoff schedule ...` (recurring jobs),
 //! `kickoff chaos` (the chaos suite), and against a running server's REST API `kickoff jobs ...`,
-//! `kickoff queues ...`, `kickoff questions ...` (see [`remote`]).
+//! `kickoff queues ...`, `kickoff questions ...`, `kickoff workflows ...` (see [`remote`]).
 
 mod audited;
 pub mod jobs;
 pub mod queues;
 pub mod remote;
 pub mod schedule;
+pub mod workflows;
 
 use std::path::PathBuf;
 
@@ -223,6 +224,13 @@ pub enum Command {
     Questions {
         #[command(subcommand)]
         action: queues::QuestionsAction,
+        #[command(flatten)]
+        remote: remote::Remote,
+    },
+    /// Workflow runs on a running server: list, show.
+    Workflows {
+        #[command(subcommand)]
+        action: workflows::WorkflowsAction,
         #[command(flatten)]
         remote: remote::Remote,
     },

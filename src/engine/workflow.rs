@@ -27,7 +27,7 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
 
-use super::client::{in_current_trace, invalid, Client, ClientError};
+use super::client::{in_current_trace, inconsistent, invalid, Client, ClientError};
 use super::job::{JobState, NewJob, Schedule};
 use super::store::workflows::{self as store, StepInsert};
 pub use super::store::workflows::{RunRow, StepRow};
@@ -158,7 +158,7 @@ impl Workflow {
             let mut deps = HashSet::new();
             for (dep, _) in &step.after {
                 if !declared.contains(dep.as_str()) {
-                    return Err(invalid(
+                    return Err(inconsistent(
                         "steps",
                         format!(
                             "step {:?} waits for {dep:?}, which is not a step declared before it",
@@ -167,14 +167,14 @@ impl Workflow {
                     ));
                 }
                 if !deps.insert(dep.as_str()) {
-                    return Err(invalid(
+                    return Err(inconsistent(
                         "steps",
                         format!("step {:?} names {dep:?} twice", step.name),
                     ));
                 }
             }
             if !declared.insert(step.name.as_str()) {
-                return Err(invalid(
+                return Err(inconsistent(
                     "steps",
                     format!("two steps are named {:?}", step.name),
                 ));
@@ -335,6 +335,16 @@ impl Client {
         store::run_get(&self.pool, id)
             .await?
             .ok_or_else(|| ClientError::NotFound(format!("workflow run {id}")))
+    }
+
+    /// Runs newest first, in `state` if given, with an id below `before`: at most `limit`.
+    pub async fn workflow_runs(
+        &self,
+        state: Option<&str>,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<RunRow>, ClientError> {
+        Ok(store::runs_list(&self.pool, state, before, limit).await?)
     }
 
     /// The steps of run `id`, in the order they were declared.

@@ -10,6 +10,7 @@ pub mod api_queues;
 pub mod api_schedules;
 pub mod api_webhook_deliveries;
 pub mod api_webhook_endpoints;
+pub mod api_workflows;
 pub mod auth;
 pub mod body_limits;
 pub mod client_address;

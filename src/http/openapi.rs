@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 use super::state::AppState;
 use super::{
     api_alerts, api_history, api_job_tools, api_jobs, api_questions, api_queues, api_schedules,
-    api_webhook_deliveries, api_webhook_endpoints, sse,
+    api_webhook_deliveries, api_webhook_endpoints, api_workflows, sse,
 };
 use crate::engine::job_filter::JobSuggestions;
 use crate::engine::schedules::{ScheduleSpec, ScheduleView};
@@ -51,7 +51,7 @@ pub struct Endpoint {
 /// The records a create answers with, and where its id is in the answer: the document links the
 /// create to every operation on that record (OpenAPI `links`), so that a client, or a fuzzer's
 /// stateful phase, follows one to the other.
-const CREATES: [(&str, &str, &str, &str); 5] = [
+const CREATES: [(&str, &str, &str, &str); 6] = [
     // (the create's path, the record's path, its parameter, where the answer holds it)
     ("/jobs", "/jobs/{id}", "id", "/job/id"),
     ("/questions", "/questions/{id}", "id", "/id"),
@@ -63,6 +63,7 @@ const CREATES: [(&str, &str, &str, &str); 5] = [
         "/endpoint/id",
     ),
     ("/schedules", "/schedules/{name}", "name", "/name"),
+    ("/workflows", "/workflows/{id}", "id", "/run/id"),
 ];
 
 /// The links of a create's answer: every operation on the record it made.
@@ -117,6 +118,16 @@ fn example_of(method: &str, path: &str) -> Option<Value> {
             "threshold_n": 1000,
         }),
         ("post", "/webhook-endpoints") => json!({ "url_prefix": "https://partner.example/hooks/" }),
+        ("post", "/workflows") => json!({
+            "name": "game", "key": "game:8812",
+            "steps": [
+                { "name": "settle", "job": { "kind": "noop", "args": { "game": 8812 } } },
+                { "name": "notify", "job": { "kind": "noop", "args": { "game": 8812 } },
+                  "after": [{ "step": "settle" }] },
+                { "name": "leaderboard", "job": { "kind": "noop", "args": { "game": 8812 } },
+                  "after": [{ "step": "notify", "on_failure": "run" }] },
+            ],
+        }),
         _ => return None,
     })
 }
@@ -582,6 +593,36 @@ pub fn endpoints() -> Vec<Endpoint> {
             ok: (200, Some(schema::<api_history::HistoryView>)),
             refusals: &[UNKNOWN_SCHEDULE, INCONSISTENT, OUT_OF_WINDOW],
             route: || get(api_history::history),
+        },
+        Endpoint {
+            method: "get",
+            path: "/workflows",
+            summary: "Workflow runs, newest first (keyset pages: `before` is the previous page's `next_before`), each with its steps counted by state; `state` keeps one state",
+            body: None,
+            query: Some(schema::<api_workflows::ListParams>),
+            ok: (200, Some(schema::<api_workflows::RunPage>)),
+            refusals: &[],
+            route: || get(api_workflows::list),
+        },
+        Endpoint {
+            method: "post",
+            path: "/workflows",
+            summary: "Insert a workflow run: named steps, each a job (of a kind this server runs, checked like any insert) made once the steps it waits for allow it, in the transaction that settles the last of them. A dependency that failed or was cancelled does its `on_failure` to the step; a completed or skipped one lets it go on. 201 with the run and its steps; 200 with `existing` when a live run holds `key` (nothing written); 422 `inconsistent` for a step waiting for one not declared before it, or named twice, or two steps of one name",
+            body: Some(schema::<api_workflows::CreateWorkflow>),
+            query: None,
+            ok: (201, Some(schema::<api_workflows::RunDetail>)),
+            refusals: &[UNKNOWN_KIND, ARGS_REFUSED, INCONSISTENT],
+            route: || post(api_workflows::create),
+        },
+        Endpoint {
+            method: "get",
+            path: "/workflows/{id}",
+            summary: "A workflow run with its steps (state, dependencies left, job)",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<api_workflows::RunDetail>)),
+            refusals: &[],
+            route: || get(api_workflows::get),
         },
         Endpoint {
             method: "get",

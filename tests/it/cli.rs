@@ -259,6 +259,30 @@ async fn the_cli_drives_a_server_and_its_exit_codes_say_what_happened() {
     assert_eq!(after - before, chrono::Duration::hours(2), "{moved}");
     cli.json(&["queues", "resume", "games"]);
 
+    // workflows: list, show (a run of two steps the server's engine runs at once).
+    let res = reqwest::Client::new()
+        .post(format!("http://{}/api/v1/workflows", server.addr))
+        .bearer_auth(TOKEN)
+        .json(&json!({"name": "game", "key": "game:7", "steps": [
+            {"name": "settle", "job": {"kind": "noop"}},
+            {"name": "leaderboard", "job": {"kind": "noop"}, "after": [{"step": "settle"}]}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), reqwest::StatusCode::CREATED);
+    let made: Value = res.json().await.unwrap();
+    let run = made["run"]["id"].as_i64().unwrap().to_string();
+    let page = cli.json(&["workflows", "list"]);
+    assert_eq!(page["runs"][0]["id"], made["run"]["id"], "{page}");
+    let (code, shown, _) = cli.run(&["workflows", "show", &run]);
+    assert_eq!(code, 0);
+    assert!(
+        shown.contains("leaderboard") && shown.contains("game:7"),
+        "{shown}"
+    );
+    cli.fails(&["workflows", "show", "999999"], 3);
+    cli.fails(&["workflows", "list", "--state", "sideways"], 6);
+
     // A token never goes over plain HTTP to another host unless asked (`--insecure`), and a
     // server on this machine is never reached through a proxy.
     plain_http_and_proxies(&cli);

@@ -479,3 +479,208 @@ async fn a_settled_steps_job_is_not_retried_on_its_own() {
     assert_eq!(by_name(&steps, "after").state, "failed");
     engine.stop().await;
 }
+
+const TOKEN: &str = "test-token-123";
+
+/// `/api/v1/workflows`: an operator inserts a run (201, or 200 with `existing` for a live key),
+/// anyone with a token reads it and lists it; a run the rules refuse is a 422 with its code and
+/// writes nothing; a reader may not insert; every insert, refused ones included, is audited.
+#[tokio::test]
+async fn the_api_inserts_reads_and_lists_runs_and_refuses_bad_ones() {
+    use crate::common::rest::call;
+    use axum::http::{Method, StatusCode};
+    let db = test_db().await;
+    let app = crate::common::app(&db.pool, TOKEN);
+    let body = json!({
+        "name": "game", "key": "game:1",
+        "steps": [
+            { "name": "settle", "job": { "kind": "noop", "args": { "game": 1 } } },
+            { "name": "notify", "job": { "kind": "noop" },
+              "after": [{ "step": "settle", "on_failure": "skip" }] },
+        ],
+    });
+    let (status, made) = call(
+        &app,
+        Method::POST,
+        "/api/v1/workflows",
+        Some(TOKEN),
+        Some(&body),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let id = made["run"]["id"].as_i64().unwrap();
+    assert_eq!(made["run"]["state"], "running");
+    assert_eq!(
+        (
+            made["run"]["ready"].as_i64(),
+            made["run"]["blocked"].as_i64()
+        ),
+        (Some(1), Some(1))
+    );
+    assert_eq!(made["steps"][0]["state"], "ready");
+    assert!(made["steps"][0]["job_id"].is_i64());
+    assert_eq!(made["steps"][1]["state"], "blocked");
+    assert!(made["steps"][1]["job_id"].is_null());
+    assert!(
+        made["steps"][0].get("args").is_none(),
+        "a step's args are its job's to show"
+    );
+
+    let (status, again) = call(
+        &app,
+        Method::POST,
+        "/api/v1/workflows",
+        Some(TOKEN),
+        Some(&body),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(
+        (again["run"]["id"].as_i64(), &again["existing"]),
+        (Some(id), &json!(true))
+    );
+
+    let (status, read) = call(
+        &app,
+        Method::GET,
+        &format!("/api/v1/workflows/{id}"),
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(read["steps"], made["steps"]);
+    let (status, page) = call(
+        &app,
+        Method::GET,
+        "/api/v1/workflows?state=running&limit=10",
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(page["runs"][0]["id"].as_i64(), Some(id));
+    let (status, _) = call(
+        &app,
+        Method::GET,
+        "/api/v1/workflows?state=completed",
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = call(
+        &app,
+        Method::GET,
+        "/api/v1/workflows/999999",
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = call(
+        &app,
+        Method::GET,
+        "/api/v1/workflows?limit=0",
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+
+    let refused = [
+        (
+            json!({ "name": "x", "steps": [{ "name": "a", "job": { "kind": "noop" },
+                                          "after": [{ "step": "b" }] },
+                                        { "name": "b", "job": { "kind": "noop" } }] }),
+            "inconsistent",
+        ),
+        (
+            json!({ "name": "x", "steps": [{ "name": "a", "job": { "kind": "noop" } },
+                                        { "name": "a", "job": { "kind": "noop" } }] }),
+            "inconsistent",
+        ),
+        (
+            json!({ "name": "x", "steps": [{ "name": "a", "job": { "kind": "nope" } }] }),
+            "unknown_kind",
+        ),
+        (json!({ "name": "x", "steps": [] }), "invalid"),
+        (
+            json!({ "name": "", "steps": [{ "name": "a", "job": { "kind": "noop" } }] }),
+            "invalid",
+        ),
+        (
+            json!({ "name": "x", "steps": [{ "name": "a", "job": { "kind": "noop", "priority": 12 } }] }),
+            "invalid",
+        ),
+        (
+            json!({ "name": "x", "steps": [{ "name": "a", "job": { "kind": "noop" },
+                                          "after": [{ "step": "a", "on_failure": "maybe" }] }] }),
+            "invalid",
+        ),
+    ];
+    for (bad, code) in &refused {
+        let (status, answer) = call(
+            &app,
+            Method::POST,
+            "/api/v1/workflows",
+            Some(TOKEN),
+            Some(bad),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {answer}");
+        assert_eq!(answer["error"]["code"], *code, "{bad}: {answer}");
+    }
+    let (runs, steps): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM workflow_runs), (SELECT count(*) FROM workflow_steps)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((runs, steps), (1, 2), "the refused runs wrote nothing");
+
+    let accounts = kickoff::accounts::Accounts::new(db.pool.clone());
+    let viewer = accounts
+        .create(
+            "viewer",
+            "a long enough password",
+            kickoff::accounts::Role::Operator,
+        )
+        .await
+        .unwrap();
+    let read_only = accounts
+        .create_token(&viewer, "read", kickoff::accounts::TokenScope::Read)
+        .await
+        .unwrap()
+        .1;
+    let (status, _) = call(
+        &app,
+        Method::POST,
+        "/api/v1/workflows",
+        Some(&read_only),
+        Some(&body),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = call(
+        &app,
+        Method::GET,
+        &format!("/api/v1/workflows/{id}"),
+        Some(&read_only),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+
+    let audited: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE action LIKE 'api.POST %/workflows'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        audited,
+        2 + refused.len() as i64 + 1,
+        "every insert, refused ones included"
+    );
+}

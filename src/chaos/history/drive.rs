@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::plan::{
     BulkAction, ErrorSearchAct, Fault, JobAction, ReadWhat, Role, ScheduleAction, ScheduleSpec,
-    Step, Work, ALERT_RULES, KINDS, QUEUES,
+    Step, Work, ALERT_RULES, KINDS, ON_FAILURE, QUEUES, WORKFLOW_SHAPES,
 };
 use super::record::{Event, FaultEvent, History, DASHBOARD_AUDIT, DASHBOARD_SIGN_IN};
 use crate::chaos::node::{Node, NodeEnv};
@@ -539,6 +539,51 @@ impl Driver<'_> {
                     done: Utc::now(),
                 });
                 done?;
+            }
+            Step::WorkflowInsert {
+                queue,
+                shape,
+                fail,
+                policies,
+                key,
+                role,
+            } => {
+                let edges = WORKFLOW_SHAPES[shape];
+                let count = edges.iter().map(|(s, _)| s + 1).max().unwrap_or(1);
+                let steps: Vec<Value> = (0..count)
+                    .map(|k| {
+                        let sleep_ms = [0, 5, 50][k % 3];
+                        let after: Vec<Value> = edges
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, (s, _))| *s == k)
+                            .map(|(n, (_, dep))| {
+                                let bits = (policies >> (2 * n)) & 3;
+                                json!({ "step": format!("s{dep}"),
+                                        "on_failure": ON_FAILURE[bits as usize] })
+                            })
+                            .collect();
+                        json!({ "name": format!("s{k}"), "after": after, "job": {
+                            "kind": "noop", "queue": QUEUES[queue], "max_attempts": 1,
+                            "args": { "tally": format!("h{}-{i}-s{k}", self.history.seed),
+                                      "sleep_ms": sleep_ms,
+                                      "fail_attempts": u8::from(k == fail as usize) } } })
+                    })
+                    .collect();
+                let mut body = json!({ "name": "game", "steps": steps });
+                if let Some(k) = key {
+                    body["key"] = json!(format!("w{k}"));
+                }
+                self.send(
+                    i,
+                    role,
+                    "POST",
+                    "/workflows",
+                    "/workflows".into(),
+                    Some(body),
+                    None,
+                )
+                .await;
             }
             Step::Wait { ms } => tokio::time::sleep(Duration::from_millis(ms)).await,
         }

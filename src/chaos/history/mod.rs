@@ -481,7 +481,56 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
         .fetch_all(&mut *tx)
         .await
         .map_err(db)?;
+    let workflow_runs = sqlx::query_as::<_, (i64, String, i32, i32, i32, i32, i32, i32, i32)>(
+        "SELECT id, state, steps, blocked, ready, completed, failed, skipped, cancelled
+         FROM workflow_runs ORDER BY id",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(db)?
+    .into_iter()
+    .map(|r| record::RunRow {
+        id: r.0,
+        state: r.1,
+        steps: r.2,
+        counts: [r.3, r.4, r.5, r.6, r.7, r.8],
+    })
+    .collect();
+    let workflow_steps = sqlx::query_as::<_, (i64, i64, String, i32, bool, Option<i64>, _)>(
+        "SELECT s.id, s.run_id, s.state, s.deps_left, s.skip_following, s.job_id, j.inserted_at
+         FROM workflow_steps s LEFT JOIN jobs j ON j.id = s.job_id ORDER BY s.id",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(db)?
+    .into_iter()
+    .map(|r| record::StepRow {
+        id: r.0,
+        run_id: r.1,
+        state: r.2,
+        deps_left: r.3,
+        skip_following: r.4,
+        job_id: r.5,
+        job_inserted_at: r.6,
+    })
+    .collect();
+    let workflow_edges = sqlx::query_as::<_, (i64, i64, String)>(
+        "SELECT dep_id, step_id, on_failure FROM workflow_edges",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(db)?
+    .into_iter()
+    .map(|r| record::EdgeRow {
+        dep_id: r.0,
+        step_id: r.1,
+        on_failure: r.2,
+    })
+    .collect();
     Ok(Snapshot {
+        workflow_runs,
+        workflow_steps,
+        workflow_edges,
         now,
         incidents,
         alert_notifications,

@@ -15,6 +15,18 @@ pub const KINDS: [&str; 2] = ["noop", "webhook"];
 /// How many schedule names a history draws from (a name may be made, deleted and made again).
 pub const SCHEDULE_NAMES: u8 = 4;
 
+/// The dependencies of a workflow's steps, `(step, waits for)` by index, each step waiting only
+/// for steps before it: a chain, a fan-in, a diamond, and a fan-out joined again.
+pub const WORKFLOW_SHAPES: [&[(usize, usize)]; 4] = [
+    &[(1, 0), (2, 1)],
+    &[(2, 0), (2, 1)],
+    &[(1, 0), (2, 0), (3, 1), (3, 2)],
+    &[(1, 0), (2, 0), (3, 1), (4, 2), (4, 3)],
+];
+
+/// A dependency's `on_failure`, by the two bits drawn for it.
+pub const ON_FAILURE: [&str; 4] = ["fail", "skip", "skip_following", "run"];
+
 /// Who sends a request: the bootstrap token (admin), an operator's token, a viewer's token (or
 /// the operator's and the viewer's dashboard sessions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -279,6 +291,18 @@ pub enum Step {
     Fault {
         fault: Fault,
     },
+    /// A workflow run (`POST /workflows`): `noop` steps of `queue` counting their effect, in the
+    /// [`WORKFLOW_SHAPES`]`[shape]`, the `fail`th step failing for good (none when past the
+    /// shape's steps), each dependency's `on_failure` drawn from `policies` (two bits an edge),
+    /// its key one of a few (so that runs collide) or none.
+    WorkflowInsert {
+        queue: usize,
+        shape: usize,
+        fail: u8,
+        policies: u16,
+        key: Option<u8>,
+        role: Role,
+    },
     /// Nothing for a while: time for timers, leases and schedules to act.
     Wait {
         ms: u64,
@@ -308,7 +332,7 @@ fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
     let missed = ["skip", "run_once", "run_all"];
     // Kinds are appended at the end of the range (from 108), the waits staying last, so that the
     // old kinds keep their shares among themselves.
-    match rng.u32(..123) {
+    match rng.u32(..126) {
         0..=2 => Step::SqlInsert {
             queue,
             delay_ms: [0, 150, 700][rng.usize(..3)],
@@ -503,6 +527,14 @@ fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
             },
             pick,
         },
+        123..=125 => Step::WorkflowInsert {
+            queue,
+            shape: rng.usize(..WORKFLOW_SHAPES.len()),
+            fail: rng.u8(..8),
+            policies: rng.u16(..),
+            key: (rng.u8(..3) == 0).then(|| rng.u8(..2)),
+            role: role(rng),
+        },
         _ => Step::Wait {
             ms: [20, 100, 400][rng.usize(..3)],
         },
@@ -528,7 +560,8 @@ mod tests {
     #[test]
     fn a_plan_of_the_tests_length_holds_the_reads_and_acts_that_find_leaks() {
         // The test command's seeds run 200 steps each: every one of them forges meta, searches
-        // errors as an admin and reads what a careless receiver echoed and the audit log.
+        // errors as an admin, inserts a workflow run and reads what a careless receiver echoed
+        // and the audit log.
         for seed in 1..=3 {
             let plan = draw(seed, 200, 2, seed != 3);
             let has = |f: &dyn Fn(&Step) -> bool| plan.iter().any(f);
@@ -539,6 +572,10 @@ mod tests {
             assert!(
                 has(&|s| matches!(s, Step::ErrorSearch { .. })),
                 "seed {seed}"
+            );
+            assert!(
+                has(&|s| matches!(s, Step::WorkflowInsert { .. })),
+                "seed {seed}: no workflow run"
             );
             for what in [ReadWhat::Audit, ReadWhat::JobDeliveries] {
                 assert!(

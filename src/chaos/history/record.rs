@@ -178,6 +178,50 @@ pub struct Snapshot {
     pub incidents: Vec<IncidentRow>,
     /// The jobs marked as alerts' notifications.
     pub alert_notifications: Vec<i64>,
+    pub workflow_runs: Vec<RunRow>,
+    pub workflow_steps: Vec<StepRow>,
+    pub workflow_edges: Vec<EdgeRow>,
+}
+
+/// A workflow run as the database held it at the end: its state and its counters.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunRow {
+    pub id: i64,
+    pub state: String,
+    pub steps: i32,
+    /// Its steps counted by state: blocked, ready, completed, failed, skipped, cancelled.
+    pub counts: [i32; 6],
+}
+
+/// The steps' states, in the order of [`RunRow::counts`].
+pub const STEP_STATES: [&str; 6] = [
+    "blocked",
+    "ready",
+    "completed",
+    "failed",
+    "skipped",
+    "cancelled",
+];
+
+/// A workflow step as the database held it at the end.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepRow {
+    pub id: i64,
+    pub run_id: i64,
+    pub state: String,
+    pub deps_left: i32,
+    pub skip_following: bool,
+    pub job_id: Option<i64>,
+    /// When its job was inserted (absent when it has none, or its job was deleted).
+    pub job_inserted_at: Option<DateTime<Utc>>,
+}
+
+/// A step waiting for another.
+#[derive(Debug, Clone, Serialize)]
+pub struct EdgeRow {
+    pub dep_id: i64,
+    pub step_id: i64,
+    pub on_failure: String,
 }
 
 impl Snapshot {

@@ -187,6 +187,26 @@ pub async fn run_get<'e>(db: impl PgExecutor<'e>, id: i64) -> Result<Option<RunR
         .await
 }
 
+/// Runs newest first, in `state` if given, with an id below `before`: at most `limit` (`state,
+/// id` is indexed).
+pub async fn runs_list<'e>(
+    db: impl PgExecutor<'e>,
+    state: Option<&str>,
+    before: Option<i64>,
+    limit: i64,
+) -> Result<Vec<RunRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT * FROM workflow_runs
+         WHERE ($1::text IS NULL OR state = $1) AND ($2::bigint IS NULL OR id < $2)
+         ORDER BY id DESC LIMIT $3",
+    )
+    .bind(state)
+    .bind(before)
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
 /// The steps of run `run`, in the order they were declared.
 pub async fn run_steps<'e>(db: impl PgExecutor<'e>, run: i64) -> Result<Vec<StepRow>, sqlx::Error> {
     sqlx::query_as(

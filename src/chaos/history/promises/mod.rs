@@ -10,6 +10,7 @@ mod alerts;
 mod by_hand;
 mod limits;
 mod slots;
+mod workflows;
 
 use std::collections::{HashMap, HashSet};
 
@@ -77,10 +78,15 @@ pub enum Promise {
     /// alert's) are its own: an insert setting one is refused, so nobody forges a run of a
     /// schedule (taking its slot) or passes for an alert's notification.
     ReservedMetaRefused,
+    /// docs/workflows.md: a step's job is made only once each of its dependencies settled in a
+    /// way that lets it run, never before a dependency's job settled; a step's state follows
+    /// its job's; a dependency that failed leaves no step blocked for ever; a run's counters
+    /// equal its steps' states, and it settles with the last of them.
+    WorkflowsHold,
 }
 
 impl Promise {
-    pub const ALL: [Promise; 15] = [
+    pub const ALL: [Promise; 16] = [
         Promise::JobsSettle,
         Promise::CancelHolds,
         Promise::PauseHolds,
@@ -96,6 +102,7 @@ impl Promise {
         Promise::DueByDatabaseClock,
         Promise::SlotsComplete,
         Promise::ReservedMetaRefused,
+        Promise::WorkflowsHold,
     ];
 }
 
@@ -117,7 +124,7 @@ const CALL_SLACK: Duration = Duration::milliseconds(100);
 
 /// Every promise's violations.
 pub fn check(h: &History, s: &Snapshot) -> Vec<Violation> {
-    let checks: [fn(&History, &Snapshot) -> Vec<String>; 15] = [
+    let checks: [fn(&History, &Snapshot) -> Vec<String>; 16] = [
         jobs_settle,
         cancel_holds,
         pause_holds,
@@ -133,6 +140,7 @@ pub fn check(h: &History, s: &Snapshot) -> Vec<Violation> {
         due_by_database_clock,
         slots::slots_complete,
         reserved_meta_refused,
+        |_, s| workflows::workflows_hold(s),
     ];
     Promise::ALL
         .iter()

@@ -1,0 +1,257 @@
+//! docs/workflows.md on the runs a history made ([`super::Promise::WorkflowsHold`]): a step's
+//! job is made only once each of its dependencies settled in a way that lets it run, never
+//! before the job of one settled; a step's state follows its job's; a dependency that failed
+//! leaves no step blocked for ever; a run's counters equal its steps' states, and it settles
+//! with the last of them.
+
+use std::collections::HashMap;
+
+use super::super::record::{JobRow, Snapshot, StepRow, STEP_STATES};
+
+/// The state a step settles in when its job settles in `job_state`.
+fn step_state_of(job_state: &str) -> Option<&'static str> {
+    match job_state {
+        "completed" => Some("completed"),
+        "discarded" => Some("failed"),
+        "cancelled" => Some("cancelled"),
+        _ => None,
+    }
+}
+
+/// Whether a dependency in this state lets the step waiting for it run, under `on_failure`.
+fn allows(dep: &StepRow, on_failure: &str) -> bool {
+    match dep.state.as_str() {
+        "completed" => true,
+        "skipped" => !dep.skip_following,
+        "failed" | "cancelled" => on_failure == "run",
+        _ => false,
+    }
+}
+
+pub(super) fn workflows_hold(s: &Snapshot) -> Vec<String> {
+    let mut out = Vec::new();
+    let steps: HashMap<i64, &StepRow> = s.workflow_steps.iter().map(|st| (st.id, st)).collect();
+    let jobs: HashMap<i64, &JobRow> = s.jobs.iter().map(|j| (j.id, j)).collect();
+    for run in &s.workflow_runs {
+        let mine: Vec<&StepRow> = s
+            .workflow_steps
+            .iter()
+            .filter(|st| st.run_id == run.id)
+            .collect();
+        let counted =
+            STEP_STATES.map(|state| mine.iter().filter(|st| st.state == state).count() as i32);
+        if counted != run.counts || mine.len() as i32 != run.steps {
+            out.push(format!(
+                "run {}: counters {:?} of {} steps, its steps {counted:?} of {}",
+                run.id,
+                run.counts,
+                run.steps,
+                mine.len()
+            ));
+        }
+        let live = counted[0] + counted[1] > 0;
+        let failed = counted[3] + counted[5] > 0;
+        let want = match (live, failed) {
+            (true, _) => "running",
+            (false, true) => "failed",
+            (false, false) => "completed",
+        };
+        if run.state != want {
+            out.push(format!(
+                "run {}: {} with its steps {counted:?}",
+                run.id, run.state
+            ));
+        }
+    }
+    for step in &s.workflow_steps {
+        let deps: Vec<(&StepRow, &str)> = s
+            .workflow_edges
+            .iter()
+            .filter(|e| e.step_id == step.id)
+            .filter_map(|e| steps.get(&e.dep_id).map(|d| (*d, e.on_failure.as_str())))
+            .collect();
+        if step.job_id.is_some() {
+            for (dep, on_failure) in &deps {
+                if !allows(dep, on_failure) {
+                    out.push(format!(
+                        "step {}: has a job, but its dependency {} is {} (on_failure {on_failure})",
+                        step.id, dep.id, dep.state
+                    ));
+                }
+                let dep_done = dep
+                    .job_id
+                    .and_then(|j| jobs.get(&j))
+                    .and_then(|j| j.finalized_at);
+                if let (Some(made), Some(done)) = (step.job_inserted_at, dep_done) {
+                    if made < done {
+                        out.push(format!(
+                            "step {}: its job was made at {made}, before its dependency {}'s \
+                             settled at {done}",
+                            step.id, dep.id
+                        ));
+                    }
+                }
+            }
+            match step.job_id.and_then(|j| jobs.get(&j)) {
+                Some(job) => {
+                    let want = step_state_of(&job.state).unwrap_or("ready");
+                    if step.state != want {
+                        out.push(format!(
+                            "step {}: {} while its job {} is {}",
+                            step.id, step.state, job.id, job.state
+                        ));
+                    }
+                }
+                // Deleted: before it settled (the step cancelled) or after (as it settled).
+                None if matches!(step.state.as_str(), "blocked" | "ready") => out.push(format!(
+                    "step {}: {} while its job {:?} is gone",
+                    step.id, step.state, step.job_id
+                )),
+                None => {}
+            }
+        } else if step.state == "ready" || step.state == "completed" {
+            out.push(format!("step {}: {} without a job", step.id, step.state));
+        }
+        let deps_settled = deps
+            .iter()
+            .all(|(d, _)| !matches!(d.state.as_str(), "blocked" | "ready"));
+        if step.state == "blocked" && deps_settled {
+            out.push(format!(
+                "step {}: blocked for ever: every dependency settled ({:?})",
+                step.id,
+                deps.iter().map(|(d, _)| &d.state).collect::<Vec<_>>()
+            ));
+        }
+        if deps.iter().any(|(d, _)| d.skip_following)
+            && !(step.state == "skipped" && step.skip_following)
+        {
+            out.push(format!(
+                "step {}: {} after a dependency skipped with what follows it",
+                step.id, step.state
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::record::{EdgeRow, RunRow};
+    use super::*;
+    use chrono::{TimeZone, Utc};
+
+    fn job(id: i64, state: &str, finalized_ms: Option<i64>) -> JobRow {
+        let t = |ms| Utc.timestamp_millis_opt(ms).unwrap();
+        JobRow {
+            id,
+            queue: "default".into(),
+            kind: "noop".into(),
+            state: state.into(),
+            attempt: 1,
+            scheduled_at: t(0),
+            attempted_at: Some(t(1)),
+            finalized_at: finalized_ms.map(t),
+            args: serde_json::json!({}),
+            meta: serde_json::json!({}),
+        }
+    }
+
+    fn step(id: i64, state: &str, job_id: Option<i64>, made_ms: Option<i64>) -> StepRow {
+        StepRow {
+            id,
+            run_id: 1,
+            state: state.into(),
+            deps_left: 0,
+            skip_following: false,
+            job_id,
+            job_inserted_at: made_ms.map(|ms| Utc.timestamp_millis_opt(ms).unwrap()),
+        }
+    }
+
+    /// A run of `a` (failed) → `b` (run anyway, completed) → `c` (completed, its job deleted since).
+    fn run() -> Snapshot {
+        Snapshot {
+            jobs: vec![
+                job(10, "discarded", Some(100)),
+                job(11, "completed", Some(200)),
+            ],
+            workflow_runs: vec![RunRow {
+                id: 1,
+                state: "failed".into(),
+                steps: 3,
+                counts: [0, 0, 2, 1, 0, 0],
+            }],
+            workflow_steps: vec![
+                step(1, "failed", Some(10), Some(0)),
+                step(2, "completed", Some(11), Some(100)),
+                step(3, "completed", Some(12), Some(200)),
+            ],
+            workflow_edges: vec![
+                EdgeRow {
+                    dep_id: 1,
+                    step_id: 2,
+                    on_failure: "run".into(),
+                },
+                EdgeRow {
+                    dep_id: 2,
+                    step_id: 3,
+                    on_failure: "fail".into(),
+                },
+            ],
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn a_clean_run_holds_and_each_planted_break_is_reported() {
+        // Step 3's job was deleted once it completed: its step keeps the state it settled in.
+        let s = run();
+        assert_eq!(workflows_hold(&s), Vec::<String>::new());
+
+        let mut early = s.clone();
+        early.workflow_steps[1].job_inserted_at = Some(Utc.timestamp_millis_opt(99).unwrap());
+        assert_eq!(
+            workflows_hold(&early).len(),
+            1,
+            "a job made before its dependency settled"
+        );
+
+        let mut disallowed = s.clone();
+        disallowed.workflow_edges[0].on_failure = "fail".into();
+        assert_eq!(
+            workflows_hold(&disallowed).len(),
+            1,
+            "a job despite a failed dependency"
+        );
+
+        let mut miscounted = s.clone();
+        miscounted.workflow_runs[0].counts = [0, 1, 1, 1, 0, 0];
+        assert!(!workflows_hold(&miscounted).is_empty(), "counters off");
+
+        let mut stuck = s.clone();
+        stuck.workflow_steps[2] = step(3, "blocked", None, None);
+        stuck.workflow_runs[0] = RunRow {
+            id: 1,
+            state: "running".into(),
+            steps: 3,
+            counts: [1, 0, 1, 1, 0, 0],
+        };
+        assert_eq!(workflows_hold(&stuck).len(), 1, "blocked for ever");
+
+        let mut drifted = s.clone();
+        drifted.jobs[1].state = "cancelled".into();
+        assert_eq!(
+            workflows_hold(&drifted).len(),
+            1,
+            "a step not following its job"
+        );
+
+        let mut unsettled = s;
+        unsettled.workflow_runs[0].state = "running".into();
+        assert_eq!(
+            workflows_hold(&unsettled).len(),
+            1,
+            "a run not settled with its steps"
+        );
+    }
+}

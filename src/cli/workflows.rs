@@ -1,0 +1,104 @@
+//! `kickoff workflows list|show` against a server (see [`super::remote`]): workflow runs and
+//! their steps (docs/workflows.md).
+
+use clap::Subcommand;
+use reqwest::Method;
+use serde_json::Value;
+
+use super::remote::{cell, table, Api, Outcome};
+
+#[derive(Debug, Subcommand)]
+pub enum WorkflowsAction {
+    /// Runs, newest first, with their steps counted by state.
+    List {
+        /// `running`, `completed`, `failed` or `cancelled`.
+        #[arg(long)]
+        state: Option<String>,
+        /// 1 to 200.
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
+    /// A run with its steps: state, dependencies left, job.
+    Show { id: i64 },
+}
+
+impl WorkflowsAction {
+    pub async fn run(self, api: &Api) -> Outcome {
+        match self {
+            WorkflowsAction::List { state, limit } => {
+                let mut path = format!("/workflows?limit={limit}");
+                if let Some(s) = state {
+                    path.push_str(&format!(
+                        "&state={}",
+                        form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>()
+                    ));
+                }
+                let page = api.call(Method::GET, &path, None).await?;
+                api.print(&page, |p| {
+                    let runs = p["runs"].as_array().cloned().unwrap_or_default();
+                    table(
+                        &[
+                            "id", "name", "key", "state", "steps", "done", "failed", "created",
+                        ],
+                        runs.iter()
+                            .map(|r| {
+                                let done = r["completed"].as_i64().unwrap_or(0)
+                                    + r["skipped"].as_i64().unwrap_or(0);
+                                let failed = r["failed"].as_i64().unwrap_or(0)
+                                    + r["cancelled"].as_i64().unwrap_or(0);
+                                vec![
+                                    cell(&r["id"]),
+                                    cell(&r["name"]),
+                                    cell(&r["key"]),
+                                    cell(&r["state"]),
+                                    cell(&r["steps"]),
+                                    done.to_string(),
+                                    failed.to_string(),
+                                    cell(&r["created_at"]),
+                                ]
+                            })
+                            .collect(),
+                    );
+                });
+            }
+            WorkflowsAction::Show { id } => {
+                let run = api
+                    .call(Method::GET, &format!("/workflows/{id}"), None)
+                    .await?;
+                api.print(&run, print_run);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn print_run(detail: &Value) {
+    let run = &detail["run"];
+    for key in [
+        "id",
+        "name",
+        "key",
+        "state",
+        "created_at",
+        "finished_at",
+        "created_by",
+    ] {
+        println!("{key:<12} {}", cell(&run[key]));
+    }
+    let steps = detail["steps"].as_array().cloned().unwrap_or_default();
+    table(
+        &["step", "state", "waits for", "kind", "job"],
+        steps
+            .iter()
+            .map(|s| {
+                vec![
+                    cell(&s["name"]),
+                    cell(&s["state"]),
+                    cell(&s["deps_left"]),
+                    cell(&s["kind"]),
+                    cell(&s["job_id"]),
+                ]
+            })
+            .collect(),
+    );
+}
