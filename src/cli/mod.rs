@@ -227,7 +227,7 @@ pub enum Command {
         #[command(flatten)]
         remote: remote::Remote,
     },
-    /// Workflow runs on a running server: list, show.
+    /// Workflow runs on a running server: list, show, cancel.
     Workflows {
         #[command(subcommand)]
         action: workflows::WorkflowsAction,

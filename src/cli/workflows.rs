@@ -1,4 +1,4 @@
-//! `kickoff workflows list|show` against a server (see [`super::remote`]): workflow runs and
+//! `kickoff workflows list|show|cancel` against a server (see [`super::remote`]): workflow runs and
 //! their steps (docs/workflows.md).
 
 use clap::Subcommand;
@@ -20,6 +20,8 @@ pub enum WorkflowsAction {
     },
     /// A run with its steps: state, dependencies left, job.
     Show { id: i64 },
+    /// Cancel a run: nothing of it starts after; its running attempts are stopped.
+    Cancel { id: i64 },
 }
 
 impl WorkflowsAction {
@@ -64,6 +66,12 @@ impl WorkflowsAction {
             WorkflowsAction::Show { id } => {
                 let run = api
                     .call(Method::GET, &format!("/workflows/{id}"), None)
+                    .await?;
+                api.print(&run, print_run);
+            }
+            WorkflowsAction::Cancel { id } => {
+                let run = api
+                    .call(Method::POST, &format!("/workflows/{id}/cancel"), None)
                     .await?;
                 api.print(&run, print_run);
             }

@@ -236,6 +236,25 @@ pub async fn get(
     }))
 }
 
+pub async fn cancel(
+    State(state): State<AppState>,
+    audit: Audit,
+    IdPath(id): IdPath,
+) -> Result<impl IntoResponse, AppError> {
+    let client = &state.client;
+    let Audited(run) = audit
+        .run(uncounted, async |work| {
+            Ok(client.cancel_workflow_with(work.conn().await?, id).await?)
+        })
+        .await?;
+    let steps = client.workflow_steps(id).await?;
+    Ok(Audited(Json(RunDetail {
+        run: run.into(),
+        steps: steps.into_iter().map(Into::into).collect(),
+        existing: false,
+    })))
+}
+
 /// A page of runs, newest first.
 #[derive(schemars::JsonSchema, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]

@@ -625,6 +625,16 @@ pub fn endpoints() -> Vec<Endpoint> {
             route: || get(api_workflows::get),
         },
         Endpoint {
+            method: "post",
+            path: "/workflows/{id}/cancel",
+            summary: "Cancel a workflow run: nothing of it starts once the cancel commits. Its blocked steps are cancelled, and the jobs of its ready steps (running attempts are stopped on their nodes), each step with its job; the run ends `cancelled`. 409 when it is not running",
+            body: None,
+            query: None,
+            ok: (200, Some(schema::<api_workflows::RunDetail>)),
+            refusals: &[],
+            route: || post(api_workflows::cancel),
+        },
+        Endpoint {
             method: "get",
             path: "/schedules",
             summary: "Every schedule, with its rule in words, its next run and its latest run",

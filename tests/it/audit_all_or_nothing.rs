@@ -38,6 +38,11 @@ async fn snapshot(d: &Dashboard) -> Value {
                                  FROM webhook_endpoints),
            'alert_rules', (SELECT jsonb_agg(jsonb_build_array(id, name, enabled) ORDER BY id)
                            FROM alert_rules),
+           'workflow_runs', (SELECT jsonb_agg(jsonb_build_array(id, state, blocked, ready,
+                                                                cancelled) ORDER BY id)
+                             FROM workflow_runs),
+           'workflow_steps', (SELECT jsonb_agg(jsonb_build_array(id, state, job_id) ORDER BY id)
+                              FROM workflow_steps),
            'alert_incidents', (SELECT jsonb_agg(jsonb_build_array(id, resolved_at,
                                                                   acknowledged_by) ORDER BY id)
                                FROM alert_incidents))",
@@ -131,6 +136,18 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
     .fetch_one(&d.pool)
     .await
     .unwrap();
+    // A run waiting on a queue no node runs: one to cancel.
+    let run = d
+        .api(
+            Method::POST,
+            "/workflows",
+            json!({"name": "game", "steps": [
+                {"name": "held", "job": {"kind": "noop", "queue": "nobody"}},
+                {"name": "next", "job": {"kind": "noop"}, "after": [{"step": "held"}]}]}),
+        )
+        .await["run"]["id"]
+        .as_i64()
+        .unwrap();
     let (_, preview) = d.server_fn("bulk_preview", "query[args]=batch%3Db").await;
     let max_id = serde_json::from_str::<Value>(&preview).unwrap()["max_id"]
         .as_i64()
@@ -327,6 +344,16 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
         (
             "POST /alerts/{id}/acknowledge",
             format!("/alerts/{incident}/acknowledge"),
+            json!({}),
+        ),
+        (
+            "POST /workflows",
+            "/workflows".to_string(),
+            json!({"name": "game", "steps": [{"name": "a", "job": {"kind": "noop"}}]}),
+        ),
+        (
+            "POST /workflows/{id}/cancel",
+            format!("/workflows/{run}/cancel"),
             json!({}),
         ),
     ];

@@ -281,6 +281,21 @@ async fn the_cli_drives_a_server_and_its_exit_codes_say_what_happened() {
         "{shown}"
     );
     cli.fails(&["workflows", "show", "999999"], 3);
+    // A run waiting on a queue no node runs: cancelled once (its steps with it), then a conflict.
+    let res = reqwest::Client::new()
+        .post(format!("http://{}/api/v1/workflows", server.addr))
+        .bearer_auth(TOKEN)
+        .json(&json!({"name": "waiting", "steps": [
+            {"name": "held", "job": {"kind": "noop", "queue": "nobody"}},
+            {"name": "next", "job": {"kind": "noop"}, "after": [{"step": "held"}]}]}))
+        .send()
+        .await
+        .unwrap();
+    let waiting: Value = res.json().await.unwrap();
+    let waiting = waiting["run"]["id"].as_i64().unwrap().to_string();
+    let gone = cli.json(&["workflows", "cancel", &waiting]);
+    assert_eq!(gone["run"]["state"], "cancelled", "{gone}");
+    cli.fails(&["workflows", "cancel", &waiting], 5);
     cli.fails(&["workflows", "list", "--state", "sideways"], 6);
 
     // A token never goes over plain HTTP to another host unless asked (`--insecure`), and a

@@ -39,6 +39,10 @@ impl Worker for StepWorker {
                 );
             }
             let _ = self.started.send((name.clone(), Value::Object(seen)));
+            if ctx.job.args["hang"] == json!(true) {
+                ctx.cancelled().cancelled().await;
+                return Err(WorkError::Retryable(format!("{name} stopped")));
+            }
             if ctx.job.args["fail"] == json!(true) {
                 return Err(WorkError::Fatal(format!("{name} failed on purpose")));
             }
@@ -199,9 +203,12 @@ async fn a_step_waits_for_every_one_of_its_dependencies() {
         .await
         .unwrap();
     let last = by_name(&steps, "last");
-    let (latest_dep, inserted_at): (String, String) = sqlx::query_as(
-        "SELECT max(d.finalized_at)::text, (SELECT inserted_at::text FROM jobs WHERE id = $2)
-         FROM jobs d WHERE d.id = ANY($1)",
+    // Made in the transaction that settled one of its dependencies (the last to commit), and
+    // started after every one of them settled.
+    let (made_by_one, started_after_all): (bool, bool) = sqlx::query_as(
+        "SELECT l.inserted_at IN (SELECT finalized_at FROM jobs WHERE id = ANY($1)),
+                l.attempted_at >= (SELECT max(finalized_at) FROM jobs WHERE id = ANY($1))
+         FROM jobs l WHERE l.id = $2",
     )
     .bind(
         ["a", "b", "c"]
@@ -212,9 +219,10 @@ async fn a_step_waits_for_every_one_of_its_dependencies() {
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    assert_eq!(
-        latest_dep, inserted_at,
-        "made when the last of its dependencies completed"
+    assert!(made_by_one, "made when one of its dependencies completed");
+    assert!(
+        started_after_all,
+        "started after every dependency completed"
     );
     engine.stop().await;
 }
@@ -639,6 +647,18 @@ async fn the_api_inserts_reads_and_lists_runs_and_refuses_bad_ones() {
     .unwrap();
     assert_eq!((runs, steps), (1, 2), "the refused runs wrote nothing");
 
+    let path = format!("/api/v1/workflows/{id}/cancel");
+    let (status, gone) = call(&app, Method::POST, &path, Some(TOKEN), None).await;
+    assert_eq!(status, StatusCode::OK, "{gone}");
+    assert_eq!(gone["run"]["state"], "cancelled");
+    assert!(gone["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|s| s["state"] == "cancelled"));
+    let (status, again) = call(&app, Method::POST, &path, Some(TOKEN), None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{again}");
+
     let accounts = kickoff::accounts::Accounts::new(db.pool.clone());
     let viewer = accounts
         .create(
@@ -683,4 +703,72 @@ async fn the_api_inserts_reads_and_lists_runs_and_refuses_bad_ones() {
         2 + refused.len() as i64 + 1,
         "every insert, refused ones included"
     );
+}
+
+/// A run's cancel: nothing of it starts once the cancel commits (not the step whose dependency's
+/// cancel lets it run, not a step waiting), the running step's attempt is stopped, the ready
+/// step's job cancelled; the run ends `cancelled`, and a second cancel is a conflict.
+#[tokio::test]
+async fn a_cancelled_run_starts_nothing_more_and_stops_what_runs() {
+    let db = test_db().await;
+    let (engine, mut started) = engine(&db).await;
+    let client = engine.client();
+    let flow = Workflow::new("x")
+        .step(
+            "slow",
+            NewJob::new("wf_step", json!({ "name": "slow", "hang": true })),
+        )
+        .step("after", step("after"))
+        .after_or("slow", OnDepFailure::Run)
+        // A queue no node runs: its job waits, ready.
+        .step("elsewhere", step("elsewhere").with_queue("nobody"))
+        .step("last", step("last"))
+        .after_or("elsewhere", OnDepFailure::Run)
+        .after_or("after", OnDepFailure::Run);
+    let run = client.insert_workflow(&flow).await.unwrap().run;
+    let (name, _) = tokio::time::timeout(Duration::from_secs(10), started.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(name, "slow");
+    let cancelled = client.cancel_workflow(run.id).await.unwrap();
+    assert_eq!(cancelled.state, "cancelled");
+    assert_eq!(
+        (cancelled.cancelled, cancelled.blocked, cancelled.ready),
+        (4, 0, 0)
+    );
+    let steps = client.workflow_steps(run.id).await.unwrap();
+    for s in &steps {
+        assert_eq!(s.state, "cancelled", "{}", s.name);
+    }
+    assert!(
+        by_name(&steps, "after").job_id.is_none(),
+        "nothing started after"
+    );
+    assert!(by_name(&steps, "last").job_id.is_none());
+    let slow = by_name(&steps, "slow").job_id.unwrap();
+    wait_for(
+        "the slow attempt to stop",
+        Duration::from_secs(10),
+        || async {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM job_attempts WHERE job_id = $1 AND outcome = 'cancelled'",
+            )
+            .bind(slow.0)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+                == 1
+        },
+    )
+    .await;
+    let err = client.cancel_workflow(run.id).await.unwrap_err();
+    assert!(matches!(err, ClientError::Conflict(_)), "{err}");
+    let err = client.cancel_workflow(987_654).await.unwrap_err();
+    assert!(matches!(err, ClientError::NotFound(_)), "{err}");
+    assert!(
+        started.try_recv().is_err(),
+        "no step started after the cancel"
+    );
+    engine.stop().await;
 }

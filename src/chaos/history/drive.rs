@@ -68,6 +68,8 @@ pub struct Driver<'a> {
     /// Webhook endpoints and alert rules made so far (their ids).
     pub endpoints: Vec<i64>,
     pub alert_rules: Vec<i64>,
+    /// Workflow runs inserted (acknowledged, new): a cancel's `pick` chooses among them.
+    pub runs: Vec<i64>,
     pub history: History,
 }
 
@@ -574,14 +576,40 @@ impl Driver<'_> {
                 if let Some(k) = key {
                     body["key"] = json!(format!("w{k}"));
                 }
+                let e = self
+                    .send(
+                        i,
+                        role,
+                        "POST",
+                        "/workflows",
+                        "/workflows".into(),
+                        Some(body),
+                        None,
+                    )
+                    .await;
+                let run = e
+                    .answer
+                    .get("run")
+                    .and_then(|r| r.get("id"))
+                    .and_then(Value::as_i64);
+                if let (true, Some(id)) = (e.ok(), run) {
+                    if !self.runs.contains(&id) {
+                        self.runs.push(id);
+                    }
+                }
+            }
+            Step::WorkflowCancel { pick, role } => {
+                let Some(id) = pick_of(&self.runs, pick) else {
+                    return Ok(());
+                };
                 self.send(
                     i,
                     role,
                     "POST",
-                    "/workflows",
-                    "/workflows".into(),
-                    Some(body),
+                    "/workflows/{id}/cancel",
+                    format!("/workflows/{id}/cancel"),
                     None,
+                    Some(id),
                 )
                 .await;
             }

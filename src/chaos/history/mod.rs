@@ -211,6 +211,7 @@ async fn run_on(
         questions: Vec::new(),
         endpoints: Vec::new(),
         alert_rules: Vec::new(),
+        runs: Vec::new(),
         history: History {
             seed: config.seed,
             ..History::default()

@@ -303,6 +303,11 @@ pub enum Step {
         key: Option<u8>,
         role: Role,
     },
+    /// Cancel a workflow run inserted before (the `pick`th): nothing of it may start after.
+    WorkflowCancel {
+        pick: usize,
+        role: Role,
+    },
     /// Nothing for a while: time for timers, leases and schedules to act.
     Wait {
         ms: u64,
@@ -332,7 +337,7 @@ fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
     let missed = ["skip", "run_once", "run_all"];
     // Kinds are appended at the end of the range (from 108), the waits staying last, so that the
     // old kinds keep their shares among themselves.
-    match rng.u32(..126) {
+    match rng.u32(..128) {
         0..=2 => Step::SqlInsert {
             queue,
             delay_ms: [0, 150, 700][rng.usize(..3)],
@@ -533,6 +538,10 @@ fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
             fail: rng.u8(..8),
             policies: rng.u16(..),
             key: (rng.u8(..3) == 0).then(|| rng.u8(..2)),
+            role: role(rng),
+        },
+        126..=127 => Step::WorkflowCancel {
+            pick,
             role: role(rng),
         },
         _ => Step::Wait {

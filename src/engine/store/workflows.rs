@@ -235,3 +235,24 @@ pub async fn sibling_output<'e>(
     .fetch_optional(db)
     .await
 }
+
+/// Cancels run `run`'s blocked steps under its lock; returns the jobs of its ready steps (to
+/// cancel next, in the same transaction), or `None` when the run is not running.
+pub async fn run_cancel_steps(
+    conn: &mut PgConnection,
+    run: i64,
+) -> Result<Option<Vec<i64>>, sqlx::Error> {
+    sqlx::query_scalar("SELECT kickoff_run_cancel_steps($1)")
+        .bind(run)
+        .fetch_one(conn)
+        .await
+}
+
+/// Ends run `run` `cancelled` once none of its steps is blocked or ready.
+pub async fn run_mark_cancelled(conn: &mut PgConnection, run: i64) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT kickoff_run_cancelled($1)")
+        .bind(run)
+        .execute(conn)
+        .await?;
+    Ok(())
+}

@@ -36,8 +36,8 @@ pub enum Promise {
     /// docs/limits.md: a paused queue or kind starts no attempt until it is resumed (checked on
     /// webhook calls: the receiver sees when an attempt really started).
     PauseHolds,
-    /// Nothing cancels a job but an action or a policy that names it: a cancel (one or bulk), its
-    /// schedule's pause, change, deletion, overlap or missed-run policy, its question's deletion.
+    /// Nothing cancels a job but an action or a policy that names it: a cancel (one or bulk, or
+    /// of the workflow run it is a step of), its schedule's pause, change, deletion, overlap or missed-run policy, its question's deletion.
     /// docs/schedules.md: a run triggered by hand is never counted as missed, nor a run held by
     /// a paused queue or kind, a limit or a backlog: the missed-run policy cancels a run only when
     /// its slot passed while a fault left no node to start it.
@@ -81,7 +81,8 @@ pub enum Promise {
     /// docs/workflows.md: a step's job is made only once each of its dependencies settled in a
     /// way that lets it run, never before a dependency's job settled; a step's state follows
     /// its job's; a dependency that failed leaves no step blocked for ever; a run's counters
-    /// equal its steps' states, and it settles with the last of them.
+    /// equal its steps' states, and it settles with the last of them; nothing of a run starts
+    /// after its cancel was answered.
     WorkflowsHold,
 }
 
@@ -140,7 +141,7 @@ pub fn check(h: &History, s: &Snapshot) -> Vec<Violation> {
         due_by_database_clock,
         slots::slots_complete,
         reserved_meta_refused,
-        |_, s| workflows::workflows_hold(s),
+        workflows::workflows_hold,
     ];
     Promise::ALL
         .iter()
@@ -391,9 +392,22 @@ fn cancel_explained(h: &History, s: &Snapshot) -> Vec<String> {
         })
         .filter_map(|e| e.subject)
         .collect();
+    // The jobs of workflow runs whose cancel was acknowledged: it cancels their ready steps' jobs.
+    let runs_cancelled: HashSet<i64> = h
+        .acknowledged("POST", "/workflows/{id}/cancel")
+        .filter_map(|e| e.subject)
+        .collect();
+    let run_of_job: HashMap<i64, i64> = s
+        .workflow_steps
+        .iter()
+        .filter_map(|st| st.job_id.map(|j| (j, st.run_id)))
+        .collect();
     for job in s.jobs.iter().filter(|j| j.state == "cancelled") {
         let named = on_job(h, "/jobs/{id}/cancel", job.id).next().is_some()
-            || bulk_on(h, "cancel", job).next().is_some();
+            || bulk_on(h, "cancel", job).next().is_some()
+            || run_of_job
+                .get(&job.id)
+                .is_some_and(|run| runs_cancelled.contains(run));
         if named {
             continue;
         }
