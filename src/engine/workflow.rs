@@ -261,26 +261,41 @@ impl Client {
             .map(|s| in_current_trace(&s.job))
             .collect();
         let created_by = workflow.created_by.as_deref();
-        let run = store::run_insert(
-            &mut *conn,
-            &workflow.name,
-            workflow.key.as_deref(),
-            created_by,
-            workflow.steps.len() as i32,
-        )
-        .await?;
-        let Some(run) = run else {
+        // A live run holding the key is the answer; one that settles between the insert and
+        // its read frees the key, and the insert is tried again.
+        let mut tries = 0;
+        let run = loop {
+            tries += 1;
+            let inserted = store::run_insert(
+                &mut *conn,
+                &workflow.name,
+                workflow.key.as_deref(),
+                created_by,
+                workflow.steps.len() as i32,
+            )
+            .await?;
+            if let Some(run) = inserted {
+                break run;
+            }
             let key = workflow.key.as_deref().unwrap_or_default();
-            let run = store::run_live_by_key(&mut *conn, key)
-                .await?
-                .ok_or_else(|| ClientError::NotFound(format!("the live run of key {key:?}")))?;
-            return Ok((
-                RunInserted {
-                    run,
-                    existing: true,
-                },
-                Vec::new(),
-            ));
+            match store::run_live_by_key(&mut *conn, key).await? {
+                Some(run) => {
+                    return Ok((
+                        RunInserted {
+                            run,
+                            existing: true,
+                        },
+                        Vec::new(),
+                    ))
+                }
+                None if tries < 3 => continue,
+                None => {
+                    return Err(ClientError::Conflict(format!(
+                        "the key {key:?} is taken and freed again as this run is inserted: try \
+                         again"
+                    )))
+                }
+            }
         };
         let steps: Vec<StepInsert<'_>> = workflow
             .steps

@@ -79,10 +79,10 @@ pub enum Promise {
     /// schedule (taking its slot) or passes for an alert's notification.
     ReservedMetaRefused,
     /// docs/workflows.md: a step's job is made only once each of its dependencies settled in a
-    /// way that lets it run, never before a dependency's job settled; a step's state follows
-    /// its job's; a dependency that failed leaves no step blocked for ever; a run's counters
-    /// equal its steps' states, and it settles with the last of them; nothing of a run starts
-    /// after its cancel was answered.
+    /// way that lets it run, and never claimed before a dependency's job settled; a step's state
+    /// follows its job's; a dependency that failed leaves no step blocked for ever; a run's
+    /// counters equal its steps' states, and it settles with the last of them; nothing of a run
+    /// starts after its cancel was answered.
     WorkflowsHold,
 }
 
