@@ -17,7 +17,7 @@ CREATE TABLE workflow_runs (
     finished_at timestamptz,
     created_by text CHECK (created_by IS NULL OR char_length(created_by) BETWEEN 1 AND 200),
     -- The steps by state, kept by every write of a step's state (never a count over the steps).
-    steps int NOT NULL CHECK (steps BETWEEN 1 AND 1000),
+    steps int NOT NULL CHECK (steps BETWEEN 1 AND 200),
     blocked int NOT NULL CHECK (blocked >= 0),
     ready int NOT NULL DEFAULT 0 CHECK (ready >= 0),
     completed int NOT NULL DEFAULT 0 CHECK (completed >= 0),

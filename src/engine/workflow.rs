@@ -33,7 +33,9 @@ use super::store::workflows::{self as store, StepInsert};
 pub use super::store::workflows::{RunRow, StepRow};
 
 /// At most this many steps in a run (a large fan-out is a map step's tasks, not steps).
-pub const MAX_STEPS: usize = 1000;
+pub const MAX_STEPS: usize = 200;
+/// At most this many dependencies of one step.
+pub const MAX_DEPS: usize = 50;
 /// A run's and a step's name: 1 to this many characters.
 pub const MAX_NAME_CHARS: usize = 128;
 /// A run's key: 1 to this many characters.
@@ -153,6 +155,12 @@ impl Workflow {
                 return Err(invalid(
                     "steps",
                     format!("a step's name is 1 to {MAX_NAME_CHARS} characters, without NUL"),
+                ));
+            }
+            if step.after.len() > MAX_DEPS {
+                return Err(invalid(
+                    "steps",
+                    format!("step {:?}: at most {MAX_DEPS} dependencies", step.name),
                 ));
             }
             let mut deps = HashSet::new();

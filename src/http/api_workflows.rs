@@ -18,7 +18,7 @@ use super::error::AppError;
 use super::extract::{ApiJson, ApiQuery, IdPath};
 use super::state::AppState;
 use crate::engine::schedules::JobTemplate;
-use crate::engine::workflow::{OnDepFailure, RunRow, StepRow, Workflow};
+use crate::engine::workflow::{OnDepFailure, RunRow, StepRow, Workflow, MAX_DEPS, MAX_STEPS};
 use crate::engine::NewJob;
 use crate::schema_rules::NO_NUL;
 
@@ -34,9 +34,9 @@ pub struct CreateWorkflow {
     #[serde(default)]
     #[schemars(length(min = 1, max = 255), regex(pattern = NO_NUL))]
     pub key: Option<String>,
-    /// 1 to 1,000 steps, each waiting only for steps before it in this list (else 422
+    /// 1 to 200 steps, each waiting only for steps before it in this list (else 422
     /// `inconsistent`), with names unique in the run.
-    #[schemars(length(min = 1, max = 1000))]
+    #[schemars(length(min = 1, max = MAX_STEPS))]
     pub steps: Vec<CreateStep>,
 }
 
@@ -48,9 +48,9 @@ pub struct CreateStep {
     #[schemars(length(min = 1, max = 128), regex(pattern = NO_NUL))]
     pub name: String,
     pub job: JobTemplate,
-    /// The steps it waits for, each named once and declared before it.
+    /// The steps it waits for (at most 50), each named once and declared before it.
     #[serde(default)]
-    #[schemars(length(max = 1000))]
+    #[schemars(length(max = MAX_DEPS))]
     pub after: Vec<Dependency>,
 }
 
@@ -187,8 +187,7 @@ impl From<StepRow> for StepView {
 pub struct RunDetail {
     pub run: RunView,
     pub steps: Vec<StepView>,
-    /// The insert found a live run holding the key and wrote nothing (inserts only).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    /// The insert found a live run holding the key and wrote nothing (false but for inserts).
     pub existing: bool,
 }
 

@@ -1256,6 +1256,14 @@ mod tests {
             json!(crate::engine::bulk::MAX_BULK_IDS)
         );
         assert_eq!(
+            schemas["CreateWorkflow"]["properties"]["steps"]["maxItems"],
+            json!(crate::engine::workflow::MAX_STEPS)
+        );
+        assert_eq!(
+            schemas["CreateStep"]["properties"]["after"]["maxItems"],
+            json!(crate::engine::workflow::MAX_DEPS)
+        );
+        assert_eq!(
             schemas["ShiftBody"]["properties"]["by_ms"]["maximum"],
             json!(crate::engine::job_edit::MAX_SHIFT_MS)
         );

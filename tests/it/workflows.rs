@@ -373,6 +373,17 @@ async fn a_refused_or_rolled_back_run_writes_nothing() {
             Workflow::new("x").step("a", step("a").with_priority(42)),
             "step \"a\": priority",
         ),
+        (
+            (0..51).fold(
+                (0..51)
+                    .fold(Workflow::new("x"), |w, n| {
+                        w.step(format!("s{n}"), step("s"))
+                    })
+                    .step("join", step("join")),
+                |w, n| w.after(format!("s{n}")),
+            ),
+            "at most 50 dependencies",
+        ),
     ];
     for (flow, why) in refused {
         let err = client.insert_workflow(&flow).await.unwrap_err();
