@@ -134,8 +134,11 @@ pub(super) fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
                 deps.iter().map(|(d, _)| &d.state).collect::<Vec<_>>()
             ));
         }
+        // Skipped with what follows it, or settled before by another dependency (the first
+        // settle of a step stands): never run.
         if deps.iter().any(|(d, _)| d.skip_following)
-            && !(step.state == "skipped" && step.skip_following)
+            && !(step.job_id.is_none()
+                && matches!(step.state.as_str(), "skipped" | "failed" | "cancelled"))
         {
             out.push(format!(
                 "step {}: {} after a dependency skipped with what follows it",
