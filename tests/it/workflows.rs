@@ -579,33 +579,17 @@ async fn the_api_inserts_reads_and_lists_runs_and_refuses_bad_ones() {
     .await;
     assert_eq!(status, StatusCode::OK, "{page}");
     assert_eq!(page["runs"][0]["id"].as_i64(), Some(id));
-    let (status, _) = call(
-        &app,
-        Method::GET,
-        "/api/v1/workflows?state=completed",
-        Some(TOKEN),
-        None,
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK);
-    let (status, _) = call(
-        &app,
-        Method::GET,
-        "/api/v1/workflows/999999",
-        Some(TOKEN),
-        None,
-    )
-    .await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
-    let (status, _) = call(
-        &app,
-        Method::GET,
-        "/api/v1/workflows?limit=0",
-        Some(TOKEN),
-        None,
-    )
-    .await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    for (path, want) in [
+        ("/api/v1/workflows?state=completed", StatusCode::OK),
+        ("/api/v1/workflows/999999", StatusCode::NOT_FOUND),
+        (
+            "/api/v1/workflows?limit=0",
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+    ] {
+        let (status, answer) = call(&app, Method::GET, path, Some(TOKEN), None).await;
+        assert_eq!(status, want, "{path}: {answer}");
+    }
 
     let refused = [
         (
