@@ -43,6 +43,7 @@ pub mod timer;
 pub mod validation;
 pub mod worker;
 pub mod workflow;
+pub mod workflow_actions;
 
 pub use crate::db::{Db, PoolMode};
 /// The job filter's vocabulary (what a list, a count, an export and a bulk action match), for the

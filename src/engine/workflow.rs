@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
 
 use super::client::{in_current_trace, inconsistent, invalid, Client, ClientError};
-use super::job::{JobId, JobState, NewJob, Schedule};
+use super::job::{JobState, NewJob, Schedule};
 use super::store::workflows::{self as store, StepInsert};
 pub use super::store::workflows::{RunRow, StepRow};
 
@@ -351,39 +351,6 @@ impl Client {
             },
             queues,
         ))
-    }
-
-    /// Cancels run `id`: nothing of it starts once this commits. Its blocked steps are
-    /// cancelled, and its ready steps' jobs (running attempts stopped on their nodes), each step
-    /// with its job; the run ends `cancelled`. 409 when it is not running.
-    pub async fn cancel_workflow(&self, id: i64) -> Result<RunRow, ClientError> {
-        let mut tx = self.pool.begin().await?;
-        let run = self.cancel_workflow_with(&mut tx, id).await?;
-        tx.commit().await?;
-        Ok(run)
-    }
-
-    /// [`Self::cancel_workflow`] inside the caller's transaction (`&mut *tx`).
-    pub async fn cancel_workflow_with(
-        &self,
-        conn: &mut PgConnection,
-        id: i64,
-    ) -> Result<RunRow, ClientError> {
-        let Some(ready) = store::run_cancel_steps(&mut *conn, id).await? else {
-            return Err(match store::run_get(&mut *conn, id).await? {
-                Some(run) => ClientError::Conflict(format!(
-                    "cannot cancel workflow run {id}: it is {}",
-                    run.state
-                )),
-                None => ClientError::NotFound(format!("workflow run {id}")),
-            });
-        };
-        let jobs: Vec<JobId> = ready.into_iter().map(JobId).collect();
-        self.cancel_with(&mut *conn, &jobs).await?;
-        store::run_mark_cancelled(&mut *conn, id).await?;
-        store::run_get(&mut *conn, id)
-            .await?
-            .ok_or_else(|| ClientError::NotFound(format!("workflow run {id}")))
     }
 
     /// Run `id` as stored.

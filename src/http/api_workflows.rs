@@ -19,6 +19,7 @@ use super::extract::{ApiJson, ApiQuery, IdPath};
 use super::state::AppState;
 use crate::engine::schedules::JobTemplate;
 use crate::engine::workflow::{OnDepFailure, RunRow, StepRow, Workflow, MAX_DEPS, MAX_STEPS};
+use crate::engine::workflow_actions::RetryMode;
 use crate::engine::NewJob;
 use crate::schema_rules::NO_NUL;
 
@@ -130,6 +131,8 @@ pub struct RunView {
     pub failed: i32,
     pub skipped: i32,
     pub cancelled: i32,
+    /// The run this one runs again from one of its steps (`POST /workflows/{id}/rerun`).
+    pub rerun_of: Option<i64>,
 }
 
 impl From<RunRow> for RunView {
@@ -149,6 +152,7 @@ impl From<RunRow> for RunView {
             failed: r.failed,
             skipped: r.skipped,
             cancelled: r.cancelled,
+            rerun_of: r.rerun_of,
         }
     }
 }
@@ -166,6 +170,9 @@ pub struct StepView {
     /// Its job (`/api/v1/jobs/{id}`), once it was made.
     pub job_id: Option<i64>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// In a rerun, the step of the run it reruns whose completion (job and output) this one
+    /// keeps; absent for a step that ran in this run.
+    pub kept_from: Option<i64>,
 }
 
 impl From<StepRow> for StepView {
@@ -178,6 +185,7 @@ impl From<StepRow> for StepView {
             queue: s.queue,
             job_id: s.job_id.map(|j| j.0),
             finished_at: s.finished_at,
+            kept_from: s.kept_from,
         }
     }
 }
@@ -235,6 +243,16 @@ pub async fn get(
     }))
 }
 
+/// A run and its steps as the answer of an action on it.
+async fn detail_of(state: &AppState, run: RunRow) -> Result<RunDetail, AppError> {
+    let steps = state.client.workflow_steps(run.id).await?;
+    Ok(RunDetail {
+        run: run.into(),
+        steps: steps.into_iter().map(Into::into).collect(),
+        existing: false,
+    })
+}
+
 pub async fn cancel(
     State(state): State<AppState>,
     audit: Audit,
@@ -246,12 +264,113 @@ pub async fn cancel(
             Ok(client.cancel_workflow_with(work.conn().await?, id).await?)
         })
         .await?;
-    let steps = client.workflow_steps(id).await?;
-    Ok(Audited(Json(RunDetail {
-        run: run.into(),
-        steps: steps.into_iter().map(Into::into).collect(),
-        existing: false,
-    })))
+    Ok(Audited(Json(detail_of(&state, run).await?)))
+}
+
+/// Which steps of a run a retry runs again.
+#[derive(schemars::JsonSchema, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryWorkflow {
+    /// `failed` (the default: the steps that failed, were cancelled or skipped; never a completed
+    /// one), `failed_and_following` (those and every step after them, completed ones included),
+    /// `all` (every step; none may be running).
+    #[serde(default)]
+    pub mode: Retry,
+}
+
+/// Which steps a retry runs again (`engine::workflow_actions::RetryMode`).
+#[derive(schemars::JsonSchema, Debug, Default, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Retry {
+    #[default]
+    Failed,
+    FailedAndFollowing,
+    All,
+}
+
+impl From<Retry> for RetryMode {
+    fn from(r: Retry) -> Self {
+        match r {
+            Retry::Failed => RetryMode::Failed,
+            Retry::FailedAndFollowing => RetryMode::FailedAndFollowing,
+            Retry::All => RetryMode::All,
+        }
+    }
+}
+
+pub async fn retry(
+    State(state): State<AppState>,
+    audit: Audit,
+    IdPath(id): IdPath,
+    ApiJson(body): ApiJson<RetryWorkflow>,
+) -> Result<impl IntoResponse, AppError> {
+    let client = &state.client;
+    let Audited(run) = audit
+        .run(uncounted, async |work| {
+            Ok(client
+                .retry_workflow_with(work.conn().await?, id, body.mode.into())
+                .await?)
+        })
+        .await?;
+    Ok(Audited(Json(detail_of(&state, run).await?)))
+}
+
+/// The step to skip.
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SkipStep {
+    /// A step of the run, blocked or ready (its job is cancelled).
+    #[schemars(length(min = 1, max = 128), regex(pattern = NO_NUL))]
+    pub step: String,
+}
+
+pub async fn skip(
+    State(state): State<AppState>,
+    audit: Audit,
+    IdPath(id): IdPath,
+    ApiJson(body): ApiJson<SkipStep>,
+) -> Result<impl IntoResponse, AppError> {
+    let client = &state.client;
+    let Audited(run) = audit
+        .run(uncounted, async |work| {
+            Ok(client
+                .skip_workflow_step_with(work.conn().await?, id, &body.step)
+                .await?)
+        })
+        .await?;
+    Ok(Audited(Json(detail_of(&state, run).await?)))
+}
+
+/// The step a rerun starts from.
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RerunWorkflow {
+    /// A step of the run: it, every step that did not complete and every step after either run
+    /// again in the new run; the others keep their completion and output.
+    #[schemars(length(min = 1, max = 128), regex(pattern = NO_NUL))]
+    pub from: String,
+}
+
+pub async fn rerun(
+    State(state): State<AppState>,
+    Extension(caller): Extension<ApiCaller>,
+    audit: Audit,
+    IdPath(id): IdPath,
+    ApiJson(body): ApiJson<RerunWorkflow>,
+) -> Result<impl IntoResponse, AppError> {
+    let client = &state.client;
+    let by = creator(&caller);
+    let Audited(run) = audit
+        .run(uncounted, async |work| {
+            Ok(client
+                .rerun_workflow_with(work.conn().await?, id, &body.from, Some(by))
+                .await?)
+        })
+        .await?;
+    Ok(Audited((
+        StatusCode::CREATED,
+        Json(detail_of(&state, run).await?),
+    )))
 }
 
 /// A page of runs, newest first.

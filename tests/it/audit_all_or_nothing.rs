@@ -148,6 +148,19 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
         .await["run"]["id"]
         .as_i64()
         .unwrap();
+    // A run whose one step's job was cancelled: failed, to retry and to run again.
+    let failed = d
+        .api(
+            Method::POST,
+            "/workflows",
+            json!({"name": "game", "steps": [
+                {"name": "one", "job": {"kind": "noop", "queue": "nobody"}}]}),
+        )
+        .await;
+    let failed_run = failed["run"]["id"].as_i64().unwrap();
+    let one_job = failed["steps"][0]["job_id"].as_i64().unwrap();
+    d.api(Method::POST, &format!("/jobs/{one_job}/cancel"), json!({}))
+        .await;
     let (_, preview) = d.server_fn("bulk_preview", "query[args]=batch%3Db").await;
     let max_id = serde_json::from_str::<Value>(&preview).unwrap()["max_id"]
         .as_i64()
@@ -355,6 +368,21 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
             "POST /workflows/{id}/cancel",
             format!("/workflows/{run}/cancel"),
             json!({}),
+        ),
+        (
+            "POST /workflows/{id}/retry",
+            format!("/workflows/{failed_run}/retry"),
+            json!({}),
+        ),
+        (
+            "POST /workflows/{id}/skip",
+            format!("/workflows/{run}/skip"),
+            json!({"step": "held"}),
+        ),
+        (
+            "POST /workflows/{id}/rerun",
+            format!("/workflows/{failed_run}/rerun"),
+            json!({"from": "one"}),
         ),
     ];
     let routes: std::collections::BTreeSet<String> = kickoff::http::openapi::endpoints()

@@ -55,4 +55,5 @@ mod webhook_endpoint_settings;
 mod webhook_headers;
 mod webhook_safety;
 mod webhook_signatures;
+mod workflow_actions;
 mod workflows;

@@ -3,6 +3,8 @@
 //! failed does what its edge says; outputs pass to the steps after; a run's key is unique among
 //! the live runs; a refused or rolled-back run writes nothing.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -16,8 +18,10 @@ use kickoff::engine::{
 
 /// A step's handler: reports its start with what its dependencies recorded, records its own
 /// name, and fails (for good) when its args say so.
-struct StepWorker {
+pub(crate) struct StepWorker {
     started: mpsc::UnboundedSender<(String, Value)>,
+    /// Steps whose args say `flaky` fail (for good) until this is set.
+    healed: Arc<AtomicBool>,
 }
 
 impl Worker for StepWorker {
@@ -43,7 +47,8 @@ impl Worker for StepWorker {
                 ctx.cancelled().cancelled().await;
                 return Err(WorkError::Retryable(format!("{name} stopped")));
             }
-            if ctx.job.args["fail"] == json!(true) {
+            let flaky = ctx.job.args["flaky"] == json!(true) && !self.healed.load(Ordering::SeqCst);
+            if ctx.job.args["fail"] == json!(true) || flaky {
                 return Err(WorkError::Fatal(format!("{name} failed on purpose")));
             }
             ctx.record(&json!({ "by": name }))
@@ -53,7 +58,7 @@ impl Worker for StepWorker {
     }
 }
 
-fn step(name: &str) -> NewJob {
+pub(crate) fn step(name: &str) -> NewJob {
     NewJob::new("wf_step", json!({ "name": name }))
 }
 
@@ -61,21 +66,41 @@ fn failing(name: &str) -> NewJob {
     NewJob::new("wf_step", json!({ "name": name, "fail": true }))
 }
 
-/// The step's worker, and what it reports of each start.
-fn workers() -> (Workers, mpsc::UnboundedReceiver<(String, Value)>) {
+/// The step's worker, what it reports of each start, and the switch that heals flaky steps.
+fn workers() -> (
+    Workers,
+    mpsc::UnboundedReceiver<(String, Value)>,
+    Arc<AtomicBool>,
+) {
     let (tx, rx) = mpsc::unbounded_channel();
+    let healed = Arc::new(AtomicBool::new(false));
     let mut workers = Workers::new();
-    workers.register(StepWorker { started: tx });
-    (workers, rx)
+    workers.register(StepWorker {
+        started: tx,
+        healed: healed.clone(),
+    });
+    (workers, rx, healed)
 }
 
 /// A client that knows the step's kind, without an engine running the steps.
 fn client(db: &TestDb) -> kickoff::engine::Client {
-    kickoff::engine::Client::new(db.pool.clone(), std::sync::Arc::new(workers().0))
+    kickoff::engine::Client::new(db.pool.clone(), Arc::new(workers().0))
 }
 
 async fn engine(db: &TestDb) -> (Engine, mpsc::UnboundedReceiver<(String, Value)>) {
-    let (workers, rx) = workers();
+    let (engine, rx, _) = engine_healable(db).await;
+    (engine, rx)
+}
+
+/// [`engine`], with the switch that heals its flaky steps.
+pub(crate) async fn engine_healable(
+    db: &TestDb,
+) -> (
+    Engine,
+    mpsc::UnboundedReceiver<(String, Value)>,
+    Arc<AtomicBool>,
+) {
+    let (workers, rx, healed) = workers();
     let config = EngineConfig {
         queues: vec![("default".into(), 10)],
         ..EngineConfig::default()
@@ -83,10 +108,10 @@ async fn engine(db: &TestDb) -> (Engine, mpsc::UnboundedReceiver<(String, Value)
     let engine = Engine::start(db.pool.clone(), workers, config)
         .await
         .unwrap();
-    (engine, rx)
+    (engine, rx, healed)
 }
 
-async fn settled(engine: &Engine, id: i64) -> RunRow {
+pub(crate) async fn settled(engine: &Engine, id: i64) -> RunRow {
     let client = engine.client();
     wait_for("the run to settle", Duration::from_secs(20), || async {
         client.workflow_run(id).await.unwrap().state != "running"
@@ -95,7 +120,7 @@ async fn settled(engine: &Engine, id: i64) -> RunRow {
     client.workflow_run(id).await.unwrap()
 }
 
-fn by_name(steps: &[StepRow], name: &str) -> StepRow {
+pub(crate) fn by_name(steps: &[StepRow], name: &str) -> StepRow {
     steps.iter().find(|s| s.name == name).unwrap().clone()
 }
 
@@ -654,20 +679,9 @@ async fn the_api_inserts_reads_and_lists_runs_and_refuses_bad_ones() {
     let (status, again) = call(&app, Method::POST, &path, Some(TOKEN), None).await;
     assert_eq!(status, StatusCode::CONFLICT, "{again}");
 
-    let accounts = kickoff::accounts::Accounts::new(db.pool.clone());
-    let viewer = accounts
-        .create(
-            "viewer",
-            "a long enough password",
-            kickoff::accounts::Role::Operator,
-        )
-        .await
-        .unwrap();
-    let read_only = accounts
-        .create_token(&viewer, "read", kickoff::accounts::TokenScope::Read)
-        .await
-        .unwrap()
-        .1;
+    let read_only =
+        crate::common::operator_token_of(&db.pool, "viewer", kickoff::accounts::TokenScope::Read)
+            .await;
     let (status, _) = call(
         &app,
         Method::POST,

@@ -29,6 +29,8 @@ pub struct RunRow {
     pub failed: i32,
     pub skipped: i32,
     pub cancelled: i32,
+    /// The run this one runs again (`Client::rerun_workflow`).
+    pub rerun_of: Option<i64>,
 }
 
 /// A step of a run as stored.
@@ -46,6 +48,8 @@ pub struct StepRow {
     pub job_id: Option<JobId>,
     pub output: Option<Value>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// The step of the run this one reruns whose completion it keeps (its job and output).
+    pub kept_from: Option<i64>,
 }
 
 /// A step to insert: the job it becomes (checked like any new job), and how many dependencies
@@ -210,7 +214,8 @@ pub async fn runs_list<'e>(
 /// The steps of run `run`, in the order they were declared.
 pub async fn run_steps<'e>(db: impl PgExecutor<'e>, run: i64) -> Result<Vec<StepRow>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, run_id, name, state, deps_left, queue, kind, job_id, output, finished_at
+        "SELECT id, run_id, name, state, deps_left, queue, kind, job_id, output, finished_at,
+                kept_from
          FROM workflow_steps WHERE run_id = $1 ORDER BY id",
     )
     .bind(run)
@@ -255,4 +260,59 @@ pub async fn run_mark_cancelled(conn: &mut PgConnection, run: i64) -> Result<(),
         .execute(conn)
         .await?;
     Ok(())
+}
+
+/// Retries run `run`'s steps by `mode` (`failed`, `failed_and_following`, `all`): `ok` or why not
+/// (`kickoff_run_retry`, migration `20261225000001_workflow_actions.sql`).
+pub async fn run_retry(
+    conn: &mut PgConnection,
+    run: i64,
+    mode: &str,
+) -> Result<String, sqlx::Error> {
+    sqlx::query_scalar("SELECT kickoff_run_retry($1, $2)")
+        .bind(run)
+        .bind(mode)
+        .fetch_one(conn)
+        .await
+}
+
+/// Skips step `step` of run `run`: `skipped` and the step's job (to cancel next), or why not.
+pub async fn step_skip(
+    conn: &mut PgConnection,
+    run: i64,
+    step: &str,
+) -> Result<(String, Option<i64>), sqlx::Error> {
+    sqlx::query_as("SELECT outcome, job FROM kickoff_step_skip($1, $2)")
+        .bind(run)
+        .bind(step)
+        .fetch_one(conn)
+        .await
+}
+
+/// Runs settled run `run` again from step `from` as a new run: `created` and its id, or why not.
+pub async fn run_rerun(
+    conn: &mut PgConnection,
+    run: i64,
+    from: &str,
+    by: Option<&str>,
+) -> Result<(String, Option<i64>), sqlx::Error> {
+    sqlx::query_as("SELECT outcome, new_run FROM kickoff_run_rerun($1, $2, $3)")
+        .bind(run)
+        .bind(from)
+        .bind(by)
+        .fetch_one(conn)
+        .await
+}
+
+/// The distinct queues of run `run`'s ready steps (to wake after an action made their jobs).
+pub async fn ready_queues<'e>(
+    db: impl PgExecutor<'e>,
+    run: i64,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT DISTINCT queue FROM workflow_steps WHERE run_id = $1 AND state = 'ready'",
+    )
+    .bind(run)
+    .fetch_all(db)
+    .await
 }

@@ -310,17 +310,26 @@ fn app_state(
 
 /// A write token of a new operator account `ops` (not an admin).
 pub async fn operator_token(pool: &Db) -> String {
+    operator_token_of(pool, "ops", kickoff::accounts::TokenScope::Write).await
+}
+
+/// A token of `scope` of a new operator account `name`.
+pub async fn operator_token_of(
+    pool: &Db,
+    name: &str,
+    scope: kickoff::accounts::TokenScope,
+) -> String {
     let accounts = kickoff::accounts::Accounts::new(pool.clone());
-    let ops = accounts
+    let account = accounts
         .create(
-            "ops",
+            name,
             "a long enough password",
             kickoff::accounts::Role::Operator,
         )
         .await
         .unwrap();
     accounts
-        .create_token(&ops, "script", kickoff::accounts::TokenScope::Write)
+        .create_token(&account, "script", scope)
         .await
         .unwrap()
         .1

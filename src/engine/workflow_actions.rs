@@ -1,0 +1,208 @@
+//! What an operator does to a workflow run (issue 49): cancel it, retry its failed steps, skip a
+//! step, run it again from a step. Each is one SQL function holding the run's lock
+//! (`kickoff_run_cancel_steps`, `kickoff_run_retry`, `kickoff_step_skip`, `kickoff_run_rerun`),
+//! so none interleaves with a step's settle; the Rust side names the refusals and cancels the
+//! jobs the database hands back through the jobs' own cancel (which stops running attempts).
+
+use serde::{Deserialize, Serialize};
+use sqlx::PgConnection;
+
+use super::client::{inconsistent, Client, ClientError};
+use super::job::JobId;
+use super::store::workflows as store;
+use super::workflow::RunRow;
+use crate::db::in_transaction;
+
+/// Which steps a retry runs again. A completed step runs again only under
+/// [`RetryMode::FailedAndFollowing`] (when it follows one that did not complete) or
+/// [`RetryMode::All`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryMode {
+    /// The steps that failed, were cancelled or skipped; never a completed one.
+    #[default]
+    Failed,
+    /// Those, and every step after them, completed ones included (their inputs change).
+    FailedAndFollowing,
+    /// Every step (none may be running).
+    All,
+}
+
+impl RetryMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetryMode::Failed => "failed",
+            RetryMode::FailedAndFollowing => "failed_and_following",
+            RetryMode::All => "all",
+        }
+    }
+}
+
+fn not_found(id: i64) -> ClientError {
+    ClientError::NotFound(format!("workflow run {id}"))
+}
+
+impl Client {
+    /// Cancels run `id`: nothing of it starts once this commits. Its blocked steps are
+    /// cancelled, and its ready steps' jobs (running attempts stopped on their nodes), each step
+    /// with its job; the run ends `cancelled`. 409 when it is not running.
+    pub async fn cancel_workflow(&self, id: i64) -> Result<RunRow, ClientError> {
+        let mut tx = self.pool.begin().await?;
+        let run = self.cancel_workflow_with(&mut tx, id).await?;
+        tx.commit().await?;
+        Ok(run)
+    }
+
+    /// [`Self::cancel_workflow`] inside the caller's transaction (`&mut *tx`).
+    pub async fn cancel_workflow_with(
+        &self,
+        conn: &mut PgConnection,
+        id: i64,
+    ) -> Result<RunRow, ClientError> {
+        let Some(ready) = store::run_cancel_steps(&mut *conn, id).await? else {
+            return Err(match store::run_get(&mut *conn, id).await? {
+                Some(run) => ClientError::Conflict(format!(
+                    "cannot cancel workflow run {id}: it is {}",
+                    run.state
+                )),
+                None => ClientError::NotFound(format!("workflow run {id}")),
+            });
+        };
+        let jobs: Vec<JobId> = ready.into_iter().map(JobId).collect();
+        self.cancel_with(&mut *conn, &jobs).await?;
+        store::run_mark_cancelled(&mut *conn, id).await?;
+        store::run_get(&mut *conn, id)
+            .await?
+            .ok_or_else(|| ClientError::NotFound(format!("workflow run {id}")))
+    }
+
+    /// Retries run `id`'s steps by `mode`: the steps it names wait again for their dependencies,
+    /// and those whose dependencies completed get their job at once; the run is running again.
+    /// 409 when the run was cancelled (run it again instead), has nothing failed, has running
+    /// steps (for [`RetryMode::All`]), or its key is held by a live run.
+    pub async fn retry_workflow(&self, id: i64, mode: RetryMode) -> Result<RunRow, ClientError> {
+        in_transaction!(self, |tx| self.retry_workflow_with(tx, id, mode))
+    }
+
+    /// [`Self::retry_workflow`] inside the caller's transaction (`&mut *tx`).
+    pub async fn retry_workflow_with(
+        &self,
+        conn: &mut PgConnection,
+        id: i64,
+        mode: RetryMode,
+    ) -> Result<RunRow, ClientError> {
+        let refused =
+            |why: &str| ClientError::Conflict(format!("cannot retry workflow run {id}: {why}"));
+        match store::run_retry(&mut *conn, id, mode.as_str())
+            .await?
+            .as_str()
+        {
+            "ok" => {}
+            "not_found" => return Err(not_found(id)),
+            "cancelled" => return Err(refused("it was cancelled (run it again from a step)")),
+            "nothing_failed" => {
+                return Err(refused(
+                    "none of its steps failed, was cancelled or skipped",
+                ))
+            }
+            "steps_running" => {
+                return Err(refused(
+                    "some of its steps are running (retrying all waits for them)",
+                ))
+            }
+            "key_taken" => return Err(refused("a live run holds its key")),
+            other => return Err(refused(other)),
+        }
+        store::run_get(&mut *conn, id)
+            .await?
+            .ok_or_else(|| not_found(id))
+    }
+
+    /// Skips step `step` of running run `id`: it settles `skipped` and the steps after it go on
+    /// as after a completed one; its job, if it had one, is cancelled (a running attempt is
+    /// stopped). 409 when the run is not running or the step has settled; 422 for a step the
+    /// run does not have.
+    pub async fn skip_workflow_step(&self, id: i64, step: &str) -> Result<RunRow, ClientError> {
+        in_transaction!(self, |tx| self.skip_workflow_step_with(tx, id, step))
+    }
+
+    /// [`Self::skip_workflow_step`] inside the caller's transaction (`&mut *tx`).
+    pub async fn skip_workflow_step_with(
+        &self,
+        conn: &mut PgConnection,
+        id: i64,
+        step: &str,
+    ) -> Result<RunRow, ClientError> {
+        let (outcome, job) = store::step_skip(&mut *conn, id, step).await?;
+        match outcome.as_str() {
+            "skipped" => {}
+            "not_found" => return Err(not_found(id)),
+            "unknown_step" => {
+                return Err(inconsistent(
+                    "step",
+                    format!("workflow run {id} has no step {step:?}"),
+                ))
+            }
+            other => {
+                let (what, state) = other.split_once('_').unwrap_or(("run", other));
+                let whose = if what == "run" {
+                    format!("the run is {state}")
+                } else {
+                    format!("the step is {state}")
+                };
+                return Err(ClientError::Conflict(format!(
+                    "cannot skip step {step:?} of workflow run {id}: {whose}"
+                )));
+            }
+        }
+        if let Some(job) = job {
+            // The step settled first: its job's cancel leaves it skipped.
+            self.cancel_with(&mut *conn, &[JobId(job)]).await?;
+        }
+        store::run_get(&mut *conn, id)
+            .await?
+            .ok_or_else(|| not_found(id))
+    }
+
+    /// Runs settled run `id` again from step `from`, as a new run (returned) of the same shape
+    /// and key: `from`, every step that did not complete and every step after either run again;
+    /// the others keep their completion and output. 409 while the run is running or when a live
+    /// run holds its key; 422 for a step the run does not have.
+    pub async fn rerun_workflow(
+        &self,
+        id: i64,
+        from: &str,
+        by: Option<&str>,
+    ) -> Result<RunRow, ClientError> {
+        in_transaction!(self, |tx| self.rerun_workflow_with(tx, id, from, by))
+    }
+
+    /// [`Self::rerun_workflow`] inside the caller's transaction (`&mut *tx`); `by` is who asks
+    /// (the new run's and its new jobs' creator).
+    pub async fn rerun_workflow_with(
+        &self,
+        conn: &mut PgConnection,
+        id: i64,
+        from: &str,
+        by: Option<&str>,
+    ) -> Result<RunRow, ClientError> {
+        let refused =
+            |why: &str| ClientError::Conflict(format!("cannot run workflow run {id} again: {why}"));
+        let (outcome, new_run) = store::run_rerun(&mut *conn, id, from, by).await?;
+        match (outcome.as_str(), new_run) {
+            ("created", Some(run)) => store::run_get(&mut *conn, run)
+                .await?
+                .ok_or_else(|| not_found(run)),
+            ("not_found", _) => Err(not_found(id)),
+            ("unknown_step", _) => Err(inconsistent(
+                "from",
+                format!("workflow run {id} has no step {from:?}"),
+            )),
+            ("running", _) => Err(refused(
+                "it is running (cancel it, or retry its failed steps)",
+            )),
+            ("key_taken", _) => Err(refused("a live run holds its key")),
+            (other, _) => Err(refused(other)),
+        }
+    }
+}
