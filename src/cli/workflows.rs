@@ -1,9 +1,9 @@
-//! `kickoff workflows list|show|cancel` against a server (see [`super::remote`]): workflow runs and
+//! `kickoff workflows list|show|cancel|retry|skip|rerun` against a server (see [`super::remote`]): workflow runs and
 //! their steps (docs/workflows.md).
 
 use clap::Subcommand;
 use reqwest::Method;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::remote::{cell, table, Api, Outcome};
 
@@ -22,6 +22,22 @@ pub enum WorkflowsAction {
     Show { id: i64 },
     /// Cancel a run: nothing of it starts after; its running attempts are stopped.
     Cancel { id: i64 },
+    /// Retry a run's steps: `failed` (the failed, cancelled and skipped; never a completed one),
+    /// `failed_and_following` (those and every step after them), `all`.
+    Retry {
+        id: i64,
+        #[arg(long, default_value = "failed")]
+        mode: String,
+    },
+    /// Skip a blocked or ready step of a running run: the steps after it go on; its job is
+    /// cancelled.
+    Skip { id: i64, step: String },
+    /// Run a settled run again from a step, as a new run keeping the completions before it.
+    Rerun {
+        id: i64,
+        #[arg(long)]
+        from: String,
+    },
 }
 
 impl WorkflowsAction {
@@ -69,15 +85,32 @@ impl WorkflowsAction {
                     .await?;
                 api.print(&run, print_run);
             }
-            WorkflowsAction::Cancel { id } => {
-                let run = api
-                    .call(Method::POST, &format!("/workflows/{id}/cancel"), None)
-                    .await?;
-                api.print(&run, print_run);
+            WorkflowsAction::Cancel { id } => act(api, id, "cancel", None).await?,
+            WorkflowsAction::Retry { id, mode } => {
+                act(api, id, "retry", Some(json!({ "mode": mode }))).await?
+            }
+            WorkflowsAction::Skip { id, step } => {
+                act(api, id, "skip", Some(json!({ "step": step }))).await?
+            }
+            WorkflowsAction::Rerun { id, from } => {
+                act(api, id, "rerun", Some(json!({ "from": from }))).await?
             }
         }
         Ok(())
     }
+}
+
+/// `POST /workflows/{id}/{action}` with `body`, the run it answers printed.
+async fn act(api: &Api, id: i64, action: &str, body: Option<Value>) -> Outcome {
+    let run = api
+        .call(
+            Method::POST,
+            &format!("/workflows/{id}/{action}"),
+            body.as_ref(),
+        )
+        .await?;
+    api.print(&run, print_run);
+    Ok(())
 }
 
 fn print_run(detail: &Value) {
@@ -90,6 +123,7 @@ fn print_run(detail: &Value) {
         "created_at",
         "finished_at",
         "created_by",
+        "rerun_of",
     ] {
         println!("{key:<12} {}", cell(&run[key]));
     }

@@ -296,6 +296,19 @@ async fn the_cli_drives_a_server_and_its_exit_codes_say_what_happened() {
     let gone = cli.json(&["workflows", "cancel", &waiting]);
     assert_eq!(gone["run"]["state"], "cancelled", "{gone}");
     cli.fails(&["workflows", "cancel", &waiting], 5);
+    // Run again from its first step (a new run), that step skipped there; a cancelled run is
+    // not retried.
+    let rerun = cli.json(&["workflows", "rerun", &waiting, "--from", "held"]);
+    assert_eq!(rerun["run"]["rerun_of"].to_string(), waiting, "{rerun}");
+    let again = rerun["run"]["id"].to_string();
+    let skipped = cli.json(&["workflows", "skip", &again, "held"]);
+    assert_eq!(skipped["steps"][0]["state"], "skipped", "{skipped}");
+    assert!(
+        skipped["steps"][1]["job_id"].is_i64(),
+        "the step after it was made: {skipped}"
+    );
+    cli.fails(&["workflows", "retry", &waiting], 5);
+    cli.fails(&["workflows", "retry", &waiting, "--mode", "sideways"], 6);
     cli.fails(&["workflows", "list", "--state", "sideways"], 6);
 
     // A token never goes over plain HTTP to another host unless asked (`--insecure`), and a
