@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::plan::{
     BulkAction, ErrorSearchAct, Fault, JobAction, ReadWhat, Role, ScheduleAction, ScheduleSpec,
-    Step, Work, ALERT_RULES, KINDS, ON_FAILURE, QUEUES, WORKFLOW_SHAPES,
+    Step, Work, ALERT_RULES, KINDS, ON_FAILURE, QUEUES, RETRY_MODES, WORKFLOW_SHAPES,
 };
 use super::record::{Event, FaultEvent, History, DASHBOARD_AUDIT, DASHBOARD_SIGN_IN};
 use crate::chaos::node::{Node, NodeEnv};
@@ -68,7 +68,8 @@ pub struct Driver<'a> {
     /// Webhook endpoints and alert rules made so far (their ids).
     pub endpoints: Vec<i64>,
     pub alert_rules: Vec<i64>,
-    /// Workflow runs inserted (acknowledged, new): a cancel's `pick` chooses among them.
+    /// Workflow runs made (acknowledged, new; inserted or rerun): a cancel's, retry's, skip's or
+    /// rerun's `pick` chooses among them.
     pub runs: Vec<i64>,
     pub history: History,
 }
@@ -612,6 +613,58 @@ impl Driver<'_> {
                     Some(id),
                 )
                 .await;
+            }
+            Step::WorkflowRetry { pick, mode, role } => {
+                let Some(id) = pick_of(&self.runs, pick) else {
+                    return Ok(());
+                };
+                let body = json!({ "mode": RETRY_MODES[mode as usize % RETRY_MODES.len()] });
+                self.send(
+                    i,
+                    role,
+                    "POST",
+                    "/workflows/{id}/retry",
+                    format!("/workflows/{id}/retry"),
+                    Some(body),
+                    Some(id),
+                )
+                .await;
+            }
+            Step::WorkflowSkip { pick, nth, role } => {
+                let Some(id) = pick_of(&self.runs, pick) else {
+                    return Ok(());
+                };
+                self.send(
+                    i,
+                    role,
+                    "POST",
+                    "/workflows/{id}/skip",
+                    format!("/workflows/{id}/skip"),
+                    Some(json!({ "step": format!("s{nth}") })),
+                    Some(id),
+                )
+                .await;
+            }
+            Step::WorkflowRerun { pick, from, role } => {
+                let Some(id) = pick_of(&self.runs, pick) else {
+                    return Ok(());
+                };
+                let e = self
+                    .send(
+                        i,
+                        role,
+                        "POST",
+                        "/workflows/{id}/rerun",
+                        format!("/workflows/{id}/rerun"),
+                        Some(json!({ "from": format!("s{from}") })),
+                        Some(id),
+                    )
+                    .await;
+                if let (true, Some(new)) =
+                    (e.ok(), e.answer.pointer("/run/id").and_then(Value::as_i64))
+                {
+                    self.runs.push(new);
+                }
             }
             Step::Wait { ms } => tokio::time::sleep(Duration::from_millis(ms)).await,
         }

@@ -386,10 +386,12 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
         Option<chrono::DateTime<chrono::Utc>>,
         serde_json::Value,
         serde_json::Value,
+        chrono::DateTime<chrono::Utc>,
+        Option<i64>,
     );
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT id, queue, kind, state::text, attempt, scheduled_at, attempted_at, finalized_at,
-                args, meta
+                args, meta, inserted_at, step_id
          FROM jobs ORDER BY id",
     )
     .fetch_all(&mut *tx)
@@ -408,6 +410,8 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
             finalized_at: r.7,
             args: r.8,
             meta: r.9,
+            inserted_at: r.10,
+            step_id: r.11,
         })
         .collect();
     let tallies: HashMap<String, i64> = sqlx::query_as("SELECT name, count FROM tallies")
@@ -497,8 +501,20 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
         counts: [r.3, r.4, r.5, r.6, r.7, r.8],
     })
     .collect();
-    let workflow_steps = sqlx::query_as::<_, (i64, i64, String, i32, bool, Option<i64>, _)>(
-        "SELECT s.id, s.run_id, s.state, s.deps_left, s.skip_following, s.job_id, j.inserted_at
+    type StepCols = (
+        i64,
+        i64,
+        String,
+        String,
+        i32,
+        bool,
+        Option<i64>,
+        Option<chrono::DateTime<chrono::Utc>>,
+        Option<i64>,
+    );
+    let workflow_steps = sqlx::query_as::<_, StepCols>(
+        "SELECT s.id, s.run_id, s.name, s.state, s.deps_left, s.skip_following, s.job_id,
+                j.inserted_at, s.kept_from
          FROM workflow_steps s LEFT JOIN jobs j ON j.id = s.job_id ORDER BY s.id",
     )
     .fetch_all(&mut *tx)
@@ -508,11 +524,13 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
     .map(|r| record::StepRow {
         id: r.0,
         run_id: r.1,
-        state: r.2,
-        deps_left: r.3,
-        skip_following: r.4,
-        job_id: r.5,
-        job_inserted_at: r.6,
+        name: r.2,
+        state: r.3,
+        deps_left: r.4,
+        skip_following: r.5,
+        job_id: r.6,
+        job_inserted_at: r.7,
+        kept_from: r.8,
     })
     .collect();
     let workflow_edges = sqlx::query_as::<_, (i64, i64, String)>(

@@ -27,6 +27,9 @@ pub const WORKFLOW_SHAPES: [&[(usize, usize)]; 4] = [
 /// A dependency's `on_failure`, by the two bits drawn for it.
 pub const ON_FAILURE: [&str; 4] = ["fail", "skip", "skip_following", "run"];
 
+/// The modes of a workflow run's retry.
+pub const RETRY_MODES: [&str; 3] = ["failed", "failed_and_following", "all"];
+
 /// Who sends a request: the bootstrap token (admin), an operator's token, a viewer's token (or
 /// the operator's and the viewer's dashboard sessions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -308,6 +311,27 @@ pub enum Step {
         pick: usize,
         role: Role,
     },
+    /// Retry a workflow run made before (the `pick`th) by [`RETRY_MODES`]`[mode]`: a step runs
+    /// again only as the mode says.
+    WorkflowRetry {
+        pick: usize,
+        mode: u8,
+        role: Role,
+    },
+    /// Skip step `s{nth}` of a run made before (the `pick`th; a step it does not have, or one
+    /// settled, is refused): it stays skipped, its job cancelled.
+    WorkflowSkip {
+        pick: usize,
+        nth: u8,
+        role: Role,
+    },
+    /// Run a run made before (the `pick`th) again from step `s{from}`: a new run keeping the
+    /// completions before it, which later steps may pick in turn.
+    WorkflowRerun {
+        pick: usize,
+        from: u8,
+        role: Role,
+    },
     /// Nothing for a while: time for timers, leases and schedules to act.
     Wait {
         ms: u64,
@@ -337,7 +361,7 @@ fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
     let missed = ["skip", "run_once", "run_all"];
     // Kinds are appended at the end of the range (from 108), the waits staying last, so that the
     // old kinds keep their shares among themselves.
-    match rng.u32(..128) {
+    match rng.u32(..131) {
         0..=2 => Step::SqlInsert {
             queue,
             delay_ms: [0, 150, 700][rng.usize(..3)],
@@ -544,6 +568,21 @@ fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
             pick,
             role: role(rng),
         },
+        128 => Step::WorkflowRetry {
+            pick,
+            mode: rng.u8(..RETRY_MODES.len() as u8),
+            role: role(rng),
+        },
+        129 => Step::WorkflowSkip {
+            pick,
+            nth: rng.u8(..5),
+            role: role(rng),
+        },
+        130 => Step::WorkflowRerun {
+            pick,
+            from: rng.u8(..5),
+            role: role(rng),
+        },
         _ => Step::Wait {
             ms: [20, 100, 400][rng.usize(..3)],
         },
@@ -593,5 +632,13 @@ mod tests {
                 );
             }
         }
+        // Across them, a run retried, a step skipped and a run run again.
+        let plans: Vec<Step> = (1..=3)
+            .flat_map(|seed| draw(seed, 200, 2, seed != 3))
+            .collect();
+        assert!(plans.iter().any(|s| matches!(s, Step::WorkflowSkip { .. })));
+        assert!(plans
+            .iter()
+            .any(|s| matches!(s, Step::WorkflowRerun { .. })));
     }
 }

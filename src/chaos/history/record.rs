@@ -113,6 +113,9 @@ pub struct JobRow {
     pub finalized_at: Option<DateTime<Utc>>,
     pub args: Value,
     pub meta: Value,
+    pub inserted_at: DateTime<Utc>,
+    /// The workflow step it is the job of.
+    pub step_id: Option<i64>,
 }
 
 impl JobRow {
@@ -208,12 +211,15 @@ pub const STEP_STATES: [&str; 6] = [
 pub struct StepRow {
     pub id: i64,
     pub run_id: i64,
+    pub name: String,
     pub state: String,
     pub deps_left: i32,
     pub skip_following: bool,
     pub job_id: Option<i64>,
     /// When its job was inserted (absent when it has none, or its job was deleted).
     pub job_inserted_at: Option<DateTime<Utc>>,
+    /// In a rerun, the step of the run rerun whose completion it keeps.
+    pub kept_from: Option<i64>,
 }
 
 /// A step waiting for another.

@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use self::by_hand::{bulk_on, on_job};
 use super::plan::{Role, KINDS, QUEUES};
-use super::record::{Event, History, JobRow, Snapshot};
+use super::record::{Event, History, JobRow, Snapshot, StepRow};
 use crate::engine::job::RESERVED_META;
 
 /// What Kickoff promises, and where it says so.
@@ -37,7 +37,8 @@ pub enum Promise {
     /// webhook calls: the receiver sees when an attempt really started).
     PauseHolds,
     /// Nothing cancels a job but an action or a policy that names it: a cancel (one or bulk, or
-    /// of the workflow run it is a step of), its schedule's pause, change, deletion, overlap or missed-run policy, its question's deletion.
+    /// of the workflow run it is a step of), a skip of its step, its schedule's pause, change,
+    /// deletion, overlap or missed-run policy, its question's deletion.
     /// docs/schedules.md: a run triggered by hand is never counted as missed, nor a run held by
     /// a paused queue or kind, a limit or a backlog: the missed-run policy cancels a run only when
     /// its slot passed while a fault left no node to start it.
@@ -47,7 +48,8 @@ pub enum Promise {
     /// retried, ran now or rescheduled left its slot because they asked).
     SlotOnce,
     /// docs/ARCHITECTURE.md: a database effect happens exactly once per completion (a counting
-    /// job's tally equals its completions: one, plus at most one per acknowledged retry).
+    /// job's tally equals its completions: one, plus at most one per acknowledged retry; the
+    /// jobs a workflow step's retries and reruns made share their step's tally).
     EffectOnce,
     /// README: a question stops taking predictions exactly at game time: every question whose
     /// time passed is locked (never before its time), no prediction is kept from after it, and
@@ -397,17 +399,26 @@ fn cancel_explained(h: &History, s: &Snapshot) -> Vec<String> {
         .acknowledged("POST", "/workflows/{id}/cancel")
         .filter_map(|e| e.subject)
         .collect();
-    let run_of_job: HashMap<i64, i64> = s
-        .workflow_steps
+    // A step skipped by hand (perhaps: a skip that was not answered may have committed) cancels
+    // its job.
+    let skips: HashSet<(i64, &str)> = h
+        .events
         .iter()
-        .filter_map(|st| st.job_id.map(|j| (j, st.run_id)))
+        .filter(|e| e.route == "/workflows/{id}/skip" && !(400..500).contains(&e.status))
+        .filter_map(|e| {
+            let name = e.body.as_ref()?.get("step")?.as_str()?;
+            Some((e.subject?, name))
+        })
         .collect();
+    let steps: HashMap<i64, &StepRow> = s.workflow_steps.iter().map(|st| (st.id, st)).collect();
     for job in s.jobs.iter().filter(|j| j.state == "cancelled") {
+        let step = job.step_id.and_then(|id| steps.get(&id));
         let named = on_job(h, "/jobs/{id}/cancel", job.id).next().is_some()
             || bulk_on(h, "cancel", job).next().is_some()
-            || run_of_job
-                .get(&job.id)
-                .is_some_and(|run| runs_cancelled.contains(run));
+            || step.is_some_and(|st| {
+                runs_cancelled.contains(&st.run_id)
+                    || skips.contains(&(st.run_id, st.name.as_str()))
+            });
         if named {
             continue;
         }
@@ -460,24 +471,38 @@ pub fn tally_of(job: &JobRow) -> Option<&str> {
 }
 
 fn effect_once(h: &History, s: &Snapshot) -> Vec<String> {
-    let mut out = Vec::new();
+    // A tally is one job's, or the jobs' of one workflow step that a retry or a rerun made again
+    // from the same args: their completions together.
+    let mut by_tally: HashMap<&str, Vec<&JobRow>> = HashMap::new();
     for job in &s.jobs {
-        let Some(tally) = tally_of(job) else { continue };
+        if let Some(tally) = tally_of(job) {
+            by_tally.entry(tally).or_default().push(job);
+        }
+    }
+    let mut out = Vec::new();
+    for (tally, jobs) in by_tally {
         let count = s.tallies.get(tally).copied().unwrap_or(0);
-        let retries = (on_job(h, "/jobs/{id}/retry", job.id).count()
-            + bulk_on(h, "retry", job).count()) as i64;
-        let (low, high) = if job.state == "completed" {
-            (1, 1 + retries)
-        } else {
-            (0, retries)
-        };
+        let retries: i64 = jobs
+            .iter()
+            .map(|job| {
+                (on_job(h, "/jobs/{id}/retry", job.id).count() + bulk_on(h, "retry", job).count())
+                    as i64
+            })
+            .sum();
+        let completed = jobs.iter().filter(|j| j.state == "completed").count() as i64;
+        let (low, high) = (completed, completed + retries);
         if count < low || count > high {
+            let ids: Vec<String> = jobs
+                .iter()
+                .map(|j| format!("{} ({})", j.id, j.state))
+                .collect();
             out.push(format!(
-                "job {} ({}, {} acknowledged retries): its effect happened {count} times",
-                job.id, job.state, retries
+                "job {} ({retries} acknowledged retries): its effect happened {count} times",
+                ids.join(", ")
             ));
         }
     }
+    out.sort();
     out
 }
 
@@ -733,6 +758,8 @@ mod tests {
             finalized_at: Some(t(20)),
             args: json!({}),
             meta: json!({}),
+            inserted_at: t(0),
+            step_id: None,
         }
     }
 

@@ -2,11 +2,29 @@
 //! job is made only once each of its dependencies settled in a way that lets it run, and never
 //! starts before the job of one settled; a step's state follows its job's; a dependency that failed
 //! leaves no step blocked for ever; a run's counters equal its steps' states, and it settles
-//! with the last of them.
+//! with the last of them. An operator's actions keep their word: a step gets a second job only
+//! after a retry of its run that covers it (a completed step never under a retry of the
+//! failed), a skipped step stays skipped (its job cancelled), a rerun keeps only completions,
+//! and runs the step it starts from again.
 
 use std::collections::HashMap;
 
-use super::super::record::{History, JobRow, Snapshot, StepRow, STEP_STATES};
+use super::super::record::{Event, History, JobRow, Snapshot, StepRow, STEP_STATES};
+
+/// Whether a request may have done what it asked: answered 2xx, or not answered at all or with
+/// a server's error (it may have committed first).
+fn may_have_done(e: &Event) -> bool {
+    !(400..500).contains(&e.status)
+}
+
+/// The retry mode a request asked for.
+fn mode_of(e: &Event) -> &str {
+    e.body
+        .as_ref()
+        .and_then(|b| b.get("mode"))
+        .and_then(|m| m.as_str())
+        .unwrap_or("failed")
+}
 
 /// The state a step settles in when its job settles in `job_state`.
 fn step_state_of(job_state: &str) -> Option<&'static str> {
@@ -32,6 +50,22 @@ pub(super) fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
     let mut out = Vec::new();
     let steps: HashMap<i64, &StepRow> = s.workflow_steps.iter().map(|st| (st.id, st)).collect();
     let jobs: HashMap<i64, &JobRow> = s.jobs.iter().map(|j| (j.id, j)).collect();
+    // The retries of each run that may have happened.
+    let mut retries: HashMap<i64, Vec<&Event>> = HashMap::new();
+    for e in h
+        .events
+        .iter()
+        .filter(|e| e.method == "POST" && e.route == "/workflows/{id}/retry" && may_have_done(e))
+    {
+        if let Some(run) = e.subject {
+            retries.entry(run).or_default().push(e);
+        }
+    }
+    let retried_since = |run: i64, at| {
+        retries
+            .get(&run)
+            .is_some_and(|rs| rs.iter().any(|r| r.sent >= at))
+    };
     for run in &s.workflow_runs {
         let mine: Vec<&StepRow> = s
             .workflow_steps
@@ -73,7 +107,12 @@ pub(super) fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
             .filter(|e| e.step_id == step.id)
             .filter_map(|e| steps.get(&e.dep_id).map(|d| (*d, e.on_failure.as_str())))
             .collect();
-        if step.job_id.is_some() {
+        // A retry sent after the step's job was made may have made its dependencies run again
+        // (a step completed behind a `run` edge keeps its job under a retry of the failed).
+        let reset_since = step
+            .job_inserted_at
+            .is_some_and(|at| retried_since(step.run_id, at));
+        if step.job_id.is_some() && !reset_since {
             for (dep, on_failure) in &deps {
                 if !allows(dep, on_failure) {
                     out.push(format!(
@@ -104,10 +143,14 @@ pub(super) fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
                     }
                 }
             }
+        }
+        if step.job_id.is_some() {
             match step.job_id.and_then(|j| jobs.get(&j)) {
                 Some(job) => {
                     let want = step_state_of(&job.state).unwrap_or("ready");
-                    if step.state != want {
+                    // A step skipped by hand cancels its job after it settled.
+                    let skipped = step.state == "skipped" && job.state == "cancelled";
+                    if step.state != want && !skipped {
                         out.push(format!(
                             "step {}: {} while its job {} is {}",
                             step.id, step.state, job.id, job.state
@@ -144,6 +187,98 @@ pub(super) fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
                 "step {}: {} after a dependency skipped with what follows it",
                 step.id, step.state
             ));
+        }
+    }
+    // A step's jobs, in the order they were made: each after the first by a retry of its run
+    // that was sent before it was made and answered after the one before it settled, and not a
+    // retry of the failed when the one before it completed.
+    let mut step_jobs: HashMap<i64, Vec<&JobRow>> = HashMap::new();
+    for job in &s.jobs {
+        if let Some(step) = job.step_id {
+            step_jobs.entry(step).or_default().push(job);
+        }
+    }
+    for (step, list) in &step_jobs {
+        let Some(run) = steps.get(step).map(|st| st.run_id) else {
+            continue;
+        };
+        for pair in list.windows(2) {
+            let (before, next) = (pair[0], pair[1]);
+            let Some(settled) = before.finalized_at else {
+                out.push(format!(
+                    "step {step}: job {} made while its job {} was {}",
+                    next.id, before.id, before.state
+                ));
+                continue;
+            };
+            let covered = retries.get(&run).is_some_and(|rs| {
+                rs.iter().any(|r| {
+                    r.sent <= next.inserted_at
+                        && (!r.ok() || settled <= r.answered)
+                        && (before.state != "completed" || mode_of(r) != "failed")
+                })
+            });
+            if !covered {
+                out.push(format!(
+                    "step {step}: job {} made after its job {} ({}, settled {settled}), and no \
+                     retry of run {run} covers it",
+                    next.id, before.id, before.state
+                ));
+            }
+        }
+    }
+    for skip in h.acknowledged("POST", "/workflows/{id}/skip") {
+        let (Some(run), Some(name)) = (
+            skip.subject,
+            skip.body
+                .as_ref()
+                .and_then(|b| b.get("step"))
+                .and_then(|n| n.as_str()),
+        ) else {
+            continue;
+        };
+        let step = s
+            .workflow_steps
+            .iter()
+            .find(|st| st.run_id == run && st.name == name);
+        if let Some(step) = step {
+            if step.state != "skipped" && !retried_since(run, skip.sent) {
+                out.push(format!(
+                    "step {} ({name}) of run {run}: {} after its skip was answered",
+                    step.id, step.state
+                ));
+            }
+        }
+    }
+    for rerun in h.acknowledged("POST", "/workflows/{id}/rerun") {
+        let (Some(old), Some(new), Some(from)) = (
+            rerun.subject,
+            rerun.answer.pointer("/run/id").and_then(|v| v.as_i64()),
+            rerun
+                .body
+                .as_ref()
+                .and_then(|b| b.get("from"))
+                .and_then(|n| n.as_str()),
+        ) else {
+            continue;
+        };
+        for step in s.workflow_steps.iter().filter(|st| st.run_id == new) {
+            let Some(kept) = step.kept_from else { continue };
+            let was = steps.get(&kept);
+            let keeps_a_completion = step.name != from
+                && step.state == "completed"
+                && was.is_some_and(|w| {
+                    w.run_id == old && w.state == "completed" && w.job_id == step.job_id
+                });
+            if !keeps_a_completion && !retried_since(old, rerun.sent) {
+                out.push(format!(
+                    "step {} ({}) of rerun {new} from {from}: {} keeping step {kept} ({:?})",
+                    step.id,
+                    step.name,
+                    step.state,
+                    was.map(|w| (&w.state, w.job_id))
+                ));
+            }
         }
     }
     for cancel in h.acknowledged("POST", "/workflows/{id}/cancel") {
@@ -195,6 +330,8 @@ mod tests {
             finalized_at: finalized_ms.map(t),
             args: serde_json::json!({}),
             meta: serde_json::json!({}),
+            inserted_at: t(0),
+            step_id: None,
         }
     }
 
@@ -202,11 +339,13 @@ mod tests {
         StepRow {
             id,
             run_id: 1,
+            name: format!("s{id}"),
             state: state.into(),
             deps_left: 0,
             skip_following: false,
             job_id,
             job_inserted_at: made_ms.map(|ms| Utc.timestamp_millis_opt(ms).unwrap()),
+            kept_from: None,
         }
     }
 
@@ -331,12 +470,102 @@ mod tests {
         later.jobs[1].finalized_at = Some(at);
         assert_eq!(workflows_hold(&h, &later), Vec::<String>::new());
 
-        let mut unsettled = s;
+        let mut unsettled = s.clone();
         unsettled.workflow_runs[0].state = "running".into();
         assert_eq!(
             workflows_hold(&History::default(), &unsettled).len(),
             1,
             "a run not settled with its steps"
         );
+    }
+
+    fn t(ms: i64) -> chrono::DateTime<Utc> {
+        Utc.timestamp_millis_opt(ms).unwrap()
+    }
+
+    /// An operator's request on run 1, answered 200 at once.
+    fn asked(route: &'static str, body: serde_json::Value, at_ms: i64) -> Event {
+        Event {
+            step: 0,
+            role: Role::Operator,
+            node: 0,
+            method: "POST",
+            route,
+            path: route.replace("{id}", "1"),
+            body: Some(body),
+            status: 200,
+            answer: serde_json::json!({}),
+            sent: t(at_ms),
+            answered: t(at_ms),
+            subject: Some(1),
+        }
+    }
+
+    #[test]
+    fn a_second_job_of_a_step_needs_a_retry_that_covers_it_and_a_skip_holds() {
+        // Step 1 (failed, job 10) ran again: job 13, made at 300 ms, completed.
+        let mut again = run();
+        again.jobs[0].step_id = Some(1);
+        let mut second = job(13, "completed", Some(400));
+        second.step_id = Some(1);
+        second.inserted_at = t(300);
+        second.attempted_at = Some(t(350));
+        again.jobs.push(second);
+        again.workflow_steps[0] = step(1, "completed", Some(13), Some(300));
+        again.workflow_runs[0].state = "completed".into();
+        again.workflow_runs[0].counts = [0, 0, 3, 0, 0, 0];
+        let retry = |mode: &str, at_ms| {
+            let mut h = History::default();
+            h.events.push(asked(
+                "/workflows/{id}/retry",
+                serde_json::json!({ "mode": mode }),
+                at_ms,
+            ));
+            h
+        };
+        // (Step 2 then also started before its dependency's last job settled.)
+        let unexplained = workflows_hold(&History::default(), &again);
+        assert!(
+            unexplained
+                .iter()
+                .any(|m| m.contains("no retry of run 1 covers it")),
+            "a second job without a retry: {unexplained:?}"
+        );
+        assert_eq!(
+            workflows_hold(&retry("failed", 250), &again),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            workflows_hold(&retry("failed", 310), &again).len(),
+            1,
+            "a retry sent after the job was made does not explain it"
+        );
+        let mut rerun_completed = again.clone();
+        rerun_completed.jobs[0].state = "completed".into();
+        assert_eq!(
+            workflows_hold(&retry("failed", 250), &rerun_completed).len(),
+            1,
+            "a retry of the failed ran a completed step again"
+        );
+        assert_eq!(
+            workflows_hold(&retry("all", 250), &rerun_completed),
+            Vec::<String>::new()
+        );
+
+        // A skip answered: the step stays skipped (unless a retry came after it).
+        let mut h = History::default();
+        h.events.push(asked(
+            "/workflows/{id}/skip",
+            serde_json::json!({ "step": "s2" }),
+            500,
+        ));
+        assert_eq!(
+            workflows_hold(&h, &run()).len(),
+            1,
+            "a skipped step completed"
+        );
+        h.events
+            .push(asked("/workflows/{id}/retry", serde_json::json!({}), 600));
+        assert_eq!(workflows_hold(&h, &run()), Vec::<String>::new());
     }
 }
