@@ -11,7 +11,8 @@ ALTER TABLE workflow_steps ADD COLUMN kept_from bigint;
 -- ones (a completed step never runs again), `failed_and_following` those and every step after
 -- them (completed ones included), `all` every step (none may be ready). The steps retried wait
 -- again for their dependencies (each blocked step for those that are blocked or ready); those
--- whose dependencies completed get their job at once; the run is running again. Returns `ok`, or
+-- whose dependencies completed get their job at once (a step a rerun kept runs in this run now);
+-- the run is running again. Returns `ok`, or
 -- why not: `not_found`, `cancelled`, `nothing_failed`, `steps_running` (for `all`), `key_taken`
 -- (a settled run's key is held by a live run).
 CREATE FUNCTION kickoff_run_retry(run bigint, mode text) RETURNS text LANGUAGE plpgsql AS $$
@@ -56,7 +57,7 @@ BEGIN
     END IF;
     UPDATE workflow_steps
        SET state = 'blocked', job_id = NULL, output = NULL, skip_following = false,
-           finished_at = NULL
+           finished_at = NULL, kept_from = NULL
      WHERE id = ANY(again);
     -- After the reset every step is blocked, ready or completed: a blocked one waits for its
     -- dependencies that are blocked or ready (the count `kickoff_step_settle` keeps).

@@ -403,6 +403,21 @@ async fn a_rerun_keeps_what_completed_before_its_step_and_runs_the_rest() {
         "{err}"
     );
 
+    // A rerun that fails again, retried whole: the step it kept runs in it now.
+    let failing = client.rerun_workflow(old.id, "b", None).await.unwrap();
+    assert_eq!(settled(&engine, failing.id).await.state, "failed");
+    let kept = by_name(&client.workflow_steps(failing.id).await.unwrap(), "a");
+    assert_eq!(kept.kept_from, Some(by_name(&old_steps, "a").id));
+    client
+        .retry_workflow(failing.id, RetryMode::All)
+        .await
+        .unwrap();
+    assert_eq!(settled(&engine, failing.id).await.state, "failed");
+    let ran = by_name(&client.workflow_steps(failing.id).await.unwrap(), "a");
+    assert_eq!(ran.kept_from, None, "it ran in this run");
+    assert_ne!(ran.job_id, kept.job_id);
+    starts(&mut started);
+
     healed.store(true, Ordering::SeqCst);
     let new = client
         .rerun_workflow(old.id, "b", Some("ops"))

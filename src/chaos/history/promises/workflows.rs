@@ -270,7 +270,9 @@ pub(super) fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
                 && was.is_some_and(|w| {
                     w.run_id == old && w.state == "completed" && w.job_id == step.job_id
                 });
-            if !keeps_a_completion && !retried_since(old, rerun.sent) {
+            // A retry of either run since may have run the step again.
+            let retried = retried_since(old, rerun.sent) || retried_since(new, rerun.sent);
+            if !keeps_a_completion && !retried {
                 out.push(format!(
                     "step {} ({}) of rerun {new} from {from}: {} keeping step {kept} ({:?})",
                     step.id,
