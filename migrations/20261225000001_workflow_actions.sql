@@ -57,7 +57,7 @@ BEGIN
     END IF;
     UPDATE workflow_steps
        SET state = 'blocked', job_id = NULL, output = NULL, skip_following = false,
-           finished_at = NULL, kept_from = NULL
+           finished_at = NULL, kept_from = NULL, waiting_since = NULL, deadline_at = NULL
      WHERE id = ANY(again);
     -- After the reset every step is blocked, ready or completed: a blocked one waits for its
     -- dependencies that are blocked or ready (the count `kickoff_step_settle` keeps).
@@ -115,10 +115,11 @@ BEGIN
 END $$;
 
 -- Runs settled run `source` again from step `from_name`, as a new run (`rerun_of`) of the same
--- shape and key: the step, every step that did not complete, and every step after either run
--- again; every other step completed and keeps its job and output (`kept_from`), so the steps
--- that run again read the outputs before them. `outcome`: `created` with `new_run`, or why not:
--- `not_found`, `running`, `unknown_step`, `key_taken`.
+-- shape, times and key (not its signals: the steps that run again wait for new ones): the step,
+-- every step that did not complete, and every step after either run again; every other step
+-- completed and keeps its job and output (`kept_from`), so the steps that run again read the
+-- outputs before them. `outcome`: `created` with `new_run`, or why not: `not_found`, `running`,
+-- `unknown_step`, `key_taken`.
 CREATE FUNCTION kickoff_run_rerun(source bigint, from_name text, by_whom text,
                                   OUT outcome text, OUT new_run bigint)
 LANGUAGE plpgsql AS $$
@@ -148,9 +149,9 @@ BEGIN
         UNION
         SELECT e.step_id FROM workflow_edges e JOIN down d ON e.dep_id = d.id)
     SELECT array_agg(id) INTO again FROM down;
-    INSERT INTO workflow_runs (name, key, created_by, steps, blocked, completed, rerun_of)
+    INSERT INTO workflow_runs (name, key, created_by, steps, blocked, completed, rerun_of, times)
     VALUES (r.name, r.key, coalesce(by_whom, r.created_by), r.steps, cardinality(again),
-            r.steps - cardinality(again), source)
+            r.steps - cardinality(again), source, r.times)
     ON CONFLICT (key) WHERE key IS NOT NULL AND finished_at IS NULL DO NOTHING
     RETURNING id INTO new_run;
     IF new_run IS NULL THEN
@@ -159,7 +160,8 @@ BEGIN
     END IF;
     INSERT INTO workflow_steps (run_id, name, state, deps_left, queue, kind, args, priority,
                                 max_attempts, tags, meta, created_by, call_host, job_id, output,
-                                finished_at, kept_from)
+                                finished_at, kept_from, at_time, at_ms, signal, deadline_time,
+                                deadline_ms)
     SELECT new_run, st.name, CASE WHEN st.id = ANY(again) THEN 'blocked' ELSE 'completed' END,
            CASE WHEN st.id = ANY(again) THEN
                (SELECT count(*) FROM workflow_edges e
@@ -171,7 +173,8 @@ BEGIN
            CASE WHEN st.id = ANY(again) THEN NULL ELSE st.job_id END,
            CASE WHEN st.id = ANY(again) THEN NULL ELSE st.output END,
            CASE WHEN st.id = ANY(again) THEN NULL ELSE st.finished_at END,
-           CASE WHEN st.id = ANY(again) THEN NULL ELSE st.id END
+           CASE WHEN st.id = ANY(again) THEN NULL ELSE st.id END,
+           st.at_time, st.at_ms, st.signal, st.deadline_time, st.deadline_ms
     FROM workflow_steps st WHERE st.run_id = source ORDER BY st.id;
     INSERT INTO workflow_edges (dep_id, step_id, on_failure)
     SELECT nd.id, ns.id, e.on_failure

@@ -33,6 +33,7 @@ use super::control::Control;
 use super::executor::{Executor, ExecutorParts};
 use super::heartbeat::Heartbeat;
 use super::leadership::{failover_horizon, LeaderElector, Maintenance};
+use super::maintenance::deadlines::DeadlineKeeper;
 use super::maintenance::rescuer::JobRescuer;
 use super::metrics::Metrics;
 use super::node::{Attempts, DbClock, LeaderFlag, Pools, TimerSignal};
@@ -208,6 +209,7 @@ impl Engine {
                 .with_metrics(metrics.clone())
                 .run(stop_services.clone()),
         );
+        services.spawn(DeadlineKeeper::new(pools.bookkeeping.clone()).run(stop_services.clone()));
         let claimers = TaskTracker::new();
         claimers.spawn(
             Timer::new(

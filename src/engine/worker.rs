@@ -203,6 +203,16 @@ impl JobContext {
         Ok(output.flatten())
     }
 
+    /// The payload of the signal `name` of this job's workflow run, if it came (a step that
+    /// waits for a signal starts only once it did): `None` otherwise, or when this job is not a
+    /// workflow step's.
+    pub async fn signal(&self, name: &str) -> Result<Option<serde_json::Value>, WorkError> {
+        let Some(step) = self.job.step_id else {
+            return Ok(None);
+        };
+        Ok(super::store::workflows::step_signal(&self.pool, step, name).await?)
+    }
+
     /// The database pool, for reads and for writes that need no exactly-once guarantee.
     pub fn pool(&self) -> &Db {
         &self.pool

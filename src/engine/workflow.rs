@@ -22,12 +22,13 @@
 //! completed or skipped dependency lets it go on. The rules live in the database
 //! (`kickoff_step_settle`), where every path that settles a job reaches them: docs/workflows.md.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
+use chrono::{DateTime, Duration, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
 
-use super::client::{in_current_trace, inconsistent, invalid, Client, ClientError};
+use super::client::{check_instant, in_current_trace, inconsistent, invalid, Client, ClientError};
 use super::job::{JobState, NewJob, Schedule};
 use super::store::workflows::{self as store, StepInsert};
 pub use super::store::workflows::{RunRow, StepRow};
@@ -40,6 +41,10 @@ pub const MAX_DEPS: usize = 50;
 pub const MAX_NAME_CHARS: usize = 128;
 /// A run's key: 1 to this many characters.
 pub const MAX_KEY_CHARS: usize = 255;
+/// At most this many named times in a run.
+pub const MAX_TIMES: usize = 16;
+/// A named time's name: 1 to this many characters.
+pub const MAX_TIME_NAME_CHARS: usize = 64;
 
 /// What a dependency that failed or was cancelled does to the step waiting for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -67,12 +72,25 @@ impl OnDepFailure {
     }
 }
 
-/// A step: its name, the job it becomes, and the steps it waits for.
+/// A time of a run's (`kickoff_at`) and an offset from it: where a step's timer or deadline is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Anchor {
+    pub time: String,
+    pub offset: Duration,
+}
+
+/// A step: its name, the job it becomes, the steps it waits for, and what more it waits for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Step {
     pub name: String,
     pub job: NewJob,
     pub after: Vec<(String, OnDepFailure)>,
+    /// Its job is due then, not before (a timer): once its dependencies allow, it waits for it.
+    pub at: Option<Anchor>,
+    /// The run's signal it waits for, after its dependencies, until its deadline.
+    pub signal: Option<String>,
+    /// When it fails if its signal has not come.
+    pub deadline: Option<Anchor>,
 }
 
 /// A workflow to insert as a run ([`Client::insert_workflow`]).
@@ -82,6 +100,9 @@ pub struct Workflow {
     /// Unique among the live runs: inserting a run whose key a live run holds returns that run.
     pub key: Option<String>,
     pub created_by: Option<String>,
+    /// The run's named times (`kickoff_at`): its steps' timers and deadlines are anchored to
+    /// them, and move with them ([`Client::move_workflow_times`]).
+    pub times: BTreeMap<String, DateTime<Utc>>,
     pub steps: Vec<Step>,
 }
 
@@ -91,8 +112,45 @@ impl Workflow {
             name: name.into(),
             key: None,
             created_by: None,
+            times: BTreeMap::new(),
             steps: Vec::new(),
         }
+    }
+
+    /// Names a time of the run (`kickoff_at`).
+    pub fn time(mut self, name: impl Into<String>, at: DateTime<Utc>) -> Self {
+        self.times.insert(name.into(), at);
+        self
+    }
+
+    /// The last step added is due at the run's time `time` plus `offset` (not before: a step
+    /// whose dependencies settle later starts then).
+    pub fn at(mut self, time: impl Into<String>, offset: Duration) -> Self {
+        if let Some(last) = self.steps.last_mut() {
+            last.at = Some(Anchor {
+                time: time.into(),
+                offset,
+            });
+        }
+        self
+    }
+
+    /// The last step added waits, once its dependencies allow, for the run's signal `name`
+    /// (one that came before is used), until its time `time` plus `offset`: then it fails.
+    pub fn signal(
+        mut self,
+        name: impl Into<String>,
+        time: impl Into<String>,
+        offset: Duration,
+    ) -> Self {
+        if let Some(last) = self.steps.last_mut() {
+            last.signal = Some(name.into());
+            last.deadline = Some(Anchor {
+                time: time.into(),
+                offset,
+            });
+        }
+        self
     }
 
     pub fn key(mut self, key: impl Into<String>) -> Self {
@@ -107,6 +165,9 @@ impl Workflow {
             name: name.into(),
             job,
             after: Vec::new(),
+            at: None,
+            signal: None,
+            deadline: None,
         });
         self
     }
@@ -148,6 +209,18 @@ impl Workflow {
         }
         if self.steps.is_empty() || self.steps.len() > MAX_STEPS {
             return Err(invalid("steps", format!("1 to {MAX_STEPS} steps")));
+        }
+        if self.times.len() > MAX_TIMES {
+            return Err(invalid("times", format!("at most {MAX_TIMES} named times")));
+        }
+        for (name, at) in &self.times {
+            if !name_ok(name, MAX_TIME_NAME_CHARS) {
+                return Err(invalid(
+                    "times",
+                    format!("a time's name is 1 to {MAX_TIME_NAME_CHARS} characters, without NUL"),
+                ));
+            }
+            check_instant("times", *at)?;
         }
         let mut declared = HashSet::new();
         for step in &self.steps {
@@ -197,6 +270,46 @@ impl Workflow {
                     ),
                 ));
             }
+            for (what, anchor) in [("at", &step.at), ("deadline", &step.deadline)] {
+                let Some(anchor) = anchor else { continue };
+                let Some(base) = self.times.get(&anchor.time) else {
+                    return Err(inconsistent(
+                        "steps",
+                        format!(
+                            "step {:?}: its {what} names the time {:?}, which the run does not have",
+                            step.name, anchor.time
+                        ),
+                    ));
+                };
+                let at = base.checked_add_signed(anchor.offset).ok_or_else(|| {
+                    invalid(
+                        "steps",
+                        format!("step {:?}: {what} out of range", step.name),
+                    )
+                })?;
+                check_instant("steps", at)?;
+            }
+            if let Some(signal) = &step.signal {
+                if !name_ok(signal, MAX_NAME_CHARS) {
+                    return Err(invalid(
+                        "steps",
+                        format!(
+                            "step {:?}: a signal's name is 1 to {MAX_NAME_CHARS} characters, \
+                             without NUL",
+                            step.name
+                        ),
+                    ));
+                }
+            }
+            if step.signal.is_some() != step.deadline.is_some() {
+                return Err(inconsistent(
+                    "steps",
+                    format!(
+                        "step {:?}: a step that waits for a signal has a deadline, and only it",
+                        step.name
+                    ),
+                ));
+            }
             if step.job.unique_key.is_some() {
                 return Err(invalid(
                     "steps",
@@ -209,6 +322,16 @@ impl Workflow {
         }
         Ok(())
     }
+}
+
+/// A run's named times as stored: to the microsecond, as PostgreSQL keeps a timestamp (the
+/// timers computed from them are the database's).
+pub(super) fn times_json(times: &BTreeMap<String, DateTime<Utc>>) -> serde_json::Value {
+    let stored: BTreeMap<&String, DateTime<Utc>> = times
+        .iter()
+        .map(|(name, at)| (name, at.trunc_subsecs(6)))
+        .collect();
+    serde_json::to_value(stored).unwrap_or_default()
 }
 
 /// A run inserted, or the live run that holds its key (`existing`: nothing was written).
@@ -269,6 +392,7 @@ impl Client {
             .map(|s| in_current_trace(&s.job))
             .collect();
         let created_by = workflow.created_by.as_deref();
+        let times = times_json(&workflow.times);
         // A live run holding the key is the answer; one that settles between the insert and
         // its read frees the key, and the insert is tried again.
         let mut tries = 0;
@@ -280,6 +404,7 @@ impl Client {
                 workflow.key.as_deref(),
                 created_by,
                 workflow.steps.len() as i32,
+                &times,
             )
             .await?;
             if let Some(run) = inserted {
@@ -322,6 +447,15 @@ impl Client {
                 created_by: job.created_by.as_deref().or(created_by),
                 call_host,
                 deps: s.after.len() as i32,
+                at: s
+                    .at
+                    .as_ref()
+                    .map(|a| (a.time.as_str(), a.offset.num_milliseconds())),
+                signal: s.signal.as_deref(),
+                deadline: s
+                    .deadline
+                    .as_ref()
+                    .map(|a| (a.time.as_str(), a.offset.num_milliseconds())),
             })
             .collect();
         store::steps_insert(&mut *conn, run, &steps).await?;

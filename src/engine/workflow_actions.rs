@@ -1,16 +1,22 @@
-//! What an operator does to a workflow run (issue 49): cancel it, retry its failed steps, skip a
-//! step, run it again from a step. Each is one SQL function holding the run's lock
-//! (`kickoff_run_cancel_steps`, `kickoff_run_retry`, `kickoff_step_skip`, `kickoff_run_rerun`),
+//! What an operator (or a partner) does to a workflow run (issue 49): cancel it, retry its failed
+//! steps, skip a step, run it again from a step, send it a signal, move its named times. Each is
+//! one SQL function holding the run's lock (`kickoff_run_cancel_steps`, `kickoff_run_retry`,
+//! `kickoff_step_skip`, `kickoff_run_rerun`, `kickoff_run_signal`, `kickoff_run_move_times`),
 //! so none interleaves with a step's settle; the Rust side names the refusals and cancels the
 //! jobs the database hands back through the jobs' own cancel (which stops running attempts).
 
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use sqlx::PgConnection;
 
-use super::client::{inconsistent, Client, ClientError};
+use super::client::{check_instant, inconsistent, invalid, Client, ClientError};
 use super::job::JobId;
 use super::store::workflows as store;
-use super::workflow::RunRow;
+pub use super::store::workflows::SignalRow;
+use super::workflow::{times_json, RunRow, MAX_NAME_CHARS};
 use crate::db::in_transaction;
 
 /// Which steps a retry runs again. A completed step runs again only under
@@ -204,5 +210,112 @@ impl Client {
             ("key_taken", _) => Err(refused("a live run holds its key")),
             (other, _) => Err(refused(other)),
         }
+    }
+
+    /// Sends run `id` its signal `name`: stored (`true`) and the steps waiting for it started,
+    /// or, when one of that name came first, that one stands (`false`: nothing changed). A
+    /// signal no step waits for yet is kept for the step that will. `source` says who sent it.
+    /// 409 when the run is not running.
+    pub async fn signal_workflow(
+        &self,
+        id: i64,
+        name: &str,
+        payload: &Value,
+        source: &str,
+    ) -> Result<(SignalRow, bool), ClientError> {
+        in_transaction!(self, |tx| self
+            .signal_workflow_with(tx, id, name, payload, source))
+    }
+
+    /// [`Self::signal_workflow`] inside the caller's transaction (`&mut *tx`).
+    pub async fn signal_workflow_with(
+        &self,
+        conn: &mut PgConnection,
+        id: i64,
+        name: &str,
+        payload: &Value,
+        source: &str,
+    ) -> Result<(SignalRow, bool), ClientError> {
+        let chars = name.chars().count();
+        if !(1..=MAX_NAME_CHARS).contains(&chars) || name.contains('\0') {
+            return Err(invalid(
+                "name",
+                format!("1 to {MAX_NAME_CHARS} characters, without NUL"),
+            ));
+        }
+        let stored = match store::run_signal(&mut *conn, id, name, payload, source)
+            .await?
+            .as_str()
+        {
+            "stored" => true,
+            "existing" => false,
+            "not_found" => return Err(not_found(id)),
+            other => {
+                return Err(ClientError::Conflict(format!(
+                    "cannot signal workflow run {id}: it is {}",
+                    other.trim_start_matches("run_")
+                )))
+            }
+        };
+        let signal = store::run_signals(&mut *conn, id)
+            .await?
+            .into_iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| not_found(id))?;
+        Ok((signal, stored))
+    }
+
+    /// Moves run `id`'s named times to `times` (each one the run has): the timers anchored to
+    /// them move with them (a step's job that has not started is due anew), and the deadlines
+    /// of the steps waiting. 409 when the run is not running; 422 for a time it does not have.
+    pub async fn move_workflow_times(
+        &self,
+        id: i64,
+        times: &BTreeMap<String, DateTime<Utc>>,
+    ) -> Result<RunRow, ClientError> {
+        in_transaction!(self, |tx| self.move_workflow_times_with(tx, id, times))
+    }
+
+    /// [`Self::move_workflow_times`] inside the caller's transaction (`&mut *tx`).
+    pub async fn move_workflow_times_with(
+        &self,
+        conn: &mut PgConnection,
+        id: i64,
+        times: &BTreeMap<String, DateTime<Utc>>,
+    ) -> Result<RunRow, ClientError> {
+        if times.is_empty() {
+            return Err(invalid("times", "name at least one time to move"));
+        }
+        for at in times.values() {
+            check_instant("times", *at)?;
+        }
+        let moved = times_json(times);
+        match store::run_move_times(&mut *conn, id, &moved)
+            .await?
+            .as_str()
+        {
+            "moved" => {}
+            "not_found" => return Err(not_found(id)),
+            other => {
+                if let Some(name) = other.strip_prefix("unknown_time:") {
+                    return Err(inconsistent(
+                        "times",
+                        format!("workflow run {id} has no time {name:?}"),
+                    ));
+                }
+                return Err(ClientError::Conflict(format!(
+                    "cannot move the times of workflow run {id}: it is {}",
+                    other.trim_start_matches("run_")
+                )));
+            }
+        }
+        store::run_get(&mut *conn, id)
+            .await?
+            .ok_or_else(|| not_found(id))
+    }
+
+    /// The signals run `id` received, in the order they came.
+    pub async fn workflow_signals(&self, id: i64) -> Result<Vec<SignalRow>, ClientError> {
+        Ok(store::run_signals(&self.pool, id).await?)
     }
 }

@@ -1,8 +1,9 @@
 //! `/api/v1/workflows`: workflow runs (see `engine::workflow`, docs/workflows.md). Operators
 //! insert them, readers list and read them; an insert is audited with its outcome.
 //!
-//! A run's view shows its counters and its steps' states and jobs, never their args or outputs:
-//! those are a job's data, shown (as the caller may see them) on the step's job.
+//! A run's view shows its counters, its times, its steps' states, jobs and what each waits for,
+//! and its signals' names and sources, never the steps' args or outputs nor the signals'
+//! payloads: those are a job's data, shown (as the caller may see them) on the step's job.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -10,6 +11,8 @@ use axum::response::IntoResponse;
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
 
 use super::api_audit::{uncounted, Audit, Audited};
 use super::api_jobs::creator;
@@ -18,7 +21,9 @@ use super::error::AppError;
 use super::extract::{ApiJson, ApiQuery, IdPath};
 use super::state::AppState;
 use crate::engine::schedules::JobTemplate;
-use crate::engine::workflow::{OnDepFailure, RunRow, StepRow, Workflow, MAX_DEPS, MAX_STEPS};
+use crate::engine::workflow::{
+    Anchor, OnDepFailure, RunRow, StepRow, Workflow, MAX_DEPS, MAX_STEPS,
+};
 use crate::engine::workflow_actions::RetryMode;
 use crate::engine::NewJob;
 use crate::schema_rules::NO_NUL;
@@ -39,6 +44,11 @@ pub struct CreateWorkflow {
     /// `inconsistent`), with names unique in the run.
     #[schemars(length(min = 1, max = MAX_STEPS))]
     pub steps: Vec<CreateStep>,
+    /// The run's named times (`{"kickoff_at": "2026-12-06T20:00:00Z"}`, at most 16, each
+    /// within the jobs' window): its steps' timers and deadlines are anchored to them and move
+    /// with them (`POST /workflows/{id}/times`).
+    #[serde(default)]
+    pub times: BTreeMap<String, DateTime<Utc>>,
 }
 
 /// A step: its name, the job it becomes once its dependencies allow (due then), and them.
@@ -53,6 +63,34 @@ pub struct CreateStep {
     #[serde(default)]
     #[schemars(length(max = MAX_DEPS))]
     pub after: Vec<Dependency>,
+    /// A timer: its job is due at this time of the run's (plus an offset), not before.
+    #[serde(default)]
+    pub at: Option<TimeAnchor>,
+    /// A signal of the run it waits for once its dependencies allow (one that came before is
+    /// used), until `deadline` (required with it): then it fails.
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 128), regex(pattern = NO_NUL))]
+    pub signal: Option<String>,
+    #[serde(default)]
+    pub deadline: Option<TimeAnchor>,
+}
+
+/// A time of the run's (one of its `times`, else 422 `inconsistent`) and an offset from it.
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeAnchor {
+    #[schemars(length(min = 1, max = 64), regex(pattern = NO_NUL))]
+    pub time: String,
+    /// Milliseconds after it (before it when negative); 0 when absent.
+    #[serde(default)]
+    #[schemars(range(min = -315_360_000_000_i64, max = 315_360_000_000_i64))]
+    pub offset_ms: i64,
+}
+
+impl TimeAnchor {
+    fn offset(&self) -> chrono::Duration {
+        chrono::Duration::milliseconds(self.offset_ms)
+    }
 }
 
 /// A step waited for, and what its failing (or being cancelled) does to the step waiting.
@@ -93,6 +131,7 @@ impl CreateWorkflow {
     fn into_workflow(self, created_by: &str) -> Workflow {
         let mut workflow = Workflow::new(self.name);
         workflow.key = self.key;
+        workflow.times = self.times;
         workflow.created_by = Some(created_by.to_string());
         for step in self.steps {
             let t = step.job;
@@ -106,6 +145,16 @@ impl CreateWorkflow {
             workflow = workflow.step(step.name, job);
             for dep in step.after {
                 workflow = workflow.after_or(dep.step, dep.on_failure.into());
+            }
+            if let Some(at) = step.at {
+                workflow = workflow.at(&at.time, at.offset());
+            }
+            if let Some(last) = workflow.steps.last_mut() {
+                last.signal = step.signal;
+                last.deadline = step.deadline.map(|d| Anchor {
+                    offset: d.offset(),
+                    time: d.time,
+                });
             }
         }
         workflow
@@ -133,6 +182,8 @@ pub struct RunView {
     pub cancelled: i32,
     /// The run this one runs again from one of its steps (`POST /workflows/{id}/rerun`).
     pub rerun_of: Option<i64>,
+    /// Its named times.
+    pub times: BTreeMap<String, DateTime<Utc>>,
 }
 
 impl From<RunRow> for RunView {
@@ -153,6 +204,7 @@ impl From<RunRow> for RunView {
             skipped: r.skipped,
             cancelled: r.cancelled,
             rerun_of: r.rerun_of,
+            times: serde_json::from_value(r.times).unwrap_or_default(),
         }
     }
 }
@@ -173,11 +225,59 @@ pub struct StepView {
     /// In a rerun, the step of the run it reruns whose completion (job and output) this one
     /// keeps; absent for a step that ran in this run.
     pub kept_from: Option<i64>,
+    /// The signal it waits for (after its dependencies), if any, and until when once it waits.
+    pub signal: Option<String>,
+    pub deadline_at: Option<DateTime<Utc>>,
+    /// When its job is due, while it waits for its time.
+    pub due_at: Option<DateTime<Utc>>,
+    /// What it waits for, in a sentence: its dependencies, its signal and deadline, its time;
+    /// or why it failed without running (its deadline passed). Absent once it runs or settled.
+    pub waits: Option<String>,
 }
 
-impl From<StepRow> for StepView {
-    fn from(s: StepRow) -> Self {
+/// What step `s` waits for, in a sentence (`signals`: the names of the run's signals).
+fn waits_of(s: &StepRow, signals: &[String]) -> Option<String> {
+    let utc = |t: DateTime<Utc>| t.format("%Y-%m-%d %H:%M:%S UTC").to_string();
+    match s.state.as_str() {
+        "blocked" if s.deps_left > 0 => Some(format!(
+            "waits for {} of its {} dependencies",
+            s.deps_left, s.deps
+        )),
+        "blocked" => match (&s.signal, s.deadline_at) {
+            (Some(signal), Some(deadline)) if !signals.contains(signal) => Some(format!(
+                "waits for the signal {signal:?} until {}",
+                utc(deadline)
+            )),
+            _ => None,
+        },
+        "ready" => s.due_at.map(|due| match (&s.at_time, s.at_ms) {
+            (Some(time), Some(ms)) => format!(
+                "waits for its time: {} ({time} {:+} s)",
+                utc(due),
+                ms as f64 / 1000.0
+            ),
+            _ => format!("waits for its time: {}", utc(due)),
+        }),
+        "failed" if s.job_id.is_none() && s.deadline_at.is_some() => {
+            s.signal.as_ref().zip(s.deadline_at).map(|(signal, at)| {
+                format!(
+                    "its deadline {} passed without the signal {signal:?}",
+                    utc(at)
+                )
+            })
+        }
+        _ => None,
+    }
+}
+
+impl StepView {
+    fn of(s: StepRow, signals: &[String]) -> Self {
+        let waits = waits_of(&s, signals);
         StepView {
+            waits,
+            signal: s.signal,
+            deadline_at: s.deadline_at,
+            due_at: s.due_at,
             name: s.name,
             state: s.state,
             deps_left: s.deps_left,
@@ -190,11 +290,22 @@ impl From<StepRow> for StepView {
     }
 }
 
-/// A run with its steps, in the order they were declared.
+/// A signal a run received: its name, who sent it, when (its payload is read by the steps that
+/// wait for it, `JobContext::signal`).
+#[derive(schemars::JsonSchema, Debug, Serialize)]
+pub struct SignalView {
+    pub name: String,
+    /// `api:<account or token>`.
+    pub source: String,
+    pub received_at: DateTime<Utc>,
+}
+
+/// A run with its steps, in the order they were declared, and the signals it received.
 #[derive(schemars::JsonSchema, Debug, Serialize)]
 pub struct RunDetail {
     pub run: RunView,
     pub steps: Vec<StepView>,
+    pub signals: Vec<SignalView>,
     /// The insert found a live run holding the key and wrote nothing (false but for inserts).
     pub existing: bool,
 }
@@ -214,20 +325,14 @@ pub async fn create(
                 .await?)
         })
         .await?;
-    let steps = client.workflow_steps(inserted.run.id).await?;
     let status = if inserted.existing {
         StatusCode::OK
     } else {
         StatusCode::CREATED
     };
-    Ok(Audited((
-        status,
-        Json(RunDetail {
-            run: inserted.run.into(),
-            steps: steps.into_iter().map(Into::into).collect(),
-            existing: inserted.existing,
-        }),
-    )))
+    let mut detail = detail_of(&state, inserted.run).await?;
+    detail.existing = inserted.existing;
+    Ok(Audited((status, Json(detail))))
 }
 
 pub async fn get(
@@ -235,22 +340,92 @@ pub async fn get(
     IdPath(id): IdPath,
 ) -> Result<Json<RunDetail>, AppError> {
     let run = state.client.workflow_run(id).await?;
-    let steps = state.client.workflow_steps(id).await?;
-    Ok(Json(RunDetail {
-        run: run.into(),
-        steps: steps.into_iter().map(Into::into).collect(),
-        existing: false,
-    }))
+    Ok(Json(detail_of(&state, run).await?))
 }
 
-/// A run and its steps as the answer of an action on it.
+/// A run, its steps and its signals (as an answer, read after the change committed).
 async fn detail_of(state: &AppState, run: RunRow) -> Result<RunDetail, AppError> {
     let steps = state.client.workflow_steps(run.id).await?;
+    let signals = state.client.workflow_signals(run.id).await?;
+    let names: Vec<String> = signals.iter().map(|s| s.name.clone()).collect();
     Ok(RunDetail {
         run: run.into(),
-        steps: steps.into_iter().map(Into::into).collect(),
+        steps: steps.into_iter().map(|s| StepView::of(s, &names)).collect(),
+        signals: signals
+            .into_iter()
+            .map(|s| SignalView {
+                name: s.name,
+                source: s.source,
+                received_at: s.received_at,
+            })
+            .collect(),
         existing: false,
     })
+}
+
+/// A signal to send a run.
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SendSignal {
+    /// The signal's name (`final`): the first of a name stands.
+    #[schemars(length(min = 1, max = 128), regex(pattern = NO_NUL))]
+    pub name: String,
+    /// What the steps waiting for it read (`JobContext::signal`); `null` when absent.
+    #[serde(default)]
+    pub payload: Value,
+}
+
+pub async fn signal(
+    State(state): State<AppState>,
+    Extension(caller): Extension<ApiCaller>,
+    audit: Audit,
+    IdPath(id): IdPath,
+    ApiJson(body): ApiJson<SendSignal>,
+) -> Result<impl IntoResponse, AppError> {
+    let client = &state.client;
+    let source = format!("api:{}", creator(&caller));
+    let Audited((_, stored)) = audit
+        .run(uncounted, async |work| {
+            Ok(client
+                .signal_workflow_with(work.conn().await?, id, &body.name, &body.payload, &source)
+                .await?)
+        })
+        .await?;
+    let run = client.workflow_run(id).await?;
+    let status = if stored {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let mut detail = detail_of(&state, run).await?;
+    detail.existing = !stored;
+    Ok(Audited((status, Json(detail))))
+}
+
+/// The run's named times to move.
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MoveTimes {
+    /// New values of times the run has (`{"kickoff_at": "…"}`), each within the jobs' window.
+    #[schemars(length(min = 1, max = 16))]
+    pub times: BTreeMap<String, DateTime<Utc>>,
+}
+
+pub async fn move_times(
+    State(state): State<AppState>,
+    audit: Audit,
+    IdPath(id): IdPath,
+    ApiJson(body): ApiJson<MoveTimes>,
+) -> Result<impl IntoResponse, AppError> {
+    let client = &state.client;
+    let Audited(run) = audit
+        .run(uncounted, async |work| {
+            Ok(client
+                .move_workflow_times_with(work.conn().await?, id, &body.times)
+                .await?)
+        })
+        .await?;
+    Ok(Audited(Json(detail_of(&state, run).await?)))
 }
 
 pub async fn cancel(

@@ -5,7 +5,9 @@
 //! Args (all optional): `sleep_ms` (0 to 600000), `fail_attempts` (fail while the attempt number is
 //! at most this), `message` (the failure's message), `tally` (a counter name, 1 to 100 characters:
 //! the job raises `tallies.count` of that name by one in the transaction that completes it, so the
-//! count says how many such jobs completed, each exactly once). Other keys are kept and ignored, so that a
+//! count says how many such jobs completed, each exactly once), `tally_by_job` (`true`: the
+//! counter is `<tally>#<job id>`, one per job even when several jobs share their args, as a
+//! workflow step's retries do). Other keys are kept and ignored, so that a
 //! trial job can carry labels to find it by (`{"batch": "b1"}`).
 
 use std::time::Duration;
@@ -28,6 +30,8 @@ struct NoopArgs {
     message: Option<String>,
     #[serde(default)]
     tally: Option<String>,
+    #[serde(default)]
+    tally_by_job: bool,
 }
 
 pub struct NoopWorker;
@@ -77,8 +81,13 @@ impl Worker for NoopWorker {
                 })));
             }
             if let Some(name) = &a.tally {
+                let name = if a.tally_by_job {
+                    format!("{name}#{}", ctx.job.id.0)
+                } else {
+                    name.clone()
+                };
                 let mut tx = ctx.begin().await?;
-                super::tally_store::tally_raise(&mut *tx, name).await?;
+                super::tally_store::tally_raise(&mut *tx, &name).await?;
                 return ctx.complete_with(tx).await;
             }
             Ok(())

@@ -39,8 +39,9 @@ async fn snapshot(d: &Dashboard) -> Value {
            'alert_rules', (SELECT jsonb_agg(jsonb_build_array(id, name, enabled) ORDER BY id)
                            FROM alert_rules),
            'workflow_runs', (SELECT jsonb_agg(jsonb_build_array(id, state, blocked, ready,
-                                                                cancelled) ORDER BY id)
+                                                                cancelled, times) ORDER BY id)
                              FROM workflow_runs),
+           'workflow_signals', (SELECT count(*) FROM workflow_signals),
            'workflow_steps', (SELECT jsonb_agg(jsonb_build_array(id, state, job_id) ORDER BY id)
                               FROM workflow_steps),
            'alert_incidents', (SELECT jsonb_agg(jsonb_build_array(id, resolved_at,
@@ -141,7 +142,7 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
         .api(
             Method::POST,
             "/workflows",
-            json!({"name": "game", "steps": [
+            json!({"name": "game", "times": {"kickoff_at": game_time()}, "steps": [
                 {"name": "held", "job": {"kind": "noop", "queue": "nobody"}},
                 {"name": "next", "job": {"kind": "noop"}, "after": [{"step": "held"}]}]}),
         )
@@ -378,6 +379,16 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
             "POST /workflows/{id}/skip",
             format!("/workflows/{run}/skip"),
             json!({"step": "held"}),
+        ),
+        (
+            "POST /workflows/{id}/signals",
+            format!("/workflows/{run}/signals"),
+            json!({"name": "final", "payload": {"home": 2}}),
+        ),
+        (
+            "POST /workflows/{id}/times",
+            format!("/workflows/{run}/times"),
+            json!({"times": {"kickoff_at": game_time()}}),
         ),
         (
             "POST /workflows/{id}/rerun",

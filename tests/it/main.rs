@@ -56,4 +56,5 @@ mod webhook_headers;
 mod webhook_safety;
 mod webhook_signatures;
 mod workflow_actions;
+mod workflow_waits;
 mod workflows;

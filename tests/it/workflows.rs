@@ -42,6 +42,12 @@ impl Worker for StepWorker {
                     ctx.dep_output(dep).await?.unwrap_or(Value::Null),
                 );
             }
+            if let Some(signal) = ctx.job.args["signal"].as_str() {
+                seen.insert(
+                    format!("signal:{signal}"),
+                    ctx.signal(signal).await?.unwrap_or(Value::Null),
+                );
+            }
             let _ = self.started.send((name.clone(), Value::Object(seen)));
             if ctx.job.args["hang"] == json!(true) {
                 ctx.cancelled().cancelled().await;

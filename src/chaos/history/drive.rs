@@ -569,6 +569,7 @@ impl Driver<'_> {
                         json!({ "name": format!("s{k}"), "after": after, "job": {
                             "kind": "noop", "queue": QUEUES[queue], "max_attempts": 1,
                             "args": { "tally": format!("h{}-{i}-s{k}", self.history.seed),
+                                      "tally_by_job": true,
                                       "sleep_ms": sleep_ms,
                                       "fail_attempts": u8::from(k == fail as usize) } } })
                     })

@@ -1,9 +1,10 @@
-//! Maintenance services: the rescuer (every node), and the pruner and the count folder (the
+//! Maintenance services: the rescuer and the deadline keeper (every node), and the pruner and the count folder (the
 //! leader only; the schedules' runs ahead, `schedules::enqueuer`, has the same shape). Each has a `XxxConfig` with documented defaults and `validate()`,
 //! `run_once()` (which tests call directly) and `run(shutdown)`, which loops and logs only when it
 //! did something.
 
 pub mod count_folder;
+pub mod deadlines;
 pub mod pruner;
 pub mod rescuer;
 

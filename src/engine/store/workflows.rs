@@ -31,6 +31,8 @@ pub struct RunRow {
     pub cancelled: i32,
     /// The run this one runs again (`Client::rerun_workflow`).
     pub rerun_of: Option<i64>,
+    /// Its named times (`{"kickoff_at": "…"}`).
+    pub times: Value,
 }
 
 /// A step of a run as stored.
@@ -50,6 +52,26 @@ pub struct StepRow {
     pub finished_at: Option<DateTime<Utc>>,
     /// The step of the run this one reruns whose completion it keeps (its job and output).
     pub kept_from: Option<i64>,
+    /// Its dependencies.
+    pub deps: i64,
+    /// Its timer: the run's time and the offset from it in ms.
+    pub at_time: Option<String>,
+    pub at_ms: Option<i64>,
+    /// The signal it waits for, since when (once its dependencies allowed it), and until when.
+    pub signal: Option<String>,
+    pub waiting_since: Option<DateTime<Utc>>,
+    pub deadline_at: Option<DateTime<Utc>>,
+    /// When its job is due, while it waits for its time (`scheduled`).
+    pub due_at: Option<DateTime<Utc>>,
+}
+
+/// A signal a run received.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct SignalRow {
+    pub name: String,
+    pub payload: Value,
+    pub source: String,
+    pub received_at: DateTime<Utc>,
 }
 
 /// A step to insert: the job it becomes (checked like any new job), and how many dependencies
@@ -66,6 +88,10 @@ pub struct StepInsert<'a> {
     pub created_by: Option<&'a str>,
     pub call_host: Option<String>,
     pub deps: i32,
+    /// Its timer: a time of the run's and an offset in ms.
+    pub at: Option<(&'a str, i64)>,
+    pub signal: Option<&'a str>,
+    pub deadline: Option<(&'a str, i64)>,
 }
 
 /// Inserts a run of `steps` steps, all blocked; `None` when a live run holds `key` (nothing is
@@ -76,10 +102,11 @@ pub async fn run_insert(
     key: Option<&str>,
     created_by: Option<&str>,
     steps: i32,
+    times: &Value,
 ) -> Result<Option<i64>, sqlx::Error> {
     sqlx::query_scalar(
-        "INSERT INTO workflow_runs (name, key, created_by, steps, blocked)
-         VALUES ($1, $2, $3, $4, $4)
+        "INSERT INTO workflow_runs (name, key, created_by, steps, blocked, times)
+         VALUES ($1, $2, $3, $4, $4, $5)
          ON CONFLICT (key) WHERE key IS NOT NULL AND finished_at IS NULL DO NOTHING
          RETURNING id",
     )
@@ -87,6 +114,7 @@ pub async fn run_insert(
     .bind(key)
     .bind(created_by)
     .bind(steps)
+    .bind(times)
     .fetch_optional(conn)
     .await
 }
@@ -111,14 +139,18 @@ pub async fn steps_insert(
     let col = |f: fn(&StepInsert<'_>) -> Value| steps.iter().map(f).collect::<Vec<_>>();
     sqlx::query(
         "INSERT INTO workflow_steps (run_id, name, state, deps_left, queue, kind, args, priority,
-                                     max_attempts, tags, meta, created_by, call_host)
+                                     max_attempts, tags, meta, created_by, call_host, at_time,
+                                     at_ms, signal, deadline_time, deadline_ms)
          SELECT $1, s.name, 'blocked', s.deps, s.queue, s.kind, s.args, s.priority,
                 s.max_attempts, ARRAY(SELECT jsonb_array_elements_text(s.tags)), s.meta,
-                s.created_by, s.call_host
+                s.created_by, s.call_host, s.at_time, s.at_ms, s.signal, s.deadline_time,
+                s.deadline_ms
          FROM unnest($2::text[], $3::int[], $4::text[], $5::text[], $6::jsonb[], $7::int2[],
-                     $8::int[], $9::jsonb[], $10::jsonb[], $11::text[], $12::text[])
+                     $8::int[], $9::jsonb[], $10::jsonb[], $11::text[], $12::text[], $13::text[],
+                     $14::int8[], $15::text[], $16::text[], $17::int8[])
               WITH ORDINALITY AS s(name, deps, queue, kind, args, priority, max_attempts, tags,
-                                   meta, created_by, call_host, n)
+                                   meta, created_by, call_host, at_time, at_ms, signal,
+                                   deadline_time, deadline_ms, n)
          ORDER BY s.n",
     )
     .bind(run)
@@ -136,6 +168,21 @@ pub async fn steps_insert(
         steps
             .iter()
             .map(|s| s.call_host.clone())
+            .collect::<Vec<_>>(),
+    )
+    .bind(steps.iter().map(|s| s.at.map(|a| a.0)).collect::<Vec<_>>())
+    .bind(steps.iter().map(|s| s.at.map(|a| a.1)).collect::<Vec<_>>())
+    .bind(steps.iter().map(|s| s.signal).collect::<Vec<_>>())
+    .bind(
+        steps
+            .iter()
+            .map(|s| s.deadline.map(|a| a.0))
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        steps
+            .iter()
+            .map(|s| s.deadline.map(|a| a.1))
             .collect::<Vec<_>>(),
     )
     .execute(conn)
@@ -214,9 +261,13 @@ pub async fn runs_list<'e>(
 /// The steps of run `run`, in the order they were declared.
 pub async fn run_steps<'e>(db: impl PgExecutor<'e>, run: i64) -> Result<Vec<StepRow>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, run_id, name, state, deps_left, queue, kind, job_id, output, finished_at,
-                kept_from
-         FROM workflow_steps WHERE run_id = $1 ORDER BY id",
+        "SELECT s.id, s.run_id, s.name, s.state, s.deps_left, s.queue, s.kind, s.job_id, s.output,
+                s.finished_at, s.kept_from,
+                (SELECT count(*) FROM workflow_edges e WHERE e.step_id = s.id) AS deps,
+                s.at_time, s.at_ms, s.signal, s.waiting_since, s.deadline_at,
+                (SELECT j.scheduled_at FROM jobs j
+                 WHERE j.id = s.job_id AND j.state = 'scheduled') AS due_at
+         FROM workflow_steps s WHERE s.run_id = $1 ORDER BY s.id",
     )
     .bind(run)
     .fetch_all(db)
@@ -314,5 +365,82 @@ pub async fn ready_queues<'e>(
     )
     .bind(run)
     .fetch_all(db)
+    .await
+}
+
+/// The signals run `run` received, in the order they came.
+pub async fn run_signals<'e>(
+    db: impl PgExecutor<'e>,
+    run: i64,
+) -> Result<Vec<SignalRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT name, payload, source, received_at FROM workflow_signals
+         WHERE run_id = $1 ORDER BY received_at, name",
+    )
+    .bind(run)
+    .fetch_all(db)
+    .await
+}
+
+/// Stores signal `name` of run `run` and starts the steps waiting for it: `stored`, `existing`
+/// or why not (`kickoff_run_signal`).
+pub async fn run_signal(
+    conn: &mut PgConnection,
+    run: i64,
+    name: &str,
+    payload: &Value,
+    source: &str,
+) -> Result<String, sqlx::Error> {
+    sqlx::query_scalar("SELECT kickoff_run_signal($1, $2, $3, $4)")
+        .bind(run)
+        .bind(name)
+        .bind(payload)
+        .bind(source)
+        .fetch_one(conn)
+        .await
+}
+
+/// The payload of signal `name` of the run step `step` belongs to, if it came.
+pub async fn step_signal<'e>(
+    db: impl PgExecutor<'e>,
+    step: i64,
+    name: &str,
+) -> Result<Option<Value>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT g.payload FROM workflow_steps s
+         JOIN workflow_signals g ON g.run_id = s.run_id AND g.name = $2
+         WHERE s.id = $1",
+    )
+    .bind(step)
+    .bind(name)
+    .fetch_optional(db)
+    .await
+}
+
+/// Moves run `run`'s named times (`kickoff_run_move_times`): `moved` or why not.
+pub async fn run_move_times(
+    conn: &mut PgConnection,
+    run: i64,
+    moved: &Value,
+) -> Result<String, sqlx::Error> {
+    sqlx::query_scalar("SELECT kickoff_run_move_times($1, $2)")
+        .bind(run)
+        .bind(moved)
+        .fetch_one(conn)
+        .await
+}
+
+/// Fails the steps whose deadline passed while they waited for their signal, at most `limit`,
+/// in run order (`kickoff_step_deadline` takes each run's lock): how many.
+pub async fn deadlines_pass<'e>(db: impl PgExecutor<'e>, limit: i64) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(*) FILTER (WHERE failed) FROM (
+             SELECT kickoff_step_deadline(id) AS failed FROM (
+                 SELECT id FROM workflow_steps
+                 WHERE state = 'blocked' AND deadline_at <= clock_timestamp()
+                 ORDER BY run_id, id LIMIT $1) due) done",
+    )
+    .bind(limit)
+    .fetch_one(db)
     .await
 }

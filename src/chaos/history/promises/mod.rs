@@ -16,6 +16,7 @@ use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
+use serde_json::Value;
 
 use self::by_hand::{bulk_on, on_job};
 use super::plan::{Role, KINDS, QUEUES};
@@ -48,8 +49,9 @@ pub enum Promise {
     /// retried, ran now or rescheduled left its slot because they asked).
     SlotOnce,
     /// docs/ARCHITECTURE.md: a database effect happens exactly once per completion (a counting
-    /// job's tally equals its completions: one, plus at most one per acknowledged retry; the
-    /// jobs a workflow step's retries and reruns made share their step's tally).
+    /// job's tally equals its completions: one, plus at most one per acknowledged retry; a
+    /// workflow step's jobs count each under their own id, its retries making jobs of the same
+    /// args).
     EffectOnce,
     /// README: a question stops taking predictions exactly at game time: every question whose
     /// time passed is locked (never before its time), no prediction is kept from after it, and
@@ -465,44 +467,38 @@ fn cancel_explained(h: &History, s: &Snapshot) -> Vec<String> {
     out
 }
 
-/// The tally a counting job of a history raises: its own, named after the step that inserted it.
-pub fn tally_of(job: &JobRow) -> Option<&str> {
-    job.args.get("tally").and_then(|v| v.as_str())
+/// The tally a counting job of a history raises: its own, named after the step that inserted it
+/// (and after its id for a workflow step's job: the step's retries make jobs of the same args).
+pub fn tally_of(job: &JobRow) -> Option<String> {
+    let tally = job.args.get("tally").and_then(|v| v.as_str())?;
+    Some(
+        if job.args.get("tally_by_job") == Some(&Value::Bool(true)) {
+            format!("{tally}#{}", job.id)
+        } else {
+            tally.to_string()
+        },
+    )
 }
 
 fn effect_once(h: &History, s: &Snapshot) -> Vec<String> {
-    // A tally is one job's, or the jobs' of one workflow step that a retry or a rerun made again
-    // from the same args: their completions together.
-    let mut by_tally: HashMap<&str, Vec<&JobRow>> = HashMap::new();
-    for job in &s.jobs {
-        if let Some(tally) = tally_of(job) {
-            by_tally.entry(tally).or_default().push(job);
-        }
-    }
     let mut out = Vec::new();
-    for (tally, jobs) in by_tally {
-        let count = s.tallies.get(tally).copied().unwrap_or(0);
-        let retries: i64 = jobs
-            .iter()
-            .map(|job| {
-                (on_job(h, "/jobs/{id}/retry", job.id).count() + bulk_on(h, "retry", job).count())
-                    as i64
-            })
-            .sum();
-        let completed = jobs.iter().filter(|j| j.state == "completed").count() as i64;
-        let (low, high) = (completed, completed + retries);
+    for job in &s.jobs {
+        let Some(tally) = tally_of(job) else { continue };
+        let count = s.tallies.get(&tally).copied().unwrap_or(0);
+        let retries = (on_job(h, "/jobs/{id}/retry", job.id).count()
+            + bulk_on(h, "retry", job).count()) as i64;
+        let (low, high) = if job.state == "completed" {
+            (1, 1 + retries)
+        } else {
+            (0, retries)
+        };
         if count < low || count > high {
-            let ids: Vec<String> = jobs
-                .iter()
-                .map(|j| format!("{} ({})", j.id, j.state))
-                .collect();
             out.push(format!(
-                "job {} ({retries} acknowledged retries): its effect happened {count} times",
-                ids.join(", ")
+                "job {} ({}, {} acknowledged retries): its effect happened {count} times",
+                job.id, job.state, retries
             ));
         }
     }
-    out.sort();
     out
 }
 
