@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::workflows::{by_name, engine_healable, settled, step};
+use super::workflows::{audited_actions, by_name, engine_healable, owned, settled, step};
 use crate::common::{test_db, wait_for, TestDb};
 use kickoff::engine::workflow::{OnDepFailure, StepRow, Workflow};
 use kickoff::engine::workflow_actions::RetryMode;
@@ -608,14 +608,8 @@ async fn the_api_retries_skips_and_reruns_audited_and_for_operators_only() {
         .await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{action}");
     }
-    let audited: Vec<(String, String)> = sqlx::query_as(
-        "SELECT split_part(action, '/', 4), result FROM audit_log
-         WHERE action ~ '^api.POST /workflows/\\{id\\}/(retry|skip|rerun)$' ORDER BY id",
-    )
-    .fetch_all(&db.pool)
-    .await
-    .unwrap();
-    let want: Vec<(String, String)> = [
+    let audited = audited_actions(&db, "retry|skip|rerun").await;
+    let want = owned(&[
         ("retry", "HTTP 422"),
         ("skip", "HTTP 422"),
         ("retry", "ok"),
@@ -630,9 +624,7 @@ async fn the_api_retries_skips_and_reruns_audited_and_for_operators_only() {
         ("retry", "HTTP 403"),
         ("skip", "HTTP 403"),
         ("rerun", "HTTP 403"),
-    ]
-    .map(|(a, r)| (a.to_string(), r.to_string()))
-    .into();
+    ]);
     assert_eq!(
         audited, want,
         "every call, refused ones included, with its outcome"

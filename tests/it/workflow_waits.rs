@@ -10,7 +10,7 @@ use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::workflows::{by_name, engine_healable, settled, step};
+use super::workflows::{audited_actions, by_name, engine_healable, owned, settled, step};
 use crate::common::{test_db, wait_for, TestDb};
 use kickoff::engine::workflow::{OnDepFailure, StepRow, Workflow};
 use kickoff::engine::{ClientError, NewJob};
@@ -417,14 +417,8 @@ async fn the_api_sends_signals_and_moves_times_audited_and_for_operators_only() 
         .await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{action}");
     }
-    let audited: Vec<(String, String)> = sqlx::query_as(
-        "SELECT split_part(action, '/', 4), result FROM audit_log
-         WHERE action ~ '^api.POST /workflows/\\{id\\}/(signals|times)$' ORDER BY id",
-    )
-    .fetch_all(&db.pool)
-    .await
-    .unwrap();
-    let want: Vec<(String, String)> = [
+    let audited = audited_actions(&db, "signals|times").await;
+    let want = owned(&[
         ("signals", "HTTP 422"),
         ("signals", "ok"),
         ("signals", "ok"),
@@ -434,8 +428,6 @@ async fn the_api_sends_signals_and_moves_times_audited_and_for_operators_only() 
         ("times", "ok"),
         ("signals", "HTTP 403"),
         ("times", "HTTP 403"),
-    ]
-    .map(|(a, r)| (a.to_string(), r.to_string()))
-    .into();
+    ]);
     assert_eq!(audited, want);
 }

@@ -126,6 +126,27 @@ pub(crate) async fn settled(engine: &Engine, id: i64) -> RunRow {
     client.workflow_run(id).await.unwrap()
 }
 
+/// The audit log's entries of `POST /workflows/{id}/<action>` for the actions named (`retry|skip`),
+/// in order: each action and its result.
+pub(crate) async fn audited_actions(db: &TestDb, actions: &str) -> Vec<(String, String)> {
+    sqlx::query_as(
+        "SELECT split_part(action, '/', 4), result FROM audit_log
+         WHERE action ~ ('^api.POST /workflows/\\{id\\}/(' || $1 || ')$') ORDER BY id",
+    )
+    .bind(actions)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+}
+
+/// Each of `pairs` as owned strings, to compare with [`audited_actions`].
+pub(crate) fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(a, r)| (a.to_string(), r.to_string()))
+        .collect()
+}
+
 pub(crate) fn by_name(steps: &[StepRow], name: &str) -> StepRow {
     steps.iter().find(|s| s.name == name).unwrap().clone()
 }
