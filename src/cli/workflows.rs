@@ -1,11 +1,11 @@
-//! `kickoff workflows list|show|cancel|retry|skip|rerun` against a server (see [`super::remote`]): workflow runs and
+//! `kickoff workflows list|show|cancel|retry|skip|rerun|signal|move` against a server (see [`super::remote`]): workflow runs and
 //! their steps (docs/workflows.md).
 
 use clap::Subcommand;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::remote::{cell, table, Api, Outcome};
+use super::remote::{cell, table, Api, Exit, Failure, Outcome};
 
 #[derive(Debug, Subcommand)]
 pub enum WorkflowsAction {
@@ -37,6 +37,22 @@ pub enum WorkflowsAction {
         id: i64,
         #[arg(long)]
         from: String,
+    },
+    /// Send a running run a signal (the first of a name stands); the steps waiting for it start.
+    Signal {
+        id: i64,
+        name: String,
+        /// JSON the steps waiting for it read.
+        #[arg(long)]
+        payload: Option<String>,
+    },
+    /// Move a running run's named times (`kickoff_at=2026-12-06T21:00:00Z`): the timers and
+    /// deadlines anchored to them move with them.
+    Move {
+        id: i64,
+        /// NAME=TIME (RFC 3339), one or more.
+        #[arg(required = true)]
+        times: Vec<String>,
     },
 }
 
@@ -95,6 +111,26 @@ impl WorkflowsAction {
             WorkflowsAction::Rerun { id, from } => {
                 act(api, id, "rerun", Some(json!({ "from": from }))).await?
             }
+            WorkflowsAction::Signal { id, name, payload } => {
+                let payload: Value = match payload {
+                    Some(p) => serde_json::from_str(&p).map_err(|e| {
+                        Failure::new(Exit::Usage, format!("--payload is not JSON: {e}"))
+                    })?,
+                    None => Value::Null,
+                };
+                let body = json!({ "name": name, "payload": payload });
+                act(api, id, "signals", Some(body)).await?
+            }
+            WorkflowsAction::Move { id, times } => {
+                let mut moved = serde_json::Map::new();
+                for t in times {
+                    let Some((name, at)) = t.split_once('=') else {
+                        return Err(Failure::new(Exit::Usage, format!("{t:?}: NAME=TIME")));
+                    };
+                    moved.insert(name.to_string(), Value::String(at.to_string()));
+                }
+                act(api, id, "times", Some(json!({ "times": moved }))).await?
+            }
         }
         Ok(())
     }
@@ -127,20 +163,41 @@ fn print_run(detail: &Value) {
     ] {
         println!("{key:<12} {}", cell(&run[key]));
     }
+    if let Some(times) = run["times"].as_object().filter(|t| !t.is_empty()) {
+        for (name, at) in times {
+            println!("{:<12} {}", name, cell(at));
+        }
+    }
     let steps = detail["steps"].as_array().cloned().unwrap_or_default();
     table(
-        &["step", "state", "waits for", "kind", "job"],
+        &["step", "state", "kind", "job", "waits"],
         steps
             .iter()
             .map(|s| {
                 vec![
                     cell(&s["name"]),
                     cell(&s["state"]),
-                    cell(&s["deps_left"]),
                     cell(&s["kind"]),
                     cell(&s["job_id"]),
+                    cell(&s["waits"]),
                 ]
             })
             .collect(),
     );
+    let signals = detail["signals"].as_array().cloned().unwrap_or_default();
+    if !signals.is_empty() {
+        table(
+            &["signal", "source", "received"],
+            signals
+                .iter()
+                .map(|g| {
+                    vec![
+                        cell(&g["name"]),
+                        cell(&g["source"]),
+                        cell(&g["received_at"]),
+                    ]
+                })
+                .collect(),
+        );
+    }
 }

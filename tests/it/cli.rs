@@ -309,6 +309,47 @@ async fn the_cli_drives_a_server_and_its_exit_codes_say_what_happened() {
     );
     cli.fails(&["workflows", "retry", &waiting], 5);
     cli.fails(&["workflows", "retry", &waiting, "--mode", "sideways"], 6);
+    // A run with a time and a step that waits for a signal: signalled, its time moved.
+    let kickoff = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    let res = reqwest::Client::new()
+        .post(format!("http://{}/api/v1/workflows", server.addr))
+        .bearer_auth(TOKEN)
+        .json(
+            &json!({"name": "game", "times": {"kickoff_at": kickoff}, "steps": [
+            {"name": "await_final", "job": {"kind": "noop"}, "signal": "final",
+             "deadline": {"time": "kickoff_at", "offset_ms": 3_600_000}}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), reqwest::StatusCode::CREATED);
+    let game: Value = res.json().await.unwrap();
+    let game = game["run"]["id"].as_i64().unwrap().to_string();
+    let (code, shown, _) = cli.run(&["workflows", "show", &game]);
+    assert_eq!(code, 0);
+    assert!(shown.contains("waits for the signal"), "{shown}");
+    cli.fails(
+        &["workflows", "signal", &game, "final", "--payload", "{home"],
+        2,
+    );
+    let later = "2030-01-01T20:00:00Z";
+    let moved = cli.json(&["workflows", "move", &game, &format!("kickoff_at={later}")]);
+    assert_eq!(moved["run"]["times"]["kickoff_at"], later, "{moved}");
+    cli.fails(&["workflows", "move", &game, "kickoff_at"], 2);
+    cli.fails(
+        &["workflows", "move", &game, &format!("whistle={later}")],
+        6,
+    );
+    let signalled = cli.json(&[
+        "workflows",
+        "signal",
+        &game,
+        "final",
+        "--payload",
+        r#"{"home": 1}"#,
+    ]);
+    assert_eq!(signalled["signals"][0]["name"], "final", "{signalled}");
+    assert!(signalled["steps"][0]["job_id"].is_i64(), "{signalled}");
     cli.fails(&["workflows", "list", "--state", "sideways"], 6);
 
     // A token never goes over plain HTTP to another host unless asked (`--insecure`), and a
