@@ -40,6 +40,6 @@ async fn seed_2_with_faults_keeps_every_promise() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn seed_3_without_faults_keeps_every_promise() {
-    history_of(3, 200, false).await;
+async fn seed_6_without_faults_keeps_every_promise() {
+    history_of(6, 200, false).await;
 }

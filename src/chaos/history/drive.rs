@@ -9,8 +9,8 @@ use chrono::Utc;
 use serde_json::{json, Value};
 
 use super::plan::{
-    BulkAction, ErrorSearchAct, Fault, JobAction, ReadWhat, Role, ScheduleAction, ScheduleSpec,
-    Step, Work, ALERT_RULES, KINDS, ON_FAILURE, QUEUES, RETRY_MODES, WORKFLOW_SHAPES,
+    wait_of, BulkAction, ErrorSearchAct, Fault, JobAction, ReadWhat, Role, ScheduleAction,
+    ScheduleSpec, Step, Work, ALERT_RULES, KINDS, ON_FAILURE, QUEUES, RETRY_MODES, WORKFLOW_SHAPES,
 };
 use super::record::{Event, FaultEvent, History, DASHBOARD_AUDIT, DASHBOARD_SIGN_IN};
 use crate::chaos::node::{Node, NodeEnv};
@@ -553,6 +553,7 @@ impl Driver<'_> {
             } => {
                 let edges = WORKFLOW_SHAPES[shape];
                 let count = edges.iter().map(|(s, _)| s + 1).max().unwrap_or(1);
+                let (deadline, timer) = wait_of(policies);
                 let steps: Vec<Value> = (0..count)
                     .map(|k| {
                         let sleep_ms = [0, 5, 50][k % 3];
@@ -566,15 +567,27 @@ impl Driver<'_> {
                                         "on_failure": ON_FAILURE[bits as usize] })
                             })
                             .collect();
-                        json!({ "name": format!("s{k}"), "after": after, "job": {
+                        let mut step = json!({ "name": format!("s{k}"), "after": after, "job": {
                             "kind": "noop", "queue": QUEUES[queue], "max_attempts": 1,
                             "args": { "tally": format!("h{}-{i}-s{k}", self.history.seed),
                                       "tally_by_job": true,
                                       "sleep_ms": sleep_ms,
-                                      "fail_attempts": u8::from(k == fail as usize) } } })
+                                      "fail_attempts": u8::from(k == fail as usize) } } });
+                        match (k, deadline, timer) {
+                            (1, Some(ms), _) => {
+                                step["signal"] = json!("go");
+                                step["deadline"] = json!({ "time": "kickoff_at", "offset_ms": ms });
+                            }
+                            (0, _, Some(ms)) => {
+                                step["at"] = json!({ "time": "kickoff_at", "offset_ms": ms });
+                            }
+                            _ => {}
+                        }
+                        step
                     })
                     .collect();
-                let mut body = json!({ "name": "game", "steps": steps });
+                let mut body = json!({ "name": "game", "steps": steps,
+                                       "times": { "kickoff_at": Utc::now() } });
                 if let Some(k) = key {
                     body["key"] = json!(format!("w{k}"));
                 }
@@ -666,6 +679,38 @@ impl Driver<'_> {
                 {
                     self.runs.push(new);
                 }
+            }
+            Step::WorkflowSignal { pick, other, role } => {
+                let Some(id) = pick_of(&self.runs, pick) else {
+                    return Ok(());
+                };
+                let name = if other { "other" } else { "go" };
+                self.send(
+                    i,
+                    role,
+                    "POST",
+                    "/workflows/{id}/signals",
+                    format!("/workflows/{id}/signals"),
+                    Some(json!({ "name": name, "payload": { "step": i } })),
+                    Some(id),
+                )
+                .await;
+            }
+            Step::WorkflowMoveTimes { pick, in_ms, role } => {
+                let Some(id) = pick_of(&self.runs, pick) else {
+                    return Ok(());
+                };
+                let at = Utc::now() + chrono::Duration::milliseconds(in_ms as i64);
+                self.send(
+                    i,
+                    role,
+                    "POST",
+                    "/workflows/{id}/times",
+                    format!("/workflows/{id}/times"),
+                    Some(json!({ "times": { "kickoff_at": at } })),
+                    Some(id),
+                )
+                .await;
             }
             Step::Wait { ms } => tokio::time::sleep(Duration::from_millis(ms)).await,
         }

@@ -486,8 +486,20 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
         .fetch_all(&mut *tx)
         .await
         .map_err(db)?;
-    let workflow_runs = sqlx::query_as::<_, (i64, String, i32, i32, i32, i32, i32, i32, i32)>(
-        "SELECT id, state, steps, blocked, ready, completed, failed, skipped, cancelled
+    type RunCols = (
+        i64,
+        String,
+        i32,
+        i32,
+        i32,
+        i32,
+        i32,
+        i32,
+        i32,
+        serde_json::Value,
+    );
+    let workflow_runs = sqlx::query_as::<_, RunCols>(
+        "SELECT id, state, steps, blocked, ready, completed, failed, skipped, cancelled, times
          FROM workflow_runs ORDER BY id",
     )
     .fetch_all(&mut *tx)
@@ -499,38 +511,52 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
         state: r.1,
         steps: r.2,
         counts: [r.3, r.4, r.5, r.6, r.7, r.8],
+        times: r.9,
     })
     .collect();
-    type StepCols = (
-        i64,
-        i64,
-        String,
-        String,
-        i32,
-        bool,
-        Option<i64>,
-        Option<chrono::DateTime<chrono::Utc>>,
-        Option<i64>,
-    );
-    let workflow_steps = sqlx::query_as::<_, StepCols>(
+    type Time = chrono::DateTime<chrono::Utc>;
+    let workflow_steps = sqlx::query(
         "SELECT s.id, s.run_id, s.name, s.state, s.deps_left, s.skip_following, s.job_id,
-                j.inserted_at, s.kept_from
+                j.inserted_at, s.kept_from, s.at_time, s.at_ms, s.signal, s.deadline_at,
+                s.finished_at
          FROM workflow_steps s LEFT JOIN jobs j ON j.id = s.job_id ORDER BY s.id",
     )
     .fetch_all(&mut *tx)
     .await
     .map_err(db)?
     .into_iter()
-    .map(|r| record::StepRow {
-        id: r.0,
-        run_id: r.1,
-        name: r.2,
-        state: r.3,
-        deps_left: r.4,
-        skip_following: r.5,
-        job_id: r.6,
-        job_inserted_at: r.7,
-        kept_from: r.8,
+    .map(|r| -> Result<record::StepRow, sqlx::Error> {
+        use sqlx::Row;
+        Ok(record::StepRow {
+            id: r.try_get("id")?,
+            run_id: r.try_get("run_id")?,
+            name: r.try_get("name")?,
+            state: r.try_get("state")?,
+            deps_left: r.try_get("deps_left")?,
+            skip_following: r.try_get("skip_following")?,
+            job_id: r.try_get("job_id")?,
+            job_inserted_at: r.try_get::<Option<Time>, _>("inserted_at")?,
+            kept_from: r.try_get("kept_from")?,
+            at_time: r.try_get("at_time")?,
+            at_ms: r.try_get("at_ms")?,
+            signal: r.try_get("signal")?,
+            deadline_at: r.try_get("deadline_at")?,
+            finished_at: r.try_get("finished_at")?,
+        })
+    })
+    .collect::<Result<Vec<_>, _>>()
+    .map_err(db)?;
+    let workflow_signals = sqlx::query_as::<_, (i64, String, Time)>(
+        "SELECT run_id, name, received_at FROM workflow_signals ORDER BY run_id, name",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(db)?
+    .into_iter()
+    .map(|r| record::SignalRow {
+        run_id: r.0,
+        name: r.1,
+        received_at: r.2,
     })
     .collect();
     let workflow_edges = sqlx::query_as::<_, (i64, i64, String)>(
@@ -550,6 +576,7 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
         workflow_runs,
         workflow_steps,
         workflow_edges,
+        workflow_signals,
         now,
         incidents,
         alert_notifications,

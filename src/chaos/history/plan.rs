@@ -27,6 +27,17 @@ pub const WORKFLOW_SHAPES: [&[(usize, usize)]; 4] = [
 /// A dependency's `on_failure`, by the two bits drawn for it.
 pub const ON_FAILURE: [&str; 4] = ["fail", "skip", "skip_following", "run"];
 
+/// What a workflow run's steps wait for besides their dependencies, by the top four bits of its
+/// `policies`: `(Some(deadline in ms after kickoff_at), None)` for step `s1` waiting for the
+/// signal `go`, `(None, Some(ms after kickoff_at))` for a timer of step `s0`, or neither.
+pub fn wait_of(policies: u16) -> (Option<i64>, Option<i64>) {
+    match policies >> 12 {
+        w @ 0..=5 => (Some([400, 1_500, 60_000][w as usize % 3]), None),
+        w @ 6..=8 => (None, Some([150, 600, 2_000][w as usize - 6])),
+        _ => (None, None),
+    }
+}
+
 /// The modes of a workflow run's retry.
 pub const RETRY_MODES: [&str; 3] = ["failed", "failed_and_following", "all"];
 
@@ -297,7 +308,9 @@ pub enum Step {
     /// A workflow run (`POST /workflows`): `noop` steps of `queue` counting their effect, in the
     /// [`WORKFLOW_SHAPES`]`[shape]`, the `fail`th step failing for good (none when past the
     /// shape's steps), each dependency's `on_failure` drawn from `policies` (two bits an edge),
-    /// its key one of a few (so that runs collide) or none.
+    /// its key one of a few (so that runs collide) or none. Its time `kickoff_at` is when it is
+    /// sent; `policies`' top four bits may make step `s1` wait for the signal `go` until a
+    /// deadline after it, or give step `s0` a timer after it ([`wait_of`]).
     WorkflowInsert {
         queue: usize,
         shape: usize,
@@ -332,6 +345,20 @@ pub enum Step {
         from: u8,
         role: Role,
     },
+    /// Send a run made before (the `pick`th) its signal `go`, or `other` (which no step waits
+    /// for): the first of a name stands, and the steps waiting for it start.
+    WorkflowSignal {
+        pick: usize,
+        other: bool,
+        role: Role,
+    },
+    /// Move a run's (the `pick`th) `kickoff_at` to `in_ms` from now: its timers and deadlines
+    /// move with it.
+    WorkflowMoveTimes {
+        pick: usize,
+        in_ms: u64,
+        role: Role,
+    },
     /// Nothing for a while: time for timers, leases and schedules to act.
     Wait {
         ms: u64,
@@ -361,7 +388,7 @@ fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
     let missed = ["skip", "run_once", "run_all"];
     // Kinds are appended at the end of the range (from 108), the waits staying last, so that the
     // old kinds keep their shares among themselves.
-    match rng.u32(..131) {
+    match rng.u32(..133) {
         0..=2 => Step::SqlInsert {
             queue,
             delay_ms: [0, 150, 700][rng.usize(..3)],
@@ -583,6 +610,16 @@ fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
             from: rng.u8(..5),
             role: role(rng),
         },
+        131 => Step::WorkflowSignal {
+            pick,
+            other: rng.u8(..4) == 0,
+            role: role(rng),
+        },
+        132 => Step::WorkflowMoveTimes {
+            pick,
+            in_ms: [0, 300, 1_500, 60_000][rng.usize(..4)],
+            role: role(rng),
+        },
         _ => Step::Wait {
             ms: [20, 100, 400][rng.usize(..3)],
         },
@@ -605,13 +642,16 @@ mod tests {
             .any(|s| matches!(s, Step::Fault { .. })));
     }
 
+    /// The seeds of `tests/it/history.rs` (6 without faults).
+    const TEST_SEEDS: [u64; 3] = [1, 2, 6];
+
     #[test]
     fn a_plan_of_the_tests_length_holds_the_reads_and_acts_that_find_leaks() {
         // The test command's seeds run 200 steps each: every one of them forges meta, searches
         // errors as an admin, inserts a workflow run and reads what a careless receiver echoed
         // and the audit log.
-        for seed in 1..=3 {
-            let plan = draw(seed, 200, 2, seed != 3);
+        for seed in TEST_SEEDS {
+            let plan = draw(seed, 200, 2, seed != 6);
             let has = |f: &dyn Fn(&Step) -> bool| plan.iter().any(f);
             assert!(
                 has(&|s| matches!(s, Step::ForgedMeta { .. })),
@@ -633,8 +673,9 @@ mod tests {
             }
         }
         // Across them, a run retried, a step skipped and a run run again.
-        let plans: Vec<Step> = (1..=3)
-            .flat_map(|seed| draw(seed, 200, 2, seed != 3))
+        let plans: Vec<Step> = TEST_SEEDS
+            .into_iter()
+            .flat_map(|seed| draw(seed, 200, 2, seed != 6))
             .collect();
         assert!(plans.iter().any(|s| matches!(s, Step::WorkflowSkip { .. })));
         assert!(plans

@@ -184,6 +184,7 @@ pub struct Snapshot {
     pub workflow_runs: Vec<RunRow>,
     pub workflow_steps: Vec<StepRow>,
     pub workflow_edges: Vec<EdgeRow>,
+    pub workflow_signals: Vec<SignalRow>,
 }
 
 /// A workflow run as the database held it at the end: its state and its counters.
@@ -194,6 +195,16 @@ pub struct RunRow {
     pub steps: i32,
     /// Its steps counted by state: blocked, ready, completed, failed, skipped, cancelled.
     pub counts: [i32; 6],
+    /// Its named times at the end.
+    pub times: Value,
+}
+
+/// A signal a workflow run received.
+#[derive(Debug, Clone, Serialize)]
+pub struct SignalRow {
+    pub run_id: i64,
+    pub name: String,
+    pub received_at: DateTime<Utc>,
 }
 
 /// The steps' states, in the order of [`RunRow::counts`].
@@ -220,6 +231,12 @@ pub struct StepRow {
     pub job_inserted_at: Option<DateTime<Utc>>,
     /// In a rerun, the step of the run rerun whose completion it keeps.
     pub kept_from: Option<i64>,
+    /// Its timer (a time of its run's and ms after it), its signal, its deadline once it waited.
+    pub at_time: Option<String>,
+    pub at_ms: Option<i64>,
+    pub signal: Option<String>,
+    pub deadline_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
 }
 
 /// A step waiting for another.

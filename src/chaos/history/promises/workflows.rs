@@ -9,7 +9,13 @@
 
 use std::collections::HashMap;
 
+use chrono::{DateTime, Duration, Utc};
+
 use super::super::record::{Event, History, JobRow, Snapshot, StepRow, STEP_STATES};
+
+/// How long past its deadline a step may still wait when the database is read: the deadline
+/// keeper looks every second, and a fault may have stopped every node for a while.
+const DEADLINE_GRACE: Duration = Duration::seconds(10);
 
 /// Whether a request may have done what it asked: answered 2xx, or not answered at all or with
 /// a server's error (it may have committed first).
@@ -59,6 +65,17 @@ pub(super) fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
     {
         if let Some(run) = e.subject {
             retries.entry(run).or_default().push(e);
+        }
+    }
+    // The moves of each run's times that may have happened.
+    let mut moves: HashMap<i64, Vec<&Event>> = HashMap::new();
+    for e in h
+        .events
+        .iter()
+        .filter(|e| e.method == "POST" && e.route == "/workflows/{id}/times" && may_have_done(e))
+    {
+        if let Some(run) = e.subject {
+            moves.entry(run).or_default().push(e);
         }
     }
     let retried_since = |run: i64, at| {
@@ -170,7 +187,82 @@ pub(super) fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
         let deps_settled = deps
             .iter()
             .all(|(d, _)| !matches!(d.state.as_str(), "blocked" | "ready"));
-        if step.state == "blocked" && deps_settled {
+        let signal_at = step.signal.as_ref().and_then(|name| {
+            s.workflow_signals
+                .iter()
+                .find(|g| g.run_id == step.run_id && &g.name == name)
+                .map(|g| g.received_at)
+        });
+        // Waiting for its signal: never with its signal there, never long past its deadline.
+        let waits = step.state == "blocked" && deps_settled && step.signal.is_some();
+        if waits {
+            if signal_at.is_some() {
+                out.push(format!(
+                    "step {}: waits for its signal {:?}, which came at {signal_at:?}",
+                    step.id, step.signal
+                ));
+            }
+            match step.deadline_at {
+                Some(deadline) if deadline + DEADLINE_GRACE < s.now => out.push(format!(
+                    "step {}: still waits at {}, its deadline {deadline} passed",
+                    step.id, s.now
+                )),
+                None => out.push(format!("step {}: waits without a deadline", step.id)),
+                _ => {}
+            }
+        }
+        // A step that waits for a signal starts only once it came.
+        if let (Some(name), Some(job)) = (&step.signal, step.job_id.and_then(|j| jobs.get(&j))) {
+            if let Some(started) = job.attempted_at {
+                if signal_at.is_none_or(|at| at > started) {
+                    out.push(format!(
+                        "step {}: its job started at {started}, its signal {name:?} came at \
+                         {signal_at:?}",
+                        step.id
+                    ));
+                }
+            }
+        }
+        // Failed at its deadline: not before it, and not with its signal there before.
+        if step.state == "failed" && step.job_id.is_none() && step.deadline_at.is_some() {
+            let (deadline, finished) = (step.deadline_at, step.finished_at);
+            let early = finished.zip(deadline).is_some_and(|(f, d)| f < d);
+            let signalled = signal_at.zip(finished).is_some_and(|(g, f)| g < f);
+            if early || signalled {
+                out.push(format!(
+                    "step {}: failed at {finished:?}, its deadline {deadline:?}, its signal at \
+                     {signal_at:?}",
+                    step.id
+                ));
+            }
+        }
+        // A timer: its job never starts before its time (the run's time at the end, unless a
+        // move of it was sent after the job started).
+        if let (Some(time), Some(ms), Some(job)) = (
+            &step.at_time,
+            step.at_ms,
+            step.job_id.and_then(|j| jobs.get(&j)),
+        ) {
+            let anchor = s
+                .workflow_runs
+                .iter()
+                .find(|r| r.id == step.run_id)
+                .and_then(|r| r.times.get(time))
+                .and_then(|t| serde_json::from_value::<DateTime<Utc>>(t.clone()).ok())
+                .map(|t| t + chrono::Duration::milliseconds(ms));
+            if let (Some(due), Some(started)) = (anchor, job.attempted_at) {
+                let moved_since = moves
+                    .get(&step.run_id)
+                    .is_some_and(|ms| ms.iter().any(|m| m.sent >= job.inserted_at));
+                if started < due && !moved_since {
+                    out.push(format!(
+                        "step {}: its job started at {started}, before its time {due}",
+                        step.id
+                    ));
+                }
+            }
+        }
+        if step.state == "blocked" && deps_settled && !waits {
             out.push(format!(
                 "step {}: blocked for ever: every dependency settled ({:?})",
                 step.id,
@@ -315,7 +407,7 @@ pub(super) fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::super::super::plan::Role;
-    use super::super::super::record::{EdgeRow, Event, RunRow};
+    use super::super::super::record::{EdgeRow, Event, RunRow, SignalRow};
     use super::*;
     use chrono::{TimeZone, Utc};
 
@@ -348,6 +440,11 @@ mod tests {
             job_id,
             job_inserted_at: made_ms.map(|ms| Utc.timestamp_millis_opt(ms).unwrap()),
             kept_from: None,
+            at_time: None,
+            at_ms: None,
+            signal: None,
+            deadline_at: None,
+            finished_at: None,
         }
     }
 
@@ -363,6 +460,7 @@ mod tests {
                 state: "failed".into(),
                 steps: 3,
                 counts: [0, 0, 2, 1, 0, 0],
+                times: serde_json::json!({}),
             }],
             workflow_steps: vec![
                 step(1, "failed", Some(10), Some(0)),
@@ -424,6 +522,7 @@ mod tests {
             state: "running".into(),
             steps: 3,
             counts: [1, 0, 1, 1, 0, 0],
+            times: serde_json::json!({}),
         };
         assert_eq!(
             workflows_hold(&History::default(), &stuck).len(),
@@ -569,5 +668,76 @@ mod tests {
         h.events
             .push(asked("/workflows/{id}/retry", serde_json::json!({}), 600));
         assert_eq!(workflows_hold(&h, &run()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_wait_that_does_not_hold_is_reported() {
+        // Step 3 waits for the signal `go` (its deadline at 500 ms) after step 2.
+        let waiting = || {
+            let mut s = run();
+            s.workflow_runs[0].state = "running".into();
+            s.workflow_runs[0].counts = [1, 0, 1, 1, 0, 0];
+            s.workflow_steps[2] = step(3, "blocked", None, None);
+            s.workflow_steps[2].signal = Some("go".into());
+            s.workflow_steps[2].deadline_at = Some(t(500));
+            s.now = t(400);
+            s
+        };
+        assert_eq!(
+            workflows_hold(&History::default(), &waiting()),
+            Vec::<String>::new()
+        );
+        let mut late = waiting();
+        late.now = t(60_000);
+        assert_eq!(
+            workflows_hold(&History::default(), &late).len(),
+            1,
+            "still waiting long past its deadline"
+        );
+        let mut signalled = waiting();
+        signalled.workflow_signals.push(SignalRow {
+            run_id: 1,
+            name: "go".into(),
+            received_at: t(300),
+        });
+        assert_eq!(
+            workflows_hold(&History::default(), &signalled).len(),
+            1,
+            "waiting with its signal there"
+        );
+
+        // Step 2 waited for `go` too, and its job started at 150 ms.
+        let mut early = run();
+        early.workflow_steps[1].signal = Some("go".into());
+        assert_eq!(
+            workflows_hold(&History::default(), &early).len(),
+            1,
+            "started without its signal"
+        );
+        early.workflow_signals.push(SignalRow {
+            run_id: 1,
+            name: "go".into(),
+            received_at: t(140),
+        });
+        assert_eq!(
+            workflows_hold(&History::default(), &early),
+            Vec::<String>::new()
+        );
+
+        // Step 2's timer: kickoff_at + 200 ms, its job started at 150 ms.
+        let mut timer = run();
+        timer.workflow_runs[0].times = serde_json::json!({ "kickoff_at": t(0) });
+        timer.workflow_steps[1].at_time = Some("kickoff_at".into());
+        timer.workflow_steps[1].at_ms = Some(200);
+        assert_eq!(
+            workflows_hold(&History::default(), &timer).len(),
+            1,
+            "a timer fired early"
+        );
+        timer.workflow_steps[1].at_ms = Some(100);
+        assert_eq!(
+            workflows_hold(&History::default(), &timer),
+            Vec::<String>::new()
+        );
     }
 }
