@@ -6,9 +6,12 @@
 -- that run whose completion (its job and output) a step of the rerun keeps.
 ALTER TABLE workflow_runs ADD COLUMN rerun_of bigint;
 ALTER TABLE workflow_steps ADD COLUMN kept_from bigint;
+-- Skipped by an operator (`kickoff_step_skip`), not by a dependency's policy: a retry of the
+-- failed leaves it skipped (the operator's decision stands; a retry of all runs it).
+ALTER TABLE workflow_steps ADD COLUMN skipped_by_hand boolean NOT NULL DEFAULT false;
 
 -- Retries run `run`'s steps that did not complete: `failed` the failed, cancelled and skipped
--- ones (a completed step never runs again), `failed_and_following` those and every step after
+-- ones (a completed step never runs again, nor one an operator skipped), `failed_and_following` those and every step after
 -- them (completed ones included), `all` every step (none may be ready). The steps retried wait
 -- again for their dependencies (each blocked step for those that are blocked or ready); those
 -- whose dependencies completed get their job at once (a step a rerun kept runs in this run now);
@@ -34,33 +37,40 @@ BEGIN
     IF mode = 'all' AND r.ready > 0 THEN
         RETURN 'steps_running';
     END IF;
-    -- Live again first: a key a newer live run holds refuses the retry before anything changes.
-    BEGIN
-        UPDATE workflow_runs SET state = 'running', finished_at = NULL WHERE id = run;
-    EXCEPTION WHEN unique_violation THEN
-        RETURN 'key_taken';
-    END;
     PERFORM 1 FROM workflow_steps WHERE run_id = run ORDER BY id FOR UPDATE;
     IF mode = 'all' THEN
         SELECT coalesce(array_agg(id), '{}') INTO again FROM workflow_steps WHERE run_id = run;
     ELSE
         WITH RECURSIVE down(id) AS (
             SELECT id FROM workflow_steps
-            WHERE run_id = run AND state IN ('failed', 'cancelled', 'skipped')
+            WHERE run_id = run AND (state IN ('failed', 'cancelled')
+                                    OR (state = 'skipped' AND NOT skipped_by_hand))
             UNION
             SELECT e.step_id FROM workflow_edges e JOIN down d ON e.dep_id = d.id)
         SELECT coalesce(array_agg(st.id), '{}') INTO again FROM workflow_steps st
         WHERE st.run_id = run
-          AND (st.state IN ('failed', 'cancelled', 'skipped')
+          AND (st.state IN ('failed', 'cancelled')
+               OR (st.state = 'skipped' AND NOT st.skipped_by_hand)
                OR (mode = 'failed_and_following' AND st.state = 'completed'
                    AND st.id IN (SELECT id FROM down)));
     END IF;
+    IF cardinality(again) = 0 THEN
+        RETURN 'nothing_failed';
+    END IF;
+    -- Live again first: a key a newer live run holds refuses the retry before anything changes.
+    BEGIN
+        UPDATE workflow_runs SET state = 'running', finished_at = NULL WHERE id = run;
+    EXCEPTION WHEN unique_violation THEN
+        RETURN 'key_taken';
+    END;
     UPDATE workflow_steps
        SET state = 'blocked', job_id = NULL, output = NULL, skip_following = false,
-           finished_at = NULL, kept_from = NULL, waiting_since = NULL, deadline_at = NULL
+           finished_at = NULL, kept_from = NULL, waiting_since = NULL, deadline_at = NULL,
+           skipped_by_hand = false
      WHERE id = ANY(again);
-    -- After the reset every step is blocked, ready or completed: a blocked one waits for its
-    -- dependencies that are blocked or ready (the count `kickoff_step_settle` keeps).
+    -- After the reset every step is blocked, ready, completed or skipped by hand: a blocked one
+    -- waits for its dependencies that are blocked or ready (the count `kickoff_step_settle`
+    -- keeps).
     UPDATE workflow_steps st
        SET deps_left = (SELECT count(*) FROM workflow_edges e
                         JOIN workflow_steps d ON d.id = e.dep_id
@@ -68,10 +78,11 @@ BEGIN
      WHERE st.run_id = run AND st.state = 'blocked';
     UPDATE workflow_runs w
        SET blocked = c.blocked, ready = c.ready, completed = c.completed, failed = 0,
-           skipped = 0, cancelled = 0
+           skipped = c.skipped, cancelled = 0
       FROM (SELECT count(*) FILTER (WHERE state = 'blocked') AS blocked,
                    count(*) FILTER (WHERE state = 'ready') AS ready,
-                   count(*) FILTER (WHERE state = 'completed') AS completed
+                   count(*) FILTER (WHERE state = 'completed') AS completed,
+                   count(*) FILTER (WHERE state = 'skipped') AS skipped
             FROM workflow_steps WHERE run_id = run) c
      WHERE w.id = run;
     FOR s IN SELECT id FROM workflow_steps
@@ -111,6 +122,7 @@ BEGIN
     END IF;
     job := st.job_id;
     PERFORM kickoff_step_settle(st.id, 'skipped', NULL);
+    UPDATE workflow_steps SET skipped_by_hand = true WHERE id = st.id;
     outcome := 'skipped';
 END $$;
 

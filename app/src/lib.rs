@@ -93,6 +93,7 @@ pub fn App() -> impl IntoView {
                     <A href="/queues">"Queues"</A>
                     <A href="/schedules">"Schedules"</A>
                     <A href="/questions">"Questions"</A>
+                    <A href="/workflows">"Workflows"</A>
                     <A href="/audit">"Audit"</A>
                     {is_admin.then(|| view! { <A href="/users">"Users"</A> })}
                     {is_admin.then(|| view! { <A href="/webhooks">"Webhooks"</A> })}
@@ -118,6 +119,8 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/questions") view=pages::questions::QuestionsPage ssr=SsrMode::Async/>
                     <Route path=path!("/questions/new") view=pages::question_new::NewQuestionPage ssr=SsrMode::Async/>
                     <Route path=path!("/questions/:id") view=pages::question_detail::QuestionDetailPage ssr=SsrMode::Async/>
+                    <Route path=path!("/workflows") view=pages::workflows::WorkflowsPage ssr=SsrMode::Async/>
+                    <Route path=path!("/workflows/:id") view=pages::workflows::WorkflowDetailPage ssr=SsrMode::Async/>
                     <Route path=path!("/audit") view=pages::audit::AuditLogPage ssr=SsrMode::Async/>
                     <Route path=path!("/users") view=pages::users::UsersPage ssr=SsrMode::Async/>
                     <Route path=path!("/webhooks") view=pages::webhooks::WebhooksPage ssr=SsrMode::Async/>

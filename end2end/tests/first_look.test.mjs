@@ -24,12 +24,21 @@ before(async () => {
     name: `${marker}-daily`, cron: '0 6 * * *', time_zone: 'Europe/London',
     job: { kind: 'noop', args: { look: marker } },
   });
+  const run = await api('POST', '/workflows', {
+    name: `${marker} run`, times: { kickoff_at: new Date(Date.now() + 2 * 3600_000).toISOString() },
+    steps: [
+      { name: 'lock', job: { kind: 'noop' }, at: { time: 'kickoff_at' } },
+      { name: 'await_final', job: { kind: 'noop' }, after: [{ step: 'lock' }], signal: 'final',
+        deadline: { time: 'kickoff_at', offset_ms: 5 * 3600_000 } },
+    ],
+  });
   assert.equal(waiting.status, 201);
   assert.equal(question.status, 201);
   assert.equal(schedule.status, 201);
+  assert.equal(run.status, 201);
   await eventually('the failing job to be discarded',
     async () => (await api('GET', `/jobs/${failing.body.job.id}`)).body.state, (s) => s === 'discarded');
-  mine = { waiting: waiting.body.job.id, failed: failing.body.job.id, question: question.body.id };
+  mine = { waiting: waiting.body.job.id, failed: failing.body.job.id, question: question.body.id, run: run.body.run.id };
 });
 
 // Every page of the dashboard, unfiltered; `refresh` is the server function a live refresh calls
@@ -51,6 +60,8 @@ function pages() {
     { path: '/questions', refresh: 'questions', shows: [`${marker} game`] },
     { path: `/questions/${mine.question}`, refresh: 'question', shows: [`${marker} game`, 'Home', 'Away'] },
     { path: '/questions/new', refresh: null, shows: ['Create question'] },
+    { path: '/workflows', refresh: 'workflows', shows: [`${marker} run`, '0 of 2 done'] },
+    { path: `/workflows/${mine.run}`, refresh: 'workflow', shows: [`${marker} run`, 'waits for its time', 'waits for 1 of its 1 dependencies'] },
     { path: '/audit', refresh: 'audit', shows: ['session.sign_in'] },
     { path: '/users', refresh: null, shows: ['admin'] },
     { path: '/account', refresh: null, shows: ['admin'] },

@@ -16,7 +16,7 @@ test('every page hydrates under the script policy with nothing blocked', async (
   const page = await admin.newPage();
   const blocked = watchPolicy(page);
   const errors = watchErrors(page);
-  for (const route of ['/', '/jobs', '/timers', '/failures', '/queues', '/questions', '/audit', '/users', '/webhooks', '/calls', '/alerts', '/account', '/jobs/new']) {
+  for (const route of ['/', '/jobs', '/timers', '/failures', '/queues', '/questions', '/workflows', '/audit', '/users', '/webhooks', '/calls', '/alerts', '/account', '/jobs/new']) {
     await page.goto(baseUrl + route);
     await hydrated(page);
   }

@@ -324,6 +324,92 @@ impl Workflow {
     }
 }
 
+/// What a step waits for (or why it failed without running), for the pages to say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepWait {
+    /// Dependencies still to settle, of its `total`.
+    Deps { left: i32, total: i64 },
+    /// Its signal, until its deadline.
+    Signal { name: String, until: DateTime<Utc> },
+    /// Its time: its job is due then (a time of the run's and an offset, when anchored).
+    Time {
+        due: DateTime<Utc>,
+        anchor: Option<(String, i64)>,
+    },
+    /// It failed without running: its deadline passed without its signal.
+    DeadlinePassed { name: String, at: DateTime<Utc> },
+}
+
+impl StepWait {
+    /// In a sentence, times in UTC: "waits for the signal \"final\" until 2026-12-07 01:00:00 UTC".
+    pub fn sentence(&self) -> String {
+        let utc = |t: &DateTime<Utc>| t.format("%Y-%m-%d %H:%M:%S UTC").to_string();
+        let (before, at, after) = self.parts();
+        match at {
+            Some(at) => format!("{before}{}{after}", utc(&at)),
+            None => format!("{before}{after}"),
+        }
+    }
+
+    /// The sentence around its time: what comes before it, the time, what comes after it (a
+    /// page shows the time in the reader's zone).
+    pub fn parts(&self) -> (String, Option<DateTime<Utc>>, String) {
+        match self {
+            StepWait::Deps { left, total } => (
+                format!("waits for {left} of its {total} dependencies"),
+                None,
+                String::new(),
+            ),
+            StepWait::Signal { name, until } => (
+                format!("waits for the signal {name:?} until "),
+                Some(*until),
+                String::new(),
+            ),
+            StepWait::Time { due, anchor } => (
+                "waits for its time: ".to_string(),
+                Some(*due),
+                anchor
+                    .as_ref()
+                    .map(|(time, ms)| format!(" ({time} {:+} s)", *ms as f64 / 1000.0))
+                    .unwrap_or_default(),
+            ),
+            StepWait::DeadlinePassed { name, at } => (
+                "its deadline ".to_string(),
+                Some(*at),
+                format!(" passed without the signal {name:?}"),
+            ),
+        }
+    }
+}
+
+impl StepRow {
+    /// What this step waits for, if it waits (`signals`: the names of its run's signals).
+    pub fn wait(&self, signals: &[String]) -> Option<StepWait> {
+        match self.state.as_str() {
+            "blocked" if self.deps_left > 0 => Some(StepWait::Deps {
+                left: self.deps_left,
+                total: self.deps,
+            }),
+            "blocked" => match (&self.signal, self.deadline_at) {
+                (Some(name), Some(until)) if !signals.contains(name) => Some(StepWait::Signal {
+                    name: name.clone(),
+                    until,
+                }),
+                _ => None,
+            },
+            "ready" => self.due_at.map(|due| StepWait::Time {
+                due,
+                anchor: self.at_time.clone().zip(self.at_ms),
+            }),
+            "failed" if self.job_id.is_none() => {
+                let (name, at) = self.signal.clone().zip(self.deadline_at)?;
+                Some(StepWait::DeadlinePassed { name, at })
+            }
+            _ => None,
+        }
+    }
+}
+
 /// A run's named times as stored: to the microsecond, as PostgreSQL keeps a timestamp (the
 /// timers computed from them are the database's).
 pub(super) fn times_json(times: &BTreeMap<String, DateTime<Utc>>) -> serde_json::Value {

@@ -318,4 +318,12 @@ impl Client {
     pub async fn workflow_signals(&self, id: i64) -> Result<Vec<SignalRow>, ClientError> {
         Ok(store::run_signals(&self.pool, id).await?)
     }
+
+    /// The dependencies of run `id`'s steps: (the step, the step it waits for, `on_failure`).
+    pub async fn workflow_edges(
+        &self,
+        id: i64,
+    ) -> Result<Vec<(String, String, String)>, ClientError> {
+        Ok(store::run_edges(&self.pool, id).await?)
+    }
 }

@@ -233,48 +233,16 @@ pub struct StepView {
     /// What it waits for, in a sentence: its dependencies, its signal and deadline, its time;
     /// or why it failed without running (its deadline passed). Absent once it runs or settled.
     pub waits: Option<String>,
-}
-
-/// What step `s` waits for, in a sentence (`signals`: the names of the run's signals).
-fn waits_of(s: &StepRow, signals: &[String]) -> Option<String> {
-    let utc = |t: DateTime<Utc>| t.format("%Y-%m-%d %H:%M:%S UTC").to_string();
-    match s.state.as_str() {
-        "blocked" if s.deps_left > 0 => Some(format!(
-            "waits for {} of its {} dependencies",
-            s.deps_left, s.deps
-        )),
-        "blocked" => match (&s.signal, s.deadline_at) {
-            (Some(signal), Some(deadline)) if !signals.contains(signal) => Some(format!(
-                "waits for the signal {signal:?} until {}",
-                utc(deadline)
-            )),
-            _ => None,
-        },
-        "ready" => s.due_at.map(|due| match (&s.at_time, s.at_ms) {
-            (Some(time), Some(ms)) => format!(
-                "waits for its time: {} ({time} {:+} s)",
-                utc(due),
-                ms as f64 / 1000.0
-            ),
-            _ => format!("waits for its time: {}", utc(due)),
-        }),
-        "failed" if s.job_id.is_none() && s.deadline_at.is_some() => {
-            s.signal.as_ref().zip(s.deadline_at).map(|(signal, at)| {
-                format!(
-                    "its deadline {} passed without the signal {signal:?}",
-                    utc(at)
-                )
-            })
-        }
-        _ => None,
-    }
+    /// Skipped by an operator (a retry of the failed leaves it skipped).
+    pub skipped_by_hand: bool,
 }
 
 impl StepView {
     fn of(s: StepRow, signals: &[String]) -> Self {
-        let waits = waits_of(&s, signals);
+        let waits = s.wait(signals).map(|w| w.sentence());
         StepView {
             waits,
+            skipped_by_hand: s.skipped_by_hand,
             signal: s.signal,
             deadline_at: s.deadline_at,
             due_at: s.due_at,

@@ -67,7 +67,7 @@ const SIGNED_IN: &str = "signed_in";
 /// token; they change nothing, and a cross-site page can neither send the `SameSite=Strict`
 /// cookie nor read the answer. Every other post needs the token (a new server function is
 /// protected until it is listed here).
-const READ_ONLY_FUNCTIONS: [&str; 22] = [
+const READ_ONLY_FUNCTIONS: [&str; 24] = [
     "/_console/account",
     "/_console/webhook_endpoints",
     "/_console/webhook_calls",
@@ -90,6 +90,8 @@ const READ_ONLY_FUNCTIONS: [&str; 22] = [
     "/_console/schedule_kinds",
     "/_console/preview_rule",
     "/_console/history",
+    "/_console/workflows",
+    "/_console/workflow",
 ];
 
 /// The signed-in user of a dashboard request (in the request's extensions).

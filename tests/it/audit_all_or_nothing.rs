@@ -451,6 +451,11 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
             "name=default&action=limits&rate=5%2Fs&global=2".to_string(),
         ),
         ("kind_action", "kind=noop&action=pause".to_string()),
+        (
+            "workflow_action",
+            format!("id={run}&action=skip&detail=held"),
+        ),
+        ("workflow_action", format!("id={failed_run}&action=retry")),
         ("schedule_action", "name=nightly&action=trigger".to_string()),
         ("kind_action", "kind=webhook&action=resume".to_string()),
         (

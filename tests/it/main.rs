@@ -22,6 +22,7 @@ mod console;
 mod console_queues;
 mod console_schedules;
 mod console_webhooks;
+mod console_workflows;
 mod dashboard_engine;
 mod db_cancel;
 mod engine;

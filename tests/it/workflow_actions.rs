@@ -354,6 +354,18 @@ async fn a_skipped_step_lets_the_steps_after_it_go_on_and_stops_its_attempt() {
             .into()
     );
     let err = client
+        .retry_workflow(run.id, RetryMode::Failed)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ClientError::Conflict(m) if m.contains("none of its steps failed")),
+        "a step skipped by hand is the operator's decision, not a failure to retry: {err}"
+    );
+    assert!(steps
+        .iter()
+        .filter(|s| s.state == "skipped")
+        .all(|s| s.skipped_by_hand));
+    let err = client
         .skip_workflow_step(run.id, "after_slow")
         .await
         .unwrap_err();

@@ -24,6 +24,7 @@ pub mod questions;
 pub mod queues;
 pub mod schedules;
 pub mod webhooks;
+pub mod workflows;
 
 #[cfg(feature = "ssr")]
 pub use port::Refusal;
@@ -43,6 +44,7 @@ pub trait Console:
     + webhooks::WebhooksConsole
     + alerts::AlertsConsole
     + history::HistoryConsole
+    + workflows::WorkflowsConsole
 {
 }
 
@@ -58,6 +60,7 @@ impl<T> Console for T where
         + webhooks::WebhooksConsole
         + alerts::AlertsConsole
         + history::HistoryConsole
+        + workflows::WorkflowsConsole
 {
 }
 
@@ -76,5 +79,6 @@ pub fn provide<C: Console>(console: std::sync::Arc<C>) {
     provide_context::<Arc<dyn audit::AuditConsole>>(console.clone());
     provide_context::<Arc<dyn webhooks::WebhooksConsole>>(console.clone());
     provide_context::<Arc<dyn alerts::AlertsConsole>>(console.clone());
-    provide_context::<Arc<dyn history::HistoryConsole>>(console);
+    provide_context::<Arc<dyn history::HistoryConsole>>(console.clone());
+    provide_context::<Arc<dyn workflows::WorkflowsConsole>>(console);
 }

@@ -17,3 +17,4 @@ pub mod setup;
 pub mod timers;
 pub mod users;
 pub mod webhooks;
+pub mod workflows;

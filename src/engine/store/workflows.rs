@@ -63,6 +63,8 @@ pub struct StepRow {
     pub deadline_at: Option<DateTime<Utc>>,
     /// When its job is due, while it waits for its time (`scheduled`).
     pub due_at: Option<DateTime<Utc>>,
+    /// Skipped by an operator (not by a dependency's policy).
+    pub skipped_by_hand: bool,
 }
 
 /// A signal a run received.
@@ -266,7 +268,8 @@ pub async fn run_steps<'e>(db: impl PgExecutor<'e>, run: i64) -> Result<Vec<Step
                 (SELECT count(*) FROM workflow_edges e WHERE e.step_id = s.id) AS deps,
                 s.at_time, s.at_ms, s.signal, s.waiting_since, s.deadline_at,
                 (SELECT j.scheduled_at FROM jobs j
-                 WHERE j.id = s.job_id AND j.state = 'scheduled') AS due_at
+                 WHERE j.id = s.job_id AND j.state = 'scheduled') AS due_at,
+                s.skipped_by_hand
          FROM workflow_steps s WHERE s.run_id = $1 ORDER BY s.id",
     )
     .bind(run)
@@ -442,5 +445,22 @@ pub async fn deadlines_pass<'e>(db: impl PgExecutor<'e>, limit: i64) -> Result<i
     )
     .bind(limit)
     .fetch_one(db)
+    .await
+}
+
+/// The dependencies of run `run`'s steps: (the step, the step it waits for, `on_failure`), in
+/// the order the steps were declared.
+pub async fn run_edges<'e>(
+    db: impl PgExecutor<'e>,
+    run: i64,
+) -> Result<Vec<(String, String, String)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT s.name, d.name, e.on_failure FROM workflow_edges e
+         JOIN workflow_steps s ON s.id = e.step_id
+         JOIN workflow_steps d ON d.id = e.dep_id
+         WHERE s.run_id = $1 ORDER BY s.id, d.id",
+    )
+    .bind(run)
+    .fetch_all(db)
     .await
 }

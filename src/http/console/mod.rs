@@ -18,6 +18,7 @@ mod questions;
 mod queues;
 mod schedules;
 mod webhooks;
+mod workflows;
 
 use chrono::{DateTime, Utc};
 use kickoff_app::console::Refusal;

@@ -1,0 +1,115 @@
+// A workflow run from the dashboard, in two time zones: the list with the run's progress from
+// its counters; the run's page with its graph drawn on the server (readable before the page
+// hydrates), each step's wait in a sentence with its deadline in the browser's zone; a signal
+// sent with a button starts the waiting step, and the page follows the run live to its end.
+import { test, after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { launch, api, eventually, hydrated, baseUrl, screenshots, watchErrors } from './helpers.mjs';
+
+// A run whose lock fires at its time (a moment from now), then waits for the partner's final
+// whistle until five hours after kickoff, then settles and publishes (the leaderboard even if
+// settling failed).
+async function game(marker) {
+  const kickoff = new Date(Date.now() + 1500);
+  const made = await api('POST', '/workflows', {
+    name: `game ${marker}`, key: `game:${marker}`, times: { kickoff_at: kickoff.toISOString() },
+    steps: [
+      { name: 'lock', job: { kind: 'noop' }, at: { time: 'kickoff_at' } },
+      { name: 'await_final', job: { kind: 'noop' }, after: [{ step: 'lock' }],
+        signal: 'final', deadline: { time: 'kickoff_at', offset_ms: 5 * 3600_000 } },
+      { name: 'settle', job: { kind: 'noop' }, after: [{ step: 'await_final' }] },
+      { name: 'leaderboard', job: { kind: 'noop' }, after: [{ step: 'settle', on_failure: 'run' }] },
+    ],
+  });
+  assert.equal(made.status, 201, JSON.stringify(made));
+  return { id: made.body.run.id, kickoff };
+}
+
+for (const zone of ['Asia/Kolkata', 'America/New_York']) {
+  test(`a run's page in ${zone} draws its graph, says what each step waits for, and a signal sent from it finishes the run`, async () => {
+    const marker = `e2e-${zone.split('/')[1]}-${Date.now()}`;
+    const { id, kickoff } = await game(marker);
+    await eventually('the lock to run and the final whistle to be awaited',
+      async () => (await api('GET', `/workflows/${id}`)).body.steps[1].waits ?? '',
+      (w) => w.startsWith('waits for the signal'));
+
+    const browser = await launch({ timezoneId: zone });
+    try {
+      const page = await browser.newPage();
+      const errors = watchErrors(page);
+      // As the server rendered it, before any WebAssembly: the graph and the sentences are there.
+      await page.route('**/pkg/*.wasm', (route) => route.abort());
+      await page.goto(baseUrl + `/workflows/${id}`, { waitUntil: 'domcontentloaded' });
+      const graph = page.getByRole('img', { name: "The run's steps and what each waits for" });
+      assert.equal(await graph.locator('g.wf-node').count(), 4);
+      assert.equal(await graph.locator('path.wf-edge').count(), 3);
+      assert.equal(await graph.locator('path.wf-edge.on-run').count(), 1, 'the leaderboard runs anyway: dashed');
+      assert.match(await page.getByRole('row', { name: /await_final/ }).textContent(), /waits for the signal "final" until/);
+      assert.match(await page.getByRole('row', { name: /settle/ }).first().textContent(), /waits for 1 of its 1 dependencies/);
+      await page.unroute('**/pkg/*.wasm');
+
+      await page.goto(baseUrl + `/workflows/${id}`);
+      await hydrated(page);
+      // The deadline in the browser's zone: five hours after kickoff.
+      const deadline = new Date(kickoff.getTime() + 5 * 3600_000);
+      const local = new Intl.DateTimeFormat('en-GB', { timeZone: zone, hour: '2-digit', minute: '2-digit', hourCycle: 'h23' }).format(deadline);
+      const waiting = page.getByRole('row', { name: /await_final/ });
+      assert.ok((await waiting.textContent()).includes(local), `${await waiting.textContent()} shows ${local}`);
+      await page.screenshot({ path: path.join(screenshots, `workflow-waiting-${zone.replace('/', '-')}.png`), fullPage: true });
+
+      await waiting.getByRole('button', { name: 'Send the signal final' }).click();
+      const state = page.locator('dd .badge').first();
+      await eventually('the run to complete on the page', () => state.textContent(), (t) => t === 'completed');
+      await eventually('every step to complete in the graph',
+        () => graph.locator('g.wf-node.state-completed').count(), (n) => n === 4);
+      const signals = page.getByRole('table', { name: 'Signals' });
+      assert.match(await signals.textContent(), /final\s*console:admin/);
+      await page.screenshot({ path: path.join(screenshots, `workflow-done-${zone.replace('/', '-')}.png`), fullPage: true });
+
+      await page.goto(baseUrl + '/workflows');
+      await hydrated(page);
+      const row = page.getByRole('row', { name: new RegExp(`game ${marker}`) });
+      assert.match(await row.textContent(), /completed\s*4 of 4 done/);
+      assert.deepEqual(errors, []);
+    } finally {
+      await browser.close();
+    }
+  });
+}
+
+test('a failed step is retried and a waiting step skipped from the run page, each audited', async () => {
+  const made = await api('POST', '/workflows', {
+    name: 'retry from the page', steps: [
+      { name: 'held', job: { kind: 'noop', queue: 'nobody-e2e' } },
+      { name: 'flaky', job: { kind: 'noop', max_attempts: 1, args: { fail_attempts: 1 } } },
+      { name: 'after', job: { kind: 'noop' }, after: [{ step: 'held' }] },
+    ],
+  });
+  assert.equal(made.status, 201, JSON.stringify(made));
+  const id = made.body.run.id;
+  await eventually('flaky to fail', async () => (await api('GET', `/workflows/${id}`)).body.run.failed, (n) => n === 1);
+
+  const browser = await launch();
+  try {
+    const page = await browser.newPage();
+    const errors = watchErrors(page);
+    await page.goto(baseUrl + `/workflows/${id}`);
+    await hydrated(page);
+    await page.getByRole('button', { name: 'Skip step held' }).click();
+    await eventually('held to be skipped and after to run',
+      async () => (await api('GET', `/workflows/${id}`)).body.steps.map((s) => s.state).join(','),
+      (s) => s === 'skipped,failed,completed');
+    await page.getByRole('button', { name: 'Retry' }).click();
+    await eventually('flaky to run again (and fail again: one attempt)',
+      async () => (await api('GET', `/workflows/${id}`)).body.steps[1].job_id,
+      (job) => job !== made.body.steps[1].job_id);
+    await page.goto(baseUrl + '/audit');
+    await hydrated(page);
+    const log = await page.locator('main').textContent();
+    assert.ok(log.includes('workflow.skip') && log.includes('workflow.retry'), log);
+    assert.deepEqual(errors, []);
+  } finally {
+    await browser.close();
+  }
+});

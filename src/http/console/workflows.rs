@@ -1,0 +1,210 @@
+//! Workflows: the runs, one run with its steps, what each waits for and its signals; an
+//! operator's actions on a run, through the engine's own (`engine::workflow_actions`), audited.
+
+use kickoff_app::console::workflows::{
+    SignalView, StepView, WaitView, WorkflowDetail, WorkflowRow, WorkflowsConsole, WorkflowsPage,
+};
+use kickoff_app::console::Refusal;
+use serde_json::Value;
+
+use super::{conn, ms, operator, refused, Act, ServerConsole, LIST_ROWS};
+use crate::accounts::Role;
+use crate::engine::workflow::RunRow;
+use crate::engine::workflow_actions::RetryMode;
+
+fn workflow_row(r: &RunRow) -> WorkflowRow {
+    WorkflowRow {
+        id: r.id,
+        name: r.name.clone(),
+        key: r.key.clone(),
+        state: r.state.clone(),
+        created_ms: ms(r.created_at),
+        finished_ms: r.finished_at.map(ms),
+        steps: r.steps,
+        blocked: r.blocked,
+        ready: r.ready,
+        completed: r.completed,
+        failed: r.failed,
+        skipped: r.skipped,
+        cancelled: r.cancelled,
+        rerun_of: r.rerun_of,
+    }
+}
+
+#[async_trait::async_trait]
+impl WorkflowsConsole for ServerConsole {
+    async fn workflows(&self) -> Result<WorkflowsPage, Refusal> {
+        operator(Role::Viewer)?;
+        let now_ms = self.now_ms().await?;
+        let runs = self
+            .client
+            .workflow_runs(None, None, LIST_ROWS)
+            .await
+            .map_err(refused)?;
+        Ok(WorkflowsPage {
+            now_ms,
+            rows: runs.iter().map(workflow_row).collect(),
+        })
+    }
+
+    async fn workflow(&self, id: i64) -> Result<WorkflowDetail, Refusal> {
+        operator(Role::Viewer)?;
+        let now_ms = self.now_ms().await?;
+        let run = self.client.workflow_run(id).await.map_err(refused)?;
+        let steps = self.client.workflow_steps(id).await.map_err(refused)?;
+        let edges = self.client.workflow_edges(id).await.map_err(refused)?;
+        let signals = self.client.workflow_signals(id).await.map_err(refused)?;
+        let names: Vec<String> = signals.iter().map(|s| s.name.clone()).collect();
+        let times = match &run.times {
+            Value::Object(times) => times
+                .iter()
+                .filter_map(|(name, at)| {
+                    let at: chrono::DateTime<chrono::Utc> =
+                        serde_json::from_value(at.clone()).ok()?;
+                    Some((name.clone(), ms(at)))
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        Ok(WorkflowDetail {
+            now_ms,
+            row: workflow_row(&run),
+            created_by: run.created_by.clone(),
+            times,
+            steps: steps
+                .iter()
+                .map(|s| StepView {
+                    name: s.name.clone(),
+                    state: s.state.clone(),
+                    kind: s.kind.clone(),
+                    queue: s.queue.clone(),
+                    job_id: s.job_id.map(|j| j.0),
+                    after: edges
+                        .iter()
+                        .filter(|(step, _, _)| step == &s.name)
+                        .map(|(_, dep, on)| (dep.clone(), on.clone()))
+                        .collect(),
+                    waits: s.wait(&names).map(|w| {
+                        let (before, at, after) = w.parts();
+                        WaitView {
+                            before,
+                            at_ms: at.map(ms),
+                            after,
+                        }
+                    }),
+                    signal: s.signal.clone(),
+                    finished_ms: s.finished_at.map(ms),
+                    kept_from: s.kept_from,
+                    skipped_by_hand: s.skipped_by_hand,
+                })
+                .collect(),
+            signals: signals
+                .into_iter()
+                .map(|g| SignalView {
+                    name: g.name,
+                    source: g.source,
+                    received_ms: ms(g.received_at),
+                })
+                .collect(),
+        })
+    }
+
+    async fn workflow_action(
+        &self,
+        id: i64,
+        action: String,
+        detail: Option<String>,
+    ) -> Result<(), Refusal> {
+        let act = Act {
+            action: format!("workflow.{action}"),
+            target: Some(match &detail {
+                Some(d) => format!("workflow run {id} / {d}"),
+                None => format!("workflow run {id}"),
+            }),
+            filter: None,
+        };
+        let source = operator(Role::Viewer)
+            .map(|op| format!("console:{}", op.user.name))
+            .unwrap_or_else(|_| "console".into());
+        let client = &self.client;
+        self.act(
+            act,
+            |_| None,
+            async |work| {
+                let conn = conn(work).await?;
+                match (action.as_str(), detail.as_deref()) {
+                    ("cancel", _) => client.cancel_workflow_with(conn, id).await?,
+                    ("retry", mode) => {
+                        let mode = match mode.unwrap_or("failed") {
+                            "failed" => RetryMode::Failed,
+                            "failed_and_following" => RetryMode::FailedAndFollowing,
+                            "all" => RetryMode::All,
+                            other => {
+                                return Err(Refusal::invalid(format!("mode: no mode {other:?}")))
+                            }
+                        };
+                        client.retry_workflow_with(conn, id, mode).await?
+                    }
+                    ("skip", Some(step)) => client.skip_workflow_step_with(conn, id, step).await?,
+                    ("signal", Some(name)) => {
+                        client
+                            .signal_workflow_with(conn, id, name, &Value::Null, &source)
+                            .await?;
+                        return Ok(());
+                    }
+                    ("skip" | "signal", None) => {
+                        return Err(Refusal::invalid(format!(
+                            "{action}: name the step or signal"
+                        )))
+                    }
+                    _ => return Err(Refusal::invalid(format!("action: no action {action:?}"))),
+                };
+                Ok(())
+            },
+        )
+        .await
+    }
+}
+
+/// The run page's graph: where each step is drawn (the app's `layout`, tested here where the test
+/// command runs).
+#[cfg(test)]
+mod tests {
+    use kickoff_app::console::workflows::{layout, StepView};
+
+    fn step(name: &str, after: &[&str]) -> StepView {
+        StepView {
+            name: name.into(),
+            state: "blocked".into(),
+            kind: "noop".into(),
+            queue: "default".into(),
+            job_id: None,
+            after: after
+                .iter()
+                .map(|d| (d.to_string(), "fail".to_string()))
+                .collect(),
+            waits: None,
+            signal: None,
+            finished_ms: None,
+            kept_from: None,
+            skipped_by_hand: false,
+        }
+    }
+
+    #[test]
+    fn each_step_is_drawn_after_its_deepest_dependency() {
+        let steps = [
+            step("lock", &[]),
+            step("await", &["lock"]),
+            step("settle", &["await"]),
+            step("notify_a", &["settle"]),
+            step("notify_b", &["settle"]),
+            step("leaderboard", &["notify_a", "notify_b", "lock"]),
+            step("audit", &[]),
+        ];
+        assert_eq!(
+            layout(&steps),
+            [(0, 0), (1, 0), (2, 0), (3, 0), (3, 1), (4, 0), (0, 1)]
+        );
+    }
+}

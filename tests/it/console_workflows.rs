@@ -1,0 +1,164 @@
+//! The dashboard's workflow pages and server function in-process against real PostgreSQL: the
+//! list and a run's page render on the server with the graph drawn as SVG and each step's wait in
+//! a sentence; an operator cancels, retries, skips and signals, each audited; a viewer reads and
+//! acts on nothing; a wrong action changes nothing.
+
+use axum::http::{Method, StatusCode};
+use serde_json::json;
+
+use crate::common::dashboard::{dashboard, dashboard_as};
+use kickoff::accounts::Role;
+
+fn form(pairs: &[(&str, &str)]) -> String {
+    form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish()
+}
+
+/// A run whose first step waits on a queue no node runs, then a step that waits for `final`.
+fn run_body() -> serde_json::Value {
+    let kickoff = chrono::Utc::now() + chrono::Duration::hours(1);
+    json!({"name": "game", "key": "game:console", "times": {"kickoff_at": kickoff},
+           "steps": [
+               {"name": "lock", "job": {"kind": "noop", "queue": "nobody"}},
+               {"name": "await_final", "job": {"kind": "noop", "queue": "nobody"},
+                "after": [{"step": "lock", "on_failure": "run"}], "signal": "final",
+                "deadline": {"time": "kickoff_at", "offset_ms": 18_000_000}}]})
+}
+
+#[tokio::test]
+async fn the_workflow_pages_draw_the_run_and_an_operator_acts_on_it() {
+    let d = dashboard().await;
+    let (status, body) = d.page("/workflows").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        body.contains("No workflow runs yet"),
+        "the empty list says so"
+    );
+
+    let made = d.api(Method::POST, "/workflows", run_body()).await;
+    let id = made["run"]["id"].as_i64().unwrap().to_string();
+    let (status, body) = d.page("/workflows").await;
+    assert_eq!(status, StatusCode::OK);
+    for shown in ["game", "game:console", "running", "0 of 2 done · 1 running"] {
+        assert!(body.contains(shown), "/workflows lacks {shown:?}");
+    }
+    let (status, body) = d.page(&format!("/workflows/{id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    for shown in [
+        "<svg",
+        "wf-node state-ready",
+        "wf-edge on-run",
+        "waits for 1 of its 1 dependencies",
+        "kickoff_at",
+        "Cancel run",
+        "Skip step lock",
+        "No signal yet.",
+    ] {
+        assert!(body.contains(shown), "the run's page lacks {shown:?}");
+    }
+    let (status, _) = d.page("/workflows/999999").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // Skip the held step: the step after it waits for its signal, which a button sends.
+    let (status, body) = d
+        .server_fn(
+            "workflow_action",
+            &form(&[("id", &id), ("action", "skip"), ("detail", "lock")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (_, page) = d.page(&format!("/workflows/{id}")).await;
+    assert!(
+        page.contains("waits for the signal &quot;final&quot; until")
+            || page.contains("waits for the signal \"final\" until"),
+        "{page}"
+    );
+    assert!(page.contains("Send the signal final"));
+    for (pairs, want) in [
+        (
+            vec![("id", id.as_str()), ("action", "signal")],
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            vec![("id", id.as_str()), ("action", "sideways")],
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            vec![("id", id.as_str()), ("action", "retry"), ("detail", "some")],
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            vec![
+                ("id", id.as_str()),
+                ("action", "signal"),
+                ("detail", "final"),
+            ],
+            StatusCode::OK,
+        ),
+        (
+            vec![("id", id.as_str()), ("action", "retry")],
+            StatusCode::CONFLICT,
+        ),
+        (
+            vec![("id", id.as_str()), ("action", "cancel")],
+            StatusCode::OK,
+        ),
+        (
+            vec![("id", id.as_str()), ("action", "cancel")],
+            StatusCode::CONFLICT,
+        ),
+    ] {
+        let (status, body) = d.server_fn("workflow_action", &form(&pairs)).await;
+        assert_eq!(status, want, "{pairs:?}: {body}");
+    }
+    let (_, page) = d.page(&format!("/workflows/{id}")).await;
+    assert!(page.contains("console:"), "the signal's source: {page}");
+    let actions: Vec<(String, bool)> = sqlx::query_as(
+        "SELECT action, ok FROM audit_log WHERE action LIKE 'workflow.%' ORDER BY id",
+    )
+    .fetch_all(&d.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        actions,
+        [
+            ("workflow.skip", true),
+            ("workflow.signal", false),
+            ("workflow.sideways", false),
+            ("workflow.retry", false),
+            ("workflow.signal", true),
+            ("workflow.retry", false),
+            ("workflow.cancel", true),
+            ("workflow.cancel", false),
+        ]
+        .map(|(a, ok)| (a.to_string(), ok))
+    );
+}
+
+#[tokio::test]
+async fn a_viewer_reads_the_workflow_pages_and_acts_on_nothing() {
+    let d = dashboard_as(Role::Viewer).await;
+    let made = d.api(Method::POST, "/workflows", run_body()).await;
+    let id = made["run"]["id"].as_i64().unwrap().to_string();
+    let (status, body) = d.page(&format!("/workflows/{id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("<svg"));
+    assert!(
+        !body.contains("Cancel run"),
+        "no action offered to a viewer"
+    );
+    let (status, _) = d
+        .server_fn(
+            "workflow_action",
+            &form(&[("id", &id), ("action", "cancel")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let state: String = sqlx::query_scalar("SELECT state FROM workflow_runs WHERE id = $1")
+        .bind(id.parse::<i64>().unwrap())
+        .fetch_one(&d.pool)
+        .await
+        .unwrap();
+    assert_eq!(state, "running");
+}
