@@ -8,6 +8,7 @@ mod percentiles;
 mod schedules;
 mod streams;
 mod worker;
+mod workflows;
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -138,6 +139,7 @@ pub async fn run(
             }
             BenchWorkload::Recovery => recovery(&pool, &options).await,
             BenchWorkload::Nodes => nodes(&pool, &options).await,
+            BenchWorkload::Workflows => workflows::workflows(&pool, &options).await,
         }
     }
     .await;

@@ -375,6 +375,9 @@ pub enum BenchWorkload {
     /// Live updates: 100, 1,000 and 5,000 (`--streams`) open event streams on one server process;
     /// delivery time of one change to every stream, the server's RSS and CPU.
     Streams,
+    /// Workflows: a step's start after its dependency's completion (chains), after its signal,
+    /// after the last of 50 dependencies (fan-in); steps a second in runs of 5 against plain jobs.
+    Workflows,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

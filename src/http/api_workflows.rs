@@ -48,6 +48,10 @@ pub struct CreateWorkflow {
     /// within the jobs' window): its steps' timers and deadlines are anchored to them and move
     /// with them (`POST /workflows/{id}/times`).
     #[serde(default)]
+    #[schemars(extend(
+        "maxProperties" = 16,
+        "propertyNames" = { "minLength": 1, "maxLength": 64, "pattern": NO_NUL }
+    ))]
     pub times: BTreeMap<String, DateTime<Utc>>,
 }
 
@@ -374,8 +378,13 @@ pub async fn signal(
 #[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MoveTimes {
-    /// New values of times the run has (`{"kickoff_at": "…"}`), each within the jobs' window.
-    #[schemars(length(min = 1, max = 16))]
+    /// New values of times the run has (`{"kickoff_at": "…"}`), 1 to 16, each within the jobs'
+    /// window.
+    #[schemars(extend(
+        "minProperties" = 1,
+        "maxProperties" = 16,
+        "propertyNames" = { "minLength": 1, "maxLength": 64, "pattern": NO_NUL }
+    ))]
     pub times: BTreeMap<String, DateTime<Utc>>,
 }
 

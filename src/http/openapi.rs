@@ -1059,13 +1059,23 @@ fn responses(generator: &mut SchemaGenerator, e: &Endpoint) -> Value {
         },
     });
     r[status.to_string()]["headers"] = limit_headers.clone();
-    if (e.method, e.path) == ("post", "/jobs") {
-        // The insert of a key a live job holds answers that job.
-        let mut existing = json!({
-            "description": "a live job holds the unique key: that job, `existing: true` (moved \
-                            first with `on_conflict: reschedule`)",
-            "headers": limit_headers,
-        });
+    // A create that finds what it would make already there answers that, 200 with `existing`.
+    let existing = match (e.method, e.path) {
+        ("post", "/jobs") => Some(
+            "a live job holds the unique key: that job, `existing: true` (moved first with \
+             `on_conflict: reschedule`)",
+        ),
+        ("post", "/workflows") => {
+            Some("a live run holds the key: that run, `existing: true` (nothing written)")
+        }
+        ("post", "/workflows/{id}/signals") => Some(
+            "a signal of that name came first and stands: the run, `existing: true` (nothing \
+             changed)",
+        ),
+        _ => None,
+    };
+    if let Some(description) = existing {
+        let mut existing = json!({ "description": description, "headers": limit_headers });
         if let Some(body) = body {
             existing["content"] = json!({ "application/json": { "schema": body(generator) } });
         }

@@ -1,0 +1,239 @@
+//! `kickoff bench workflows`: how soon a workflow's step follows what it waits for, and what the
+//! graph costs (issue 49, docs/BENCHMARKS.md):
+//! - `chain`: runs of `a → b`, one after another on an idle engine: from `a`'s completion (its
+//!   job's `finalized_at`, the completing transaction's clock) to `b`'s handler start;
+//! - `signal`: runs of one step waiting for a signal: from the signal's storing (`received_at`)
+//!   to the step's handler start;
+//! - `fan_in`: runs of 50 parallel steps (a step's most dependencies) into one: from the last of
+//!   them to complete to the join's handler start;
+//! - `throughput`: 2,000 runs of 5 chained steps against 10,000 plain jobs, each batch inserted
+//!   before the engine starts: steps a second against jobs a second.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+
+use super::percentiles::with_percentiles;
+use super::worker::{workers, Starts, KIND};
+use super::{engine_config, insert_due, until_all_completed, BenchOptions};
+use crate::db::Db;
+use crate::engine::workflow::{Workflow, MAX_DEPS};
+use crate::engine::{Client, Engine, JobId, NewJob};
+
+const CHAINS: usize = 300;
+const SIGNALS: usize = 300;
+const FAN_INS: usize = 20;
+const RUNS: usize = 2_000;
+const CHAIN_STEPS: usize = 5;
+
+fn step() -> NewJob {
+    NewJob::new(KIND, json!({}))
+}
+
+/// The next `n` starts reported: (job, when its handler started).
+async fn starts(rx: &mut Starts, n: usize) -> Result<Vec<(JobId, DateTime<Utc>)>, String> {
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        match tokio::time::timeout(Duration::from_secs(30), rx.recv()).await {
+            Ok(Some((id, at, _))) => out.push((id, at)),
+            _ => return Err(format!("only {} of {n} steps started", out.len())),
+        }
+    }
+    Ok(out)
+}
+
+fn ms(d: chrono::Duration) -> f64 {
+    d.num_microseconds().unwrap_or(0) as f64 / 1000.0
+}
+
+/// When job `id` settled (its completing transaction's clock).
+async fn finalized(pool: &Db, ids: &[i64]) -> Result<HashMap<i64, DateTime<Utc>>, String> {
+    sqlx::query_as::<_, (i64, DateTime<Utc>)>(
+        "SELECT id, finalized_at FROM jobs WHERE id = ANY($1) AND finalized_at IS NOT NULL",
+    )
+    .bind(ids)
+    .fetch_all(pool)
+    .await
+    .map(|rows| rows.into_iter().collect())
+    .map_err(|e| e.to_string())
+}
+
+/// The job of step `name` of run `run`.
+async fn job_of(client: &Client, run: i64, name: &str) -> Result<i64, String> {
+    client
+        .workflow_steps(run)
+        .await
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .find(|s| s.name == name)
+        .and_then(|s| s.job_id)
+        .map(|j| j.0)
+        .ok_or_else(|| format!("run {run}: step {name} has no job"))
+}
+
+pub(super) async fn workflows(pool: &Db, o: &BenchOptions) -> Result<Value, String> {
+    let (kinds, mut rx) = workers();
+    let engine = Engine::start(pool.clone(), kinds, engine_config(10, o))
+        .await
+        .map_err(|e| e.to_string())?;
+    let client = engine.client();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // A chain's step after its dependency's completion.
+    let mut chain = Vec::with_capacity(CHAINS);
+    for _ in 0..CHAINS {
+        let flow = Workflow::new("chain")
+            .step("a", step())
+            .step("b", step())
+            .after("a");
+        let run = client
+            .insert_workflow(&flow)
+            .await
+            .map_err(|e| e.to_string())?
+            .run
+            .id;
+        let started = starts(&mut rx, 2).await?;
+        let (a, b) = (
+            job_of(&client, run, "a").await?,
+            job_of(&client, run, "b").await?,
+        );
+        let done = finalized(pool, &[a]).await?;
+        let b_start = started.iter().find(|s| s.0 .0 == b).map(|s| s.1);
+        if let (Some(done), Some(start)) = (done.get(&a), b_start) {
+            chain.push(ms(start - *done));
+        }
+    }
+
+    // A waiting step after its signal.
+    let mut waiting = Vec::with_capacity(SIGNALS);
+    let deadline = chrono::Duration::hours(1);
+    let mut runs = Vec::with_capacity(SIGNALS);
+    for _ in 0..SIGNALS {
+        let flow = Workflow::new("await")
+            .time("kickoff_at", Utc::now())
+            .step("final", step())
+            .signal("go", "kickoff_at", deadline);
+        runs.push(
+            client
+                .insert_workflow(&flow)
+                .await
+                .map_err(|e| e.to_string())?
+                .run
+                .id,
+        );
+    }
+    for run in runs {
+        let (signal, _) = client
+            .signal_workflow(run, "go", &Value::Null, "bench")
+            .await
+            .map_err(|e| e.to_string())?;
+        let started = starts(&mut rx, 1).await?;
+        waiting.push(ms(started[0].1 - signal.received_at));
+    }
+
+    // A join after the last of its 50 dependencies.
+    let mut fan_in = Vec::with_capacity(FAN_INS);
+    for _ in 0..FAN_INS {
+        let mut flow = Workflow::new("fan-in");
+        for i in 0..MAX_DEPS {
+            flow = flow.step(format!("t{i}"), step());
+        }
+        flow = flow.step("join", step());
+        for i in 0..MAX_DEPS {
+            flow = flow.after(format!("t{i}"));
+        }
+        let run = client
+            .insert_workflow(&flow)
+            .await
+            .map_err(|e| e.to_string())?
+            .run
+            .id;
+        let started = starts(&mut rx, MAX_DEPS + 1).await?;
+        let steps = client
+            .workflow_steps(run)
+            .await
+            .map_err(|e| e.to_string())?;
+        let tasks: Vec<i64> = steps
+            .iter()
+            .filter(|s| s.name != "join")
+            .filter_map(|s| s.job_id.map(|j| j.0))
+            .collect();
+        let join = job_of(&client, run, "join").await?;
+        let last = finalized(pool, &tasks).await?.into_values().max();
+        let join_start = started.iter().find(|s| s.0 .0 == join).map(|s| s.1);
+        if let (Some(last), Some(start)) = (last, join_start) {
+            fan_in.push(ms(start - last));
+        }
+    }
+    engine.stop().await;
+
+    // Steps a second against jobs a second, each batch inserted before an engine starts.
+    for _ in 0..RUNS {
+        let mut flow = Workflow::new("five");
+        for i in 0..CHAIN_STEPS {
+            flow = flow.step(format!("s{i}"), step());
+            if i > 0 {
+                flow = flow.after(format!("s{}", i - 1));
+            }
+        }
+        client
+            .insert_workflow(&flow)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let (kinds, rx) = workers();
+    drop(rx);
+    let engine = Engine::start(pool.clone(), kinds, engine_config(10, o))
+        .await
+        .map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    until_runs_done(pool).await?;
+    let steps_s = t.elapsed().as_secs_f64();
+    engine.stop().await;
+    let plain = RUNS * CHAIN_STEPS;
+    insert_due(pool, plain, None).await?;
+    let (kinds, rx) = workers();
+    drop(rx);
+    let engine = Engine::start(pool.clone(), kinds, engine_config(10, o))
+        .await
+        .map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let jobs_s = until_all_completed(pool, t).await?;
+    engine.stop().await;
+    let steps_per_s = (RUNS * CHAIN_STEPS) as f64 / steps_s;
+    let jobs_per_s = plain as f64 / jobs_s;
+    Ok(json!({
+        "workload": "workflows",
+        "chain": with_percentiles(json!({ "runs": chain.len() }), chain),
+        "signal": with_percentiles(json!({ "runs": waiting.len() }), waiting),
+        "fan_in": with_percentiles(json!({ "runs": fan_in.len(), "tasks": MAX_DEPS }), fan_in),
+        "throughput": {
+            "runs": RUNS,
+            "steps_per_run": CHAIN_STEPS,
+            "steps_per_s": steps_per_s.round(),
+            "plain_jobs_per_s": jobs_per_s.round(),
+            "ratio": (steps_per_s / jobs_per_s * 100.0).round() / 100.0,
+        },
+    }))
+}
+
+/// Waits until no workflow run is running (5 minutes at most).
+async fn until_runs_done(pool: &Db) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let running: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM workflow_runs WHERE state = 'running'")
+                .fetch_one(pool)
+                .await
+                .map_err(|e| e.to_string())?;
+        if running == 0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{running} runs still running after 5 minutes"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
