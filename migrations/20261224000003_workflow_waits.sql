@@ -57,6 +57,7 @@ DECLARE
     now_at timestamptz := clock_timestamp();
     due timestamptz;
     job bigint;
+    key text;
 BEGIN
     SELECT * INTO s FROM workflow_steps WHERE id = step AND state = 'blocked' FOR UPDATE;
     IF NOT FOUND THEN
@@ -73,13 +74,16 @@ BEGIN
         END IF;
         RETURN NULL;
     END IF;
-    due := greatest(now_at, kickoff_run_time(run_times, s.at_time, s.at_ms));
+    -- The time and the rate key inline (as SQL functions they would be planned at every call).
+    due := greatest(now_at, (run_times ->> s.at_time)::timestamptz
+                            + s.at_ms * interval '1 millisecond');
+    SELECT kickoff_partition_key(q.rate_per, s.kind, s.args, s.call_host) INTO key
+    FROM queues q WHERE q.name = s.queue AND q.rate_per IS NOT NULL;
     INSERT INTO jobs (queue, kind, args, state, priority, max_attempts, scheduled_at, tags, meta,
                       created_by, call_host, rate_key, step_id)
     VALUES (s.queue, s.kind, s.args,
             CASE WHEN due > now_at THEN 'scheduled'::job_state ELSE 'available'::job_state END,
-            s.priority, s.max_attempts, due, s.tags, s.meta, s.created_by, s.call_host,
-            kickoff_rate_key(s.queue, s.kind, s.args, s.call_host), s.id)
+            s.priority, s.max_attempts, due, s.tags, s.meta, s.created_by, s.call_host, key, s.id)
     RETURNING id INTO job;
     UPDATE workflow_steps SET state = 'ready', job_id = job, deadline_at = NULL WHERE id = step;
     PERFORM kickoff_run_recount(s.run_id, 'blocked', 'ready');
