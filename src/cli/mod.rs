@@ -227,7 +227,7 @@ pub enum Command {
         #[command(flatten)]
         remote: remote::Remote,
     },
-    /// Workflow runs on a running server: list, show, cancel.
+    /// Workflow runs on a running server: list, show, cancel, retry, skip, rerun, signal, move.
     Workflows {
         #[command(subcommand)]
         action: workflows::WorkflowsAction,

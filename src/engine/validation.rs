@@ -22,6 +22,29 @@ pub const SCHEDULE_KEY_PREFIX: &str = "schedule:";
 /// Whether every number in `value` reads back from PostgreSQL's jsonb: it keeps a number's
 /// decimals exactly, and one near the largest float (1.7976931348623157e308) no longer reads as
 /// a float, so its row could not be read (a job list, a claim) again.
+/// Data a caller stores as JSON beside a job's (a workflow signal's payload): no NUL character
+/// (PostgreSQL's jsonb cannot hold one), numbers that read back, at most `max_bytes`.
+pub(super) fn check_json_data(
+    field: &'static str,
+    value: &serde_json::Value,
+    max_bytes: usize,
+) -> Result<(), ClientError> {
+    let text = value.to_string();
+    if text.contains("\\u0000") {
+        return Err(invalid(field, "must not contain NUL (\\u0000) characters"));
+    }
+    if !numbers_read_back(value) {
+        return Err(invalid(
+            field,
+            format!("numbers are at most {MAX_JSON_NUMBER:e} in magnitude"),
+        ));
+    }
+    if text.len() > max_bytes {
+        return Err(invalid(field, format!("larger than {max_bytes} bytes")));
+    }
+    Ok(())
+}
+
 fn numbers_read_back(value: &serde_json::Value) -> bool {
     match value {
         serde_json::Value::Number(n) => n.as_f64().is_some_and(|f| f.abs() <= MAX_JSON_NUMBER),

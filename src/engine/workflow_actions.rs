@@ -14,8 +14,10 @@ use sqlx::PgConnection;
 
 use super::client::{check_instant, inconsistent, invalid, Client, ClientError};
 use super::job::JobId;
+use super::job::MAX_ARGS_BYTES;
 use super::store::workflows as store;
 pub use super::store::workflows::SignalRow;
+use super::validation::check_json_data;
 use super::workflow::{times_json, RunRow, MAX_NAME_CHARS};
 use crate::db::in_transaction;
 
@@ -65,6 +67,7 @@ impl Client {
         conn: &mut PgConnection,
         id: i64,
     ) -> Result<RunRow, ClientError> {
+        store::lock_ready_jobs(&mut *conn, id, None).await?;
         let Some(ready) = store::run_cancel_steps(&mut *conn, id).await? else {
             return Err(match store::run_get(&mut *conn, id).await? {
                 Some(run) => ClientError::Conflict(format!(
@@ -139,6 +142,7 @@ impl Client {
         id: i64,
         step: &str,
     ) -> Result<RunRow, ClientError> {
+        store::lock_ready_jobs(&mut *conn, id, Some(step)).await?;
         let (outcome, job) = store::step_skip(&mut *conn, id, step).await?;
         match outcome.as_str() {
             "skipped" => {}
@@ -243,6 +247,7 @@ impl Client {
                 format!("1 to {MAX_NAME_CHARS} characters, without NUL"),
             ));
         }
+        check_json_data("payload", payload, MAX_ARGS_BYTES)?;
         let stored = match store::run_signal(&mut *conn, id, name, payload, source)
             .await?
             .as_str()

@@ -342,8 +342,10 @@ pub struct SendSignal {
     /// The signal's name (`final`): the first of a name stands.
     #[schemars(length(min = 1, max = 128), regex(pattern = NO_NUL))]
     pub name: String,
-    /// What the steps waiting for it read (`JobContext::signal`); `null` when absent.
+    /// What the steps waiting for it read (`JobContext::signal`); `null` when absent. At most
+    /// 64 KiB.
     #[serde(default)]
+    #[schemars(with = "crate::schema_rules::JsonWithoutNul")]
     pub payload: Value,
 }
 

@@ -642,3 +642,64 @@ async fn the_api_retries_skips_and_reruns_audited_and_for_operators_only() {
         "every call, refused ones included, with its outcome"
     );
 }
+
+/// A run's cancel while its ready step's job completes: the completion holds the job and then
+/// takes the run (its settle); the cancel takes the jobs it will cancel before the run, so it
+/// waits for the completion instead of holding the run against it (which PostgreSQL broke as a
+/// deadlock after a second, failing one of them).
+#[tokio::test]
+async fn a_cancel_waits_for_a_completion_of_its_runs_step_instead_of_deadlocking() {
+    let db = test_db().await;
+    let client = super::workflows::client(&db);
+    // No engine: the step's job waits, ready, and this test completes it by hand.
+    let flow = Workflow::new("race")
+        .step("first", step("first"))
+        .step("second", step("second"))
+        .after("first");
+    let run = client.insert_workflow(&flow).await.unwrap().run;
+    let job = job_of(&client.workflow_steps(run.id).await.unwrap(), "first").unwrap();
+
+    // The completion's transaction holds the job's row.
+    let mut completion = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE")
+        .bind(job)
+        .execute(&mut *completion)
+        .await
+        .unwrap();
+    let cancelling = {
+        let client = client.clone();
+        tokio::spawn(async move { client.cancel_workflow(run.id).await })
+    };
+    wait_for(
+        "the cancel to wait for the job",
+        Duration::from_secs(10),
+        || async {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                .fetch_one(&db.pool)
+                .await
+                .unwrap()
+                > 0
+        },
+    )
+    .await;
+    // It completes the job: its settle takes the run's lock.
+    sqlx::query("UPDATE jobs SET state = 'completed', finalized_at = now() WHERE id = $1")
+        .bind(job)
+        .execute(&mut *completion)
+        .await
+        .expect("the completion is not aborted");
+    completion.commit().await.unwrap();
+    let cancelled = cancelling
+        .await
+        .unwrap()
+        .expect("the cancel is not aborted");
+    assert_eq!(
+        (
+            cancelled.state.as_str(),
+            cancelled.completed,
+            cancelled.cancelled
+        ),
+        ("cancelled", 1, 1),
+        "the step completed first, the one it unblocked was cancelled"
+    );
+}

@@ -73,6 +73,14 @@ async fn a_step_waits_for_its_signal_and_the_first_of_a_name_stands() {
         "it waits without a job, until kickoff_at + 5 h"
     );
 
+    // A payload the database cannot hold is refused and stores nothing (the first signal is
+    // still to come).
+    let err = client
+        .signal_workflow(run.id, "final", &json!({ "k\u{0}": 1 }), "api:partner")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Invalid { .. }), "{err}");
+    assert!(client.workflow_signals(run.id).await.unwrap().is_empty());
     let (signal, stored) = client
         .signal_workflow(
             run.id,

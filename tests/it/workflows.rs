@@ -89,7 +89,7 @@ fn workers() -> (
 }
 
 /// A client that knows the step's kind, without an engine running the steps.
-fn client(db: &TestDb) -> kickoff::engine::Client {
+pub(crate) fn client(db: &TestDb) -> kickoff::engine::Client {
     kickoff::engine::Client::new(db.pool.clone(), Arc::new(workers().0))
 }
 

@@ -464,3 +464,26 @@ pub async fn run_edges<'e>(
     .fetch_all(db)
     .await
 }
+
+/// Locks the jobs of run `run`'s ready steps (all, or step `name`'s), in id order, before the
+/// run's own lock is taken: a completion locks its job, then the run (its settle), so an action
+/// that cancels those jobs takes them in that order too, and does not wait on a completion
+/// that waits on it (docs/workflows.md, "A cancel racing a completion").
+pub async fn lock_ready_jobs(
+    conn: &mut PgConnection,
+    run: i64,
+    name: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "SELECT j.id FROM jobs j
+         WHERE j.id IN (SELECT job_id FROM workflow_steps
+                        WHERE run_id = $1 AND state = 'ready'
+                          AND ($2::text IS NULL OR name = $2))
+         ORDER BY j.id FOR UPDATE OF j",
+    )
+    .bind(run)
+    .bind(name)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
