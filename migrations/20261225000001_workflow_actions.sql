@@ -122,7 +122,7 @@ BEGIN
     END IF;
     job := st.job_id;
     PERFORM kickoff_step_settle(st.id, 'skipped', NULL);
-    UPDATE workflow_steps SET skipped_by_hand = true WHERE id = st.id;
+    UPDATE workflow_steps SET skipped_by_hand = true WHERE id = st.id AND state = 'skipped';
     outcome := 'skipped';
 END $$;
 

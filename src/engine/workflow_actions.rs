@@ -37,12 +37,23 @@ pub enum RetryMode {
 }
 
 impl RetryMode {
+    const ALL: [RetryMode; 3] = [
+        RetryMode::Failed,
+        RetryMode::FailedAndFollowing,
+        RetryMode::All,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             RetryMode::Failed => "failed",
             RetryMode::FailedAndFollowing => "failed_and_following",
             RetryMode::All => "all",
         }
+    }
+
+    /// The mode named `name` (as [`Self::as_str`] writes it).
+    pub fn named(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.as_str() == name)
     }
 }
 

@@ -358,19 +358,6 @@ pub async fn run_rerun(
         .await
 }
 
-/// The distinct queues of run `run`'s ready steps (to wake after an action made their jobs).
-pub async fn ready_queues<'e>(
-    db: impl PgExecutor<'e>,
-    run: i64,
-) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT DISTINCT queue FROM workflow_steps WHERE run_id = $1 AND state = 'ready'",
-    )
-    .bind(run)
-    .fetch_all(db)
-    .await
-}
-
 /// The signals run `run` received, in the order they came.
 pub async fn run_signals<'e>(
     db: impl PgExecutor<'e>,

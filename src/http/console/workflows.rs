@@ -135,14 +135,9 @@ impl WorkflowsConsole for ServerConsole {
                 match (action.as_str(), detail.as_deref()) {
                     ("cancel", _) => client.cancel_workflow_with(conn, id).await?,
                     ("retry", mode) => {
-                        let mode = match mode.unwrap_or("failed") {
-                            "failed" => RetryMode::Failed,
-                            "failed_and_following" => RetryMode::FailedAndFollowing,
-                            "all" => RetryMode::All,
-                            other => {
-                                return Err(Refusal::invalid(format!("mode: no mode {other:?}")))
-                            }
-                        };
+                        let name = mode.unwrap_or("failed");
+                        let mode = RetryMode::named(name)
+                            .ok_or_else(|| Refusal::invalid(format!("mode: no mode {name:?}")))?;
                         client.retry_workflow_with(conn, id, mode).await?
                     }
                     ("skip", Some(step)) => client.skip_workflow_step_with(conn, id, step).await?,
