@@ -138,6 +138,7 @@ mod tests {
             queue: None,
             kind: None,
             game: None,
+            workflow: None,
             threshold_ms: None,
             threshold_n: None,
             for_secs: 0,

@@ -47,10 +47,15 @@ pub enum Condition {
     /// within the last 5 minutes, those their late-start policy skipped or discarded among them
     /// (scope: `queue`, `kind`). One subject per queue; resolves when 5 minutes pass without one.
     LateStart,
+    /// A workflow step failed because its deadline passed without its signal (a partner that
+    /// never sent the final result), for deadlines from an hour before the rule was made
+    /// (scope: `workflow`, the runs' name). Resolves when the step is retried, skipped or its
+    /// run deleted.
+    WorkflowDeadline,
 }
 
 impl Condition {
-    pub const ALL: [Condition; 8] = [
+    pub const ALL: [Condition; 9] = [
         Condition::LateLock,
         Condition::QuestionOpen,
         Condition::JobDiscarded,
@@ -59,6 +64,7 @@ impl Condition {
         Condition::NodeLost,
         Condition::Overdue,
         Condition::LateStart,
+        Condition::WorkflowDeadline,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -71,6 +77,7 @@ impl Condition {
             Condition::NodeLost => "node_lost",
             Condition::Overdue => "overdue",
             Condition::LateStart => "late_start",
+            Condition::WorkflowDeadline => "workflow_deadline",
         }
     }
 
@@ -90,6 +97,7 @@ impl Condition {
             Condition::JobDiscarded | Condition::LateStart => &["queue", "kind"],
             Condition::QueueBacklog | Condition::FailureRate | Condition::Overdue => &["queue"],
             Condition::NodeLost => &[],
+            Condition::WorkflowDeadline => &["workflow"],
         }
     }
 
@@ -144,6 +152,9 @@ pub struct RuleSpec {
     /// Only this game's questions (`late_lock`, `question_open`).
     #[schemars(length(max = 200), regex(pattern = crate::schema_rules::NO_NUL))]
     pub game: Option<String>,
+    /// Only this workflow's runs (`workflow_deadline`).
+    #[schemars(length(max = 128), regex(pattern = crate::schema_rules::NO_NUL))]
+    pub workflow: Option<String>,
     /// Milliseconds, 0 to 86,400,000: after game time (`late_lock`, `question_open`, default
     /// 1,000), since the heartbeat (`node_lost`, default 30,000), past due (`overdue`, default
     /// 60,000), a start after the due time (`late_start`, 1,000 or more, default 60,000).
@@ -179,6 +190,7 @@ pub struct CheckedRule {
     pub queue: Option<String>,
     pub kind: Option<String>,
     pub game: Option<String>,
+    pub workflow: Option<String>,
     pub threshold_ms: Option<i64>,
     pub threshold_n: Option<i64>,
     pub for_secs: i32,
@@ -220,7 +232,7 @@ impl schemars::transform::Transform for FieldsOfEachCondition {
                     "x-message": format!("{field}: a {name} rule has no {what}"),
                 })
             };
-            for scope in ["queue", "kind", "game"] {
+            for scope in ["queue", "kind", "game", "workflow"] {
                 if !c.scopes().contains(&scope) {
                     // A blank scope is read as none.
                     props.insert(
@@ -299,6 +311,7 @@ impl RuleSpec {
             ("queue", self.queue.as_ref()),
             ("kind", self.kind.as_ref()),
             ("game", self.game.as_ref()),
+            ("workflow", self.workflow.as_ref()),
             ("notify_url", self.notify_url.as_ref()),
         ] {
             if value.is_some_and(|v| v.contains('\0')) {
@@ -319,10 +332,12 @@ impl RuleSpec {
         let queue = trimmed(self.queue);
         let kind = trimmed(self.kind);
         let game = trimmed(self.game);
+        let workflow = trimmed(self.workflow);
         for (field, value, max) in [
             ("queue", &queue, 100),
             ("kind", &kind, 100),
             ("game", &game, 200),
+            ("workflow", &workflow, 128),
         ] {
             if let Some(v) = value {
                 if !scopes.contains(&field) {
@@ -413,6 +428,7 @@ impl RuleSpec {
             queue,
             kind,
             game,
+            workflow,
             threshold_ms,
             threshold_n,
             for_secs,
@@ -429,11 +445,12 @@ pub struct RuleRow {
     pub id: i64,
     pub name: String,
     /// `late_lock`, `question_open`, `job_discarded`, `queue_backlog`, `failure_rate`,
-    /// `node_lost`, `overdue` or `late_start`.
+    /// `node_lost`, `overdue`, `late_start` or `workflow_deadline`.
     pub condition: String,
     pub queue: Option<String>,
     pub kind: Option<String>,
     pub game: Option<String>,
+    pub workflow: Option<String>,
     pub threshold_ms: Option<i64>,
     pub threshold_n: Option<i64>,
     pub for_secs: i32,
@@ -512,6 +529,14 @@ pub fn describe(rule: &RuleRow) -> String {
                 "an attempt{of_kind}{in_queue} starts more than {ms} ms after its due time \
                  (those its late-start policy skips or discards that late counted among them)"
             )
+        }
+        Condition::WorkflowDeadline => {
+            let of = rule
+                .workflow
+                .as_deref()
+                .map(|w| format!(" of a {w} run"))
+                .unwrap_or_default();
+            format!("a workflow step{of} fails because its deadline passed without its signal")
         }
     };
     if for_secs > 0 {

@@ -281,6 +281,32 @@ impl Client {
         Ok((signal, stored))
     }
 
+    /// Sends its signal `name` to the live run holding `key` when that run is one of the
+    /// workflows `names` (what a partner may signal), as [`Self::signal_workflow_with`]; the run
+    /// with the answer. 404 alike for no live run of the key and for one of another workflow.
+    pub async fn signal_workflow_key_with(
+        &self,
+        conn: &mut PgConnection,
+        key: &str,
+        names: &[String],
+        name: &str,
+        payload: &Value,
+        source: &str,
+    ) -> Result<(RunRow, SignalRow, bool), ClientError> {
+        let run = store::run_live_by_key_of(&mut *conn, key, names)
+            .await?
+            .ok_or_else(|| {
+                ClientError::NotFound(format!(
+                    "a live run of {} with the key {key:?}",
+                    names.join(" or ")
+                ))
+            })?;
+        let (signal, stored) = self
+            .signal_workflow_with(&mut *conn, run.id, name, payload, source)
+            .await?;
+        Ok((run, signal, stored))
+    }
+
     /// Moves run `id`'s named times to `times` (each one the run has): the timers anchored to
     /// them move with them (a step's job that has not started is due anew), and the deadlines
     /// of the steps waiting. 409 when the run is not running; 422 for a time it does not have.

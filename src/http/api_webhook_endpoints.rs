@@ -59,6 +59,12 @@ pub struct CreateEndpoint {
     #[serde(default)]
     #[schemars(length(min = 1, max = 5))]
     pub header_methods: Option<Vec<HttpMethod>>,
+    /// The workflows (by name, `game`) whose live runs the partner may send signals to, signed
+    /// with this endpoint's secret (`POST /api/v1/inbound/{endpoint}/signals`). At most 20.
+    /// Default: none (it sends no signal).
+    #[serde(default)]
+    #[schemars(length(max = 20), inner(length(min = 1, max = 128), regex(pattern = crate::schema_rules::NOT_BLANK)))]
+    pub signal_workflows: Option<Vec<String>>,
 }
 
 /// A method a webhook call may use.
@@ -107,6 +113,11 @@ pub struct UpdateEndpoint {
     #[serde(default)]
     #[schemars(length(min = 1, max = 5))]
     pub header_methods: Option<Vec<HttpMethod>>,
+    /// Replaces the workflows the partner may signal (`[]`: none); as
+    /// [`CreateEndpoint::signal_workflows`].
+    #[serde(default)]
+    #[schemars(length(max = 20), inner(length(min = 1, max = 128), regex(pattern = crate::schema_rules::NOT_BLANK)))]
+    pub signal_workflows: Option<Vec<String>>,
 }
 
 /// A rotation.
@@ -153,6 +164,7 @@ pub async fn create(
                             allow_calls: body.allow_calls,
                             private_network: body.private_network,
                             header_methods: methods(&body.header_methods),
+                            signal_workflows: body.signal_workflows.clone(),
                         },
                         Some(&caller.actor),
                     )
@@ -197,6 +209,7 @@ pub async fn update(
         headers: body.headers,
         allow_calls: body.allow_calls,
         private_network: body.private_network,
+        signal_workflows: body.signal_workflows,
     };
     audit
         .run(uncounted, async |work| {

@@ -22,6 +22,10 @@ pub enum AppError {
     BadRequest { code: &'static str, message: String },
     #[error("a valid bearer token is required")]
     Unauthorized,
+    /// A partner's call to us whose Standard Webhooks signature does not hold (the words say
+    /// which header and rule).
+    #[error("{0}")]
+    Unsigned(String),
     /// A dashboard sign-in with an unknown name, a wrong password or a disabled account:
     /// deliberately one answer.
     #[error("wrong name or password")]
@@ -64,7 +68,9 @@ impl AppError {
     pub fn status_code(&self) -> StatusCode {
         match self {
             AppError::BadRequest { .. } => StatusCode::BAD_REQUEST,
-            AppError::Unauthorized | AppError::BadCredentials => StatusCode::UNAUTHORIZED,
+            AppError::Unauthorized | AppError::BadCredentials | AppError::Unsigned(_) => {
+                StatusCode::UNAUTHORIZED
+            }
             AppError::Forbidden(_) => StatusCode::FORBIDDEN,
             AppError::NotFound(_) => StatusCode::NOT_FOUND,
             AppError::Conflict { .. } => StatusCode::CONFLICT,
@@ -86,6 +92,7 @@ impl AppError {
             | AppError::Unprocessable { code, .. }
             | AppError::Conflict { code, .. } => code,
             AppError::Unauthorized => "unauthorized",
+            AppError::Unsigned(_) => "unsigned",
             AppError::BadCredentials => "bad_credentials",
             AppError::Forbidden(_) => "forbidden",
             AppError::NotFound(_) => "not_found",
@@ -339,6 +346,7 @@ impl From<crate::webhooks::EndpointError> for AppError {
                 code: "taken",
                 message: e.to_string(),
             },
+            EndpointError::Unsigned(u) => AppError::Unsigned(u.to_string()),
             EndpointError::Database(e) => e.into(),
             EndpointError::OtherKey { .. } | EndpointError::Unsealing(_) => {
                 AppError::Internal(e.to_string())

@@ -3,6 +3,7 @@
 pub mod api_alerts;
 pub mod api_audit;
 pub mod api_history;
+pub mod api_inbound;
 pub mod api_job_tools;
 pub mod api_jobs;
 pub mod api_questions;
@@ -46,10 +47,26 @@ use self::state::AppState;
 /// The REST API (authenticated by bearer token).
 pub fn api_router(state: AppState) -> Router<AppState> {
     // Built from the table the OpenAPI document is generated from (see `openapi`).
-    let mut router = Router::new();
+    let (mut router, mut inbound) = (Router::new(), Router::new());
     for endpoint in openapi::endpoints() {
-        router = router.route(endpoint.path, (endpoint.route)());
+        if openapi::is_inbound(endpoint.path) {
+            inbound = inbound.route(endpoint.path, (endpoint.route)());
+        } else {
+            router = router.route(endpoint.path, (endpoint.route)());
+        }
     }
+    // A partner's signed calls: the signature instead of the token, then the same audit.
+    let inbound = inbound
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            api_inbound::verified,
+        ))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            api_audit::record,
+        ))
+        .layer(middleware::from_fn(traced::traced));
     router
         .fallback(|| async { AppError::NotFound("no such endpoint".into()) })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -61,6 +78,7 @@ pub fn api_router(state: AppState) -> Router<AppState> {
         .layer(middleware::from_fn_with_state(state, api_audit::record))
         // Outermost: the call's span (continuing the caller's trace) holds everything inside.
         .layer(middleware::from_fn(traced::traced))
+        .merge(inbound)
 }
 
 /// The whole application: API, probes, dashboard and static files.

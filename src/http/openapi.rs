@@ -12,8 +12,8 @@ use serde_json::{json, Map, Value};
 
 use super::state::AppState;
 use super::{
-    api_alerts, api_history, api_job_tools, api_jobs, api_questions, api_queues, api_schedules,
-    api_webhook_deliveries, api_webhook_endpoints, api_workflows, sse,
+    api_alerts, api_history, api_inbound, api_job_tools, api_jobs, api_questions, api_queues,
+    api_schedules, api_webhook_deliveries, api_webhook_endpoints, api_workflows, sse,
 };
 use crate::engine::job_filter::JobSuggestions;
 use crate::engine::schedules::{ScheduleSpec, ScheduleView};
@@ -227,6 +227,14 @@ const OUT_OF_WINDOW: Refusal = Refusal {
 };
 
 /// Every operation of `/api/v1`.
+/// The one route a partner calls with a signature instead of a bearer token (see `api_inbound`).
+pub const INBOUND_SIGNALS: &str = "/inbound/{endpoint}/signals";
+
+/// Whether the route at `path` takes signed calls instead of a bearer token.
+pub fn is_inbound(path: &str) -> bool {
+    path == INBOUND_SIGNALS
+}
+
 pub fn endpoints() -> Vec<Endpoint> {
     vec![
         Endpoint {
@@ -682,6 +690,16 @@ pub fn endpoints() -> Vec<Endpoint> {
         },
         Endpoint {
             method: "post",
+            path: INBOUND_SIGNALS,
+            summary: "A partner's signed signal (no bearer token: Standard Webhooks headers `webhook-id`, `webhook-timestamp`, within 300 s of the server's clock, and `webhook-signature`, `v1,` + base64 HMAC-SHA256 of `id.timestamp.body` with the secret of webhook endpoint `{endpoint}`, or its previous one while a rotation's overlap lasts). Sent to the live run holding `key`, which must be a run of a workflow the endpoint names in `signal_workflows`; the first signal of a name stands, kept until a step waits for it. Audited as `endpoint:<id>`, the signal's source. 201 when stored, 200 with `existing` when one of that name came first; 401 `unsigned` for a missing or stale header, a signature that does not match, or an endpoint that signals no workflow; 404 for no live run of those workflows with the key; 409 when the run is not running",
+            body: Some(schema::<api_inbound::InboundSignal>),
+            query: None,
+            ok: (201, Some(schema::<api_inbound::InboundAnswer>)),
+            refusals: &[],
+            route: || post(api_inbound::signal),
+        },
+        Endpoint {
+            method: "post",
             path: "/workflows/{id}/times",
             summary: "Move a running workflow run's named times (a postponed game's `kickoff_at`): the steps' timers anchored to them move with them (a job that has not started is due anew), and the deadlines of the steps waiting for a signal. 409 when the run is not running; 422 `inconsistent` for a time the run does not have, `out_of_window` for one too far",
             body: Some(schema::<api_workflows::MoveTimes>),
@@ -906,7 +924,7 @@ pub fn document() -> Value {
         let mut parameters: Vec<Value> = path_params(e.path)
             .into_iter()
             .map(|name| {
-                let schema = if name == "id" {
+                let schema = if name == "id" || name == "endpoint" {
                     json!({ "type": "integer", "format": "int64" })
                 } else {
                     json!({ "type": "string" })
@@ -917,10 +935,23 @@ pub fn document() -> Value {
         if let Some(query) = e.query {
             parameters.extend(query_params(&mut generator, query));
         }
+        let inbound = is_inbound(e.path);
+        if inbound {
+            for (name, description) in [
+                ("webhook-id", "the call's id, 1 to 256 characters"),
+                ("webhook-timestamp", "seconds since 1970, within 300 s of the server's clock"),
+                ("webhook-signature", "`v1,` + base64 of HMAC-SHA256 over `id.timestamp.body` with the endpoint's secret; several space-separated"),
+            ] {
+                parameters.push(json!({
+                    "name": name, "in": "header", "required": true, "description": description,
+                    "schema": { "type": "string", "minLength": 1 },
+                }));
+            }
+        }
         let mut op = json!({
             "summary": e.summary,
             "operationId": operation_id(&e),
-            "security": [{ "bearer": [] }],
+            "security": if inbound { json!([]) } else { json!([{ "bearer": [] }]) },
             "responses": responses(&mut generator, &e),
         });
         if !parameters.is_empty() {
@@ -1072,6 +1103,9 @@ fn responses(generator: &mut SchemaGenerator, e: &Endpoint) -> Value {
             "a signal of that name came first and stands: the run, `existing: true` (nothing \
              changed)",
         ),
+        ("post", INBOUND_SIGNALS) => {
+            Some("a signal of that name came first and stands: `existing: true` (nothing changed)")
+        }
         _ => None,
     };
     if let Some(description) = existing {
@@ -1095,6 +1129,24 @@ fn responses(generator: &mut SchemaGenerator, e: &Endpoint) -> Value {
     }
     if !path_params(e.path).is_empty() {
         r["404"] = error("no such job, queue or question");
+    }
+    if is_inbound(e.path) {
+        // Signed, not a token's: no token's limit, no role to lack.
+        r["401"] = error(
+            "`unsigned`: a Standard Webhooks header missing or malformed, a timestamp more than \
+             300 s away, a signature that matches neither secret, or an endpoint that signals no \
+             workflow",
+        );
+        r["404"] = error("no live run of the workflows the endpoint may signal holds the key");
+        r["409"] = error("the run is not running");
+        let r = r.as_object_mut().expect("an object");
+        r.remove("429");
+        r.remove("403");
+        for status in [status.to_string(), "200".to_string()] {
+            if let Some(ok) = r.get_mut(&status).and_then(Value::as_object_mut) {
+                ok.remove("headers");
+            }
+        }
     }
     if e.body.is_some() {
         r["400"] = error("the body is not JSON of the expected shape");

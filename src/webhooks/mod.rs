@@ -14,11 +14,15 @@
 //!   `KICKOFF_WEBHOOK_ALLOWED_HOSTS`, checked when a job is inserted and again before each call.
 //!   A prefix matches a URL at a boundary only (`https://partner.example` is not a prefix of
 //!   `https://partner.example.evil.test/`).
+//! - An endpoint may **send signals** to the live runs of the workflows it names
+//!   (`signal_workflows`): its calls to `POST /api/v1/inbound/{endpoint}/signals` are signed with
+//!   the same secret, and checked (see `inbound`).
 //! - Admins manage endpoints through the REST API (`http::api_webhook_endpoints`); every change is
 //!   audited, and no answer after the creation or rotation carries a secret.
 
 pub mod deliveries;
 pub mod headers;
+pub mod inbound;
 pub mod key;
 pub mod service;
 pub mod signing;

@@ -44,6 +44,9 @@ pub enum EndpointError {
     },
     #[error("{0}")]
     Unsealing(String),
+    /// A call to us that is not signed as its endpoint's (see `inbound`).
+    #[error(transparent)]
+    Unsigned(#[from] super::inbound::Unsigned),
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
 }
@@ -68,6 +71,34 @@ pub struct EndpointSettings {
     pub private_network: Option<bool>,
     /// The methods the default headers go with (made: POST only).
     pub header_methods: Option<Vec<String>>,
+    /// The workflows whose live runs the partner may signal, signed (made: none).
+    pub signal_workflows: Option<Vec<String>>,
+}
+
+/// The most workflows an endpoint may signal.
+pub const MAX_SIGNAL_WORKFLOWS: usize = 20;
+
+/// `names` as stored: trimmed, each once, in the order given; 1 to 128 characters each, at most
+/// [`MAX_SIGNAL_WORKFLOWS`].
+fn check_signal_workflows(names: &[String]) -> Result<Vec<String>, EndpointError> {
+    let mut kept: Vec<String> = Vec::new();
+    for name in names {
+        let name = name.trim();
+        if name.is_empty() || name.chars().count() > 128 || name.contains('\0') {
+            return Err(EndpointError::Invalid(
+                "signal_workflows: each a workflow's name, 1 to 128 characters, without NUL".into(),
+            ));
+        }
+        if !kept.iter().any(|k| k == name) {
+            kept.push(name.to_string());
+        }
+    }
+    if kept.len() > MAX_SIGNAL_WORKFLOWS {
+        return Err(EndpointError::Invalid(format!(
+            "signal_workflows: at most {MAX_SIGNAL_WORKFLOWS} workflows"
+        )));
+    }
+    Ok(kept)
 }
 
 /// The methods a webhook call may use (and so an endpoint may list for its default headers).
@@ -168,6 +199,8 @@ impl Endpoints {
                 .map(|m| m.to_string())
                 .collect(),
         };
+        let signal_workflows =
+            check_signal_workflows(settings.signal_workflows.as_deref().unwrap_or_default())?;
         let raw = new_secret();
         match store::endpoint_insert(
             conn,
@@ -180,6 +213,7 @@ impl Endpoints {
             headers.as_ref(),
             allowance,
             &header_methods,
+            &signal_workflows,
             by,
         )
         .await
@@ -244,6 +278,11 @@ impl Endpoints {
             .as_deref()
             .map(check_methods)
             .transpose()?;
+        let signal_workflows = change
+            .signal_workflows
+            .as_deref()
+            .map(check_signal_workflows)
+            .transpose()?;
         let row = store::endpoint_update(
             &mut *conn,
             id,
@@ -251,6 +290,7 @@ impl Endpoints {
             change.allow_calls,
             change.private_network,
             header_methods.as_deref(),
+            signal_workflows.as_deref(),
         )
         .await;
         match row {
@@ -332,6 +372,45 @@ impl Endpoints {
             key_id: self.key.id().to_string(),
             names,
         })
+    }
+
+    /// The workflows endpoint `id` may signal, when `signed` is a call signed with its secret
+    /// (or the previous one while its overlap lasts) within the tolerance of the database's clock;
+    /// else why not. An endpoint that signals no workflow takes no call.
+    pub async fn inbound(
+        &self,
+        id: i64,
+        signed: &super::inbound::Signed<'_>,
+    ) -> Result<Vec<String>, EndpointError> {
+        use super::inbound::{verify, Unsigned};
+        let sealed = match store::endpoint_inbound(&self.pool, id).await? {
+            Some(s) if !s.signal_workflows.is_empty() => s,
+            _ => return Err(Unsigned::NotTaking(id).into()),
+        };
+        if sealed.key_id != self.key.id() {
+            return Err(EndpointError::OtherKey {
+                id,
+                sealed_with: sealed.key_id,
+                ours: self.key.id().to_string(),
+            });
+        }
+        if !sealed.bound {
+            return Err(EndpointError::Unsealing(format!(
+                "the secret of endpoint {id} was sealed before binding and does not open: rotate it"
+            )));
+        }
+        let context = endpoint_context(id, SealedField::Secret);
+        let mut keys = vec![self
+            .key
+            .unseal_bound(&sealed.secret, &context)
+            .map_err(EndpointError::Unsealing)?];
+        if let Some(previous) = &sealed.previous_secret {
+            if let Ok(raw) = self.key.unseal_bound(previous, &context) {
+                keys.push(raw);
+            }
+        }
+        verify(&keys, signed, sealed.now_secs)?;
+        Ok(sealed.signal_workflows)
     }
 
     pub async fn delete_with(

@@ -28,10 +28,14 @@ pub struct EndpointRow {
     /// The methods the default headers go with: a webhook job under the prefix with another
     /// method is refused while the endpoint has default headers.
     pub header_methods: Vec<String>,
+    /// The workflows whose live runs the partner may send signals to, signed with the
+    /// endpoint's secret (`POST /api/v1/inbound/{endpoint}/signals`); empty: none.
+    pub signal_workflows: Vec<String>,
 }
 
 const COLUMNS: &str = "id, url_prefix, created_at, created_by, rotated_at, previous_until, \
-                       header_names, allow_calls, private_network, header_methods";
+                       header_names, allow_calls, private_network, header_methods, \
+                       signal_workflows";
 
 /// The endpoints whose prefix `$1` (a call's URL, as parsed) starts with at a boundary: the whole
 /// URL, a prefix ending in `/`, or one followed by `/`, `?` or `#`. So `https://partner.example`
@@ -106,13 +110,15 @@ pub async fn endpoint_insert<'e>(
     headers: Option<&SealedHeaders>,
     allowance: Allowance,
     header_methods: &[String],
+    signal_workflows: &[String],
     created_by: Option<&str>,
 ) -> Result<EndpointRow, sqlx::Error> {
     sqlx::query_as(&format!(
         "INSERT INTO webhook_endpoints (id, url_prefix, secret, key_id, created_by,
                                         headers, headers_key_id, header_names,
-                                        allow_calls, private_network, bound, header_methods)
-         VALUES ($10, $1, $2, $3, $4, $5, $6, coalesce($7, '{{}}'), $8, $9, true, $11)
+                                        allow_calls, private_network, bound, header_methods,
+                                        signal_workflows)
+         VALUES ($10, $1, $2, $3, $4, $5, $6, coalesce($7, '{{}}'), $8, $9, true, $11, $12)
          RETURNING {COLUMNS}"
     ))
     .bind(url_prefix)
@@ -126,6 +132,7 @@ pub async fn endpoint_insert<'e>(
     .bind(allowance.private_network)
     .bind(id)
     .bind(header_methods)
+    .bind(signal_workflows)
     .fetch_one(db)
     .await
 }
@@ -139,6 +146,7 @@ pub async fn endpoint_update<'e>(
     allow_calls: Option<bool>,
     private_network: Option<bool>,
     header_methods: Option<&[String]>,
+    signal_workflows: Option<&[String]>,
 ) -> Result<Option<EndpointRow>, sqlx::Error> {
     let (set_headers, sealed) = match headers {
         None => (false, None),
@@ -154,7 +162,8 @@ pub async fn endpoint_update<'e>(
              -- field.
              private_network = CASE WHEN $6 IS FALSE AND $7 IS NULL THEN false
                                     ELSE coalesce($7, private_network) END,
-             header_methods = coalesce($8, header_methods)
+             header_methods = coalesce($8, header_methods),
+             signal_workflows = coalesce($9, signal_workflows)
          WHERE id = $1 RETURNING {COLUMNS}"
     ))
     .bind(id)
@@ -165,6 +174,37 @@ pub async fn endpoint_update<'e>(
     .bind(allow_calls)
     .bind(private_network)
     .bind(header_methods)
+    .bind(signal_workflows)
+    .fetch_optional(db)
+    .await
+}
+
+/// What verifies the signed calls endpoint `id` makes to us: its sealed secrets (the previous
+/// one while its overlap lasts) and the workflows it may signal. `None` for no such endpoint.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct InboundSecrets {
+    pub id: i64,
+    pub key_id: String,
+    pub secret: Vec<u8>,
+    pub previous_secret: Option<Vec<u8>>,
+    pub bound: bool,
+    pub signal_workflows: Vec<String>,
+    /// The database's clock, in seconds since 1970: what a call's timestamp is checked against
+    /// (as every time here, whatever a node's clock says).
+    pub now_secs: i64,
+}
+
+pub async fn endpoint_inbound<'e>(
+    db: impl PgExecutor<'e>,
+    id: i64,
+) -> Result<Option<InboundSecrets>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, key_id, secret,
+                CASE WHEN previous_until > now() THEN previous_secret END AS previous_secret,
+                bound, signal_workflows, extract(epoch FROM now())::bigint AS now_secs
+         FROM webhook_endpoints WHERE id = $1",
+    )
+    .bind(id)
     .fetch_optional(db)
     .await
 }

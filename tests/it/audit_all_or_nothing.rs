@@ -34,7 +34,8 @@ async fn snapshot(d: &Dashboard) -> Value {
            'paused_kinds', (SELECT jsonb_agg(kind ORDER BY kind) FROM kind_pauses),
            'webhook_endpoints', (SELECT jsonb_agg(jsonb_build_array(id, url_prefix, secret,
                                                                     previous_secret, headers,
-                                                                    allow_calls) ORDER BY id)
+                                                                    allow_calls, signal_workflows)
+                                                        ORDER BY id)
                                  FROM webhook_endpoints),
            'alert_rules', (SELECT jsonb_agg(jsonb_build_array(id, name, enabled) ORDER BY id)
                            FROM alert_rules),
@@ -111,15 +112,22 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
     )
     .await;
     d.api(Method::POST, "/kinds/webhook/pause", json!({})).await;
-    let endpoint = d
+    // A partner that may signal the game runs, signing with its secret.
+    let made = d
         .api(
             Method::POST,
             "/webhook-endpoints",
-            json!({"url_prefix": "https://partner.example/"}),
+            json!({"url_prefix": "https://partner.example/", "signal_workflows": ["game"]}),
         )
-        .await["endpoint"]["id"]
-        .as_i64()
-        .unwrap();
+        .await;
+    let endpoint = made["endpoint"]["id"].as_i64().unwrap();
+    let partner_secret = {
+        use base64::Engine as _;
+        let whsec = made["secret"].as_str().unwrap();
+        base64::engine::general_purpose::STANDARD
+            .decode(whsec.strip_prefix("whsec_").unwrap())
+            .unwrap()
+    };
     let rule = d
         .api(
             Method::POST,
@@ -142,7 +150,7 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
         .api(
             Method::POST,
             "/workflows",
-            json!({"name": "game", "times": {"kickoff_at": game_time()}, "steps": [
+            json!({"name": "game", "key": "game:audit", "times": {"kickoff_at": game_time()}, "steps": [
                 {"name": "held", "job": {"kind": "noop", "queue": "nobody"}},
                 {"name": "next", "job": {"kind": "noop"}, "after": [{"step": "held"}]}]}),
         )
@@ -386,6 +394,11 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
             json!({"name": "final", "payload": {"home": 2}}),
         ),
         (
+            "POST /inbound/{endpoint}/signals",
+            format!("/inbound/{endpoint}/signals"),
+            json!({"key": "game:audit", "name": "final"}),
+        ),
+        (
             "POST /workflows/{id}/times",
             format!("/workflows/{run}/times"),
             json!({"times": {"kickoff_at": game_time()}}),
@@ -406,7 +419,11 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
     assert_eq!(tried, routes, "every state-changing route is tried");
     for (route, path, body) in api_calls {
         let method: Method = route.split(' ').next().unwrap().parse().unwrap();
-        let (status, answer) = d.api_as(TOKEN, method.clone(), &path, body).await;
+        let (status, answer) = if route.starts_with("POST /inbound/") {
+            signed(&d.app, &path, &partner_secret, &body).await
+        } else {
+            d.api_as(TOKEN, method.clone(), &path, body).await
+        };
         assert_eq!(
             status,
             StatusCode::SERVICE_UNAVAILABLE,
@@ -632,4 +649,29 @@ async fn a_bulk_action_in_batches_commits_its_first_and_last_batch_with_an_entry
             (Some(500), "ok".to_string())
         ]
     );
+}
+
+/// A partner's call: `body` to `path` (under `/api/v1`), signed with the endpoint's raw `secret`.
+async fn signed(
+    app: &axum::Router,
+    path: &str,
+    secret: &[u8],
+    body: &Value,
+) -> (StatusCode, String) {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let text = body.to_string();
+    let at = chrono::Utc::now().timestamp();
+    let signature = kickoff::webhooks::signing::sign(secret, "msg_audit", at, text.as_bytes());
+    let req = axum::http::Request::post(format!("/api/v1{path}"))
+        .header("content-type", "application/json")
+        .header("webhook-id", "msg_audit")
+        .header("webhook-timestamp", at.to_string())
+        .header("webhook-signature", signature)
+        .body(axum::body::Body::from(text))
+        .unwrap();
+    let res = app.clone().oneshot(req).await.unwrap();
+    let status = res.status();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
 }

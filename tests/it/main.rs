@@ -33,6 +33,7 @@ mod insert_notifications;
 mod job_tools;
 mod listener;
 mod metrics;
+mod partner_signals;
 mod pooler;
 mod processes;
 mod questions;

@@ -14,7 +14,7 @@ fn console() -> Result<std::sync::Arc<dyn AlertsConsole>, ServerFnError> {
 }
 
 /// The conditions a rule may watch, as the form offers them: (value, words).
-pub const CONDITIONS: [(&str, &str); 8] = [
+pub const CONDITIONS: [(&str, &str); 9] = [
     ("late_lock", "a question's lock starts late"),
     ("question_open", "a question is still open after game time"),
     ("job_discarded", "a job is discarded"),
@@ -25,6 +25,10 @@ pub const CONDITIONS: [(&str, &str); 8] = [
     (
         "late_start",
         "attempts start late (or a late-start policy skips them)",
+    ),
+    (
+        "workflow_deadline",
+        "a workflow step's deadline passes without its signal",
     ),
 ];
 
@@ -78,6 +82,8 @@ pub struct NewRuleInput {
     pub kind: Option<String>,
     #[serde(default)]
     pub game: Option<String>,
+    #[serde(default)]
+    pub workflow: Option<String>,
     #[serde(default)]
     pub threshold_ms: Option<String>,
     #[serde(default)]

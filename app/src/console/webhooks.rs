@@ -3,6 +3,10 @@
 //! deleting an endpoint. And the webhook calls made (the
 //! delivery record), searched by status (everyone signed in).
 
+// The client's stub of `update_endpoint` that `#[server]` writes for the hydrated build takes the
+// form's eight fields as arguments, and does not carry the function's own `allow`.
+#![cfg_attr(feature = "hydrate", allow(clippy::too_many_arguments))]
+
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +37,9 @@ pub struct EndpointInfo {
     /// The methods the default headers go with.
     #[serde(default)]
     pub header_methods: Vec<String>,
+    /// The workflows whose live runs the partner may signal, signed.
+    #[serde(default)]
+    pub signal_workflows: Vec<String>,
 }
 
 /// An endpoint's settings as the form sends them: checkboxes, and default headers one per line
@@ -49,6 +56,9 @@ pub struct EndpointForm {
     /// (made), or as they are (changed).
     #[serde(default)]
     pub header_methods: String,
+    /// The workflows the partner may signal, comma-separated; replaces them (empty: none).
+    #[serde(default)]
+    pub signal_workflows: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -120,6 +130,7 @@ pub async fn create_endpoint(
     #[server(default)] private_network: Option<String>,
     #[server(default)] headers: Option<String>,
     #[server(default)] header_methods: Option<String>,
+    #[server(default)] signal_workflows: Option<String>,
 ) -> Result<NewEndpointSecret, ServerFnError> {
     // Checked by the server's session guard before this runs; carried here so the form's
     // field survives the browser's encoding of the arguments.
@@ -130,6 +141,7 @@ pub async fn create_endpoint(
         headers: headers.unwrap_or_default(),
         clear_headers: false,
         header_methods: header_methods.unwrap_or_default(),
+        signal_workflows: signal_workflows.unwrap_or_default(),
     };
     console()?
         .create_endpoint(url_prefix, form)
@@ -138,6 +150,7 @@ pub async fn create_endpoint(
 }
 
 /// A checkbox left unticked is not in the form at all: each is optional.
+#[allow(clippy::too_many_arguments)]
 #[server(prefix = "/_console", endpoint = "update_endpoint")]
 pub async fn update_endpoint(
     csrf: Option<String>,
@@ -147,6 +160,7 @@ pub async fn update_endpoint(
     #[server(default)] headers: Option<String>,
     #[server(default)] clear_headers: Option<String>,
     #[server(default)] header_methods: Option<String>,
+    #[server(default)] signal_workflows: Option<String>,
 ) -> Result<(), ServerFnError> {
     let _ = csrf;
     let form = EndpointForm {
@@ -155,6 +169,7 @@ pub async fn update_endpoint(
         headers: headers.unwrap_or_default(),
         clear_headers: clear_headers.is_some(),
         header_methods: header_methods.unwrap_or_default(),
+        signal_workflows: signal_workflows.unwrap_or_default(),
     };
     console()?.update_endpoint(id, form).await.map_err(fail)
 }

@@ -205,6 +205,7 @@ fn NewRuleForm(create: ServerAction<CreateAlertRule>) -> impl IntoView {
                 <label>"Queue" <input name="rule[queue]" size="10" placeholder="any"/></label>
                 <label>"Kind" <input name="rule[kind]" size="12" placeholder="any"/></label>
                 <label>"Game" <input name="rule[game]" size="16" placeholder="any"/></label>
+                <label>"Workflow" <input name="rule[workflow]" size="12" placeholder="any"/></label>
             </div>
             <div class="row">
                 <label>"Milliseconds" <input name="rule[threshold_ms]" size="8" inputmode="numeric" placeholder="default"/></label>

@@ -46,6 +46,7 @@ fn EndpointFields(
     private_network: bool,
     changing: bool,
     header_methods: String,
+    signal_workflows: String,
 ) -> impl IntoView {
     let hint = if changing {
         "One \"Name: value\" a line; replaces them all. Left empty: the headers stay as they are."
@@ -77,6 +78,12 @@ fn EndpointFields(
             <label>
                 "Methods the headers go with"
                 <input name="header_methods" value=header_methods size="24" autocomplete="off" placeholder="POST"/>
+            </label>
+        </div>
+        <div class="row">
+            <label>
+                "Workflows it may signal (signed calls to /api/v1/inbound/…/signals)"
+                <input name="signal_workflows" value=signal_workflows size="32" autocomplete="off" placeholder="game"/>
             </label>
         </div>
         <p class="muted">{hint}</p>
@@ -175,7 +182,12 @@ pub fn WebhooksPage() -> impl IntoView {
                                 view! {
                                     <tr data-endpoint=e.id>
                                         <td><code>{e.url_prefix.clone()}</code></td>
-                                        <td data-calls>{calls}</td>
+                                        <td data-calls>
+                                            {calls}
+                                            {(!e.signal_workflows.is_empty()).then(|| view! {
+                                                <br/><span data-signals>"signals " {e.signal_workflows.join(", ")} " (endpoint " {e.id} ")"</span>
+                                            })}
+                                        </td>
                                         <td data-header-names>{names}</td>
                                         <td class="wide">
                                             <When at_ms=e.created_ms base_ms=now/>
@@ -207,7 +219,7 @@ pub fn WebhooksPage() -> impl IntoView {
                                                 <ActionForm action=update attr:class="form-card" attr:aria-label=change_label>
                                                     <Csrf/>
                                                     <input type="hidden" name="id" value=e.id/>
-                                                    <EndpointFields allow_calls=e.allow_calls private_network=e.private_network changing=true header_methods=e.header_methods.join(", ")/>
+                                                    <EndpointFields allow_calls=e.allow_calls private_network=e.private_network changing=true header_methods=e.header_methods.join(", ") signal_workflows=e.signal_workflows.join(", ")/>
                                                     <button type="submit" aria-label=save_label>"Save"</button>
                                                 </ActionForm>
                                             </details>
@@ -228,7 +240,7 @@ pub fn WebhooksPage() -> impl IntoView {
                         <input name="url_prefix" required maxlength="2048" placeholder="https://partner.example/hooks/" autocomplete="off"/>
                     </label>
                 </div>
-                <EndpointFields allow_calls=false private_network=false changing=false header_methods="POST".to_string()/>
+                <EndpointFields allow_calls=false private_network=false changing=false header_methods="POST".to_string() signal_workflows=String::new()/>
                 <button type="submit" class="primary">"Make endpoint"</button>
             </ActionForm>
             <ActionError error=failure(create.value())/>

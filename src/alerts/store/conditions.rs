@@ -11,7 +11,8 @@
 //! `queue_backlog` and `failure_rate` read per-queue counts the engine keeps for every job, and
 //! take the notifications' share back out of them, read from the few notifications not settled
 //! yet (see `notifications`); `late_start` skips them row by row in the attempts' records.
-//! `late_lock` reads only the lock jobs of questions, `question_open` and `node_lost` no jobs.
+//! `late_lock` reads only the lock jobs of questions, `question_open`, `node_lost` and
+//! `workflow_deadline` (workflow steps that never had a job) no jobs.
 
 use std::collections::HashSet;
 use std::sync::LazyLock;
@@ -239,6 +240,24 @@ pub async fn holding_now(
         .bind(&rule.queue)
         .bind(&rule.kind)
         .bind(SUBJECTS_PER_RULE),
+        // The steps failed at their deadline (`workflow_steps_deadline_missed_idx`), for
+        // deadlines from an hour before the rule was made and within the last day.
+        Condition::WorkflowDeadline => sqlx::query_as(
+            "SELECT 'step ' || s.id,
+                    format('workflow %s run %s%s: step %s had no signal %s by its deadline %s',
+                           r.name, r.id, COALESCE(' (' || r.key || ')', ''), s.name,
+                           quote_ident(s.signal),
+                           to_char(s.deadline_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS \"UTC\"'))
+             FROM workflow_steps s JOIN workflow_runs r ON r.id = s.run_id
+             WHERE s.state = 'failed' AND s.job_id IS NULL AND s.deadline_at IS NOT NULL
+               AND s.finished_at >= greatest($1 - interval '1 hour', now() - make_interval(secs => $4))
+               AND ($2::text IS NULL OR r.name = $2)
+             ORDER BY s.finished_at, s.id LIMIT $3",
+        )
+        .bind(rule.created_at)
+        .bind(&rule.workflow)
+        .bind(SUBJECTS_PER_RULE)
+        .bind(ONCE_WINDOW.as_secs_f64()),
     };
     q.fetch_all(tx).await
 }
@@ -290,6 +309,17 @@ pub async fn still_holding(
                 .bind(ids("job "))
                 .fetch_all(tx)
                 .await?
+        }
+        // Until the step is retried, skipped or its run deleted.
+        Condition::WorkflowDeadline => {
+            sqlx::query_scalar(
+                "SELECT 'step ' || id FROM workflow_steps
+                 WHERE id = ANY($1) AND state = 'failed' AND job_id IS NULL
+                   AND deadline_at IS NOT NULL",
+            )
+            .bind(ids("step "))
+            .fetch_all(tx)
+            .await?
         }
         _ => return Ok(None),
     };

@@ -19,8 +19,8 @@ use super::rules::{CheckedRule, Condition, RuleRow};
 /// The advisory lock one evaluation holds: evaluations never overlap, also across leaders.
 pub const EVALUATION_LOCK: i64 = 0x6b69_636b_616c;
 
-const RULE_COLUMNS: &str = "id, name, condition, queue, kind, game, threshold_ms, threshold_n, \
-    for_secs, percent, notify_url, payload, enabled, created_at, created_by";
+const RULE_COLUMNS: &str = "id, name, condition, queue, kind, game, workflow, threshold_ms, \
+    threshold_n, for_secs, percent, notify_url, payload, enabled, created_at, created_by";
 
 #[derive(schemars::JsonSchema, Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct IncidentRow {
@@ -48,8 +48,8 @@ pub async fn rule_insert<'e>(
 ) -> Result<RuleRow, sqlx::Error> {
     let row: RuleRow = sqlx::query_as(&format!(
         "INSERT INTO alert_rules (name, condition, queue, kind, game, threshold_ms, threshold_n,
-             for_secs, percent, notify_url, payload, created_by)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING {RULE_COLUMNS}"
+             for_secs, percent, notify_url, payload, created_by, workflow)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING {RULE_COLUMNS}"
     ))
     .bind(&rule.name)
     .bind(rule.condition.as_str())
@@ -63,6 +63,7 @@ pub async fn rule_insert<'e>(
     .bind(&rule.notify_url)
     .bind(rule.payload.as_str())
     .bind(by)
+    .bind(&rule.workflow)
     .fetch_one(db)
     .await?;
     Ok(row.with_words())

@@ -71,6 +71,11 @@ pub struct Driver<'a> {
     /// Workflow runs made (acknowledged, new; inserted or rerun): a cancel's, retry's, skip's or
     /// rerun's `pick` chooses among them.
     pub runs: Vec<i64>,
+    /// The keys of the runs that have one, for a partner's signal (sent by key).
+    pub run_keys: std::collections::HashMap<i64, String>,
+    /// The partner's webhook endpoint (made by the first signed signal) and its raw secret. Not
+    /// among `endpoints`: no rotation of the plan's changes it.
+    pub partner: Option<(i64, Vec<u8>)>,
     pub history: History,
 }
 
@@ -126,6 +131,67 @@ impl Driver<'_> {
         };
         self.history.events.push(event.clone());
         event
+    }
+
+    /// Sends run `run`'s key its signal `name` as the partner does: a call signed with its
+    /// endpoint's secret (the endpoint made first if there is none yet), recorded as an
+    /// operator's (its audit entry's actor is the endpoint).
+    async fn partner_signal(&mut self, step: usize, run: i64, key: &str, name: &str) {
+        if self.partner.is_none() {
+            let body = json!({ "url_prefix": format!("{}/partner/", self.hook_url),
+                               "signal_workflows": ["game"] });
+            let e = self
+                .post(step, Role::Admin, "/webhook-endpoints", body)
+                .await;
+            let secret = e.answer.get("secret").and_then(Value::as_str);
+            if let Some(secret) = secret {
+                self.history.secrets.push(secret.to_string());
+            }
+            let id = e.answer.pointer("/endpoint/id").and_then(Value::as_i64);
+            let raw = secret.and_then(|s| s.strip_prefix("whsec_")).and_then(|b| {
+                use base64::Engine as _;
+                base64::engine::general_purpose::STANDARD.decode(b).ok()
+            });
+            let (Some(id), Some(raw)) = (id, raw) else {
+                return;
+            };
+            self.partner = Some((id, raw));
+        }
+        let Some((endpoint, raw)) = self.partner.clone() else {
+            return;
+        };
+        let body = json!({ "key": key, "name": name, "payload": { "step": step } });
+        let text = body.to_string();
+        let (message, at) = (format!("msg_{}_{step}", self.history.seed), Utc::now());
+        let signature =
+            crate::webhooks::signing::sign(&raw, &message, at.timestamp(), text.as_bytes());
+        let node = step % self.nodes.len();
+        let path = format!("/inbound/{endpoint}/signals");
+        let request = self
+            .http
+            .post(format!("{}/api/v1{path}", self.nodes[node].url))
+            .header("content-type", "application/json")
+            .header("webhook-id", &message)
+            .header("webhook-timestamp", at.timestamp().to_string())
+            .header("webhook-signature", signature)
+            .body(text)
+            .timeout(Duration::from_secs(15));
+        let sent = Utc::now();
+        let (status, answer) = answer_of(request).await;
+        self.history.events.push(Event {
+            step,
+            role: Role::Operator,
+            node,
+            method: "POST",
+            route: "/inbound/{endpoint}/signals",
+            path,
+            body: Some(body),
+            status,
+            answer,
+            sent,
+            answered: Utc::now(),
+            subject: Some(run),
+        });
     }
 
     /// Sends one request about `id` on `route`, its path the route with `{id}` filled in.
@@ -588,8 +654,9 @@ impl Driver<'_> {
                     .collect();
                 let mut body = json!({ "name": "game", "steps": steps,
                                        "times": { "kickoff_at": Utc::now() } });
-                if let Some(k) = key {
-                    body["key"] = json!(format!("w{k}"));
+                let key = key.map(|k| format!("w{k}"));
+                if let Some(k) = &key {
+                    body["key"] = json!(k);
                 }
                 let e = self
                     .send(
@@ -608,6 +675,9 @@ impl Driver<'_> {
                     .and_then(|r| r.get("id"))
                     .and_then(Value::as_i64);
                 if let (true, Some(id)) = (e.ok(), run) {
+                    if let Some(k) = key {
+                        self.run_keys.insert(id, k);
+                    }
                     if !self.runs.contains(&id) {
                         self.runs.push(id);
                     }
@@ -678,13 +748,25 @@ impl Driver<'_> {
                     (e.ok(), e.answer.pointer("/run/id").and_then(Value::as_i64))
                 {
                     self.runs.push(new);
+                    if let Some(k) = self.run_keys.get(&id).cloned() {
+                        self.run_keys.insert(new, k);
+                    }
                 }
             }
-            Step::WorkflowSignal { pick, other, role } => {
+            Step::WorkflowSignal {
+                pick,
+                other,
+                role,
+                signed,
+            } => {
                 let Some(id) = pick_of(&self.runs, pick) else {
                     return Ok(());
                 };
                 let name = if other { "other" } else { "go" };
+                if let (true, Some(key)) = (signed, self.run_keys.get(&id).cloned()) {
+                    self.partner_signal(i, id, &key, name).await;
+                    return Ok(());
+                }
                 self.send(
                     i,
                     role,

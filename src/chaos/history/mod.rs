@@ -212,6 +212,8 @@ async fn run_on(
         endpoints: Vec::new(),
         alert_rules: Vec::new(),
         runs: Vec::new(),
+        run_keys: Default::default(),
+        partner: None,
         history: History {
             seed: config.seed,
             ..History::default()
@@ -546,8 +548,8 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
     })
     .collect::<Result<Vec<_>, _>>()
     .map_err(db)?;
-    let workflow_signals = sqlx::query_as::<_, (i64, String, Time)>(
-        "SELECT run_id, name, received_at FROM workflow_signals ORDER BY run_id, name",
+    let workflow_signals = sqlx::query_as::<_, (i64, String, Time, String)>(
+        "SELECT run_id, name, received_at, source FROM workflow_signals ORDER BY run_id, name",
     )
     .fetch_all(&mut *tx)
     .await
@@ -557,6 +559,7 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
         run_id: r.0,
         name: r.1,
         received_at: r.2,
+        source: r.3,
     })
     .collect();
     let workflow_edges = sqlx::query_as::<_, (i64, i64, String)>(

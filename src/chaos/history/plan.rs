@@ -346,11 +346,14 @@ pub enum Step {
         role: Role,
     },
     /// Send a run made before (the `pick`th) its signal `go`, or `other` (which no step waits
-    /// for): the first of a name stands, and the steps waiting for it start.
+    /// for): the first of a name stands, and the steps waiting for it start. `signed`: as a
+    /// partner, through the inbound route, signed with its endpoint's secret, to the live run of
+    /// the picked run's key (a run without a key gets it through the API).
     WorkflowSignal {
         pick: usize,
         other: bool,
         role: Role,
+        signed: bool,
     },
     /// Move a run's (the `pick`th) `kickoff_at` to `in_ms` from now: its timers and deadlines
     /// move with it.
@@ -614,6 +617,9 @@ fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
             pick,
             other: rng.u8(..4) == 0,
             role: role(rng),
+            // From the pick's bits, not a draw of its own: the plans of the seeds stay as they
+            // were.
+            signed: pick & (1 << 40) != 0,
         },
         132 => Step::WorkflowMoveTimes {
             pick,

@@ -205,6 +205,8 @@ pub struct SignalRow {
     pub run_id: i64,
     pub name: String,
     pub received_at: DateTime<Utc>,
+    /// Who sent it: `api:<account>`, `endpoint:<id>` (a partner's signed call).
+    pub source: String,
 }
 
 /// The steps' states, in the order of [`RunRow::counts`].

@@ -132,6 +132,21 @@ pub async fn run_live_by_key<'e>(
         .await
 }
 
+/// The live run holding `key`, when it is a run of one of `names`.
+pub async fn run_live_by_key_of<'e>(
+    db: impl PgExecutor<'e>,
+    key: &str,
+    names: &[String],
+) -> Result<Option<RunRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT * FROM workflow_runs WHERE key = $1 AND finished_at IS NULL AND name = ANY($2)",
+    )
+    .bind(key)
+    .bind(names)
+    .fetch_optional(db)
+    .await
+}
+
 /// Inserts the steps of run `run`, blocked, in the order given (their ids follow it).
 pub async fn steps_insert(
     conn: &mut PgConnection,

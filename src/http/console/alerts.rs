@@ -86,6 +86,7 @@ fn spec(input: NewRuleInput) -> Result<RuleSpec, Refusal> {
         queue: input.queue,
         kind: input.kind,
         game: input.game,
+        workflow: input.workflow,
         notify_url: input.notify_url,
         payload,
     })

@@ -29,7 +29,18 @@ fn info(e: &EndpointRow) -> EndpointInfo {
         allow_calls: e.allow_calls,
         private_network: e.private_network,
         header_methods: e.header_methods.clone(),
+        signal_workflows: e.signal_workflows.clone(),
     }
+}
+
+/// A comma-separated list of the form, its blanks left out.
+fn listed(field: &str) -> Vec<String> {
+    field
+        .split(',')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// The settings a form asks for; `change`: an empty header field keeps the headers.
@@ -52,6 +63,7 @@ fn settings(form: &EndpointForm, change: bool) -> Result<EndpointSettings, Refus
         allow_calls: Some(form.allow_calls),
         private_network: Some(form.private_network),
         header_methods: (!methods.is_empty()).then_some(methods),
+        signal_workflows: Some(listed(&form.signal_workflows)),
     })
 }
 
@@ -72,6 +84,10 @@ fn described(form: &EndpointForm) -> String {
         .collect();
     if !methods.is_empty() {
         parts.push(format!("headers with {}", methods.join(", ")));
+    }
+    let signals = listed(&form.signal_workflows);
+    if !signals.is_empty() {
+        parts.push(format!("signals {}", signals.join(", ")));
     }
     if form.clear_headers {
         parts.push("no default headers".into());

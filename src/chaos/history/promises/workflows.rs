@@ -401,7 +401,40 @@ pub(super) fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
             }
         }
     }
+    out.extend(partners_signals(h, s));
     out
+}
+
+/// The route a partner's signed signals come in by.
+const INBOUND_SIGNALS: &str = "/inbound/{endpoint}/signals";
+
+/// A signal whose source is a partner's endpoint came from a signed call of that endpoint's,
+/// of that name, sent before it was stored, that may have done it (nobody else writes one).
+fn partners_signals(h: &History, s: &Snapshot) -> Vec<String> {
+    s.workflow_signals
+        .iter()
+        .filter_map(|g| Some((g, g.source.strip_prefix("endpoint:")?)))
+        .filter(|(g, endpoint)| {
+            !h.events.iter().any(|e| {
+                e.route == INBOUND_SIGNALS
+                    && e.path == format!("/inbound/{endpoint}/signals")
+                    && may_have_done(e)
+                    && e.sent <= g.received_at
+                    && e.body
+                        .as_ref()
+                        .and_then(|b| b.get("name"))
+                        .and_then(|n| n.as_str())
+                        == Some(g.name.as_str())
+            })
+        })
+        .map(|(g, endpoint)| {
+            format!(
+                "run {}: a signal {:?} from endpoint {endpoint} at {}, which sent none that may \
+                 have stored it",
+                g.run_id, g.name, g.received_at
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -671,6 +704,43 @@ mod tests {
     }
 
     #[test]
+    fn a_partners_signal_without_its_signed_call_is_reported() {
+        let mut s = run();
+        s.workflow_signals.push(SignalRow {
+            run_id: 1,
+            name: "go".into(),
+            received_at: t(300),
+            source: "endpoint:3".into(),
+        });
+        assert_eq!(
+            workflows_hold(&History::default(), &s).len(),
+            1,
+            "no call at all"
+        );
+        let mut call = asked(INBOUND_SIGNALS, serde_json::json!({ "name": "go" }), 200);
+        call.path = "/inbound/3/signals".into();
+        call.status = 401;
+        let mut h = History {
+            events: vec![call.clone()],
+            ..History::default()
+        };
+        assert_eq!(workflows_hold(&h, &s).len(), 1, "its call was refused");
+        h.events[0].status = 201;
+        h.events[0].path = "/inbound/4/signals".into();
+        assert_eq!(workflows_hold(&h, &s).len(), 1, "another endpoint's call");
+        h.events[0].path = "/inbound/3/signals".into();
+        h.events[0].body = Some(serde_json::json!({ "name": "other" }));
+        assert_eq!(workflows_hold(&h, &s).len(), 1, "a call of another name");
+        h.events[0] = call;
+        h.events[0].status = 0;
+        assert_eq!(
+            workflows_hold(&h, &s),
+            Vec::<String>::new(),
+            "a call whose answer was lost may have stored it"
+        );
+    }
+
+    #[test]
     fn a_wait_that_does_not_hold_is_reported() {
         // Step 3 waits for the signal `go` (its deadline at 500 ms) after step 2.
         let waiting = || {
@@ -699,6 +769,7 @@ mod tests {
             run_id: 1,
             name: "go".into(),
             received_at: t(300),
+            source: "api:test".into(),
         });
         assert_eq!(
             workflows_hold(&History::default(), &signalled).len(),
@@ -718,6 +789,7 @@ mod tests {
             run_id: 1,
             name: "go".into(),
             received_at: t(140),
+            source: "api:test".into(),
         });
         assert_eq!(
             workflows_hold(&History::default(), &early),
