@@ -170,7 +170,7 @@ fn print_run(detail: &Value) {
     }
     let steps = detail["steps"].as_array().cloned().unwrap_or_default();
     table(
-        &["step", "state", "kind", "job", "waits"],
+        &["step", "state", "kind", "job", "waits", "output"],
         steps
             .iter()
             .map(|s| {
@@ -180,6 +180,7 @@ fn print_run(detail: &Value) {
                     cell(&s["kind"]),
                     cell(&s["job_id"]),
                     cell(&s["waits"]),
+                    cell(&s["output"]),
                 ]
             })
             .collect(),
@@ -187,7 +188,7 @@ fn print_run(detail: &Value) {
     let signals = detail["signals"].as_array().cloned().unwrap_or_default();
     if !signals.is_empty() {
         table(
-            &["signal", "source", "received"],
+            &["signal", "source", "received", "payload"],
             signals
                 .iter()
                 .map(|g| {
@@ -195,6 +196,7 @@ fn print_run(detail: &Value) {
                         cell(&g["name"]),
                         cell(&g["source"]),
                         cell(&g["received_at"]),
+                        cell(&g["payload"]),
                     ]
                 })
                 .collect(),

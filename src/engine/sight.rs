@@ -254,6 +254,49 @@ impl Sight<'_> {
             .collect()
     }
 
+    /// A workflow step's output as the caller sees it: as the outputs of its job's attempts
+    /// are (it is a copy of its completing attempt's), by the step's `job`; a job gone since (the
+    /// pruner's), by the run's creator, with what is named like a secret hidden.
+    pub fn step_output(
+        &self,
+        job: Option<&Job>,
+        run_creator: Option<&str>,
+        output: &Value,
+    ) -> Value {
+        let mut output = output.clone();
+        let secrets = match job {
+            Some(job) => self.secrets_of(job),
+            None => (!self.sees_secrets_of_creator(run_creator)).then(Secrets::default),
+        };
+        if let Some(secrets) = secrets {
+            hide_secret_fields(&mut output);
+            secrets.scrub_json(&mut output);
+        }
+        output
+    }
+
+    /// A workflow signal's payload as the caller sees it: whole for admins and its sender
+    /// (`source` `api:<name>` or `console:<name>`; a partner's `endpoint:<id>` is no caller's),
+    /// acting with a credential that may change things; for the others, the fields named like a
+    /// secret hidden, and the secrets of the run's steps' `jobs` it quotes (a partner's result
+    /// may echo what a job sent it), as in any text about a job.
+    pub fn signal_payload(&self, source: &str, jobs: &[Job], payload: &Value) -> Value {
+        let sender = source
+            .split_once(':')
+            .and_then(|(by, name)| (by != "endpoint").then_some(name));
+        let mut payload = payload.clone();
+        if self.sees_secrets_of_creator(sender) {
+            return payload;
+        }
+        hide_secret_fields(&mut payload);
+        let values = jobs
+            .iter()
+            .flat_map(|job| secrets(self.workers, job).values)
+            .collect();
+        Secrets::new(values).scrub_json(&mut payload);
+        payload
+    }
+
     /// A schedule as the caller sees it: its template's secrets whole for admins and its creator
     /// (acting with a credential that may change things), hidden for the others, as for jobs.
     pub fn schedule(&self, mut s: ScheduleView) -> ScheduleView {

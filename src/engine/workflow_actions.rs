@@ -15,8 +15,9 @@ use sqlx::PgConnection;
 use super::client::{check_instant, inconsistent, invalid, Client, ClientError};
 use super::job::JobId;
 use super::job::MAX_ARGS_BYTES;
-use super::store::workflows as store;
+use super::sight::Sight;
 pub use super::store::workflows::SignalRow;
+use super::store::workflows::{self as store, StepRow};
 use super::validation::check_json_data;
 use super::workflow::{times_json, RunRow, MAX_NAME_CHARS};
 use crate::db::in_transaction;
@@ -354,6 +355,34 @@ impl Client {
         store::run_get(&mut *conn, id)
             .await?
             .ok_or_else(|| not_found(id))
+    }
+
+    /// Run `run`'s steps and signals as `sight` sees them: each step's output and each
+    /// signal's payload through the rule of who sees a job's data (`engine::sight`), the one
+    /// place every surface (the API, the dashboard) reads them from.
+    pub async fn workflow_seen(
+        &self,
+        run: &RunRow,
+        sight: &Sight<'_>,
+    ) -> Result<(Vec<StepRow>, Vec<SignalRow>), ClientError> {
+        let mut steps = store::run_steps(&self.pool, run.id).await?;
+        let mut signals = store::run_signals(&self.pool, run.id).await?;
+        let mut jobs = Vec::new();
+        for id in steps.iter().filter_map(|s| s.job_id) {
+            if let Some(job) = self.find(id).await? {
+                jobs.push(job);
+            }
+        }
+        for step in &mut steps {
+            let job = step.job_id.and_then(|id| jobs.iter().find(|j| j.id == id));
+            if let Some(output) = &step.output {
+                step.output = Some(sight.step_output(job, run.created_by.as_deref(), output));
+            }
+        }
+        for signal in &mut signals {
+            signal.payload = sight.signal_payload(&signal.source, &jobs, &signal.payload);
+        }
+        Ok((steps, signals))
     }
 
     /// The signals run `id` received, in the order they came.

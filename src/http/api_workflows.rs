@@ -1,9 +1,10 @@
 //! `/api/v1/workflows`: workflow runs (see `engine::workflow`, docs/workflows.md). Operators
 //! insert them, readers list and read them; an insert is audited with its outcome.
 //!
-//! A run's view shows its counters, its times, its steps' states, jobs and what each waits for,
-//! and its signals' names and sources, never the steps' args or outputs nor the signals'
-//! payloads: those are a job's data, shown (as the caller may see them) on the step's job.
+//! A run's view shows its counters, its times, its steps' states, jobs, outputs and what each
+//! waits for, and its signals with their sources and payloads: the outputs and payloads through
+//! the rule of who sees a job's data (`engine::sight`, read by `Client::workflow_seen`). A step's
+//! args are its job's, shown on the job.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -15,7 +16,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 use super::api_audit::{uncounted, Audit, Audited};
-use super::api_jobs::creator;
+use super::api_jobs::{creator, sight};
 use super::auth::ApiCaller;
 use super::error::AppError;
 use super::extract::{ApiJson, ApiQuery, IdPath};
@@ -239,6 +240,10 @@ pub struct StepView {
     pub waits: Option<String>,
     /// Skipped by an operator (a retry of the failed leaves it skipped).
     pub skipped_by_hand: bool,
+    /// What its completing attempt recorded (`JobContext::record`), read by the steps after it:
+    /// as its job's attempts' outputs are shown to the caller (secrets hidden from those who
+    /// do not see its job's).
+    pub output: Option<Value>,
 }
 
 impl StepView {
@@ -258,18 +263,23 @@ impl StepView {
             job_id: s.job_id.map(|j| j.0),
             finished_at: s.finished_at,
             kept_from: s.kept_from,
+            output: s.output,
         }
     }
 }
 
-/// A signal a run received: its name, who sent it, when (its payload is read by the steps that
-/// wait for it, `JobContext::signal`).
+/// A signal a run received: its name, who sent it, when, and its payload (read by the steps
+/// that wait for it, `JobContext::signal`).
 #[derive(schemars::JsonSchema, Debug, Serialize)]
 pub struct SignalView {
     pub name: String,
-    /// `api:<account or token>`.
+    /// Who sent it: `api:<account or token>`, `console:<user>`, `endpoint:<id>` (a partner's
+    /// signed call).
     pub source: String,
     pub received_at: DateTime<Utc>,
+    /// What the steps waiting for it read: whole for admins and its sender, for the others with
+    /// the fields named like a secret and the run's jobs' secrets it quotes hidden.
+    pub payload: Value,
 }
 
 /// A run with its steps, in the order they were declared, and the signals it received.
@@ -302,23 +312,28 @@ pub async fn create(
     } else {
         StatusCode::CREATED
     };
-    let mut detail = detail_of(&state, inserted.run).await?;
+    let mut detail = detail_of(&state, &caller, inserted.run).await?;
     detail.existing = inserted.existing;
     Ok(Audited((status, Json(detail))))
 }
 
 pub async fn get(
     State(state): State<AppState>,
+    Extension(caller): Extension<ApiCaller>,
     IdPath(id): IdPath,
 ) -> Result<Json<RunDetail>, AppError> {
     let run = state.client.workflow_run(id).await?;
-    Ok(Json(detail_of(&state, run).await?))
+    Ok(Json(detail_of(&state, &caller, run).await?))
 }
 
 /// A run, its steps and its signals (as an answer, read after the change committed).
-async fn detail_of(state: &AppState, run: RunRow) -> Result<RunDetail, AppError> {
-    let steps = state.client.workflow_steps(run.id).await?;
-    let signals = state.client.workflow_signals(run.id).await?;
+async fn detail_of(
+    state: &AppState,
+    caller: &ApiCaller,
+    run: RunRow,
+) -> Result<RunDetail, AppError> {
+    let sight = sight(caller, state.client.workers());
+    let (steps, signals) = state.client.workflow_seen(&run, &sight).await?;
     let names: Vec<String> = signals.iter().map(|s| s.name.clone()).collect();
     Ok(RunDetail {
         run: run.into(),
@@ -329,6 +344,7 @@ async fn detail_of(state: &AppState, run: RunRow) -> Result<RunDetail, AppError>
                 name: s.name,
                 source: s.source,
                 received_at: s.received_at,
+                payload: s.payload,
             })
             .collect(),
         existing: false,
@@ -371,7 +387,7 @@ pub async fn signal(
     } else {
         StatusCode::OK
     };
-    let mut detail = detail_of(&state, run).await?;
+    let mut detail = detail_of(&state, &caller, run).await?;
     detail.existing = !stored;
     Ok(Audited((status, Json(detail))))
 }
@@ -392,6 +408,7 @@ pub struct MoveTimes {
 
 pub async fn move_times(
     State(state): State<AppState>,
+    Extension(caller): Extension<ApiCaller>,
     audit: Audit,
     IdPath(id): IdPath,
     ApiJson(body): ApiJson<MoveTimes>,
@@ -404,11 +421,12 @@ pub async fn move_times(
                 .await?)
         })
         .await?;
-    Ok(Audited(Json(detail_of(&state, run).await?)))
+    Ok(Audited(Json(detail_of(&state, &caller, run).await?)))
 }
 
 pub async fn cancel(
     State(state): State<AppState>,
+    Extension(caller): Extension<ApiCaller>,
     audit: Audit,
     IdPath(id): IdPath,
 ) -> Result<impl IntoResponse, AppError> {
@@ -418,7 +436,7 @@ pub async fn cancel(
             Ok(client.cancel_workflow_with(work.conn().await?, id).await?)
         })
         .await?;
-    Ok(Audited(Json(detail_of(&state, run).await?)))
+    Ok(Audited(Json(detail_of(&state, &caller, run).await?)))
 }
 
 /// Which steps of a run a retry runs again.
@@ -454,6 +472,7 @@ impl From<Retry> for RetryMode {
 
 pub async fn retry(
     State(state): State<AppState>,
+    Extension(caller): Extension<ApiCaller>,
     audit: Audit,
     IdPath(id): IdPath,
     ApiJson(body): ApiJson<RetryWorkflow>,
@@ -466,7 +485,7 @@ pub async fn retry(
                 .await?)
         })
         .await?;
-    Ok(Audited(Json(detail_of(&state, run).await?)))
+    Ok(Audited(Json(detail_of(&state, &caller, run).await?)))
 }
 
 /// The step to skip.
@@ -480,6 +499,7 @@ pub struct SkipStep {
 
 pub async fn skip(
     State(state): State<AppState>,
+    Extension(caller): Extension<ApiCaller>,
     audit: Audit,
     IdPath(id): IdPath,
     ApiJson(body): ApiJson<SkipStep>,
@@ -492,7 +512,7 @@ pub async fn skip(
                 .await?)
         })
         .await?;
-    Ok(Audited(Json(detail_of(&state, run).await?)))
+    Ok(Audited(Json(detail_of(&state, &caller, run).await?)))
 }
 
 /// The step a rerun starts from.
@@ -523,7 +543,7 @@ pub async fn rerun(
         .await?;
     Ok(Audited((
         StatusCode::CREATED,
-        Json(detail_of(&state, run).await?),
+        Json(detail_of(&state, &caller, run).await?),
     )))
 }
 

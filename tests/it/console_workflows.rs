@@ -1,7 +1,8 @@
 //! The dashboard's workflow pages and server function in-process against real PostgreSQL: the
 //! list and a run's page render on the server with the graph drawn as SVG and each step's wait in
-//! a sentence; an operator cancels, retries, skips and signals, each audited; a viewer reads and
-//! acts on nothing; a wrong action changes nothing.
+//! a sentence; an operator cancels, retries, skips, signals, moves a time by a duration and runs
+//! a settled run again from a step, each audited; a viewer reads and acts on nothing; a wrong
+//! action changes nothing.
 
 use axum::http::{Method, StatusCode};
 use serde_json::json;
@@ -161,4 +162,104 @@ async fn a_viewer_reads_the_workflow_pages_and_acts_on_nothing() {
         .await
         .unwrap();
     assert_eq!(state, "running");
+}
+
+#[tokio::test]
+async fn an_operator_moves_a_runs_time_and_runs_it_again_from_a_step_on_the_page() {
+    let d = dashboard().await;
+    let made = d.api(Method::POST, "/workflows", run_body()).await;
+    let id = made["run"]["id"].as_i64().unwrap();
+    let kickoff: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(made["run"]["times"]["kickoff_at"].clone()).unwrap();
+    let (_, page) = d.page(&format!("/workflows/{id}")).await;
+    assert!(
+        page.contains("Move a time") && page.contains("name=\"by\""),
+        "{page}"
+    );
+    assert!(!page.contains("Run again from"), "not while it runs");
+    let act = async |pairs: &[(&str, &str)]| d.server_fn("workflow_action", &form(pairs)).await;
+    let id_text = id.to_string();
+    // Refused, nothing moved: a time the run lacks, a duration that is none, none at all.
+    for (detail, by) in [
+        ("whistle", "30m"),
+        ("kickoff_at", "soon"),
+        ("kickoff_at", ""),
+    ] {
+        let (status, body) = act(&[
+            ("id", &id_text),
+            ("action", "move"),
+            ("detail", detail),
+            ("by", by),
+        ])
+        .await;
+        assert_eq!(
+            status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{detail} {by}: {body}"
+        );
+    }
+    let (status, body) = act(&[
+        ("id", &id_text),
+        ("action", "move"),
+        ("detail", "kickoff_at"),
+        ("by", "-15m"),
+    ])
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let detail = d
+        .api(Method::GET, &format!("/workflows/{id}"), json!(null))
+        .await;
+    let moved: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(detail["run"]["times"]["kickoff_at"].clone()).unwrap();
+    assert_eq!(moved, kickoff - chrono::Duration::minutes(15));
+    // Settled by its steps' jobs cancelled (a run cancelled whole is not run again): failed.
+    let lock_job = detail["steps"][0]["job_id"].as_i64().unwrap();
+    d.api(Method::POST, &format!("/jobs/{lock_job}/cancel"), json!({}))
+        .await;
+    d.api(
+        Method::POST,
+        &format!("/workflows/{id}/signals"),
+        json!({"name": "final"}),
+    )
+    .await;
+    let job_of = |detail: &serde_json::Value| detail["steps"][1]["job_id"].as_i64();
+    let detail = d
+        .api(Method::GET, &format!("/workflows/{id}"), json!(null))
+        .await;
+    d.api(
+        Method::POST,
+        &format!("/jobs/{}/cancel", job_of(&detail).unwrap()),
+        json!({}),
+    )
+    .await;
+    let (_, page) = d.page(&format!("/workflows/{id}")).await;
+    assert!(page.contains("Run again from"), "{page}");
+    let (status, body) = act(&[("id", &id_text), ("action", "rerun"), ("detail", "nowhere")]).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (status, body) = act(&[("id", &id_text), ("action", "rerun"), ("detail", "lock")]).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let again: i64 = serde_json::from_str(&body).unwrap();
+    let rerun = d
+        .api(Method::GET, &format!("/workflows/{again}"), json!(null))
+        .await;
+    assert_eq!(rerun["run"]["rerun_of"], json!(id));
+    assert_eq!(rerun["run"]["created_by"], json!("ops"));
+    let actions: Vec<(String, bool)> = sqlx::query_as(
+        "SELECT action, ok FROM audit_log WHERE action LIKE 'workflow.%' ORDER BY id",
+    )
+    .fetch_all(&d.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        actions,
+        [
+            ("workflow.move", false),
+            ("workflow.move", false),
+            ("workflow.move", false),
+            ("workflow.move", true),
+            ("workflow.rerun", false),
+            ("workflow.rerun", true),
+        ]
+        .map(|(a, ok)| (a.to_string(), ok))
+    );
 }

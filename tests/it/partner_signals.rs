@@ -457,3 +457,83 @@ async fn a_missed_deadline_fires_the_workflow_deadline_alert_and_a_retry_resolve
     let report = evaluator.run_once().await.unwrap();
     assert_eq!(report.resolved.len(), 1, "the retried step waits again");
 }
+
+#[tokio::test]
+async fn a_steps_output_and_a_signals_payload_are_shown_as_the_rule_of_who_sees_a_jobs_data_says() {
+    use crate::common::dashboard::{dashboard_as, TOKEN as ADMIN};
+    use kickoff::accounts::{Role, TokenScope};
+    let d = dashboard_as(Role::Viewer).await;
+    const SECRET: &str = "sk_live_0123456789abcdef";
+    let made = d
+        .api(
+            Method::POST,
+            "/workflows",
+            json!({
+                "name": "game", "times": { "kickoff_at": Utc::now() },
+                "steps": [
+                    { "name": "settle", "job": { "kind": "noop", "queue": "nobody",
+                                                 "args": { "api_key": SECRET } } },
+                    { "name": "await_final", "job": { "kind": "noop" }, "signal": "final",
+                      "deadline": { "time": "kickoff_at", "offset_ms": 18_000_000 } },
+                ],
+            }),
+        )
+        .await;
+    let run = made["run"]["id"].as_i64().unwrap();
+    // What the settle's completing attempt recorded, quoting its job's secret.
+    sqlx::query("UPDATE workflow_steps SET output = $2 WHERE run_id = $1 AND name = 'settle'")
+        .bind(run)
+        .bind(json!({ "echo": SECRET, "password": "hunter2hunter2", "score": 3 }))
+        .execute(&d.pool)
+        .await
+        .unwrap();
+    let sender = crate::common::operator_token_of(&d.pool, "sender", TokenScope::Write).await;
+    let reader = crate::common::operator_token_of(&d.pool, "reader", TokenScope::Read).await;
+    let payload = json!({ "home": 2, "token": "abcdefgh12345", "note": format!("ours: {SECRET}") });
+    let (status, _) = call(
+        &d.app,
+        Method::POST,
+        &format!("/api/v1/workflows/{run}/signals"),
+        Some(&sender),
+        Some(&json!({ "name": "final", "payload": payload })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let read = async |token: &str| -> (Value, Value) {
+        let (status, detail) = call(
+            &d.app,
+            Method::GET,
+            &format!("/api/v1/workflows/{run}"),
+            Some(token),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{detail}");
+        (
+            detail["steps"][0]["output"].clone(),
+            detail["signals"][0]["payload"].clone(),
+        )
+    };
+    let whole = json!({ "echo": SECRET, "password": "hunter2hunter2", "score": 3 });
+    let hidden = json!({ "echo": "[redacted]", "password": "[redacted]", "score": 3 });
+    let payload_hidden = json!({ "home": 2, "token": "[redacted]", "note": "ours: [redacted]" });
+    // An admin sees both whole; the sender its payload whole, not the job's secrets (another
+    // made the job); a reader neither.
+    assert_eq!(read(ADMIN).await, (whole.clone(), payload.clone()));
+    assert_eq!(read(&sender).await, (hidden.clone(), payload.clone()));
+    assert_eq!(
+        read(&reader).await,
+        (hidden.clone(), payload_hidden.clone())
+    );
+    // The dashboard reads them through the same rule.
+    let (status, page) = d.server_fn("workflow", &format!("id={run}")).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(
+        !page.contains(SECRET) && !page.contains("hunter2") && !page.contains("abcdefgh12345"),
+        "{page}"
+    );
+    let page: Value = serde_json::from_str(&page).unwrap();
+    let shown = |s: &Value| serde_json::from_str::<Value>(s.as_str().unwrap()).unwrap();
+    assert_eq!(shown(&page["steps"][0]["output"]), hidden);
+    assert_eq!(shown(&page["signals"][0]["payload"]), payload_hidden);
+}

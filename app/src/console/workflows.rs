@@ -64,6 +64,10 @@ pub struct StepView {
     pub kept_from: Option<i64>,
     /// Skipped by an operator.
     pub skipped_by_hand: bool,
+    /// What its completing attempt recorded, as JSON, as the reader may see it (secrets
+    /// hidden from those who do not see its job's).
+    #[serde(default)]
+    pub output: Option<String>,
 }
 
 /// A signal the run received.
@@ -72,6 +76,9 @@ pub struct SignalView {
     pub name: String,
     pub source: String,
     pub received_ms: i64,
+    /// Its payload as JSON, as the reader may see it (whole for admins and its sender).
+    #[serde(default)]
+    pub payload: String,
 }
 
 /// One run: its counters, times, steps (in the order declared) and signals.
@@ -92,13 +99,14 @@ pub struct WorkflowDetail {
 pub trait WorkflowsConsole: Send + Sync + 'static {
     async fn workflows(&self) -> Result<WorkflowsPage, Refusal>;
     async fn workflow(&self, id: i64) -> Result<WorkflowDetail, Refusal>;
-    /// `cancel`, `retry` (with `mode`), `skip` (with `step`) or `signal` (with `name`).
+    /// `cancel`, `retry` (with `mode`), `skip` (with `step`), `signal` (with `name`), `rerun`
+    /// (with `step`: the new run's id) or `move` (with `time=duration`).
     async fn workflow_action(
         &self,
         id: i64,
         action: String,
         detail: Option<String>,
-    ) -> Result<(), Refusal>;
+    ) -> Result<Option<i64>, Refusal>;
 }
 
 #[server(prefix = "/_console", endpoint = "workflows")]
@@ -112,19 +120,27 @@ pub async fn get_workflow(id: i64) -> Result<WorkflowDetail, ServerFnError> {
 }
 
 /// An operator's action on run `id`: `cancel`; `retry` (`detail`: the mode, `failed` when
-/// absent); `skip` (`detail`: the step); `signal` (`detail`: its name, no payload).
+/// absent); `skip` (`detail`: the step); `signal` (`detail`: its name, no payload); `rerun`
+/// (`detail`: the step to run again from; answers the new run's id); `move` (`detail`: a time
+/// of the run and by how much, `kickoff_at=30m`, `kickoff_at=-1h`).
 #[server(prefix = "/_console", endpoint = "workflow_action")]
 pub async fn workflow_action(
     csrf: Option<String>,
     id: i64,
     action: String,
     detail: Option<String>,
-) -> Result<(), ServerFnError> {
+    #[server(default)] by: Option<String>,
+) -> Result<Option<i64>, ServerFnError> {
     // Checked by the server's session guard before this runs; carried here so the form's
     // field survives the browser's encoding of the arguments.
     let _ = csrf;
+    // A move's form sends the time and by how much apart.
+    let detail = match (super::port::nonempty(detail), super::port::nonempty(by)) {
+        (Some(time), Some(by)) => Some(format!("{time}={by}")),
+        (detail, _) => detail,
+    };
     console()?
-        .workflow_action(id, action, super::port::nonempty(detail))
+        .workflow_action(id, action, detail)
         .await
         .map_err(fail)
 }

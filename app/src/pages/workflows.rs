@@ -31,6 +31,7 @@ const STEP_COLUMNS: &[Column] = &[
     ("Waits for", false),
     ("Kind", true),
     ("Job", false),
+    ("Output", true),
     ("", false),
 ];
 
@@ -115,6 +116,11 @@ pub fn WorkflowDetailPage() -> impl IntoView {
                 <a href="/workflows">"All workflows"</a>
             </div>
             <ActionError error=failure(action.value())/>
+            {move || action.value().get().and_then(|done| done.ok().flatten()).map(|again| view! {
+                <p class="notice" data-rerun=again>
+                    "Running again as "<a href=format!("/workflows/{again}")>{format!("run #{again}")}</a>
+                </p>
+            })}
             <Loaded resource=run render=move |d: WorkflowDetail| view! { <Detail d action/> }/>
         </section>
     }
@@ -172,6 +178,31 @@ fn Detail(d: WorkflowDetail, action: ServerAction<WorkflowAction>) -> impl IntoV
                 <button type="submit">"Retry"</button>
             </ActionForm>
         })}
+        {(act && running && !d.times.is_empty()).then(|| view! {
+            <ActionForm action attr:class="inline-form" attr:aria-label="Move a time">
+                <Csrf/>
+                <input type="hidden" name="id" value=id/>
+                <input type="hidden" name="action" value="move"/>
+                <MoveField times=d.times.iter().map(|(name, _)| name.clone()).collect()/>
+                <button type="submit">"Move"</button>
+            </ActionForm>
+        })}
+        {(act && !running && r.state != "cancelled").then(|| {
+            let names: Vec<String> = d.steps.iter().map(|s| s.name.clone()).collect();
+            view! {
+            <ActionForm action attr:class="inline-form" attr:aria-label="Run again from a step">
+                <Csrf/>
+                <input type="hidden" name="id" value=id/>
+                <input type="hidden" name="action" value="rerun"/>
+                <label>"Run again from "
+                    <select name="detail">
+                        {names.into_iter().map(|n| view! { <option value=n.clone()>{n.clone()}</option> }).collect_view()}
+                    </select>
+                </label>
+                <button type="submit">"Run again"</button>
+            </ActionForm>
+            }
+        })}
         <h2>"Steps"</h2>
         <Graph steps=d.steps.clone()/>
         <DataTable label="Steps" columns=STEP_COLUMNS>
@@ -185,7 +216,7 @@ fn Detail(d: WorkflowDetail, action: ServerAction<WorkflowAction>) -> impl IntoV
             view! { <p class="empty">"No signal yet."</p> }.into_any()
         } else {
             view! {
-                <DataTable label="Signals" columns=&[("Signal", false), ("From", false), ("Received", false)]>
+                <DataTable label="Signals" columns=&[("Signal", false), ("From", false), ("Received", false), ("Payload", true)]>
                     {d.signals
                         .into_iter()
                         .map(|g| view! {
@@ -193,6 +224,7 @@ fn Detail(d: WorkflowDetail, action: ServerAction<WorkflowAction>) -> impl IntoV
                                 <td><code>{g.name}</code></td>
                                 <td>{g.source}</td>
                                 <td><When at_ms=g.received_ms base_ms=now/></td>
+                                <td class="wide"><code class="json" data-payload>{g.payload}</code></td>
                             </tr>
                         })
                         .collect_view()}
@@ -235,6 +267,7 @@ fn StepRow(
             </td>
             <td class="wide">{s.kind.clone()}</td>
             <td>{s.job_id.map(|j| view! { <a href=format!("/jobs/{j}")>{format!("#{j}")}</a> })}</td>
+            <td class="wide">{s.output.map(|o| view! { <code class="json" data-output>{o}</code> })}</td>
             <td>
                 {waiting_signal.map(|signal| view! {
                     <ActionForm action>
@@ -256,6 +289,22 @@ fn StepRow(
                 })}
             </td>
         </tr>
+    }
+}
+
+/// Which of the run's times to move, and by how much (a signed duration: a postponed game is
+/// moved by its delay, whatever the reader's zone). A plain form: it works before hydration.
+#[component]
+fn MoveField(times: Vec<String>) -> impl IntoView {
+    view! {
+        <label>"Move "
+            <select name="detail" aria-label="The time to move">
+                {times.into_iter().map(|t| view! { <option value=t.clone()>{t.clone()}</option> }).collect_view()}
+            </select>
+        </label>
+        <label>" by "
+            <input name="by" size="8" required placeholder="30m, -1h" aria-label="By how much" autocomplete="off"/>
+        </label>
     }
 }
 

@@ -759,14 +759,24 @@ impl Driver<'_> {
                 role,
                 signed,
             } => {
+                let name = if other { "other" } else { "go" };
+                if signed {
+                    // Among the runs with a key (a partner names its run by key).
+                    let keyed: Vec<i64> = self
+                        .runs
+                        .iter()
+                        .filter(|r| self.run_keys.contains_key(r))
+                        .copied()
+                        .collect();
+                    if let Some(id) = pick_of(&keyed, pick) {
+                        let key = self.run_keys[&id].clone();
+                        self.partner_signal(i, id, &key, name).await;
+                        return Ok(());
+                    }
+                }
                 let Some(id) = pick_of(&self.runs, pick) else {
                     return Ok(());
                 };
-                let name = if other { "other" } else { "go" };
-                if let (true, Some(key)) = (signed, self.run_keys.get(&id).cloned()) {
-                    self.partner_signal(i, id, &key, name).await;
-                    return Ok(());
-                }
                 self.send(
                     i,
                     role,

@@ -348,7 +348,7 @@ pub enum Step {
     /// Send a run made before (the `pick`th) its signal `go`, or `other` (which no step waits
     /// for): the first of a name stands, and the steps waiting for it start. `signed`: as a
     /// partner, through the inbound route, signed with its endpoint's secret, to the live run of
-    /// the picked run's key (a run without a key gets it through the API).
+    /// the key of a run that has one (the `pick`th of those; none: through the API).
     WorkflowSignal {
         pick: usize,
         other: bool,

@@ -48,12 +48,16 @@ impl WorkflowsConsole for ServerConsole {
     }
 
     async fn workflow(&self, id: i64) -> Result<WorkflowDetail, Refusal> {
-        operator(Role::Viewer)?;
+        let op = operator(Role::Viewer)?;
         let now_ms = self.now_ms().await?;
         let run = self.client.workflow_run(id).await.map_err(refused)?;
-        let steps = self.client.workflow_steps(id).await.map_err(refused)?;
+        let sight = op.sight(self.client.workers());
+        let (steps, signals) = self
+            .client
+            .workflow_seen(&run, &sight)
+            .await
+            .map_err(refused)?;
         let edges = self.client.workflow_edges(id).await.map_err(refused)?;
-        let signals = self.client.workflow_signals(id).await.map_err(refused)?;
         let names: Vec<String> = signals.iter().map(|s| s.name.clone()).collect();
         let times = match &run.times {
             Value::Object(times) => times
@@ -96,6 +100,7 @@ impl WorkflowsConsole for ServerConsole {
                     finished_ms: s.finished_at.map(ms),
                     kept_from: s.kept_from,
                     skipped_by_hand: s.skipped_by_hand,
+                    output: s.output.as_ref().map(|o| o.to_string()),
                 })
                 .collect(),
             signals: signals
@@ -104,6 +109,7 @@ impl WorkflowsConsole for ServerConsole {
                     name: g.name,
                     source: g.source,
                     received_ms: ms(g.received_at),
+                    payload: g.payload.to_string(),
                 })
                 .collect(),
         })
@@ -114,7 +120,7 @@ impl WorkflowsConsole for ServerConsole {
         id: i64,
         action: String,
         detail: Option<String>,
-    ) -> Result<(), Refusal> {
+    ) -> Result<Option<i64>, Refusal> {
         let act = Act {
             action: format!("workflow.{action}"),
             target: Some(match &detail {
@@ -123,9 +129,11 @@ impl WorkflowsConsole for ServerConsole {
             }),
             filter: None,
         };
-        let source = operator(Role::Viewer)
-            .map(|op| format!("console:{}", op.user.name))
-            .unwrap_or_else(|_| "console".into());
+        let by = operator(Role::Viewer).ok().map(|op| op.user.name.clone());
+        let source = by
+            .as_ref()
+            .map(|name| format!("console:{name}"))
+            .unwrap_or_else(|| "console".into());
         let client = &self.client;
         self.act(
             act,
@@ -145,20 +153,57 @@ impl WorkflowsConsole for ServerConsole {
                         client
                             .signal_workflow_with(conn, id, name, &Value::Null, &source)
                             .await?;
-                        return Ok(());
+                        return Ok(None);
                     }
-                    ("skip" | "signal", None) => {
+                    ("rerun", Some(step)) => {
+                        let again = client
+                            .rerun_workflow_with(conn, id, step, by.as_deref())
+                            .await?;
+                        return Ok(Some(again.id));
+                    }
+                    ("move", Some(by)) => {
+                        let times = moved_by(&client.workflow_run(id).await?, by)?;
+                        client.move_workflow_times_with(conn, id, &times).await?
+                    }
+                    ("skip" | "signal" | "rerun" | "move", None) => {
                         return Err(Refusal::invalid(format!(
-                            "{action}: name the step or signal"
+                            "{action}: name the step, the signal or the time"
                         )))
                     }
                     _ => return Err(Refusal::invalid(format!("action: no action {action:?}"))),
                 };
-                Ok(())
+                Ok(None)
             },
         )
         .await
     }
+}
+
+/// The run's time moved as `by` says (`kickoff_at=30m`, `kickoff_at=-1h`: a name of its times
+/// and a signed duration), as the API's move takes it.
+fn moved_by(
+    run: &crate::engine::workflow::RunRow,
+    by: &str,
+) -> Result<std::collections::BTreeMap<String, chrono::DateTime<chrono::Utc>>, Refusal> {
+    let (name, duration) = by
+        .split_once('=')
+        .ok_or_else(|| Refusal::invalid("move: a time and by how much, kickoff_at=30m"))?;
+    let ms = crate::engine::job_edit::parse_duration_ms(duration)
+        .map_err(|e| Refusal::invalid(format!("by: {e}")))?;
+    let at: chrono::DateTime<chrono::Utc> = run
+        .times
+        .get(name.trim())
+        .and_then(|t| serde_json::from_value(t.clone()).ok())
+        .ok_or_else(|| {
+            Refusal::invalid(format!(
+                "time: workflow run {} has no time {name:?}",
+                run.id
+            ))
+        })?;
+    let moved = at
+        .checked_add_signed(chrono::Duration::milliseconds(ms))
+        .ok_or_else(|| Refusal::invalid(format!("by: `{duration}` is too far")))?;
+    Ok([(name.trim().to_string(), moved)].into())
 }
 
 /// The run page's graph: where each step is drawn (the app's `layout`, tested here where the test
@@ -183,6 +228,7 @@ mod tests {
             finished_ms: None,
             kept_from: None,
             skipped_by_hand: false,
+            output: None,
         }
     }
 
