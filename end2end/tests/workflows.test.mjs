@@ -123,3 +123,91 @@ test('a failed step is retried and a waiting step skipped from the run page, eac
     await browser.close();
   }
 });
+
+// A partner's call signed as Standard Webhooks says (HMAC-SHA256 of `id.timestamp.body` with the
+// endpoint's secret, base64), made here with Node's own crypto: no Kickoff code signs it.
+async function partnerSignal(endpoint, secret, body) {
+  const { createHmac } = await import('node:crypto');
+  const text = JSON.stringify(body);
+  const id = `msg_${Date.now()}`;
+  const at = Math.floor(Date.now() / 1000).toString();
+  const key = Buffer.from(secret.replace(/^whsec_/, ''), 'base64');
+  const signature = 'v1,' + createHmac('sha256', key).update(`${id}.${at}.${text}`).digest('base64');
+  const res = await fetch(`${baseUrl}/api/v1/inbound/${endpoint}/signals`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'webhook-id': id, 'webhook-timestamp': at, 'webhook-signature': signature },
+    body: text,
+  });
+  return { status: res.status, body: await res.json() };
+}
+
+for (const zone of ['Europe/London', 'Asia/Tokyo']) {
+  test(`in ${zone}, a postponed game is moved from its page, a partner's signed final whistle shows there, and the run is run again from a step`, async () => {
+    const marker = `moved-${zone.split('/')[1]}-${Date.now()}`;
+    const kickoff = new Date(Date.now() + 3600_000);
+    const made = await api('POST', '/workflows', {
+      name: 'game', key: `game:${marker}`, times: { kickoff_at: kickoff.toISOString() },
+      steps: [
+        { name: 'lock', job: { kind: 'noop' }, at: { time: 'kickoff_at' } },
+        { name: 'await_final', job: { kind: 'noop' }, signal: 'final',
+          deadline: { time: 'kickoff_at', offset_ms: 5 * 3600_000 } },
+        { name: 'settle', job: { kind: 'noop', max_attempts: 1, args: { fail_attempts: 1 } },
+          after: [{ step: 'await_final' }] },
+      ],
+    });
+    assert.equal(made.status, 201, JSON.stringify(made));
+    const id = made.body.run.id;
+    const partner = await api('POST', '/webhook-endpoints', {
+      url_prefix: `https://scores-${marker.toLowerCase()}.example/`, signal_workflows: ['game'],
+    });
+    assert.equal(partner.status, 201, JSON.stringify(partner));
+
+    const browser = await launch({ timezoneId: zone });
+    try {
+      const page = await browser.newPage();
+      const errors = watchErrors(page);
+      await page.goto(baseUrl + `/workflows/${id}`);
+      await hydrated(page);
+      // Postponed by 30 minutes: the lock's time and the deadline move with it.
+      const moveForm = page.getByRole('form', { name: 'Move a time' });
+      await moveForm.getByLabel('By how much').fill('30m');
+      await moveForm.getByRole('button', { name: 'Move' }).click();
+      const later = new Date(kickoff.getTime() + 30 * 60_000);
+      await eventually('kickoff_at to move by 30 minutes',
+        async () => (await api('GET', `/workflows/${id}`)).body.run.times.kickoff_at,
+        (t) => new Date(t).getTime() === later.getTime());
+      const local = new Intl.DateTimeFormat('en-GB', { timeZone: zone, hour: '2-digit', minute: '2-digit', hourCycle: 'h23' }).format(later);
+      await eventually('the page to show the new time in the browser\'s zone',
+        () => page.locator('dl.facts').textContent(), (t) => t.includes(local));
+
+      // The partner's signed result: its source and payload on the page, live.
+      const sent = await partnerSignal(partner.body.endpoint.id, partner.body.secret,
+        { key: `game:${marker}`, name: 'final', payload: { home: 2, away: 1 } });
+      assert.equal(sent.status, 201, JSON.stringify(sent));
+      const signals = page.getByRole('table', { name: 'Signals' });
+      await eventually('the signal on the page', () => signals.textContent().catch(() => ''),
+        (t) => t.includes(`endpoint:${partner.body.endpoint.id}`) && t.includes('"home":2'));
+      await eventually('settle to fail (its one attempt fails)',
+        async () => (await api('GET', `/workflows/${id}`)).body.steps[2].state, (s) => s === 'failed');
+
+      // Cancel the lock's job so the run settles, then run it again from the lock.
+      const lockJob = (await api('GET', `/workflows/${id}`)).body.steps[0].job_id;
+      await api('POST', `/jobs/${lockJob}/cancel`, {});
+      await eventually('the run to settle', async () => (await api('GET', `/workflows/${id}`)).body.run.state,
+        (s) => s === 'failed');
+      await page.reload();
+      await hydrated(page);
+      const again = page.getByRole('form', { name: 'Run again from a step' });
+      await again.getByRole('combobox').selectOption('lock');
+      await again.getByRole('button', { name: 'Run again' }).click();
+      const link = page.locator('[data-rerun] a');
+      await link.waitFor();
+      await link.click();
+      await eventually('the new run\'s page', () => page.locator('main').textContent(),
+        (t) => t.includes(`run #${id}`) && t.includes('Runs again'));
+      assert.deepEqual(errors, []);
+    } finally {
+      await browser.close();
+    }
+  });
+}
