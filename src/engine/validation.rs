@@ -19,11 +19,9 @@ use super::worker::ArgsRefused;
 /// would pass for the run of that slot, and the run would never be inserted.
 pub const SCHEDULE_KEY_PREFIX: &str = "schedule:";
 
-/// Whether every number in `value` reads back from PostgreSQL's jsonb: it keeps a number's
-/// decimals exactly, and one near the largest float (1.7976931348623157e308) no longer reads as
-/// a float, so its row could not be read (a job list, a claim) again.
-/// Data a caller stores as JSON beside a job's (a workflow signal's payload): no NUL character
-/// (PostgreSQL's jsonb cannot hold one), numbers that read back, at most `max_bytes`.
+/// The rules of data a caller stores as JSON (a job's args and meta, a workflow signal's
+/// payload): no NUL character (PostgreSQL's jsonb cannot hold one), numbers that read back, at
+/// most `max_bytes`. The one place they are written.
 pub(super) fn check_json_data(
     field: &'static str,
     value: &serde_json::Value,
@@ -45,6 +43,9 @@ pub(super) fn check_json_data(
     Ok(())
 }
 
+/// Whether every number in `value` reads back from PostgreSQL's jsonb: it keeps a number's
+/// decimals exactly, and one near the largest float (1.7976931348623157e308) no longer reads as
+/// a float, so its row could not be read (a job list, a claim) again.
 fn numbers_read_back(value: &serde_json::Value) -> bool {
     match value {
         serde_json::Value::Number(n) => n.as_f64().is_some_and(|f| f.abs() <= MAX_JSON_NUMBER),
@@ -120,11 +121,7 @@ impl Client {
         if !new.args.is_object() {
             return Err(invalid("args", "must be a JSON object"));
         }
-        // Postgres text and jsonb cannot hold NUL characters.
-        let has_nul = |v: &serde_json::Value| v.to_string().contains("\\u0000");
-        if has_nul(&new.args) || has_nul(&new.meta) {
-            return Err(invalid("args", "must not contain NUL (\\u0000) characters"));
-        }
+        check_json_data("args", &new.args, MAX_ARGS_BYTES)?;
         if new
             .tags
             .iter()
@@ -134,28 +131,11 @@ impl Client {
         {
             return Err(invalid("tags", "text must not contain NUL characters"));
         }
-        if !numbers_read_back(&new.args) || !numbers_read_back(&new.meta) {
-            return Err(invalid(
-                "args",
-                format!("numbers in args and meta are at most {MAX_JSON_NUMBER:e} in magnitude"),
-            ));
-        }
-        if new.args.to_string().len() > MAX_ARGS_BYTES {
-            return Err(invalid(
-                "args",
-                format!("larger than {MAX_ARGS_BYTES} bytes"),
-            ));
-        }
         if !new.meta.is_object() {
             return Err(invalid("meta", "must be a JSON object"));
         }
+        check_json_data("meta", &new.meta, MAX_META_BYTES)?;
         super::late_start::LatePolicy::from_meta(&new.meta).map_err(|m| invalid("meta", m))?;
-        if new.meta.to_string().len() > MAX_META_BYTES {
-            return Err(invalid(
-                "meta",
-                format!("larger than {MAX_META_BYTES} bytes"),
-            ));
-        }
         if new
             .created_by
             .as_ref()
