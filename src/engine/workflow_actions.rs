@@ -16,6 +16,7 @@ use super::client::{check_instant, inconsistent, invalid, Client, ClientError};
 use super::job::JobId;
 use super::job::MAX_ARGS_BYTES;
 use super::sight::Sight;
+use super::store::history::{self as history_store, AttemptRecord};
 pub use super::store::workflows::SignalRow;
 use super::store::workflows::{self as store, StepRow};
 use super::validation::check_json_data;
@@ -60,6 +61,16 @@ impl RetryMode {
 
 fn not_found(id: i64) -> ClientError {
     ClientError::NotFound(format!("workflow run {id}"))
+}
+
+/// A run's steps, signals and attempts, as a caller sees them ([`Client::workflow_seen`]).
+#[derive(Debug, Clone)]
+pub struct RunSeen {
+    pub steps: Vec<StepRow>,
+    pub signals: Vec<SignalRow>,
+    /// The attempts of its steps' jobs (each step's current one: a retried step's earlier jobs
+    /// keep theirs on their own pages), with the step's name, in the order they started.
+    pub attempts: Vec<(String, AttemptRecord)>,
 }
 
 impl Client {
@@ -357,22 +368,34 @@ impl Client {
             .ok_or_else(|| not_found(id))
     }
 
-    /// Run `run`'s steps and signals as `sight` sees them: each step's output and each
-    /// signal's payload through the rule of who sees a job's data (`engine::sight`), the one
-    /// place every surface (the API, the dashboard) reads them from.
+    /// Run `run`'s steps, signals and its steps' attempts as `sight` sees them: each step's
+    /// output, each signal's payload and each attempt's error, output and log lines through the
+    /// rule of who sees a job's data (`engine::sight`), the one place every surface (the API,
+    /// the dashboard) reads them from.
     pub async fn workflow_seen(
         &self,
         run: &RunRow,
         sight: &Sight<'_>,
-    ) -> Result<(Vec<StepRow>, Vec<SignalRow>), ClientError> {
+    ) -> Result<RunSeen, ClientError> {
         let mut steps = store::run_steps(&self.pool, run.id).await?;
         let mut signals = store::run_signals(&self.pool, run.id).await?;
         let mut jobs = Vec::new();
-        for id in steps.iter().filter_map(|s| s.job_id) {
-            if let Some(job) = self.find(id).await? {
-                jobs.push(job);
-            }
+        let mut attempts = Vec::new();
+        for step in &steps {
+            let Some(id) = step.job_id else { continue };
+            let Some(job) = self.find(id).await? else {
+                continue;
+            };
+            let records = history_store::job_attempts_of(&self.pool, id).await?;
+            attempts.extend(
+                sight
+                    .attempts(&job, records)
+                    .into_iter()
+                    .map(|record| (step.name.clone(), record)),
+            );
+            jobs.push(job);
         }
+        attempts.sort_by_key(|(_, r)| (r.started_at, r.job_id.0, r.attempt));
         for step in &mut steps {
             let job = step.job_id.and_then(|id| jobs.iter().find(|j| j.id == id));
             if let Some(output) = &step.output {
@@ -382,7 +405,11 @@ impl Client {
         for signal in &mut signals {
             signal.payload = sight.signal_payload(&signal.source, &jobs, &signal.payload);
         }
-        Ok((steps, signals))
+        Ok(RunSeen {
+            steps,
+            signals,
+            attempts,
+        })
     }
 
     /// The signals run `id` received, in the order they came.

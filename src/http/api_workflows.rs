@@ -282,12 +282,34 @@ pub struct SignalView {
     pub payload: Value,
 }
 
-/// A run with its steps, in the order they were declared, and the signals it received.
+/// An attempt of a step's job, in a run's timeline (its output and log lines are on the job's
+/// attempts, `GET /api/v1/jobs/{id}/attempts`).
+#[derive(schemars::JsonSchema, Debug, Serialize)]
+pub struct StepAttempt {
+    pub step: String,
+    pub job_id: i64,
+    pub attempt: i32,
+    pub node: String,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    /// How long after its due time it started.
+    pub late_ms: f64,
+    pub duration_ms: f64,
+    /// `completed`, `failed`, `discarded`, `cancelled`, `snoozed` or `lost`.
+    pub outcome: String,
+    /// As the caller may see it (a job's secrets hidden from those who do not see them).
+    pub error: Option<String>,
+}
+
+/// A run with its steps, in the order they were declared, the signals it received, and the
+/// timeline of its steps' attempts.
 #[derive(schemars::JsonSchema, Debug, Serialize)]
 pub struct RunDetail {
     pub run: RunView,
     pub steps: Vec<StepView>,
     pub signals: Vec<SignalView>,
+    /// The attempts of its steps' current jobs that ended, in the order they started.
+    pub attempts: Vec<StepAttempt>,
     /// The insert found a live run holding the key and wrote nothing (false but for inserts).
     pub existing: bool,
 }
@@ -333,7 +355,8 @@ async fn detail_of(
     run: RunRow,
 ) -> Result<RunDetail, AppError> {
     let sight = sight(caller, state.client.workers());
-    let (steps, signals) = state.client.workflow_seen(&run, &sight).await?;
+    let seen = state.client.workflow_seen(&run, &sight).await?;
+    let (steps, signals) = (seen.steps, seen.signals);
     let names: Vec<String> = signals.iter().map(|s| s.name.clone()).collect();
     Ok(RunDetail {
         run: run.into(),
@@ -345,6 +368,22 @@ async fn detail_of(
                 source: s.source,
                 received_at: s.received_at,
                 payload: s.payload,
+            })
+            .collect(),
+        attempts: seen
+            .attempts
+            .into_iter()
+            .map(|(step, r)| StepAttempt {
+                step,
+                job_id: r.job_id.0,
+                attempt: r.attempt,
+                node: r.node,
+                started_at: r.started_at,
+                finished_at: r.finished_at,
+                late_ms: r.late_ms,
+                duration_ms: r.duration_ms,
+                outcome: r.outcome,
+                error: r.error,
             })
             .collect(),
         existing: false,

@@ -487,6 +487,22 @@ async fn a_steps_output_and_a_signals_payload_are_shown_as_the_rule_of_who_sees_
         .execute(&d.pool)
         .await
         .unwrap();
+    // An attempt of the settle's job that failed quoting the secret, then one that completed.
+    sqlx::query(
+        "INSERT INTO job_attempts (job_id, attempt, queue, kind, node, due_at, started_at,
+                                   finished_at, duration_ms, outcome, error)
+         SELECT job_id, n, 'nobody', 'noop', 'node-1', now() - interval '10 s',
+                now() - make_interval(secs => 10 - n), now() - make_interval(secs => 9.5 - n),
+                500, CASE n WHEN 1 THEN 'failed' ELSE 'completed' END,
+                CASE n WHEN 1 THEN 'the partner refused key ' || $2 END
+         FROM workflow_steps, generate_series(1, 2) AS n
+         WHERE run_id = $1 AND name = 'settle'",
+    )
+    .bind(run)
+    .bind(SECRET)
+    .execute(&d.pool)
+    .await
+    .unwrap();
     let sender = crate::common::operator_token_of(&d.pool, "sender", TokenScope::Write).await;
     let reader = crate::common::operator_token_of(&d.pool, "reader", TokenScope::Read).await;
     let payload = json!({ "home": 2, "token": "abcdefgh12345", "note": format!("ours: {SECRET}") });
@@ -514,6 +530,49 @@ async fn a_steps_output_and_a_signals_payload_are_shown_as_the_rule_of_who_sees_
             detail["signals"][0]["payload"].clone(),
         )
     };
+    let attempts = async |token: &str| -> Vec<(String, i64, String, Value)> {
+        let (_, detail) = call(
+            &d.app,
+            Method::GET,
+            &format!("/api/v1/workflows/{run}"),
+            Some(token),
+            None,
+        )
+        .await;
+        detail["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                (
+                    a["step"].as_str().unwrap().to_string(),
+                    a["attempt"].as_i64().unwrap(),
+                    a["outcome"].as_str().unwrap().to_string(),
+                    a["error"].clone(),
+                )
+            })
+            .collect()
+    };
+    // The timeline of the run's attempts, in the order they started, through the same rule.
+    let timeline = |error: &str| {
+        vec![
+            ("settle".to_string(), 1, "failed".to_string(), json!(error)),
+            (
+                "settle".to_string(),
+                2,
+                "completed".to_string(),
+                Value::Null,
+            ),
+        ]
+    };
+    assert_eq!(
+        attempts(ADMIN).await,
+        timeline(&format!("the partner refused key {SECRET}"))
+    );
+    assert_eq!(
+        attempts(&reader).await,
+        timeline("the partner refused key [redacted]")
+    );
     let whole = json!({ "echo": SECRET, "password": "hunter2hunter2", "score": 3 });
     let hidden = json!({ "echo": "[redacted]", "password": "[redacted]", "score": 3 });
     let payload_hidden = json!({ "home": 2, "token": "[redacted]", "note": "ours: [redacted]" });
@@ -536,4 +595,12 @@ async fn a_steps_output_and_a_signals_payload_are_shown_as_the_rule_of_who_sees_
     let shown = |s: &Value| serde_json::from_str::<Value>(s.as_str().unwrap()).unwrap();
     assert_eq!(shown(&page["steps"][0]["output"]), hidden);
     assert_eq!(shown(&page["signals"][0]["payload"]), payload_hidden);
+    assert_eq!(
+        page["attempts"][0]["error"],
+        "the partner refused key [redacted]"
+    );
+    let (status, html) = d.page(&format!("/workflows/{run}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains("wf-bar outcome-failed") && html.contains("wf-bar outcome-completed"));
+    assert!(!html.contains(SECRET), "the page hides it too");
 }

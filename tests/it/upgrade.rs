@@ -2,9 +2,10 @@
 //! previous landed release (scripts/previous-release, built by scripts/build-previous, given as
 //! `KICKOFF_PREVIOUS_BIN`) run on a database they migrated; a node of this release starts and
 //! migrates it; then the old nodes are replaced one at a time by nodes of this release. Jobs and
-//! questions are posted to whichever nodes run, throughout. Nothing acknowledged may be lost or
-//! left unfinished, no counting job's effect may happen twice or go missing, and every question
-//! locks, at or after its game time.
+//! questions and workflow runs are posted to whichever nodes run, throughout. Nothing acknowledged
+//! may be lost or left unfinished (a run started by an old node finishes on the new ones, with the
+//! shape it was inserted with), no counting job's effect may happen twice or go missing, and every
+//! question locks, at or after its game time.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -36,11 +37,13 @@ fn previous_binary() -> PathBuf {
 struct Posted {
     jobs: Vec<i64>,
     questions: Vec<i64>,
+    runs: Vec<i64>,
     refused: usize,
 }
 
-/// Posts a counting job every 20 ms, and a question due 0.5 to 2.5 s later every tenth time, to
-/// the nodes in `addrs` in turn, until `stop`.
+/// Posts a counting job every 20 ms, a question due 0.5 to 2.5 s later every tenth time, and a
+/// workflow run of three counting steps (a chain into a join) every seventh, to the nodes in
+/// `addrs` in turn, until `stop`.
 async fn load(addrs: Arc<Mutex<Vec<String>>>, posted: Arc<Mutex<Posted>>, stop: CancellationToken) {
     let http = reqwest::Client::new();
     let mut n = 0u64;
@@ -54,6 +57,16 @@ async fn load(addrs: Arc<Mutex<Vec<String>>>, posted: Arc<Mutex<Posted>>, stop: 
                 "questions",
                 json!({ "game": format!("Upgrade {n}"), "prompt": "Who scores first?",
                         "choices": ["Home", "Away"], "game_time": game.to_rfc3339() }),
+            )
+        } else if n.is_multiple_of(7) {
+            let step = |name: &str, after: &[&str]| {
+                json!({ "name": name, "job": { "kind": "noop", "args": { "tally": TALLY } },
+                        "after": after.iter().map(|a| json!({ "step": a })).collect::<Vec<_>>() })
+            };
+            (
+                "workflows",
+                json!({ "name": "upgrade", "steps": [
+                    step("a", &[]), step("b", &[]), step("join", &["a", "b"]) ] }),
             )
         } else {
             (
@@ -75,6 +88,7 @@ async fn load(addrs: Arc<Mutex<Vec<String>>>, posted: Arc<Mutex<Posted>>, stop: 
             let mut p = posted.lock().unwrap();
             match (path, value) {
                 ("jobs", Some(v)) => p.jobs.push(v["job"]["id"].as_i64().unwrap()),
+                ("workflows", Some(v)) => p.runs.push(v["run"]["id"].as_i64().unwrap()),
                 (_, Some(v)) => p.questions.push(v["id"].as_i64().unwrap()),
                 (_, None) => p.refused += 1,
             }
@@ -177,9 +191,10 @@ async fn a_fleet_upgraded_one_node_at_a_time_under_load_loses_and_doubles_nothin
         "only {} questions",
         posted.questions.len()
     );
+    assert!(posted.runs.len() > 15, "only {} runs", posted.runs.len());
     let last_game = Duration::from_millis(2500);
     wait_for(
-        "every acknowledged job to complete and every question to lock",
+        "every acknowledged job and workflow run to complete and every question to lock",
         Duration::from_secs(30) + last_game,
         || async {
             let open: i64 = sqlx::query_scalar(
@@ -198,7 +213,16 @@ async fn a_fleet_upgraded_one_node_at_a_time_under_load_loses_and_doubles_nothin
             .fetch_one(&db)
             .await
             .unwrap();
-            open == 0 && unlocked == 0
+            let runs_left: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM unnest($1::bigint[]) AS a(id)
+                 LEFT JOIN workflow_runs r ON r.id = a.id
+                 WHERE r.state IS DISTINCT FROM 'completed'",
+            )
+            .bind(&posted.runs)
+            .fetch_one(&db)
+            .await
+            .unwrap();
+            open == 0 && unlocked == 0 && runs_left == 0
         },
     )
     .await;

@@ -81,7 +81,20 @@ pub struct SignalView {
     pub payload: String,
 }
 
-/// One run: its counters, times, steps (in the order declared) and signals.
+/// An attempt of a step's job, for the run's timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepAttemptView {
+    pub step: String,
+    pub job_id: i64,
+    pub attempt: i32,
+    pub started_ms: i64,
+    pub ended_ms: i64,
+    pub outcome: String,
+    /// As the reader may see it.
+    pub error: Option<String>,
+}
+
+/// One run: its counters, times, steps (in the order declared), signals and attempts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkflowDetail {
     pub now_ms: i64,
@@ -91,6 +104,9 @@ pub struct WorkflowDetail {
     pub times: Vec<(String, i64)>,
     pub steps: Vec<StepView>,
     pub signals: Vec<SignalView>,
+    /// Its steps' attempts that ended, in the order they started.
+    #[serde(default)]
+    pub attempts: Vec<StepAttemptView>,
 }
 
 /// What the server provides to the workflow pages.

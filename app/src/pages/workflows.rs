@@ -232,7 +232,52 @@ fn Detail(d: WorkflowDetail, action: ServerAction<WorkflowAction>) -> impl IntoV
             }
             .into_any()
         }}
+        <h2>"Attempts"</h2>
+        <Timeline attempts=d.attempts now/>
     }
+}
+
+/// The run's attempts in the order they started, each with a bar on one time axis (from the
+/// first start to the last end), drawn on the server.
+#[component]
+fn Timeline(attempts: Vec<crate::console::workflows::StepAttemptView>, now: i64) -> impl IntoView {
+    if attempts.is_empty() {
+        return view! { <p class="empty">"No attempt has ended yet."</p> }.into_any();
+    }
+    let start = attempts.iter().map(|a| a.started_ms).min().unwrap_or(0);
+    let end = attempts.iter().map(|a| a.ended_ms).max().unwrap_or(start);
+    let span = (end - start).max(1) as f64;
+    view! {
+        <DataTable label="Attempts" columns=&[("Step", false), ("Attempt", false), ("Started", false), ("Took", false), ("Outcome", false), ("Timeline", true)]>
+            {attempts
+                .into_iter()
+                .map(|a| {
+                    let left = (a.started_ms - start) as f64 / span * 100.0;
+                    let width = ((a.ended_ms - a.started_ms) as f64 / span * 100.0).max(0.5);
+                    let took = a.ended_ms - a.started_ms;
+                    view! {
+                        <tr data-attempt=format!("{}/{}", a.job_id, a.attempt)>
+                            <td>{a.step}</td>
+                            <td><a href=format!("/jobs/{}", a.job_id)>{format!("#{} · {}", a.job_id, a.attempt)}</a></td>
+                            <td><When at_ms=a.started_ms base_ms=now/></td>
+                            <td>{format!("{took} ms")}</td>
+                            <td>
+                                <span class=format!("badge outcome-{}", a.outcome)>{a.outcome.clone()}</span>
+                                {a.error.map(|e| view! { " " <span class="muted">{e}</span> })}
+                            </td>
+                            <td class="wide">
+                                <div class="wf-bar-track">
+                                    <div class=format!("wf-bar outcome-{}", a.outcome)
+                                        style=format!("left:{left:.2}%;width:{width:.2}%")></div>
+                                </div>
+                            </td>
+                        </tr>
+                    }
+                })
+                .collect_view()}
+        </DataTable>
+    }
+    .into_any()
 }
 
 #[component]

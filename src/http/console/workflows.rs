@@ -2,7 +2,8 @@
 //! operator's actions on a run, through the engine's own (`engine::workflow_actions`), audited.
 
 use kickoff_app::console::workflows::{
-    SignalView, StepView, WaitView, WorkflowDetail, WorkflowRow, WorkflowsConsole, WorkflowsPage,
+    SignalView, StepAttemptView, StepView, WaitView, WorkflowDetail, WorkflowRow, WorkflowsConsole,
+    WorkflowsPage,
 };
 use kickoff_app::console::Refusal;
 use serde_json::Value;
@@ -52,11 +53,12 @@ impl WorkflowsConsole for ServerConsole {
         let now_ms = self.now_ms().await?;
         let run = self.client.workflow_run(id).await.map_err(refused)?;
         let sight = op.sight(self.client.workers());
-        let (steps, signals) = self
+        let seen = self
             .client
             .workflow_seen(&run, &sight)
             .await
             .map_err(refused)?;
+        let (steps, signals) = (&seen.steps, seen.signals.clone());
         let edges = self.client.workflow_edges(id).await.map_err(refused)?;
         let names: Vec<String> = signals.iter().map(|s| s.name.clone()).collect();
         let times = match &run.times {
@@ -110,6 +112,19 @@ impl WorkflowsConsole for ServerConsole {
                     source: g.source,
                     received_ms: ms(g.received_at),
                     payload: g.payload.to_string(),
+                })
+                .collect(),
+            attempts: seen
+                .attempts
+                .iter()
+                .map(|(step, r)| StepAttemptView {
+                    step: step.clone(),
+                    job_id: r.job_id.0,
+                    attempt: r.attempt,
+                    started_ms: ms(r.started_at),
+                    ended_ms: ms(r.finished_at),
+                    outcome: r.outcome.clone(),
+                    error: r.error.clone(),
                 })
                 .collect(),
         })
