@@ -6,7 +6,7 @@
 //! the rule of who sees a job's data (`engine::sight`, read by `Client::workflow_seen`). A step's
 //! args are its job's, shown on the job.
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::{Extension, Json};
@@ -27,6 +27,7 @@ use crate::engine::workflow::{
 };
 use crate::engine::workflow_actions::RetryMode;
 use crate::engine::NewJob;
+use crate::questions::game_workflow::GameWorkflowSettings;
 use crate::schema_rules::NO_NUL;
 
 /// A run to insert: named steps, each the job it becomes and the steps it waits for.
@@ -428,6 +429,56 @@ pub async fn signal(
     };
     let mut detail = detail_of(&state, &caller, run).await?;
     detail.existing = !stored;
+    Ok(Audited((status, Json(detail))))
+}
+
+/// How a game's workflow starts (see `questions::game_workflow`).
+#[derive(schemars::JsonSchema, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartGame {
+    /// Where the `notify` step's call goes once the game is settled: a webhook call, which must
+    /// pass `KICKOFF_WEBHOOK_ALLOWED_HOSTS` or an endpoint's `allow_calls` (else 422
+    /// `args_refused`); absent: the run has no `notify` step.
+    #[serde(default)]
+    #[schemars(length(max = 2048), regex(pattern = crate::schema_rules::NOTIFY_URL_PATTERN))]
+    pub notify_url: Option<String>,
+    /// How long after kickoff the settle waits for the final result, 60,000 to 172,800,000 ms
+    /// (default 18,000,000: five hours).
+    #[serde(default)]
+    #[schemars(range(min = 60_000, max = 172_800_000))]
+    pub deadline_ms: Option<i64>,
+}
+
+/// Starts game `game`'s workflow: lock at kickoff (the earliest game time of its open
+/// questions), settle once the partner's `final` signal names the answers, notify, publish the
+/// leaderboard.
+pub async fn start_game(
+    State(state): State<AppState>,
+    Extension(caller): Extension<ApiCaller>,
+    audit: Audit,
+    Path(game): Path<String>,
+    ApiJson(body): ApiJson<StartGame>,
+) -> Result<impl IntoResponse, AppError> {
+    let settings = GameWorkflowSettings {
+        notify_url: body.notify_url.filter(|u| !u.trim().is_empty()),
+        deadline_ms: body.deadline_ms,
+    };
+    let by = creator(&caller).to_string();
+    let Audited(inserted) = audit
+        .run(uncounted, async |work| {
+            Ok(state
+                .questions
+                .start_game_workflow_with(work.conn().await?, &game, &settings, Some(&by))
+                .await?)
+        })
+        .await?;
+    let status = if inserted.existing {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    let mut detail = detail_of(&state, &caller, inserted.run).await?;
+    detail.existing = inserted.existing;
     Ok(Audited((status, Json(detail))))
 }
 

@@ -183,6 +183,12 @@ const INVALID_CRON: Refusal = Refusal {
     code: "invalid_cron",
     when: "the cron expression does not parse (the message names the field and the character)",
 };
+/// A game whose workflow cannot start.
+const GAME_NOT_OPEN: Refusal = Refusal {
+    status: 409,
+    code: "conflict",
+    when: "the game has no open question (its run starts before its kickoff)",
+};
 /// Fields that do not fit together.
 const INCONSISTENT: Refusal = Refusal {
     status: 422,
@@ -690,6 +696,16 @@ pub fn endpoints() -> Vec<Endpoint> {
         },
         Endpoint {
             method: "post",
+            path: "/games/{game}/workflow",
+            summary: "Start a game's workflow (operators): a run `game` keyed `game:<game>` whose `lock` step locks the game's questions at kickoff (`kickoff_at`: the earliest game time of its open questions), whose `settle` step waits for the signal `final` (a partner's signed call or an operator's; its payload `{\"answers\": {\"<question id>\": \"<choice>\"}}`) until `deadline_ms` after kickoff, records the answers and scores every prediction, then `notify` (a webhook call to `notify_url`, when given) and `leaderboard` (the players ranked by correct predictions, as its output; published even if the notification failed). 201 with the run; 200 with `existing` when a live run of the game holds its key; 409 when the game has no open question; 422 `args_refused` for a `notify_url` webhook calls may not reach",
+            body: Some(schema::<api_workflows::StartGame>),
+            query: None,
+            ok: (201, Some(schema::<api_workflows::RunDetail>)),
+            refusals: &[ARGS_REFUSED, GAME_NOT_OPEN],
+            route: || post(api_workflows::start_game),
+        },
+        Endpoint {
+            method: "post",
             path: INBOUND_SIGNALS,
             summary: "A partner's signed signal (no bearer token: Standard Webhooks headers `webhook-id`, `webhook-timestamp`, within 300 s of the server's clock, and `webhook-signature`, `v1,` + base64 HMAC-SHA256 of `id.timestamp.body` with the secret of webhook endpoint `{endpoint}`, or its previous one while a rotation's overlap lasts). Sent to the live run holding `key`, which must be a run of a workflow the endpoint names in `signal_workflows`; the first signal of a name stands, kept until a step waits for it. Audited as `endpoint:<id>`, the signal's source. 201 when stored, 200 with `existing` when one of that name came first; 401 `unsigned` for a missing or stale header, a signature that does not match, or an endpoint that signals no workflow; 404 for no live run of those workflows with the key; 409 when the run is not running",
             body: Some(schema::<api_inbound::InboundSignal>),
@@ -1102,6 +1118,9 @@ fn responses(generator: &mut SchemaGenerator, e: &Endpoint) -> Value {
         ("post", "/workflows/{id}/signals") => Some(
             "a signal of that name came first and stands: the run, `existing: true` (nothing \
              changed)",
+        ),
+        ("post", "/games/{game}/workflow") => Some(
+            "a live run of the game holds its key: that run, `existing: true` (nothing written)",
         ),
         ("post", INBOUND_SIGNALS) => {
             Some("a signal of that name came first and stands: `existing: true` (nothing changed)")

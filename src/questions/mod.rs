@@ -5,6 +5,7 @@
 //! it. The prediction write path never trusts the timer alone: it refuses predictions once
 //! `game_time` has passed by the database clock, locked or not.
 
+pub mod game_workflow;
 pub mod jobs;
 pub mod service;
 pub mod store;

@@ -105,6 +105,41 @@ impl QuestionService {
         get_with(conn, q.id).await
     }
 
+    /// Starts the game's workflow (see [`super::game_workflow`]) inside the caller's
+    /// transaction: its `kickoff_at` the earliest game time of the game's open questions. A
+    /// live run of the game answers as it is (`existing`). 409 when the game has no open
+    /// question.
+    pub async fn start_game_workflow_with(
+        &self,
+        conn: &mut PgConnection,
+        game: &str,
+        settings: &super::game_workflow::GameWorkflowSettings,
+        by: Option<&str>,
+    ) -> Result<crate::engine::workflow::RunInserted, QuestionError> {
+        use super::game_workflow::{workflow, MAX_DEADLINE_MS};
+        check_text("game", game, 200)?;
+        if let Some(ms) = settings.deadline_ms {
+            if !(60_000..=MAX_DEADLINE_MS).contains(&ms) {
+                return Err(invalid(
+                    "deadline_ms",
+                    format!("60000 (a minute) to {MAX_DEADLINE_MS} (two days)"),
+                ));
+            }
+        }
+        let kickoff = store::question_earliest_of_game(&mut *conn, game.trim())
+            .await?
+            .ok_or_else(|| {
+                QuestionError::Conflict(format!(
+                    "game {:?} has no open question: its run starts before its kickoff",
+                    game.trim()
+                ))
+            })?;
+        Ok(self
+            .client
+            .insert_workflow_with(&mut *conn, &workflow(game.trim(), kickoff, settings, by))
+            .await?)
+    }
+
     pub async fn get(&self, id: i64) -> Result<QuestionDetail, QuestionError> {
         crate::db::in_transaction!(self, |tx| get_with(tx, id))
     }

@@ -346,3 +346,49 @@ pub async fn question_earliest_of_game<'e>(
         .fetch_one(db)
         .await
 }
+
+/// Every question of `game`, by id.
+pub async fn questions_of_game<'e>(
+    db: impl PgExecutor<'e>,
+    game: &str,
+) -> Result<Vec<Question>, sqlx::Error> {
+    sqlx::query_as("SELECT * FROM questions WHERE game = $1 ORDER BY id")
+        .bind(game)
+        .fetch_all(db)
+        .await
+}
+
+/// A player's standing in a game: predictions made and those correct.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, sqlx::FromRow)]
+pub struct Standing {
+    pub player: String,
+    pub correct: i64,
+    pub predicted: i64,
+}
+
+/// The first `limit` players of `game` by correct predictions (then by name), and how many
+/// players predicted at all.
+pub async fn leaderboard<'e>(
+    db: impl PgExecutor<'e> + Copy,
+    game: &str,
+    limit: i64,
+) -> Result<(Vec<Standing>, i64), sqlx::Error> {
+    let top = sqlx::query_as(
+        "SELECT p.player, count(*) FILTER (WHERE p.correct) AS correct, count(*) AS predicted
+         FROM predictions p JOIN questions q ON q.id = p.question_id
+         WHERE q.game = $1
+         GROUP BY p.player ORDER BY correct DESC, p.player LIMIT $2",
+    )
+    .bind(game)
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    let players = sqlx::query_scalar(
+        "SELECT count(DISTINCT p.player) FROM predictions p JOIN questions q ON q.id = p.question_id
+         WHERE q.game = $1",
+    )
+    .bind(game)
+    .fetch_one(db)
+    .await?;
+    Ok((top, players))
+}

@@ -1,5 +1,6 @@
 //! Job kinds (workers), kept apart from the engine, which knows only the `Worker` trait.
 
+pub mod game;
 pub mod lock_question;
 pub mod noop;
 pub mod settle_question;
@@ -21,6 +22,9 @@ pub fn builtin_signed(
         .register(noop::NoopWorker)
         .register(lock_question::LockQuestionWorker)
         .register(settle_question::SettleQuestionWorker)
+        .register(game::LockGameWorker)
+        .register(game::SettleGameWorker)
+        .register(game::LeaderboardWorker)
         .register(webhook::WebhookWorker::new(allowed_webhook_hosts).with_signing_key(key));
     workers
 }
@@ -32,6 +36,9 @@ pub fn builtin(allowed_webhook_hosts: Vec<String>) -> Workers {
         .register(noop::NoopWorker)
         .register(lock_question::LockQuestionWorker)
         .register(settle_question::SettleQuestionWorker)
+        .register(game::LockGameWorker)
+        .register(game::SettleGameWorker)
+        .register(game::LeaderboardWorker)
         .register(webhook::WebhookWorker::new(allowed_webhook_hosts));
     workers
 }

@@ -394,6 +394,11 @@ async fn an_action_whose_audit_entry_cannot_be_written_is_not_done() {
             json!({"name": "final", "payload": {"home": 2}}),
         ),
         (
+            "POST /games/{game}/workflow",
+            "/games/Bears%20vs%20Wolves/workflow".to_string(),
+            json!({}),
+        ),
+        (
             "POST /inbound/{endpoint}/signals",
             format!("/inbound/{endpoint}/signals"),
             json!({"key": "game:audit", "name": "final"}),

@@ -28,6 +28,7 @@ mod db_cancel;
 mod engine;
 mod engine_interleavings;
 mod fetch_ahead;
+mod game_workflow;
 mod history;
 mod insert_notifications;
 mod job_tools;

@@ -1,0 +1,103 @@
+//! The game's workflow (issue 49): a game's whole life as one durable run, built in.
+//!
+//! ```text
+//! lock ──▶ settle (waits for the signal "final", until kickoff_at + 5 h) ──▶ notify ──▶ leaderboard
+//!                                                                      └──(run anyway)──┘
+//! ```
+//!
+//! - `lock` (`lock_game`, due at the run's `kickoff_at`): locks every open question of the game
+//!   whose game time came, as each question's own lock job does (the same statement); snoozes
+//!   while one's time is still ahead (a question moved later).
+//! - `settle` (`settle_game`): waits for the partner's `final` signal (a signed call,
+//!   `POST /api/v1/inbound/{endpoint}/signals`, or an operator's), whose payload names each
+//!   question's correct choice (`{"answers": {"<question id>": "Home"}}`); records the answers
+//!   and scores every prediction as a question's settle job does (the same statements, in
+//!   batches, each scored once); a question an operator settled already keeps its answer. Its
+//!   deadline passing fails it: the alert `workflow_deadline` says so, and nothing after it runs.
+//! - `notify` (a `webhook` call to the receiver given when the run starts, when one is): tells it
+//!   the game is settled. Its queue's rate (`PATCH /api/v1/queues/webhooks`) paces the calls.
+//! - `leaderboard` (`publish_leaderboard`): the game's players ranked by correct predictions, as
+//!   the step's output (read on the run's page and API); published even if the notification
+//!   failed (`on_failure: run`), never before the settle.
+//!
+//! Started by `POST /api/v1/games/{game}/workflow` (operators) once the game has open questions:
+//! `kickoff_at` is the earliest game time among them; the key `game:<game>` keeps one live run per
+//! game (a second start answers the first).
+
+use chrono::{DateTime, Duration, Utc};
+use serde_json::json;
+
+use crate::engine::workflow::{OnDepFailure, Workflow};
+use crate::engine::NewJob;
+
+/// The workflow's name.
+pub const NAME: &str = "game";
+pub const LOCK_GAME_KIND: &str = "lock_game";
+pub const SETTLE_GAME_KIND: &str = "settle_game";
+pub const LEADERBOARD_KIND: &str = "publish_leaderboard";
+/// The signal the settle waits for.
+pub const FINAL: &str = "final";
+/// How long after kickoff the settle waits for the final result unless told otherwise.
+pub const DEFAULT_DEADLINE_MS: i64 = 5 * 3_600_000;
+/// The longest a run may wait for the final result: two days.
+pub const MAX_DEADLINE_MS: i64 = 48 * 3_600_000;
+
+/// The run's key: one live run per game.
+pub fn key_of(game: &str) -> String {
+    format!("game:{game}")
+}
+
+/// How a game's run is made.
+#[derive(Debug, Clone, Default)]
+pub struct GameWorkflowSettings {
+    /// Where the `notify` step's call goes (none: no such step).
+    pub notify_url: Option<String>,
+    /// How long after kickoff the settle waits for the final result (default 5 h).
+    pub deadline_ms: Option<i64>,
+}
+
+/// The run of `game` whose kickoff is `kickoff_at`.
+pub fn workflow(
+    game: &str,
+    kickoff_at: DateTime<Utc>,
+    settings: &GameWorkflowSettings,
+    created_by: Option<&str>,
+) -> Workflow {
+    let args = json!({ "game": game });
+    let step = |kind: &str| {
+        let job = NewJob::new(kind, args.clone());
+        match created_by {
+            Some(by) => job.created_by(by),
+            None => job,
+        }
+    };
+    let deadline = settings.deadline_ms.unwrap_or(DEFAULT_DEADLINE_MS);
+    let mut flow = Workflow::new(NAME)
+        .key(key_of(game))
+        .time("kickoff_at", kickoff_at)
+        .step("lock", step(LOCK_GAME_KIND))
+        .at("kickoff_at", Duration::zero())
+        .step("settle", step(SETTLE_GAME_KIND))
+        .after("lock")
+        .signal(FINAL, "kickoff_at", Duration::milliseconds(deadline));
+    let mut last = "settle";
+    if let Some(url) = &settings.notify_url {
+        let mut call = NewJob::new(
+            crate::webhooks::WEBHOOK_KIND,
+            json!({ "url": url, "body": { "type": "game.settled", "game": game } }),
+        );
+        if let Some(by) = created_by {
+            call = call.created_by(by);
+        }
+        flow = flow.step("notify", call).after("settle");
+        last = "notify";
+    }
+    flow = flow
+        .step("leaderboard", step(LEADERBOARD_KIND))
+        .after("settle");
+    if last == "notify" {
+        flow = flow.after_or("notify", OnDepFailure::Run);
+    }
+    flow.created_by = created_by.map(str::to_string);
+    flow
+}
