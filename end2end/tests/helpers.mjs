@@ -185,3 +185,28 @@ export function watchPolicy(page) {
   });
   return blocked;
 }
+
+// A partner's signed call sending a workflow signal (`body`: key, name, payload), signed as
+// Standard Webhooks says (HMAC-SHA256 of `id.timestamp.body` with the endpoint's secret, base64)
+// with Node's own crypto: no Kickoff code signs it.
+export async function partnerSignal(endpoint, secret, body) {
+  const { createHmac } = await import('node:crypto');
+  const text = JSON.stringify(body);
+  const id = `msg_${Date.now()}_${Math.random()}`;
+  const at = Math.floor(Date.now() / 1000).toString();
+  const key = Buffer.from(secret.replace(/^whsec_/, ''), 'base64');
+  const signature = 'v1,' + createHmac('sha256', key).update(`${id}.${at}.${text}`).digest('base64');
+  const res = await fetch(`${baseUrl}/api/v1/inbound/${endpoint}/signals`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'webhook-id': id, 'webhook-timestamp': at, 'webhook-signature': signature },
+    body: text,
+  });
+  return { status: res.status, body: await res.json() };
+}
+
+// Moves the workflow run's (shown on `page`) first time by `by` (`30m`, `-3m`) with its form.
+export async function moveRunTime(page, by) {
+  const form = page.getByRole('form', { name: 'Move a time' });
+  await form.getByLabel('By how much').fill(by);
+  await form.getByRole('button', { name: 'Move' }).click();
+}

@@ -5,7 +5,7 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { launch, api, eventually, hydrated, baseUrl, screenshots, watchErrors } from './helpers.mjs';
+import { launch, api, eventually, hydrated, baseUrl, screenshots, watchErrors, partnerSignal, moveRunTime } from './helpers.mjs';
 
 // A run whose lock fires at its time (a moment from now), then waits for the partner's final
 // whistle until five hours after kickoff, then settles and publishes (the leaderboard even if
@@ -124,23 +124,6 @@ test('a failed step is retried and a waiting step skipped from the run page, eac
   }
 });
 
-// A partner's call signed as Standard Webhooks says (HMAC-SHA256 of `id.timestamp.body` with the
-// endpoint's secret, base64), made here with Node's own crypto: no Kickoff code signs it.
-async function partnerSignal(endpoint, secret, body) {
-  const { createHmac } = await import('node:crypto');
-  const text = JSON.stringify(body);
-  const id = `msg_${Date.now()}`;
-  const at = Math.floor(Date.now() / 1000).toString();
-  const key = Buffer.from(secret.replace(/^whsec_/, ''), 'base64');
-  const signature = 'v1,' + createHmac('sha256', key).update(`${id}.${at}.${text}`).digest('base64');
-  const res = await fetch(`${baseUrl}/api/v1/inbound/${endpoint}/signals`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'webhook-id': id, 'webhook-timestamp': at, 'webhook-signature': signature },
-    body: text,
-  });
-  return { status: res.status, body: await res.json() };
-}
-
 for (const zone of ['Europe/London', 'Asia/Tokyo']) {
   test(`in ${zone}, a postponed game is moved from its page, a partner's signed final whistle shows there, and the run is run again from a step`, async () => {
     const marker = `moved-${zone.split('/')[1]}-${Date.now()}`;
@@ -169,9 +152,7 @@ for (const zone of ['Europe/London', 'Asia/Tokyo']) {
       await page.goto(baseUrl + `/workflows/${id}`);
       await hydrated(page);
       // Postponed by 30 minutes: the lock's time and the deadline move with it.
-      const moveForm = page.getByRole('form', { name: 'Move a time' });
-      await moveForm.getByLabel('By how much').fill('30m');
-      await moveForm.getByRole('button', { name: 'Move' }).click();
+      await moveRunTime(page, '30m');
       const later = new Date(kickoff.getTime() + 30 * 60_000);
       await eventually('kickoff_at to move by 30 minutes',
         async () => (await api('GET', `/workflows/${id}`)).body.run.times.kickoff_at,
