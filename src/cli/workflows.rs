@@ -17,6 +17,10 @@ pub enum WorkflowsAction {
         /// 1 to 200.
         #[arg(long, default_value_t = 50)]
         limit: i64,
+        /// Only running runs none of whose steps changed state for longer than this (`90s`,
+        /// `1h`, `1d`).
+        #[arg(long, value_name = "DURATION")]
+        waiting: Option<String>,
     },
     /// A run with its steps: state, dependencies left, job.
     Show { id: i64 },
@@ -59,8 +63,17 @@ pub enum WorkflowsAction {
 impl WorkflowsAction {
     pub async fn run(self, api: &Api) -> Outcome {
         match self {
-            WorkflowsAction::List { state, limit } => {
+            WorkflowsAction::List {
+                state,
+                limit,
+                waiting,
+            } => {
                 let mut path = format!("/workflows?limit={limit}");
+                if let Some(w) = waiting {
+                    let ms = crate::engine::job_edit::parse_duration_ms(&w)
+                        .map_err(|e| Failure::new(Exit::Usage, format!("--waiting: {e}")))?;
+                    path.push_str(&format!("&waiting_ms={ms}"));
+                }
                 if let Some(s) = state {
                     path.push_str(&format!(
                         "&state={}",

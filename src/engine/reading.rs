@@ -183,6 +183,16 @@ impl Client {
         kind: Option<String>,
         schedule: Option<&str>,
     ) -> Result<HistoryFilter, ClientError> {
+        // PostgreSQL's text cannot hold NUL: refused here, for every surface, in its words.
+        for (field, value) in [
+            ("queue", queue.as_deref()),
+            ("kind", kind.as_deref()),
+            ("schedule", schedule),
+        ] {
+            if value.is_some_and(|v| v.contains('\0')) {
+                return Err(invalid(field, "must not contain NUL characters"));
+            }
+        }
         let schedule_id = match schedule {
             None => None,
             Some(name) => Some(

@@ -581,13 +581,16 @@ impl Client {
     }
 
     /// Runs newest first, in `state` if given, with an id below `before`: at most `limit`.
+    /// `waiting`: only running runs none of whose steps changed state for longer than that.
     pub async fn workflow_runs(
         &self,
         state: Option<&str>,
         before: Option<i64>,
         limit: i64,
+        waiting: Option<std::time::Duration>,
     ) -> Result<Vec<RunRow>, ClientError> {
-        Ok(store::runs_list(&self.pool, state, before, limit).await?)
+        let secs = waiting.map(|w| w.as_secs_f64());
+        Ok(store::runs_list(&self.pool, state, before, limit, secs).await?)
     }
 
     /// The steps of run `id`, in the order they were declared.

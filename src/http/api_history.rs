@@ -92,10 +92,16 @@ pub enum GroupParam {
 #[serde(deny_unknown_fields)]
 pub struct HistoryParams {
     /// Only this queue's attempts.
+    #[schemars(regex(pattern = crate::schema_rules::NO_NUL))]
+    #[schemars(extend("x-message" = "queue: must not contain NUL characters"))]
     pub queue: Option<String>,
     /// Only this kind's attempts.
+    #[schemars(regex(pattern = crate::schema_rules::NO_NUL))]
+    #[schemars(extend("x-message" = "kind: must not contain NUL characters"))]
     pub kind: Option<String>,
     /// Only the runs of the schedule of this name (404 when there is none).
+    #[schemars(regex(pattern = crate::schema_rules::NO_NUL))]
+    #[schemars(extend("x-message" = "schedule: must not contain NUL characters"))]
     pub schedule: Option<String>,
     /// RFC 3339; default: an hour before `to`.
     pub from: Option<DateTime<Utc>>,

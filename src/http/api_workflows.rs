@@ -190,6 +190,8 @@ pub struct RunView {
     pub rerun_of: Option<i64>,
     /// Its named times.
     pub times: BTreeMap<String, DateTime<Utc>>,
+    /// When one of its steps last changed state (its insert, a retry).
+    pub progressed_at: DateTime<Utc>,
 }
 
 impl From<RunRow> for RunView {
@@ -211,6 +213,7 @@ impl From<RunRow> for RunView {
             cancelled: r.cancelled,
             rerun_of: r.rerun_of,
             times: serde_json::from_value(r.times).unwrap_or_default(),
+            progressed_at: r.progressed_at,
         }
     }
 }
@@ -649,6 +652,10 @@ pub struct ListParams {
     /// 1 to 200; 50 when absent.
     #[schemars(range(min = 1, max = 200))]
     pub limit: Option<i64>,
+    /// Only running runs none of whose steps changed state for longer than this many ms (1 to
+    /// 2,592,000,000: 30 days): those waiting for a partner, a paused queue, a timer.
+    #[schemars(range(min = 1, max = 2_592_000_000i64))]
+    pub waiting_ms: Option<i64>,
 }
 
 #[derive(schemars::JsonSchema, Debug, Clone, Copy, Deserialize, Serialize)]
@@ -685,7 +692,13 @@ pub async fn list(
     let limit = q.limit.unwrap_or(50);
     let runs = state
         .client
-        .workflow_runs(q.state.map(RunState::as_str), q.before, limit)
+        .workflow_runs(
+            q.state.map(RunState::as_str),
+            q.before,
+            limit,
+            q.waiting_ms
+                .map(|ms| std::time::Duration::from_millis(ms.max(0) as u64)),
+        )
         .await?;
     let next_before = (runs.len() as i64 == limit)
         .then(|| runs.last().map(|r| r.id))

@@ -1121,3 +1121,40 @@ async fn the_documents_schemas_state_every_field_the_engine_writes() {
     spec.ends_at = Some(chrono::Utc::now());
     check("ScheduleSpec", &serde_json::to_value(&spec).unwrap());
 }
+
+#[tokio::test]
+async fn a_nul_in_the_histories_filters_is_refused_in_the_fields_words() {
+    let api = api().await;
+    for field in ["queue", "kind", "schedule"] {
+        let (s, b) = api
+            .call(
+                Method::GET,
+                &format!("/api/v1/stats/history?{field}=a%00b"),
+                None,
+            )
+            .await;
+        assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
+        assert!(
+            b["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("{field}: must not contain NUL")),
+            "{field}: {b}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_nul_in_the_history_pages_filters_is_refused_in_the_fields_words() {
+    let d = crate::common::dashboard::dashboard().await;
+    for field in ["queue", "kind", "schedule"] {
+        let (status, body) = d
+            .server_fn("history", &format!("query[{field}]=a%00b"))
+            .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{field}: {body}");
+        assert!(
+            body.contains(&format!("{field}: must not contain NUL")),
+            "{field}: {body}"
+        );
+    }
+}

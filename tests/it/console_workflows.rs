@@ -263,3 +263,67 @@ async fn an_operator_moves_a_runs_time_and_runs_it_again_from_a_step_on_the_page
         .map(|(a, ok)| (a.to_string(), ok))
     );
 }
+
+#[tokio::test]
+async fn the_list_finds_the_running_runs_waiting_longer_than_a_duration() {
+    let d = dashboard().await;
+    let made = |key: &str| {
+        let mut body = run_body();
+        body["key"] = json!(key);
+        body
+    };
+    let stuck = d.api(Method::POST, "/workflows", made("game:stuck")).await["run"]["id"]
+        .as_i64()
+        .unwrap();
+    let fresh = d.api(Method::POST, "/workflows", made("game:fresh")).await["run"]["id"]
+        .as_i64()
+        .unwrap();
+    // Nothing of the first changed for two hours.
+    sqlx::query(
+        "UPDATE workflow_runs SET progressed_at = now() - interval '2 hours' WHERE id = $1",
+    )
+    .bind(stuck)
+    .execute(&d.pool)
+    .await
+    .unwrap();
+    let ids = |page: serde_json::Value| -> Vec<i64> {
+        page["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_i64().unwrap())
+            .collect()
+    };
+    let all = d.api(Method::GET, "/workflows", json!(null)).await;
+    assert_eq!(ids(all), [fresh, stuck]);
+    let waiting = d
+        .api(Method::GET, "/workflows?waiting_ms=3600000", json!(null))
+        .await;
+    assert_eq!(ids(waiting), [stuck]);
+    let (status, page) = d.page("/workflows?waiting=1h").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains("game:stuck") && !page.contains("game:fresh"),
+        "{page}"
+    );
+    let (status, _) = d.server_fn("workflows", "waiting=soon").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "not a duration");
+    // A step of it changes (skipped by hand): it is no longer waiting.
+    let (status, body) = d
+        .server_fn(
+            "workflow_action",
+            &form(&[
+                ("id", &stuck.to_string()),
+                ("action", "skip"),
+                ("detail", "lock"),
+            ]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let waiting = d
+        .api(Method::GET, "/workflows?waiting_ms=3600000", json!(null))
+        .await;
+    assert_eq!(ids(waiting), Vec::<i64>::new());
+    let (_, page) = d.page("/workflows?waiting=1h").await;
+    assert!(page.contains("No running run waits that long."), "{page}");
+}

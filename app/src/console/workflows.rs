@@ -31,12 +31,18 @@ pub struct WorkflowRow {
     pub skipped: i32,
     pub cancelled: i32,
     pub rerun_of: Option<i64>,
+    /// When one of its steps last changed state.
+    #[serde(default)]
+    pub progressed_ms: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkflowsPage {
     pub now_ms: i64,
     pub rows: Vec<WorkflowRow>,
+    /// The filter the rows answer: running runs waiting longer than this (`1h`), if any.
+    #[serde(default)]
+    pub waiting: Option<String>,
 }
 
 /// What a step waits for, as a sentence around a time (shown in the reader's zone).
@@ -113,7 +119,9 @@ pub struct WorkflowDetail {
 #[cfg(feature = "ssr")]
 #[async_trait::async_trait]
 pub trait WorkflowsConsole: Send + Sync + 'static {
-    async fn workflows(&self) -> Result<WorkflowsPage, Refusal>;
+    /// The runs, newest first; `waiting` (`5m`, `1h`): only running runs none of whose steps
+    /// changed state for longer.
+    async fn workflows(&self, waiting: Option<String>) -> Result<WorkflowsPage, Refusal>;
     async fn workflow(&self, id: i64) -> Result<WorkflowDetail, Refusal>;
     /// `cancel`, `retry` (with `mode`), `skip` (with `step`), `signal` (with `name`), `rerun`
     /// (with `step`: the new run's id) or `move` (with `time=duration`).
@@ -126,8 +134,13 @@ pub trait WorkflowsConsole: Send + Sync + 'static {
 }
 
 #[server(prefix = "/_console", endpoint = "workflows")]
-pub async fn list_workflows() -> Result<WorkflowsPage, ServerFnError> {
-    console()?.workflows().await.map_err(fail)
+pub async fn list_workflows(
+    #[server(default)] waiting: Option<String>,
+) -> Result<WorkflowsPage, ServerFnError> {
+    console()?
+        .workflows(super::port::nonempty(waiting))
+        .await
+        .map_err(fail)
 }
 
 #[server(prefix = "/_console", endpoint = "workflow")]

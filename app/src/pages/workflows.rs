@@ -4,7 +4,8 @@
 //! operator's actions (cancel the run, retry its failed steps, skip a step, send a signal).
 
 use leptos::prelude::*;
-use leptos_router::hooks::use_params_map;
+use leptos_router::components::Form;
+use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::components::live::use_live;
 use crate::components::loaded::{failure, ActionError, Loaded};
@@ -23,6 +24,16 @@ const RUN_COLUMNS: &[Column] = &[
     ("State", false),
     ("Steps", false),
     ("Started", true),
+    ("Last step change", true),
+];
+
+/// The choices of "waiting longer than" (the duration as the list's query takes it, and words).
+const WAITING: [(&str, &str); 5] = [
+    ("", "any run"),
+    ("5m", "5 minutes"),
+    ("1h", "an hour"),
+    ("6h", "6 hours"),
+    ("1d", "a day"),
 ];
 
 const STEP_COLUMNS: &[Column] = &[
@@ -51,19 +62,41 @@ fn progress(r: &crate::console::workflows::WorkflowRow) -> String {
 pub fn WorkflowsPage() -> impl IntoView {
     let live = use_live();
     let clock = use_clock();
-    let runs = Resource::new(move || live.version.get(), |_| list_workflows());
+    let params = use_query_map();
+    let waiting = Memo::new(move |_| params.read().get("waiting").filter(|w| !w.is_empty()));
+    let runs = Resource::new(
+        move || (waiting.get(), live.version.get()),
+        |(waiting, _)| list_workflows(waiting),
+    );
     clock.follow(runs, |p: &Page| p.now_ms);
     view! {
         <section class="page">
             <div class="page-head">
                 <h1>"Workflows"</h1>
             </div>
+            <Form method="get" action="/workflows" attr:class="filters" attr:role="search" attr:aria-label="Filter the runs">
+                <label>
+                    "Running and waiting longer than "
+                    <select name="waiting">
+                        {WAITING
+                            .iter()
+                            .map(|(value, words)| {
+                                let chosen = move || waiting.get().as_deref().unwrap_or("") == *value;
+                                view! { <option value=*value selected=chosen>{*words}</option> }
+                            })
+                            .collect_view()}
+                    </select>
+                </label>
+                <button type="submit">"Show"</button>
+            </Form>
             <Loaded resource=runs render=move |p: Page| {
                 if p.rows.is_empty() {
-                    return view! {
-                        <p class="empty">"No workflow runs yet. Insert one with POST /api/v1/workflows or Client::insert_workflow."</p>
-                    }
-                    .into_any();
+                    let words = if p.waiting.is_some() {
+                        "No running run waits that long."
+                    } else {
+                        "No workflow runs yet. Insert one with POST /api/v1/workflows or Client::insert_workflow."
+                    };
+                    return view! { <p class="empty">{words}</p> }.into_any();
                 }
                 let now = p.now_ms;
                 view! {
@@ -80,6 +113,7 @@ pub fn WorkflowsPage() -> impl IntoView {
                                         <td><span class=format!("badge state-{}", r.state)>{r.state.clone()}</span></td>
                                         <td>{steps}</td>
                                         <td class="wide"><When at_ms=r.created_ms base_ms=now/></td>
+                                        <td class="wide" data-progressed><When at_ms=r.progressed_ms base_ms=now/></td>
                                     </tr>
                                 }
                             })

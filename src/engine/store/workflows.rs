@@ -33,6 +33,8 @@ pub struct RunRow {
     pub rerun_of: Option<i64>,
     /// Its named times (`{"kickoff_at": "…"}`).
     pub times: Value,
+    /// When one of its steps last changed state (its insert, a retry).
+    pub progressed_at: DateTime<Utc>,
 }
 
 /// A step of a run as stored.
@@ -262,15 +264,21 @@ pub async fn runs_list<'e>(
     state: Option<&str>,
     before: Option<i64>,
     limit: i64,
+    waiting_secs: Option<f64>,
 ) -> Result<Vec<RunRow>, sqlx::Error> {
+    // Waiting: running, no step changed for that long (the running runs walked newest first).
     sqlx::query_as(
         "SELECT * FROM workflow_runs
          WHERE ($1::text IS NULL OR state = $1) AND ($2::bigint IS NULL OR id < $2)
+           AND ($4::float8 IS NULL
+                OR (state = 'running'
+                    AND progressed_at < clock_timestamp() - make_interval(secs => $4)))
          ORDER BY id DESC LIMIT $3",
     )
     .bind(state)
     .bind(before)
     .bind(limit)
+    .bind(waiting_secs)
     .fetch_all(db)
     .await
 }
@@ -338,11 +346,19 @@ pub async fn run_retry(
     run: i64,
     mode: &str,
 ) -> Result<String, sqlx::Error> {
-    sqlx::query_scalar("SELECT kickoff_run_retry($1, $2)")
+    let answer: String = sqlx::query_scalar("SELECT kickoff_run_retry($1, $2)")
         .bind(run)
         .bind(mode)
-        .fetch_one(conn)
-        .await
+        .fetch_one(&mut *conn)
+        .await?;
+    if answer == "ok" {
+        // Running again from now (a retried step that only waits changes no count).
+        sqlx::query("UPDATE workflow_runs SET progressed_at = clock_timestamp() WHERE id = $1")
+            .bind(run)
+            .execute(conn)
+            .await?;
+    }
+    Ok(answer)
 }
 
 /// Skips step `step` of run `run`: `skipped` and the step's job (to cancel next), or why not.

@@ -29,22 +29,35 @@ fn workflow_row(r: &RunRow) -> WorkflowRow {
         skipped: r.skipped,
         cancelled: r.cancelled,
         rerun_of: r.rerun_of,
+        progressed_ms: ms(r.progressed_at),
     }
 }
 
 #[async_trait::async_trait]
 impl WorkflowsConsole for ServerConsole {
-    async fn workflows(&self) -> Result<WorkflowsPage, Refusal> {
+    async fn workflows(&self, waiting: Option<String>) -> Result<WorkflowsPage, Refusal> {
         operator(Role::Viewer)?;
         let now_ms = self.now_ms().await?;
+        let longer_than = match &waiting {
+            None => None,
+            Some(w) => {
+                let ms = crate::engine::job_edit::parse_duration_ms(w)
+                    .map_err(|e| Refusal::invalid(format!("waiting: {e}")))?;
+                if ms <= 0 {
+                    return Err(Refusal::invalid("waiting: a duration after zero, like 1h"));
+                }
+                Some(std::time::Duration::from_millis(ms as u64))
+            }
+        };
         let runs = self
             .client
-            .workflow_runs(None, None, LIST_ROWS)
+            .workflow_runs(None, None, LIST_ROWS, longer_than)
             .await
             .map_err(refused)?;
         Ok(WorkflowsPage {
             now_ms,
             rows: runs.iter().map(workflow_row).collect(),
+            waiting,
         })
     }
 
