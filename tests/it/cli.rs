@@ -274,6 +274,10 @@ async fn the_cli_drives_a_server_and_its_exit_codes_say_what_happened() {
     let run = made["run"]["id"].as_i64().unwrap().to_string();
     let page = cli.json(&["workflows", "list"]);
     assert_eq!(page["runs"][0]["id"], made["run"]["id"], "{page}");
+    // Nothing of it has waited a day: not among the runs waiting that long.
+    let waiting = cli.json(&["workflows", "list", "--waiting", "1d"]);
+    assert_eq!(waiting["runs"], json!([]), "{waiting}");
+    cli.fails(&["workflows", "list", "--waiting", "soon"], 2);
     let (code, shown, _) = cli.run(&["workflows", "show", &run]);
     assert_eq!(code, 0);
     assert!(
