@@ -333,14 +333,7 @@ pub async fn create(
                 .await?)
         })
         .await?;
-    let status = if inserted.existing {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
-    };
-    let mut detail = detail_of(&state, &caller, inserted.run).await?;
-    detail.existing = inserted.existing;
-    Ok(Audited((status, Json(detail))))
+    inserted_answer(&state, &caller, inserted).await
 }
 
 pub async fn get(
@@ -350,6 +343,23 @@ pub async fn get(
 ) -> Result<Json<RunDetail>, AppError> {
     let run = state.client.workflow_run(id).await?;
     Ok(Json(detail_of(&state, &caller, run).await?))
+}
+
+/// The answer to an insert of a run: 201 with it, or 200 with the live run that holds its key
+/// (`existing`).
+async fn inserted_answer(
+    state: &AppState,
+    caller: &ApiCaller,
+    inserted: crate::engine::workflow::RunInserted,
+) -> Result<Audited<(StatusCode, Json<RunDetail>)>, AppError> {
+    let status = if inserted.existing {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    let mut detail = detail_of(state, caller, inserted.run).await?;
+    detail.existing = inserted.existing;
+    Ok(Audited((status, Json(detail))))
 }
 
 /// A run, its steps and its signals (as an answer, read after the change committed).
@@ -475,14 +485,7 @@ pub async fn start_game(
                 .await?)
         })
         .await?;
-    let status = if inserted.existing {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
-    };
-    let mut detail = detail_of(&state, &caller, inserted.run).await?;
-    detail.existing = inserted.existing;
-    Ok(Audited((status, Json(detail))))
+    inserted_answer(&state, &caller, inserted).await
 }
 
 /// The run's named times to move.
