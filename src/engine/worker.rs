@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::attempt_log::{AttemptRecorder, OutputRefused};
 use super::job::Job;
 use super::store::jobs as job_store;
+use super::store::workflows::TaskRow;
 
 /// A boxed future, as workers return them (the trait must be object-safe).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -211,6 +212,47 @@ impl JobContext {
             return Ok(None);
         };
         Ok(super::store::workflows::step_signal(&self.pool, step, name).await?)
+    }
+
+    /// This job's task, when it is a map step's ([`crate::engine::workflow::Workflow::map`]):
+    /// its index (0 to `tasks - 1`), the step's number of tasks, and the cursor and items its
+    /// handler last checkpointed (`None` and 0 at first; after a crash, a retry of the job or of
+    /// the step, where it left off). `None` for any other job.
+    pub async fn task(&self) -> Result<Option<TaskRow>, WorkError> {
+        if self.job.step_id.is_none() {
+            return Ok(None);
+        }
+        Ok(super::store::workflows::task_of_job(&self.pool, self.job.id.0).await?)
+    }
+
+    /// Keeps this task's `cursor` and the `items` it did so far inside the handler's `tx`
+    /// (`&mut *tx`), which the caller commits: the work done up to the cursor and the cursor
+    /// commit together, so an attempt after a crash resumes exactly where the last commit left
+    /// off (nothing done twice, nothing skipped). Holds the job's row until `tx` ends, so a
+    /// rescue waits for it; [`WorkError::Fenced`] when this attempt no longer owns the job
+    /// (roll `tx` back), or when the job is not a map step's task.
+    pub async fn checkpoint_with(
+        &self,
+        tx: &mut PgConnection,
+        cursor: &serde_json::Value,
+        items: i64,
+    ) -> Result<(), WorkError> {
+        let Some(claim) = self.job.claim() else {
+            return Err(WorkError::Fenced);
+        };
+        let held = super::store::workflows::task_checkpoint(
+            tx,
+            claim.id.0,
+            claim.token.0,
+            cursor,
+            items.max(0),
+        )
+        .await?;
+        if held {
+            Ok(())
+        } else {
+            Err(WorkError::Fenced)
+        }
     }
 
     /// The database pool, for reads and for writes that need no exactly-once guarantee.

@@ -41,6 +41,8 @@ pub const MAX_DEPS: usize = 50;
 pub const MAX_NAME_CHARS: usize = 128;
 /// A run's key: 1 to this many characters.
 pub const MAX_KEY_CHARS: usize = 255;
+/// A map step's tasks: 1 to this many (a million players are a thousand tasks of a thousand).
+pub const MAX_TASKS: u32 = 10_000;
 /// At most this many named times in a run.
 pub const MAX_TIMES: usize = 16;
 /// A named time's name: 1 to this many characters.
@@ -91,6 +93,10 @@ pub struct Step {
     pub signal: Option<String>,
     /// When it fails if its signal has not come.
     pub deadline: Option<Anchor>,
+    /// A map step: this many tasks, each a job of the step's kind and args (its handler reads
+    /// its index, [`JobContext::task`](super::worker::JobContext::task)), retried alone and
+    /// resumed from the cursor it checkpointed; the step settles once every task settled.
+    pub tasks: Option<u32>,
 }
 
 /// A workflow to insert as a run ([`Client::insert_workflow`]).
@@ -168,7 +174,20 @@ impl Workflow {
             at: None,
             signal: None,
             deadline: None,
+            tasks: None,
         });
+        self
+    }
+
+    /// The last step added is a map step of `tasks` tasks (1 to [`MAX_TASKS`]): each an
+    /// ordinary job of the step's kind and args, retried alone, resuming from the cursor its
+    /// handler checkpointed ([`JobContext::checkpoint_with`](super::worker::JobContext)); the
+    /// step completes once every task completed (its output: the tasks and items done), and
+    /// fails once every task settled if one failed.
+    pub fn map(mut self, tasks: u32) -> Self {
+        if let Some(last) = self.steps.last_mut() {
+            last.tasks = Some(tasks);
+        }
         self
     }
 
@@ -310,6 +329,17 @@ impl Workflow {
                     ),
                 ));
             }
+            if let Some(tasks) = step.tasks {
+                if !(1..=MAX_TASKS).contains(&tasks) {
+                    return Err(invalid(
+                        "steps",
+                        format!(
+                            "step {:?}: a map step has 1 to {MAX_TASKS} tasks",
+                            step.name
+                        ),
+                    ));
+                }
+            }
             if step.job.unique_key.is_some() {
                 return Err(invalid(
                     "steps",
@@ -338,6 +368,13 @@ pub enum StepWait {
     },
     /// It failed without running: its deadline passed without its signal.
     DeadlinePassed { name: String, at: DateTime<Utc> },
+    /// A map step's tasks that have not settled, and its progress.
+    Tasks {
+        done: i32,
+        failed: i32,
+        total: i32,
+        items: i64,
+    },
 }
 
 impl StepWait {
@@ -378,6 +415,22 @@ impl StepWait {
                 Some(*at),
                 format!(" passed without the signal {name:?}"),
             ),
+            StepWait::Tasks {
+                done,
+                failed,
+                total,
+                items,
+            } => {
+                let failed = match failed {
+                    0 => String::new(),
+                    n => format!(", {n} failed"),
+                };
+                (
+                    format!("waits for its tasks: {done} of {total} done{failed}, {items} items"),
+                    None,
+                    String::new(),
+                )
+            }
         }
     }
 }
@@ -397,10 +450,19 @@ impl StepRow {
                 }),
                 _ => None,
             },
-            "ready" => self.due_at.map(|due| StepWait::Time {
-                due,
-                anchor: self.at_time.clone().zip(self.at_ms),
-            }),
+            "ready" => match (self.due_at, self.tasks) {
+                (Some(due), _) => Some(StepWait::Time {
+                    due,
+                    anchor: self.at_time.clone().zip(self.at_ms),
+                }),
+                (None, Some(total)) => Some(StepWait::Tasks {
+                    done: self.tasks_done,
+                    failed: self.tasks_failed,
+                    total,
+                    items: self.items,
+                }),
+                (None, None) => None,
+            },
             "failed" if self.job_id.is_none() => {
                 let (name, at) = self.signal.clone().zip(self.deadline_at)?;
                 Some(StepWait::DeadlinePassed { name, at })
@@ -542,6 +604,7 @@ impl Client {
                     .deadline
                     .as_ref()
                     .map(|a| (a.time.as_str(), a.offset.num_milliseconds())),
+                tasks: s.tasks.map(|t| t as i32),
             })
             .collect();
         store::steps_insert(&mut *conn, run, &steps).await?;

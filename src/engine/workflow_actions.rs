@@ -192,6 +192,12 @@ impl Client {
             // The step settled first: its job's cancel leaves it skipped.
             self.cancel_with(&mut *conn, &[JobId(job)]).await?;
         }
+        // A map step's tasks that have not settled: their cancel leaves it skipped too.
+        let tasks = store::step_task_jobs(&mut *conn, id, step).await?;
+        if !tasks.is_empty() {
+            let tasks: Vec<JobId> = tasks.into_iter().map(JobId).collect();
+            self.cancel_with(&mut *conn, &tasks).await?;
+        }
         store::run_get(&mut *conn, id)
             .await?
             .ok_or_else(|| not_found(id))

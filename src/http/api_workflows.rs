@@ -79,6 +79,12 @@ pub struct CreateStep {
     pub signal: Option<String>,
     #[serde(default)]
     pub deadline: Option<TimeAnchor>,
+    /// A map step: this many tasks (1 to 10,000), each a job of `job`'s kind and args that
+    /// reads its index (`JobContext::task`), retried alone and resumed from the cursor it
+    /// checkpointed; the step settles once every task settled (completed when all did).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 10_000))]
+    pub tasks: Option<u32>,
 }
 
 /// A time of the run's (one of its `times`, else 422 `inconsistent`) and an offset from it.
@@ -156,6 +162,7 @@ impl CreateWorkflow {
                 workflow = workflow.at(&at.time, at.offset());
             }
             if let Some(last) = workflow.steps.last_mut() {
+                last.tasks = step.tasks;
                 last.signal = step.signal;
                 last.deadline = step.deadline.map(|d| Anchor {
                     offset: d.offset(),
@@ -248,12 +255,33 @@ pub struct StepView {
     /// as its job's attempts' outputs are shown to the caller (secrets hidden from those who
     /// do not see its job's).
     pub output: Option<Value>,
+    /// A map step's progress: its tasks, those whose job completed, failed or was cancelled,
+    /// and the items its tasks checkpointed as done. Absent for a step that is one job.
+    pub tasks: Option<TasksView>,
+}
+
+/// A map step's tasks by outcome, and the items they did.
+#[derive(schemars::JsonSchema, Debug, Serialize)]
+pub struct TasksView {
+    pub total: i32,
+    pub completed: i32,
+    pub failed: i32,
+    pub cancelled: i32,
+    pub items: i64,
 }
 
 impl StepView {
     fn of(s: StepRow, signals: &[String]) -> Self {
         let waits = s.wait(signals).map(|w| w.sentence());
+        let tasks = s.tasks.map(|total| TasksView {
+            total,
+            completed: s.tasks_done,
+            failed: s.tasks_failed,
+            cancelled: s.tasks_cancelled,
+            items: s.items,
+        });
         StepView {
+            tasks,
             waits,
             skipped_by_hand: s.skipped_by_hand,
             signal: s.signal,

@@ -59,5 +59,6 @@ mod webhook_headers;
 mod webhook_safety;
 mod webhook_signatures;
 mod workflow_actions;
+mod workflow_map;
 mod workflow_waits;
 mod workflows;

@@ -19,9 +19,9 @@ use kickoff::engine::{
 /// A step's handler: reports its start with what its dependencies recorded, records its own
 /// name, and fails (for good) when its args say so.
 pub(crate) struct StepWorker {
-    started: mpsc::UnboundedSender<(String, Value)>,
+    pub(crate) started: mpsc::UnboundedSender<(String, Value)>,
     /// Steps whose args say `flaky` fail (for good) until this is set.
-    healed: Arc<AtomicBool>,
+    pub(crate) healed: Arc<AtomicBool>,
 }
 
 impl Worker for StepWorker {

@@ -67,6 +67,13 @@ pub struct StepRow {
     pub due_at: Option<DateTime<Utc>>,
     /// Skipped by an operator (not by a dependency's policy).
     pub skipped_by_hand: bool,
+    /// A map step's tasks, and those whose current job completed, failed or was cancelled.
+    pub tasks: Option<i32>,
+    pub tasks_done: i32,
+    pub tasks_failed: i32,
+    pub tasks_cancelled: i32,
+    /// The items its tasks checkpointed as done (its progress).
+    pub items: i64,
 }
 
 /// A signal a run received.
@@ -96,6 +103,8 @@ pub struct StepInsert<'a> {
     pub at: Option<(&'a str, i64)>,
     pub signal: Option<&'a str>,
     pub deadline: Option<(&'a str, i64)>,
+    /// A map step's tasks.
+    pub tasks: Option<i32>,
 }
 
 /// Inserts a run of `steps` steps, all blocked; `None` when a live run holds `key` (nothing is
@@ -159,17 +168,17 @@ pub async fn steps_insert(
     sqlx::query(
         "INSERT INTO workflow_steps (run_id, name, state, deps_left, queue, kind, args, priority,
                                      max_attempts, tags, meta, created_by, call_host, at_time,
-                                     at_ms, signal, deadline_time, deadline_ms)
+                                     at_ms, signal, deadline_time, deadline_ms, tasks)
          SELECT $1, s.name, 'blocked', s.deps, s.queue, s.kind, s.args, s.priority,
                 s.max_attempts, ARRAY(SELECT jsonb_array_elements_text(s.tags)), s.meta,
                 s.created_by, s.call_host, s.at_time, s.at_ms, s.signal, s.deadline_time,
-                s.deadline_ms
+                s.deadline_ms, s.tasks
          FROM unnest($2::text[], $3::int[], $4::text[], $5::text[], $6::jsonb[], $7::int2[],
                      $8::int[], $9::jsonb[], $10::jsonb[], $11::text[], $12::text[], $13::text[],
-                     $14::int8[], $15::text[], $16::text[], $17::int8[])
+                     $14::int8[], $15::text[], $16::text[], $17::int8[], $18::int[])
               WITH ORDINALITY AS s(name, deps, queue, kind, args, priority, max_attempts, tags,
                                    meta, created_by, call_host, at_time, at_ms, signal,
-                                   deadline_time, deadline_ms, n)
+                                   deadline_time, deadline_ms, tasks, n)
          ORDER BY s.n",
     )
     .bind(run)
@@ -204,6 +213,7 @@ pub async fn steps_insert(
             .map(|s| s.deadline.map(|a| a.1))
             .collect::<Vec<_>>(),
     )
+    .bind(steps.iter().map(|s| s.tasks).collect::<Vec<_>>())
     .execute(conn)
     .await?;
     Ok(())
@@ -292,7 +302,10 @@ pub async fn run_steps<'e>(db: impl PgExecutor<'e>, run: i64) -> Result<Vec<Step
                 s.at_time, s.at_ms, s.signal, s.waiting_since, s.deadline_at,
                 (SELECT j.scheduled_at FROM jobs j
                  WHERE j.id = s.job_id AND j.state = 'scheduled') AS due_at,
-                s.skipped_by_hand
+                s.skipped_by_hand, s.tasks, s.tasks_done, s.tasks_failed, s.tasks_cancelled,
+                CASE WHEN s.tasks IS NULL THEN 0::bigint
+                     ELSE (SELECT coalesce(sum(t.items), 0)::bigint FROM workflow_tasks t
+                           WHERE t.step_id = s.id) END AS items
          FROM workflow_steps s WHERE s.run_id = $1 ORDER BY s.id",
     )
     .bind(run)
@@ -494,9 +507,9 @@ pub async fn lock_ready_jobs(
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
         "SELECT j.id FROM jobs j
-         WHERE j.id IN (SELECT job_id FROM workflow_steps
-                        WHERE run_id = $1 AND state = 'ready'
-                          AND ($2::text IS NULL OR name = $2))
+         WHERE j.id IN (SELECT l.job FROM kickoff_run_live_jobs($1) l
+                        JOIN workflow_steps s ON s.id = l.step
+                        WHERE $2::text IS NULL OR s.name = $2)
          ORDER BY j.id FOR UPDATE OF j",
     )
     .bind(run)
@@ -504,4 +517,82 @@ pub async fn lock_ready_jobs(
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// The jobs of map step `name` of run `run` whose tasks have not settled (a skip cancels them).
+pub async fn step_task_jobs(
+    conn: &mut PgConnection,
+    run: i64,
+    name: &str,
+) -> Result<Vec<i64>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT t.job_id FROM workflow_steps s
+         JOIN workflow_tasks t ON t.step_id = s.id AND t.state = 'pending'
+         WHERE s.run_id = $1 AND s.name = $2 ORDER BY t.job_id",
+    )
+    .bind(run)
+    .bind(name)
+    .fetch_all(conn)
+    .await
+}
+
+/// A map step's task as its job's handler reads it.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct TaskRow {
+    /// Its index, 0 to `tasks - 1`.
+    pub task: i32,
+    /// The step's number of tasks.
+    pub tasks: i32,
+    /// What its handler checkpointed last (across its attempts and the step's retries).
+    pub cursor: Option<Value>,
+    /// The items it checkpointed as done.
+    pub items: i64,
+}
+
+/// The task job `job` is the current job of, if it is a map step's.
+pub async fn task_of_job<'e>(
+    db: impl PgExecutor<'e>,
+    job: i64,
+) -> Result<Option<TaskRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT t.task, s.tasks, t.cursor, t.items FROM workflow_tasks t
+         JOIN workflow_steps s ON s.id = t.step_id
+         WHERE t.job_id = $1",
+    )
+    .bind(job)
+    .fetch_optional(db)
+    .await
+}
+
+/// Keeps `cursor` and `items` for task job `job`, if claim `token` still holds it: the job's row
+/// is locked (`FOR SHARE`) until the caller's transaction ends, so a rescue or another claim
+/// waits for it and then reads the cursor it committed, or this one sees it lost. Whether the
+/// claim held.
+pub async fn task_checkpoint(
+    conn: &mut PgConnection,
+    job: i64,
+    token: i64,
+    cursor: &Value,
+    items: i64,
+) -> Result<bool, sqlx::Error> {
+    let held: Option<i64> = sqlx::query_scalar(
+        "SELECT id FROM jobs WHERE id = $1 AND state = 'executing' AND claim_token = $2 FOR SHARE",
+    )
+    .bind(job)
+    .bind(token)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if held.is_none() {
+        return Ok(false);
+    }
+    let updated = sqlx::query(
+        "UPDATE workflow_tasks SET cursor = $2, items = $3, checkpointed_at = clock_timestamp()
+         WHERE job_id = $1 AND state = 'pending'",
+    )
+    .bind(job)
+    .bind(cursor)
+    .bind(items)
+    .execute(conn)
+    .await?;
+    Ok(updated.rows_affected() == 1)
 }
