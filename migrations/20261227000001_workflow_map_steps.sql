@@ -337,15 +337,20 @@ BEGIN
         RETURN 'key_taken';
     END;
     -- A map step's tasks: one that completed or runs again whole (`all`) starts afresh; a failed
-    -- or cancelled one keeps its completed tasks, and its others resume from their cursors.
+    -- or cancelled one keeps its completed tasks, and its others resume from their cursors when
+    -- it starts (its counters always count its tasks' rows).
     DELETE FROM workflow_tasks t USING workflow_steps st
      WHERE t.step_id = st.id AND st.id = ANY(again) AND st.tasks IS NOT NULL
        AND (mode = 'all' OR st.state = 'completed');
     UPDATE workflow_steps st
-       SET tasks_done = (SELECT count(*) FROM workflow_tasks t
-                         WHERE t.step_id = st.id AND t.state = 'completed'),
-           tasks_failed = 0, tasks_cancelled = 0
-     WHERE st.id = ANY(again) AND st.tasks IS NOT NULL;
+       SET tasks_done = c.done, tasks_failed = c.failed, tasks_cancelled = c.cancelled
+      FROM (SELECT s2.id,
+                   count(t.*) FILTER (WHERE t.state = 'completed') AS done,
+                   count(t.*) FILTER (WHERE t.state = 'failed') AS failed,
+                   count(t.*) FILTER (WHERE t.state = 'cancelled') AS cancelled
+              FROM workflow_steps s2 LEFT JOIN workflow_tasks t ON t.step_id = s2.id
+             WHERE s2.id = ANY(again) AND s2.tasks IS NOT NULL GROUP BY s2.id) c
+     WHERE st.id = c.id;
     UPDATE workflow_steps
        SET state = 'blocked', job_id = NULL, output = NULL, skip_following = false,
            finished_at = NULL, kept_from = NULL, waiting_since = NULL, deadline_at = NULL,

@@ -350,6 +350,18 @@ impl Workflow {
                 ));
             }
         }
+        let tasks: u64 = self
+            .steps
+            .iter()
+            .filter_map(|s| s.tasks)
+            .map(u64::from)
+            .sum();
+        if tasks > u64::from(MAX_TASKS) {
+            return Err(invalid(
+                "steps",
+                format!("a run's map steps have at most {MAX_TASKS} tasks in all"),
+            ));
+        }
         Ok(())
     }
 }

@@ -59,6 +59,9 @@ impl RetryMode {
     }
 }
 
+/// A map step's tasks whose attempts a run's timeline shows (the first, by task).
+const TIMELINE_TASKS: i64 = 20;
+
 fn not_found(id: i64) -> ClientError {
     ClientError::NotFound(format!("workflow run {id}"))
 }
@@ -350,6 +353,8 @@ impl Client {
             check_instant("times", *at)?;
         }
         let moved = times_json(times);
+        // The jobs it may move first, then the run: the order of a completion and of a cancel.
+        store::lock_ready_jobs(&mut *conn, id, None).await?;
         match store::run_move_times(&mut *conn, id, &moved)
             .await?
             .as_str()
@@ -388,22 +393,37 @@ impl Client {
         let mut jobs = Vec::new();
         let mut attempts = Vec::new();
         for step in &steps {
-            let Some(id) = step.job_id else { continue };
-            let Some(job) = self.find(id).await? else {
-                continue;
-            };
-            let records = history_store::job_attempts_of(&self.pool, id).await?;
-            attempts.extend(
-                sight
-                    .attempts(&job, records)
+            // A step's job, or a map step's first tasks' (`notify[3]`): all of one step's tasks
+            // share its args, so the first tells what its secrets are.
+            let ids: Vec<(String, JobId)> = match (step.job_id, step.tasks) {
+                (Some(id), _) => vec![(step.name.clone(), id)],
+                (None, Some(_)) => store::step_task_jobs_first(&self.pool, step.id, TIMELINE_TASKS)
+                    .await?
                     .into_iter()
-                    .map(|record| (step.name.clone(), record)),
-            );
-            jobs.push(job);
+                    .map(|(task, job)| (format!("{}[{task}]", step.name), JobId(job)))
+                    .collect(),
+                (None, None) => Vec::new(),
+            };
+            for (label, id) in ids {
+                let Some(job) = self.find(id).await? else {
+                    continue;
+                };
+                let records = history_store::job_attempts_of(&self.pool, id).await?;
+                attempts.extend(
+                    sight
+                        .attempts(&job, records)
+                        .into_iter()
+                        .map(|record| (label.clone(), record)),
+                );
+                jobs.push(job);
+            }
         }
         attempts.sort_by_key(|(_, r)| (r.started_at, r.job_id.0, r.attempt));
         for step in &mut steps {
-            let job = step.job_id.and_then(|id| jobs.iter().find(|j| j.id == id));
+            let job = match step.job_id {
+                Some(id) => jobs.iter().find(|j| j.id == id),
+                None => jobs.iter().find(|j| j.step_id == Some(step.id)),
+            };
             if let Some(output) = &step.output {
                 step.output = Some(sight.step_output(job, run.created_by.as_deref(), output));
             }

@@ -10,8 +10,10 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use crate::common::rest::call;
 use crate::common::{test_db, wait_for, TestDb};
 use crate::workflows::{by_name, settled, step, StepWorker};
+use axum::http::{Method, StatusCode};
 use kickoff::engine::workflow::Workflow;
 use kickoff::engine::workflow_actions::RetryMode;
 use kickoff::engine::{
@@ -145,6 +147,8 @@ async fn harness(db: &TestDb) -> Harness {
     }
 }
 
+const TOKEN: &str = "test-token-123";
+
 fn map_job(args: Value) -> NewJob {
     NewJob::new("wf_map", args).with_max_attempts(3)
 }
@@ -215,12 +219,11 @@ async fn a_map_steps_tasks_each_do_their_items_once_and_the_next_step_starts_wit
         vec![3],
         "only the flaky task ran twice: {attempts:?}"
     );
-    let resumed: i64 = sqlx::query_scalar(
-        "SELECT min(item) FROM map_done WHERE task = 3 AND attempt = 2",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap_or(-1);
+    let resumed: i64 =
+        sqlx::query_scalar("SELECT min(item) FROM map_done WHERE task = 3 AND attempt = 2")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap_or(-1);
     assert_eq!(resumed, 10, "the second attempt resumed from the cursor");
 
     // The step after it read the step's output, and started in the last task's transaction.
@@ -246,6 +249,112 @@ async fn a_map_steps_tasks_each_do_their_items_once_and_the_next_step_starts_wit
         last_task, next_made,
         "unblocked in the last task's transaction"
     );
+
+    // The run's detail: the step's progress, and its tasks' attempts on the timeline.
+    let app = crate::common::app(&db.pool, TOKEN);
+    let (status, detail) = call(
+        &app,
+        Method::GET,
+        &format!("/api/v1/workflows/{}", run.id),
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{detail}");
+    assert_eq!(
+        detail["steps"][1]["tasks"],
+        json!({ "total": 8, "completed": 8, "failed": 0, "cancelled": 0, "items": 200 })
+    );
+    let mut on_timeline: Vec<&str> = detail["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["step"].as_str())
+        .filter(|s| s.starts_with("notify"))
+        .collect();
+    on_timeline.sort();
+    assert_eq!(
+        on_timeline,
+        [
+            "notify[0]",
+            "notify[1]",
+            "notify[2]",
+            "notify[3]",
+            "notify[3]",
+            "notify[4]",
+            "notify[5]",
+            "notify[6]",
+            "notify[7]"
+        ],
+        "each task's attempts, task 3's two"
+    );
+    h.engine.stop().await;
+}
+
+/// A rerun keeps a completed map step (its output, its progress); a map step with a timer
+/// says when its tasks are due; a run's map steps have at most 10,000 tasks in all.
+#[tokio::test]
+async fn a_rerun_keeps_a_completed_map_step_and_a_timer_says_when_its_tasks_are_due() {
+    let db = test_db().await;
+    let h = harness(&db).await;
+    let client = h.engine.client();
+    let flow = Workflow::new("notify_players")
+        .step("notify", map_job(json!({ "items": 5 })))
+        .map(3)
+        .step(
+            "leaderboard",
+            NewJob::new("wf_step", json!({ "name": "leaderboard", "fail": true })),
+        )
+        .after("notify");
+    let run = client.insert_workflow(&flow).await.unwrap().run;
+    assert_eq!(settled(&h.engine, run.id).await.state, "failed");
+    let again = client
+        .rerun_workflow(run.id, "leaderboard", None)
+        .await
+        .unwrap();
+    let again = settled(&h.engine, again.id).await;
+    let steps = client.workflow_steps(again.id).await.unwrap();
+    let notify = by_name(&steps, "notify");
+    assert_eq!(notify.state, "completed");
+    assert!(notify.kept_from.is_some());
+    assert_eq!((notify.tasks_done, notify.items), (3, 15), "{notify:?}");
+    assert_eq!(
+        done(&db).await,
+        (15, 0),
+        "the kept step's tasks did not run again"
+    );
+
+    let kickoff = chrono::Utc::now() + chrono::Duration::hours(1);
+    let flow = Workflow::new("notify_players")
+        .time("kickoff_at", kickoff)
+        .step("notify", map_job(json!({ "items": 5 })))
+        .map(3)
+        .at("kickoff_at", chrono::Duration::zero());
+    let run = client.insert_workflow(&flow).await.unwrap().run;
+    let notify = by_name(&client.workflow_steps(run.id).await.unwrap(), "notify");
+    let due = notify.due_at.expect("its tasks wait for their time");
+    assert!(
+        (due - kickoff).num_milliseconds().abs() < 1,
+        "{due} {kickoff}"
+    );
+    assert!(
+        notify
+            .wait(&[])
+            .unwrap()
+            .sentence()
+            .starts_with("waits for its time: "),
+        "{:?}",
+        notify.wait(&[])
+    );
+    client.cancel_workflow(run.id).await.unwrap();
+
+    let too_many = Workflow::new("x")
+        .step("a", map_job(json!({})))
+        .map(6_000)
+        .step("b", map_job(json!({})))
+        .map(6_000);
+    let err = client.insert_workflow(&too_many).await.unwrap_err();
+    assert!(err.to_string().contains("10000 tasks in all"), "{err}");
     h.engine.stop().await;
 }
 
@@ -415,9 +524,6 @@ async fn a_checkpoint_of_an_attempt_that_lost_its_job_is_refused() {
 /// and the run's detail shows its progress and what it waits for.
 #[tokio::test]
 async fn a_map_steps_tasks_are_checked_and_shown_by_the_api() {
-    use crate::common::rest::call;
-    use axum::http::{Method, StatusCode};
-    const TOKEN: &str = "test-token-123";
     let db = test_db().await;
     let app = crate::common::app(&db.pool, TOKEN);
     let run = |tasks: Value| {

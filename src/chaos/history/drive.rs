@@ -9,8 +9,9 @@ use chrono::Utc;
 use serde_json::{json, Value};
 
 use super::plan::{
-    wait_of, BulkAction, ErrorSearchAct, Fault, JobAction, ReadWhat, Role, ScheduleAction,
-    ScheduleSpec, Step, Work, ALERT_RULES, KINDS, ON_FAILURE, QUEUES, RETRY_MODES, WORKFLOW_SHAPES,
+    tasks_of, wait_of, BulkAction, ErrorSearchAct, Fault, JobAction, ReadWhat, Role,
+    ScheduleAction, ScheduleSpec, Step, Work, ALERT_RULES, KINDS, ON_FAILURE, QUEUES, RETRY_MODES,
+    WORKFLOW_SHAPES,
 };
 use super::record::{Event, FaultEvent, History, DASHBOARD_AUDIT, DASHBOARD_SIGN_IN};
 use crate::chaos::node::{Node, NodeEnv};
@@ -639,6 +640,9 @@ impl Driver<'_> {
                                       "tally_by_job": true,
                                       "sleep_ms": sleep_ms,
                                       "fail_attempts": u8::from(k == fail as usize) } } });
+                        if let (true, Some(n)) = (k + 1 == count, tasks_of(policies)) {
+                            step["tasks"] = json!(n);
+                        }
                         match (k, deadline, timer) {
                             (1, Some(ms), _) => {
                                 step["signal"] = json!("go");

@@ -520,7 +520,7 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
     let workflow_steps = sqlx::query(
         "SELECT s.id, s.run_id, s.name, s.state, s.deps_left, s.skip_following, s.job_id,
                 j.inserted_at, s.kept_from, s.at_time, s.at_ms, s.signal, s.deadline_at,
-                s.finished_at
+                s.finished_at, s.tasks, s.tasks_done, s.tasks_failed, s.tasks_cancelled
          FROM workflow_steps s LEFT JOIN jobs j ON j.id = s.job_id ORDER BY s.id",
     )
     .fetch_all(&mut *tx)
@@ -544,6 +544,12 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
             signal: r.try_get("signal")?,
             deadline_at: r.try_get("deadline_at")?,
             finished_at: r.try_get("finished_at")?,
+            tasks: r.try_get("tasks")?,
+            tasks_counts: [
+                r.try_get("tasks_done")?,
+                r.try_get("tasks_failed")?,
+                r.try_get("tasks_cancelled")?,
+            ],
         })
     })
     .collect::<Result<Vec<_>, _>>()
@@ -560,6 +566,20 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
         name: r.1,
         received_at: r.2,
         source: r.3,
+    })
+    .collect();
+    let workflow_tasks = sqlx::query_as::<_, (i64, i32, i64, String)>(
+        "SELECT step_id, task, job_id, state FROM workflow_tasks ORDER BY step_id, task",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(db)?
+    .into_iter()
+    .map(|r| record::TaskRow {
+        step_id: r.0,
+        task: r.1,
+        job_id: r.2,
+        state: r.3,
     })
     .collect();
     let workflow_edges = sqlx::query_as::<_, (i64, i64, String)>(
@@ -580,6 +600,7 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
         workflow_steps,
         workflow_edges,
         workflow_signals,
+        workflow_tasks,
         now,
         incidents,
         alert_notifications,

@@ -38,6 +38,16 @@ pub fn wait_of(policies: u16) -> (Option<i64>, Option<i64>) {
     }
 }
 
+/// How many tasks a workflow run's last step has when it is a map step, by bits 10 and 11 of
+/// its `policies` (none: a step of one job).
+pub fn tasks_of(policies: u16) -> Option<u8> {
+    match (policies >> 10) & 3 {
+        2 => Some(2),
+        3 => Some(3),
+        _ => None,
+    }
+}
+
 /// The modes of a workflow run's retry.
 pub const RETRY_MODES: [&str; 3] = ["failed", "failed_and_following", "all"];
 
@@ -310,7 +320,8 @@ pub enum Step {
     /// shape's steps), each dependency's `on_failure` drawn from `policies` (two bits an edge),
     /// its key one of a few (so that runs collide) or none. Its time `kickoff_at` is when it is
     /// sent; `policies`' top four bits may make step `s1` wait for the signal `go` until a
-    /// deadline after it, or give step `s0` a timer after it ([`wait_of`]).
+    /// deadline after it, or give step `s0` a timer after it ([`wait_of`]); its bits 10 and 11
+    /// may make the last step a map step of a few tasks ([`tasks_of`]).
     WorkflowInsert {
         queue: usize,
         shape: usize,
@@ -687,5 +698,9 @@ mod tests {
         assert!(plans
             .iter()
             .any(|s| matches!(s, Step::WorkflowRerun { .. })));
+        // And a map step.
+        assert!(plans.iter().any(
+            |s| matches!(s, Step::WorkflowInsert { policies, .. } if tasks_of(*policies).is_some())
+        ));
     }
 }

@@ -185,6 +185,8 @@ pub struct Snapshot {
     pub workflow_steps: Vec<StepRow>,
     pub workflow_edges: Vec<EdgeRow>,
     pub workflow_signals: Vec<SignalRow>,
+    /// The tasks of the map steps, each with its current job.
+    pub workflow_tasks: Vec<TaskRow>,
 }
 
 /// A workflow run as the database held it at the end: its state and its counters.
@@ -239,6 +241,19 @@ pub struct StepRow {
     pub signal: Option<String>,
     pub deadline_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// A map step's tasks, and those whose current job completed, failed or was cancelled.
+    pub tasks: Option<i32>,
+    pub tasks_counts: [i32; 3],
+}
+
+/// A map step's task as the database held it at the end: its current job and how it settled
+/// (`pending`, `completed`, `failed`, `cancelled`).
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskRow {
+    pub step_id: i64,
+    pub task: i32,
+    pub job_id: i64,
+    pub state: String,
 }
 
 /// A step waiting for another.

@@ -300,10 +300,17 @@ pub async fn run_steps<'e>(db: impl PgExecutor<'e>, run: i64) -> Result<Vec<Step
                 s.finished_at, s.kept_from,
                 (SELECT count(*) FROM workflow_edges e WHERE e.step_id = s.id) AS deps,
                 s.at_time, s.at_ms, s.signal, s.waiting_since, s.deadline_at,
-                (SELECT j.scheduled_at FROM jobs j
-                 WHERE j.id = s.job_id AND j.state = 'scheduled') AS due_at,
+                CASE WHEN s.tasks IS NULL THEN
+                    (SELECT j.scheduled_at FROM jobs j
+                     WHERE j.id = s.job_id AND j.state = 'scheduled')
+                ELSE
+                    (SELECT min(j.scheduled_at) FROM workflow_tasks t JOIN jobs j ON j.id = t.job_id
+                     WHERE t.step_id = s.id AND t.state = 'pending' AND j.state = 'scheduled')
+                END AS due_at,
                 s.skipped_by_hand, s.tasks, s.tasks_done, s.tasks_failed, s.tasks_cancelled,
                 CASE WHEN s.tasks IS NULL THEN 0::bigint
+                     -- Kept by a rerun: its tasks were the rerun run's.
+                     WHEN s.kept_from IS NOT NULL THEN coalesce((s.output ->> 'items')::bigint, 0)
                      ELSE (SELECT coalesce(sum(t.items), 0)::bigint FROM workflow_tasks t
                            WHERE t.step_id = s.id) END AS items
          FROM workflow_steps s WHERE s.run_id = $1 ORDER BY s.id",
@@ -533,6 +540,21 @@ pub async fn step_task_jobs(
     .bind(run)
     .bind(name)
     .fetch_all(conn)
+    .await
+}
+
+/// The current jobs of map step `step`'s first `limit` tasks: (task, job).
+pub async fn step_task_jobs_first<'e>(
+    db: impl PgExecutor<'e>,
+    step: i64,
+    limit: i64,
+) -> Result<Vec<(i32, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT task, job_id FROM workflow_tasks WHERE step_id = $1 ORDER BY task LIMIT $2",
+    )
+    .bind(step)
+    .bind(limit)
+    .fetch_all(db)
     .await
 }
 

@@ -9,6 +9,7 @@
 mod alerts;
 mod by_hand;
 mod limits;
+mod map_steps;
 mod slots;
 mod workflows;
 

@@ -19,12 +19,12 @@ const DEADLINE_GRACE: Duration = Duration::seconds(10);
 
 /// Whether a request may have done what it asked: answered 2xx, or not answered at all or with
 /// a server's error (it may have committed first).
-fn may_have_done(e: &Event) -> bool {
+pub(super) fn may_have_done(e: &Event) -> bool {
     !(400..500).contains(&e.status)
 }
 
 /// The retry mode a request asked for.
-fn mode_of(e: &Event) -> &str {
+pub(super) fn mode_of(e: &Event) -> &str {
     e.body
         .as_ref()
         .and_then(|b| b.get("mode"))
@@ -43,7 +43,7 @@ fn step_state_of(job_state: &str) -> Option<&'static str> {
 }
 
 /// Whether a dependency in this state lets the step waiting for it run, under `on_failure`.
-fn allows(dep: &StepRow, on_failure: &str) -> bool {
+pub(super) fn allows(dep: &StepRow, on_failure: &str) -> bool {
     match dep.state.as_str() {
         "completed" => true,
         "skipped" => !dep.skip_following,
@@ -181,7 +181,7 @@ pub(super) fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
                 )),
                 None => {}
             }
-        } else if step.state == "ready" || step.state == "completed" {
+        } else if step.tasks.is_none() && (step.state == "ready" || step.state == "completed") {
             out.push(format!("step {}: {} without a job", step.id, step.state));
         }
         let deps_settled = deps
@@ -291,7 +291,12 @@ pub(super) fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
         }
     }
     for (step, list) in &step_jobs {
-        let Some(run) = steps.get(step).map(|st| st.run_id) else {
+        // A map step's tasks: `super::map_steps`.
+        let Some(run) = steps
+            .get(step)
+            .filter(|st| st.tasks.is_none())
+            .map(|st| st.run_id)
+        else {
             continue;
         };
         for pair in list.windows(2) {
@@ -402,6 +407,7 @@ pub(super) fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
         }
     }
     out.extend(partners_signals(h, s));
+    out.extend(super::map_steps::map_steps_hold(h, s));
     out
 }
 
@@ -478,6 +484,8 @@ mod tests {
             signal: None,
             deadline_at: None,
             finished_at: None,
+            tasks: None,
+            tasks_counts: [0; 3],
         }
     }
 
