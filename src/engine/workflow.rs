@@ -469,7 +469,7 @@ impl StepRow {
                 }),
                 (None, Some(total)) => Some(StepWait::Tasks {
                     done: self.tasks_done,
-                    failed: self.tasks_failed,
+                    failed: self.tasks_failed + self.tasks_cancelled,
                     total,
                     items: self.items,
                 }),

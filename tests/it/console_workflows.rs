@@ -264,6 +264,53 @@ async fn an_operator_moves_a_runs_time_and_runs_it_again_from_a_step_on_the_page
     );
 }
 
+/// A map step's progress on the run's page: its tasks done, failed (or cancelled) and items.
+#[tokio::test]
+async fn the_run_page_shows_a_map_steps_progress() {
+    let d = dashboard().await;
+    let made = d
+        .api(
+            Method::POST,
+            "/workflows",
+            json!({"name": "notify_players", "steps": [
+                {"name": "notify", "job": {"kind": "noop", "queue": "nobody"}, "tasks": 3}]}),
+        )
+        .await;
+    let id = made["run"]["id"].as_i64().unwrap();
+    let step = made["steps"][0]["name"].as_str().unwrap().to_string();
+    let jobs: Vec<i64> = sqlx::query_scalar(
+        "SELECT t.job_id FROM workflow_tasks t JOIN workflow_steps s ON s.id = t.step_id
+         WHERE s.run_id = $1 ORDER BY t.task",
+    )
+    .bind(id)
+    .fetch_all(&d.pool)
+    .await
+    .unwrap();
+    assert_eq!(jobs.len(), 3);
+    sqlx::query("UPDATE workflow_tasks SET items = 500 WHERE job_id = $1")
+        .bind(jobs[0])
+        .execute(&d.pool)
+        .await
+        .unwrap();
+    d.api(
+        Method::POST,
+        &format!("/jobs/{}/cancel", jobs[2]),
+        json!(null),
+    )
+    .await;
+    let (status, page) = d.page(&format!("/workflows/{id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    for shown in [
+        "waits for its tasks: 0 of 3 done, 1 failed, 500 items",
+        "0 of 3 tasks",
+        " · 1 failed",
+        "500 items",
+        &format!("aria-label=\"Tasks of {step}\""),
+    ] {
+        assert!(page.contains(shown), "the run's page lacks {shown:?}");
+    }
+}
+
 #[tokio::test]
 async fn the_list_finds_the_running_runs_waiting_longer_than_a_duration() {
     let d = dashboard().await;

@@ -74,6 +74,19 @@ pub struct StepView {
     /// hidden from those who do not see its job's).
     #[serde(default)]
     pub output: Option<String>,
+    /// A map step's tasks: how many, and those completed and failed (or cancelled), and the
+    /// items they did.
+    #[serde(default)]
+    pub tasks: Option<TasksView>,
+}
+
+/// A map step's progress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TasksView {
+    pub total: i32,
+    pub done: i32,
+    pub failed: i32,
+    pub items: i64,
 }
 
 /// A signal the run received.

@@ -345,7 +345,17 @@ fn StepRow(
                 })}
             </td>
             <td class="wide">{s.kind.clone()}</td>
-            <td>{s.job_id.map(|j| view! { <a href=format!("/jobs/{j}")>{format!("#{j}")}</a> })}</td>
+            <td>
+                {s.job_id.map(|j| view! { <a href=format!("/jobs/{j}")>{format!("#{j}")}</a> })}
+                {s.tasks.map(|t| view! {
+                    <span data-tasks>
+                        <progress max=t.total value=t.done aria-label=format!("Tasks of {}", s.name)></progress>
+                        " "{format!("{} of {} tasks", t.done, t.total)}
+                        {(t.failed > 0).then(|| format!(" · {} failed", t.failed))}
+                        " · "{format!("{} items", t.items)}
+                    </span>
+                })}
+            </td>
             <td class="wide">{s.output.map(|o| view! { <code class="json" data-output>{o}</code> })}</td>
             <td>
                 {waiting_signal.map(|signal| view! {

@@ -2,8 +2,8 @@
 //! operator's actions on a run, through the engine's own (`engine::workflow_actions`), audited.
 
 use kickoff_app::console::workflows::{
-    SignalView, StepAttemptView, StepView, WaitView, WorkflowDetail, WorkflowRow, WorkflowsConsole,
-    WorkflowsPage,
+    SignalView, StepAttemptView, StepView, TasksView, WaitView, WorkflowDetail, WorkflowRow,
+    WorkflowsConsole, WorkflowsPage,
 };
 use kickoff_app::console::Refusal;
 use serde_json::Value;
@@ -116,6 +116,12 @@ impl WorkflowsConsole for ServerConsole {
                     kept_from: s.kept_from,
                     skipped_by_hand: s.skipped_by_hand,
                     output: s.output.as_ref().map(|o| o.to_string()),
+                    tasks: s.tasks.map(|total| TasksView {
+                        total,
+                        done: s.tasks_done,
+                        failed: s.tasks_failed + s.tasks_cancelled,
+                        items: s.items,
+                    }),
                 })
                 .collect(),
             signals: signals
@@ -257,6 +263,7 @@ mod tests {
             kept_from: None,
             skipped_by_hand: false,
             output: None,
+            tasks: None,
         }
     }
 
