@@ -50,34 +50,23 @@ LANGUAGE sql STABLE AS $$
      WHERE s.run_id = run AND s.state = 'ready' AND s.tasks IS NOT NULL
 $$;
 
--- Settles task job `job` of map step `step` with `outcome` (`completed`, `failed`,
--- `cancelled`), under the run's lock (the order of every write of a run's steps); an earlier
--- job of the task (before a retry of the step) changes nothing. The last task to settle settles
--- the step: completed when every task completed, with `{"tasks", "completed", "failed",
--- "cancelled", "items"}` as its output.
-CREATE FUNCTION kickoff_task_settle(step bigint, job bigint, outcome text)
+-- Counts `n_done`, `n_failed`, `n_cancelled` more tasks of map step `step` settled (their rows
+-- marked already, the run's lock held), and settles the step once every task settled:
+-- completed when every task completed, with `{"tasks", "completed", "failed", "cancelled",
+-- "items"}` as its output. Once per step and statement, however many of its tasks it settled.
+CREATE FUNCTION kickoff_tasks_settled(step bigint, n_done int, n_failed int, n_cancelled int)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
-    run bigint;
     st workflow_steps;
 BEGIN
-    SELECT run_id INTO run FROM workflow_steps WHERE id = step;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    PERFORM 1 FROM workflow_runs WHERE id = run FOR UPDATE;
-    UPDATE workflow_tasks SET state = outcome WHERE job_id = job AND state = 'pending';
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
     UPDATE workflow_steps
-       SET tasks_done = tasks_done + (outcome = 'completed')::int,
-           tasks_failed = tasks_failed + (outcome = 'failed')::int,
-           tasks_cancelled = tasks_cancelled + (outcome = 'cancelled')::int
+       SET tasks_done = tasks_done + n_done,
+           tasks_failed = tasks_failed + n_failed,
+           tasks_cancelled = tasks_cancelled + n_cancelled
      WHERE id = step
     RETURNING * INTO st;
     -- A task's end is the run's progress ("waiting longer than").
-    UPDATE workflow_runs SET progressed_at = clock_timestamp() WHERE id = run;
+    UPDATE workflow_runs SET progressed_at = clock_timestamp() WHERE id = st.run_id;
     IF st.state = 'ready' AND st.tasks_done + st.tasks_failed + st.tasks_cancelled >= st.tasks THEN
         PERFORM kickoff_step_settle(
             step,
@@ -91,17 +80,25 @@ BEGIN
     END IF;
 END $$;
 
--- Settles a map step none of whose tasks is left to do (each completed before a retry).
-CREATE FUNCTION kickoff_task_settle_none(step bigint) RETURNS void LANGUAGE plpgsql AS $$
+-- Settles task job `job` of map step `step` with `outcome` (`completed`, `failed`,
+-- `cancelled`), under the run's lock (the order of every write of a run's steps); an earlier
+-- job of the task (before a retry of the step) changes nothing.
+CREATE FUNCTION kickoff_task_settle(step bigint, job bigint, outcome text)
+RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
-    st workflow_steps;
+    run bigint;
 BEGIN
-    SELECT * INTO st FROM workflow_steps WHERE id = step;
-    PERFORM kickoff_step_settle(
-        step, 'completed',
-        jsonb_build_object(
-            'tasks', st.tasks, 'completed', st.tasks_done, 'failed', 0, 'cancelled', 0,
-            'items', (SELECT coalesce(sum(items), 0) FROM workflow_tasks WHERE step_id = step)));
+    SELECT run_id INTO run FROM workflow_steps WHERE id = step;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM workflow_runs WHERE id = run FOR UPDATE;
+    UPDATE workflow_tasks SET state = outcome WHERE job_id = job AND state = 'pending';
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM kickoff_tasks_settled(step, (outcome = 'completed')::int, (outcome = 'failed')::int,
+                                  (outcome = 'cancelled')::int);
 END $$;
 
 -- The one place a step becomes a job, now with a map step's tasks.
@@ -165,7 +162,7 @@ BEGIN
         PERFORM kickoff_run_recount(s.run_id, 'blocked', 'ready');
         IF made = 0 THEN
             -- Every task completed before: the step completes with them.
-            PERFORM kickoff_task_settle_none(step);
+            PERFORM kickoff_tasks_settled(step, 0, 0, 0);
         END IF;
         RETURN NULL;
     END IF;
@@ -185,6 +182,10 @@ END $$;
 CREATE OR REPLACE FUNCTION kickoff_steps_settled() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     s record;
+    map_steps bigint[];
+    map_done int[];
+    map_failed int[];
+    map_cancelled int[];
 BEGIN
     IF TG_OP = 'DELETE' THEN
         IF NOT EXISTS (SELECT 1 FROM old_rows WHERE step_id IS NOT NULL) THEN
@@ -204,21 +205,50 @@ BEGIN
         IF NOT EXISTS (SELECT 1 FROM new_rows WHERE step_id IS NOT NULL) THEN
             RETURN NULL;
         END IF;
-        FOR s IN SELECT n.step_id, n.id, n.state, st.tasks FROM new_rows n
+        -- Every run whose steps or tasks the statement settles, locked first, in id order (what
+        -- each settle takes next is then held already: two statements never wait in a circle).
+        PERFORM 1 FROM workflow_runs WHERE id IN (
+            SELECT st.run_id FROM new_rows n
+            JOIN old_rows o ON o.id = n.id
+            JOIN workflow_steps st ON st.id = n.step_id
+            WHERE n.step_id IS NOT NULL AND o.state <> n.state
+              AND n.state IN ('completed', 'discarded', 'cancelled'))
+        ORDER BY id FOR UPDATE;
+        -- Map steps' tasks, all of the statement's at once: their rows marked, then each step's
+        -- counters once (and its settle, with its last task). A batch completing 500 tasks
+        -- costs one pass, not 500 settles.
+        WITH marked AS (
+            UPDATE workflow_tasks t
+               SET state = CASE n.state WHEN 'completed' THEN 'completed'
+                                        WHEN 'discarded' THEN 'failed'
+                                        ELSE 'cancelled' END
+              FROM new_rows n JOIN old_rows o ON o.id = n.id
+             WHERE t.job_id = n.id AND t.state = 'pending' AND n.step_id IS NOT NULL
+               AND o.state <> n.state AND n.state IN ('completed', 'discarded', 'cancelled')
+            RETURNING t.step_id, t.state),
+        per_step AS (
+            SELECT m.step_id, st.run_id,
+                   count(*) FILTER (WHERE m.state = 'completed')::int AS done,
+                   count(*) FILTER (WHERE m.state = 'failed')::int AS failed,
+                   count(*) FILTER (WHERE m.state = 'cancelled')::int AS cancelled
+            FROM marked m JOIN workflow_steps st ON st.id = m.step_id
+            GROUP BY m.step_id, st.run_id)
+        SELECT array_agg(step_id ORDER BY run_id, step_id), array_agg(done ORDER BY run_id, step_id),
+               array_agg(failed ORDER BY run_id, step_id),
+               array_agg(cancelled ORDER BY run_id, step_id)
+          INTO map_steps, map_done, map_failed, map_cancelled
+          FROM per_step;
+        FOR i IN 1 .. coalesce(cardinality(map_steps), 0) LOOP
+            PERFORM kickoff_tasks_settled(map_steps[i], map_done[i], map_failed[i],
+                                          map_cancelled[i]);
+        END LOOP;
+        -- Steps of one job each.
+        FOR s IN SELECT n.step_id, n.id, n.state FROM new_rows n
                  JOIN old_rows o ON o.id = n.id
                  JOIN workflow_steps st ON st.id = n.step_id
-                 WHERE n.step_id IS NOT NULL AND o.state <> n.state
+                 WHERE n.step_id IS NOT NULL AND o.state <> n.state AND st.tasks IS NULL
                    AND n.state IN ('completed', 'discarded', 'cancelled')
-                 ORDER BY st.run_id, n.step_id, n.id LOOP
-            IF s.tasks IS NOT NULL THEN
-                -- A map step's task: the step settles with the last of them.
-                PERFORM kickoff_task_settle(
-                    s.step_id, s.id,
-                    CASE s.state WHEN 'completed' THEN 'completed'
-                                 WHEN 'discarded' THEN 'failed'
-                                 ELSE 'cancelled' END);
-                CONTINUE;
-            END IF;
+                 ORDER BY st.run_id, n.step_id LOOP
             PERFORM kickoff_step_settle(
                 s.step_id,
                 CASE s.state WHEN 'completed' THEN 'completed'

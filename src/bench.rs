@@ -3,6 +3,7 @@
 
 mod alerts;
 mod cpu;
+mod notify;
 mod pages;
 mod percentiles;
 mod schedules;
@@ -140,6 +141,9 @@ pub async fn run(
             BenchWorkload::Recovery => recovery(&pool, &options).await,
             BenchWorkload::Nodes => nodes(&pool, &options).await,
             BenchWorkload::Workflows => workflows::workflows(&pool, &options).await,
+            BenchWorkload::Notify => {
+                notify::notify(&pool, admin_opts.clone().database(&db), &options).await
+            }
         }
     }
     .await;

@@ -6,6 +6,8 @@
 //!   to the step's handler start;
 //! - `fan_in`: runs of 50 parallel steps (a step's most dependencies) into one: from the last of
 //!   them to complete to the join's handler start;
+//! - `map_fan_in`: runs of a map step of 1,000 tasks into one step: from the last task to
+//!   complete to the step's handler start;
 //! - `throughput`: 2,000 runs of 5 chained steps against 10,000 plain jobs, each batch inserted
 //!   before the engine starts: steps a second against jobs a second.
 
@@ -25,6 +27,8 @@ use crate::engine::{Client, Engine, JobId, NewJob};
 const CHAINS: usize = 300;
 const SIGNALS: usize = 300;
 const FAN_INS: usize = 20;
+const MAP_FAN_INS: usize = 10;
+const MAP_TASKS: u32 = 1_000;
 const RUNS: usize = 2_000;
 const CHAIN_STEPS: usize = 5;
 
@@ -167,6 +171,37 @@ pub(super) async fn workflows(pool: &Db, o: &BenchOptions) -> Result<Value, Stri
             fan_in.push(ms(start - last));
         }
     }
+
+    // A step after the last of a map step's 1,000 tasks.
+    let mut map_fan_in = Vec::with_capacity(MAP_FAN_INS);
+    for _ in 0..MAP_FAN_INS {
+        let flow = Workflow::new("map-fan-in")
+            .step("tasks", step())
+            .map(MAP_TASKS)
+            .step("join", step())
+            .after("tasks");
+        let run = client
+            .insert_workflow(&flow)
+            .await
+            .map_err(|e| e.to_string())?
+            .run
+            .id;
+        let started = starts(&mut rx, MAP_TASKS as usize + 1).await?;
+        let (last, join): (Option<DateTime<Utc>>, i64) = sqlx::query_as(
+            "SELECT (SELECT max(j.finalized_at) FROM jobs j JOIN workflow_tasks t ON t.job_id = j.id
+                     JOIN workflow_steps s ON s.id = t.step_id
+                     WHERE s.run_id = $1 AND s.name = 'tasks'),
+                    (SELECT job_id FROM workflow_steps WHERE run_id = $1 AND name = 'join')",
+        )
+        .bind(run)
+        .fetch_one(pool)
+        .await
+        .map_err(|e| e.to_string())?;
+        let join_start = started.iter().find(|s| s.0 .0 == join).map(|s| s.1);
+        if let (Some(last), Some(start)) = (last, join_start) {
+            map_fan_in.push(ms(start - last));
+        }
+    }
     engine.stop().await;
 
     // Steps a second against jobs a second, each batch inserted before an engine starts.
@@ -209,6 +244,10 @@ pub(super) async fn workflows(pool: &Db, o: &BenchOptions) -> Result<Value, Stri
         "chain": with_percentiles(json!({ "runs": chain.len() }), chain),
         "signal": with_percentiles(json!({ "runs": waiting.len() }), waiting),
         "fan_in": with_percentiles(json!({ "runs": fan_in.len(), "tasks": MAX_DEPS }), fan_in),
+        "map_fan_in": with_percentiles(
+            json!({ "runs": map_fan_in.len(), "tasks": MAP_TASKS }),
+            map_fan_in
+        ),
         "throughput": {
             "runs": RUNS,
             "steps_per_run": CHAIN_STEPS,

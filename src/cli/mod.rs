@@ -378,6 +378,10 @@ pub enum BenchWorkload {
     /// Workflows: a step's start after its dependency's completion (chains), after its signal,
     /// after the last of 50 dependencies (fan-in); steps a second in runs of 5 against plain jobs.
     Workflows,
+    /// A million players (`--rows`) notified by a workflow's map step of 1,000 tasks through a
+    /// rate of 5,000 a second, its node killed halfway and another taking over: how long, and
+    /// that no player was notified twice.
+    Notify,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -432,6 +432,56 @@ async fn the_pruner_deletes_rate_windows_that_ended() {
     assert_eq!(keys, ["now.example"]);
 }
 
+/// A limited claim takes only the jobs due by its instant: a job made due and committed after
+/// the claim read its clock (and before its rows were read) is the next claim's, never started
+/// "before" it was due or even made (the history checker's seed 713 of 400 steps: a workflow
+/// step's job recorded as started 0.9 ms before the settle that made it). The race is set up as
+/// its outcome: an available job due after the instant the claim reads.
+#[tokio::test]
+async fn a_limited_claim_takes_no_job_due_after_its_instant() {
+    let db = test_db().await;
+    for (name, limits) in [
+        (
+            "rated",
+            "rate_limit, rate_period_ms) VALUES ($1, 100, 1000)",
+        ),
+        ("global", "global_concurrency) VALUES ($1, 5)"),
+        (
+            "keyed",
+            "rate_limit, rate_period_ms, rate_per) VALUES ($1, 100, 1000, 'host')",
+        ),
+    ] {
+        sqlx::query(&format!("INSERT INTO queues (name, {limits}"))
+            .bind(name)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO jobs (queue, kind, args, state, scheduled_at)
+             VALUES ($1, 'hit', '{}', 'available', now() - interval '1 second'),
+                    ($1, 'hit', '{}', 'available', now() + interval '10 seconds')",
+        )
+        .bind(name)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+        let claimed: Vec<(i64, bool)> = sqlx::query_as(
+            "SELECT id, attempted_at >= scheduled_at
+             FROM kickoff_claim_limited($1, 10, 10, 'node-a', 30.0, 7, 1000, '{}')",
+        )
+        .bind(name)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            claimed.len(),
+            1,
+            "{name}: only the job due by the claim's instant"
+        );
+        assert!(claimed[0].1, "{name}: never started before it was due");
+    }
+}
+
 /// `(kind, state, count)` of the queue's jobs.
 async fn by_kind(pool: &Db) -> Vec<(String, String, i64)> {
     sqlx::query_as(

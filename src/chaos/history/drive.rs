@@ -640,7 +640,7 @@ impl Driver<'_> {
                                       "tally_by_job": true,
                                       "sleep_ms": sleep_ms,
                                       "fail_attempts": u8::from(k == fail as usize) } } });
-                        if let (true, Some(n)) = (k + 1 == count, tasks_of(policies)) {
+                        if let Some((_, n)) = tasks_of(policies, count).filter(|m| m.0 == k) {
                             step["tasks"] = json!(n);
                         }
                         match (k, deadline, timer) {

@@ -38,12 +38,14 @@ pub fn wait_of(policies: u16) -> (Option<i64>, Option<i64>) {
     }
 }
 
-/// How many tasks a workflow run's last step has when it is a map step, by bits 10 and 11 of
-/// its `policies` (none: a step of one job).
-pub fn tasks_of(policies: u16) -> Option<u8> {
+/// Which step of a workflow run of `steps` steps is a map step, and of how many tasks, by bits
+/// 10 and 11 of its `policies`: the first (3 tasks, it starts at once), the second or the last
+/// (2 tasks), or none.
+pub fn tasks_of(policies: u16, steps: usize) -> Option<(usize, u8)> {
     match (policies >> 10) & 3 {
-        2 => Some(2),
-        3 => Some(3),
+        1 => Some((1, 2)),
+        2 => Some((steps - 1, 2)),
+        3 => Some((0, 3)),
         _ => None,
     }
 }
@@ -321,7 +323,7 @@ pub enum Step {
     /// its key one of a few (so that runs collide) or none. Its time `kickoff_at` is when it is
     /// sent; `policies`' top four bits may make step `s1` wait for the signal `go` until a
     /// deadline after it, or give step `s0` a timer after it ([`wait_of`]); its bits 10 and 11
-    /// may make the last step a map step of a few tasks ([`tasks_of`]).
+    /// may make a step a map step of a few tasks ([`tasks_of`]).
     WorkflowInsert {
         queue: usize,
         shape: usize,
@@ -700,7 +702,7 @@ mod tests {
             .any(|s| matches!(s, Step::WorkflowRerun { .. })));
         // And a map step.
         assert!(plans.iter().any(
-            |s| matches!(s, Step::WorkflowInsert { policies, .. } if tasks_of(*policies).is_some())
+            |s| matches!(s, Step::WorkflowInsert { policies, .. } if tasks_of(*policies, 3).is_some())
         ));
     }
 }
