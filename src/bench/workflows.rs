@@ -174,6 +174,9 @@ pub(super) async fn workflows(pool: &Db, o: &BenchOptions) -> Result<Value, Stri
 
     // A step after the last of a map step's 1,000 tasks.
     let mut map_fan_in = Vec::with_capacity(MAP_FAN_INS);
+    // Where it goes: the last task's completing statement until the join's job is made in it
+    // (its `scheduled_at`, the clock inside the trigger), and from then to the claim.
+    let (mut in_settle, mut to_claim) = (Vec::new(), Vec::new());
     for _ in 0..MAP_FAN_INS {
         let flow = Workflow::new("map-fan-in")
             .step("tasks", step())
@@ -187,11 +190,19 @@ pub(super) async fn workflows(pool: &Db, o: &BenchOptions) -> Result<Value, Stri
             .run
             .id;
         let started = starts(&mut rx, MAP_TASKS as usize + 1).await?;
-        let (last, join): (Option<DateTime<Utc>>, i64) = sqlx::query_as(
+        type Parts = (
+            Option<DateTime<Utc>>,
+            i64,
+            DateTime<Utc>,
+            Option<DateTime<Utc>>,
+        );
+        let (last, join, made, claimed): Parts = sqlx::query_as(
             "SELECT (SELECT max(j.finalized_at) FROM jobs j JOIN workflow_tasks t ON t.job_id = j.id
                      JOIN workflow_steps s ON s.id = t.step_id
                      WHERE s.run_id = $1 AND s.name = 'tasks'),
-                    (SELECT job_id FROM workflow_steps WHERE run_id = $1 AND name = 'join')",
+                    j.id, j.scheduled_at, j.attempted_at
+             FROM workflow_steps s JOIN jobs j ON j.id = s.job_id
+             WHERE s.run_id = $1 AND s.name = 'join'",
         )
         .bind(run)
         .fetch_one(pool)
@@ -200,6 +211,10 @@ pub(super) async fn workflows(pool: &Db, o: &BenchOptions) -> Result<Value, Stri
         let join_start = started.iter().find(|s| s.0 .0 == join).map(|s| s.1);
         if let (Some(last), Some(start)) = (last, join_start) {
             map_fan_in.push(ms(start - last));
+            in_settle.push(ms(made - last));
+        }
+        if let Some(claimed) = claimed {
+            to_claim.push(ms(claimed - made));
         }
     }
     engine.stop().await;
@@ -245,7 +260,9 @@ pub(super) async fn workflows(pool: &Db, o: &BenchOptions) -> Result<Value, Stri
         "signal": with_percentiles(json!({ "runs": waiting.len() }), waiting),
         "fan_in": with_percentiles(json!({ "runs": fan_in.len(), "tasks": MAX_DEPS }), fan_in),
         "map_fan_in": with_percentiles(
-            json!({ "runs": map_fan_in.len(), "tasks": MAP_TASKS }),
+            json!({ "runs": map_fan_in.len(), "tasks": MAP_TASKS,
+                    "in_settle": with_percentiles(json!({}), in_settle),
+                    "to_claim": with_percentiles(json!({}), to_claim) }),
             map_fan_in
         ),
         "throughput": {
