@@ -128,6 +128,13 @@ const SETTLE_GRACE: Duration = Duration::milliseconds(1_500);
 /// before it.
 const CALL_SLACK: Duration = Duration::milliseconds(100);
 
+/// [`Promise::WorkflowsHold`]: the runs and their steps, and the map steps' tasks.
+fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
+    let mut out = workflows::workflows_hold(h, s);
+    out.extend(map_steps::map_steps_hold(h, s));
+    out
+}
+
 /// Every promise's violations.
 pub fn check(h: &History, s: &Snapshot) -> Vec<Violation> {
     let checks: [fn(&History, &Snapshot) -> Vec<String>; 16] = [
@@ -146,7 +153,7 @@ pub fn check(h: &History, s: &Snapshot) -> Vec<Violation> {
         due_by_database_clock,
         slots::slots_complete,
         reserved_meta_refused,
-        workflows::workflows_hold,
+        workflows_hold,
     ];
     Promise::ALL
         .iter()

@@ -407,7 +407,6 @@ pub(super) fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
         }
     }
     out.extend(partners_signals(h, s));
-    out.extend(super::map_steps::map_steps_hold(h, s));
     out
 }
 
