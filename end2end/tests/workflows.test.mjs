@@ -88,6 +88,46 @@ for (const zone of ['Asia/Kolkata', 'America/New_York']) {
   });
 }
 
+test("a map step's tasks show their progress live on the run's page, and the step after it starts with the last", async () => {
+  const marker = `e2e-map-${Date.now()}`;
+  const made = await api('POST', '/workflows', {
+    name: `notify ${marker}`,
+    steps: [
+      { name: 'notify', job: { kind: 'noop', args: { sleep_ms: 1000 } }, tasks: 40 },
+      { name: 'leaderboard', job: { kind: 'noop' }, after: [{ step: 'notify' }] },
+    ],
+  });
+  assert.equal(made.status, 201, JSON.stringify(made));
+  assert.equal(made.body.steps[0].tasks.total, 40);
+  const id = made.body.run.id;
+  const browser = await launch({ timezoneId: 'Europe/Berlin' });
+  try {
+    const page = await browser.newPage();
+    const errors = watchErrors(page);
+    await page.goto(baseUrl + `/workflows/${id}`);
+    await hydrated(page);
+    const row = page.getByRole('table', { name: 'Steps' }).getByRole('row', { name: /^notify/ });
+    const bar = page.getByRole('progressbar', { name: 'Tasks of notify' });
+    // Live, without a reload: the bar moves while the tasks run, then is full.
+    const seen = new Set();
+    await eventually('the tasks to finish on the page',
+      async () => { const v = Number(await bar.getAttribute('value')); seen.add(v); return v; },
+      (v) => v === 40);
+    assert.ok([...seen].some((v) => v > 0 && v < 40) || seen.size > 1, `the bar moved: ${[...seen]}`);
+    assert.match(await row.textContent(), /40 of 40 tasks/);
+    const state = page.locator('dd .badge').first();
+    await eventually('the run to complete on the page', () => state.textContent(), (t) => t === 'completed');
+    assert.match(await row.textContent(), /"items":0/);
+    await page.screenshot({ path: path.join(screenshots, 'workflow-map-step.png'), fullPage: true });
+    const detail = (await api('GET', `/workflows/${id}`)).body;
+    assert.deepEqual(detail.steps[0].tasks, { total: 40, completed: 40, failed: 0, cancelled: 0, items: 0 });
+    assert.equal(detail.steps[1].state, 'completed');
+    assert.deepEqual(errors, []);
+  } finally {
+    await browser.close();
+  }
+});
+
 test('a failed step is retried and a waiting step skipped from the run page, each audited', async () => {
   const made = await api('POST', '/workflows', {
     name: 'retry from the page', steps: [
