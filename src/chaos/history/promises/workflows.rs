@@ -211,10 +211,21 @@ pub(super) fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
                 _ => {}
             }
         }
-        // A step that waits for a signal starts only once it came.
+        // A step that waits for a signal starts only once it came: the signal of the run its
+        // job ran in (a step a rerun kept ran in the run it was kept from, with that run's).
+        let mut origin: &StepRow = step;
+        while let Some(kept) = origin.kept_from.and_then(|k| steps.get(&k)) {
+            origin = *kept;
+        }
+        let origin_signal_at = step.signal.as_ref().and_then(|name| {
+            s.workflow_signals
+                .iter()
+                .find(|g| g.run_id == origin.run_id && &g.name == name)
+                .map(|g| g.received_at)
+        });
         if let (Some(name), Some(job)) = (&step.signal, step.job_id.and_then(|j| jobs.get(&j))) {
             if let Some(started) = job.attempted_at {
-                if signal_at.is_none_or(|at| at > started) {
+                if origin_signal_at.is_none_or(|at| at > started) {
                     out.push(format!(
                         "step {}: its job started at {started}, its signal {name:?} came at \
                          {signal_at:?}",
@@ -782,6 +793,27 @@ mod tests {
             workflows_hold(&History::default(), &signalled).len(),
             1,
             "waiting with its signal there"
+        );
+
+        // A rerun (run 2) keeping step 2, which waited for `go`: its job ran in run 1, after
+        // run 1's signal (the rerun has none of its own).
+        let mut kept = run();
+        kept.workflow_steps[1].signal = Some("go".into());
+        kept.workflow_signals.push(SignalRow {
+            run_id: 1,
+            name: "go".into(),
+            received_at: t(100),
+            source: "api:test".into(),
+        });
+        let mut again = step(4, "completed", Some(11), Some(100));
+        again.run_id = 2;
+        again.kept_from = Some(2);
+        again.signal = Some("go".into());
+        kept.workflow_steps.push(again);
+        assert_eq!(
+            workflows_hold(&History::default(), &kept),
+            Vec::<String>::new(),
+            "a kept step's signal is its own run's"
         );
 
         // Step 2 waited for `go` too, and its job started at 150 ms.
