@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::super::record::{Event, History, JobRow, Snapshot, StepRow, TaskRow};
-use super::workflows::{allows, may_have_done, mode_of};
+use super::workflows::{allows, mode_of, retries_by_run};
 
 /// The state a task settles in when its job is in `job_state`.
 fn task_state_of(job_state: &str) -> &'static str {
@@ -26,16 +26,7 @@ pub(super) fn map_steps_hold(h: &History, s: &Snapshot) -> Vec<String> {
     let mut out = Vec::new();
     let steps: HashMap<i64, &StepRow> = s.workflow_steps.iter().map(|st| (st.id, st)).collect();
     let jobs: HashMap<i64, &JobRow> = s.jobs.iter().map(|j| (j.id, j)).collect();
-    let mut retries: HashMap<i64, Vec<&Event>> = HashMap::new();
-    for e in h
-        .events
-        .iter()
-        .filter(|e| e.method == "POST" && e.route == "/workflows/{id}/retry" && may_have_done(e))
-    {
-        if let Some(run) = e.subject {
-            retries.entry(run).or_default().push(e);
-        }
-    }
+    let retries = retries_by_run(h);
     let cancels: Vec<&Event> = h.acknowledged("POST", "/workflows/{id}/cancel").collect();
     for step in s.workflow_steps.iter() {
         let Some(total) = step.tasks else { continue };

@@ -23,6 +23,21 @@ pub(super) fn may_have_done(e: &Event) -> bool {
     !(400..500).contains(&e.status)
 }
 
+/// The retries of each run that may have happened, by run.
+pub(super) fn retries_by_run(h: &History) -> HashMap<i64, Vec<&Event>> {
+    let mut retries: HashMap<i64, Vec<&Event>> = HashMap::new();
+    for e in h
+        .events
+        .iter()
+        .filter(|e| e.method == "POST" && e.route == "/workflows/{id}/retry" && may_have_done(e))
+    {
+        if let Some(run) = e.subject {
+            retries.entry(run).or_default().push(e);
+        }
+    }
+    retries
+}
+
 /// The retry mode a request asked for.
 pub(super) fn mode_of(e: &Event) -> &str {
     e.body
@@ -56,17 +71,7 @@ pub(super) fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
     let mut out = Vec::new();
     let steps: HashMap<i64, &StepRow> = s.workflow_steps.iter().map(|st| (st.id, st)).collect();
     let jobs: HashMap<i64, &JobRow> = s.jobs.iter().map(|j| (j.id, j)).collect();
-    // The retries of each run that may have happened.
-    let mut retries: HashMap<i64, Vec<&Event>> = HashMap::new();
-    for e in h
-        .events
-        .iter()
-        .filter(|e| e.method == "POST" && e.route == "/workflows/{id}/retry" && may_have_done(e))
-    {
-        if let Some(run) = e.subject {
-            retries.entry(run).or_default().push(e);
-        }
-    }
+    let retries = retries_by_run(h);
     // The moves of each run's times that may have happened.
     let mut moves: HashMap<i64, Vec<&Event>> = HashMap::new();
     for e in h
