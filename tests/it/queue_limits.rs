@@ -152,29 +152,44 @@ async fn a_rate_of_fifty_a_second_holds_across_three_nodes() {
     assert!(starts.len() >= 15, "{starts:?}");
     let off: Vec<_> = starts.iter().filter(|r| r.2 != 50).collect();
     assert!(off.is_empty(), "seconds without exactly 50 starts: {off:?}");
-    // Attempts end within the second they started in (one may end in the next), by their
-    // records' ends.
-    let ended = per_second_of(&db.pool, "job_attempts", "finished_at", "''").await;
-    let off: Vec<_> = ended.iter().filter(|r| (r.2 - 50).abs() > 1).collect();
-    if !off.is_empty() {
-        // Each node's records start by its reading of the database's clock: how far they stand
-        // from the claims' own times, per node, says whether a reading went astray.
-        let skew: Vec<(String, i64, f64, f64)> = sqlx::query_as(
-            "SELECT a.node, count(*),
-                    min(extract(epoch FROM a.started_at - j.attempted_at) * 1000)::float8,
-                    max(extract(epoch FROM a.started_at - j.attempted_at) * 1000)::float8
-             FROM job_attempts a JOIN jobs j ON j.id = a.job_id
-             WHERE a.queue = $1 GROUP BY a.node",
-        )
-        .bind(QUEUE)
-        .fetch_all(&db.pool)
-        .await
-        .unwrap();
-        panic!(
-            "seconds outside 50 ± 1 attempt ends: {off:?}; records' start minus claim by node \
-             (records, min ms, max ms): {skew:?}"
-        );
-    }
+    // Each attempt's record follows its claim: it starts at the claim (by the node's reading of
+    // the database's clock: a few milliseconds either way, tens late on a loaded machine) and its
+    // instant handler ends within a second. Counted by their ends' seconds, a claim late in its
+    // second spills its end into the next (seen: 60 ends in one second on a loaded machine), so
+    // the records are held to their claims instead: an attempt recorded outside its window, or
+    // a record no claim made, is reported.
+    let strays: Vec<(i64, f64, f64)> = sqlx::query_as(
+        "SELECT j.id, extract(epoch FROM a.started_at - j.attempted_at)::float8 * 1000,
+                extract(epoch FROM a.finished_at - a.started_at)::float8 * 1000
+         FROM jobs j LEFT JOIN job_attempts a ON a.job_id = j.id AND a.attempt = j.attempt
+         WHERE j.queue = $1
+           AND (a.job_id IS NULL
+                OR a.started_at NOT BETWEEN j.attempted_at - interval '50 ms'
+                                        AND j.attempted_at + interval '1 s'
+                OR a.finished_at NOT BETWEEN a.started_at AND a.started_at + interval '1 s')
+         ORDER BY j.id LIMIT 20",
+    )
+    .bind(QUEUE)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        strays.is_empty(),
+        "attempts whose record strays from their claim (job, start minus claim ms, length ms): \
+         {strays:?}"
+    );
+    let recorded: Vec<_> = per_second_of(
+        &db.pool,
+        "(SELECT j.queue, j.attempted_at FROM jobs j JOIN job_attempts a ON a.job_id = j.id) r",
+        "attempted_at",
+        "''",
+    )
+    .await;
+    let off: Vec<_> = recorded.iter().filter(|r| r.2 != 50).collect();
+    assert!(
+        off.is_empty(),
+        "seconds of claims without 50 records: {off:?}"
+    );
     // Their completions are written within the second too on a direct connection. Behind the
     // test's PgBouncer (12 server connections for three nodes' pools) a write may queue for most
     // of a second (seen: 60 in one second, 10 of them a second's burst written late): there the
