@@ -51,7 +51,7 @@ pub enum WorkflowsAction {
         payload: Option<String>,
     },
     /// Move a running run's named times (`kickoff_at=2026-12-06T21:00:00Z`): the timers and
-    /// deadlines anchored to them move with them.
+    /// deadlines anchored to them move with them (a game's run: its open questions too).
     Move {
         id: i64,
         /// NAME=TIME (RFC 3339), one or more.

@@ -672,4 +672,35 @@ impl Client {
     pub async fn workflow_steps(&self, id: i64) -> Result<Vec<StepRow>, ClientError> {
         Ok(store::run_steps(&self.pool, id).await?)
     }
+
+    /// [`Self::workflow_run`] inside the caller's transaction.
+    pub async fn workflow_run_with(
+        &self,
+        conn: &mut PgConnection,
+        id: i64,
+    ) -> Result<RunRow, ClientError> {
+        store::run_get(conn, id)
+            .await?
+            .ok_or_else(|| ClientError::NotFound(format!("workflow run {id}")))
+    }
+
+    /// [`Self::workflow_steps`] inside the caller's transaction.
+    pub async fn workflow_steps_with(
+        &self,
+        conn: &mut PgConnection,
+        id: i64,
+    ) -> Result<Vec<StepRow>, ClientError> {
+        Ok(store::run_steps(conn, id).await?)
+    }
+
+    /// The live run holding `key` when it is a run of the workflow `name`, read inside the
+    /// caller's transaction.
+    pub async fn live_workflow_with(
+        &self,
+        conn: &mut PgConnection,
+        key: &str,
+        name: &str,
+    ) -> Result<Option<RunRow>, ClientError> {
+        Ok(store::run_live_by_key_of(conn, key, &[name.to_string()]).await?)
+    }
 }

@@ -221,9 +221,9 @@ pub struct ShiftBody {
 pub struct ShiftReport {
     /// How far the jobs moved, in ms.
     pub by_ms: i64,
-    /// Jobs moved; jobs matched but left alone (not waiting, belonging to a question — moved
-    /// with it instead —, or taken out of the schedulable range: 24 hours past to 10 years
-    /// ahead).
+    /// Jobs moved; jobs matched but left alone (not waiting, belonging to a question or to a
+    /// workflow run's step — moved with it instead —, or taken out of the schedulable range: 24
+    /// hours past to 10 years ahead).
     pub jobs: BulkReport,
     /// The questions moved (their game time and lock job).
     pub questions: Vec<i64>,

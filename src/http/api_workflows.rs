@@ -537,10 +537,10 @@ pub async fn move_times(
     IdPath(id): IdPath,
     ApiJson(body): ApiJson<MoveTimes>,
 ) -> Result<impl IntoResponse, AppError> {
-    let client = &state.client;
+    let questions = &state.questions;
     let Audited(run) = audit
         .run(uncounted, async |work| {
-            Ok(client
+            Ok(questions
                 .move_workflow_times_with(work.conn().await?, id, &body.times)
                 .await?)
         })

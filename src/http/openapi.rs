@@ -717,7 +717,7 @@ pub fn endpoints() -> Vec<Endpoint> {
         Endpoint {
             method: "post",
             path: "/workflows/{id}/times",
-            summary: "Move a running workflow run's named times (a postponed game's `kickoff_at`): the steps' timers anchored to them move with them (a job that has not started is due anew), and the deadlines of the steps waiting for a signal. 409 when the run is not running; 422 `inconsistent` for a time the run does not have, `out_of_window` for one too far",
+            summary: "Move a running workflow run's named times (a postponed game's `kickoff_at`): the steps' timers anchored to them move with them (a job that has not started is due anew), and the deadlines of the steps waiting for a signal. A game's run moves its game's open questions and their lock jobs by as much as its `kickoff_at`, in the same transaction (refused as a whole when a question refuses its new time). 409 when the run is not running; 422 `inconsistent` for a time the run does not have, `out_of_window` for one too far",
             body: Some(schema::<api_workflows::MoveTimes>),
             query: None,
             ok: (200, Some(schema::<api_workflows::RunDetail>)),

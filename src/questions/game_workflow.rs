@@ -27,7 +27,7 @@
 use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
 
-use crate::engine::workflow::{OnDepFailure, Workflow};
+use crate::engine::workflow::{OnDepFailure, RunRow, Workflow};
 use crate::engine::NewJob;
 
 /// The workflow's name.
@@ -35,6 +35,10 @@ pub const NAME: &str = "game";
 pub const LOCK_GAME_KIND: &str = "lock_game";
 pub const SETTLE_GAME_KIND: &str = "settle_game";
 pub const LEADERBOARD_KIND: &str = "publish_leaderboard";
+/// The run's time its lock is anchored to (and the settle's deadline).
+pub const KICKOFF_AT: &str = "kickoff_at";
+/// The step that locks the game's questions.
+pub const LOCK_STEP: &str = "lock";
 /// The signal the settle waits for.
 pub const FINAL: &str = "final";
 /// How long after kickoff the settle waits for the final result unless told otherwise.
@@ -45,6 +49,18 @@ pub const MAX_DEADLINE_MS: i64 = 48 * 3_600_000;
 /// The run's key: one live run per game.
 pub fn key_of(game: &str) -> String {
     format!("game:{game}")
+}
+
+/// The game a run is the game's workflow of (its key `game:<game>`), if it is one.
+pub fn game_of_run(run: &RunRow) -> Option<&str> {
+    (run.name == NAME)
+        .then(|| run.key.as_deref()?.strip_prefix("game:"))
+        .flatten()
+}
+
+/// A run's `kickoff_at`, if it has one.
+pub fn kickoff_of(run: &RunRow) -> Option<DateTime<Utc>> {
+    serde_json::from_value(run.times.get(KICKOFF_AT)?.clone()).ok()
 }
 
 /// How a game's run is made.
@@ -74,12 +90,12 @@ pub fn workflow(
     let deadline = settings.deadline_ms.unwrap_or(DEFAULT_DEADLINE_MS);
     let mut flow = Workflow::new(NAME)
         .key(key_of(game))
-        .time("kickoff_at", kickoff_at)
-        .step("lock", step(LOCK_GAME_KIND))
-        .at("kickoff_at", Duration::zero())
+        .time(KICKOFF_AT, kickoff_at)
+        .step(LOCK_STEP, step(LOCK_GAME_KIND))
+        .at(KICKOFF_AT, Duration::zero())
         .step("settle", step(SETTLE_GAME_KIND))
         .after("lock")
-        .signal(FINAL, "kickoff_at", Duration::milliseconds(deadline));
+        .signal(FINAL, KICKOFF_AT, Duration::milliseconds(deadline));
     let mut last = "settle";
     if let Some(url) = &settings.notify_url {
         let mut call = NewJob::new(

@@ -6,6 +6,7 @@ use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use serde::Serialize;
 use sqlx::PgConnection;
 
+use super::game_workflow::{game_of_run, kickoff_of, KICKOFF_AT};
 use super::jobs::{lock_job, lock_key, question_of_owner, settle_job};
 use super::store::{self, ChoiceCount, Prediction, Question, QuestionStatus};
 use crate::db::in_transaction;
@@ -102,6 +103,7 @@ impl QuestionService {
             .await?
             .job;
         store::question_set_lock_job(&mut *conn, q.id, job.id).await?;
+        self.follow_game_run(&mut *conn, game.trim()).await?;
         get_with(conn, q.id).await
     }
 
@@ -168,8 +170,28 @@ impl QuestionService {
             .update_with(tx, id, prompt, choices, game_time))
     }
 
-    /// [`Self::update`] inside the caller's transaction.
+    /// [`Self::update`] inside the caller's transaction. A new game time moves the game's live
+    /// run with it ([`Self::follow_game_run`]).
     pub async fn update_with(
+        &self,
+        tx: &mut PgConnection,
+        id: i64,
+        prompt: Option<&str>,
+        choices: Option<&[String]>,
+        game_time: Option<DateTime<Utc>>,
+    ) -> Result<QuestionDetail, QuestionError> {
+        let detail = self
+            .update_alone(&mut *tx, id, prompt, choices, game_time)
+            .await?;
+        if game_time.is_some() {
+            self.follow_game_run(&mut *tx, &detail.question.game)
+                .await?;
+        }
+        Ok(detail)
+    }
+
+    /// [`Self::update_with`], the game's run left as it is.
+    async fn update_alone(
         &self,
         tx: &mut PgConnection,
         id: i64,
@@ -217,8 +239,9 @@ impl QuestionService {
     }
 
     /// Moves the open questions of `game` and those listed in `ids` by `by` (a postponed game):
-    /// each through [`Self::update_with`], so its lock job moves with it. Refused as a whole
-    /// (nothing moved) when a question's new game time would be refused. Returns the ids moved.
+    /// each through [`Self::update_with`], so its lock job moves with it, and the live run of
+    /// each game moved with them. Refused as a whole (nothing moved) when a question's new game
+    /// time would be refused. Returns the ids moved.
     pub async fn shift_with(
         &self,
         tx: &mut PgConnection,
@@ -226,6 +249,24 @@ impl QuestionService {
         ids: &[i64],
         by: ChronoDuration,
     ) -> Result<Vec<i64>, QuestionError> {
+        let open = self.shift_alone(&mut *tx, game, ids, by).await?;
+        let games: std::collections::BTreeSet<&str> =
+            open.iter().map(|q| q.game.as_str()).collect();
+        for game in games {
+            self.follow_game_run(&mut *tx, game).await?;
+        }
+        Ok(open.into_iter().map(|q| q.id).collect())
+    }
+
+    /// [`Self::shift_with`], the games' runs left as they are: the questions moved (as they
+    /// were before).
+    async fn shift_alone(
+        &self,
+        tx: &mut PgConnection,
+        game: Option<&str>,
+        ids: &[i64],
+        by: ChronoDuration,
+    ) -> Result<Vec<Question>, QuestionError> {
         let open = store::question_open_of_game(&mut *tx, game, ids).await?;
         for q in &open {
             let to = q.game_time.checked_add_signed(by).ok_or_else(|| {
@@ -234,7 +275,7 @@ impl QuestionService {
                     format!("question {} cannot move that far", q.id),
                 )
             })?;
-            self.update_with(&mut *tx, q.id, None, None, Some(to))
+            self.update_alone(&mut *tx, q.id, None, None, Some(to))
                 .await
                 .map_err(|e| match e {
                     QuestionError::Invalid { message, .. } => invalid(
@@ -244,7 +285,76 @@ impl QuestionService {
                     e => e,
                 })?;
         }
-        Ok(open.into_iter().map(|q| q.id).collect())
+        Ok(open)
+    }
+
+    /// Moves run `id`'s named times ([`Client::move_workflow_times_with`]) inside the caller's
+    /// transaction. A game's run (the built-in game workflow) moves its game with it: the
+    /// game's open questions by as much as its `kickoff_at` moved, their lock jobs with them, so
+    /// that the run and its questions keep one game time whichever of them an operator moves.
+    pub async fn move_workflow_times_with(
+        &self,
+        tx: &mut PgConnection,
+        id: i64,
+        times: &std::collections::BTreeMap<String, DateTime<Utc>>,
+    ) -> Result<crate::engine::workflow::RunRow, QuestionError> {
+        let run = self.client.workflow_run_with(&mut *tx, id).await?;
+        if let (Some(game), Some(to)) = (game_of_run(&run), times.get(KICKOFF_AT)) {
+            // The game's questions first (locked, so that a concurrent move reads the run as
+            // this one leaves it), then the run read again: it moved as far as it moves now.
+            store::question_open_of_game(&mut *tx, Some(game), &[]).await?;
+            let run = self.client.workflow_run_with(&mut *tx, id).await?;
+            if let Some(from) = kickoff_of(&run) {
+                let by = *to - from;
+                if by != ChronoDuration::zero() {
+                    self.shift_alone(&mut *tx, Some(game), &[], by).await?;
+                }
+            }
+        }
+        Ok(self
+            .client
+            .move_workflow_times_with(&mut *tx, id, times)
+            .await?)
+    }
+
+    /// The game's live run (the built-in game workflow) follows its open questions: until it
+    /// kicks off (its `kickoff_at` ahead, its `lock` step not done), its `kickoff_at` is the
+    /// earliest game time among them, moved in the
+    /// caller's transaction with what moves with it (the lock's time, the settle's deadline). A
+    /// game without open questions, or that kicked off, leaves its run as it is.
+    async fn follow_game_run(
+        &self,
+        tx: &mut PgConnection,
+        game: &str,
+    ) -> Result<(), QuestionError> {
+        use super::game_workflow::{key_of, NAME};
+        let Some(run) = self
+            .client
+            .live_workflow_with(&mut *tx, &key_of(game), NAME)
+            .await?
+        else {
+            return Ok(());
+        };
+        let Some(earliest) = store::question_earliest_of_game(&mut *tx, game).await? else {
+            return Ok(());
+        };
+        let kickoff = kickoff_of(&run);
+        if kickoff == Some(earliest) || kickoff.is_some_and(|at| at <= Utc::now()) {
+            return Ok(());
+        }
+        let steps = self.client.workflow_steps_with(&mut *tx, run.id).await?;
+        let locked = steps.iter().any(|s| {
+            s.name == super::game_workflow::LOCK_STEP
+                && !matches!(s.state.as_str(), "blocked" | "ready")
+        });
+        if locked {
+            return Ok(());
+        }
+        let times = [(KICKOFF_AT.to_string(), earliest)].into();
+        self.client
+            .move_workflow_times_with(&mut *tx, run.id, &times)
+            .await?;
+        Ok(())
     }
 
     /// The earliest game time of `game`'s open questions (a move of the game `to` a time takes
@@ -286,6 +396,7 @@ impl QuestionService {
             self.client.cancel_with(&mut *tx, &[job]).await?;
         }
         store::question_delete(&mut *tx, id).await?;
+        self.follow_game_run(&mut *tx, &q.game).await?;
         Ok(())
     }
 

@@ -294,3 +294,171 @@ async fn the_api_starts_one_run_per_game_for_operators_audited() {
     assert_eq!(audited.len(), 6, "{audited:?}");
     assert_eq!(audited.iter().filter(|(_, ok)| *ok).count(), 2);
 }
+
+/// The game's times as stored: its run's `kickoff_at`, the due time of its `lock` step's job,
+/// and each question's game time with its lock job's due time, by id.
+async fn game_times(
+    pool: &kickoff::engine::Db,
+    run: i64,
+    game: &str,
+) -> (String, String, Vec<(String, String)>) {
+    let text = "to_char(%s AT TIME ZONE 'UTC', 'HH24:MI:SS.MS')";
+    let (kickoff, lock): (String, String) = sqlx::query_as(&format!(
+        "SELECT r.times ->> 'kickoff_at', {}
+         FROM workflow_runs r JOIN workflow_steps s ON s.run_id = r.id AND s.name = 'lock'
+         JOIN jobs j ON j.id = s.job_id WHERE r.id = $1",
+        text.replace("%s", "j.scheduled_at")
+    ))
+    .bind(run)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let kickoff: chrono::DateTime<Utc> = kickoff.parse().unwrap();
+    let questions: Vec<(String, String)> = sqlx::query_as(&format!(
+        "SELECT {}, {} FROM questions q JOIN jobs j ON j.id = q.lock_job_id
+         WHERE q.game = $1 ORDER BY q.id",
+        text.replace("%s", "q.game_time"),
+        text.replace("%s", "j.scheduled_at")
+    ))
+    .bind(game)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    (kickoff.format("%H:%M:%S%.3f").to_string(), lock, questions)
+}
+
+/// A postponed game moves as one, whichever of its parts an operator moves: a question's new
+/// game time moves its game's run (its kickoff, the lock's job); a move of the run moves the
+/// game's open questions and their lock jobs by as much, in the same transaction; a move either
+/// side refuses moves nothing; a shift of jobs with the game moves each once (a step's job goes
+/// with its run, not a second time with the jobs); a question deleted leaves the run at the
+/// earliest of the others.
+#[tokio::test]
+async fn a_game_and_its_run_move_together() {
+    use chrono::{Duration as Span, SubsecRound};
+    let db = test_db().await;
+    let app = crate::common::app(&db.pool, TOKEN);
+    let client = Client::new(
+        db.pool.clone(),
+        std::sync::Arc::new(kickoff::workers::builtin(vec![])),
+    );
+    let questions = QuestionService::new(client.clone());
+    let game = "Hawks vs Foxes";
+    let t = (Utc::now() + Span::hours(2)).trunc_subsecs(3);
+    let hm = |at: chrono::DateTime<Utc>| at.format("%H:%M:%S%.3f").to_string();
+    let choices = ["Hawks".to_string(), "Foxes".to_string()];
+    let first = questions
+        .create(game, "Who scores first?", &choices, t)
+        .await
+        .unwrap()
+        .question
+        .id;
+    let later = questions
+        .create(
+            game,
+            "Who wins the second half?",
+            &choices,
+            t + Span::minutes(10),
+        )
+        .await
+        .unwrap()
+        .question
+        .id;
+    let run = start(&questions, &client, game, GameWorkflowSettings::default()).await;
+    let at = |m: i64| hm(t + Span::minutes(m));
+    let pairs = |a: i64, b: i64| vec![(at(a), at(a)), (at(b), at(b))];
+    assert_eq!(
+        game_times(&db.pool, run.id, game).await,
+        (at(0), at(0), pairs(0, 10))
+    );
+    // A question moved later: the run's kickoff follows the earliest question left.
+    let (status, answer) = call(
+        &app,
+        Method::PATCH,
+        &format!("/api/v1/questions/{first}"),
+        Some(TOKEN),
+        Some(&json!({ "game_time": t + Span::minutes(30) })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(
+        game_times(&db.pool, run.id, game).await,
+        (at(10), at(10), pairs(30, 10))
+    );
+    // The run moved an hour later: its questions and their lock jobs by as much.
+    let times = format!("/api/v1/workflows/{}/times", run.id);
+    let (status, answer) = call(
+        &app,
+        Method::POST,
+        &times,
+        Some(TOKEN),
+        Some(&json!({ "times": { "kickoff_at": t + Span::minutes(70) } })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(
+        game_times(&db.pool, run.id, game).await,
+        (at(70), at(70), pairs(90, 70))
+    );
+    // Moved into the past: the questions refuse it, and nothing moves.
+    let (status, answer) = call(
+        &app,
+        Method::POST,
+        &times,
+        Some(TOKEN),
+        Some(&json!({ "times": { "kickoff_at": Utc::now() - Span::minutes(5) } })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert_eq!(answer["error"]["code"], "out_of_window", "{answer}");
+    assert_eq!(
+        game_times(&db.pool, run.id, game).await,
+        (at(70), at(70), pairs(90, 70))
+    );
+    // A shift of the game's jobs with the game: ten minutes for each, once.
+    let max_id: i64 = sqlx::query_scalar("SELECT max(id) FROM jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let (status, answer) = call(
+        &app,
+        Method::POST,
+        "/api/v1/jobs/shift",
+        Some(TOKEN),
+        Some(
+            &json!({ "filter": { "args": { "game": game }, "max_id": max_id },
+                      "by_ms": 600_000, "game": game }),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(
+        game_times(&db.pool, run.id, game).await,
+        (at(80), at(80), pairs(100, 80))
+    );
+    // The earliest question deleted: the run's kickoff is the other's.
+    let (status, answer) = call(
+        &app,
+        Method::DELETE,
+        &format!("/api/v1/questions/{later}"),
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert!(status.is_success(), "{status} {answer}");
+    let (kickoff, lock, _) = game_times(&db.pool, run.id, game).await;
+    assert_eq!((kickoff, lock), (at(100), at(100)));
+    let audited: Vec<(String, bool)> = sqlx::query_as(
+        "SELECT action, ok FROM audit_log WHERE action LIKE 'api.POST /workflows/%' ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        audited,
+        [
+            ("api.POST /workflows/{id}/times".to_string(), true),
+            ("api.POST /workflows/{id}/times".to_string(), false)
+        ]
+    );
+}

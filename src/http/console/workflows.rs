@@ -197,7 +197,10 @@ impl WorkflowsConsole for ServerConsole {
                     }
                     ("move", Some(by)) => {
                         let times = moved_by(&client.workflow_run(id).await?, by)?;
-                        client.move_workflow_times_with(conn, id, &times).await?
+                        self.questions
+                            .move_workflow_times_with(conn, id, &times)
+                            .await
+                            .map_err(super::refused)?
                     }
                     ("skip" | "signal" | "rerun" | "move", None) => {
                         return Err(Refusal::invalid(format!(

@@ -83,7 +83,8 @@ pub async fn job_apply_edit<'e>(
     .await
 }
 
-/// Moves the listed waiting jobs that still match `filter` and belong to nobody by `by_ms`,
+/// Moves the listed waiting jobs that still match `filter` and belong to nobody (no
+/// `meta.owner`, no workflow step: a step's job moves with its run's times) by `by_ms`,
 /// those whose new time stays within `[earliest, latest]`; a job moved to or before now is due
 /// now (`available`, its due time now: not late by the move, so a late-start policy does not
 /// skip it), one moved after now waits (`scheduled`), as a reschedule leaves it. Returns how many
@@ -105,7 +106,7 @@ pub async fn job_shift_matching<'e>(
                  ELSE 'scheduled'::job_state END",
         )
         .push(format!(
-            " WHERE state IN {WAITING} AND NOT (meta ? 'owner') AND id = ANY("
+            " WHERE state IN {WAITING} AND NOT (meta ? 'owner') AND step_id IS NULL AND id = ANY("
         ))
         .push_bind(ids_param(ids))
         .push(") AND scheduled_at + ")
