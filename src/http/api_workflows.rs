@@ -477,9 +477,11 @@ pub async fn signal(
 #[derive(schemars::JsonSchema, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StartGame {
-    /// Where the `notify` step's call goes once the game is settled: a webhook call, which must
-    /// pass `KICKOFF_WEBHOOK_ALLOWED_HOSTS` or an endpoint's `allow_calls` (else 422
-    /// `args_refused`); absent: the run has no `notify` step.
+    /// Where the `notify` step's calls go once the game is settled: webhook calls, each telling
+    /// a page of players how they did (`{"type": "game.players", "game", "players": [{"player",
+    /// "correct", "predicted"}]}`), which must pass `KICKOFF_WEBHOOK_ALLOWED_HOSTS` or an
+    /// endpoint's `allow_calls` (else 422 `args_refused`); absent: the run has no `notify`
+    /// step.
     #[serde(default)]
     #[schemars(length(max = 2048), regex(pattern = crate::schema_rules::NOTIFY_URL_PATTERN))]
     pub notify_url: Option<String>,
@@ -488,6 +490,14 @@ pub struct StartGame {
     #[serde(default)]
     #[schemars(range(min = 60_000, max = 172_800_000))]
     pub deadline_ms: Option<i64>,
+    /// The `notify` step's tasks, each a share of the players: 1 to 1,000 (default 4).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 1_000))]
+    pub notify_tasks: Option<u32>,
+    /// Players in one call: 1 to 1,000 (default 100).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 1_000))]
+    pub notify_batch: Option<u32>,
 }
 
 /// Starts game `game`'s workflow: lock at kickoff (the earliest game time of its open
@@ -503,6 +513,8 @@ pub async fn start_game(
     let settings = GameWorkflowSettings {
         notify_url: body.notify_url.filter(|u| !u.trim().is_empty()),
         deadline_ms: body.deadline_ms,
+        notify_tasks: body.notify_tasks,
+        notify_batch: body.notify_batch,
     };
     let by = creator(&caller).to_string();
     let Audited(inserted) = audit

@@ -14,8 +14,11 @@
 //!   and scores every prediction as a question's settle job does (the same statements, in
 //!   batches, each scored once); a question an operator settled already keeps its answer. Its
 //!   deadline passing fails it: the alert `workflow_deadline` says so, and nothing after it runs.
-//! - `notify` (a `webhook` call to the receiver given when the run starts, when one is): tells it
-//!   the game is settled. Its queue's rate (`PATCH /api/v1/queues/webhooks`) paces the calls.
+//! - `notify` (when the run starts with a receiver): a map step of `notify_players` tasks, each
+//!   telling a share of the game's players how they did, a page of players a `webhook` call to
+//!   the receiver handed over with the task's cursor (`workers::notify_players`): each page
+//!   once, across crashes. The `webhooks` queue's rate (`PATCH /api/v1/queues/webhooks`) paces
+//!   the calls.
 //! - `leaderboard` (`publish_leaderboard`): the game's players ranked by correct predictions, as
 //!   the step's output (read on the run's page and API); published even if the notification
 //!   failed (`on_failure: run`), never before the settle.
@@ -35,6 +38,13 @@ pub const NAME: &str = "game";
 pub const LOCK_GAME_KIND: &str = "lock_game";
 pub const SETTLE_GAME_KIND: &str = "settle_game";
 pub const LEADERBOARD_KIND: &str = "publish_leaderboard";
+pub const NOTIFY_PLAYERS_KIND: &str = "notify_players";
+/// The notify step's tasks unless told otherwise, and at most.
+pub const DEFAULT_NOTIFY_TASKS: u32 = 4;
+pub const MAX_NOTIFY_TASKS: u32 = 1_000;
+/// Players in one of the notify step's calls unless told otherwise, and at most.
+pub const DEFAULT_NOTIFY_BATCH: u32 = 100;
+pub const MAX_NOTIFY_BATCH: u32 = 1_000;
 /// The run's time its lock is anchored to (and the settle's deadline).
 pub const KICKOFF_AT: &str = "kickoff_at";
 /// The step that locks the game's questions.
@@ -66,8 +76,13 @@ pub fn kickoff_of(run: &RunRow) -> Option<DateTime<Utc>> {
 /// How a game's run is made.
 #[derive(Debug, Clone, Default)]
 pub struct GameWorkflowSettings {
-    /// Where the `notify` step's call goes (none: no such step).
+    /// Where the `notify` step's calls go (none: no such step).
     pub notify_url: Option<String>,
+    /// The notify step's tasks (1 to [`MAX_NOTIFY_TASKS`], default [`DEFAULT_NOTIFY_TASKS`]):
+    /// each tells a share of the players how they did.
+    pub notify_tasks: Option<u32>,
+    /// Players in one call (1 to 1,000, default 100).
+    pub notify_batch: Option<u32>,
     /// How long after kickoff the settle waits for the final result (default 5 h).
     pub deadline_ms: Option<i64>,
 }
@@ -98,14 +113,18 @@ pub fn workflow(
         .signal(FINAL, KICKOFF_AT, Duration::milliseconds(deadline));
     let mut last = "settle";
     if let Some(url) = &settings.notify_url {
-        let mut call = NewJob::new(
-            crate::webhooks::WEBHOOK_KIND,
-            json!({ "url": url, "body": { "type": "game.settled", "game": game } }),
+        let batch = settings.notify_batch.unwrap_or(DEFAULT_NOTIFY_BATCH);
+        let mut tell = NewJob::new(
+            NOTIFY_PLAYERS_KIND,
+            json!({ "game": game, "url": url, "batch": batch }),
         );
         if let Some(by) = created_by {
-            call = call.created_by(by);
+            tell = tell.created_by(by);
         }
-        flow = flow.step("notify", call).after("settle");
+        flow = flow
+            .step("notify", tell)
+            .map(settings.notify_tasks.unwrap_or(DEFAULT_NOTIFY_TASKS))
+            .after("settle");
         last = "notify";
     }
     flow = flow

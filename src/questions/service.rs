@@ -120,6 +120,25 @@ impl QuestionService {
     ) -> Result<crate::engine::workflow::RunInserted, QuestionError> {
         use super::game_workflow::{workflow, MAX_DEADLINE_MS};
         check_text("game", game, 200)?;
+        use super::game_workflow::{MAX_NOTIFY_BATCH as MAX_BATCH, MAX_NOTIFY_TASKS};
+        if settings
+            .notify_tasks
+            .is_some_and(|n| !(1..=MAX_NOTIFY_TASKS).contains(&n))
+        {
+            return Err(invalid(
+                "notify_tasks",
+                format!("1 to {MAX_NOTIFY_TASKS} tasks"),
+            ));
+        }
+        if settings
+            .notify_batch
+            .is_some_and(|n| !(1..=MAX_BATCH).contains(&n))
+        {
+            return Err(invalid(
+                "notify_batch",
+                format!("1 to {MAX_BATCH} players a call"),
+            ));
+        }
         if let Some(ms) = settings.deadline_ms {
             if !(60_000..=MAX_DEADLINE_MS).contains(&ms) {
                 return Err(invalid(

@@ -366,6 +366,33 @@ pub struct Standing {
     pub predicted: i64,
 }
 
+/// The players of `game` in share `share` of `shares` (by the md5 of their name: the same share
+/// on any server and PostgreSQL version), after `after` by name, at most `limit`, each with
+/// their standing: a page of a map step's task that tells each player how they did.
+pub async fn standings_of_share<'e>(
+    db: impl PgExecutor<'e>,
+    game: &str,
+    share: i32,
+    shares: i32,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Vec<Standing>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT p.player, count(*) FILTER (WHERE p.correct) AS correct, count(*) AS predicted
+         FROM predictions p JOIN questions q ON q.id = p.question_id
+         WHERE q.game = $1 AND ($4::text IS NULL OR p.player > $4)
+           AND ('x' || left(md5(p.player), 15))::bit(60)::bigint % $3 = $2
+         GROUP BY p.player ORDER BY p.player LIMIT $5",
+    )
+    .bind(game)
+    .bind(i64::from(share))
+    .bind(i64::from(shares))
+    .bind(after)
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
 /// The first `limit` players of `game` by correct predictions (then by name), and how many
 /// players predicted at all.
 pub async fn leaderboard<'e>(

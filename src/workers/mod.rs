@@ -3,6 +3,7 @@
 pub mod game;
 pub mod lock_question;
 pub mod noop;
+pub mod notify_players;
 pub mod settle_question;
 #[cfg(test)]
 mod sight_tests;
@@ -25,6 +26,10 @@ pub fn builtin_signed(
         .register(game::LockGameWorker)
         .register(game::SettleGameWorker)
         .register(game::LeaderboardWorker)
+        .register(notify_players::NotifyPlayersWorker::new(
+            webhook::WebhookWorker::new(allowed_webhook_hosts.clone())
+                .with_signing_key(key.clone()),
+        ))
         .register(webhook::WebhookWorker::new(allowed_webhook_hosts).with_signing_key(key));
     workers
 }
@@ -39,6 +44,9 @@ pub fn builtin(allowed_webhook_hosts: Vec<String>) -> Workers {
         .register(game::LockGameWorker)
         .register(game::SettleGameWorker)
         .register(game::LeaderboardWorker)
+        .register(notify_players::NotifyPlayersWorker::new(
+            webhook::WebhookWorker::new(allowed_webhook_hosts.clone()),
+        ))
         .register(webhook::WebhookWorker::new(allowed_webhook_hosts));
     workers
 }

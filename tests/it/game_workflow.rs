@@ -18,6 +18,23 @@ use kickoff::engine::{Client, Engine, EngineConfig};
 use kickoff::questions::game_workflow::GameWorkflowSettings;
 use kickoff::questions::QuestionService;
 
+/// A database, a receiver, an engine running the built-in kinds (calls to the receiver
+/// allowed), its client and the questions' service.
+async fn running() -> (
+    crate::common::TestDb,
+    Receiver,
+    Engine,
+    Client,
+    QuestionService,
+) {
+    let db = test_db().await;
+    let receiver = Receiver::start().await;
+    let engine = engine(&db, &receiver).await;
+    let client = engine.client();
+    let questions = QuestionService::new(client.clone());
+    (db, receiver, engine, client, questions)
+}
+
 async fn engine(db: &crate::common::TestDb, receiver: &Receiver) -> Engine {
     Engine::start(
         db.pool.clone(),
@@ -84,6 +101,73 @@ async fn settled(client: &Client, run: i64) -> RunRow {
     client.workflow_run(run).await.unwrap()
 }
 
+/// The players the receiver was told about at `path` (`game.players` calls), sorted, once
+/// `count` came: each with their correct and predicted counts.
+async fn told_players(receiver: &Receiver, path: &str, count: usize) -> Vec<(String, i64, i64)> {
+    let players = || -> Vec<(String, i64, i64)> {
+        let mut all: Vec<(String, i64, i64)> = receiver
+            .calls_to(path)
+            .iter()
+            .flat_map(|c| {
+                let body: Value = serde_json::from_slice(&c.body).unwrap();
+                assert_eq!(body["type"], "game.players", "{body}");
+                body["players"].as_array().unwrap().clone()
+            })
+            .map(|p| {
+                let n = |k: &str| p[k].as_i64().unwrap();
+                (
+                    p["player"].as_str().unwrap().to_string(),
+                    n("correct"),
+                    n("predicted"),
+                )
+            })
+            .collect();
+        all.sort();
+        all
+    };
+    wait_for("every player told", Duration::from_secs(20), || async {
+        players().len() >= count
+    })
+    .await;
+    players()
+}
+
+/// A game of one question due in 1.2 s that `players` predicted (those `right` picks the
+/// first choice, the others the second), its run started with `settings`, locked at its time
+/// and sent its `final` result: the first choice. The run.
+async fn game_told(
+    client: &Client,
+    questions: &QuestionService,
+    game: &str,
+    players: &[String],
+    right: impl Fn(usize) -> bool,
+    settings: GameWorkflowSettings,
+) -> RunRow {
+    let at = Utc::now() + chrono::Duration::milliseconds(1200);
+    let choices = ["Home".to_string(), "Away".to_string()];
+    let q = questions
+        .create(game, "Who wins?", &choices, at)
+        .await
+        .unwrap()
+        .question
+        .id;
+    for (i, p) in players.iter().enumerate() {
+        let pick = &choices[usize::from(!right(i))];
+        questions.predict(q, p, pick).await.unwrap();
+    }
+    let run = start(questions, client, game, settings).await;
+    wait_for("the lock", Duration::from_secs(15), || async {
+        step_state(client, run.id, "lock").await == "completed"
+    })
+    .await;
+    let answers = json!({ "answers": { q.to_string(): "Home" } });
+    client
+        .signal_workflow(run.id, "final", &answers, "api")
+        .await
+        .unwrap();
+    run
+}
+
 async fn step_state(client: &Client, run: i64, name: &str) -> String {
     let steps = client.workflow_steps(run).await.unwrap();
     steps.into_iter().find(|s| s.name == name).unwrap().state
@@ -91,11 +175,7 @@ async fn step_state(client: &Client, run: i64, name: &str) -> String {
 
 #[tokio::test]
 async fn a_game_locks_at_kickoff_settles_on_its_final_result_and_publishes_its_leaderboard() {
-    let db = test_db().await;
-    let receiver = Receiver::start().await;
-    let engine = engine(&db, &receiver).await;
-    let client = engine.client();
-    let questions = QuestionService::new(client.clone());
+    let (_db, receiver, engine, client, questions) = running().await;
     let (first, over) = game_with_players(&questions, "Lions vs Bears").await;
     let run = start(
         &questions,
@@ -104,6 +184,7 @@ async fn a_game_locks_at_kickoff_settles_on_its_final_result_and_publishes_its_l
         GameWorkflowSettings {
             notify_url: Some(receiver.url("/notify")),
             deadline_ms: None,
+            ..Default::default()
         },
     )
     .await;
@@ -134,12 +215,12 @@ async fn a_game_locks_at_kickoff_settles_on_its_final_result_and_publishes_its_l
             "settled"
         );
     }
-    let calls = receiver.calls_to("/notify");
-    assert_eq!(calls.len(), 1, "notified once");
-    let body: Value = serde_json::from_slice(&calls[0].body).unwrap();
+    // Each player told how they did, once (the calls go through the webhooks queue, perhaps
+    // after the run completed).
+    let told = told_players(&receiver, "/notify", 3).await;
     assert_eq!(
-        body,
-        json!({ "type": "game.settled", "game": "Lions vs Bears" })
+        told,
+        [("ana", 2, 2), ("ben", 1, 2), ("cem", 1, 2)].map(|(p, c, n)| (p.to_string(), c, n))
     );
     let steps = client.workflow_steps(run.id).await.unwrap();
     let board = steps
@@ -160,11 +241,7 @@ async fn a_game_locks_at_kickoff_settles_on_its_final_result_and_publishes_its_l
 
 #[tokio::test]
 async fn a_partner_that_never_answers_fails_the_settle_at_its_deadline_and_nothing_after_runs() {
-    let db = test_db().await;
-    let receiver = Receiver::start().await;
-    let engine = engine(&db, &receiver).await;
-    let client = engine.client();
-    let questions = QuestionService::new(client.clone());
+    let (_db, receiver, engine, client, questions) = running().await;
     let (first, _) = game_with_players(&questions, "Wolves vs Hawks").await;
     let run = start(
         &questions,
@@ -173,6 +250,7 @@ async fn a_partner_that_never_answers_fails_the_settle_at_its_deadline_and_nothi
         GameWorkflowSettings {
             notify_url: Some(receiver.url("/notify")),
             deadline_ms: Some(60_000),
+            ..Default::default()
         },
     )
     .await;
@@ -223,7 +301,7 @@ async fn the_api_starts_one_run_per_game_for_operators_audited() {
     let viewer =
         crate::common::operator_token_of(&db.pool, "reader", kickoff::accounts::TokenScope::Read)
             .await;
-    let tries: [(&str, Option<&str>, Value, StatusCode); 6] = [
+    let tries: [(&str, Option<&str>, Value, StatusCode); 8] = [
         (path, Some(&viewer), json!({}), StatusCode::FORBIDDEN),
         (
             path,
@@ -235,6 +313,18 @@ async fn the_api_starts_one_run_per_game_for_operators_audited() {
             path,
             Some(TOKEN),
             json!({ "notify_url": "https://not-allowed.example/hook" }),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            path,
+            Some(TOKEN),
+            json!({ "notify_tasks": 0 }),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            path,
+            Some(TOKEN),
+            json!({ "notify_batch": 1001 }),
             StatusCode::UNPROCESSABLE_ENTITY,
         ),
         (
@@ -257,7 +347,7 @@ async fn the_api_starts_one_run_per_game_for_operators_audited() {
         assert_eq!(status, want, "{path} {body}: {answer}");
         answers.push(answer);
     }
-    let made = &answers[4];
+    let made = &answers[6];
     assert_eq!(made["run"]["name"], "game");
     assert_eq!(made["run"]["key"], "game:Owls vs Cats");
     let names: Vec<&str> = made["steps"]
@@ -278,8 +368,8 @@ async fn the_api_starts_one_run_per_game_for_operators_audited() {
             .contains("1 of its 1"),
         "{made}"
     );
-    assert_eq!(answers[5]["existing"], json!(true));
-    assert_eq!(answers[5]["run"]["id"], made["run"]["id"]);
+    assert_eq!(answers[7]["existing"], json!(true));
+    assert_eq!(answers[7]["run"]["id"], made["run"]["id"]);
     let runs: i64 = sqlx::query_scalar("SELECT count(*) FROM workflow_runs")
         .fetch_one(&db.pool)
         .await
@@ -291,8 +381,175 @@ async fn the_api_starts_one_run_per_game_for_operators_audited() {
     .fetch_all(&db.pool)
     .await
     .unwrap();
-    assert_eq!(audited.len(), 6, "{audited:?}");
+    assert_eq!(audited.len(), 8, "{audited:?}");
     assert_eq!(audited.iter().filter(|(_, ok)| *ok).count(), 2);
+}
+
+/// The notify step is a map step: each of its tasks tells a share of the players how they did,
+/// a page of players a webhook call through the `webhooks` queue, handed over with the task's
+/// cursor; every player is told once, the step's progress counts them, each call is a webhook
+/// job with its delivery record, and the receiver's secret stays hidden from a reader of the
+/// task's job.
+#[tokio::test]
+async fn the_notify_step_tells_every_player_once_in_pages_through_the_webhooks_queue() {
+    let (db, receiver, engine, client, questions) = running().await;
+    let players: Vec<String> = (0..37).map(|i| format!("player-{i:02}")).collect();
+    let settings = GameWorkflowSettings {
+        notify_url: Some(receiver.url("/players?token=hush")),
+        notify_tasks: Some(3),
+        notify_batch: Some(5),
+        ..Default::default()
+    };
+    let game = "Rams vs Owls";
+    let run = game_told(
+        &client,
+        &questions,
+        game,
+        &players,
+        |i| i % 3 == 0,
+        settings,
+    )
+    .await;
+    assert_eq!(settled(&client, run.id).await.state, "completed");
+    let told = told_players(&receiver, "/players", players.len()).await;
+    let want: Vec<(String, i64, i64)> = players
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.clone(), i64::from(i % 3 == 0), 1))
+        .collect();
+    assert_eq!(told, want, "each player once, with how they did");
+    let calls = receiver.calls_to("/players");
+    for c in &calls {
+        let body: Value = serde_json::from_slice(&c.body).unwrap();
+        let n = body["players"].as_array().unwrap().len();
+        assert!((1..=5).contains(&n), "a page of 1 to 5 players: {n}");
+    }
+    // Three shares, each paged by five: at least ceil(37 / 5) calls, at most that plus a short
+    // page per share.
+    assert!((8..=10).contains(&calls.len()), "{} calls", calls.len());
+    let step = client
+        .workflow_steps(run.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.name == "notify")
+        .unwrap();
+    assert_eq!(
+        (step.state.as_str(), step.tasks, step.tasks_done, step.items),
+        ("completed", Some(3), 3, players.len() as i64)
+    );
+    // Each call a webhook job of the queue, recorded once its call ended.
+    let calls_and_records = async || -> (i64, Vec<String>, i64) {
+        sqlx::query_as(
+            "SELECT count(*), array_agg(DISTINCT queue),
+                    (SELECT count(*) FROM webhook_deliveries d JOIN jobs w ON w.id = d.job_id
+                     WHERE w.kind = 'webhook')
+             FROM jobs WHERE kind = 'webhook'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    };
+    wait_for("each call's record", Duration::from_secs(10), || async {
+        let (jobs, _, delivered) = calls_and_records().await;
+        delivered >= jobs
+    })
+    .await;
+    let (jobs, queues, delivered) = calls_and_records().await;
+    assert_eq!(
+        (jobs, queues, delivered),
+        (
+            calls.len() as i64,
+            vec!["webhooks".to_string()],
+            calls.len() as i64
+        )
+    );
+    // The task's job shows its receiver as a webhook's URL is shown: without the token.
+    let task_job: i64 = sqlx::query_scalar("SELECT min(job_id) FROM workflow_tasks")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let viewer = kickoff::engine::sight::Sight {
+        name: "someone-else",
+        admin: false,
+        reader: true,
+        workers: client.workers(),
+    };
+    let job = client.get(kickoff::engine::JobId(task_job)).await.unwrap();
+    let seen = viewer.args(&job);
+    let url = seen["url"].as_str().unwrap();
+    assert!(!url.contains("hush"), "{url}");
+    engine.stop().await;
+}
+
+/// A notify task resumes where its last checkpoint left it (a crash after a page's commit): the
+/// players before its cursor are not told again, the rest are, once; a paused `notify_players`
+/// holds the step's tasks until the kind resumes.
+#[tokio::test]
+async fn a_notify_task_resumes_after_its_cursor() {
+    let (db, receiver, engine, client, questions) = running().await;
+    let players: Vec<String> = (0..20).map(|i| format!("player-{i:02}")).collect();
+    client
+        .pause_kind("notify_players", Some("ops"))
+        .await
+        .unwrap();
+    let settings = GameWorkflowSettings {
+        notify_url: Some(receiver.url("/players")),
+        notify_tasks: Some(1),
+        notify_batch: Some(3),
+        ..Default::default()
+    };
+    let run = game_told(
+        &client,
+        &questions,
+        "Elks vs Yaks",
+        &players,
+        |_| true,
+        settings,
+    )
+    .await;
+    wait_for(
+        "the notify step's task",
+        Duration::from_secs(15),
+        || async {
+            let tasks: i64 = sqlx::query_scalar("SELECT count(*) FROM workflow_tasks")
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+            tasks == 1
+        },
+    )
+    .await;
+    // As an attempt that told the first ten and then died leaves it.
+    sqlx::query("UPDATE workflow_tasks SET cursor = '{\"after\": \"player-09\"}', items = 10")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        receiver.calls_to("/players").is_empty(),
+        "paused: no call yet"
+    );
+    assert_eq!(step_state(&client, run.id, "notify").await, "ready");
+    client.resume_kind("notify_players").await.unwrap();
+    assert_eq!(settled(&client, run.id).await.state, "completed");
+    let told = told_players(&receiver, "/players", 10).await;
+    let want: Vec<(String, i64, i64)> = players[10..].iter().map(|p| (p.clone(), 1, 1)).collect();
+    assert_eq!(told, want, "the ten after the cursor, once each");
+    let step = client
+        .workflow_steps(run.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.name == "notify")
+        .unwrap();
+    assert_eq!(step.items, 20, "ten before the crash, ten after");
+    assert_eq!(
+        receiver.calls_to("/players").len(),
+        4,
+        "pages of 3, 3, 3, 1"
+    );
+    engine.stop().await;
 }
 
 /// The game's times as stored: its run's `kickoff_at`, the due time of its `lock` step's job,
