@@ -1,11 +1,14 @@
 // The game's workflow in the browser (issue 49): a game's questions and players' predictions, its
 // run started, locked at kickoff, settled by the partner's signed final result (signed here with
 // Node's own crypto, as Standard Webhooks says), the leaderboard on the run's page, followed live,
-// in two time zones; and a partner that never answers: the settle fails at its deadline and the
-// alert page says so.
+// in two time zones; a postponed game moved from its run's page and by its question, as one; its
+// players told in pages through the webhooks queue's rate, the notify step's progress live; and a
+// partner that never answers: the settle fails at its deadline and the alert page says so.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launch, api, eventually, hydrated, baseUrl, watchErrors, partnerSignal, moveRunTime } from './helpers.mjs';
+import http from 'node:http';
+import path from 'node:path';
+import { launch, api, eventually, hydrated, baseUrl, screenshots, watchErrors, partnerSignal, moveRunTime } from './helpers.mjs';
 
 // A game two seconds from now with two questions and three players; its run started.
 async function game(name, settings = {}) {
@@ -85,8 +88,11 @@ test('a partner that never answers: the settle fails at its deadline, nothing af
     const errors = watchErrors(page);
     await page.goto(baseUrl + `/workflows/${run}`);
     await hydrated(page);
-    // The kickoff three minutes back (as a game moved by hand): its deadline, a minute after,
-    // passed.
+    // Once locked (a move of the run moves the game's open questions with it, and a question
+    // refuses a game time in the past), the kickoff three minutes back, as a game moved by
+    // hand: its deadline, a minute after, passed.
+    await eventually('the lock at kickoff', async () => (await api('GET', `/workflows/${run}`)).body.steps[0].state,
+      (s) => s === 'completed');
     await moveRunTime(page, '-3m');
     const state = page.locator('dd .badge').first();
     await eventually('the run to fail on the page', () => state.textContent(), (t) => t === 'failed');
@@ -101,5 +107,87 @@ test('a partner that never answers: the settle fails at its deadline, nothing af
     assert.deepEqual(errors, []);
   } finally {
     await browser.close();
+  }
+});
+
+// The receiver scripts/test lets webhooks call (KICKOFF_E2E_RECEIVER_PORT).
+const port = Number(process.env.KICKOFF_E2E_RECEIVER_PORT ?? 0);
+
+test("in Australia/Sydney, a postponed game moves as one, and its players are told in pages at the webhooks queue's rate, the notify step's progress live", async () => {
+  assert.ok(port > 0, 'KICKOFF_E2E_RECEIVER_PORT is not set: run through scripts/test');
+  const received = [];
+  const server = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => { body += c; });
+    req.on('end', () => {
+      received.push({ at: Date.now(), path: req.url, body: JSON.parse(body || 'null') });
+      res.end('ok');
+    });
+  });
+  await new Promise((resolve) => server.listen(port, '127.0.0.1', resolve));
+  const limited = await api('PATCH', '/queues/webhooks', { rate: '2/s' });
+  assert.equal(limited.status, 200, JSON.stringify(limited));
+  const browser = await launch({ timezoneId: 'Australia/Sydney' });
+  try {
+    const name = `Kites vs Emus ${Date.now()}`;
+    const at = new Date(Date.now() + 3600_000);
+    const q = await api('POST', '/questions', { game: name, prompt: 'Who wins?', choices: ['Kites', 'Emus'], game_time: at.toISOString() });
+    assert.equal(q.status, 201, JSON.stringify(q));
+    const players = Array.from({ length: 9 }, (_, i) => `fan-${i}`);
+    for (const [i, player] of players.entries()) {
+      const made = await api('POST', `/questions/${q.body.id}/predictions`, { player, choice: i % 3 === 0 ? 'Kites' : 'Emus' });
+      assert.equal(made.status, 201, JSON.stringify(made));
+    }
+    const started = await api('POST', `/games/${encodeURIComponent(name)}/workflow`,
+      { notify_url: `http://127.0.0.1:${port}/players`, notify_tasks: 2, notify_batch: 2 });
+    assert.equal(started.status, 201, JSON.stringify(started));
+    const run = started.body.run.id;
+    const page = await browser.newPage();
+    const errors = watchErrors(page);
+    await page.goto(baseUrl + `/workflows/${run}`);
+    await hydrated(page);
+    const localTime = (t) => new Intl.DateTimeFormat('en-GB', { timeZone: 'Australia/Sydney', hour: '2-digit', minute: '2-digit', hourCycle: 'h23' }).format(t);
+
+    // Postponed by 30 minutes from the run's page: its question moves with it.
+    await moveRunTime(page, '30m');
+    await eventually('the question to move with its run', async () => (await api('GET', `/questions/${q.body.id}`)).body.game_time,
+      (t) => new Date(t).getTime() === at.getTime() + 30 * 60_000);
+    // Brought forward by its question: the run follows, live on its page.
+    const soon = new Date(Date.now() + 2500);
+    const moved = await api('PATCH', `/questions/${q.body.id}`, { game_time: soon.toISOString() });
+    assert.equal(moved.status, 200, JSON.stringify(moved));
+    assert.equal(new Date((await api('GET', `/workflows/${run}`)).body.run.times.kickoff_at).getTime(), soon.getTime());
+    await eventually('the run page to show the new kickoff in the browser\'s zone',
+      () => page.locator('dl.facts').textContent(), (t) => t.includes(localTime(soon)));
+
+    // Locked at the new time; the final result from an operator; every player told once, in
+    // pages of two, no faster than two calls a second.
+    await eventually('the lock', async () => (await api('GET', `/workflows/${run}`)).body.steps[0].state, (s) => s === 'completed');
+    const signal = await api('POST', `/workflows/${run}/signals`, { name: 'final', payload: { answers: { [q.body.id]: 'Kites' } } });
+    assert.equal(signal.status, 201, JSON.stringify(signal));
+    const bar = page.getByRole('progressbar', { name: 'Tasks of notify' });
+    await eventually('the notify step\'s tasks done on the page', async () => Number(await bar.getAttribute('value')), (v) => v === 2);
+    const row = page.getByRole('table', { name: 'Steps' }).getByRole('row', { name: /^notify/ });
+    await eventually('the players counted on the page', () => row.textContent(), (t) => /2 of 2 tasks/.test(t) && /9 items/.test(t));
+    const told = () => received.filter((r) => r.path === '/players').flatMap((r) => r.body.players);
+    await eventually('every player told', async () => told().length, (n) => n >= players.length);
+    assert.deepEqual(told().map((p) => p.player).sort(), players);
+    for (const p of told()) {
+      assert.equal(p.correct, Number(players.indexOf(p.player) % 3 === 0), JSON.stringify(p));
+    }
+    const calls = received.filter((r) => r.path === '/players');
+    assert.ok(calls.every((c) => c.body.type === 'game.players' && c.body.players.length <= 2), JSON.stringify(calls));
+    // At least five calls (two shares of nine in pages of two) at two a second: three windows.
+    assert.ok(calls.length >= 5, `${calls.length} calls`);
+    const spread = calls[calls.length - 1].at - calls[0].at;
+    assert.ok(spread > 800, `the calls took ${spread} ms: faster than the rate`);
+    const state = page.locator('dd .badge').first();
+    await eventually('the run to complete on the page', () => state.textContent(), (t) => t === 'completed');
+    await page.screenshot({ path: path.join(screenshots, 'game-players-told.png'), fullPage: true });
+    assert.deepEqual(errors, []);
+  } finally {
+    await browser.close();
+    await api('PATCH', '/queues/webhooks', { rate: null });
+    server.close();
   }
 });
