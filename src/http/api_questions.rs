@@ -3,15 +3,18 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::Json;
+use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::api_audit::{uncounted, Audit, Audited};
+use super::auth::ApiCaller;
 use super::error::AppError;
 use super::extract::{ApiJson, ApiQuery, IdPath};
 use super::state::AppState;
-use crate::questions::service::{QuestionDetail, MAX_CHOICES, MAX_CHOICE_CHARS, MAX_PLAYER_CHARS};
+use crate::questions::service::{
+    NewQuestion, QuestionDetail, MAX_CHOICES, MAX_CHOICE_CHARS, MAX_PLAYER_CHARS,
+};
 use crate::questions::store::{Prediction, Question};
 use crate::questions::{QuestionError, QuestionStatus};
 use crate::schema_rules::{NOT_BLANK, TRIMMED};
@@ -51,26 +54,59 @@ pub struct CreateQuestion {
     pub choices: Vec<String>,
     /// In the future, at most 730 days ahead (else 422 `out_of_window`).
     pub game_time: DateTime<Utc>,
+    /// Start the game's workflow with the question, in its transaction, with these settings
+    /// (as `POST /games/{game}/workflow` takes them; `{}` for the defaults): a live run of the
+    /// game is kept (its kickoff follows the game's earliest open question). Refused (422
+    /// `args_refused` for a receiver webhooks may not call), the question is not created.
+    #[serde(default)]
+    pub workflow: Option<super::api_workflows::StartGame>,
+}
+
+/// A question made, and the game's run when `workflow` was given.
+#[derive(schemars::JsonSchema, Debug, Serialize)]
+pub struct CreatedQuestion {
+    #[serde(flatten)]
+    pub question: QuestionDetail,
+    /// The game's run: `run` its id, `existing` when a live run of the game was kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<GameRun>,
+}
+
+/// The game's run a question was created with.
+#[derive(schemars::JsonSchema, Debug, Serialize)]
+pub struct GameRun {
+    pub run: i64,
+    pub existing: bool,
 }
 
 pub async fn create(
     State(state): State<AppState>,
+    Extension(caller): Extension<ApiCaller>,
     audit: Audit,
     ApiJson(body): ApiJson<CreateQuestion>,
 ) -> Result<impl IntoResponse, AppError> {
+    let by = super::api_jobs::creator(&caller).to_string();
+    let settings = body.workflow.map(super::api_workflows::StartGame::settings);
+    let new = NewQuestion {
+        game: &body.game,
+        prompt: &body.prompt,
+        choices: &body.choices,
+        game_time: body.game_time,
+    };
     audit
         .run(uncounted, async |work| {
-            let q = state
+            let (question, run) = state
                 .questions
-                .create_with(
-                    work.conn().await?,
-                    &body.game,
-                    &body.prompt,
-                    &body.choices,
-                    body.game_time,
-                )
+                .create_in_game_with(work.conn().await?, &new, settings.as_ref(), Some(&by))
                 .await?;
-            Ok((StatusCode::CREATED, Json(q)))
+            let workflow = run.map(|r| GameRun {
+                run: r.run.id,
+                existing: r.existing,
+            });
+            Ok((
+                StatusCode::CREATED,
+                Json(CreatedQuestion { question, workflow }),
+            ))
         })
         .await
 }

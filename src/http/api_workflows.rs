@@ -500,6 +500,18 @@ pub struct StartGame {
     pub notify_batch: Option<u32>,
 }
 
+impl StartGame {
+    /// The settings it asks for (a blank receiver: none).
+    pub fn settings(self) -> GameWorkflowSettings {
+        GameWorkflowSettings {
+            notify_url: self.notify_url.filter(|u| !u.trim().is_empty()),
+            deadline_ms: self.deadline_ms,
+            notify_tasks: self.notify_tasks,
+            notify_batch: self.notify_batch,
+        }
+    }
+}
+
 /// Starts game `game`'s workflow: lock at kickoff (the earliest game time of its open
 /// questions), settle once the partner's `final` signal names the answers, notify, publish the
 /// leaderboard.
@@ -510,12 +522,7 @@ pub async fn start_game(
     Path(game): Path<String>,
     ApiJson(body): ApiJson<StartGame>,
 ) -> Result<impl IntoResponse, AppError> {
-    let settings = GameWorkflowSettings {
-        notify_url: body.notify_url.filter(|u| !u.trim().is_empty()),
-        deadline_ms: body.deadline_ms,
-        notify_tasks: body.notify_tasks,
-        notify_batch: body.notify_batch,
-    };
+    let settings = body.settings();
     let by = creator(&caller).to_string();
     let Audited(inserted) = audit
         .run(uncounted, async |work| {

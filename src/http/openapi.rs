@@ -827,11 +827,11 @@ pub fn endpoints() -> Vec<Endpoint> {
         Endpoint {
             method: "post",
             path: "/questions",
-            summary: "Create a game question and its lock job, due at game time",
+            summary: "Create a game question and its lock job, due at game time; with `workflow`, the game's workflow started (or its live run kept) in the same transaction",
             body: Some(schema::<api_questions::CreateQuestion>),
             query: None,
-            ok: (201, Some(schema::<QuestionDetail>)),
-            refusals: &[OUT_OF_WINDOW],
+            ok: (201, Some(schema::<api_questions::CreatedQuestion>)),
+            refusals: &[OUT_OF_WINDOW, ARGS_REFUSED],
             route: || post(api_questions::create),
         },
         Endpoint {

@@ -23,7 +23,8 @@
 //!   the step's output (read on the run's page and API); published even if the notification
 //!   failed (`on_failure: run`), never before the settle.
 //!
-//! Started by `POST /api/v1/games/{game}/workflow` (operators) once the game has open questions:
+//! Started by `POST /api/v1/games/{game}/workflow` (operators) once the game has open questions,
+//! or with a question (`POST /api/v1/questions` with `workflow`, the new question form):
 //! `kickoff_at` is the earliest game time among them; the key `game:<game>` keeps one live run per
 //! game (a second start answers the first).
 

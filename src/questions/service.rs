@@ -56,6 +56,15 @@ pub struct QuestionDetail {
     pub lock_job: Option<Job>,
 }
 
+/// A question to create.
+#[derive(Debug, Clone, Copy)]
+pub struct NewQuestion<'a> {
+    pub game: &'a str,
+    pub prompt: &'a str,
+    pub choices: &'a [String],
+    pub game_time: DateTime<Utc>,
+}
+
 #[derive(Clone)]
 pub struct QuestionService {
     pool: Db,
@@ -105,6 +114,30 @@ impl QuestionService {
         store::question_set_lock_job(&mut *conn, q.id, job.id).await?;
         self.follow_game_run(&mut *conn, game.trim()).await?;
         get_with(conn, q.id).await
+    }
+
+    /// [`Self::create_with`], then, given `workflow`, the game's workflow started in the same
+    /// transaction ([`Self::start_game_workflow_with`]; a live run of the game answers as it
+    /// is, its kickoff already following the new question): creating a game's questions starts
+    /// it, and a question whose run was refused is not created either.
+    pub async fn create_in_game_with(
+        &self,
+        conn: &mut PgConnection,
+        new: &NewQuestion<'_>,
+        workflow: Option<&super::game_workflow::GameWorkflowSettings>,
+        by: Option<&str>,
+    ) -> Result<(QuestionDetail, Option<crate::engine::workflow::RunInserted>), QuestionError> {
+        let q = self
+            .create_with(&mut *conn, new.game, new.prompt, new.choices, new.game_time)
+            .await?;
+        let run = match workflow {
+            Some(settings) => Some(
+                self.start_game_workflow_with(&mut *conn, new.game, settings, by)
+                    .await?,
+            ),
+            None => None,
+        };
+        Ok((q, run))
     }
 
     /// Starts the game's workflow (see [`super::game_workflow`]) inside the caller's

@@ -374,3 +374,71 @@ async fn the_list_finds_the_running_runs_waiting_longer_than_a_duration() {
     let (_, page) = d.page("/workflows?waiting=1h").await;
     assert!(page.contains("No running run waits that long."), "{page}");
 }
+
+/// The new question's form starts the game's workflow when asked, in the question's
+/// transaction and its audit entry; a receiver webhooks may not call refuses both.
+#[tokio::test]
+async fn a_question_made_on_the_dashboard_can_start_its_games_run() {
+    let d = dashboard().await;
+    let in_an_hour = (chrono::Utc::now() + chrono::Duration::hours(1))
+        .format("%Y-%m-%dT%H:%M")
+        .to_string();
+    let ask = |game: &str, extra: &[(&str, &str)]| {
+        let mut pairs = vec![
+            ("game", game),
+            ("prompt", "Who wins?"),
+            ("choices", "Home\nAway"),
+            ("game_time", in_an_hour.as_str()),
+            ("zone", "UTC"),
+        ];
+        pairs.extend_from_slice(extra);
+        form(&pairs)
+    };
+    let (status, text) = d
+        .server_fn(
+            "create_question",
+            &ask("Gulls vs Terns", &[("workflow", "on")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let (status, text) = d
+        .server_fn("create_question", &ask("Moles vs Voles", &[]))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let (status, text) = d
+        .server_fn(
+            "create_question",
+            &ask(
+                "Pikes vs Carps",
+                &[
+                    ("workflow", "on"),
+                    ("notify_url", "https://not-allowed.example/hook"),
+                ],
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
+    let runs: Vec<(Option<String>, Option<String>)> =
+        sqlx::query_as("SELECT key, created_by FROM workflow_runs ORDER BY id")
+            .fetch_all(&d.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        runs,
+        [(
+            Some("game:Gulls vs Terns".to_string()),
+            Some("ops".to_string())
+        )]
+    );
+    let games: Vec<String> = sqlx::query_scalar("SELECT game FROM questions ORDER BY id")
+        .fetch_all(&d.pool)
+        .await
+        .unwrap();
+    assert_eq!(games, ["Gulls vs Terns", "Moles vs Voles"]);
+    let audited: Vec<bool> =
+        sqlx::query_scalar("SELECT ok FROM audit_log WHERE action = 'question.create' ORDER BY id")
+            .fetch_all(&d.pool)
+            .await
+            .unwrap();
+    assert_eq!(audited, [true, true, false]);
+}

@@ -719,3 +719,76 @@ async fn a_game_and_its_run_move_together() {
         ]
     );
 }
+
+/// Creating a game's questions can start its workflow, in the question's transaction: the first
+/// question starts the run, a later one keeps it (the run's kickoff following the earliest
+/// question), and a run refused takes its question with it.
+#[tokio::test]
+async fn creating_a_question_can_start_its_games_run() {
+    use chrono::{Duration as Span, SubsecRound};
+    let db = test_db().await;
+    let app = crate::common::app(&db.pool, TOKEN);
+    let t = (Utc::now() + Span::hours(3)).trunc_subsecs(3);
+    let ask = |game: &str, at: chrono::DateTime<Utc>, workflow: Option<Value>| {
+        let mut body = json!({ "game": game, "prompt": "Who wins?", "choices": ["Home", "Away"],
+                               "game_time": at });
+        if let Some(w) = workflow {
+            body["workflow"] = w;
+        }
+        body
+    };
+    let post = async |body: Value| {
+        call(
+            &app,
+            Method::POST,
+            "/api/v1/questions",
+            Some(TOKEN),
+            Some(&body),
+        )
+        .await
+    };
+    let (status, first) = post(ask("Bees vs Ants", t, Some(json!({})))).await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    assert_eq!(first["workflow"]["existing"], json!(false), "{first}");
+    let run = first["workflow"]["run"].as_i64().unwrap();
+    let kickoff = async || -> chrono::DateTime<Utc> {
+        let times: Value = sqlx::query_scalar("SELECT times FROM workflow_runs WHERE id = $1")
+            .bind(run)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        serde_json::from_value(times["kickoff_at"].clone()).unwrap()
+    };
+    assert_eq!(kickoff().await, t);
+    // An earlier question of the game, asking again: the same run, its kickoff the earlier one.
+    let (status, second) = post(ask(
+        "Bees vs Ants",
+        t - Span::minutes(20),
+        Some(json!({ "deadline_ms": 600_000 })),
+    ))
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{second}");
+    assert_eq!(second["workflow"], json!({ "run": run, "existing": true }));
+    assert_eq!(kickoff().await, t - Span::minutes(20));
+    // Without `workflow`, none is started or named.
+    let (status, plain) = post(ask("Cats vs Dogs", t, None)).await;
+    assert_eq!(status, StatusCode::CREATED, "{plain}");
+    assert!(plain.get("workflow").is_none(), "{plain}");
+    // A run refused: its question is not created either.
+    let refused = ask(
+        "Elk vs Doe",
+        t,
+        Some(json!({ "notify_url": "https://not-allowed.example/hook" })),
+    );
+    let (status, answer) = post(refused).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert_eq!(answer["error"]["code"], "args_refused", "{answer}");
+    let (questions, runs): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM questions WHERE game = 'Elk vs Doe'),
+                (SELECT count(*) FROM workflow_runs)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((questions, runs), (0, 1));
+}

@@ -1,6 +1,10 @@
 //! Game questions: the list, one question with its predictions and lock job, creating one and
 //! moving its game time.
 
+// The client's stub of `create_question` that `#[server]` writes for the hydrated build takes the
+// form's nine fields as arguments, and does not carry the function's own `allow`.
+#![cfg_attr(feature = "hydrate", allow(clippy::too_many_arguments))]
+
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -59,12 +63,14 @@ pub struct QuestionDetail {
 pub trait QuestionsConsole: Send + Sync + 'static {
     async fn questions(&self) -> Result<QuestionsPage, Refusal>;
     async fn question(&self, id: i64) -> Result<QuestionDetail, Refusal>;
+    /// `workflow`: start the game's workflow with the question (its `notify_url`, if any).
     async fn create_question(
         &self,
         game: String,
         prompt: String,
         choices: Vec<String>,
         game_ms: i64,
+        workflow: Option<GameWorkflowForm>,
     ) -> Result<i64, Refusal>;
     async fn move_question(&self, id: i64, game_ms: i64) -> Result<(), Refusal>;
 }
@@ -79,8 +85,16 @@ pub async fn get_question(id: i64) -> Result<QuestionDetail, ServerFnError> {
     console()?.question(id).await.map_err(fail)
 }
 
-/// Creates a question; `choices` one per line.
+/// The game's workflow a new question starts: where its players are told how they did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GameWorkflowForm {
+    pub notify_url: Option<String>,
+}
+
+/// Creates a question; `choices` one per line; `workflow` checked: the game's workflow started
+/// with it (`notify_url`, blank: no notify step).
 #[server(prefix = "/_console", endpoint = "create_question")]
+#[allow(clippy::too_many_arguments)]
 pub async fn create_question(
     csrf: Option<String>,
     game: String,
@@ -89,6 +103,8 @@ pub async fn create_question(
     game_time: String,
     zone: Option<String>,
     which: Option<String>,
+    workflow: Option<String>,
+    notify_url: Option<String>,
 ) -> Result<i64, ServerFnError> {
     // Checked by the server's session guard before this runs; carried here so the form's
     // field survives the browser's encoding of the arguments.
@@ -100,8 +116,13 @@ pub async fn create_question(
         .filter(|c| !c.is_empty())
         .map(String::from)
         .collect();
+    let workflow = workflow
+        .filter(|w| !w.is_empty())
+        .map(|_| GameWorkflowForm {
+            notify_url: notify_url.filter(|u| !u.trim().is_empty()),
+        });
     console()?
-        .create_question(game, prompt, choices, game_ms)
+        .create_question(game, prompt, choices, game_ms, workflow)
         .await
         .map_err(fail)
 }

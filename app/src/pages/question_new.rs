@@ -35,6 +35,14 @@ pub fn NewQuestionPage() -> impl IntoView {
                 </label>
                 <TimeField label="Game time" name="game_time" which_name="which" zone_name="zone" required=true/>
                 <p class="field-note">"Predictions close exactly at game time: the lock job fires then, and later predictions are refused."</p>
+                <fieldset>
+                    <legend>"The game's workflow"</legend>
+                    <label class="check">
+                        <input type="checkbox" name="workflow" value="on"/>
+                        " Start it with this question: lock at kickoff, settle on the final result, tell the players, publish the leaderboard (a game's run is kept if it has one)"
+                    </label>
+                    <label>"Players told at (a webhook URL, optional)" <input name="notify_url" type="url" maxlength="2048" placeholder="https://push.example/players"/></label>
+                </fieldset>
                 <button type="submit" class="primary">"Create question"</button>
             </ActionForm>
         </section>

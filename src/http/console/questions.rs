@@ -4,13 +4,15 @@
 use std::collections::BTreeMap;
 
 use kickoff_app::console::questions::{
-    QuestionDetail, QuestionRow, QuestionsConsole, QuestionsPage,
+    GameWorkflowForm, QuestionDetail, QuestionRow, QuestionsConsole, QuestionsPage,
 };
 use kickoff_app::console::Refusal;
 
 use super::jobs::job_row;
 use super::{conn, from_ms, ms, operator, refused, Act, ServerConsole, LIST_ROWS};
 use crate::accounts::Role;
+use crate::questions::game_workflow::GameWorkflowSettings;
+use crate::questions::service::NewQuestion;
 
 fn question_row(q: &crate::questions::store::Question) -> QuestionRow {
     QuestionRow {
@@ -91,7 +93,13 @@ impl QuestionsConsole for ServerConsole {
         prompt: String,
         choices: Vec<String>,
         game_ms: i64,
+        workflow: Option<GameWorkflowForm>,
     ) -> Result<i64, Refusal> {
+        let by = operator(Role::Viewer).ok().map(|op| op.user.name.clone());
+        let settings = workflow.map(|w| GameWorkflowSettings {
+            notify_url: w.notify_url,
+            ..GameWorkflowSettings::default()
+        });
         let act = Act {
             action: "question.create".to_string(),
             target: Some(format!("{} / {}", game.trim(), prompt.trim())),
@@ -101,11 +109,16 @@ impl QuestionsConsole for ServerConsole {
             act,
             |_| None,
             async |work| {
-                let at = from_ms("game_time", game_ms)?;
+                let new = NewQuestion {
+                    game: &game,
+                    prompt: &prompt,
+                    choices: &choices,
+                    game_time: from_ms("game_time", game_ms)?,
+                };
                 self.questions
-                    .create_with(conn(work).await?, &game, &prompt, &choices, at)
+                    .create_in_game_with(conn(work).await?, &new, settings.as_ref(), by.as_deref())
                     .await
-                    .map(|d| d.question.id)
+                    .map(|(d, _)| d.question.id)
                     .map_err(refused)
             },
         )
