@@ -1,5 +1,6 @@
-// Questions from the dashboard: create one with its lock job, watch predictions arrive live, and
-// move its game time (the same lock job moves with it).
+// Questions from the dashboard: create one with its lock job (and its game's workflow), watch
+// predictions arrive live, and move its game time (the same lock job, and the game's run, move
+// with it).
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
@@ -15,7 +16,7 @@ function localValue(date) {
   return `${date.getFullYear()}-${p(date.getMonth() + 1)}-${p(date.getDate())}T${p(date.getHours())}:${p(date.getMinutes())}:${p(date.getSeconds())}`;
 }
 
-test('a question made with the form shows predictions live and moves its lock job', async () => {
+test("a question made with the form starts its game's run, shows predictions live and moves its lock job and its run", async () => {
   const page = await browser.newPage();
   const errors = watchErrors(page);
   await page.goto(baseUrl + '/questions/new');
@@ -26,6 +27,7 @@ test('a question made with the form shows predictions live and moves its lock jo
   await form.getByLabel('Choices, one per line').fill('Owls\nHawks');
   const gameTime = new Date(Date.now() + 3600_000);
   await form.getByLabel(/Game time/).fill(localValue(gameTime));
+  await form.getByRole('checkbox', { name: /Start its game's workflow now/ }).check();
   await page.screenshot({ path: path.join(screenshots, 'new-question.png'), fullPage: true });
   await form.getByRole('button', { name: 'Create question' }).click();
 
@@ -37,6 +39,11 @@ test('a question made with the form shows predictions live and moves its lock jo
   assert.equal(Math.floor(new Date(question.game_time).getTime() / 1000), Math.floor(gameTime.getTime() / 1000));
   const lockJob = question.lock_job_id;
   await page.getByRole('link', { name: `#${lockJob}` }).waitFor();
+  const gameRun = async () => (await api('GET', '/workflows?limit=200')).body.runs
+    .find((r) => r.key === 'game:Owls vs Hawks (e2e)' && r.state === 'running');
+  const run = await gameRun();
+  assert.ok(run, 'the game\'s run started with its question');
+  assert.equal(new Date(run.times.kickoff_at).getTime(), new Date(question.game_time).getTime());
 
   const predicted = await api('POST', `/questions/${id}/predictions`, { player: 'ana', choice: 'Hawks' });
   assert.ok(predicted.status < 300, JSON.stringify(predicted));
@@ -50,6 +57,9 @@ test('a question made with the form shows predictions live and moves its lock jo
   await eventually('the lock job to move', async () => (await api('GET', `/jobs/${lockJob}`)).body.scheduled_at,
     (at) => Math.floor(new Date(at).getTime() / 1000) === Math.floor(later.getTime() / 1000));
   assert.equal((await api('GET', `/questions/${id}`)).body.lock_job_id, lockJob);
+  const moved = await gameRun();
+  assert.equal(moved.id, run.id);
+  assert.equal(Math.floor(new Date(moved.times.kickoff_at).getTime() / 1000), Math.floor(later.getTime() / 1000), 'the run followed its question');
   assert.deepEqual(errors, []);
   await page.close();
 });

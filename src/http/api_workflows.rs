@@ -494,9 +494,9 @@ pub struct StartGame {
     #[serde(default)]
     #[schemars(range(min = 1, max = 1_000))]
     pub notify_tasks: Option<u32>,
-    /// Players in one call: 1 to 1,000 (default 100).
+    /// Players in one call: 1 to 250 (default 100).
     #[serde(default)]
-    #[schemars(range(min = 1, max = 1_000))]
+    #[schemars(range(min = 1, max = 250))]
     pub notify_batch: Option<u32>,
 }
 

@@ -37,8 +37,9 @@ pub enum ShiftBy {
 pub struct ShiftReport {
     /// How far the jobs moved, in ms.
     pub by_ms: i64,
-    /// The jobs moved, and those matched but left alone (not waiting, belonging to a question —
-    /// moved with it instead —, or taken out of the schedulable range).
+    /// The jobs moved, and those matched but left alone (not waiting, belonging to a question or
+    /// to a workflow run's step — moved with it instead —, or taken out of the schedulable
+    /// range).
     pub jobs: BulkReport,
     /// The questions moved (their game time and lock job).
     pub questions: Vec<i64>,

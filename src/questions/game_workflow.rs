@@ -43,9 +43,10 @@ pub const NOTIFY_PLAYERS_KIND: &str = "notify_players";
 /// The notify step's tasks unless told otherwise, and at most.
 pub const DEFAULT_NOTIFY_TASKS: u32 = 4;
 pub const MAX_NOTIFY_TASKS: u32 = 1_000;
-/// Players in one of the notify step's calls unless told otherwise, and at most.
+/// Players in one of the notify step's calls unless told otherwise, and at most (250 players of
+/// the longest names, escaped, keep a call's args well under a job's bound).
 pub const DEFAULT_NOTIFY_BATCH: u32 = 100;
-pub const MAX_NOTIFY_BATCH: u32 = 1_000;
+pub const MAX_NOTIFY_BATCH: u32 = 250;
 /// The run's time its lock is anchored to (and the settle's deadline).
 pub const KICKOFF_AT: &str = "kickoff_at";
 /// The step that locks the game's questions.
@@ -82,7 +83,7 @@ pub struct GameWorkflowSettings {
     /// The notify step's tasks (1 to [`MAX_NOTIFY_TASKS`], default [`DEFAULT_NOTIFY_TASKS`]):
     /// each tells a share of the players how they did.
     pub notify_tasks: Option<u32>,
-    /// Players in one call (1 to 1,000, default 100).
+    /// Players in one call (1 to [`MAX_NOTIFY_BATCH`], default 100).
     pub notify_batch: Option<u32>,
     /// How long after kickoff the settle waits for the final result (default 5 h).
     pub deadline_ms: Option<i64>,

@@ -341,9 +341,10 @@ impl QuestionService {
     }
 
     /// Moves run `id`'s named times ([`Client::move_workflow_times_with`]) inside the caller's
-    /// transaction. A game's run (the built-in game workflow) moves its game with it: the
-    /// game's open questions by as much as its `kickoff_at` moved, their lock jobs with them, so
-    /// that the run and its questions keep one game time whichever of them an operator moves.
+    /// transaction. A game's run (the built-in game workflow) moves its game with it until its
+    /// lock ran: the game's open questions by as much as its `kickoff_at` moved, their lock jobs
+    /// with them, so that the run and its questions keep one game time whichever of them an
+    /// operator moves (after the lock, a move changes the settle's deadline alone).
     pub async fn move_workflow_times_with(
         &self,
         tx: &mut PgConnection,
@@ -352,11 +353,12 @@ impl QuestionService {
     ) -> Result<crate::engine::workflow::RunRow, QuestionError> {
         let run = self.client.workflow_run_with(&mut *tx, id).await?;
         if let (Some(game), Some(to)) = (game_of_run(&run), times.get(KICKOFF_AT)) {
-            // The game's questions first (locked, so that a concurrent move reads the run as
-            // this one leaves it), then the run read again: it moved as far as it moves now.
+            // The game's questions first, then the game (the order of a question's change), then
+            // the run read again: it moved as far as it moves now, whatever moved it meanwhile.
             store::question_open_of_game(&mut *tx, Some(game), &[]).await?;
+            store::game_lock(&mut *tx, game).await?;
             let run = self.client.workflow_run_with(&mut *tx, id).await?;
-            if let Some(from) = kickoff_of(&run) {
+            if let (Some(from), false) = (kickoff_of(&run), self.kicked_off(tx, &run).await?) {
                 let by = *to - from;
                 if by != ChronoDuration::zero() {
                     self.shift_alone(&mut *tx, Some(game), &[], by).await?;
@@ -380,6 +382,9 @@ impl QuestionService {
         game: &str,
     ) -> Result<(), QuestionError> {
         use super::game_workflow::{key_of, NAME};
+        // One change of a game's times at a time, each reading what the one before committed
+        // (taken after the questions' rows, as a move of the run takes it).
+        store::game_lock(&mut *tx, game).await?;
         let Some(run) = self
             .client
             .live_workflow_with(&mut *tx, &key_of(game), NAME)
@@ -390,23 +395,36 @@ impl QuestionService {
         let Some(earliest) = store::question_earliest_of_game(&mut *tx, game).await? else {
             return Ok(());
         };
-        let kickoff = kickoff_of(&run);
-        if kickoff == Some(earliest) || kickoff.is_some_and(|at| at <= Utc::now()) {
+        // A run without the time (a run of that name made by hand) has nothing to follow.
+        let Some(kickoff) = kickoff_of(&run) else {
             return Ok(());
-        }
-        let steps = self.client.workflow_steps_with(&mut *tx, run.id).await?;
-        let locked = steps.iter().any(|s| {
-            s.name == super::game_workflow::LOCK_STEP
-                && !matches!(s.state.as_str(), "blocked" | "ready")
-        });
-        if locked {
+        };
+        if kickoff == earliest || kickoff <= Utc::now() || self.kicked_off(tx, &run).await? {
             return Ok(());
         }
         let times = [(KICKOFF_AT.to_string(), earliest)].into();
-        self.client
+        match self
+            .client
             .move_workflow_times_with(&mut *tx, run.id, &times)
-            .await?;
-        Ok(())
+            .await
+        {
+            // It ended since it was read (a cancel): nothing left to follow.
+            Err(ClientError::Conflict(_)) => Ok(()),
+            done => done.map(drop).map_err(Into::into),
+        }
+    }
+
+    /// Whether a game's run locked its game: its `lock` step is past waiting and ready.
+    async fn kicked_off(
+        &self,
+        tx: &mut PgConnection,
+        run: &crate::engine::workflow::RunRow,
+    ) -> Result<bool, QuestionError> {
+        let steps = self.client.workflow_steps_with(&mut *tx, run.id).await?;
+        Ok(steps.iter().any(|s| {
+            s.name == super::game_workflow::LOCK_STEP
+                && !matches!(s.state.as_str(), "blocked" | "ready")
+        }))
     }
 
     /// The earliest game time of `game`'s open questions (a move of the game `to` a time takes

@@ -792,3 +792,120 @@ async fn creating_a_question_can_start_its_games_run() {
     .unwrap();
     assert_eq!((questions, runs), (0, 1));
 }
+
+/// Two questions of one game moved at once, each in its own transaction: the second reads what
+/// the first committed (it waits for it), so the run's kickoff is the earliest of both new
+/// times. Without that wait, each read the other's old time, and the kickoff stayed at one of
+/// them (an hour before the game's first question).
+#[tokio::test]
+async fn two_questions_moved_at_once_leave_the_run_at_the_earliest() {
+    use chrono::{Duration as Span, SubsecRound};
+    let db = test_db().await;
+    let client = Client::new(
+        db.pool.clone(),
+        std::sync::Arc::new(kickoff::workers::builtin(vec![])),
+    );
+    let questions = QuestionService::new(client.clone());
+    let game = "Seals vs Orcas";
+    let t = (Utc::now() + Span::hours(2)).trunc_subsecs(3);
+    let choices = ["Seals".to_string(), "Orcas".to_string()];
+    let mut ids = Vec::new();
+    for at in [t, t + Span::hours(1)] {
+        let q = questions
+            .create(game, "Who wins?", &choices, at)
+            .await
+            .unwrap();
+        ids.push(q.question.id);
+    }
+    let run = start(&questions, &client, game, GameWorkflowSettings::default()).await;
+    // The first moves its question two hours later, and holds its transaction open.
+    let mut first = db.pool.begin().await.unwrap();
+    questions
+        .update_with(&mut first, ids[0], None, None, Some(t + Span::hours(2)))
+        .await
+        .unwrap();
+    // The second moves the other three hours later meanwhile.
+    let second = tokio::spawn({
+        let (questions, pool, id) = (questions.clone(), db.pool.clone(), ids[1]);
+        async move {
+            let mut tx = pool.begin().await.unwrap();
+            questions
+                .update_with(&mut tx, id, None, None, Some(t + Span::hours(3)))
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+        }
+    });
+    wait_for(
+        "the second to finish or to wait for the first",
+        Duration::from_secs(10),
+        || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+            second.is_finished() || waiting > 0
+        },
+    )
+    .await;
+    first.commit().await.unwrap();
+    second.await.unwrap();
+    let (kickoff, _, _) = game_times(&db.pool, run.id, game).await;
+    assert_eq!(
+        kickoff,
+        (t + Span::hours(2)).format("%H:%M:%S%.3f").to_string()
+    );
+}
+
+/// Once its lock ran, a move of a game's run changes its settle's deadline alone: a question
+/// asked during the game keeps its time.
+#[tokio::test]
+async fn a_run_moved_after_its_lock_leaves_the_games_later_questions() {
+    use chrono::Duration as Span;
+    let (db, _receiver, engine, client, questions) = running().await;
+    let choices = ["Bats".to_string(), "Owls".to_string()];
+    let soon = Utc::now() + Span::milliseconds(1200);
+    questions
+        .create("Bats vs Owls", "Who scores first?", &choices, soon)
+        .await
+        .unwrap();
+    let run = start(
+        &questions,
+        &client,
+        "Bats vs Owls",
+        GameWorkflowSettings::default(),
+    )
+    .await;
+    wait_for("the lock", Duration::from_secs(15), || async {
+        step_state(&client, run.id, "lock").await == "completed"
+    })
+    .await;
+    let later = Utc::now() + Span::hours(1);
+    let asked = questions
+        .create("Bats vs Owls", "Who wins the second half?", &choices, later)
+        .await
+        .unwrap()
+        .question;
+    let kickoff =
+        kickoff::questions::game_workflow::kickoff_of(&client.workflow_run(run.id).await.unwrap())
+            .unwrap();
+    let app = crate::common::app(&db.pool, TOKEN);
+    let (status, answer) = call(
+        &app,
+        Method::POST,
+        &format!("/api/v1/workflows/{}/times", run.id),
+        Some(TOKEN),
+        Some(&json!({ "times": { "kickoff_at": kickoff + Span::minutes(10) } })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let now = questions.get(asked.id).await.unwrap().question;
+    assert_eq!(
+        now.game_time, asked.game_time,
+        "the later question kept its time"
+    );
+    engine.stop().await;
+}

@@ -37,9 +37,9 @@ pub fn NewQuestionPage() -> impl IntoView {
                 <p class="field-note">"Predictions close exactly at game time: the lock job fires then, and later predictions are refused."</p>
                 <fieldset>
                     <legend>"The game's workflow"</legend>
-                    <label class="check">
+                    <label class="inline">
                         <input type="checkbox" name="workflow" value="on"/>
-                        " Start it with this question: lock at kickoff, settle on the final result, tell the players, publish the leaderboard (a game's run is kept if it has one)"
+                        " Start its game's workflow now: lock at kickoff, settle on the final result, tell the players, publish the leaderboard (a live run of the game is kept)"
                     </label>
                     <label>"Players told at (a webhook URL, optional)" <input name="notify_url" type="url" maxlength="2048" placeholder="https://push.example/players"/></label>
                 </fieldset>

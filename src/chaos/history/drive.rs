@@ -411,10 +411,27 @@ impl Driver<'_> {
             }
             Step::QuestionCreate { game_in_ms } => {
                 let at = Utc::now() + chrono::Duration::milliseconds(game_in_ms as i64);
-                let body = json!({ "game": format!("Game {i}"), "prompt": "Who scores first?",
-                                   "choices": CHOICES,
-                                   "game_time": at.to_rfc3339() });
+                // From the plan's draw (its seeds' plans unchanged): the later questions belong
+                // to one of two games, each started with its workflow (or keeping its live run),
+                // which the workflow actions then pick among the others.
+                let in_game = game_in_ms >= 900;
+                let game = match in_game {
+                    true => format!("Game w{game_in_ms}"),
+                    false => format!("Game {i}"),
+                };
+                let mut body = json!({ "game": game, "prompt": "Who scores first?",
+                                       "choices": CHOICES,
+                                       "game_time": at.to_rfc3339() });
+                if in_game {
+                    body["workflow"] = json!({});
+                }
                 let e = self.post(i, Role::Operator, "/questions", body).await;
+                let run = e.answer.get("workflow").and_then(|w| w.get("run"));
+                if let (true, Some(run)) = (e.ok(), run.and_then(Value::as_i64)) {
+                    if !self.runs.contains(&run) {
+                        self.runs.push(run);
+                    }
+                }
                 if let (true, Some(id)) = (e.ok(), e.answer.get("id").and_then(Value::as_i64)) {
                     self.questions.push(id);
                     if let Some(job) = e

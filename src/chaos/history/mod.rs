@@ -430,8 +430,8 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
         .fetch_all(&mut *tx)
         .await
         .map_err(db)?;
-    let questions = sqlx::query_as::<_, (i64, String, _, _, Option<i64>)>(
-        "SELECT id, status::text, game_time, locked_at, lock_job_id FROM questions",
+    let questions = sqlx::query_as::<_, (i64, String, String, _, _, Option<i64>)>(
+        "SELECT id, game, status::text, game_time, locked_at, lock_job_id FROM questions",
     )
     .fetch_all(&mut *tx)
     .await
@@ -439,10 +439,11 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
     .into_iter()
     .map(|r| QuestionRow {
         id: r.0,
-        status: r.1,
-        game_time: r.2,
-        locked_at: r.3,
-        lock_job_id: r.4,
+        game: r.1,
+        status: r.2,
+        game_time: r.3,
+        locked_at: r.4,
+        lock_job_id: r.5,
     })
     .collect();
     let predictions = sqlx::query_as::<_, (i64, String, String, _)>(
@@ -491,6 +492,8 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
     type RunCols = (
         i64,
         String,
+        Option<String>,
+        String,
         i32,
         i32,
         i32,
@@ -501,7 +504,8 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
         serde_json::Value,
     );
     let workflow_runs = sqlx::query_as::<_, RunCols>(
-        "SELECT id, state, steps, blocked, ready, completed, failed, skipped, cancelled, times
+        "SELECT id, name, key, state, steps, blocked, ready, completed, failed, skipped,
+                cancelled, times
          FROM workflow_runs ORDER BY id",
     )
     .fetch_all(&mut *tx)
@@ -510,10 +514,12 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
     .into_iter()
     .map(|r| record::RunRow {
         id: r.0,
-        state: r.1,
-        steps: r.2,
-        counts: [r.3, r.4, r.5, r.6, r.7, r.8],
-        times: r.9,
+        name: r.1,
+        key: r.2,
+        state: r.3,
+        steps: r.4,
+        counts: [r.5, r.6, r.7, r.8, r.9, r.10],
+        times: r.11,
     })
     .collect();
     type Time = chrono::DateTime<chrono::Utc>;

@@ -138,6 +138,7 @@ impl JobRow {
 #[derive(Debug, Clone, Serialize)]
 pub struct QuestionRow {
     pub id: i64,
+    pub game: String,
     pub status: String,
     pub game_time: DateTime<Utc>,
     pub locked_at: Option<DateTime<Utc>>,
@@ -193,6 +194,9 @@ pub struct Snapshot {
 #[derive(Debug, Clone, Serialize)]
 pub struct RunRow {
     pub id: i64,
+    /// Its workflow's name and its key (`game` and `game:<game>`: the built-in game workflow).
+    pub name: String,
+    pub key: Option<String>,
     pub state: String,
     pub steps: i32,
     /// Its steps counted by state: blocked, ready, completed, failed, skipped, cancelled.

@@ -293,6 +293,8 @@ mod tests {
             ],
             workflow_runs: vec![RunRow {
                 id: 1,
+                name: "h".into(),
+                key: None,
                 state: "completed".into(),
                 steps: 2,
                 counts: [0, 0, 2, 0, 0, 0],

@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use self::by_hand::{bulk_on, on_job};
 use super::plan::{Role, KINDS, QUEUES};
-use super::record::{Event, History, JobRow, Snapshot, StepRow};
+use super::record::{Event, History, JobRow, RunRow, Snapshot, StepRow};
 use crate::engine::job::RESERVED_META;
 
 /// What Kickoff promises, and where it says so.
@@ -510,6 +510,49 @@ fn effect_once(h: &History, s: &Snapshot) -> Vec<String> {
     out
 }
 
+/// The game a run is the built-in game workflow of (`game`, keyed `game:<game>`).
+pub(super) fn game_of(run: &RunRow) -> Option<&str> {
+    (run.name == "game")
+        .then(|| run.key.as_deref()?.strip_prefix("game:"))
+        .flatten()
+}
+
+/// A game's run started with its question (and never retried, which takes up its times as they
+/// were) kicks off no later than the earliest of its game's open questions: a question created
+/// or moved earlier takes the run with it, a move of the run takes the questions by as much.
+fn games_lead_their_questions(h: &History, s: &Snapshot) -> Vec<String> {
+    let started: Vec<i64> = h
+        .acknowledged("POST", "/questions")
+        .filter_map(|e| e.answer.get("workflow")?.get("run")?.as_i64())
+        .collect();
+    let retried = workflows::retries_by_run(h);
+    let mut out = Vec::new();
+    for run in &s.workflow_runs {
+        let Some(game) = game_of(run) else { continue };
+        if run.state != "running" || !started.contains(&run.id) || retried.contains_key(&run.id) {
+            continue;
+        }
+        let kickoff = run
+            .times
+            .get("kickoff_at")
+            .and_then(|t| serde_json::from_value::<DateTime<Utc>>(t.clone()).ok());
+        let earliest = s
+            .questions
+            .iter()
+            .filter(|q| q.game == game && q.status == "open")
+            .min_by_key(|q| q.game_time);
+        if let (Some(kickoff), Some(q)) = (kickoff, earliest) {
+            if kickoff > q.game_time {
+                out.push(format!(
+                    "game run {}: kicks off at {kickoff}, after its open question {} at {}",
+                    run.id, q.id, q.game_time
+                ));
+            }
+        }
+    }
+    out
+}
+
 fn questions_lock(h: &History, s: &Snapshot) -> Vec<String> {
     let mut out = Vec::new();
     for q in &s.questions {
@@ -532,6 +575,7 @@ fn questions_lock(h: &History, s: &Snapshot) -> Vec<String> {
             }
         }
     }
+    out.extend(games_lead_their_questions(h, s));
     for p in &s.predictions {
         if let Some(q) = s.questions.iter().find(|q| q.id == p.question_id) {
             if p.at >= q.game_time {
@@ -860,6 +904,7 @@ mod tests {
             ],
             questions: vec![QuestionRow {
                 id: 9,
+                game: "Game 1".into(),
                 status: "locked".into(),
                 game_time: t(500),
                 locked_at: Some(t(501)),
@@ -896,6 +941,73 @@ mod tests {
         let mut p: Vec<Promise> = check(h, s).into_iter().map(|v| v.promise).collect();
         p.dedup();
         p
+    }
+
+    /// A game's run started with its question kicks off no later than its earliest open
+    /// question: a run left behind by a question moved earlier is reported, one that followed
+    /// it (or was retried since, or whose question locked) is not.
+    #[test]
+    fn a_game_run_behind_its_question_is_reported() {
+        let mut h = History::default();
+        let mut create = event(Role::Operator, "POST", "/questions", "/questions", 100);
+        create.status = 201;
+        create.answer = json!({ "id": 9, "workflow": { "run": 1, "existing": false } });
+        h.events.push(create);
+        let question = |status: &str, at: i64| QuestionRow {
+            id: 9,
+            game: "Game w900".into(),
+            status: status.into(),
+            game_time: t(at),
+            locked_at: None,
+            lock_job_id: None,
+        };
+        let run = |kickoff: i64| RunRow {
+            id: 1,
+            name: "game".into(),
+            key: Some("game:Game w900".into()),
+            state: "running".into(),
+            steps: 3,
+            counts: [2, 1, 0, 0, 0, 0],
+            times: json!({ "kickoff_at": t(kickoff) }),
+        };
+        let s = |kickoff: i64, status: &str, at: i64| Snapshot {
+            now: t(1_000),
+            questions: vec![question(status, at)],
+            workflow_runs: vec![run(kickoff)],
+            ..Snapshot::default()
+        };
+        assert_eq!(
+            games_lead_their_questions(&h, &s(900, "open", 900)),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            games_lead_their_questions(&h, &s(900, "open", 5_000)),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            games_lead_their_questions(&h, &s(9_000, "locked", 5_000)),
+            Vec::<String>::new()
+        );
+        let behind = games_lead_their_questions(&h, &s(9_000, "open", 5_000));
+        assert_eq!(behind.len(), 1, "{behind:?}");
+        assert!(
+            behind[0].starts_with("game run 1: kicks off at"),
+            "{behind:?}"
+        );
+        let mut retried = h.clone();
+        let mut retry = event(
+            Role::Operator,
+            "POST",
+            "/workflows/{id}/retry",
+            "/workflows/1/retry",
+            200,
+        );
+        retry.subject = Some(1);
+        retried.events.push(retry);
+        assert_eq!(
+            games_lead_their_questions(&retried, &s(9_000, "open", 5_000)),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

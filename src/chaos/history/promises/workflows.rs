@@ -83,6 +83,32 @@ pub(super) fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
             moves.entry(run).or_default().push(e);
         }
     }
+    // A game's run moves with its game's questions too (a question created, moved or deleted, a
+    // shift of jobs with their questions): each of those counts as a move of every game's run.
+    let question_moves: Vec<&Event> = h
+        .events
+        .iter()
+        .filter(|e| {
+            may_have_done(e)
+                && matches!(
+                    (e.method, e.route),
+                    ("POST", "/questions")
+                        | ("PATCH", "/questions/{id}")
+                        | ("DELETE", "/questions/{id}")
+                        | ("POST", "/jobs/shift")
+                )
+        })
+        .collect();
+    for run in s
+        .workflow_runs
+        .iter()
+        .filter(|r| super::game_of(r).is_some())
+    {
+        moves
+            .entry(run.id)
+            .or_default()
+            .extend(question_moves.iter().copied());
+    }
     let retried_since = |run: i64, at| {
         retries
             .get(&run)
@@ -513,6 +539,8 @@ mod tests {
             jobs: vec![job(10, "discarded", Some(100)), after],
             workflow_runs: vec![RunRow {
                 id: 1,
+                name: "h".into(),
+                key: None,
                 state: "failed".into(),
                 steps: 3,
                 counts: [0, 0, 2, 1, 0, 0],
@@ -575,6 +603,8 @@ mod tests {
         stuck.workflow_steps[2] = step(3, "blocked", None, None);
         stuck.workflow_runs[0] = RunRow {
             id: 1,
+            name: "h".into(),
+            key: None,
             state: "running".into(),
             steps: 3,
             counts: [1, 0, 1, 1, 0, 0],

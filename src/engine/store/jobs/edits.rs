@@ -122,13 +122,14 @@ pub async fn job_shift_matching<'e>(
 
 /// The earliest due time of the waiting jobs matching `filter` (a shift `to` a time moves that
 /// one there, the others keeping their distance to it), those with an owner included: a
-/// question's lock job moves with its question, by the same amount.
+/// question's lock job moves with its question, by the same amount. A workflow step's job is
+/// not counted: a shift leaves it to its run.
 pub async fn job_earliest_waiting<'e>(
     db: impl PgExecutor<'e>,
     filter: &JobFilter,
 ) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
     let mut qb = QueryBuilder::new(format!(
-        "SELECT min(scheduled_at) FROM jobs WHERE state IN {WAITING}"
+        "SELECT min(scheduled_at) FROM jobs WHERE state IN {WAITING} AND step_id IS NULL"
     ));
     push_filter_for_batch(&mut qb, filter);
     qb.build_query_scalar()
