@@ -409,8 +409,10 @@ impl Client {
         conn: &mut PgConnection,
         id: JobId,
     ) -> Result<Job, ClientError> {
-        // A lock job run now would lock its question before the game.
+        // A lock job run now would lock its question before the game; a step's first start
+        // before its run's time.
         refuse_owned(&mut *conn, id, "run now", true).await?;
+        refuse_step_start(&mut *conn, id, "run it now").await?;
         match job_store::job_run_now(&mut *conn, id).await? {
             Some(job) => Ok(job),
             None => Err(why_not(
@@ -438,6 +440,7 @@ impl Client {
     ) -> Result<Job, ClientError> {
         check_instant("scheduled_at", at)?;
         refuse_owned(&mut *conn, id, "reschedule", true).await?;
+        refuse_step_start(&mut *conn, id, "reschedule it").await?;
         match job_store::job_reschedule(&mut *conn, id, at).await? {
             Some(job) => Ok(job),
             None => Err(why_not(
@@ -560,6 +563,24 @@ async fn refuse_owned(
         Some(owner) => Err(ClientError::Conflict(format!(
             "job {id} belongs to {owner}, which moves, runs and ends it: cannot {action} it by \
              itself (change {owner} instead)"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// An operator's run now or reschedule of a workflow step's job before its first start: refused,
+/// because the step starts when its run lets it (its dependencies, its signal, its time: a
+/// timer run now fired before its run's time). Its run's times move it, a skip ends it; once it
+/// ran, a retry's wait is the job's own and may be hurried.
+async fn refuse_step_start(
+    conn: &mut PgConnection,
+    id: JobId,
+    action: &str,
+) -> Result<(), ClientError> {
+    match job_store::job_step_before_start(conn, id).await? {
+        Some(step) => Err(ClientError::Conflict(format!(
+            "job {id} is the job of workflow step {step}, which starts when its run lets it: \
+             cannot {action} before its first start (move the run's times, or skip the step)"
         ))),
         None => Ok(()),
     }

@@ -620,10 +620,10 @@ pub async fn retry(
     IdPath(id): IdPath,
     ApiJson(body): ApiJson<RetryWorkflow>,
 ) -> Result<impl IntoResponse, AppError> {
-    let client = &state.client;
+    let questions = &state.questions;
     let Audited(run) = audit
         .run(uncounted, async |work| {
-            Ok(client
+            Ok(questions
                 .retry_workflow_with(work.conn().await?, id, body.mode.into())
                 .await?)
         })
@@ -675,11 +675,11 @@ pub async fn rerun(
     IdPath(id): IdPath,
     ApiJson(body): ApiJson<RerunWorkflow>,
 ) -> Result<impl IntoResponse, AppError> {
-    let client = &state.client;
+    let questions = &state.questions;
     let by = creator(&caller);
     let Audited(run) = audit
         .run(uncounted, async |work| {
-            Ok(client
+            Ok(questions
                 .rerun_workflow_with(work.conn().await?, id, &body.from, Some(by))
                 .await?)
         })

@@ -355,8 +355,7 @@ impl QuestionService {
         if let (Some(game), Some(to)) = (game_of_run(&run), times.get(KICKOFF_AT)) {
             // The game's questions first, then the game (the order of a question's change), then
             // the run read again: it moved as far as it moves now, whatever moved it meanwhile.
-            store::question_open_of_game(&mut *tx, Some(game), &[]).await?;
-            store::game_lock(&mut *tx, game).await?;
+            self.hold_game_of(tx, id).await?;
             let run = self.client.workflow_run_with(&mut *tx, id).await?;
             if let (Some(from), false) = (kickoff_of(&run), self.kicked_off(tx, &run).await?) {
                 let by = *to - from;
@@ -369,6 +368,62 @@ impl QuestionService {
             .client
             .move_workflow_times_with(&mut *tx, id, times)
             .await?)
+    }
+
+    /// Retries run `id` ([`Client::retry_workflow_with`]) inside the caller's transaction; a
+    /// game's run, running again, follows its game's questions as they are now (they may have
+    /// moved while it was settled), until kickoff.
+    pub async fn retry_workflow_with(
+        &self,
+        tx: &mut PgConnection,
+        id: i64,
+        mode: crate::engine::workflow_actions::RetryMode,
+    ) -> Result<crate::engine::workflow::RunRow, QuestionError> {
+        self.hold_game_of(tx, id).await?;
+        let run = self.client.retry_workflow_with(&mut *tx, id, mode).await?;
+        self.taken_up(tx, run).await
+    }
+
+    /// Runs run `id` again from step `from` ([`Client::rerun_workflow_with`]) inside the
+    /// caller's transaction; a game's new run follows its game's questions as they are now.
+    pub async fn rerun_workflow_with(
+        &self,
+        tx: &mut PgConnection,
+        id: i64,
+        from: &str,
+        by: Option<&str>,
+    ) -> Result<crate::engine::workflow::RunRow, QuestionError> {
+        self.hold_game_of(tx, id).await?;
+        let run = self
+            .client
+            .rerun_workflow_with(&mut *tx, id, from, by)
+            .await?;
+        self.taken_up(tx, run).await
+    }
+
+    /// For a game's run `id`: its game's open questions' rows, then the game, before the run is
+    /// touched (the order every change of a game's times takes them in).
+    async fn hold_game_of(&self, tx: &mut PgConnection, id: i64) -> Result<(), QuestionError> {
+        let run = self.client.workflow_run_with(&mut *tx, id).await?;
+        if let Some(game) = game_of_run(&run) {
+            store::question_open_of_game(&mut *tx, Some(game), &[]).await?;
+            store::game_lock(&mut *tx, game).await?;
+        }
+        Ok(())
+    }
+
+    /// `run`, running again: a game's follows its questions ([`Self::follow_game_run`]).
+    async fn taken_up(
+        &self,
+        tx: &mut PgConnection,
+        run: crate::engine::workflow::RunRow,
+    ) -> Result<crate::engine::workflow::RunRow, QuestionError> {
+        let Some(game) = game_of_run(&run) else {
+            return Ok(run);
+        };
+        let game = game.to_string();
+        self.follow_game_run(&mut *tx, &game).await?;
+        Ok(self.client.workflow_run_with(&mut *tx, run.id).await?)
     }
 
     /// The game's live run (the built-in game workflow) follows its open questions: until it

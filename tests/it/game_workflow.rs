@@ -909,3 +909,56 @@ async fn a_run_moved_after_its_lock_leaves_the_games_later_questions() {
     );
     engine.stop().await;
 }
+
+/// A game's run cancelled, its question moved meanwhile (no live run to follow it), then run
+/// again from its lock: the new run kicks off at the question's time as it is now, not at the
+/// time the first run kept.
+#[tokio::test]
+async fn a_game_run_run_again_follows_its_questions_as_they_are() {
+    use chrono::{Duration as Span, SubsecRound};
+    let db = test_db().await;
+    let app = crate::common::app(&db.pool, TOKEN);
+    let client = Client::new(
+        db.pool.clone(),
+        std::sync::Arc::new(kickoff::workers::builtin(vec![])),
+    );
+    let questions = QuestionService::new(client.clone());
+    let game = "Hens vs Ducks";
+    let t = (Utc::now() + Span::hours(2)).trunc_subsecs(3);
+    let choices = ["Hens".to_string(), "Ducks".to_string()];
+    let q = questions
+        .create(game, "Who wins?", &choices, t)
+        .await
+        .unwrap()
+        .question;
+    let run = start(&questions, &client, game, GameWorkflowSettings::default()).await;
+    let send = async |method: Method, path: String, body: Option<Value>| {
+        let (status, answer) = call(&app, method, &path, Some(TOKEN), body.as_ref()).await;
+        assert!(status.is_success(), "{path}: {status} {answer}");
+        answer
+    };
+    send(
+        Method::POST,
+        format!("/api/v1/workflows/{}/cancel", run.id),
+        None,
+    )
+    .await;
+    let sooner = t - Span::hours(1);
+    send(
+        Method::PATCH,
+        format!("/api/v1/questions/{}", q.id),
+        Some(json!({ "game_time": sooner })),
+    )
+    .await;
+    let again = send(
+        Method::POST,
+        format!("/api/v1/workflows/{}/rerun", run.id),
+        Some(json!({ "from": "lock" })),
+    )
+    .await;
+    let new = again["run"]["id"].as_i64().unwrap();
+    assert_ne!(new, run.id);
+    let hm = |at: chrono::DateTime<Utc>| at.format("%H:%M:%S%.3f").to_string();
+    let (kickoff, lock, _) = game_times(&db.pool, new, game).await;
+    assert_eq!((kickoff, lock), (hm(sooner), hm(sooner)));
+}

@@ -439,3 +439,68 @@ async fn the_api_sends_signals_and_moves_times_audited_and_for_operators_only() 
     ]);
     assert_eq!(audited, want);
 }
+
+/// A timer's job is its run's to start: run now and reschedule of it before its first start are
+/// refused (409, nothing changed), and a bulk run now leaves it where it is (found by the
+/// history checker's long run: an operator's bulk run now of a queue started a step 1.3 s before
+/// its run's time). Once it ran, a retry's wait is the job's own and may be hurried.
+#[tokio::test]
+async fn a_timers_job_is_not_run_now_or_rescheduled_before_its_first_start() {
+    use crate::common::rest::call;
+    use axum::http::{Method, StatusCode};
+    let db = test_db().await;
+    let app = crate::common::app(&db.pool, TOKEN);
+    let kickoff = now() + minutes(60);
+    let body = json!({
+        "name": "timed", "times": { "kickoff_at": kickoff },
+        "steps": [{ "name": "lock", "job": { "kind": "noop", "queue": "timers" },
+                    "at": { "time": "kickoff_at" } }],
+    });
+    let (status, made) = call(
+        &app,
+        Method::POST,
+        "/api/v1/workflows",
+        Some(TOKEN),
+        Some(&body),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let job = made["steps"][0]["job_id"].as_i64().unwrap();
+    let send = async |method: Method, path: String, body: Option<Value>| {
+        call(&app, method, &path, Some(TOKEN), body.as_ref()).await
+    };
+    let (status, answer) = send(Method::POST, format!("/api/v1/jobs/{job}/run-now"), None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{answer}");
+    let later = json!({ "scheduled_at": kickoff + minutes(5) });
+    let (status, answer) = send(
+        Method::POST,
+        format!("/api/v1/jobs/{job}/reschedule"),
+        Some(later),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{answer}");
+    let bulk =
+        json!({ "action": "run_now", "filter": { "queue": "timers", "states": ["scheduled"] } });
+    let (status, answer) = send(Method::POST, "/api/v1/jobs/bulk".into(), Some(bulk.clone())).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["changed"], json!(0), "{answer}");
+    let due = || async {
+        sqlx::query_as::<_, (String, DateTime<Utc>)>(
+            "SELECT state::text, scheduled_at FROM jobs WHERE id = $1",
+        )
+        .bind(job)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    };
+    assert_eq!(due().await, ("scheduled".to_string(), kickoff));
+    // As a first attempt that failed leaves it: waiting for its retry, which may be hurried.
+    sqlx::query("UPDATE jobs SET state = 'retryable', attempt = 1 WHERE id = $1")
+        .bind(job)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (status, answer) = send(Method::POST, format!("/api/v1/jobs/{job}/run-now"), None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(due().await.0, "available");
+}

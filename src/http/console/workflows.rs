@@ -180,7 +180,10 @@ impl WorkflowsConsole for ServerConsole {
                         let name = mode.unwrap_or("failed");
                         let mode = RetryMode::named(name)
                             .ok_or_else(|| Refusal::invalid(format!("mode: no mode {name:?}")))?;
-                        client.retry_workflow_with(conn, id, mode).await?
+                        self.questions
+                            .retry_workflow_with(conn, id, mode)
+                            .await
+                            .map_err(super::refused)?
                     }
                     ("skip", Some(step)) => client.skip_workflow_step_with(conn, id, step).await?,
                     ("signal", Some(name)) => {
@@ -190,9 +193,11 @@ impl WorkflowsConsole for ServerConsole {
                         return Ok(None);
                     }
                     ("rerun", Some(step)) => {
-                        let again = client
+                        let again = self
+                            .questions
                             .rerun_workflow_with(conn, id, step, by.as_deref())
-                            .await?;
+                            .await
+                            .map_err(super::refused)?;
                         return Ok(Some(again.id));
                     }
                     ("move", Some(by)) => {

@@ -541,7 +541,8 @@ pub async fn job_retry_matching<'e>(
 }
 
 /// Makes the listed waiting jobs that still match due now (not those with an owner: a question's
-/// lock job runs at its game time). Returns how many moved.
+/// lock job runs at its game time; nor a workflow step's job before its first start: its run
+/// starts it). Returns how many moved.
 pub async fn job_run_now_matching<'e>(
     db: impl PgExecutor<'e>,
     ids: &[JobId],
@@ -550,6 +551,7 @@ pub async fn job_run_now_matching<'e>(
     let mut qb = QueryBuilder::new(
         "UPDATE jobs SET state = 'available', scheduled_at = statement_timestamp()
          WHERE state IN ('scheduled', 'retryable', 'available') AND NOT meta ? 'owner'
+           AND NOT (step_id IS NOT NULL AND attempt = 0)
            AND id = ANY(",
     );
     qb.push_bind(ids_param(ids)).push(")");

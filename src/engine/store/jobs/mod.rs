@@ -389,6 +389,21 @@ pub async fn job_reschedule<'e>(
     .await
 }
 
+/// The workflow step job `id` is the job of, while it waits for its first start.
+pub async fn job_step_before_start<'e>(
+    db: impl PgExecutor<'e>,
+    id: JobId,
+) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT step_id FROM jobs
+         WHERE id = $1 AND step_id IS NOT NULL AND attempt = 0 AND finalized_at IS NULL",
+    )
+    .bind(id)
+    .fetch_optional(db)
+    .await
+    .map(Option::flatten)
+}
+
 /// What job `id` belongs to (`meta.owner`, set by the domain that inserted it, e.g. `question
 /// 34`): an operator changes it through that owner. `live`: only while it has not finished.
 pub async fn job_owner<'e>(
