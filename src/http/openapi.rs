@@ -387,7 +387,7 @@ pub fn endpoints() -> Vec<Endpoint> {
         Endpoint {
             method: "post",
             path: "/jobs/{id}/run-now",
-            summary: "Make a waiting job due now",
+            summary: "Make a waiting job due now (409 for a question's lock job, and for a workflow step's job before its first start: its run starts it)",
             body: None,
             query: None,
             ok: (200, Some(schema::<Job>)),
@@ -397,7 +397,7 @@ pub fn endpoints() -> Vec<Endpoint> {
         Endpoint {
             method: "post",
             path: "/jobs/{id}/reschedule",
-            summary: "Move a waiting job to another time",
+            summary: "Move a waiting job to another time (409 for a question's lock job, and for a workflow step's job before its first start: move its run's times)",
             body: Some(schema::<api_jobs::RescheduleBody>),
             query: None,
             ok: (200, Some(schema::<Job>)),
