@@ -226,7 +226,7 @@ pub const STEP_STATES: [&str; 6] = [
 ];
 
 /// A workflow step as the database held it at the end.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct StepRow {
     pub id: i64,
     pub run_id: i64,

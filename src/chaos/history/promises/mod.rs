@@ -517,9 +517,11 @@ pub(super) fn game_of(run: &RunRow) -> Option<&str> {
         .flatten()
 }
 
-/// A game's run started with its question (and never retried, which takes up its times as they
-/// were) kicks off no later than the earliest of its game's open questions: a question created
-/// or moved earlier takes the run with it, a move of the run takes the questions by as much.
+/// A game's run started with its question (and never retried) kicks off no later than the
+/// earliest of its game's open questions until its lock ran: a question created or moved
+/// earlier takes the run with it, a move of the run takes the questions by as much. (After the
+/// lock, its `kickoff_at` anchors the settle's deadline alone: a move of it leaves the questions
+/// asked during the game, and they lock by their own jobs.)
 fn games_lead_their_questions(h: &History, s: &Snapshot) -> Vec<String> {
     let started: Vec<i64> = h
         .acknowledged("POST", "/questions")
@@ -530,6 +532,14 @@ fn games_lead_their_questions(h: &History, s: &Snapshot) -> Vec<String> {
     for run in &s.workflow_runs {
         let Some(game) = game_of(run) else { continue };
         if run.state != "running" || !started.contains(&run.id) || retried.contains_key(&run.id) {
+            continue;
+        }
+        let locked = s.workflow_steps.iter().any(|st| {
+            st.run_id == run.id
+                && st.name == "lock"
+                && !matches!(st.state.as_str(), "blocked" | "ready")
+        });
+        if locked {
             continue;
         }
         let kickoff = run
@@ -993,6 +1003,19 @@ mod tests {
         assert!(
             behind[0].starts_with("game run 1: kicks off at"),
             "{behind:?}"
+        );
+        // Once its lock ran, the run's time is its deadline's anchor alone.
+        let mut locked = s(9_000, "open", 5_000);
+        locked.workflow_steps = vec![StepRow {
+            id: 1,
+            run_id: 1,
+            name: "lock".into(),
+            state: "completed".into(),
+            ..StepRow::default()
+        }];
+        assert_eq!(
+            games_lead_their_questions(&h, &locked),
+            Vec::<String>::new()
         );
         let mut retried = h.clone();
         let mut retry = event(
