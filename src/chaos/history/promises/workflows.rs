@@ -157,9 +157,12 @@ pub(super) fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
             .collect();
         // A retry sent after the step's job was made may have made its dependencies run again
         // (a step completed behind a `run` edge keeps its job under a retry of the failed).
-        let reset_since = step
-            .job_inserted_at
-            .is_some_and(|at| retried_since(step.run_id, at));
+        // A job deleted since (a bulk delete of finished jobs) leaves no time: any retry of
+        // its run may have come after it.
+        let reset_since = match step.job_inserted_at {
+            Some(at) => retried_since(step.run_id, at),
+            None => retries.contains_key(&step.run_id),
+        };
         if step.job_id.is_some() && !reset_since {
             for (dep, on_failure) in &deps {
                 if !allows(dep, on_failure) {
@@ -754,6 +757,39 @@ mod tests {
         h.events
             .push(asked("/workflows/{id}/retry", serde_json::json!({}), 600));
         assert_eq!(workflows_hold(&h, &run()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_retry_explains_a_dependency_run_again_under_a_step_whose_job_was_deleted() {
+        // Step 1 failed, step 2 completed behind its `run` edge, its job deleted since (seed
+        // 9219: a bulk delete of the finished jobs); then a retry of the failed made step 1
+        // ready again, with a new job.
+        let mut s = run();
+        s.jobs.retain(|j| j.id != 11);
+        s.jobs.push(job(13, "available", None));
+        s.jobs[1].attempted_at = None;
+        s.workflow_steps[0] = step(1, "ready", Some(13), Some(300));
+        s.workflow_steps[1] = step(2, "completed", Some(11), None);
+        s.workflow_runs[0].state = "running".into();
+        s.workflow_runs[0].counts = [0, 1, 2, 0, 0, 0];
+        let unexplained = workflows_hold(&History::default(), &s);
+        assert!(
+            unexplained
+                .iter()
+                .any(|m| m.contains("step 2: has a job, but its dependency 1 is ready")),
+            "without a retry it is a break: {unexplained:?}"
+        );
+        let mut h = History::default();
+        h.events.push(asked(
+            "/workflows/{id}/retry",
+            serde_json::json!({ "mode": "failed" }),
+            250,
+        ));
+        let retried = workflows_hold(&h, &s);
+        assert!(
+            !retried.iter().any(|m| m.contains("step 2")),
+            "the retry explains it: {retried:?}"
+        );
     }
 
     #[test]
