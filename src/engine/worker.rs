@@ -214,6 +214,20 @@ impl JobContext {
         Ok(super::store::workflows::step_signal(&self.pool, step, name).await?)
     }
 
+    /// Step `name` of this job's workflow run as it is now (its run, its state, and its
+    /// deadline while it waits for a signal): `None` when the run has no such step or this job
+    /// is not a workflow step's. A step signals its run with the run's id
+    /// ([`crate::engine::Client::signal_workflow_with`], inside its own transaction).
+    pub async fn sibling(
+        &self,
+        name: &str,
+    ) -> Result<Option<super::store::workflows::SiblingStep>, WorkError> {
+        let Some(step) = self.job.step_id else {
+            return Ok(None);
+        };
+        Ok(super::store::workflows::sibling_step(&self.pool, step, name).await?)
+    }
+
     /// This job's task, when it is a map step's ([`crate::engine::workflow::Workflow::map`]):
     /// its index (0 to `tasks - 1`), the step's number of tasks, and the cursor and items its
     /// handler last checkpointed (`None` and 0 at first; after a crash, a retry of the job or of

@@ -498,6 +498,19 @@ pub struct StartGame {
     #[serde(default)]
     #[schemars(range(min = 1, max = 250))]
     pub notify_batch: Option<u32>,
+    /// The partner's result API, for a partner that does not call us: the `poll` step asks it
+    /// (`GET`, as a webhook call: `KICKOFF_WEBHOOK_ALLOWED_HOSTS` or an endpoint's `allow_calls`,
+    /// else 422 `args_refused`; an endpoint's default headers carry its API key) every
+    /// `poll_every_ms` from the lock on, until it answers `{"final": true, "answers":
+    /// {"<question id>": "<choice>"}}`, which becomes the `final` signal; absent: no `poll`
+    /// step.
+    #[serde(default)]
+    #[schemars(length(max = 2048), regex(pattern = crate::schema_rules::NOTIFY_URL_PATTERN))]
+    pub result_url: Option<String>,
+    /// How often the result API is asked: 1,000 to 3,600,000 ms (default 30,000).
+    #[serde(default)]
+    #[schemars(range(min = 1_000, max = 3_600_000))]
+    pub poll_every_ms: Option<u64>,
 }
 
 impl StartGame {
@@ -508,6 +521,8 @@ impl StartGame {
             deadline_ms: self.deadline_ms,
             notify_tasks: self.notify_tasks,
             notify_batch: self.notify_batch,
+            result_url: self.result_url.filter(|u| !u.trim().is_empty()),
+            poll_every_ms: self.poll_every_ms,
         }
     }
 }

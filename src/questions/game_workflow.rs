@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! lock ──▶ settle (waits for the signal "final", until kickoff_at + 5 h) ──▶ notify ──▶ leaderboard
-//!                                                                      └──(run anyway)──┘
+//!   │                                                                  └──(run anyway)──┘
+//!   └──▶ poll (asks the partner's result API every 30 s; its final answer is the signal)
 //! ```
 //!
 //! - `lock` (`lock_game`, due at the run's `kickoff_at`): locks every open question of the game
@@ -14,6 +15,10 @@
 //!   and scores every prediction as a question's settle job does (the same statements, in
 //!   batches, each scored once); a question an operator settled already keeps its answer. Its
 //!   deadline passing fails it: the alert `workflow_deadline` says so, and nothing after it runs.
+//! - `poll` (when the run starts with a `result_url`: `workers::poll_result`): from the lock on,
+//!   asks the partner's result API every `poll_every_ms` (30 s) and sends the `final` signal
+//!   once its answer is `{"final": true, "answers": {…}}`, completing with it; stops when the
+//!   signal came another way, fails when the settle's deadline passed.
 //! - `notify` (when the run starts with a receiver): a map step of `notify_players` tasks, each
 //!   telling a share of the game's players how they did, a page of players a `webhook` call to
 //!   the receiver handed over with the task's cursor (`workers::notify_players`): each page
@@ -40,6 +45,15 @@ pub const LOCK_GAME_KIND: &str = "lock_game";
 pub const SETTLE_GAME_KIND: &str = "settle_game";
 pub const LEADERBOARD_KIND: &str = "publish_leaderboard";
 pub const NOTIFY_PLAYERS_KIND: &str = "notify_players";
+pub const POLL_RESULT_KIND: &str = "poll_game_result";
+/// The step that waits for the final result.
+pub const SETTLE_STEP: &str = "settle";
+/// The step that asks the partner for it.
+pub const POLL_STEP: &str = "poll";
+/// How often the partner's result API is asked unless told otherwise, and the bounds.
+pub const DEFAULT_POLL_EVERY_MS: u64 = 30_000;
+pub const MIN_POLL_EVERY_MS: u64 = 1_000;
+pub const MAX_POLL_EVERY_MS: u64 = 3_600_000;
 /// The notify step's tasks unless told otherwise, and at most.
 pub const DEFAULT_NOTIFY_TASKS: u32 = 4;
 pub const MAX_NOTIFY_TASKS: u32 = 1_000;
@@ -87,6 +101,11 @@ pub struct GameWorkflowSettings {
     pub notify_batch: Option<u32>,
     /// How long after kickoff the settle waits for the final result (default 5 h).
     pub deadline_ms: Option<i64>,
+    /// The partner's result API, asked by the `poll` step (none: no such step; the partner
+    /// calls us).
+    pub result_url: Option<String>,
+    /// How often it is asked ([`MIN_POLL_EVERY_MS`] to [`MAX_POLL_EVERY_MS`], default 30 s).
+    pub poll_every_ms: Option<u64>,
 }
 
 /// The run of `game` whose kickoff is `kickoff_at`.
@@ -110,9 +129,20 @@ pub fn workflow(
         .time(KICKOFF_AT, kickoff_at)
         .step(LOCK_STEP, step(LOCK_GAME_KIND))
         .at(KICKOFF_AT, Duration::zero())
-        .step("settle", step(SETTLE_GAME_KIND))
-        .after("lock")
+        .step(SETTLE_STEP, step(SETTLE_GAME_KIND))
+        .after(LOCK_STEP)
         .signal(FINAL, KICKOFF_AT, Duration::milliseconds(deadline));
+    if let Some(url) = &settings.result_url {
+        let every = settings.poll_every_ms.unwrap_or(DEFAULT_POLL_EVERY_MS);
+        let mut poll = NewJob::new(
+            POLL_RESULT_KIND,
+            json!({ "game": game, "url": url, "every_ms": every }),
+        );
+        if let Some(by) = created_by {
+            poll = poll.created_by(by);
+        }
+        flow = flow.step(POLL_STEP, poll).after(LOCK_STEP);
+    }
     let mut last = "settle";
     if let Some(url) = &settings.notify_url {
         let batch = settings.notify_batch.unwrap_or(DEFAULT_NOTIFY_BATCH);

@@ -172,6 +172,15 @@ impl QuestionService {
                 format!("1 to {MAX_BATCH} players a call"),
             ));
         }
+        if settings.poll_every_ms.is_some_and(|ms| {
+            !(super::game_workflow::MIN_POLL_EVERY_MS..=super::game_workflow::MAX_POLL_EVERY_MS)
+                .contains(&ms)
+        }) {
+            return Err(invalid(
+                "poll_every_ms",
+                "1000 (a second) to 3600000 (an hour)",
+            ));
+        }
         if let Some(ms) = settings.deadline_ms {
             if !(60_000..=MAX_DEADLINE_MS).contains(&ms) {
                 return Err(invalid(

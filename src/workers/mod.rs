@@ -4,6 +4,7 @@ pub mod game;
 pub mod lock_question;
 pub mod noop;
 pub mod notify_players;
+pub mod poll_result;
 pub mod settle_question;
 #[cfg(test)]
 mod sight_tests;
@@ -30,6 +31,10 @@ pub fn builtin_signed(
             webhook::WebhookWorker::new(allowed_webhook_hosts.clone())
                 .with_signing_key(key.clone()),
         ))
+        .register(poll_result::PollResultWorker::new(
+            webhook::WebhookWorker::new(allowed_webhook_hosts.clone())
+                .with_signing_key(key.clone()),
+        ))
         .register(webhook::WebhookWorker::new(allowed_webhook_hosts).with_signing_key(key));
     workers
 }
@@ -45,6 +50,9 @@ pub fn builtin(allowed_webhook_hosts: Vec<String>) -> Workers {
         .register(game::SettleGameWorker)
         .register(game::LeaderboardWorker)
         .register(notify_players::NotifyPlayersWorker::new(
+            webhook::WebhookWorker::new(allowed_webhook_hosts.clone()),
+        ))
+        .register(poll_result::PollResultWorker::new(
             webhook::WebhookWorker::new(allowed_webhook_hosts.clone()),
         ))
         .register(webhook::WebhookWorker::new(allowed_webhook_hosts));

@@ -118,13 +118,7 @@ impl Worker for NotifyPlayersWorker {
 
     /// The receiver's URL as a webhook's is shown (its user info and query values hidden).
     fn hide_secrets(&self, args: &mut Value, meta: &Value) -> Vec<String> {
-        let Some(url) = args.get("url").cloned() else {
-            return Vec::new();
-        };
-        let mut call = json!({ "url": url });
-        let found = self.webhook().hide_secrets(&mut call, meta);
-        args["url"] = call["url"].take();
-        found
+        super::webhook::hide_url_as_a_webhooks(self.webhook().as_ref(), args, meta)
     }
 
     fn timeout(&self) -> Duration {

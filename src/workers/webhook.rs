@@ -104,7 +104,7 @@ struct WebhookArgs {
 }
 
 /// One `KICKOFF_WEBHOOK_ALLOWED_HOSTS` entry.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 struct AllowedHost {
     /// `host` or `host:port`, lower-cased, spelled as in a URL (an IPv6 address in brackets).
     host: String,
@@ -156,6 +156,7 @@ impl CheckedCall {
     }
 }
 
+#[derive(Clone)]
 pub struct WebhookWorker {
     allowed_hosts: Vec<AllowedHost>,
     /// Opens the endpoints' secrets to sign calls (none: calls go unsigned, as in tools that never
@@ -461,42 +462,59 @@ impl Worker for WebhookWorker {
 
     fn work(&self, ctx: JobContext) -> BoxFuture<'_, Result<(), WorkError>> {
         Box::pin(async move {
-            let started = Instant::now();
-            let mut seen = Seen::default();
-            let outcome = self.call(&ctx, &mut seen).await;
-            // The attempt's output: the status and the call's duration (the delivery record
-            // below keeps the detail, the response shown to admins only).
-            let _ = ctx.record(&serde_json::json!({
-                "status": seen.status,
-                "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
-            }));
-            // Recorded whatever happened, the refusals before a call included. A record that
-            // cannot be written does not undo the call: the attempt's outcome stands.
-            let delivery = NewDelivery {
-                credentialed: seen.credentialed,
-                job_id: ctx.job.id.0,
-                attempt: ctx.job.attempt,
-                due_at: ctx.job.scheduled_at,
-                duration_ms: started.elapsed().as_millis().min(i32::MAX as u128) as i32,
-                address: seen.address,
-                status: seen.status,
-                response_headers: seen.headers,
-                response_body: seen.body,
-                error: match &outcome {
-                    Ok(()) => None,
-                    Err(WorkError::Snooze(wait)) => Some(format!(
-                        "the receiver asked to wait: snoozed for {} s (Retry-After)",
-                        wait.as_secs()
-                    )),
-                    Err(WorkError::Retryable(e) | WorkError::Fatal(e)) => Some(e.clone()),
-                    Err(other) => Some(other.to_string()),
-                },
-            };
-            if let Err(e) = crate::webhooks::deliveries::insert(ctx.pool(), &delivery).await {
-                tracing::warn!(job = ctx.job.id.0, error = %e, "the webhook delivery record was not written");
-            }
-            outcome
+            let args = ctx.job.args.clone();
+            self.recorded_call(&ctx, &args, BODY_BYTES).await.map(drop)
         })
+    }
+}
+
+impl WebhookWorker {
+    /// Makes the call `args` describes (a webhook's args) as `ctx`'s attempt, and records it as
+    /// a delivery, whatever happened: the first `body_bytes` of a 2xx answer's body, or the
+    /// error as a webhook's attempt sees it (a non-2xx answer retryable, a refused host fatal, a
+    /// receiver's `Retry-After` a snooze). The attempt's output is the status and the duration.
+    /// Another kind calling out the way a webhook does (a game's result polled) calls this.
+    pub(crate) async fn recorded_call(
+        &self,
+        ctx: &JobContext,
+        args: &Value,
+        body_bytes: usize,
+    ) -> Result<Vec<u8>, WorkError> {
+        let started = Instant::now();
+        let mut seen = Seen::default();
+        let outcome = self.call(ctx, args, &mut seen, body_bytes).await;
+        // The attempt's output: the status and the call's duration (the delivery record
+        // below keeps the detail, the response shown to admins only).
+        let _ = ctx.record(&serde_json::json!({
+            "status": seen.status,
+            "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
+        }));
+        // Recorded whatever happened, the refusals before a call included. A record that
+        // cannot be written does not undo the call: the attempt's outcome stands.
+        let delivery = NewDelivery {
+            credentialed: seen.credentialed,
+            job_id: ctx.job.id.0,
+            attempt: ctx.job.attempt,
+            due_at: ctx.job.scheduled_at,
+            duration_ms: started.elapsed().as_millis().min(i32::MAX as u128) as i32,
+            address: seen.address,
+            status: seen.status,
+            response_headers: seen.headers,
+            response_body: seen.body,
+            error: match &outcome {
+                Ok(_) => None,
+                Err(WorkError::Snooze(wait)) => Some(format!(
+                    "the receiver asked to wait: snoozed for {} s (Retry-After)",
+                    wait.as_secs()
+                )),
+                Err(WorkError::Retryable(e) | WorkError::Fatal(e)) => Some(e.clone()),
+                Err(other) => Some(other.to_string()),
+            },
+        };
+        if let Err(e) = crate::webhooks::deliveries::insert(ctx.pool(), &delivery).await {
+            tracing::warn!(job = ctx.job.id.0, error = %e, "the webhook delivery record was not written");
+        }
+        outcome
     }
 }
 
@@ -513,8 +531,17 @@ struct Seen {
 }
 
 impl WebhookWorker {
-    async fn call(&self, ctx: &JobContext, seen: &mut Seen) -> Result<(), WorkError> {
-        let a: WebhookArgs = ctx.args()?;
+    /// The call, its answer's first `body_bytes` (of which the record keeps [`BODY_CHARS`]
+    /// characters) when it is a 2xx.
+    async fn call(
+        &self,
+        ctx: &JobContext,
+        args: &Value,
+        seen: &mut Seen,
+        body_bytes: usize,
+    ) -> Result<Vec<u8>, WorkError> {
+        let a: WebhookArgs = serde_json::from_value(args.clone())
+            .map_err(|e| WorkError::Fatal(format!("invalid args for {KIND}: {e}")))?;
         let mut call = self.check(&a).map_err(WorkError::Fatal)?;
         // The endpoints as they are now: an allowance, a secret or a default header may have
         // changed since the insert.
@@ -658,10 +685,11 @@ impl WebhookWorker {
         // Only the start of the body: an endpoint must not make us buffer megabytes. A body that
         // stops coming (the call's time-out) keeps what came: the status stands.
         let mut head = Vec::new();
-        while head.len() < BODY_BYTES {
+        let limit = body_bytes.max(BODY_BYTES);
+        while head.len() < limit {
             match res.chunk().await {
                 Ok(Some(chunk)) => {
-                    let room = BODY_BYTES - head.len();
+                    let room = limit - head.len();
                     head.extend_from_slice(&chunk[..chunk.len().min(room)]);
                 }
                 _ => break,
@@ -675,7 +703,7 @@ impl WebhookWorker {
             .collect();
         seen.body = Some(body.clone());
         if status.is_success() {
-            return Ok(());
+            return Ok(head);
         }
         if seen.credentialed {
             // The job's errors are shown to everyone; what the call read with the endpoint's
@@ -687,6 +715,22 @@ impl WebhookWorker {
         }
         Err(WorkError::Retryable(format!("HTTP {status}: {body}")))
     }
+}
+
+/// Shows the `url` of another kind's `args` (a URL its job calls) as `webhook`'s is shown: its
+/// user info and query values hidden. The secrets found.
+pub(crate) fn hide_url_as_a_webhooks(
+    webhook: &dyn Worker,
+    args: &mut Value,
+    meta: &Value,
+) -> Vec<String> {
+    let Some(url) = args.get("url").cloned() else {
+        return Vec::new();
+    };
+    let mut call = serde_json::json!({ "url": url });
+    let found = webhook.hide_secrets(&mut call, meta);
+    args["url"] = call["url"].take();
+    found
 }
 
 /// The response headers the delivery record keeps: the first [`MAX_HEADERS`] names, each cut to

@@ -285,6 +285,166 @@ async fn a_partner_that_never_answers_fails_the_settle_at_its_deadline_and_nothi
     engine.stop().await;
 }
 
+/// The output step `name`'s job recorded at its latest attempt (a snooze's included).
+async fn last_output(db: &crate::common::TestDb, client: &Client, run: i64, name: &str) -> Value {
+    let steps = client.workflow_steps(run).await.unwrap();
+    let job = steps
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap()
+        .job_id
+        .unwrap();
+    sqlx::query_scalar::<_, Option<Value>>(
+        "SELECT output FROM job_attempts WHERE job_id = $1 ORDER BY id DESC LIMIT 1",
+    )
+    .bind(job.0)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+    .unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn a_partner_asked_every_second_settles_the_game_with_its_final_answer() {
+    let (db, receiver, engine, client, questions) = running().await;
+    let (first, over) = game_with_players(&questions, "Bulls vs Rams").await;
+    receiver.answer("/result", 200, r#"{"final": false, "score": "0-0"}"#);
+    let run = start(
+        &questions,
+        &client,
+        "Bulls vs Rams",
+        GameWorkflowSettings {
+            result_url: Some(receiver.url("/result")),
+            poll_every_ms: Some(1_000),
+            ..Default::default()
+        },
+    )
+    .await;
+    // Asked from the lock on, once a second, while the game goes on (the poll snoozes).
+    wait_for("two polls", Duration::from_secs(15), || async {
+        receiver.calls_to("/result").len() >= 2
+    })
+    .await;
+    let polls = receiver.calls_to("/result");
+    assert!(polls.iter().all(|c| c.body.is_empty()), "GET calls");
+    assert_eq!(step_state(&client, run.id, "lock").await, "completed");
+    assert_eq!(step_state(&client, run.id, "settle").await, "blocked");
+    assert_eq!(step_state(&client, run.id, "poll").await, "ready");
+    let output = last_output(&db, &client, run.id, "poll").await;
+    assert_eq!(output["last"], "not final yet", "{output}");
+    // A failing answer is asked again too.
+    receiver.answer("/result", 500, "down");
+    let asked = receiver.calls_to("/result").len();
+    wait_for("a poll answered 500", Duration::from_secs(10), || async {
+        receiver.calls_to("/result").len() > asked
+    })
+    .await;
+    // Final: the answer is the run's signal, the game settles.
+    let answers = json!({ first.to_string(): "Lions", over.to_string(): "Yes" });
+    receiver.answer(
+        "/result",
+        200,
+        &json!({ "final": true, "answers": answers }).to_string(),
+    );
+    let done = settled(&client, run.id).await;
+    assert_eq!(done.state, "completed");
+    let signals = client.workflow_signals(run.id).await.unwrap();
+    assert_eq!(signals.len(), 1);
+    assert_eq!(signals[0].name, "final");
+    assert_eq!(signals[0].source, format!("polled {}", receiver.addr.ip()));
+    assert_eq!(signals[0].payload, json!({ "answers": answers }));
+    for id in [first, over] {
+        assert_eq!(
+            questions.get(id).await.unwrap().question.status.as_str(),
+            "settled"
+        );
+    }
+    let steps = client.workflow_steps(run.id).await.unwrap();
+    let poll = steps.iter().find(|s| s.name == "poll").unwrap();
+    assert_eq!(poll.state, "completed");
+    let output = poll.output.clone().unwrap();
+    assert_eq!(output["final"], true, "{output}");
+    assert_eq!(output["signal"], "stored", "{output}");
+    // Every poll is a delivery of the step's job (the 500 with its error).
+    let calls = receiver.calls_to("/result").len() as i64;
+    let (recorded, failed): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE status = 500) FROM webhook_deliveries
+         WHERE job_id = $1",
+    )
+    .bind(poll.job_id.unwrap().0)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(recorded, calls);
+    assert!(failed >= 1);
+    engine.stop().await;
+}
+
+#[tokio::test]
+async fn a_poll_stops_once_the_final_result_comes_another_way_and_fails_past_the_deadline() {
+    let (_db, receiver, engine, client, questions) = running().await;
+    let (first, _) = game_with_players(&questions, "Eels vs Cod").await;
+    receiver.answer("/result", 200, r#"{"final": false}"#);
+    let settings = GameWorkflowSettings {
+        result_url: Some(receiver.url("/result")),
+        poll_every_ms: Some(1_000),
+        ..Default::default()
+    };
+    let run = start(&questions, &client, "Eels vs Cod", settings.clone()).await;
+    wait_for("a poll", Duration::from_secs(15), || async {
+        !receiver.calls_to("/result").is_empty()
+    })
+    .await;
+    // The partner's signed call (here the API) comes first: the poll stops at its next wake.
+    let answers = json!({ "answers": { first.to_string(): "Lions" } });
+    client
+        .signal_workflow(run.id, "final", &answers, "endpoint:1")
+        .await
+        .unwrap();
+    assert_eq!(settled(&client, run.id).await.state, "completed");
+    let steps = client.workflow_steps(run.id).await.unwrap();
+    let poll = steps.iter().find(|s| s.name == "poll").unwrap();
+    assert_eq!(poll.state, "completed");
+    let stopped = poll.output.clone().unwrap();
+    assert!(
+        stopped["stopped"]
+            .as_str()
+            .unwrap()
+            .starts_with("the settle step is"),
+        "{stopped}"
+    );
+
+    // A partner never final: past the settle's deadline the poll fails with it.
+    questions
+        .create(
+            "Yaks vs Gnus",
+            "Who wins?",
+            &["Yaks".to_string(), "Gnus".to_string()],
+            Utc::now() + chrono::Duration::milliseconds(1200),
+        )
+        .await
+        .unwrap();
+    let late = start(
+        &questions,
+        &client,
+        "Yaks vs Gnus",
+        GameWorkflowSettings {
+            deadline_ms: Some(60_000),
+            ..settings
+        },
+    )
+    .await;
+    let back = Utc::now() - chrono::Duration::minutes(3);
+    client
+        .move_workflow_times(late.id, &[("kickoff_at".to_string(), back)].into())
+        .await
+        .unwrap();
+    assert_eq!(settled(&client, late.id).await.state, "failed");
+    assert_eq!(step_state(&client, late.id, "settle").await, "failed");
+    assert_eq!(step_state(&client, late.id, "poll").await, "failed");
+    engine.stop().await;
+}
+
 const TOKEN: &str = "test-token-123";
 
 #[tokio::test]
@@ -301,7 +461,7 @@ async fn the_api_starts_one_run_per_game_for_operators_audited() {
     let viewer =
         crate::common::operator_token_of(&db.pool, "reader", kickoff::accounts::TokenScope::Read)
             .await;
-    let tries: [(&str, Option<&str>, Value, StatusCode); 8] = [
+    let tries: [(&str, Option<&str>, Value, StatusCode); 10] = [
         (path, Some(&viewer), json!({}), StatusCode::FORBIDDEN),
         (
             path,
@@ -328,6 +488,18 @@ async fn the_api_starts_one_run_per_game_for_operators_audited() {
             StatusCode::UNPROCESSABLE_ENTITY,
         ),
         (
+            path,
+            Some(TOKEN),
+            json!({ "result_url": "https://not-allowed.example/result" }),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            path,
+            Some(TOKEN),
+            json!({ "poll_every_ms": 999 }),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
             "/api/v1/games/Nobody/workflow",
             Some(TOKEN),
             json!({}),
@@ -347,7 +519,7 @@ async fn the_api_starts_one_run_per_game_for_operators_audited() {
         assert_eq!(status, want, "{path} {body}: {answer}");
         answers.push(answer);
     }
-    let made = &answers[6];
+    let made = &answers[8];
     assert_eq!(made["run"]["name"], "game");
     assert_eq!(made["run"]["key"], "game:Owls vs Cats");
     let names: Vec<&str> = made["steps"]
@@ -368,8 +540,8 @@ async fn the_api_starts_one_run_per_game_for_operators_audited() {
             .contains("1 of its 1"),
         "{made}"
     );
-    assert_eq!(answers[7]["existing"], json!(true));
-    assert_eq!(answers[7]["run"]["id"], made["run"]["id"]);
+    assert_eq!(answers[9]["existing"], json!(true));
+    assert_eq!(answers[9]["run"]["id"], made["run"]["id"]);
     let runs: i64 = sqlx::query_scalar("SELECT count(*) FROM workflow_runs")
         .fetch_one(&db.pool)
         .await
@@ -381,7 +553,7 @@ async fn the_api_starts_one_run_per_game_for_operators_audited() {
     .fetch_all(&db.pool)
     .await
     .unwrap();
-    assert_eq!(audited.len(), 8, "{audited:?}");
+    assert_eq!(audited.len(), 10, "{audited:?}");
     assert_eq!(audited.iter().filter(|(_, ok)| *ok).count(), 2);
 }
 

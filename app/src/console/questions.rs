@@ -85,14 +85,16 @@ pub async fn get_question(id: i64) -> Result<QuestionDetail, ServerFnError> {
     console()?.question(id).await.map_err(fail)
 }
 
-/// The game's workflow a new question starts: where its players are told how they did.
+/// The game's workflow a new question starts: where its players are told how they did, and
+/// where the final result is asked for.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GameWorkflowForm {
     pub notify_url: Option<String>,
+    pub result_url: Option<String>,
 }
 
 /// Creates a question; `choices` one per line; `workflow` checked: the game's workflow started
-/// with it (`notify_url`, blank: no notify step).
+/// with it (`notify_url`, blank: no notify step; `result_url`, blank: no poll step).
 #[server(prefix = "/_console", endpoint = "create_question")]
 #[allow(clippy::too_many_arguments)]
 pub async fn create_question(
@@ -105,6 +107,7 @@ pub async fn create_question(
     which: Option<String>,
     workflow: Option<String>,
     notify_url: Option<String>,
+    result_url: Option<String>,
 ) -> Result<i64, ServerFnError> {
     // Checked by the server's session guard before this runs; carried here so the form's
     // field survives the browser's encoding of the arguments.
@@ -120,6 +123,7 @@ pub async fn create_question(
         .filter(|w| !w.is_empty())
         .map(|_| GameWorkflowForm {
             notify_url: notify_url.filter(|u| !u.trim().is_empty()),
+            result_url: result_url.filter(|u| !u.trim().is_empty()),
         });
     console()?
         .create_question(game, prompt, choices, game_ms, workflow)

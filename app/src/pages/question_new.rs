@@ -42,6 +42,7 @@ pub fn NewQuestionPage() -> impl IntoView {
                         " Start its game's workflow now: lock at kickoff, settle on the final result, tell the players, publish the leaderboard (a live run of the game is kept)"
                     </label>
                     <label>"Players told at (a webhook URL, optional)" <input name="notify_url" type="url" maxlength="2048" placeholder="https://push.example/players"/></label>
+                    <label>"Result asked at every 30 s (the partner's API, optional; else the partner calls us)" <input name="result_url" type="url" maxlength="2048" placeholder="https://partner.example/games/8812/result"/></label>
                 </fieldset>
                 <button type="submit" class="primary">"Create question"</button>
             </ActionForm>

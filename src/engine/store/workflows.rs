@@ -338,6 +338,34 @@ pub async fn sibling_output<'e>(
     .await
 }
 
+/// Step `name` of the run step `step` belongs to, as another step of the run sees it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SiblingStep {
+    pub run_id: i64,
+    /// `blocked` (its dependencies, or a signal, outstanding), `ready`, `completed`, `failed`,
+    /// `skipped` or `cancelled`.
+    pub state: String,
+    /// While it waits for a signal: when it fails unless the signal came.
+    pub deadline_at: Option<DateTime<Utc>>,
+}
+
+/// Step `name` of the run step `step` belongs to (`None`: the run has no such step).
+pub async fn sibling_step<'e>(
+    db: impl PgExecutor<'e>,
+    step: i64,
+    name: &str,
+) -> Result<Option<SiblingStep>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT d.run_id, d.state::text AS state, d.deadline_at FROM workflow_steps s
+         JOIN workflow_steps d ON d.run_id = s.run_id AND d.name = $2
+         WHERE s.id = $1",
+    )
+    .bind(step)
+    .bind(name)
+    .fetch_optional(db)
+    .await
+}
+
 /// Cancels run `run`'s blocked steps under its lock; returns the jobs of its ready steps (to
 /// cancel next, in the same transaction), or `None` when the run is not running.
 pub async fn run_cancel_steps(

@@ -98,6 +98,7 @@ impl QuestionsConsole for ServerConsole {
         let by = operator(Role::Viewer).ok().map(|op| op.user.name.clone());
         let settings = workflow.map(|w| GameWorkflowSettings {
             notify_url: w.notify_url,
+            result_url: w.result_url,
             ..GameWorkflowSettings::default()
         });
         let act = Act {

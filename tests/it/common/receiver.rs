@@ -6,8 +6,10 @@
 //! - `/echo/N`: status N, the request's headers echoed in the body (`name: value` lines) and
 //!   each as a response header `x-echo-NAME` (a careless partner's error page);
 //! - `/slow/MS`: 200 after MS milliseconds;
+//! - a path given an answer ([`Receiver::answer`]): that answer, until told another;
 //! - anything else: 200 `ok`.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,7 +39,10 @@ impl Call {
 }
 
 #[derive(Clone, Default)]
-struct Calls(Arc<Mutex<Vec<Call>>>);
+struct Calls(Arc<Mutex<Vec<Call>>>, Answers);
+
+/// The answers set by path: status and body.
+type Answers = Arc<Mutex<HashMap<String, (u16, String)>>>;
 
 pub struct Receiver {
     pub addr: SocketAddr,
@@ -55,6 +60,16 @@ impl Receiver {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         Receiver { addr, calls }
+    }
+
+    /// Answers `path` with `status` and `body` from now on (a partner's API whose answer
+    /// changes).
+    pub fn answer(&self, path: &str, status: u16, body: &str) {
+        self.calls
+            .1
+            .lock()
+            .unwrap()
+            .insert(path.to_string(), (status, body.to_string()));
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -90,6 +105,11 @@ async fn answer(State(calls): State<Calls>, uri: Uri, headers: HeaderMap, body: 
         });
         before
     };
+    let set = calls.1.lock().unwrap().get(&path).cloned();
+    if let Some((status, body)) = set {
+        let status = StatusCode::from_u16(status).unwrap();
+        return (status, [("content-type", "application/json")], body).into_response();
+    }
     if path == "/fail-once" && before == 0 {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     }
