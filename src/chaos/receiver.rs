@@ -2,15 +2,19 @@
 //! history checker's receiver is also unreliable, as partners are: by the job's id, a first
 //! attempt is answered 500, or 429 with `Retry-After: 1`, or 500 with the request's headers
 //! echoed back (a careless partner: [`echoes`]), or only after 300 ms.
+//!
+//! It is also a partner's result API (`GET /result/{game}`, what a game's `poll` step asks):
+//! `{"final": false}` until [`FINAL_AFTER`] after the game's first call, then `{"final": true,
+//! "answers": {}}`, noting when it first answered so ([`Deliveries::finals`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 
@@ -21,9 +25,16 @@ pub struct Delivery {
     pub at: DateTime<Utc>,
 }
 
-/// Deliveries per job id.
+/// Deliveries per job id, and the result API's games: its first call, and when it first
+/// answered final.
 #[derive(Clone, Default)]
-pub struct Deliveries(Arc<Mutex<HashMap<i64, Vec<Delivery>>>>);
+pub struct Deliveries(Arc<Mutex<HashMap<i64, Vec<Delivery>>>>, Arc<Mutex<Games>>);
+
+/// The result API's games by name: its first call, and when it first answered final.
+type Games = HashMap<String, (DateTime<Utc>, Option<DateTime<Utc>>)>;
+
+/// How long after a game's first call the result API answers final.
+pub const FINAL_AFTER: chrono::Duration = chrono::Duration::milliseconds(1500);
 
 #[derive(Clone)]
 struct Receiver {
@@ -35,6 +46,32 @@ impl Deliveries {
     pub fn snapshot(&self) -> HashMap<i64, Vec<Delivery>> {
         self.0.lock().map(|m| m.clone()).unwrap_or_default()
     }
+
+    /// When the result API first answered each game's result final (noted before the answer
+    /// left).
+    pub fn finals(&self) -> BTreeMap<String, DateTime<Utc>> {
+        self.1
+            .lock()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(game, (_, at))| Some((game.clone(), (*at)?)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+async fn result(State(r): State<Receiver>, Path(game): Path<String>) -> Response {
+    let now = Utc::now();
+    let Ok(mut games) = r.deliveries.1.lock() else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    let (first, answered) = games.entry(game).or_insert((now, None));
+    if now - *first < FINAL_AFTER {
+        return Json(serde_json::json!({ "final": false })).into_response();
+    }
+    answered.get_or_insert(now);
+    Json(serde_json::json!({ "final": true, "answers": {} })).into_response()
 }
 
 async fn receive(State(r): State<Receiver>, headers: HeaderMap) -> Response {
@@ -115,6 +152,7 @@ async fn serve(unreliable: bool) -> Result<(SocketAddr, Deliveries), String> {
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let app = Router::new()
         .route("/hook", post(receive))
+        .route("/result/{game}", get(result))
         .with_state(Receiver {
             deliveries: deliveries.clone(),
             unreliable,

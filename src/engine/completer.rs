@@ -33,7 +33,7 @@ pub const COMPLETE_BATCH: usize = 1000;
 pub struct Completion {
     pub claim: Claim,
     pub result: Result<(), WorkError>,
-    /// The handler completed the job inside its own transaction.
+    /// The handler completed (or snoozed) the job inside its own transaction.
     pub completed_in_tx: bool,
     pub backoff: Duration,
     /// What the attempt's record keeps of it (unused when it completed inside its own
@@ -275,7 +275,8 @@ impl Completer {
         }
         for (i, (c, _)) in batch.iter().enumerate() {
             let result = match &c.result {
-                Ok(()) if c.completed_in_tx => Some(Written::Done),
+                // Completed or snoozed by the handler in its own transaction.
+                _ if c.completed_in_tx => Some(Written::Done),
                 Ok(()) => continue,
                 Err(WorkError::Fenced) => Some(Written::Done),
                 Err(WorkError::Snooze(d)) => {

@@ -225,7 +225,30 @@ impl JobContext {
         let Some(step) = self.job.step_id else {
             return Ok(None);
         };
-        Ok(super::store::workflows::sibling_step(&self.pool, step, name).await?)
+        Ok(super::store::workflows::sibling_step(&self.pool, step, name, false).await?)
+    }
+
+    /// [`JobContext::sibling`] read inside the handler's `tx` (`&mut *tx`), the step's row held
+    /// until `tx` ends: it keeps the state read until then (a signal that would start it waits).
+    pub async fn sibling_with(
+        &self,
+        tx: &mut PgConnection,
+        name: &str,
+    ) -> Result<Option<super::store::workflows::SiblingStep>, WorkError> {
+        let Some(step) = self.job.step_id else {
+            return Ok(None);
+        };
+        Ok(super::store::workflows::sibling_step(tx, step, name, true).await?)
+    }
+
+    /// Makes the job of step `name` of this job's workflow run due now if it waits for a later
+    /// time (a sibling polling for what this step just got, which need not wait for its next
+    /// poll to learn it): whether it did.
+    pub async fn wake_sibling(&self, name: &str) -> Result<bool, WorkError> {
+        let Some(step) = self.job.step_id else {
+            return Ok(false);
+        };
+        Ok(super::store::workflows::sibling_wake(&self.pool, step, name).await?)
     }
 
     /// This job's task, when it is a map step's ([`crate::engine::workflow::Workflow::map`]):
@@ -309,6 +332,33 @@ impl JobContext {
         Ok(())
     }
 
+    /// Snoozes the job inside `tx` and commits (as [`WorkError::Snooze`] would after the
+    /// handler returned): due again after `delay`, no attempt spent, its record written; the
+    /// handler then returns `Err(WorkError::Snooze(delay))`. What the handler read in `tx` under
+    /// a lock holds until the snooze is written: a change that would wake the job comes after
+    /// it (see [`JobContext::wake_sibling`]). [`WorkError::Fenced`] when this attempt no longer
+    /// owns the job (nothing committed).
+    pub async fn snooze_with(
+        &self,
+        mut tx: Transaction<'static, Postgres>,
+        delay: Duration,
+    ) -> Result<(), WorkError> {
+        let Some(claim) = self.job.claim() else {
+            tx.rollback().await?;
+            return Err(WorkError::Fenced);
+        };
+        let end = self.recorder.end();
+        if !job_store::job_snooze_with(&mut *tx, claim, delay, &end).await? {
+            tx.rollback().await?;
+            return Err(WorkError::Fenced);
+        }
+        tx.commit().await?;
+        self.completed.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether the handler settled the job in its own transaction
+    /// ([`JobContext::complete_with`], [`JobContext::snooze_with`]).
     pub(crate) fn already_completed(&self) -> bool {
         self.completed.load(Ordering::Acquire)
     }

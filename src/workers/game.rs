@@ -10,7 +10,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::engine::{BoxFuture, JobContext, WorkError, Worker};
-use crate::questions::game_workflow::{FINAL, LEADERBOARD_KIND, LOCK_GAME_KIND, SETTLE_GAME_KIND};
+use crate::questions::game_workflow::{
+    FINAL, LEADERBOARD_KIND, LOCK_GAME_KIND, POLL_STEP, SETTLE_GAME_KIND,
+};
 use crate::questions::{store, QuestionStatus};
 
 /// Players in a published leaderboard.
@@ -97,6 +99,11 @@ impl Worker for SettleGameWorker {
     fn work(&self, ctx: JobContext) -> BoxFuture<'_, Result<(), WorkError>> {
         Box::pin(async move {
             let args: GameArgs = ctx.args()?;
+            // A poll of the partner's result (if the run has one) learns at once that the
+            // result came.
+            if let Err(e) = ctx.wake_sibling(POLL_STEP).await {
+                tracing::warn!(job = ctx.job.id.0, error = %e, "waking the game's poll failed");
+            }
             let Some(result) = ctx.signal(FINAL).await? else {
                 return Err(WorkError::Fatal(format!(
                     "no {FINAL:?} signal: a settle_game job is a step of a game's workflow run"

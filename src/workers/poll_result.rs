@@ -15,14 +15,17 @@
 //! - any other 2xx JSON (`{"final": false}`), a non-2xx answer, a time-out or a refused
 //!   connection: asked again after `every_ms` (a snooze: no attempt spent, `meta.snoozes`
 //!   counts the polls), the reason in the attempt's output;
-//! - a `429` or `503` with `Retry-After`: asked again then;
+//! - a `429` or `503` with `Retry-After`: asked again then (never sooner than `every_ms`);
 //! - a host no longer allowed: the step fails (fatal), the settle still waits for another
 //!   signal.
 //!
-//! It stops once the settle no longer waits: completed when the signal came another way (or the
-//! settle was skipped, cancelled), failed when the settle's deadline passed without a final
-//! answer (so a retry of the run's failed steps polls again). Its waits never pass that
-//! deadline.
+//! Each call has its own `webhook-id` (the job's, then `_poll<n>`): a receiver that drops a
+//! repeated id takes every poll.
+//!
+//! It stops once the settle no longer waits: completed when the signal came another way (the
+//! settle's job wakes it: [`crate::engine::JobContext::wake_sibling`]) or the settle was skipped
+//! or cancelled, failed when the settle's deadline passed without a final answer. Its waits never
+//! pass that deadline.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -30,6 +33,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::webhook::{webhook_id, CallAs};
 use crate::db::Db;
 use crate::engine::{
     ArgsRefused, BoxFuture, Client, ClientError, JobContext, WorkError, Worker, Workers,
@@ -43,6 +47,8 @@ use crate::questions::game_workflow::{
 pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
 /// How long one call may take.
 const CALL_TIMEOUT_MS: u64 = 10_000;
+/// The most of the host kept in the signal's source (`polled <host>`, at most 200 characters).
+const SOURCE_HOST_CHARS: usize = 150;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -175,21 +181,12 @@ impl Worker for PollResultWorker {
                 )));
             };
             let now = ctx.started_at();
-            let stopped = |why: String| {
-                let _ = ctx.record(&json!({ "game": a.game, "polls": polls, "stopped": why }));
-            };
-            // The settle no longer waits: the signal came another way, or it ended.
             if settle.state != "blocked" {
-                stopped(format!("the settle step is {}", settle.state));
-                if settle.state == "failed" {
-                    return Err(WorkError::Fatal(format!(
-                        "the settle step failed before a final answer ({polls} polls)"
-                    )));
-                }
-                return Ok(());
+                return stop(&ctx, &a.game, polls, &settle.state).await;
             }
             if let Some(deadline) = settle.deadline_at.filter(|d| *d <= now) {
-                stopped("the settle's deadline passed".into());
+                let _ = ctx.record(&json!({ "game": a.game, "polls": polls,
+                                            "stopped": "the settle's deadline passed" }));
                 return Err(WorkError::Fatal(format!(
                     "no final answer by the settle's deadline, {deadline} ({polls} polls)"
                 )));
@@ -199,31 +196,42 @@ impl Worker for PollResultWorker {
                 .deadline_at
                 .and_then(|d| (d - now).to_std().ok())
                 .map(|d| d + Duration::from_millis(1));
-            let again = |wait: Duration, why: String| {
-                let _ = ctx.record(&json!({ "game": a.game, "polls": polls + 1, "last": why }));
+            let again = async |wait: Duration, why: String| {
                 let wait = until_deadline.map_or(wait, |d| wait.min(d));
-                Err(WorkError::Snooze(wait))
+                again(&ctx, &a.game, polls + 1, wait, why).await
             };
             let every = Duration::from_millis(a.every_ms);
+            let call_as = CallAs {
+                body_bytes: MAX_ANSWER_BYTES,
+                id: format!("{}_poll{}", webhook_id(&ctx.job), polls + 1),
+                snoozes_left: true,
+            };
             let body = match self
                 .webhook
-                .recorded_call(&ctx, &call_args(&a.url), MAX_ANSWER_BYTES)
+                .recorded_call(&ctx, &call_args(&a.url), &call_as)
                 .await
             {
                 Ok(body) => body,
                 Err(WorkError::Snooze(wait)) => {
-                    return again(wait, "the partner asked to wait (Retry-After)".into())
+                    return again(
+                        wait.max(every),
+                        "the partner asked to wait (Retry-After)".into(),
+                    )
+                    .await
                 }
-                Err(WorkError::Retryable(e)) => return again(every, e),
+                Err(WorkError::Retryable(e)) => return again(every, e).await,
                 Err(e) => return Err(e),
             };
             let answers = match read_answer(&body) {
                 Answer::Final(answers) => answers,
-                Answer::NotYet(why) => return again(every, why),
+                Answer::NotYet(why) => return again(every, why).await,
             };
-            let host = reqwest::Url::parse(&a.url)
+            let host: String = reqwest::Url::parse(&a.url)
                 .ok()
-                .and_then(|u| u.host_str().map(str::to_string))
+                .and_then(|u| {
+                    u.host_str()
+                        .map(|h| h.chars().take(SOURCE_HOST_CHARS).collect())
+                })
                 .unwrap_or_default();
             let mut tx = ctx.begin().await?;
             let (_, stored) = self
@@ -247,6 +255,41 @@ impl Worker for PollResultWorker {
             ctx.complete_with(tx).await
         })
     }
+}
+
+/// Stops polling: the settle step no longer waits (`state`). Completed, unless the settle
+/// failed without the final result (its deadline, or a failure before a signal).
+async fn stop(ctx: &JobContext, game: &str, polls: u64, state: &str) -> Result<(), WorkError> {
+    let _ = ctx.record(&json!({ "game": game, "polls": polls,
+                                "stopped": format!("the settle step is {state}") }));
+    if state == "failed" && ctx.signal(FINAL).await?.is_none() {
+        return Err(WorkError::Fatal(format!(
+            "the settle step failed before a final answer ({polls} polls)"
+        )));
+    }
+    Ok(())
+}
+
+/// Asks again after `wait`, unless the settle stopped waiting since the call. The snooze is
+/// written while the settle step's row is held: a signal stored meanwhile starts the settle
+/// only after it, and the settle's job then wakes this one (`wake_sibling`), so no final result
+/// waits for a whole interval here.
+async fn again(
+    ctx: &JobContext,
+    game: &str,
+    polls: u64,
+    wait: Duration,
+    why: String,
+) -> Result<(), WorkError> {
+    let mut tx = ctx.begin().await?;
+    let settle = ctx.sibling_with(&mut tx, SETTLE_STEP).await?;
+    if let Some(settle) = settle.filter(|s| s.state != "blocked") {
+        tx.rollback().await?;
+        return stop(ctx, game, polls, &settle.state).await;
+    }
+    let _ = ctx.record(&json!({ "game": game, "polls": polls, "last": why }));
+    ctx.snooze_with(tx, wait).await?;
+    Err(WorkError::Snooze(wait))
 }
 
 #[cfg(test)]

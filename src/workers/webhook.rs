@@ -463,9 +463,26 @@ impl Worker for WebhookWorker {
     fn work(&self, ctx: JobContext) -> BoxFuture<'_, Result<(), WorkError>> {
         Box::pin(async move {
             let args = ctx.job.args.clone();
-            self.recorded_call(&ctx, &args, BODY_BYTES).await.map(drop)
+            let call_as = CallAs {
+                body_bytes: BODY_BYTES,
+                id: webhook_id(&ctx.job),
+                snoozes_left: ctx.job.meta["snoozes"].as_u64().unwrap_or(0) < MAX_SNOOZES,
+            };
+            self.recorded_call(&ctx, &args, &call_as).await.map(drop)
         })
     }
+}
+
+/// One call as its job makes it.
+pub(crate) struct CallAs {
+    /// The most of a 2xx answer's body read (at least what the delivery record keeps).
+    pub body_bytes: usize,
+    /// Its `webhook-id`: a webhook job's is the same on every attempt ([`webhook_id`]); a job
+    /// that calls again and again (a poll) gives each call its own.
+    pub id: String,
+    /// A `429` or `503` with `Retry-After` is a snooze (a webhook job's, at most
+    /// [`MAX_SNOOZES`] times); else it fails the attempt as any other answer.
+    pub snoozes_left: bool,
 }
 
 impl WebhookWorker {
@@ -478,11 +495,11 @@ impl WebhookWorker {
         &self,
         ctx: &JobContext,
         args: &Value,
-        body_bytes: usize,
+        call_as: &CallAs,
     ) -> Result<Vec<u8>, WorkError> {
         let started = Instant::now();
         let mut seen = Seen::default();
-        let outcome = self.call(ctx, args, &mut seen, body_bytes).await;
+        let outcome = self.call(ctx, args, &mut seen, call_as).await;
         // The attempt's output: the status and the call's duration (the delivery record
         // below keeps the detail, the response shown to admins only).
         let _ = ctx.record(&serde_json::json!({
@@ -531,14 +548,14 @@ struct Seen {
 }
 
 impl WebhookWorker {
-    /// The call, its answer's first `body_bytes` (of which the record keeps [`BODY_CHARS`]
-    /// characters) when it is a 2xx.
+    /// The call, its answer's first `call_as.body_bytes` (of which the record keeps
+    /// [`BODY_CHARS`] characters) when it is a 2xx.
     async fn call(
         &self,
         ctx: &JobContext,
         args: &Value,
         seen: &mut Seen,
-        body_bytes: usize,
+        call_as: &CallAs,
     ) -> Result<Vec<u8>, WorkError> {
         let a: WebhookArgs = serde_json::from_value(args.clone())
             .map_err(|e| WorkError::Fatal(format!("invalid args for {KIND}: {e}")))?;
@@ -593,7 +610,7 @@ impl WebhookWorker {
             .timeout
             .saturating_sub(started.elapsed())
             .max(Duration::from_millis(1));
-        let id = webhook_id(&ctx.job);
+        let id = call_as.id.clone();
         let timestamp = chrono::Utc::now().timestamp();
         // Serialised once: the bytes sent are the bytes the signature covers.
         let body = match &a.body {
@@ -673,10 +690,9 @@ impl WebhookWorker {
         }
         seen.status = Some(status.as_u16());
         seen.headers = Some(kept_headers(res.headers()));
-        let snoozes = ctx.job.meta["snoozes"].as_u64().unwrap_or(0);
         if !status.is_success() {
             if let Some(wait) = asked_to_wait(&res, chrono::Utc::now()) {
-                if snoozes < MAX_SNOOZES {
+                if call_as.snoozes_left {
                     tracing::info!(job = ctx.job.id.0, %status, wait_ms = wait.as_millis() as u64, "webhook receiver asked to wait: snoozed");
                     return Err(WorkError::Snooze(wait));
                 }
@@ -685,7 +701,7 @@ impl WebhookWorker {
         // Only the start of the body: an endpoint must not make us buffer megabytes. A body that
         // stops coming (the call's time-out) keeps what came: the status stands.
         let mut head = Vec::new();
-        let limit = body_bytes.max(BODY_BYTES);
+        let limit = call_as.body_bytes.max(BODY_BYTES);
         while head.len() < limit {
             match res.chunk().await {
                 Ok(Some(chunk)) => {

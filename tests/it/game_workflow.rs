@@ -325,18 +325,41 @@ async fn a_partner_asked_every_second_settles_the_game_with_its_final_answer() {
         receiver.calls_to("/result").len() >= 2
     })
     .await;
-    let polls = receiver.calls_to("/result");
-    assert!(polls.iter().all(|c| c.body.is_empty()), "GET calls");
     assert_eq!(step_state(&client, run.id, "lock").await, "completed");
     assert_eq!(step_state(&client, run.id, "settle").await, "blocked");
     assert_eq!(step_state(&client, run.id, "poll").await, "ready");
     let output = last_output(&db, &client, run.id, "poll").await;
     assert_eq!(output["last"], "not final yet", "{output}");
-    // A failing answer is asked again too.
+    // Waiting between polls spends no attempt: each is a snooze.
+    let poll_job = client
+        .workflow_steps(run.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.name == "poll")
+        .and_then(|s| s.job_id)
+        .unwrap();
+    let (attempt, snoozes): (i32, Option<i64>) = sqlx::query_as(
+        "SELECT attempt, (meta->>'snoozes')::bigint FROM jobs WHERE id = $1 AND state = 'scheduled'",
+    )
+    .bind(poll_job.0)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(attempt, 0);
+    assert!(snoozes >= Some(1), "{snoozes:?}");
+    // A failing answer is asked again; a Retry-After is followed.
     receiver.answer("/result", 500, "down");
     let asked = receiver.calls_to("/result").len();
     wait_for("a poll answered 500", Duration::from_secs(10), || async {
         receiver.calls_to("/result").len() > asked
+    })
+    .await;
+    receiver.answer_after("/result", 503, "busy", Some(3));
+    // Every call from here on is answered 503 (the answer is read after the call is counted).
+    let busy = receiver.calls_to("/result").len();
+    wait_for("a poll answered 503", Duration::from_secs(10), || async {
+        receiver.calls_to("/result").len() > busy
     })
     .await;
     // Final: the answer is the run's signal, the game settles.
@@ -348,6 +371,24 @@ async fn a_partner_asked_every_second_settles_the_game_with_its_final_answer() {
     );
     let done = settled(&client, run.id).await;
     assert_eq!(done.state, "completed");
+    // Every poll a GET with its own webhook-id, a second apart at least, three after the 503.
+    let polls = receiver.calls_to("/result");
+    assert!(polls
+        .iter()
+        .all(|c| c.method == Method::GET && c.body.is_empty()));
+    let mut ids: Vec<&str> = polls.iter().map(|c| c.header("webhook-id")).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), polls.len(), "an id each");
+    for pair in polls.windows(2) {
+        let gap = pair[1].at - pair[0].at;
+        assert!(gap >= Duration::from_millis(950), "{gap:?}");
+    }
+    let waited = polls[busy + 1].at - polls[busy].at;
+    assert!(
+        waited >= Duration::from_millis(2_900),
+        "Retry-After 3: {waited:?}"
+    );
     let signals = client.workflow_signals(run.id).await.unwrap();
     assert_eq!(signals.len(), 1);
     assert_eq!(signals[0].name, "final");
@@ -385,12 +426,13 @@ async fn a_poll_stops_once_the_final_result_comes_another_way_and_fails_past_the
     let (_db, receiver, engine, client, questions) = running().await;
     let (first, _) = game_with_players(&questions, "Eels vs Cod").await;
     receiver.answer("/result", 200, r#"{"final": false}"#);
+    // Asked once a minute: the run ends long before its next poll only if the settle wakes it.
     let settings = GameWorkflowSettings {
         result_url: Some(receiver.url("/result")),
-        poll_every_ms: Some(1_000),
+        poll_every_ms: Some(60_000),
         ..Default::default()
     };
-    let run = start(&questions, &client, "Eels vs Cod", settings.clone()).await;
+    let run = start(&questions, &client, "Eels vs Cod", settings).await;
     wait_for("a poll", Duration::from_secs(15), || async {
         !receiver.calls_to("/result").is_empty()
     })
@@ -430,7 +472,8 @@ async fn a_poll_stops_once_the_final_result_comes_another_way_and_fails_past_the
         "Yaks vs Gnus",
         GameWorkflowSettings {
             deadline_ms: Some(60_000),
-            ..settings
+            result_url: Some(receiver.url("/never")),
+            ..Default::default()
         },
     )
     .await;
@@ -442,6 +485,10 @@ async fn a_poll_stops_once_the_final_result_comes_another_way_and_fails_past_the
     assert_eq!(settled(&client, late.id).await.state, "failed");
     assert_eq!(step_state(&client, late.id, "settle").await, "failed");
     assert_eq!(step_state(&client, late.id, "poll").await, "failed");
+    assert!(
+        receiver.calls_to("/never").is_empty(),
+        "no poll past the deadline"
+    );
     engine.stop().await;
 }
 

@@ -423,7 +423,13 @@ impl Driver<'_> {
                                        "choices": CHOICES,
                                        "game_time": at.to_rfc3339() });
                 if in_game {
-                    body["workflow"] = json!({});
+                    // The game's result asked of the receiver every second, which answers it
+                    // final a moment after its first call.
+                    let api = self.hook_url.trim_end_matches("/hook");
+                    body["workflow"] = json!({
+                        "result_url": format!("{api}/result/w{game_in_ms}"),
+                        "poll_every_ms": 1000,
+                    });
                 }
                 let e = self.post(i, Role::Operator, "/questions", body).await;
                 let run = e.answer.get("workflow").and_then(|w| w.get("run"));

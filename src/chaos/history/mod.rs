@@ -247,6 +247,7 @@ async fn run_on(
     let snapshot = snapshot?;
     let mut history = driver.history;
     history.deliveries = deliveries.snapshot();
+    history.finals = deliveries.finals();
     let violations = promises::check(&history, &snapshot);
     if !violations.is_empty() || config.records {
         // The record and the database beside the nodes' logs, for a look.

@@ -85,6 +85,9 @@ pub struct History {
     /// Webhook calls received, by job id.
     #[serde(skip)]
     pub deliveries: HashMap<i64, Vec<Delivery>>,
+    /// When the partner's result API first answered each game's result final (the games'
+    /// `poll` steps ask it), by the game's path name (`w<ms>` of `Game w<ms>`).
+    pub finals: std::collections::BTreeMap<String, DateTime<Utc>>,
 }
 
 impl History {

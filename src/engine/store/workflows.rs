@@ -349,21 +349,45 @@ pub struct SiblingStep {
     pub deadline_at: Option<DateTime<Utc>>,
 }
 
-/// Step `name` of the run step `step` belongs to (`None`: the run has no such step).
+/// Step `name` of the run step `step` belongs to (`None`: the run has no such step); with
+/// `hold`, its row held (`FOR SHARE`) until the caller's transaction ends: it keeps its state
+/// until then (a step starts, settles or is skipped only under its row's lock).
 pub async fn sibling_step<'e>(
     db: impl PgExecutor<'e>,
     step: i64,
     name: &str,
+    hold: bool,
 ) -> Result<Option<SiblingStep>, sqlx::Error> {
-    sqlx::query_as(
+    let held = if hold { " FOR SHARE OF d" } else { "" };
+    sqlx::query_as(&format!(
         "SELECT d.run_id, d.state::text AS state, d.deadline_at FROM workflow_steps s
          JOIN workflow_steps d ON d.run_id = s.run_id AND d.name = $2
-         WHERE s.id = $1",
-    )
+         WHERE s.id = $1{held}"
+    ))
     .bind(step)
     .bind(name)
     .fetch_optional(db)
     .await
+}
+
+/// Makes the job of step `name` of the run step `step` belongs to due now, if it waits for a
+/// later time (`scheduled`): whether one was.
+pub async fn sibling_wake<'e>(
+    db: impl PgExecutor<'e>,
+    step: i64,
+    name: &str,
+) -> Result<bool, sqlx::Error> {
+    let woken = sqlx::query(
+        "UPDATE jobs j SET scheduled_at = statement_timestamp()
+         FROM workflow_steps s JOIN workflow_steps d ON d.run_id = s.run_id AND d.name = $2
+         WHERE s.id = $1 AND j.id = d.job_id AND j.state = 'scheduled'
+           AND j.scheduled_at > statement_timestamp()",
+    )
+    .bind(step)
+    .bind(name)
+    .execute(db)
+    .await?;
+    Ok(woken.rows_affected() > 0)
 }
 
 /// Cancels run `run`'s blocked steps under its lock; returns the jobs of its ready steps (to

@@ -22,6 +22,9 @@ use axum::response::{IntoResponse, Response};
 /// One request as the receiver got it.
 #[derive(Debug, Clone)]
 pub struct Call {
+    pub method: axum::http::Method,
+    /// When it came.
+    pub at: std::time::Instant,
     pub path: String,
     pub headers: HeaderMap,
     pub body: Bytes,
@@ -41,8 +44,8 @@ impl Call {
 #[derive(Clone, Default)]
 struct Calls(Arc<Mutex<Vec<Call>>>, Answers);
 
-/// The answers set by path: status and body.
-type Answers = Arc<Mutex<HashMap<String, (u16, String)>>>;
+/// The answers set by path: status, body and a `Retry-After`.
+type Answers = Arc<Mutex<HashMap<String, (u16, String, Option<u64>)>>>;
 
 pub struct Receiver {
     pub addr: SocketAddr,
@@ -65,11 +68,16 @@ impl Receiver {
     /// Answers `path` with `status` and `body` from now on (a partner's API whose answer
     /// changes).
     pub fn answer(&self, path: &str, status: u16, body: &str) {
+        self.answer_after(path, status, body, None);
+    }
+
+    /// [`Receiver::answer`] with `Retry-After: <secs>` when given.
+    pub fn answer_after(&self, path: &str, status: u16, body: &str, retry_after: Option<u64>) {
         self.calls
             .1
             .lock()
             .unwrap()
-            .insert(path.to_string(), (status, body.to_string()));
+            .insert(path.to_string(), (status, body.to_string(), retry_after));
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -89,7 +97,13 @@ impl Receiver {
     }
 }
 
-async fn answer(State(calls): State<Calls>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+async fn answer(
+    State(calls): State<Calls>,
+    method: axum::http::Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let path = uri.path().to_string();
     let echoed: Vec<(String, String)> = headers
         .iter()
@@ -99,6 +113,8 @@ async fn answer(State(calls): State<Calls>, uri: Uri, headers: HeaderMap, body: 
         let mut calls = calls.0.lock().unwrap();
         let before = calls.iter().filter(|c| c.path == path).count();
         calls.push(Call {
+            method,
+            at: std::time::Instant::now(),
             path: path.clone(),
             headers,
             body,
@@ -106,9 +122,14 @@ async fn answer(State(calls): State<Calls>, uri: Uri, headers: HeaderMap, body: 
         before
     };
     let set = calls.1.lock().unwrap().get(&path).cloned();
-    if let Some((status, body)) = set {
+    if let Some((status, body, retry_after)) = set {
         let status = StatusCode::from_u16(status).unwrap();
-        return (status, [("content-type", "application/json")], body).into_response();
+        let mut res = (status, [("content-type", "application/json")], body).into_response();
+        if let Some(secs) = retry_after {
+            res.headers_mut()
+                .insert("retry-after", secs.to_string().parse().unwrap());
+        }
+        return res;
     }
     if path == "/fail-once" && before == 0 {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();

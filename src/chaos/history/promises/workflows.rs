@@ -452,6 +452,7 @@ pub(super) fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
         }
     }
     out.extend(partners_signals(h, s));
+    out.extend(polled_signals(h, s));
     out
 }
 
@@ -483,6 +484,36 @@ fn partners_signals(h: &History, s: &Snapshot) -> Vec<String> {
                  have stored it",
                 g.run_id, g.name, g.received_at
             )
+        })
+        .collect()
+}
+
+/// A signal a game's `poll` step stored (source `polled <host>`) is its run's `final`, stored
+/// after the partner's result API first answered that game's result final.
+fn polled_signals(h: &History, s: &Snapshot) -> Vec<String> {
+    s.workflow_signals
+        .iter()
+        .filter(|g| g.source.starts_with("polled "))
+        .filter_map(|g| {
+            let game = s
+                .workflow_runs
+                .iter()
+                .find(|r| r.id == g.run_id)
+                .and_then(|r| r.key.as_deref()?.strip_prefix("game:Game "));
+            let answered = game.and_then(|game| h.finals.get(game));
+            match answered {
+                Some(at) if g.name == "final" && *at <= g.received_at => None,
+                Some(at) if g.name == "final" => Some(format!(
+                    "run {}: its final signal polled at {}, before the partner answered final \
+                     at {at}",
+                    g.run_id, g.received_at
+                )),
+                _ => Some(format!(
+                    "run {}: a signal {:?} polled at {} that no final answer of its game's \
+                     result explains",
+                    g.run_id, g.name, g.received_at
+                )),
+            }
         })
         .collect()
 }
@@ -790,6 +821,30 @@ mod tests {
             !retried.iter().any(|m| m.contains("step 2")),
             "the retry explains it: {retried:?}"
         );
+    }
+
+    #[test]
+    fn a_polled_signal_before_the_partners_final_answer_is_reported() {
+        let mut s = run();
+        s.workflow_runs[0].key = Some("game:Game w1200".into());
+        s.workflow_signals.push(SignalRow {
+            run_id: 1,
+            name: "final".into(),
+            received_at: t(300),
+            source: "polled 127.0.0.1".into(),
+        });
+        let mut h = History::default();
+        assert_eq!(
+            workflows_hold(&h, &s).len(),
+            1,
+            "the partner never answered final"
+        );
+        h.finals.insert("w1200".into(), t(301));
+        assert_eq!(workflows_hold(&h, &s).len(), 1, "answered final after it");
+        h.finals.insert("w1200".into(), t(300));
+        assert_eq!(workflows_hold(&h, &s), Vec::<String>::new());
+        s.workflow_signals[0].name = "go".into();
+        assert_eq!(workflows_hold(&h, &s).len(), 1, "a poll stores final only");
     }
 
     #[test]
