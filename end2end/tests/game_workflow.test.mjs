@@ -3,7 +3,8 @@
 // Node's own crypto, as Standard Webhooks says), the leaderboard on the run's page, followed live,
 // in two time zones; a postponed game moved from its run's page and by its question, as one; its
 // players told in pages through the webhooks queue's rate, the notify step's progress live; and a
-// partner that never answers: the settle fails at its deadline and the alert page says so.
+// partner that never answers: the settle fails at its deadline and the alert page says so; and a
+// partner that does not call us: its result API asked by the run, from the new question form.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -188,6 +189,62 @@ test("in Australia/Sydney, a postponed game moves as one, and its players are to
   } finally {
     await browser.close();
     await api('PATCH', '/queues/webhooks', { rate: null });
+    server.close();
+  }
+});
+
+// A `datetime-local` value in the machine's zone (the browser runs on the same machine).
+function localValue(date) {
+  const p = (n) => String(n).padStart(2, '0');
+  return `${date.getFullYear()}-${p(date.getMonth() + 1)}-${p(date.getDate())}T${p(date.getHours())}:${p(date.getMinutes())}:${p(date.getSeconds())}`;
+}
+
+test("a partner that does not call us: the question form starts its game's run asking the partner's result API, whose final answer settles the game on the run's page", async () => {
+  assert.ok(port > 0, 'KICKOFF_E2E_RECEIVER_PORT is not set: run through scripts/test');
+  let answer = { final: false };
+  const asked = [];
+  const server = http.createServer((req, res) => {
+    asked.push({ method: req.method, path: req.url });
+    res.setHeader('content-type', 'application/json');
+    res.end(JSON.stringify(answer));
+  });
+  await new Promise((resolve) => server.listen(port, '127.0.0.1', resolve));
+  const browser = await launch();
+  try {
+    const name = `Kites vs Emus polled ${Date.now()}`;
+    const page = await browser.newPage();
+    const errors = watchErrors(page);
+    await page.goto(baseUrl + '/questions/new');
+    await hydrated(page);
+    const form = page.getByRole('form', { name: 'New question' });
+    await form.getByLabel('Game', { exact: true }).fill(name);
+    await form.getByLabel('Question').fill('Who wins?');
+    await form.getByLabel('Choices, one per line').fill('Kites\nEmus');
+    await form.getByLabel(/Game time/).fill(localValue(new Date(Date.now() + 8000)));
+    await form.getByRole('checkbox', { name: /Start its game's workflow now/ }).check();
+    await form.getByLabel(/Result asked at/).fill(`http://127.0.0.1:${port}/result/kites`);
+    await form.getByRole('button', { name: 'Create question' }).click();
+    await page.waitForURL(/\/questions\/\d+$/);
+    const id = Number(page.url().split('/').pop());
+    // The partner's result is final before kickoff: the first poll, at the lock, brings it.
+    answer = { final: true, answers: { [id]: 'Kites' } };
+    assert.equal((await api('POST', `/questions/${id}/predictions`, { player: 'ana', choice: 'Kites' })).status, 201);
+    const run = (await api('GET', '/workflows?limit=200')).body.runs.find((r) => r.key === `game:${name}`);
+    assert.ok(run, 'the game\'s run started with its question');
+    await page.goto(baseUrl + `/workflows/${run.id}`);
+    await hydrated(page);
+    const state = page.locator('dd .badge').first();
+    await eventually('the run to complete on the page', () => state.textContent(), (t) => t === 'completed', 30000);
+    const poll = page.getByRole('table', { name: 'Steps' }).getByRole('row', { name: /^poll/ });
+    assert.match(await poll.textContent(), /completed/);
+    const signals = page.getByRole('table', { name: 'Signals' });
+    assert.match(await signals.textContent(), /polled 127\.0\.0\.1/);
+    assert.equal((await api('GET', `/questions/${id}`)).body.status, 'settled');
+    assert.ok(asked.length >= 1 && asked.every((a) => a.method === 'GET' && a.path === '/result/kites'), JSON.stringify(asked));
+    await page.screenshot({ path: path.join(screenshots, 'game-result-polled.png'), fullPage: true });
+    assert.deepEqual(errors, []);
+  } finally {
+    await browser.close();
     server.close();
   }
 });
