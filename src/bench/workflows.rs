@@ -8,8 +8,10 @@
 //!   them to complete to the join's handler start;
 //! - `map_fan_in`: runs of a map step of 1,000 tasks into one step: from the last task to
 //!   complete to the step's handler start;
-//! - `throughput`: 2,000 runs of 5 chained steps against 10,000 plain jobs, each batch inserted
-//!   before the engine starts: steps a second against jobs a second.
+//! - `throughput`: 10,000 runs of 5 chained steps against 50,000 plain jobs, each batch inserted
+//!   before the engine starts: steps a second against jobs a second;
+//! - `parked`: the same 50,000 plain jobs again beside 10,000 runs parked (a step waiting for a
+//!   signal that never comes: a step row, no job row): what a parked run costs the claim.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -29,7 +31,8 @@ const SIGNALS: usize = 300;
 const FAN_INS: usize = 20;
 const MAP_FAN_INS: usize = 10;
 const MAP_TASKS: u32 = 1_000;
-const RUNS: usize = 2_000;
+const RUNS: usize = 10_000;
+const PARKED: usize = 10_000;
 const CHAIN_STEPS: usize = 5;
 
 fn step() -> NewJob {
@@ -85,8 +88,12 @@ pub(super) async fn workflows(pool: &Db, o: &BenchOptions) -> Result<Value, Stri
     let client = engine.client();
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    // A chain's step after its dependency's completion.
+    // A chain's step after its dependency's completion, and where the time goes: from `a`'s
+    // completing statement until `b`'s job is made in it (its `scheduled_at`, the trigger's
+    // clock), from then to `b`'s claim (the commit, the notification, the claim), and from the
+    // claim to the handler.
     let mut chain = Vec::with_capacity(CHAINS);
+    let (mut chain_made, mut chain_claimed, mut chain_started) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..CHAINS {
         let flow = Workflow::new("chain")
             .step("a", step())
@@ -107,6 +114,17 @@ pub(super) async fn workflows(pool: &Db, o: &BenchOptions) -> Result<Value, Stri
         let b_start = started.iter().find(|s| s.0 .0 == b).map(|s| s.1);
         if let (Some(done), Some(start)) = (done.get(&a), b_start) {
             chain.push(ms(start - *done));
+            let (made, claimed): (DateTime<Utc>, Option<DateTime<Utc>>) =
+                sqlx::query_as("SELECT scheduled_at, attempted_at FROM jobs WHERE id = $1")
+                    .bind(b)
+                    .fetch_one(pool)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            chain_made.push(ms(made - *done));
+            if let Some(claimed) = claimed {
+                chain_claimed.push(ms(claimed - made));
+                chain_started.push(ms(start - claimed));
+            }
         }
     }
 
@@ -254,9 +272,37 @@ pub(super) async fn workflows(pool: &Db, o: &BenchOptions) -> Result<Value, Stri
     engine.stop().await;
     let steps_per_s = (RUNS * CHAIN_STEPS) as f64 / steps_s;
     let jobs_per_s = plain as f64 / jobs_s;
+
+    // The same plain jobs beside parked runs.
+    for _ in 0..PARKED {
+        let flow = Workflow::new("parked")
+            .time("kickoff_at", Utc::now())
+            .step("never", step())
+            .signal("never", "kickoff_at", chrono::Duration::days(1));
+        client
+            .insert_workflow(&flow)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    insert_due(pool, plain, None).await?;
+    let (kinds, rx) = workers();
+    drop(rx);
+    let engine = Engine::start(pool.clone(), kinds, engine_config(10, o))
+        .await
+        .map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let parked_jobs_s = until_all_completed(pool, t).await?;
+    engine.stop().await;
+    let parked_jobs_per_s = plain as f64 / parked_jobs_s;
     Ok(json!({
         "workload": "workflows",
-        "chain": with_percentiles(json!({ "runs": chain.len() }), chain),
+        "chain": with_percentiles(
+            json!({ "runs": chain.len(),
+                    "made": with_percentiles(json!({}), chain_made),
+                    "claimed": with_percentiles(json!({}), chain_claimed),
+                    "started": with_percentiles(json!({}), chain_started) }),
+            chain
+        ),
         "signal": with_percentiles(json!({ "runs": waiting.len() }), waiting),
         "fan_in": with_percentiles(json!({ "runs": fan_in.len(), "tasks": MAX_DEPS }), fan_in),
         "map_fan_in": with_percentiles(
@@ -271,6 +317,11 @@ pub(super) async fn workflows(pool: &Db, o: &BenchOptions) -> Result<Value, Stri
             "steps_per_s": steps_per_s.round(),
             "plain_jobs_per_s": jobs_per_s.round(),
             "ratio": (steps_per_s / jobs_per_s * 100.0).round() / 100.0,
+        },
+        "parked": {
+            "runs": PARKED,
+            "plain_jobs_per_s": parked_jobs_per_s.round(),
+            "ratio_to_without": (parked_jobs_per_s / jobs_per_s * 100.0).round() / 100.0,
         },
     }))
 }
