@@ -20,6 +20,9 @@
 --   it settles, in which order and under which locks, is unchanged.
 
 ALTER FUNCTION kickoff_jobs_changed() SET enable_nestloop = off;
+COMMENT ON FUNCTION kickoff_jobs_changed() IS
+    'Runs with enable_nestloop = off (20261228000001): a CREATE OR REPLACE must keep the setting, '
+    'or the join of its transition tables turns quadratic again.';
 
 CREATE OR REPLACE FUNCTION kickoff_steps_settled() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -38,10 +41,11 @@ BEGIN
         IF NOT EXISTS (SELECT 1 FROM old_rows WHERE step_id IS NOT NULL) THEN
             RETURN NULL;
         END IF;
-        FOR s IN SELECT o.step_id, o.id, st.tasks FROM old_rows o
-                 JOIN workflow_steps st ON st.id = o.step_id
+        FOR s IN SELECT o.step_id, o.id, x.tasks FROM old_rows o
+                 CROSS JOIN LATERAL (SELECT st.run_id, st.tasks FROM workflow_steps st
+                                     WHERE st.id = o.step_id OFFSET 0) x
                  WHERE o.step_id IS NOT NULL AND o.finalized_at IS NULL
-                 ORDER BY st.run_id, o.step_id, o.id LOOP
+                 ORDER BY x.run_id, o.step_id, o.id LOOP
             IF s.tasks IS NULL THEN
                 PERFORM kickoff_step_settle(s.step_id, 'cancelled', NULL);
             ELSE
@@ -51,7 +55,8 @@ BEGIN
         RETURN NULL;
     END IF;
     -- The step jobs this statement moved into an end state: their old states by id, then one
-    -- look-up per new row.
+    -- look-up per new row. (A job's `step_id` is set when it is inserted and never changes: its
+    -- old and new rows agree on it.)
     SELECT jsonb_object_agg(id::text, state) INTO olds FROM old_rows WHERE step_id IS NOT NULL;
     IF olds IS NULL THEN
         RETURN NULL;
