@@ -161,6 +161,7 @@ async fn main() -> std::process::ExitCode {
             dir,
             records,
             server_binary,
+            failover,
         } => {
             let dir = dir.unwrap_or_else(|| {
                 std::env::temp_dir().join(format!("kickoff-history-{}", std::process::id()))
@@ -174,6 +175,7 @@ async fn main() -> std::process::ExitCode {
             config.faults = !no_faults;
             config.keep = keep;
             config.records = records;
+            config.failover = failover;
             let limit = minutes.map(|m| std::time::Duration::from_secs(m * 60));
             chaos::history::run_seeds(config, seeds, limit, shrink, |report| {
                 print!("{}", report.text());

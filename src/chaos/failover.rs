@@ -71,6 +71,11 @@ impl Standby {
         })
     }
 
+    /// The standby's cluster (the primary once promoted).
+    pub fn cluster(&self) -> &EmbeddedPostgres {
+        &self.cluster
+    }
+
     /// The database's URL through the address.
     pub fn url(&self) -> String {
         let mut url = reqwest::Url::parse(&self.primary_url).expect("a cluster URL parses");

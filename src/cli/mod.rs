@@ -183,6 +183,10 @@ pub enum Command {
         /// it against this release's promises.
         #[arg(long)]
         server_binary: Option<PathBuf>,
+        /// Give each history's cluster a synchronous standby and fail over to it at the plan's
+        /// middle (the primary killed, the standby promoted, the database's address moved).
+        #[arg(long)]
+        failover: bool,
     },
     /// Manage the dashboard's accounts (in the database the server uses).
     User {

@@ -47,7 +47,10 @@ const MAX_AUDIT_PAGES: usize = 20;
 pub struct Driver<'a> {
     pub http: reqwest::Client,
     pub env: &'a NodeEnv,
+    /// The primary (the promoted standby once the history failed over).
     pub cluster: &'a EmbeddedPostgres,
+    /// The synchronous standby the database's address moves to (`--failover`), until it did.
+    pub standby: Option<&'a crate::chaos::failover::Standby>,
     pub pool: crate::db::Db,
     pub nodes: Vec<Node>,
     pub generations: Vec<usize>,
@@ -1114,6 +1117,13 @@ impl Driver<'_> {
             Fault::CutConnections { node } => {
                 let app_name = self.nodes[node % self.nodes.len()].app_name.clone();
                 crate::chaos::cut_connections(&self.pool, &app_name).await;
+            }
+            Fault::Failover => {
+                // Once: the standby is the primary after it.
+                if let Some(standby) = self.standby.take() {
+                    standby.fail_over(self.cluster)?;
+                    self.cluster = standby.cluster();
+                }
             }
         }
         Ok(())

@@ -58,6 +58,9 @@ pub struct HistoryConfig {
     /// Keep every run's directory with its record (`history.json`, `snapshot.json`), not only a
     /// failing one's.
     pub records: bool,
+    /// The cluster has a synchronous standby, and the database's address moves to it at the
+    /// plan's middle ([`plan::Fault::Failover`]).
+    pub failover: bool,
 }
 
 impl HistoryConfig {
@@ -72,6 +75,7 @@ impl HistoryConfig {
             keep: None,
             settle: Duration::from_secs(20),
             records: false,
+            failover: false,
         }
     }
 
@@ -92,6 +96,9 @@ impl HistoryConfig {
         );
         if !self.faults {
             c.push_str(" --no-faults");
+        }
+        if self.failover {
+            c.push_str(" --failover");
         }
         if let Some(k) = &self.keep {
             let k: Vec<String> = k.iter().map(ToString::to_string).collect();
@@ -162,17 +169,37 @@ pub async fn run(config: &HistoryConfig) -> Result<(HistoryReport, History, Snap
     std::fs::create_dir_all(&config.dir).map_err(|e| e.to_string())?;
     let cluster = EmbeddedPostgres::start(&config.dir.join("cluster"), Durability::Durable)
         .map_err(|e| e.to_string())?;
-    let result = run_on(config, &cluster, started).await;
+    let standby = match config.failover {
+        true => match crate::chaos::failover::Standby::make(&cluster, &config.dir.join("standby"))
+            .await
+        {
+            Ok(standby) => Some(standby),
+            Err(e) => {
+                let _ = cluster.stop();
+                return Err(e);
+            }
+        },
+        false => None,
+    };
+    let result = run_on(config, &cluster, standby.as_ref(), started).await;
+    // A killed primary is gone already.
     let _ = cluster.stop();
+    if let Some(standby) = standby {
+        standby.stop();
+    }
     result
 }
 
 async fn run_on(
     config: &HistoryConfig,
     cluster: &EmbeddedPostgres,
+    standby: Option<&crate::chaos::failover::Standby>,
     started: Instant,
 ) -> Result<(HistoryReport, History, Snapshot), String> {
-    let url = cluster.url_for(DATABASE);
+    let url = match standby {
+        Some(standby) => standby.url(),
+        None => cluster.url_for(DATABASE),
+    };
     let pool = crate::chaos::connect_and_migrate(&url, 4).await?;
     let (tokens, logins) = make_tokens(&pool).await?;
     let (receiver_addr, deliveries) = receiver::start_unreliable().await?;
@@ -197,6 +224,7 @@ async fn run_on(
         http: reqwest::Client::new(),
         env: &env,
         cluster,
+        standby,
         pool: pool.clone(),
         generations: vec![0; nodes.len()],
         clocks: vec![0; nodes.len()],
@@ -221,7 +249,23 @@ async fn run_on(
     };
     let steps = config.steps();
     let mut failure = None;
+    let mut failover_at = standby.map(|_| config.steps / 2);
     for (i, step) in &steps {
+        if failover_at.is_some_and(|at| *i >= at) {
+            failover_at = None;
+            if let Err(e) = driver
+                .step(
+                    *i,
+                    plan::Step::Fault {
+                        fault: plan::Fault::Failover,
+                    },
+                )
+                .await
+            {
+                failure = Some(e);
+                break;
+            }
+        }
         if let Err(e) = driver.step(*i, *step).await {
             failure = Some(e);
             break;

@@ -189,6 +189,11 @@ pub enum Fault {
     /// Restart a node with its wall clock moved by `secs` (libfaketime; its monotonic clock, which
     /// timers use, is left alone): everything that promises a time goes by the database's clock.
     Clock { node: usize, secs: i32 },
+    /// Kill the primary (SIGKILL), promote its synchronous standby and move the database's
+    /// address to it: every connection fails and connects again, to the new primary. Never
+    /// drawn: a history run with `--failover` takes it once, at its plan's middle (the seeds'
+    /// plans stay what they are).
+    Failover,
 }
 
 /// A schedule as a history makes or changes it: `s<name>`, a `noop` every `every_ms` on a queue.
