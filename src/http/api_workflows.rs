@@ -500,7 +500,8 @@ pub struct StartGame {
     pub notify_batch: Option<u32>,
     /// The partner's result API, for a partner that does not call us: the `poll` step asks it
     /// (`GET`, as a webhook call: `KICKOFF_WEBHOOK_ALLOWED_HOSTS` or an endpoint's `allow_calls`,
-    /// else 422 `args_refused`; an endpoint's default headers carry its API key) every
+    /// else 422 `args_refused`; an endpoint's default headers carry its API key when its
+    /// `header_methods` include `GET`) every
     /// `poll_every_ms` from the lock on, until it answers `{"final": true, "answers":
     /// {"<question id>": "<choice>"}}`, which becomes the `final` signal; absent: no `poll`
     /// step.
