@@ -128,6 +128,12 @@ const SETTLE_GRACE: Duration = Duration::milliseconds(1_500);
 /// before it.
 const CALL_SLACK: Duration = Duration::milliseconds(100);
 
+/// How long after a pause's answer a node may still start a job it claimed before the pause
+/// (fetched ahead, claimed ahead of its due time): until it hears of the pause, by its
+/// notification or at the latest at its next settings poll (a second). A claim after the pause
+/// takes nothing (the claim reads the pauses in its statement).
+const PAUSE_HEARD: Duration = Duration::milliseconds(1_100);
+
 /// [`Promise::WorkflowsHold`]: the runs and their steps, and the map steps' tasks.
 fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
     let mut out = workflows::workflows_hold(h, s);
@@ -313,9 +319,22 @@ fn pause_holds(h: &History, s: &Snapshot) -> Vec<String> {
                 ("queue", by_queue.unwrap_or_default()),
                 ("kind", webhook_kind.as_slice()),
             ];
+            // When the call's attempt was claimed: known for the job's last attempt only (an
+            // earlier one may have been claimed before any pause).
+            let claimed = (d.attempt == job.attempt)
+                .then_some(job.attempted_at)
+                .flatten();
             for (what, spans) in held {
                 let started = d.at - CALL_SLACK;
-                if let Some((from, to)) = spans.iter().find(|(f, t)| started > *f && d.at < *t) {
+                // A call of an attempt claimed before the pause, while its node had not heard
+                // of the pause yet, holds the promise.
+                let unheard = |from: DateTime<Utc>| {
+                    claimed.is_none_or(|c| c <= from + CALL_SLACK) && d.at < from + PAUSE_HEARD
+                };
+                if let Some((from, to)) = spans
+                    .iter()
+                    .find(|(f, t)| started > *f && d.at < *t && !unheard(*f))
+                {
                     out.push(format!(
                         "job {id} ({}): attempt {} called at {} while its {what} was paused \
                          ({from} until {to})",
@@ -1096,12 +1115,30 @@ mod tests {
 
     #[test]
     fn a_call_while_the_queue_is_paused_is_reported() {
+        // Job 2 (hooks) ran from a claim at 10 ms; hooks was paused from 105 ms (here until
+        // 3 s).
         let (mut h, s) = clean();
-        h.deliveries.get_mut(&2).unwrap()[0].at = t(500);
+        h.events[5].sent = t(3_000);
+        h.events[5].answered = t(3_005);
+        h.deliveries.get_mut(&2).unwrap()[0].at = t(1_300);
         assert_eq!(broken(&h, &s), vec![Promise::PauseHolds]);
+        // Before the node could have heard of the pause (a second and its slack): a call of an
+        // attempt claimed before it.
+        h.deliveries.get_mut(&2).unwrap()[0].at = t(1_150);
+        assert_eq!(broken(&h, &s), vec![]);
+        let (mut h, s) = clean();
         // A call received 45 ms after the pause's answer may have started before it.
         h.deliveries.get_mut(&2).unwrap()[0].at = t(150);
         assert_eq!(broken(&h, &s), vec![]);
+        // Claimed before the pause, it may start until its node hears of the pause (seed 9628:
+        // a node restarted a moment before, 163 ms late, under load).
+        h.deliveries.get_mut(&2).unwrap()[0].at = t(500);
+        assert_eq!(broken(&h, &s), vec![]);
+        // Not when its claim came after the pause's answer.
+        let (mut h, mut s) = clean();
+        s.jobs[1].attempted_at = Some(t(300));
+        h.deliveries.get_mut(&2).unwrap()[0].at = t(500);
+        assert!(broken(&h, &s).contains(&Promise::PauseHolds));
     }
 
     #[test]
