@@ -252,28 +252,13 @@ pub(super) async fn workflows(pool: &Db, o: &BenchOptions) -> Result<Value, Stri
             .await
             .map_err(|e| e.to_string())?;
     }
-    let (kinds, rx) = workers();
-    drop(rx);
-    let engine = Engine::start(pool.clone(), kinds, engine_config(10, o))
-        .await
-        .map_err(|e| e.to_string())?;
-    let t = Instant::now();
-    until_runs_done(pool).await?;
-    let steps_s = t.elapsed().as_secs_f64();
-    engine.stop().await;
+    let steps_s = engine_until(pool, o, until_runs_done(pool)).await?;
     let plain = RUNS * CHAIN_STEPS;
     // Both plain runs start from an empty jobs table (a table grown by the runs before would
     // slow the second one for another reason).
     emptied(pool).await?;
     insert_due(pool, plain, None).await?;
-    let (kinds, rx) = workers();
-    drop(rx);
-    let engine = Engine::start(pool.clone(), kinds, engine_config(10, o))
-        .await
-        .map_err(|e| e.to_string())?;
-    let t = Instant::now();
-    let jobs_s = until_all_completed(pool, t).await?;
-    engine.stop().await;
+    let jobs_s = engine_until(pool, o, until_all_completed(pool, Instant::now())).await?;
     let steps_per_s = (RUNS * CHAIN_STEPS) as f64 / steps_s;
     let jobs_per_s = plain as f64 / jobs_s;
 
@@ -290,14 +275,7 @@ pub(super) async fn workflows(pool: &Db, o: &BenchOptions) -> Result<Value, Stri
             .map_err(|e| e.to_string())?;
     }
     insert_due(pool, plain, None).await?;
-    let (kinds, rx) = workers();
-    drop(rx);
-    let engine = Engine::start(pool.clone(), kinds, engine_config(10, o))
-        .await
-        .map_err(|e| e.to_string())?;
-    let t = Instant::now();
-    let parked_jobs_s = until_all_completed(pool, t).await?;
-    engine.stop().await;
+    let parked_jobs_s = engine_until(pool, o, until_all_completed(pool, Instant::now())).await?;
     let parked_jobs_per_s = plain as f64 / parked_jobs_s;
     Ok(json!({
         "workload": "workflows",
@@ -329,6 +307,25 @@ pub(super) async fn workflows(pool: &Db, o: &BenchOptions) -> Result<Value, Stri
             "ratio_to_without": (parked_jobs_per_s / jobs_per_s * 100.0).round() / 100.0,
         },
     }))
+}
+
+/// Starts an engine of concurrency 10 on what the table holds, waits for `done`, stops it: the
+/// seconds from its start until `done` said so.
+async fn engine_until<T>(
+    pool: &Db,
+    o: &BenchOptions,
+    done: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<f64, String> {
+    let (kinds, rx) = workers();
+    drop(rx);
+    let engine = Engine::start(pool.clone(), kinds, engine_config(10, o))
+        .await
+        .map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let finished = done.await;
+    let took = t.elapsed().as_secs_f64();
+    engine.stop().await;
+    finished.map(|_| took)
 }
 
 /// Deletes every job (the finished runs' with them: their steps keep their states) and vacuums
