@@ -62,6 +62,9 @@ impl RetryMode {
 /// A map step's tasks whose attempts a run's timeline shows (the first, by task).
 const TIMELINE_TASKS: i64 = 20;
 
+/// A step's jobs whose attempts a run's timeline shows (its newest tries).
+const TIMELINE_TRIES: i64 = 20;
+
 fn not_found(id: i64) -> ClientError {
     ClientError::NotFound(format!("workflow run {id}"))
 }
@@ -71,8 +74,8 @@ fn not_found(id: i64) -> ClientError {
 pub struct RunSeen {
     pub steps: Vec<StepRow>,
     pub signals: Vec<SignalRow>,
-    /// The attempts of its steps' jobs (each step's current one: a retried step's earlier jobs
-    /// keep theirs on their own pages), with the step's name, in the order they started.
+    /// The attempts of its steps' jobs (a retried step's earlier jobs' too, its newest 20; a map
+    /// step's first 20 tasks'), with the step's name, in the order they started.
     pub attempts: Vec<(String, AttemptRecord)>,
 }
 
@@ -396,7 +399,17 @@ impl Client {
             // A step's job, or a map step's first tasks' (`notify[3]`): all of one step's tasks
             // share its args, so the first tells what its secrets are.
             let ids: Vec<(String, JobId)> = match (step.job_id, step.tasks) {
-                (Some(id), _) => vec![(step.name.clone(), id)],
+                // Its jobs, the earlier tries' too; the current one may be another run's (a
+                // rerun keeps the completions before its step).
+                (Some(id), _) => {
+                    let mut ids = store::step_jobs(&self.pool, step.id, TIMELINE_TRIES).await?;
+                    if !ids.contains(&id.0) {
+                        ids.push(id.0);
+                    }
+                    ids.into_iter()
+                        .map(|job| (step.name.clone(), JobId(job)))
+                        .collect()
+                }
                 (None, Some(_)) => store::step_task_jobs_first(&self.pool, step.id, TIMELINE_TASKS)
                     .await?
                     .into_iter()

@@ -340,7 +340,8 @@ pub struct RunDetail {
     pub run: RunView,
     pub steps: Vec<StepView>,
     pub signals: Vec<SignalView>,
-    /// The attempts of its steps' current jobs that ended, in the order they started.
+    /// The attempts of its steps' jobs that ended, in the order they started: a retried step's
+    /// earlier jobs' too (its newest 20 jobs), a map step's first 20 tasks'.
     pub attempts: Vec<StepAttempt>,
     /// The insert found a live run holding the key and wrote nothing (false but for inserts).
     pub existing: bool,

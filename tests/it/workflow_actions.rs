@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 
 use super::workflows::{audited_actions, by_name, engine_healable, owned, settled, step};
 use crate::common::{test_db, wait_for, TestDb};
+use kickoff::engine::sight::Sight;
 use kickoff::engine::workflow::{OnDepFailure, StepRow, Workflow};
 use kickoff::engine::workflow_actions::RetryMode;
 use kickoff::engine::{ClientError, NewJob};
@@ -121,6 +122,34 @@ async fn retrying_the_failed_steps_runs_them_again_and_never_a_completed_one() {
     assert_eq!(
         by_name(&after, "flaky").output,
         Some(json!({ "by": "flaky" }))
+    );
+    // The run's timeline: the failed job's attempts beside the new one's, each named by its job.
+    let sight = Sight {
+        name: "someone-else",
+        admin: false,
+        reader: true,
+        workers: client.workers(),
+    };
+    let seen = client.workflow_seen(&retried, &sight).await.unwrap();
+    let flaky: Vec<(i64, &str)> = seen
+        .attempts
+        .iter()
+        .filter(|(step, _)| step == "flaky")
+        .map(|(_, r)| (r.job_id.0, r.outcome.as_str()))
+        .collect();
+    let (first, second) = (
+        job_of(&before, "flaky").unwrap(),
+        job_of(&after, "flaky").unwrap(),
+    );
+    assert_eq!(
+        flaky.first(),
+        Some(&(first, "discarded")),
+        "the first job's failure is on the timeline: {flaky:?}"
+    );
+    assert_eq!(flaky.last(), Some(&(second, "completed")), "{flaky:?}");
+    assert!(
+        flaky.iter().all(|&(job, _)| job == first || job == second),
+        "{flaky:?}"
     );
 
     let err = client

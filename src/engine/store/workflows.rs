@@ -610,6 +610,23 @@ pub async fn step_task_jobs_first<'e>(
     .await
 }
 
+/// The ids of step `step`'s jobs, the newest `limit` of them, oldest first (a retried step has
+/// one a try; a map step's tasks carry its id too). Read by `jobs_step_idx`.
+pub async fn step_jobs<'e>(
+    db: impl PgExecutor<'e>,
+    step: i64,
+    limit: i64,
+) -> Result<Vec<i64>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT id FROM (SELECT id FROM jobs WHERE step_id = $1 ORDER BY id DESC LIMIT $2) newest
+         ORDER BY id",
+    )
+    .bind(step)
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
 /// A map step's task as its job's handler reads it.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct TaskRow {
