@@ -427,11 +427,14 @@ impl Driver<'_> {
                                        "game_time": at.to_rfc3339() });
                 if in_game {
                     // The game's result asked of the receiver every second, which answers it
-                    // final a moment after its first call.
+                    // final a moment after its first call; its players told in pages of two.
                     let api = self.hook_url.trim_end_matches("/hook");
                     body["workflow"] = json!({
                         "result_url": format!("{api}/result/w{game_in_ms}"),
                         "poll_every_ms": 1000,
+                        "notify_url": self.hook_url,
+                        "notify_tasks": 2,
+                        "notify_batch": 2,
                     });
                 }
                 let e = self.post(i, Role::Operator, "/questions", body).await;
@@ -443,6 +446,23 @@ impl Driver<'_> {
                 }
                 if let (true, Some(id)) = (e.ok(), e.answer.get("id").and_then(Value::as_i64)) {
                     self.questions.push(id);
+                    // A game's players predict at once (before its time), for its notify step
+                    // to tell them in pages; the same players on every game.
+                    if in_game {
+                        for player in 0..5usize {
+                            let body = json!({ "player": format!("fan{player}"),
+                                               "choice": CHOICES[player % 3] });
+                            self.send_about(
+                                i,
+                                Role::Operator,
+                                "POST",
+                                "/questions/{id}/predictions",
+                                id,
+                                Some(body),
+                            )
+                            .await;
+                        }
+                    }
                     if let Some(job) = e
                         .answer
                         .get("lock_job")

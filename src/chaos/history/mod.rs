@@ -211,7 +211,8 @@ async fn run_on(
         lease_ms: 2000,
         webhook_host: receiver_addr.to_string(),
         log_dir,
-        queues: "default:10,limited:4,hooks:10,questions:5".into(),
+        // `webhooks`: the game's notify step's calls.
+        queues: "default:10,limited:4,hooks:10,questions:5,webhooks:5".into(),
         secret_key: Some(secret_key(config.seed)),
         // Alert rules evaluated as often as they may be, so that a short history sees incidents.
         settings: vec![("KICKOFF_ALERT_INTERVAL_MS", "500".into())],

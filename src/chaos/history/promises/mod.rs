@@ -8,6 +8,7 @@
 
 mod alerts;
 mod by_hand;
+mod games;
 mod limits;
 mod map_steps;
 mod slots;
@@ -134,10 +135,12 @@ const CALL_SLACK: Duration = Duration::milliseconds(100);
 /// takes nothing (the claim reads the pauses in its statement).
 const PAUSE_HEARD: Duration = Duration::milliseconds(1_100);
 
-/// [`Promise::WorkflowsHold`]: the runs and their steps, and the map steps' tasks.
+/// [`Promise::WorkflowsHold`]: the runs and their steps, the map steps' tasks, and the game's
+/// notify step's pages.
 fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
     let mut out = workflows::workflows_hold(h, s);
     out.extend(map_steps::map_steps_hold(h, s));
+    out.extend(games::notify_pages_hold(h, s));
     out
 }
 
