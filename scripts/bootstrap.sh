@@ -102,8 +102,14 @@ if [ $WITH_E2E = 1 ]; then
     log "npm ci in end2end/"
     (cd end2end && npm ci --no-audit --no-fund --silent)
   fi
+  # The TypeScript worker's packages (examples/workers/typescript: npm's standardwebhooks and
+  # TypeScript), which tests/it/workers_any_language.rs compiles and runs.
+  if [ ! -d examples/workers/typescript/node_modules/standardwebhooks ]; then
+    log "npm ci in examples/workers/typescript/"
+    (cd examples/workers/typescript && npm ci --no-audit --no-fund --silent)
+  fi
   # The published Standard Webhooks verifier (PyPI), so that the tests check Kickoff's signatures
-  # with a receiver's library, not only with Kickoff's own code.
+  # with a receiver's library, not only with Kickoff's own code (and the Python worker's).
   SWH_VENV="$KICKOFF_CACHE/tools/pyvenv"
   if ! "$SWH_VENV/bin/python" -c 'import standardwebhooks' >/dev/null 2>&1; then
     log "pip install standardwebhooks==$STANDARDWEBHOOKS_VERSION in $SWH_VENV"

@@ -205,6 +205,8 @@ impl Worker for PollResultWorker {
                 body_bytes: MAX_ANSWER_BYTES,
                 id: format!("{}_poll{}", webhook_id(&ctx.job), polls + 1),
                 snoozes_left: true,
+                // A result API's failure is asked again at the next poll, whatever it says.
+                no_retry: false,
             };
             let body = match self
                 .webhook

@@ -1,5 +1,6 @@
 //! `webhook`: an HTTP call at a set time. A non-2xx answer or a timeout fails the attempt (retried
-//! with backoff). Only hosts in `KICKOFF_WEBHOOK_ALLOWED_HOSTS` (an entry without a port: on the
+//! with backoff); a non-2xx answer with `kickoff-no-retry: true` fails the job for good (it is
+//! discarded: how a worker in another language says no retry can help, docs/workers.md). Only hosts in `KICKOFF_WEBHOOK_ALLOWED_HOSTS` (an entry without a port: on the
 //! scheme's default port only), and URLs under a webhook endpoint that allows calls (see
 //! `crate::webhooks`), may be called: the check runs at insert time (a clear error; the
 //! endpoints are read on the inserting connection) and again before each call (either may have
@@ -467,6 +468,7 @@ impl Worker for WebhookWorker {
                 body_bytes: BODY_BYTES,
                 id: webhook_id(&ctx.job),
                 snoozes_left: ctx.job.meta["snoozes"].as_u64().unwrap_or(0) < MAX_SNOOZES,
+                no_retry: true,
             };
             self.recorded_call(&ctx, &args, &call_as).await.map(drop)
         })
@@ -483,7 +485,14 @@ pub(crate) struct CallAs {
     /// A `429` or `503` with `Retry-After` is a snooze (a webhook job's, at most
     /// [`MAX_SNOOZES`] times); else it fails the attempt as any other answer.
     pub snoozes_left: bool,
+    /// A failure answered with [`NO_RETRY_HEADER`]`: true` fails the job for good (a worker in
+    /// another language that knows no retry can help); else it is retried as any other.
+    pub no_retry: bool,
 }
+
+/// The answer's header by which a receiver says a failure is for good: `kickoff-no-retry: true`
+/// on a non-2xx answer discards a webhook job at once (docs/workers.md).
+pub const NO_RETRY_HEADER: &str = "kickoff-no-retry";
 
 impl WebhookWorker {
     /// Makes the call `args` describes (a webhook's args) as `ctx`'s attempt, and records it as
@@ -690,6 +699,12 @@ impl WebhookWorker {
         }
         seen.status = Some(status.as_u16());
         seen.headers = Some(kept_headers(res.headers()));
+        let for_good = call_as.no_retry
+            && res
+                .headers()
+                .get(NO_RETRY_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
         if !status.is_success() {
             if let Some(wait) = asked_to_wait(&res, chrono::Utc::now()) {
                 if call_as.snoozes_left {
@@ -721,15 +736,24 @@ impl WebhookWorker {
         if status.is_success() {
             return Ok(head);
         }
+        let failed = if for_good {
+            |m: String| {
+                WorkError::Fatal(format!(
+                    "{m} (the receiver answered {NO_RETRY_HEADER}: true)"
+                ))
+            }
+        } else {
+            WorkError::Retryable
+        };
         if seen.credentialed {
             // The job's errors are shown to everyone; what the call read with the endpoint's
             // credentials is shown to admins and the job's creator (the delivery record).
-            return Err(WorkError::Retryable(format!(
+            return Err(failed(format!(
                 "HTTP {status} (the answer is in the delivery record, shown to admins and the \
                  job's creator: the call carried its endpoint's default headers)"
             )));
         }
-        Err(WorkError::Retryable(format!("HTTP {status}: {body}")))
+        Err(failed(format!("HTTP {status}: {body}")))
     }
 }
 

@@ -58,6 +58,7 @@ mod webhook_endpoint_settings;
 mod webhook_headers;
 mod webhook_safety;
 mod webhook_signatures;
+mod workers_any_language;
 mod workflow_actions;
 mod workflow_map;
 mod workflow_waits;

@@ -1,0 +1,86 @@
+"""A Kickoff worker in Python: Kickoff's `webhook` jobs call it, it verifies each call's
+Standard Webhooks signature with the published library (`pip install standardwebhooks`), does
+the job and answers what became of it (docs/workers.md):
+
+- 2xx: done (the job completes);
+- 429 or 503 with `Retry-After`: not now, ask again then (a snooze: no attempt spent);
+- anything else: failed, retried with backoff (another attempt, the same `webhook-id`);
+- with `kickoff-no-retry: true` on the answer: failed for good (the job is discarded).
+
+Run:  KICKOFF_WEBHOOK_SECRET=whsec_... python3 worker.py [port]   (0: any free port)
+It prints `listening <port>`, then one JSON line per call it answered.
+"""
+
+import json
+import os
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from standardwebhooks import Webhook, WebhookVerificationError
+
+WEBHOOK = Webhook(os.environ["KICKOFF_WEBHOOK_SECRET"])
+# The calls done, by `webhook-id` (the same on every attempt of a job): a call repeated after a
+# lost answer is answered again without doing the work twice. Keep it in your database.
+DONE = {}
+ASKED_TO_WAIT = set()
+LOCK = threading.Lock()
+
+
+def work(task, attempt, call_id):
+    """What the job asks for: (status, headers, answer)."""
+    kind = task.get("task")
+    if kind == "greet":
+        return 200, {}, {"greeting": f"hello {task['name']}"}
+    if kind == "flaky" and attempt == 1:
+        return 500, {}, {"error": "the first attempt fails (retried)"}
+    if kind == "flaky":
+        return 200, {}, {"done": "at the second attempt"}
+    if kind == "busy" and call_id not in ASKED_TO_WAIT:
+        ASKED_TO_WAIT.add(call_id)
+        return 429, {"Retry-After": "1"}, {"error": "busy: ask again in a second"}
+    if kind == "busy":
+        return 200, {}, {"done": "after waiting"}
+    # A job this worker will never do: no retry can help.
+    return 422, {"kickoff-no-retry": "true"}, {"error": f"no such task: {kind!r}"}
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        try:
+            task = WEBHOOK.verify(body, headers)
+        except WebhookVerificationError as e:
+            return self.answer(401, {}, {"error": f"signature: {e}"}, None, None)
+        call_id = headers["webhook-id"]
+        attempt = int(headers.get("x-kickoff-attempt", "1"))
+        with LOCK:
+            if call_id in DONE:
+                return self.answer(200, {}, DONE[call_id], call_id, task, repeat=True)
+            status, extra, answer = work(task, attempt, call_id)
+            if 200 <= status < 300:
+                DONE[call_id] = answer
+        self.answer(status, extra, answer, call_id, task)
+
+    def answer(self, status, extra, answer, call_id, task, repeat=False):
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        for name, value in extra.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+        print(json.dumps({"id": call_id, "task": task, "status": status, "repeat": repeat}),
+              flush=True)
+
+    def log_message(self, *args):
+        pass
+
+
+if __name__ == "__main__":
+    server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1]) if len(sys.argv) > 1 else 0),
+                                 Handler)
+    print(f"listening {server.server_address[1]}", flush=True)
+    server.serve_forever()
