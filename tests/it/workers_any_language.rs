@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::common::pooler::free_port;
 use crate::common::server::{Server, TOKEN};
 use crate::common::test_db;
 
@@ -34,15 +35,6 @@ impl Drop for Worker {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// A port free a moment ago (the endpoint's prefix names it before the worker listens on it).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Starts the worker of `language` on `port` with the endpoint's `secret`.
@@ -150,6 +142,7 @@ async fn workers_in_python_and_typescript_verify_their_calls_and_their_answers_d
     let db = test_db().await;
     let server = Server::start(&[("DATABASE_URL", db.url.clone())]);
     for language in ["python", "typescript"] {
+        // Free a moment ago: the endpoint's prefix names it before the worker listens on it.
         let port = free_port();
         let prefix = format!("http://127.0.0.1:{port}/");
         let (status, endpoint) = api(

@@ -147,7 +147,8 @@ pub fn keep(bouncer: PgBouncer) -> Arc<PgBouncer> {
     bouncer
 }
 
-fn free_port() -> u16 {
+/// A port free a moment ago (for a process to listen on, named before it starts).
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
