@@ -226,7 +226,8 @@ async fn workers_in_python_and_typescript_verify_their_calls_and_their_answers_d
         };
         assert_eq!(
             answered("greet").iter().map(|a| a.1).collect::<Vec<_>>(),
-            [200]
+            [200],
+            "{language}: {lines:?}"
         );
         for (task, statuses) in [("flaky", [500, 200]), ("busy", [429, 200])] {
             let calls = answered(task);
@@ -239,7 +240,8 @@ async fn workers_in_python_and_typescript_verify_their_calls_and_their_answers_d
         }
         assert_eq!(
             answered("unknown").iter().map(|a| a.1).collect::<Vec<_>>(),
-            [422]
+            [422],
+            "{language}: {lines:?}"
         );
 
         // A call the server did not sign is refused, by the library's check.

@@ -25,6 +25,7 @@ WEBHOOK = Webhook(os.environ["KICKOFF_WEBHOOK_SECRET"])
 DONE = {}
 ASKED_TO_WAIT = set()
 LOCK = threading.Lock()
+PRINTING = threading.Lock()
 
 
 def work(task, attempt, call_id):
@@ -72,8 +73,10 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
-        print(json.dumps({"id": call_id, "task": task, "status": status, "repeat": repeat}),
-              flush=True)
+        line = json.dumps({"id": call_id, "task": task, "status": status, "repeat": repeat})
+        with PRINTING:  # one whole line at a time: each call is answered on a thread of its own
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
 
     def log_message(self, *args):
         pass
