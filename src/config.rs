@@ -196,6 +196,12 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(500..=60_000))]
     pub alert_interval_ms: u64,
 
+    /// The queue the alert rules' notifications (webhook jobs) go to: `webhooks` when this node
+    /// runs it, else its first queue, unless set (any queue name; a node that does not run it
+    /// leaves them to one that does).
+    #[arg(long, env = "KICKOFF_ALERT_QUEUE", value_parser = queue_name)]
+    pub alert_queue: Option<String>,
+
     /// Seconds running jobs get to finish at shutdown before they are handed back. Default: 10.
     #[arg(long, env = "KICKOFF_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     pub shutdown_grace_secs: u64,
@@ -246,6 +252,15 @@ pub struct Config {
     /// that inserts a job continues in its attempts and its webhook calls. Default: off.
     #[arg(long, env = "KICKOFF_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
+}
+
+/// A queue's name, as a job's queue must be.
+fn queue_name(name: &str) -> Result<String, String> {
+    if crate::engine::job::is_valid_queue_name(name) {
+        Ok(name.to_string())
+    } else {
+        Err("1 to 64 characters of a-z, 0-9, `_` and `-`".into())
+    }
 }
 
 impl Config {
@@ -401,6 +416,19 @@ mod tests {
         for bad in ["499", "60001", "soon"] {
             assert!(
                 Wrap::try_parse_from(["x", "--alert-interval-ms", bad]).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_alert_queue_is_unset_unless_given_a_queue_name() {
+        assert_eq!(Wrap::parse_from(["x"]).config.alert_queue, None);
+        let w = Wrap::parse_from(["x", "--alert-queue", "alerts"]);
+        assert_eq!(w.config.alert_queue.as_deref(), Some("alerts"));
+        for bad in ["", "Alerts!", &"a".repeat(65)] {
+            assert!(
+                Wrap::try_parse_from(["x", "--alert-queue", bad]).is_err(),
                 "{bad}"
             );
         }

@@ -277,8 +277,12 @@ fn site_root(config: &Config) -> PathBuf {
 }
 
 /// Runs the server until Ctrl-C or SIGTERM.
-/// The queue alert notifications go to: `webhooks` when this node runs it, else its first queue.
+/// The queue alert notifications go to: `KICKOFF_ALERT_QUEUE`, else `webhooks` when this node
+/// runs it, else its first queue.
 fn engine_queue_for_notifications(config: &Config) -> String {
+    if let Some(queue) = &config.alert_queue {
+        return queue.clone();
+    }
     let queues = config.queue_list().unwrap_or_default();
     if queues.iter().any(|(name, _)| name == "webhooks") {
         "webhooks".to_string()

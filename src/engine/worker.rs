@@ -134,7 +134,7 @@ pub trait Worker: Send + Sync + 'static {
     }
 
     /// The wait before the next attempt after attempt `attempt` failed: `attempt^4` seconds plus one
-    /// (1 s, 17 s, 82 s, 257 s, ...), capped at 6 hours, with ±10% jitter so that many jobs that
+    /// (2 s, 17 s, 82 s, 257 s, ...), capped at 6 hours, with ±10% jitter so that many jobs that
     /// failed together do not retry together.
     fn backoff(&self, attempt: i32) -> Duration {
         let base = (attempt.max(1) as f64).powi(4) + 1.0;

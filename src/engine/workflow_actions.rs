@@ -399,23 +399,23 @@ impl Client {
             // A step's job, or a map step's first tasks' (`notify[3]`): all of one step's tasks
             // share its args, so the first tells what its secrets are.
             let ids: Vec<(String, JobId)> = match (step.job_id, step.tasks) {
-                // Its jobs, the earlier tries' too; the current one may be another run's (a
-                // rerun keeps the completions before its step).
-                (Some(id), _) => {
+                (None, Some(_)) => store::step_task_jobs_first(&self.pool, step.id, TIMELINE_TASKS)
+                    .await?
+                    .into_iter()
+                    .map(|(task, job)| (format!("{}[{task}]", step.name), JobId(job)))
+                    .collect(),
+                // Its jobs, the earlier tries' too (a step retried keeps them while it waits to
+                // start again); the current one may be another run's (a rerun keeps the
+                // completions before its step).
+                (current, _) => {
                     let mut ids = store::step_jobs(&self.pool, step.id, TIMELINE_TRIES).await?;
-                    if !ids.contains(&id.0) {
+                    if let Some(id) = current.filter(|id| !ids.contains(&id.0)) {
                         ids.push(id.0);
                     }
                     ids.into_iter()
                         .map(|job| (step.name.clone(), JobId(job)))
                         .collect()
                 }
-                (None, Some(_)) => store::step_task_jobs_first(&self.pool, step.id, TIMELINE_TASKS)
-                    .await?
-                    .into_iter()
-                    .map(|(task, job)| (format!("{}[{task}]", step.name), JobId(job)))
-                    .collect(),
-                (None, None) => Vec::new(),
             };
             for (label, id) in ids {
                 let Some(job) = self.find(id).await? else {

@@ -4,7 +4,8 @@
 //! signature with the published Standard Webhooks library (PyPI's and npm's `standardwebhooks`).
 //! Their answers decide the jobs: a 2xx completes one, a 500 is retried (the same `webhook-id`),
 //! a 429 with `Retry-After` snoozes it without spending an attempt, a 422 with
-//! `kickoff-no-retry: true` discards it at once; a call with a forged signature is refused.
+//! `kickoff-no-retry: true` discards it at once (an unknown task, a call without a JSON body); a
+//! call with a forged signature is refused.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -178,6 +179,16 @@ async fn workers_in_python_and_typescript_verify_their_calls_and_their_answers_d
                     .unwrap_or_else(|| panic!("{made}")),
             );
         }
+        // And a job without a body: signed, but nothing a worker can read.
+        let (status, made) = api(
+            &server,
+            "POST",
+            "/jobs",
+            Some(json!({ "kind": "webhook", "args": { "url": format!("{prefix}jobs") } })),
+        )
+        .await;
+        assert_eq!(status, 201, "{made}");
+        jobs.push(made["job"]["id"].as_i64().unwrap());
         let mut ended = Vec::new();
         for &id in &jobs {
             ended.push(ended_job(&server, id).await);
@@ -193,6 +204,7 @@ async fn workers_in_python_and_typescript_verify_their_calls_and_their_answers_d
                 ("completed", 2), // flaky: its 500 retried
                 ("completed", 1), // busy: its 429 waited for, no attempt spent
                 ("discarded", 1), // unknown: kickoff-no-retry, no second attempt
+                ("discarded", 1), // no body: the same
             ],
             "{language}: {ended:#?}"
         );
@@ -204,11 +216,15 @@ async fn workers_in_python_and_typescript_verify_their_calls_and_their_answers_d
             error.contains("HTTP 422") && error.contains("kickoff-no-retry"),
             "{language}: {error}"
         );
+        let error = ended[4]["errors"][0]["message"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(error.contains("not a JSON object"), "{language}: {error}");
 
         // What the worker answered, by the call's `webhook-id` (one per job, on every attempt).
-        // (A worker prints its line once its answer went: wait for the six.)
+        // (A worker prints its line once its answer went: wait for the seven.)
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while worker.lines.lock().unwrap().len() < 6 && std::time::Instant::now() < deadline {
+        while worker.lines.lock().unwrap().len() < 7 && std::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let lines = worker.lines.lock().unwrap().clone();

@@ -212,6 +212,56 @@ async fn retrying_all_reruns_every_step_and_the_failed_and_following_what_follow
 }
 
 #[tokio::test]
+async fn a_retried_step_keeps_its_earlier_attempts_on_the_timeline_while_it_waits_to_start_again() {
+    let db = test_db().await;
+    let (engine, _started, _healed) = engine_healable(&db).await;
+    let client = engine.client();
+    let run = client.insert_workflow(&game()).await.unwrap().run;
+    settled(&engine, run.id).await;
+    // Nothing runs again: the steps wait as the retry left them.
+    engine.stop().await;
+    let retried = client.retry_workflow(run.id, RetryMode::All).await.unwrap();
+    let steps = client.workflow_steps(run.id).await.unwrap();
+    let waiting: Vec<(&str, &str, bool)> = steps
+        .iter()
+        .map(|s| (s.name.as_str(), s.state.as_str(), s.job_id.is_some()))
+        .collect();
+    assert_eq!(
+        waiting,
+        [
+            ("a", "ready", true),
+            ("flaky", "blocked", false),
+            ("c", "blocked", false),
+            ("d", "blocked", false),
+            ("e", "blocked", false)
+        ]
+    );
+    let sight = Sight {
+        name: "someone-else",
+        admin: false,
+        reader: true,
+        workers: client.workers(),
+    };
+    let seen = client.workflow_seen(&retried, &sight).await.unwrap();
+    let mut on_timeline: Vec<(&str, &str)> = seen
+        .attempts
+        .iter()
+        .map(|(step, r)| (step.as_str(), r.outcome.as_str()))
+        .collect();
+    on_timeline.sort();
+    assert_eq!(
+        on_timeline,
+        [
+            ("a", "completed"),
+            ("d", "completed"),
+            ("e", "completed"),
+            ("flaky", "discarded")
+        ],
+        "every attempt of the first try (c failed without running)"
+    );
+}
+
+#[tokio::test]
 async fn a_retry_is_refused_for_a_cancelled_run_a_taken_key_and_running_steps_under_all() {
     let db = test_db().await;
     let (engine, mut started, _) = engine_healable(&db).await;

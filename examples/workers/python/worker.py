@@ -21,7 +21,8 @@ from standardwebhooks import Webhook, WebhookVerificationError
 
 WEBHOOK = Webhook(os.environ["KICKOFF_WEBHOOK_SECRET"])
 # The calls done, by `webhook-id` (the same on every attempt of a job): a call repeated after a
-# lost answer is answered again without doing the work twice. Keep it in your database.
+# lost answer is answered again without doing the work twice. Keep it in your database, written
+# in the transaction that does the work.
 DONE = {}
 ASKED_TO_WAIT = set()
 LOCK = threading.Lock()
@@ -53,16 +54,30 @@ class Handler(BaseHTTPRequestHandler):
         try:
             task = WEBHOOK.verify(body, headers)
         except WebhookVerificationError as e:
+            # Not from Kickoff, or changed on the way (or signed with a secret rotated away):
+            # refused, and retried, so a call signed right goes through once the secret is.
             return self.answer(401, {}, {"error": f"signature: {e}"}, None, None)
+        except ValueError:
+            task = None
+        if not isinstance(task, dict):
+            # Signed, but not a JSON object (a job without a body): no retry will change it.
+            return self.answer(422, {"kickoff-no-retry": "true"},
+                               {"error": "the body is not a JSON object"}, None, None)
         call_id = headers["webhook-id"]
         attempt = int(headers.get("x-kickoff-attempt", "1"))
+        # One call of an id at a time, and the work kept with its id: a call repeated while the
+        # first is still running (Kickoff's timeout passed) waits for it, then finds it done.
+        # In production, record the id in the same database transaction as the work, under a
+        # unique constraint.
         with LOCK:
-            if call_id in DONE:
-                return self.answer(200, {}, DONE[call_id], call_id, task, repeat=True)
-            status, extra, answer = work(task, attempt, call_id)
-            if 200 <= status < 300:
-                DONE[call_id] = answer
-        self.answer(status, extra, answer, call_id, task)
+            repeat = call_id in DONE
+            if repeat:
+                status, extra, answer = 200, {}, DONE[call_id]
+            else:
+                status, extra, answer = work(task, attempt, call_id)
+                if 200 <= status < 300:
+                    DONE[call_id] = answer
+        self.answer(status, extra, answer, call_id, task, repeat=repeat)
 
     def answer(self, status, extra, answer, call_id, task, repeat=False):
         data = json.dumps(answer).encode()

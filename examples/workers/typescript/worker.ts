@@ -23,7 +23,8 @@ type Answer = [status: number, headers: Record<string, string>, body: unknown];
 
 const webhook = new Webhook(process.env.KICKOFF_WEBHOOK_SECRET ?? '');
 // The calls done, by `webhook-id` (the same on every attempt of a job): a call repeated after a
-// lost answer is answered again without doing the work twice. Keep it in your database.
+// lost answer is answered again without doing the work twice. Keep it in your database, written
+// in the transaction that does the work.
 const done = new Map<string, unknown>();
 const askedToWait = new Set<string>();
 
@@ -62,21 +63,32 @@ async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> 
   for (const [name, value] of Object.entries(req.headers)) {
     if (typeof value === 'string') headers[name] = value;
   }
-  let task: Task;
+  let task: unknown;
   try {
-    task = webhook.verify(body, headers) as Task;
+    task = webhook.verify(body, headers);
   } catch (e) {
-    const why = e instanceof WebhookVerificationError ? e.message : String(e);
-    return answer(res, [401, {}, { error: `signature: ${why}` }], null, null);
+    if (e instanceof WebhookVerificationError) {
+      // Not from Kickoff, or changed on the way (or signed with a secret rotated away): refused,
+      // and retried, so a call signed right goes through once the secret is.
+      return answer(res, [401, {}, { error: `signature: ${e.message}` }], null, null);
+    }
+    task = undefined;
+  }
+  if (typeof task !== 'object' || task === null) {
+    // Signed, but not a JSON object (a job without a body): no retry will change it.
+    return answer(res, [422, { 'kickoff-no-retry': 'true' }, { error: 'the body is not a JSON object' }], null, null);
   }
   const callId = headers['webhook-id'];
   const attempt = Number(headers['x-kickoff-attempt'] ?? '1');
+  // From the check to the record nothing awaits, so a call repeated while the first runs (Kickoff's
+  // timeout passed) finds it done. With work that awaits, record the id in the same database
+  // transaction as the work, under a unique constraint.
   if (done.has(callId)) {
-    return answer(res, [200, {}, done.get(callId)], callId, task, true);
+    return answer(res, [200, {}, done.get(callId)], callId, task as Task, true);
   }
-  const result = work(task, attempt, callId);
+  const result = work(task as Task, attempt, callId);
   if (result[0] >= 200 && result[0] < 300) done.set(callId, result[2]);
-  answer(res, result, callId, task);
+  answer(res, result, callId, task as Task);
 }
 
 const server = createServer((req, res) => {

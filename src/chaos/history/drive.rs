@@ -541,7 +541,10 @@ impl Driver<'_> {
                 if let Some(secret) = e.answer.get("secret").and_then(Value::as_str) {
                     self.history.secrets.push(secret.to_string());
                 }
-                if let (true, Some(id)) = (e.ok(), e.answer.get("id").and_then(Value::as_i64)) {
+                // `{"endpoint": {...}, "secret"}` (the endpoints' edits and rotations had none
+                // to pick while this read `id` at the top).
+                let id = e.answer.pointer("/endpoint/id").and_then(Value::as_i64);
+                if let (true, Some(id)) = (e.ok(), id) {
                     self.endpoints.push(id);
                 }
             }

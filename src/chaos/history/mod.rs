@@ -215,7 +215,12 @@ async fn run_on(
         queues: "default:10,limited:4,hooks:10,questions:5,webhooks:5".into(),
         secret_key: Some(secret_key(config.seed)),
         // Alert rules evaluated as often as they may be, so that a short history sees incidents.
-        settings: vec![("KICKOFF_ALERT_INTERVAL_MS", "500".into())],
+        // Alert notifications in `default`, among the queues the history pauses and acts on in
+        // bulk (with `webhooks` run, for the games' notify calls, they would go there).
+        settings: vec![
+            ("KICKOFF_ALERT_INTERVAL_MS", "500".into()),
+            ("KICKOFF_ALERT_QUEUE", "default".into()),
+        ],
     };
     let mut nodes = Vec::new();
     for slot in 0..config.nodes.max(1) {

@@ -52,38 +52,37 @@ pub(super) fn notify_pages_hold(h: &History, s: &Snapshot) -> Vec<String> {
             }
         }
     }
-    // The runs of each game's notify step that may have happened: one a run with the step, and
-    // one a retry that may have run it afresh.
+    // The runs of each game's notify step that may have happened: one a run whose step began
+    // (its tasks' rows or jobs are there), and one a retry of it that ran the step afresh. Only
+    // `all` does: under the others a step that failed or was cancelled resumes each task from
+    // its cursor, and a completed notify step is never after a step that fails later (its
+    // dependencies completed before it began).
     let retries = retries_by_run(h);
     let mut allowed: HashMap<&str, usize> = HashMap::new();
     for run in &s.workflow_runs {
         let Some(game) = game_of(run) else { continue };
-        let Some(notify) = s
-            .workflow_steps
-            .iter()
-            .find(|st| st.run_id == run.id && st.name == "notify")
-        else {
+        let step = |name: &str| {
+            s.workflow_steps
+                .iter()
+                .find(|st| st.run_id == run.id && st.name == name)
+        };
+        let Some(notify) = step("notify") else {
             continue;
         };
-        let afresh = retries.get(&run.id).map_or(0, |rs| {
-            rs.iter()
-                .filter(|e| matches!(mode_of(e), "all" | "failed_and_following"))
-                .count()
-        });
-        *allowed.entry(game).or_default() += 1 + afresh;
-        // A completed step told every player who predicted before it began (its jobs: each
-        // task's, an earlier try's too).
+        let began = s.workflow_tasks.iter().any(|t| t.step_id == notify.id)
+            || s.jobs.iter().any(|j| j.step_id == Some(notify.id));
+        let afresh = retries
+            .get(&run.id)
+            .map_or(0, |rs| rs.iter().filter(|e| mode_of(e) == "all").count());
+        *allowed.entry(game).or_default() += usize::from(began) + afresh;
+        // A completed step told every player who predicted before it could begin: before its
+        // dependency, the settle, completed (its jobs may have been deleted since; the settle's
+        // time stays).
         if notify.state != "completed" {
             continue;
         }
-        let Some(began) = s
-            .jobs
-            .iter()
-            .filter(|j| j.step_id == Some(notify.id))
-            .map(|j| j.inserted_at)
-            .min()
-        else {
-            continue; // kept from an earlier run (its jobs are that run's step's)
+        let Some(began) = step("settle").and_then(|st| st.finished_at) else {
+            continue;
         };
         let games: HashMap<i64, &str> = s
             .questions
@@ -170,7 +169,29 @@ mod tests {
         )
     }
 
-    /// Game w900's run (its notify step completed, its task's job made at 10 s) and three
+    /// Run 1's notify step (7), completed with its one task.
+    fn notify_step() -> StepRow {
+        StepRow {
+            id: 7,
+            run_id: 1,
+            name: "notify".into(),
+            state: "completed".into(),
+            deps_left: 0,
+            skip_following: false,
+            job_id: None,
+            job_inserted_at: None,
+            kept_from: None,
+            at_time: None,
+            at_ms: None,
+            signal: None,
+            deadline_at: None,
+            finished_at: Some(t(11_000)),
+            tasks: Some(1),
+            tasks_counts: [1, 0, 0],
+        }
+    }
+
+    /// Game w900's run (its settle completed at 9.5 s, its notify step completed, its task's job made at 10 s) and three
     /// players who predicted before, each told once.
     fn game() -> Snapshot {
         Snapshot {
@@ -183,24 +204,17 @@ mod tests {
                 counts: [0, 0, 5, 0, 0, 0],
                 times: json!({}),
             }],
-            workflow_steps: vec![StepRow {
-                id: 7,
-                run_id: 1,
-                name: "notify".into(),
-                state: "completed".into(),
-                deps_left: 0,
-                skip_following: false,
-                job_id: None,
-                job_inserted_at: None,
-                kept_from: None,
-                at_time: None,
-                at_ms: None,
-                signal: None,
-                deadline_at: None,
-                finished_at: Some(t(11_000)),
-                tasks: Some(1),
-                tasks_counts: [1, 0, 0],
-            }],
+            workflow_steps: vec![
+                StepRow {
+                    finished_at: Some(t(9_500)),
+                    name: "settle".into(),
+                    id: 6,
+                    tasks: None,
+                    tasks_counts: [0, 0, 0],
+                    ..notify_step()
+                },
+                notify_step(),
+            ],
             jobs: vec![
                 job(20, 10_000, json!({}), Some(7)),
                 call(21, 10_100, &["ana", "ben"]),
@@ -257,15 +271,34 @@ mod tests {
         let broken = notify_pages_hold(&History::default(), &twice);
         assert_eq!(broken.len(), 1, "{broken:?}");
         assert!(broken[0].starts_with("Game w900: player ben told by 2 calls ([21, 23])"));
-        // A retry of the failed resumes the tasks from their cursors: it explains nothing.
-        assert_eq!(notify_pages_hold(&retried("failed"), &twice).len(), 1);
-        for mode in ["all", "failed_and_following"] {
-            assert_eq!(
-                notify_pages_hold(&retried(mode), &twice),
-                Vec::<String>::new(),
-                "{mode}"
-            );
+        // A retry of the failed (or of what follows them) resumes the tasks from their
+        // cursors: it explains nothing; a retry of all runs the step afresh.
+        for mode in ["failed", "failed_and_following"] {
+            assert_eq!(notify_pages_hold(&retried(mode), &twice).len(), 1, "{mode}");
         }
+        assert_eq!(
+            notify_pages_hold(&retried("all"), &twice),
+            Vec::<String>::new()
+        );
+        // Another run of the game whose notify step never began explains nothing either; one
+        // whose step began does.
+        let mut other = twice.clone();
+        other.workflow_runs.push(RunRow {
+            id: 2,
+            ..other.workflow_runs[0].clone()
+        });
+        other.workflow_steps.push(StepRow {
+            id: 8,
+            run_id: 2,
+            state: "blocked".into(),
+            ..notify_step()
+        });
+        assert_eq!(notify_pages_hold(&History::default(), &other).len(), 1);
+        other.jobs.push(job(30, 12_000, json!({}), Some(8)));
+        assert_eq!(
+            notify_pages_hold(&History::default(), &other),
+            Vec::<String>::new()
+        );
     }
 
     #[test]
@@ -275,8 +308,8 @@ mod tests {
         let broken = notify_pages_hold(&History::default(), &left_out);
         assert_eq!(broken.len(), 1, "{broken:?}");
         assert!(broken[0].contains("without telling player cem of Game w900"));
-        // A prediction made as the step began may have committed after its page was read.
-        left_out.predictions[2].at = t(9_000);
+        // A prediction made as the step could begin may have committed after its page was read.
+        left_out.predictions[2].at = t(8_000);
         assert_eq!(
             notify_pages_hold(&History::default(), &left_out),
             Vec::<String>::new()
@@ -284,7 +317,7 @@ mod tests {
         // A step that did not complete owes nothing yet.
         let mut running = game();
         running.jobs.retain(|j| j.id != 22);
-        running.workflow_steps[0].state = "ready".into();
+        running.workflow_steps[1].state = "ready".into();
         assert_eq!(
             notify_pages_hold(&History::default(), &running),
             Vec::<String>::new()
