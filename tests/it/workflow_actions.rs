@@ -54,6 +54,16 @@ fn job_of(steps: &[StepRow], name: &str) -> Option<i64> {
     by_name(steps, name).job_id.map(|j| j.0)
 }
 
+/// A viewer who did not make the runs, as their pages see them.
+fn a_reader(client: &kickoff::engine::Client) -> Sight<'_> {
+    Sight {
+        name: "someone-else",
+        admin: false,
+        reader: true,
+        workers: client.workers(),
+    }
+}
+
 async fn jobs_of_step(db: &TestDb, step: i64) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM jobs WHERE step_id = $1")
         .bind(step)
@@ -124,12 +134,7 @@ async fn retrying_the_failed_steps_runs_them_again_and_never_a_completed_one() {
         Some(json!({ "by": "flaky" }))
     );
     // The run's timeline: the failed job's attempts beside the new one's, each named by its job.
-    let sight = Sight {
-        name: "someone-else",
-        admin: false,
-        reader: true,
-        workers: client.workers(),
-    };
+    let sight = a_reader(&client);
     let seen = client.workflow_seen(&retried, &sight).await.unwrap();
     let flaky: Vec<(i64, &str)> = seen
         .attempts
@@ -236,12 +241,7 @@ async fn a_retried_step_keeps_its_earlier_attempts_on_the_timeline_while_it_wait
             ("e", "blocked", false)
         ]
     );
-    let sight = Sight {
-        name: "someone-else",
-        admin: false,
-        reader: true,
-        workers: client.workers(),
-    };
+    let sight = a_reader(&client);
     let seen = client.workflow_seen(&retried, &sight).await.unwrap();
     let mut on_timeline: Vec<(&str, &str)> = seen
         .attempts
