@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::common::test_db;
 use kickoff::engine::schedules::{JobTemplate, Missed, Overlap, ScheduleSpec, Schedules};
 use kickoff::engine::{
-    BoxFuture, Client, Engine, EngineConfig, JobContext, WorkError, Worker, Workers,
+    BoxFuture, Client, Engine, EngineConfig, JobContext, JobState, WorkError, Worker, Workers,
 };
 
 /// A start of a run: its slot (ms, from its meta) and when it started.
@@ -731,6 +731,43 @@ async fn pausing_or_changing_a_schedule_keeps_a_snoozed_run() {
     assert_eq!(state_of_run(&db.pool, run).await, "scheduled", "change");
     s.delete("snoozy").await.unwrap();
     assert_eq!(state_of_run(&db.pool, run).await, "scheduled", "delete");
+}
+
+/// A run triggered by hand is an operator's, not one of the runs a schedule inserts ahead for
+/// its slots: moved to a later time by an operator (back in `scheduled`), it still runs when the
+/// schedule is paused, changed or deleted (the history checker's hour: seed 13248 saw a delete
+/// cancel one).
+#[tokio::test]
+async fn pausing_changing_or_deleting_a_schedule_keeps_a_run_triggered_by_hand() {
+    let db = test_db().await;
+    let s = schedules_on(&db.pool).with_horizon(Duration::ZERO);
+    let spec = every("handy", 60_000, json!({}));
+    s.create(&spec, None).await.unwrap();
+    let triggered = s.trigger("handy", Some("alice")).await.unwrap().id;
+    let later = db_now(&db.pool).await + chrono::Duration::seconds(60);
+    let moved = s.client().reschedule(triggered, later).await.unwrap();
+    assert_eq!(moved.state, JobState::Scheduled);
+    s.set_paused("handy", true).await.unwrap();
+    assert_eq!(
+        state_of_run(&db.pool, triggered.0).await,
+        "scheduled",
+        "pause"
+    );
+    s.set_paused("handy", false).await.unwrap();
+    let mut changed = spec.clone();
+    changed.every_ms = Some(30_000);
+    s.replace(&changed, "api").await.unwrap();
+    assert_eq!(
+        state_of_run(&db.pool, triggered.0).await,
+        "scheduled",
+        "change"
+    );
+    s.delete("handy").await.unwrap();
+    assert_eq!(
+        state_of_run(&db.pool, triggered.0).await,
+        "scheduled",
+        "delete"
+    );
 }
 
 /// Issue 30, point 1, as reported: a paused queue, a schedule every second (missed: skip), a run

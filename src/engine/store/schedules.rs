@@ -293,7 +293,9 @@ pub async fn schedule_delete(conn: &mut PgConnection, id: i64) -> Result<(), sql
 
 /// Cancels the runs of schedule `id` inserted ahead that have not come due (state `scheduled`)
 /// and never started: a snoozed run (back in `scheduled`, with `meta.snoozes`) is in progress,
-/// not ahead, and is left alone. Returns how many.
+/// not ahead, and is left alone; so is a run triggered by hand (`meta.trigger`), an operator's
+/// run outside the slots, even moved to a later time (the history checker's hour saw a delete
+/// cancel one). Returns how many.
 pub async fn schedule_runs_cancel_ahead(
     conn: &mut PgConnection,
     id: i64,
@@ -302,7 +304,7 @@ pub async fn schedule_runs_cancel_ahead(
         "UPDATE jobs SET state = 'cancelled', finalized_at = now()
          WHERE meta ? 'schedule_id' AND finalized_at IS NULL
            AND (meta ->> 'schedule_id') = $1::text AND state = 'scheduled'
-           AND attempt = 0 AND NOT meta ? 'snoozes'",
+           AND attempt = 0 AND NOT meta ? 'snoozes' AND NOT meta ? 'trigger'",
     )
     .bind(id.to_string())
     .execute(conn)
