@@ -15,6 +15,7 @@ WITH_E2E=0
 [ "${1:-}" = "--e2e" ] && WITH_E2E=1
 NEXTEST_VERSION=0.9.143
 STANDARDWEBHOOKS_VERSION=1.1.0
+PSYCOPG_VERSION=3.3.9
 BINARYEN_VERSION=132.0.0
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'bootstrap: %s\n' "$*" >&2; exit 1; }
@@ -108,13 +109,21 @@ if [ $WITH_E2E = 1 ]; then
     log "npm ci in examples/workers/typescript/"
     (cd examples/workers/typescript && npm ci --no-audit --no-fund --silent)
   fi
+  # node-postgres, which examples/sql/node/add_job.mjs inserts a job with from Node
+  # (tests/it/sql_inserts.rs).
+  if [ ! -d examples/sql/node/node_modules/pg ]; then
+    log "npm ci in examples/sql/node/"
+    (cd examples/sql/node && npm ci --no-audit --no-fund --silent)
+  fi
   # The published Standard Webhooks verifier (PyPI), so that the tests check Kickoff's signatures
-  # with a receiver's library, not only with Kickoff's own code (and the Python worker's).
+  # with a receiver's library, not only with Kickoff's own code (and the Python worker's); and
+  # psycopg, which examples/sql/python/add_job.py inserts a job with from Python.
   SWH_VENV="$KICKOFF_CACHE/tools/pyvenv"
-  if ! "$SWH_VENV/bin/python" -c 'import standardwebhooks' >/dev/null 2>&1; then
-    log "pip install standardwebhooks==$STANDARDWEBHOOKS_VERSION in $SWH_VENV"
-    python3 -m venv "$SWH_VENV"
-    "$SWH_VENV/bin/pip" install --quiet "standardwebhooks==$STANDARDWEBHOOKS_VERSION"
+  if ! "$SWH_VENV/bin/python" -c 'import standardwebhooks, psycopg' >/dev/null 2>&1; then
+    log "pip install standardwebhooks==$STANDARDWEBHOOKS_VERSION psycopg[binary]==$PSYCOPG_VERSION in $SWH_VENV"
+    [ -x "$SWH_VENV/bin/pip" ] || python3 -m venv "$SWH_VENV"
+    "$SWH_VENV/bin/pip" install --quiet "standardwebhooks==$STANDARDWEBHOOKS_VERSION" \
+      "psycopg[binary]==$PSYCOPG_VERSION"
   fi
   # schemathesis (PyPI): the test command fuzzes the API against its OpenAPI document.
   "$(dirname "$0")/schemathesis" --install

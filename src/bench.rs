@@ -31,6 +31,13 @@ use crate::postgres::{Durability, EmbeddedPostgres};
 use self::percentiles::with_percentiles;
 use self::worker::{workers, workers_reporting_to, Starts, KIND};
 
+/// The rules the benchmark's own inserts are checked by (its one kind).
+const BENCH_RULES: job_store::InsertRules<'static> = job_store::InsertRules {
+    kinds: &[KIND],
+    own_kinds: &[],
+    as_kickoff: false,
+};
+
 /// Knobs of the workloads.
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
@@ -256,7 +263,7 @@ async fn insert_due(pool: &Db, n: usize, due: Option<DateTime<Utc>>) -> Result<(
         })
         .collect();
     for chunk in jobs.chunks(5_000) {
-        job_store::job_insert_many(pool, chunk, &[])
+        job_store::job_insert_many(pool, chunk, &[], BENCH_RULES)
             .await
             .map_err(|e| e.to_string())?;
     }
@@ -471,7 +478,7 @@ async fn scheduled(pool: &Db, o: &BenchOptions) -> Result<Value, String> {
             NewJob::new(KIND, json!({ "i": i })).at(at)
         })
         .collect();
-    job_store::job_insert_many(pool, &jobs, &[])
+    job_store::job_insert_many(pool, &jobs, &[], BENCH_RULES)
         .await
         .map_err(|e| e.to_string())?;
     let mut samples = Vec::with_capacity(N);

@@ -62,7 +62,63 @@ pub enum ClientError {
     #[error("{0}")]
     Forbidden(String),
     #[error(transparent)]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
+}
+
+/// The fields `kickoff_check_job` names in a refusal's COLUMN.
+const RULE_FIELDS: [&str; 11] = [
+    "kind",
+    "args",
+    "meta",
+    "tags",
+    "queue",
+    "priority",
+    "max_attempts",
+    "unique_key",
+    "scheduled_at",
+    "schedule_in_ms",
+    "created_by",
+];
+
+/// A refusal of the rules every insert applies (`kickoff_check_job`, SQLSTATE class `KO`: see
+/// migration `20261230000001_sql_inserts.sql`), read back into the error the engine answers.
+fn rule_refusal(e: &sqlx::Error) -> Option<ClientError> {
+    let db = e.as_database_error()?;
+    let code = db.code()?;
+    if !code.starts_with("KO") {
+        return None;
+    }
+    let column = db
+        .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+        .and_then(|pg| pg.column())
+        .unwrap_or("job");
+    let field = RULE_FIELDS
+        .into_iter()
+        .find(|f| *f == column)
+        .unwrap_or("job");
+    let message = db.message();
+    let message = message
+        .strip_prefix(column)
+        .and_then(|m| m.strip_prefix(": "))
+        .unwrap_or(message)
+        .to_string();
+    Some(match code.as_ref() {
+        "KO002" => ClientError::UnknownKind(
+            message
+                .trim_start_matches("unknown job kind `")
+                .trim_end_matches('`')
+                .to_string(),
+        ),
+        "KO003" => ClientError::Conflict(message),
+        "KO004" => ClientError::OutOfWindow { field, message },
+        _ => ClientError::Invalid { field, message },
+    })
+}
+
+impl From<sqlx::Error> for ClientError {
+    fn from(e: sqlx::Error) -> Self {
+        rule_refusal(&e).unwrap_or(ClientError::Database(e))
+    }
 }
 
 /// The live job holding `new`'s unique key, when its owner is not `new`'s (a question's lock job
@@ -167,14 +223,17 @@ impl Client {
         &self.workers
     }
 
-    /// Inserts a run of a schedule in the caller's transaction (see [`Self::validate_shape`]).
+    /// Inserts a run of a schedule in the caller's transaction (see [`Self::known_worker`]).
     pub(crate) async fn insert_run_with(
         &self,
         conn: &mut PgConnection,
         new: &NewJob,
     ) -> Result<Inserted, ClientError> {
-        let host = self.validate_shape(new)?.call_host(&new.args);
-        let inserted = job_store::job_insert(conn, &in_current_trace(new), host.as_deref()).await?;
+        let host = self.known_worker(new)?.call_host(&new.args);
+        let rules = self.rules(true);
+        let inserted =
+            job_store::job_insert(conn, &in_current_trace(new), host.as_deref(), rules.get())
+                .await?;
         refuse_foreign_holder(new, inserted)
     }
 
@@ -198,8 +257,7 @@ impl Client {
         conn: &mut PgConnection,
         new: &NewJob,
     ) -> Result<Inserted, ClientError> {
-        self.refuse_kickoffs_own(new)?;
-        self.insert_own_with(conn, new).await
+        self.insert_as(conn, new, false).await
     }
 
     /// [`Self::insert_with`] for a job of Kickoff's own domains, whose meta carries the keys it
@@ -209,8 +267,20 @@ impl Client {
         conn: &mut PgConnection,
         new: &NewJob,
     ) -> Result<Inserted, ClientError> {
-        let host = self.checked_own_with(&mut *conn, new).await?;
-        let inserted = job_store::job_insert(conn, &in_current_trace(new), host.as_deref()).await?;
+        self.insert_as(conn, new, true).await
+    }
+
+    async fn insert_as(
+        &self,
+        conn: &mut PgConnection,
+        new: &NewJob,
+        as_kickoff: bool,
+    ) -> Result<Inserted, ClientError> {
+        let host = self.worker_checked(&mut *conn, new, as_kickoff).await?;
+        let rules = self.rules(as_kickoff);
+        let inserted =
+            job_store::job_insert(conn, &in_current_trace(new), host.as_deref(), rules.get())
+                .await?;
         refuse_foreign_holder(new, inserted)
     }
 
@@ -223,11 +293,12 @@ impl Client {
         conn: &mut PgConnection,
         new: &NewJob,
     ) -> Result<(Inserted, Wakeup), ClientError> {
-        let host = self.checked_with(&mut *conn, new).await?;
+        let host = self.worker_checked(&mut *conn, new, false).await?;
         let inserted = job_store::job_insert_notifying(
             &mut *conn,
             &in_current_trace(new),
             host.as_deref(),
+            self.rules(false).get(),
             false,
         )
         .await?;
@@ -247,11 +318,12 @@ impl Client {
         companion: job_store::Companion<'_>,
     ) -> Result<Option<(Inserted, Wakeup)>, ClientError> {
         let mut conn = self.pool.unit().await?;
-        let host = self.checked_with(&mut conn, new).await?;
+        let host = self.worker_checked(&mut conn, new, false).await?;
         let job = job_store::job_insert_alone(
             &mut conn,
             &in_current_trace(new),
             host.as_deref(),
+            self.rules(false).get(),
             companion,
         )
         .await?;
@@ -275,7 +347,7 @@ impl Client {
         let mut tx = self.pool.begin().await?;
         let mut hosts = Vec::with_capacity(jobs.len());
         for new in jobs {
-            hosts.push(self.checked_with(&mut tx, new).await?);
+            hosts.push(self.worker_checked(&mut tx, new, false).await?);
         }
         let (unique, plain): (Vec<_>, Vec<_>) = jobs
             .iter()
@@ -283,9 +355,11 @@ impl Client {
             .partition(|(j, _)| j.unique_key.is_some());
         let (plain, plain_hosts): (Vec<NewJob>, Vec<Option<String>>) =
             plain.into_iter().map(|(j, host)| (j.clone(), host)).unzip();
-        let mut n = job_store::job_insert_many(&mut *tx, &plain, &plain_hosts).await?;
+        let rules = self.rules(false);
+        let mut n = job_store::job_insert_many(&mut *tx, &plain, &plain_hosts, rules.get()).await?;
         for (new, host) in unique {
-            let inserted = job_store::job_insert(&mut tx, new, host.as_deref()).await?;
+            let inserted =
+                job_store::job_insert(&mut tx, new, host.as_deref(), rules.get()).await?;
             if !refuse_foreign_holder(new, inserted)?.existing {
                 n += 1;
             }

@@ -161,6 +161,9 @@ impl Engine {
             config.heartbeat,
         );
         heartbeat.run_once().await?;
+        // The kinds this node runs, for the inserts of SQL callers (`kickoff_add_job`).
+        super::store::kinds::kind_register(&pool, &workers.kinds(), &workers.own_kinds(), &node_id)
+            .await?;
         // Beating from now on: the reconciliation below may wait for another node's.
         services.spawn(heartbeat.run(stop_services.clone()));
         // Schedules declared in code, then the slots missed while no node ran: before this node

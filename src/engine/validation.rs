@@ -1,27 +1,33 @@
 //! The checks of a new job before anything is written, every insert path's (the API, the
-//! dashboard, the CLI, a library caller, a schedule's run, Kickoff's own jobs): its kind's worker
-//! (`Worker::validate`, and `Worker::validate_in` on the caller's connection), the args' and
-//! meta's shape and bounds, the reserved meta keys, the queue, priority and attempts, the unique
-//! key, the time.
+//! dashboard, the CLI, a library caller, a schedule's run, Kickoff's own jobs, a SQL caller's
+//! `kickoff_add_job`).
+//!
+//! The rules of a job's fields (the args' and meta's shape and bounds, the reserved meta keys,
+//! the queue, priority and attempts, the unique key, the time, the kinds only Kickoff inserts)
+//! are written once, in SQL: `kickoff_check_job` (migration `20261230000001_sql_inserts.sql`),
+//! which every insert statement applies to its rows ([`InsertRules`]) and an edit or a
+//! template's check calls alone. A refusal comes back as a database error of class `KO`, which
+//! [`ClientError`]'s conversion reads back into a field and its message. What stays here is what
+//! SQL cannot do: the kind's worker (`Worker::validate`, and `Worker::validate_in` on the caller's
+//! connection) and a NUL character, which jsonb and text cannot hold (the database would refuse
+//! the value before any rule ran, without naming the field).
 
 use std::sync::Arc;
 
 use sqlx::PgConnection;
 
-use super::client::{check_instant, invalid, Client, ClientError};
-use super::job::{
-    is_valid_queue_name, NewJob, Schedule, MAX_ARGS_BYTES, MAX_JSON_NUMBER, MAX_META_BYTES,
-    MAX_SCHEDULE_AHEAD_DAYS, MAX_TAGS, MAX_TAG_CHARS, MAX_UNIQUE_KEY_CHARS,
-};
+use super::client::{invalid, Client, ClientError};
+use super::job::{NewJob, MAX_JSON_NUMBER};
+use super::store::jobs::{self as job_store, InsertRules};
 use super::worker::ArgsRefused;
 
 /// The unique keys of a schedule's runs (`schedule:{id}:{slot_ms}`): a caller's job holding one
 /// would pass for the run of that slot, and the run would never be inserted.
 pub const SCHEDULE_KEY_PREFIX: &str = "schedule:";
 
-/// The rules of data a caller stores as JSON (a job's args and meta, a workflow signal's
-/// payload): no NUL character (PostgreSQL's jsonb cannot hold one), numbers that read back, at
-/// most `max_bytes`. The one place they are written.
+/// The rules of data a caller stores as JSON that is not a job's args or meta (a workflow
+/// signal's payload; a job's are `kickoff_check_job`'s): no NUL character (PostgreSQL's jsonb
+/// cannot hold one), numbers that read back, at most `max_bytes`.
 pub(super) fn check_json_data(
     field: &'static str,
     value: &serde_json::Value,
@@ -55,7 +61,56 @@ fn numbers_read_back(value: &serde_json::Value) -> bool {
     }
 }
 
+/// The kinds an insert's rules know, owned (see [`InsertRules`]).
+pub(crate) struct Rules {
+    kinds: Vec<&'static str>,
+    own_kinds: Vec<&'static str>,
+    as_kickoff: bool,
+}
+
+impl Rules {
+    pub(crate) fn get(&self) -> InsertRules<'_> {
+        InsertRules {
+            kinds: &self.kinds,
+            own_kinds: &self.own_kinds,
+            as_kickoff: self.as_kickoff,
+        }
+    }
+}
+
+/// What of `new` cannot reach the database to be checked there: a NUL character in its text or
+/// JSON (jsonb and text cannot hold one).
+fn refuse_nul(new: &NewJob) -> Result<(), ClientError> {
+    if new
+        .tags
+        .iter()
+        .chain(new.unique_key.iter())
+        .chain(new.created_by.iter())
+        .any(|t| t.contains('\0'))
+        || new.kind.contains('\0')
+        || new.queue.contains('\0')
+    {
+        return Err(invalid("tags", "text must not contain NUL characters"));
+    }
+    for (field, value) in [("args", &new.args), ("meta", &new.meta)] {
+        if value.to_string().contains("\\u0000") {
+            return Err(invalid(field, "must not contain NUL (\\u0000) characters"));
+        }
+    }
+    Ok(())
+}
+
 impl Client {
+    /// The rules an insert of this client's applies: a caller's job (`as_kickoff` false) or
+    /// Kickoff's own, whose meta carries the keys only Kickoff writes.
+    pub(crate) fn rules(&self, as_kickoff: bool) -> Rules {
+        Rules {
+            kinds: self.workers.kinds(),
+            own_kinds: self.workers.own_kinds(),
+            as_kickoff,
+        }
+    }
+
     /// Checks a new job before anything is written (on a connection of the pool, if its worker
     /// reads the database to check).
     pub async fn validate(&self, new: &NewJob) -> Result<(), ClientError> {
@@ -65,7 +120,8 @@ impl Client {
     }
 
     /// [`Self::validate`] on the caller's connection (a worker's check that reads the database
-    /// reads it there: no second connection while the caller holds one).
+    /// reads it there: no second connection while the caller holds one). A refusal of the rules
+    /// is an error of the database: inside a transaction, the caller's transaction is over.
     pub async fn validate_with(
         &self,
         conn: &mut PgConnection,
@@ -81,8 +137,9 @@ impl Client {
         conn: &mut PgConnection,
         new: &NewJob,
     ) -> Result<Option<String>, ClientError> {
-        self.refuse_kickoffs_own(new)?;
-        self.checked_own_with(conn, new).await
+        let host = self.worker_checked(conn, new, false).await?;
+        job_store::job_check(conn, new, self.rules(false).get()).await?;
+        Ok(host)
     }
 
     /// [`Self::checked_with`] for a job Kickoff's own code makes, whose meta carries the keys
@@ -93,7 +150,25 @@ impl Client {
         conn: &mut PgConnection,
         new: &NewJob,
     ) -> Result<Option<String>, ClientError> {
-        let worker = self.validate_shape(new)?;
+        let host = self.worker_checked(conn, new, true).await?;
+        job_store::job_check(conn, new, self.rules(true).get()).await?;
+        Ok(host)
+    }
+
+    /// What of a new job its kind's worker checks, and what cannot reach the database (see the
+    /// module's documentation); the insert statement checks the rest. The host its call goes to.
+    /// A caller's job (`as_kickoff` false) of a kind only Kickoff inserts is left to the rules,
+    /// which refuse it whatever its args.
+    pub(super) async fn worker_checked(
+        &self,
+        conn: &mut PgConnection,
+        new: &NewJob,
+        as_kickoff: bool,
+    ) -> Result<Option<String>, ClientError> {
+        let worker = self.known_worker(new)?;
+        if !as_kickoff && worker.kickoffs_own() {
+            return Ok(None);
+        }
         worker
             .validate(&new.args)
             .map_err(ClientError::ArgsRefused)?;
@@ -107,10 +182,11 @@ impl Client {
         Ok(worker.call_host(&new.args))
     }
 
-    /// [`Self::validate`] but for the worker's own check of the args: for the runs of a
-    /// schedule, whose template was checked when it was saved. A later refusal (a webhook host
-    /// taken off the allowlist) then shows as a failed run, not as runs that never appear.
-    pub(super) fn validate_shape(
+    /// The worker of `new`'s kind, when the text and JSON it carries can reach the database: for
+    /// the runs of a schedule, whose template was checked when it was saved, the worker's own
+    /// check of the args is not run again. A later refusal (a webhook host taken off the
+    /// allowlist) then shows as a failed run, not as runs that never appear.
+    pub(super) fn known_worker(
         &self,
         new: &NewJob,
     ) -> Result<&Arc<dyn crate::engine::worker::Worker>, ClientError> {
@@ -118,120 +194,7 @@ impl Client {
             .workers
             .get(&new.kind)
             .ok_or_else(|| ClientError::UnknownKind(new.kind.clone()))?;
-        if !new.args.is_object() {
-            return Err(invalid("args", "must be a JSON object"));
-        }
-        check_json_data("args", &new.args, MAX_ARGS_BYTES)?;
-        if new
-            .tags
-            .iter()
-            .chain(new.unique_key.iter())
-            .any(|t| t.contains('\0'))
-            || new.kind.contains('\0')
-        {
-            return Err(invalid("tags", "text must not contain NUL characters"));
-        }
-        if !new.meta.is_object() {
-            return Err(invalid("meta", "must be a JSON object"));
-        }
-        check_json_data("meta", &new.meta, MAX_META_BYTES)?;
-        super::late_start::LatePolicy::from_meta(&new.meta).map_err(|m| invalid("meta", m))?;
-        if new
-            .created_by
-            .as_ref()
-            .is_some_and(|c| c.is_empty() || c.chars().count() > 200 || c.contains('\0'))
-        {
-            return Err(invalid("created_by", "must be 1 to 200 characters"));
-        }
-        if !is_valid_queue_name(&new.queue) {
-            return Err(invalid(
-                "queue",
-                "must be 1 to 64 characters of a-z, 0-9, `_` and `-`",
-            ));
-        }
-        super::job::check_priority(new.priority.into()).map_err(|m| invalid("priority", m))?;
-        super::job::check_max_attempts(new.max_attempts.into())
-            .map_err(|m| invalid("max_attempts", m))?;
-        if let Some(key) = &new.unique_key {
-            let n = key.chars().count();
-            if n == 0 || n > MAX_UNIQUE_KEY_CHARS {
-                return Err(invalid(
-                    "unique_key",
-                    format!("must be 1 to {MAX_UNIQUE_KEY_CHARS} characters"),
-                ));
-            }
-            // `kind:...` is that kind's namespace (a question's `lock_question:42`): another
-            // kind's job taking such a key would stand in for the job it names.
-            if let Some((prefix, _)) = key.split_once(':') {
-                if prefix != new.kind && self.workers.get(prefix).is_some() {
-                    return Err(ClientError::Conflict(format!(
-                        "unique keys `{prefix}:...` are the {prefix} jobs' own"
-                    )));
-                }
-            }
-        }
-        if new.tags.len() > MAX_TAGS
-            || new
-                .tags
-                .iter()
-                .any(|t| t.is_empty() || t.chars().count() > MAX_TAG_CHARS)
-        {
-            return Err(invalid(
-                "tags",
-                format!("at most {MAX_TAGS} tags of 1 to {MAX_TAG_CHARS} characters"),
-            ));
-        }
-        match new.schedule {
-            Schedule::Now => {}
-            Schedule::At(at) => check_instant("scheduled_at", at)?,
-            Schedule::In(d) => {
-                if d > std::time::Duration::from_secs(MAX_SCHEDULE_AHEAD_DAYS as u64 * 86_400) {
-                    return Err(invalid(
-                        "schedule_in_ms",
-                        format!("more than {MAX_SCHEDULE_AHEAD_DAYS} days ahead"),
-                    ));
-                }
-            }
-        }
+        refuse_nul(new)?;
         Ok(worker)
-    }
-
-    /// What of a caller's job only Kickoff writes, refused with its name: a meta key it writes
-    /// ([`super::job::RESERVED_META`]), a schedule's run's unique key, a kind only its own code
-    /// inserts ([`crate::engine::Worker::kickoffs_own`]).
-    pub(super) fn refuse_kickoffs_own(&self, new: &NewJob) -> Result<(), ClientError> {
-        if let Some(key) = super::job::reserved_meta_key(&new.meta) {
-            return Err(invalid(
-                "meta",
-                format!(
-                    "meta.{key} is set by Kickoff (reserved: {})",
-                    super::job::RESERVED_META.join(", ")
-                ),
-            ));
-        }
-        if new
-            .unique_key
-            .as_deref()
-            .is_some_and(|k| k.starts_with(SCHEDULE_KEY_PREFIX))
-        {
-            return Err(ClientError::Conflict(format!(
-                "unique keys `{SCHEDULE_KEY_PREFIX}...` are the schedules' runs' own"
-            )));
-        }
-        if self
-            .workers
-            .get(&new.kind)
-            .is_some_and(|w| w.kickoffs_own())
-        {
-            return Err(invalid(
-                "kind",
-                format!(
-                    "`{}` jobs are inserted by Kickoff alone (a question's): create or change the \
-                     question instead",
-                    new.kind
-                ),
-            ));
-        }
-        Ok(())
     }
 }

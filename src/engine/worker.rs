@@ -398,6 +398,18 @@ impl Workers {
         kinds
     }
 
+    /// The kinds only Kickoff's own code inserts ([`Worker::kickoffs_own`]), sorted.
+    pub fn own_kinds(&self) -> Vec<&'static str> {
+        let mut kinds: Vec<_> = self
+            .by_kind
+            .iter()
+            .filter(|(_, w)| w.kickoffs_own())
+            .map(|(k, _)| *k)
+            .collect();
+        kinds.sort_unstable();
+        kinds
+    }
+
     /// The registered kinds, sorted.
     pub fn kinds(&self) -> Vec<&'static str> {
         let mut kinds: Vec<_> = self.by_kind.keys().copied().collect();

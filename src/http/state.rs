@@ -58,9 +58,10 @@ pub struct AppState {
 }
 
 /// The kinds of jobs a caller may insert on this server (its workers', less Kickoff's own), as
-/// the API's document states them and its request check holds to them.
+/// the API's document states them and its request check holds to them; then Kickoff's own kinds,
+/// which the request check leaves to the engine's rules to refuse (they say why).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct ServerKinds(pub Arc<[&'static str]>);
+pub struct ServerKinds(pub Arc<[&'static str]>, pub Arc<[&'static str]>);
 
 impl axum::extract::FromRef<AppState> for ServerKinds {
     fn from_ref(state: &AppState) -> Self {
@@ -87,7 +88,10 @@ pub struct StateParts {
 impl AppState {
     pub fn new(parts: StateParts) -> Self {
         AppState {
-            kinds: ServerKinds(parts.client.workers().insertable_kinds().into()),
+            kinds: ServerKinds(
+                parts.client.workers().insertable_kinds().into(),
+                parts.client.workers().own_kinds().into(),
+            ),
             questions: QuestionService::new(parts.client.clone()),
             auditor: Auditor::new(parts.pool.clone()),
             sse_clients: Arc::default(),

@@ -836,9 +836,14 @@ async fn bulk_retry_skips_a_unique_key_taken_while_the_batch_runs() {
     // Another transaction takes the key but has not committed: the batch's statement cannot see
     // it, makes the cancelled job live again, and waits on the unique index.
     let mut other = pool.begin().await.unwrap();
-    job_store::job_insert(&mut other, &keyed, None)
-        .await
-        .unwrap();
+    job_store::job_insert(
+        &mut other,
+        &keyed,
+        None,
+        job_store::InsertRules::trusted(&[keyed.kind.as_str()]),
+    )
+    .await
+    .unwrap();
     let retry = tokio::spawn({
         let client = client.clone();
         async move {

@@ -539,9 +539,14 @@ async fn a_running_engine_rescues_a_dead_nodes_job_within_seconds() {
     let j = {
         let client = kickoff::engine::Client::new(db.pool.clone(), Arc::new(Workers::new()));
         let _ = client;
-        job_store::job_insert_many(&db.pool, &[probe("ok")], &[])
-            .await
-            .unwrap();
+        job_store::job_insert_many(
+            &db.pool,
+            &[probe("ok")],
+            &[],
+            job_store::InsertRules::trusted(&["probe"]),
+        )
+        .await
+        .unwrap();
         job_store::job_claim(
             &db.pool,
             "default",
@@ -774,9 +779,14 @@ async fn a_batch_insert_keeps_the_order_it_was_given() {
     let batch: Vec<NewJob> = (0..300)
         .map(|i| NewJob::new("probe", json!({ "i": i })).with_queue(queues[i % 3]))
         .collect();
-    job_store::job_insert_many(&db.pool, &batch, &[])
-        .await
-        .unwrap();
+    job_store::job_insert_many(
+        &db.pool,
+        &batch,
+        &[],
+        job_store::InsertRules::trusted(&["probe"]),
+    )
+    .await
+    .unwrap();
     let order: Vec<i64> = sqlx::query_scalar("SELECT (args ->> 'i')::bigint FROM jobs ORDER BY id")
         .fetch_all(&db.pool)
         .await

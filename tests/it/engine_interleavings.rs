@@ -816,9 +816,14 @@ async fn handlers_holding_every_pooled_connection_keep_their_leases() {
     .unwrap();
     let client = engine_free_client(&db.pool);
     let batch: Vec<NewJob> = (0..4).map(|_| gated("hold_tx")).collect();
-    job_store::job_insert_many(&db.pool, &batch, &[])
-        .await
-        .unwrap();
+    job_store::job_insert_many(
+        &db.pool,
+        &batch,
+        &[],
+        job_store::InsertRules::trusted(&[batch[0].kind.as_str()]),
+    )
+    .await
+    .unwrap();
     let ids: Vec<JobId> = client
         .list(&Default::default(), None, 10)
         .await
@@ -1417,9 +1422,14 @@ async fn a_node_whose_outcomes_cannot_be_written_stops_claiming() {
         .map(|i| NewJob::new("noop", json!({ "i": i })))
         .collect();
     for chunk in jobs.chunks(2_000) {
-        kickoff::engine::store::jobs::job_insert_many(&db.pool, chunk, &[])
-            .await
-            .unwrap();
+        kickoff::engine::store::jobs::job_insert_many(
+            &db.pool,
+            chunk,
+            &[],
+            kickoff::engine::store::jobs::InsertRules::trusted(&["noop"]),
+        )
+        .await
+        .unwrap();
     }
     // Every completion writes an attempt record: a lock on their table holds them all.
     let mut blocker = db.pool.begin().await.unwrap();

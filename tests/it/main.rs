@@ -48,6 +48,7 @@ mod schedule_processes;
 mod schedules;
 mod secrets;
 mod setup_link;
+mod sql_inserts;
 mod streams;
 mod traces;
 mod unreadable_rows;

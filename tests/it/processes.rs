@@ -35,9 +35,14 @@ async fn a_server_killed_with_sigkill_loses_no_job_after_restart() {
         .map(|_| NewJob::new("noop", json!({ "sleep_ms": 3000 })))
         .collect();
     jobs.extend((0..20).map(|_| NewJob::new("noop", json!({})).after(Duration::from_secs(2))));
-    job_store::job_insert_many(&db.pool, &jobs, &[])
-        .await
-        .unwrap();
+    job_store::job_insert_many(
+        &db.pool,
+        &jobs,
+        &[],
+        job_store::InsertRules::trusted(&["noop"]),
+    )
+    .await
+    .unwrap();
     wait_for("jobs to be executing", Duration::from_secs(10), || async {
         count_in(&db.pool, JobState::Executing).await == 10
     })
@@ -270,9 +275,14 @@ async fn slow_web_requests_get_503_and_leave_the_job_handlers_their_connections(
         })
         .collect();
     // Meanwhile a job due now runs at once on the handlers' own connections.
-    job_store::job_insert_many(&db.pool, &[NewJob::new("noop", json!({}))], &[])
-        .await
-        .unwrap();
+    job_store::job_insert_many(
+        &db.pool,
+        &[NewJob::new("noop", json!({}))],
+        &[],
+        job_store::InsertRules::trusted(&["noop"]),
+    )
+    .await
+    .unwrap();
     wait_for(
         "the job to complete while the web side is stuck",
         Duration::from_secs(3),

@@ -98,9 +98,14 @@ async fn rollups_equal_the_jobs_table_and_outlive_pruned_jobs() {
                 // series.
                 let run = j.with_meta(json!({ "schedule_id": 77 }));
                 let mut conn = db.pool.pool().acquire().await.unwrap();
-                let inserted = kickoff::engine::store::jobs::job_insert(&mut conn, &run, None)
-                    .await
-                    .unwrap();
+                let inserted = kickoff::engine::store::jobs::job_insert(
+                    &mut conn,
+                    &run,
+                    None,
+                    kickoff::engine::store::jobs::InsertRules::trusted(&[run.kind.as_str()]),
+                )
+                .await
+                .unwrap();
                 ids.push(inserted.job.id);
                 continue;
             }

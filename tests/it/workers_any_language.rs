@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use crate::common::pooler::free_port;
 use crate::common::server::{Server, TOKEN};
-use crate::common::test_db;
+use crate::common::{test_db, venv_python};
 
 fn example(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -40,16 +40,9 @@ impl Drop for Worker {
 
 /// Starts the worker of `language` on `port` with the endpoint's `secret`.
 fn start(language: &str, port: u16, secret: &str) -> Worker {
-    let cache = std::env::var("KICKOFF_CACHE")
-        .unwrap_or_else(|_| format!("{}/.cache/kickoff", std::env::var("HOME").unwrap()));
     let mut cmd = match language {
         "python" => {
-            let python = format!("{cache}/tools/pyvenv/bin/python");
-            assert!(
-                Path::new(&python).exists(),
-                "{python} is missing: run scripts/bootstrap.sh --e2e (scripts/test does)"
-            );
-            let mut cmd = Command::new(python);
+            let mut cmd = venv_python();
             cmd.arg(example("python/worker.py"));
             cmd
         }

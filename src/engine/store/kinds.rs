@@ -1,4 +1,5 @@
-//! SQL of the `kind_pauses` table: kinds paused on every node.
+//! SQL of the kinds: those paused on every node (`kind_pauses`), and those the nodes run
+//! (`kickoff_kinds`, which a SQL caller's insert is checked against).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -66,4 +67,27 @@ pub async fn kind_pause_snapshot<'e>(db: impl PgExecutor<'e>) -> Result<KindPaus
     )
     .fetch_one(db)
     .await
+}
+
+/// Writes the kinds node `node` runs, with those only Kickoff's own code inserts (`own`), into
+/// the kinds a SQL caller's insert may name (`kickoff_kinds`): at each start of a node. A kind no
+/// node runs any more stays, as its waiting jobs do.
+pub async fn kind_register<'e>(
+    db: impl PgExecutor<'e>,
+    kinds: &[&str],
+    own: &[&str],
+    node: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO kickoff_kinds (kind, kickoffs_own, seen_by)
+         SELECT k, k = ANY($2), $3 FROM unnest($1::text[]) k
+         ON CONFLICT (kind) DO UPDATE
+             SET kickoffs_own = excluded.kickoffs_own, seen_at = now(), seen_by = excluded.seen_by",
+    )
+    .bind(kinds)
+    .bind(own)
+    .bind(node)
+    .execute(db)
+    .await
+    .map(drop)
 }

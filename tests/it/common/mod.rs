@@ -75,6 +75,19 @@ fn migrations_fingerprint() -> String {
 }
 
 /// Creates a fresh, migrated database (copied from a template made once per migration set).
+/// The Python of the tests' virtual environment (the published Standard Webhooks library and
+/// psycopg), which `scripts/bootstrap.sh --e2e` makes.
+pub fn venv_python() -> std::process::Command {
+    let cache = std::env::var("KICKOFF_CACHE")
+        .unwrap_or_else(|_| format!("{}/.cache/kickoff", std::env::var("HOME").unwrap()));
+    let python = format!("{cache}/tools/pyvenv/bin/python");
+    assert!(
+        std::path::Path::new(&python).exists(),
+        "{python} is missing: run scripts/bootstrap.sh --e2e (scripts/test does)"
+    );
+    std::process::Command::new(python)
+}
+
 pub async fn test_db() -> TestDb {
     let admin_opts = PgConnectOptions::from_str(&admin_url()).expect("KICKOFF_TEST_DATABASE_URL");
     let template = format!("kickoff_tpl_{}", migrations_fingerprint());

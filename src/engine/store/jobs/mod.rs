@@ -38,6 +38,80 @@ fn schedule_params(schedule: Schedule) -> (Option<DateTime<Utc>>, f64) {
     }
 }
 
+/// What an insert's statement checks its job against, by the rules every insert applies
+/// (`kickoff_check_job`, migration `20261230000001_sql_inserts.sql`: the one place they are
+/// written, which a SQL caller's `kickoff_add_job` applies too).
+#[derive(Debug, Clone, Copy)]
+pub struct InsertRules<'a> {
+    /// The kinds the inserting node runs (the unique keys' namespaces too).
+    pub kinds: &'a [&'a str],
+    /// Of them, the kinds only Kickoff's own code inserts.
+    pub own_kinds: &'a [&'a str],
+    /// Kickoff's own job: its meta carries the keys only Kickoff writes, its kind may be one of
+    /// `own_kinds`.
+    pub as_kickoff: bool,
+}
+
+impl<'a> InsertRules<'a> {
+    /// The rules of rows a test or a benchmark writes as Kickoff would: of `kinds`, with any
+    /// meta key.
+    pub fn trusted(kinds: &'a [&'a str]) -> Self {
+        InsertRules {
+            kinds,
+            own_kinds: &[],
+            as_kickoff: true,
+        }
+    }
+}
+
+/// Pushes the call of the rules (`kickoff_check_job(...)`, true or a refusal raised) on
+/// `new` with `rules`, its arguments bound.
+fn push_rules(qb: &mut QueryBuilder<'_, Postgres>, new: &NewJob, rules: InsertRules<'_>) {
+    let (at, in_secs) = schedule_params(new.schedule);
+    qb.push("kickoff_check_job(");
+    let mut args = qb.separated(", ");
+    args.push_bind(new.kind.clone())
+        .push_bind(new.args.clone())
+        .push_bind(new.queue.clone())
+        .push_bind(i32::from(new.priority))
+        .push_bind(new.max_attempts)
+        .push_bind(at)
+        .push_bind(in_secs)
+        .push_bind(new.unique_key.clone())
+        .push_bind(new.tags.clone())
+        .push_bind(new.meta.clone())
+        .push_bind(new.created_by.clone())
+        .push_bind(
+            rules
+                .kinds
+                .iter()
+                .map(|k| k.to_string())
+                .collect::<Vec<_>>(),
+        )
+        .push_bind(
+            rules
+                .own_kinds
+                .iter()
+                .map(|k| k.to_string())
+                .collect::<Vec<_>>(),
+        )
+        .push_bind(rules.as_kickoff);
+    qb.push(")");
+}
+
+/// Checks `new` against the rules every insert applies, alone (an edit of a waiting job, a
+/// schedule's template, a workflow's step before its job exists): a refusal is a database error
+/// of class `KO` (see `ClientError`'s conversion).
+pub async fn job_check(
+    conn: &mut sqlx::PgConnection,
+    new: &NewJob,
+    rules: InsertRules<'_>,
+) -> Result<(), sqlx::Error> {
+    let mut qb = QueryBuilder::new("SELECT ");
+    push_rules(&mut qb, new, rules);
+    qb.build().execute(conn).await.map(drop)
+}
+
 /// What is written with an insert in its one statement (an audit entry): given the name of the
 /// common table expression that returns the inserted row, it pushes `, name AS (...)` common
 /// table expressions that read from it, so they are written exactly when the job is. The
@@ -53,6 +127,7 @@ pub async fn job_insert_alone(
     conn: &mut sqlx::PgConnection,
     new: &NewJob,
     call_host: Option<&str>,
+    rules: InsertRules<'_>,
     companion: Companion<'_>,
 ) -> Result<Option<Job>, sqlx::Error> {
     let (at, in_secs) = schedule_params(new.schedule);
@@ -94,10 +169,15 @@ pub async fn job_insert_alone(
         .push(
             ", p.call_host, kickoff_rate_key(p.queue, p.kind, p.args, p.call_host)
                  FROM p, quiet
+                 WHERE ",
+        );
+    push_rules(&mut qb, new, rules);
+    qb.push(
+        "
                  ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND finalized_at IS NULL
                  DO NOTHING
                  RETURNING *)",
-        );
+    );
     companion(&mut qb, "inserted");
     qb.push(" SELECT * FROM inserted");
     qb.build_query_as().fetch_optional(conn).await
@@ -108,8 +188,9 @@ pub async fn job_insert(
     conn: &mut sqlx::PgConnection,
     new: &NewJob,
     call_host: Option<&str>,
+    rules: InsertRules<'_>,
 ) -> Result<Inserted, sqlx::Error> {
-    job_insert_notifying(conn, new, call_host, true).await
+    job_insert_notifying(conn, new, call_host, rules, true).await
 }
 
 /// [`job_insert`], whose insert statement sends no notifications from its transaction when
@@ -120,6 +201,7 @@ pub async fn job_insert_notifying(
     conn: &mut sqlx::PgConnection,
     new: &NewJob,
     call_host: Option<&str>,
+    rules: InsertRules<'_>,
     notify: bool,
 ) -> Result<Inserted, sqlx::Error> {
     let (at, in_secs) = schedule_params(new.schedule);
@@ -138,6 +220,7 @@ pub async fn job_insert_notifying(
                          ELSE 'scheduled'::job_state END,
                     $4, $5, p.at, $6, $9, $10, $11, $13, kickoff_rate_key($1, $2, $3, $13)
              FROM p, quiet
+             WHERE kickoff_check_job($2, $3, $1, $4, $5, $7, $8, $6, $9, $10, $11, $14, $15, $16)
              ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND finalized_at IS NULL DO NOTHING
              RETURNING *",
         )
@@ -154,6 +237,9 @@ pub async fn job_insert_notifying(
         .bind(&new.created_by)
         .bind(notify)
         .bind(call_host)
+        .bind(rules.kinds)
+        .bind(rules.own_kinds)
+        .bind(rules.as_kickoff)
         .fetch_optional(&mut *conn)
         .await?;
         if let Some(job) = inserted {
@@ -220,6 +306,7 @@ pub async fn job_insert_many<'e>(
     db: impl PgExecutor<'e>,
     jobs: &[NewJob],
     call_hosts: &[Option<String>],
+    rules: InsertRules<'_>,
 ) -> Result<u64, sqlx::Error> {
     if jobs.is_empty() {
         return Ok(0);
@@ -252,23 +339,27 @@ pub async fn job_insert_many<'e>(
     }
     // The queues' partitions are joined once, not looked up row by row (`kickoff_rate_key`). The
     // rows keep the order given (ids, and so first come first served among equals, follow it):
-    // the join alone may reorder them.
+    // the join alone may reorder them. The rows' subquery stays one (`OFFSET 0`): its tags are a
+    // column there, and PostgreSQL inlines `kickoff_check_job` into the statement only when no
+    // argument it reads twice is an expression to compute again (the tags' sub-select).
     let r = sqlx::query(
         "INSERT INTO jobs (queue, kind, args, state, priority, max_attempts, scheduled_at, tags, meta,
                            created_by, call_host, rate_key)
          SELECT q, k, a, CASE WHEN t <= statement_timestamp() THEN 'available'::job_state
                               ELSE 'scheduled'::job_state END,
-                p, m, t, ARRAY(SELECT jsonb_array_elements_text(tg)), me, cb, h,
+                p, m, t, tgs, me, cb, h,
                 CASE WHEN per.rate_per IS NOT NULL
                      THEN kickoff_partition_key(per.rate_per, k, a, h) END
-         FROM (SELECT q, k, a, p, m,
-                      coalesce(at, statement_timestamp() + make_interval(secs => s)) AS t, tg, me,
-                      cb, h, ord
+         FROM (SELECT q, k, a, p, m, at, s,
+                      coalesce(at, statement_timestamp() + make_interval(secs => s)) AS t,
+                      ARRAY(SELECT jsonb_array_elements_text(tg)) AS tgs, me, cb, h, ord
                FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::int[],
                            $6::timestamptz[], $7::float8[], $8::jsonb[], $9::jsonb[], $10::text[],
                            $11::text[])
-                    WITH ORDINALITY AS u(q, k, a, p, m, at, s, tg, me, cb, h, ord)) rows
+                    WITH ORDINALITY AS u(q, k, a, p, m, at, s, tg, me, cb, h, ord)
+               OFFSET 0) rows
          LEFT JOIN queues per ON per.name = rows.q AND per.rate_per IS NOT NULL
+         WHERE kickoff_check_job(k, a, q, p, m, at, s, NULL, tgs, me, cb, $12, $13, $14)
          ORDER BY rows.ord",
     )
     .bind(&queue)
@@ -282,6 +373,9 @@ pub async fn job_insert_many<'e>(
     .bind(&meta)
     .bind(&created_by)
     .bind(&hosts)
+    .bind(rules.kinds)
+    .bind(rules.own_kinds)
+    .bind(rules.as_kickoff)
     .execute(db)
     .await?;
     Ok(r.rows_affected())
