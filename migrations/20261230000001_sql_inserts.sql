@@ -66,7 +66,7 @@ CREATE FUNCTION kickoff_check_job(
 LANGUAGE sql AS $$
 SELECT CASE
     -- What only Kickoff writes: `engine::job::RESERVED_META` (a test holds the two lists equal).
-    WHEN NOT as_kickoff AND jsonb_typeof(meta) = 'object'
+    WHEN NOT coalesce(as_kickoff, false) AND jsonb_typeof(meta) = 'object'
          AND meta ?| ARRAY['schedule_id', 'schedule', 'slot', 'slot_ms', 'overlap', 'trigger',
                            'triggered_by', 'snoozes', 'owner', 'alert_incident', 'alert_rule',
                            'alert_event', 'alert_digest']
@@ -76,10 +76,10 @@ SELECT CASE
                  'alert_event', 'alert_digest']),
          'schedule_id, schedule, slot, slot_ms, overlap, trigger, triggered_by, snoozes, owner, '
          'alert_incident, alert_rule, alert_event, alert_digest'))
-    WHEN NOT as_kickoff AND unique_key LIKE 'schedule:%'
+    WHEN NOT coalesce(as_kickoff, false) AND unique_key LIKE 'schedule:%'
     THEN kickoff_refuse('KO003', 'unique_key',
                         'unique keys `schedule:...` are the schedules'' runs'' own')
-    WHEN NOT as_kickoff AND CASE WHEN kinds IS NULL
+    WHEN NOT coalesce(as_kickoff, false) AND CASE WHEN kinds IS NULL
              THEN coalesce(kickoff_kind_own(kind), false)
              ELSE kind = ANY (coalesce(own_kinds, '{}')) END
     THEN kickoff_refuse('KO001', 'kind', format('`%s` jobs are inserted by Kickoff alone '
@@ -108,8 +108,9 @@ SELECT CASE
              jsonb_typeof(meta -> 'late') = 'object'
              AND (meta -> 'late') - 'after_ms' - 'then' = '{}'
              AND jsonb_typeof(meta -> 'late' -> 'after_ms') = 'number'
-             AND (meta -> 'late' ->> 'after_ms')::numeric BETWEEN 0 AND 86400000
-             AND (meta -> 'late' ->> 'after_ms')::numeric % 1 = 0
+             -- A whole number as written (`500.0` is not one: the policy reads an integer).
+             AND meta -> 'late' ->> 'after_ms' ~ '^[0-9]{1,9}$'
+             AND (meta -> 'late' ->> 'after_ms')::numeric <= 86400000
              AND meta -> 'late' ->> 'then' IN ('run', 'skip', 'discard'), false)
     THEN kickoff_refuse('KO001', 'meta', 'late: expected {"after_ms": 0 to 86400000 (a day), '
                         '"then": "run", "skip" or "discard"}')

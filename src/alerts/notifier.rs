@@ -82,7 +82,16 @@ impl Notifier {
         )
         .with_queue(self.queue.clone())
         .with_meta(meta);
-        match self.client.insert_own_with(tx, &job).await {
+        // In a savepoint: the insert's rules refuse a job by an error of the database, and the
+        // evaluation goes on in this transaction without it.
+        let mut savepoint = sqlx::Connection::begin(&mut *tx).await?;
+        let inserted = self.client.insert_own_with(&mut savepoint, &job).await;
+        if inserted.is_ok() {
+            savepoint.commit().await?;
+        } else {
+            savepoint.rollback().await?;
+        }
+        match inserted {
             Ok(inserted) => {
                 notification_store::notification_mark(tx, inserted.job.id.0).await?;
                 Ok(true)

@@ -137,9 +137,9 @@ impl Client {
         conn: &mut PgConnection,
         new: &NewJob,
     ) -> Result<Option<String>, ClientError> {
-        let host = self.worker_checked(conn, new, false).await?;
+        self.known_worker(new)?;
         job_store::job_check(conn, new, self.rules(false).get()).await?;
-        Ok(host)
+        self.worker_checked(conn, new, false).await
     }
 
     /// [`Self::checked_with`] for a job Kickoff's own code makes, whose meta carries the keys
@@ -150,9 +150,9 @@ impl Client {
         conn: &mut PgConnection,
         new: &NewJob,
     ) -> Result<Option<String>, ClientError> {
-        let host = self.worker_checked(conn, new, true).await?;
+        self.known_worker(new)?;
         job_store::job_check(conn, new, self.rules(true).get()).await?;
-        Ok(host)
+        self.worker_checked(conn, new, true).await
     }
 
     /// What of a new job its kind's worker checks, and what cannot reach the database (see the

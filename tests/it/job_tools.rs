@@ -688,6 +688,49 @@ async fn a_bulk_edit_on_a_confirmed_filter_leaves_later_jobs_and_refuses_invalid
     );
 }
 
+#[tokio::test]
+async fn a_bulk_edit_goes_on_past_a_job_the_insert_rules_refuse() {
+    // The rules of a job's fields are checked by the database (`kickoff_check_job`): a refusal
+    // there must leave the batch's transaction usable for the jobs after it.
+    let d = dashboard_as(Role::Admin).await;
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push(
+            d.new_job(json!({"kind": "noop", "args": {"n": n}, "schedule_in_ms": 600_000}))
+                .await,
+        );
+    }
+    // The first job's args are near the bound already: the edit takes them past it.
+    sqlx::query("UPDATE jobs SET args = args || jsonb_build_object('pad', repeat('x', 240000)) WHERE id = $1")
+        .bind(ids[0])
+        .execute(&d.pool)
+        .await
+        .unwrap();
+    let report = d
+        .api(
+            Method::POST,
+            "/jobs/edit",
+            json!({"ids": ids, "edit": {"args_patch": {"note": "y".repeat(30_000)}}}),
+        )
+        .await;
+    assert_eq!(
+        (&report["changed"], &report["refused"]),
+        (&json!(2), &json!(1)),
+        "{report}"
+    );
+    assert!(
+        report["refusal"]
+            .as_str()
+            .unwrap()
+            .contains("args: larger than 262144 bytes"),
+        "{report}"
+    );
+    for (i, id) in ids.iter().enumerate() {
+        let j = job(&d, *id).await;
+        assert_eq!(j["args"].get("note").is_some(), i > 0, "job {id}");
+    }
+}
+
 async fn due_at(d: &Dashboard, id: i64) -> chrono::DateTime<chrono::Utc> {
     sqlx::query_scalar("SELECT scheduled_at FROM jobs WHERE id = $1")
         .bind(id)

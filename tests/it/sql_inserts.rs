@@ -326,6 +326,13 @@ async fn the_same_bad_inputs_are_refused_alike_through_the_api_and_through_sql()
         }
     }
     assert!(unlike.is_empty(), "{}", unlike.join("\n"));
+    // A late policy's `after_ms` written as a float is no whole number to the policy, which
+    // would drop it (the API turns `500.0` into `500` before the rules see it; SQL cannot).
+    let float_ms = job(json!({ "meta": { "late": { "after_ms": 500.0, "then": "skip" } } }));
+    assert!(
+        matches!(through_sql(db.pool.pool(), &float_ms).await, Err((code, _, _)) if code == "KO001"),
+        "{float_ms}"
+    );
     // At the bounds: accepted both ways.
     let accepted = [
         job(json!({ "priority": 9, "max_attempts": 1000 })),

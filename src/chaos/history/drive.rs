@@ -530,7 +530,11 @@ impl Driver<'_> {
                 self.send_about(i, Role::Operator, "DELETE", "/questions/{id}", q, None)
                     .await;
             }
-            Step::SqlInsert { queue, delay_ms } => self.sql_insert(i, queue, delay_ms).await,
+            Step::SqlInsert {
+                queue,
+                delay_ms,
+                rollback,
+            } => self.sql_insert(i, queue, delay_ms, rollback).await,
             Step::EndpointCreate => {
                 let value = format!("endpoint-sekret-{}-{i}", self.history.seed);
                 self.history.secrets.push(value.clone());
@@ -1065,27 +1069,48 @@ impl Driver<'_> {
 
     /// Inserts a counting `noop` job with plain SQL, recorded as an event of method `SQL` (status
     /// 201 when it committed, 0 when the database did not answer).
-    async fn sql_insert(&mut self, i: usize, queue: usize, delay_ms: u64) {
+    async fn sql_insert(&mut self, i: usize, queue: usize, delay_ms: u64, rollback: bool) {
         let args = json!({ "tally": format!("h{}-{i}", self.history.seed), "sleep_ms": 0,
                            "fail_attempts": 0 });
         let sent = Utc::now();
-        let inserted: Result<(i64, chrono::DateTime<Utc>), _> = sqlx::query_as(
-            "INSERT INTO jobs (kind, queue, args, state, scheduled_at, max_attempts)
-             VALUES ('noop', $1, $2,
-                     CASE WHEN $3 > 0 THEN 'scheduled' ELSE 'available' END::job_state,
-                     now() + make_interval(secs => $3 / 1000.0), 3)
-             RETURNING id, scheduled_at",
-        )
-        .bind(QUEUES[queue])
-        .bind(&args)
-        .bind(delay_ms as f64)
-        .fetch_one(&self.pool)
+        let inserted = async {
+            let mut tx = self.pool.begin().await?;
+            // The application's own row, in the transaction that adds its job.
+            sqlx::query(
+                "CREATE TABLE IF NOT EXISTS history_games (step bigint PRIMARY KEY, job bigint)",
+            )
+            .execute(&mut *tx)
+            .await?;
+            let (id, due): (i64, chrono::DateTime<Utc>) = sqlx::query_as(
+                "SELECT id, scheduled_at FROM kickoff_add_job('noop', $2, $1,
+                     scheduled_at => statement_timestamp() + make_interval(secs => $3 / 1000.0),
+                     max_attempts => 3)",
+            )
+            .bind(QUEUES[queue])
+            .bind(&args)
+            .bind(delay_ms as f64)
+            .fetch_one(&mut *tx)
+            .await?;
+            sqlx::query("INSERT INTO history_games (step, job) VALUES ($1, $2)")
+                .bind(i as i64)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            if rollback {
+                tx.rollback().await?;
+            } else {
+                tx.commit().await?;
+            }
+            Ok::<_, sqlx::Error>((id, due))
+        }
         .await;
         let (status, answer) = match inserted {
             Ok((id, due)) => {
-                self.jobs.push(id);
+                if !rollback {
+                    self.jobs.push(id);
+                }
                 (
-                    201,
+                    if rollback { 200 } else { 201 },
                     json!({ "job": { "id": id, "scheduled_at": due.to_rfc3339() } }),
                 )
             }
@@ -1096,7 +1121,12 @@ impl Driver<'_> {
             role: Role::Admin,
             node: 0,
             method: "SQL",
-            route: "/jobs",
+            // A rolled-back insert's job was never acknowledged: a route of its own.
+            route: if rollback {
+                "/jobs#rolled-back"
+            } else {
+                "/jobs"
+            },
             path: "/jobs".into(),
             body: Some(json!({ "queue": QUEUES[queue], "args": args,
                                "schedule_in_ms": delay_ms })),

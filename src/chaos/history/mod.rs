@@ -652,7 +652,19 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
         on_failure: r.2,
     })
     .collect();
+    let app_games: Vec<i64> = sqlx::query_scalar(
+        "SELECT step FROM history_games WHERE to_regclass('history_games') IS NOT NULL",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .or_else(|e| match &e {
+        // No SQL insert ran: the application's table was never made.
+        sqlx::Error::Database(d) if d.code().as_deref() == Some("42P01") => Ok(Vec::new()),
+        _ => Err(e),
+    })
+    .map_err(db)?;
     Ok(Snapshot {
+        app_games: app_games.into_iter().collect(),
         workflow_runs,
         workflow_steps,
         workflow_edges,

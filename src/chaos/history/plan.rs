@@ -218,11 +218,13 @@ pub enum Step {
         unique: Option<u8>,
         role: Role,
     },
-    /// A `noop` job inserted with plain SQL, as an application inserts one in its own
-    /// transaction (no API, no audit): the engine must run it like any other.
+    /// A `noop` job added from SQL (`kickoff_add_job`, docs/embedding.md) in the application's
+    /// own transaction with its own row (a game in `history_games`), committed or rolled back:
+    /// the engine must run a committed one like any other, and a rolled-back one never exists.
     SqlInsert {
         queue: usize,
         delay_ms: u64,
+        rollback: bool,
     },
     Job {
         action: JobAction,
@@ -413,6 +415,7 @@ fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
         0..=2 => Step::SqlInsert {
             queue,
             delay_ms: [0, 150, 700][rng.usize(..3)],
+            rollback: rng.u8(..3) == 0,
         },
         3..=29 => {
             let work = if rng.u8(..3) == 0 {

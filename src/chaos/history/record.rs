@@ -191,6 +191,9 @@ pub struct Snapshot {
     pub workflow_signals: Vec<SignalRow>,
     /// The tasks of the map steps, each with its current job.
     pub workflow_tasks: Vec<TaskRow>,
+    /// The application's rows written with a job added from SQL (`history_games`), by the
+    /// step that wrote them.
+    pub app_games: std::collections::HashSet<i64>,
 }
 
 /// A workflow run as the database held it at the end: its state and its counters.

@@ -12,6 +12,7 @@ mod games;
 mod limits;
 mod map_steps;
 mod slots;
+mod sql_inserts;
 mod workflows;
 
 use std::collections::{HashMap, HashSet};
@@ -90,10 +91,14 @@ pub enum Promise {
     /// counters equal its steps' states, and it settles with the last of them; nothing of a run
     /// starts after its cancel was answered.
     WorkflowsHold,
+    /// docs/embedding.md: a job added from SQL commits with the application's rows of its
+    /// transaction: it exists or runs only with them (a rolled-back one never), and an insert
+    /// whose commit was answered kept them.
+    SqlInsertsAtomic,
 }
 
 impl Promise {
-    pub const ALL: [Promise; 16] = [
+    pub const ALL: [Promise; 17] = [
         Promise::JobsSettle,
         Promise::CancelHolds,
         Promise::PauseHolds,
@@ -110,6 +115,7 @@ impl Promise {
         Promise::SlotsComplete,
         Promise::ReservedMetaRefused,
         Promise::WorkflowsHold,
+        Promise::SqlInsertsAtomic,
     ];
 }
 
@@ -146,7 +152,7 @@ fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
 
 /// Every promise's violations.
 pub fn check(h: &History, s: &Snapshot) -> Vec<Violation> {
-    let checks: [fn(&History, &Snapshot) -> Vec<String>; 16] = [
+    let checks: [fn(&History, &Snapshot) -> Vec<String>; 17] = [
         jobs_settle,
         cancel_holds,
         pause_holds,
@@ -163,6 +169,7 @@ pub fn check(h: &History, s: &Snapshot) -> Vec<Violation> {
         slots::slots_complete,
         reserved_meta_refused,
         workflows_hold,
+        sql_inserts::sql_inserts_atomic,
     ];
     Promise::ALL
         .iter()

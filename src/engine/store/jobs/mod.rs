@@ -34,9 +34,15 @@ fn schedule_params(schedule: Schedule) -> (Option<DateTime<Utc>>, f64) {
     match schedule {
         Schedule::Now => (None, 0.0),
         Schedule::At(at) => (Some(at), 0.0),
-        Schedule::In(d) => (None, secs(d)),
+        // Past the rules' bound (`kickoff_check_job` refuses it, naming `schedule_in_ms`), but
+        // an instant PostgreSQL can still compute: a larger delay would fail as an overflow
+        // before the rules say why.
+        Schedule::In(d) => (None, secs(d).min(UNDER_OVERFLOW_SECS)),
     }
 }
+
+/// A delay larger than any the rules accept (3650 days) that `make_interval` still adds.
+const UNDER_OVERFLOW_SECS: f64 = 4000.0 * 86_400.0;
 
 /// What an insert's statement checks its job against, by the rules every insert applies
 /// (`kickoff_check_job`, migration `20261230000001_sql_inserts.sql`: the one place they are
@@ -101,15 +107,19 @@ fn push_rules(qb: &mut QueryBuilder<'_, Postgres>, new: &NewJob, rules: InsertRu
 
 /// Checks `new` against the rules every insert applies, alone (an edit of a waiting job, a
 /// schedule's template, a workflow's step before its job exists): a refusal is a database error
-/// of class `KO` (see `ClientError`'s conversion).
+/// of class `KO` (see `ClientError`'s conversion). Inside a savepoint: a refusal leaves the
+/// caller's transaction as it was (a bulk edit counts a refused job and goes on).
 pub async fn job_check(
     conn: &mut sqlx::PgConnection,
     new: &NewJob,
     rules: InsertRules<'_>,
 ) -> Result<(), sqlx::Error> {
+    use sqlx::Connection;
     let mut qb = QueryBuilder::new("SELECT ");
     push_rules(&mut qb, new, rules);
-    qb.build().execute(conn).await.map(drop)
+    let mut savepoint = conn.begin().await?;
+    qb.build().execute(&mut *savepoint).await?;
+    savepoint.commit().await
 }
 
 /// What is written with an insert in its one statement (an audit entry): given the name of the
