@@ -99,6 +99,8 @@ if [ $WITH_E2E = 1 ]; then
   apt_install chromium
   # PgBouncer: the suites that run behind a transaction pooler start one each (apt starts none).
   apt_install pgbouncer
+  # psql, which examples/sql/add_job.sql runs in (tests/it/sql_inserts.rs).
+  command -v psql >/dev/null || apt_install postgresql-client
   if [ ! -d end2end/node_modules/playwright-core ]; then
     log "npm ci in end2end/"
     (cd end2end && npm ci --no-audit --no-fund --silent)

@@ -232,8 +232,7 @@ impl Client {
         let host = self.known_worker(new)?.call_host(&new.args);
         let rules = self.rules(true);
         let inserted =
-            job_store::job_insert(conn, &in_current_trace(new), host.as_deref(), rules.get())
-                .await?;
+            job_store::job_insert(conn, &in_current_trace(new), host.as_deref(), rules).await?;
         refuse_foreign_holder(new, inserted)
     }
 
@@ -279,8 +278,7 @@ impl Client {
         let host = self.worker_checked(&mut *conn, new, as_kickoff).await?;
         let rules = self.rules(as_kickoff);
         let inserted =
-            job_store::job_insert(conn, &in_current_trace(new), host.as_deref(), rules.get())
-                .await?;
+            job_store::job_insert(conn, &in_current_trace(new), host.as_deref(), rules).await?;
         refuse_foreign_holder(new, inserted)
     }
 
@@ -298,7 +296,7 @@ impl Client {
             &mut *conn,
             &in_current_trace(new),
             host.as_deref(),
-            self.rules(false).get(),
+            self.rules(false),
             false,
         )
         .await?;
@@ -323,7 +321,7 @@ impl Client {
             &mut conn,
             &in_current_trace(new),
             host.as_deref(),
-            self.rules(false).get(),
+            self.rules(false),
             companion,
         )
         .await?;
@@ -356,10 +354,9 @@ impl Client {
         let (plain, plain_hosts): (Vec<NewJob>, Vec<Option<String>>) =
             plain.into_iter().map(|(j, host)| (j.clone(), host)).unzip();
         let rules = self.rules(false);
-        let mut n = job_store::job_insert_many(&mut *tx, &plain, &plain_hosts, rules.get()).await?;
+        let mut n = job_store::job_insert_many(&mut *tx, &plain, &plain_hosts, rules).await?;
         for (new, host) in unique {
-            let inserted =
-                job_store::job_insert(&mut tx, new, host.as_deref(), rules.get()).await?;
+            let inserted = job_store::job_insert(&mut tx, new, host.as_deref(), rules).await?;
             if !refuse_foreign_holder(new, inserted)?.existing {
                 n += 1;
             }

@@ -153,7 +153,7 @@ impl Client {
         let mut kinds: std::collections::BTreeMap<String, Option<KindPause>> = self
             .workers()
             .kinds()
-            .into_iter()
+            .iter()
             .map(|kind| (kind.to_string(), None))
             .collect();
         for pause in self.paused_kinds().await? {

@@ -105,7 +105,7 @@ impl Client {
         };
         merge(
             &mut s.kinds,
-            self.workers.kinds().into_iter().map(String::from).collect(),
+            self.workers.kinds().iter().map(|k| k.to_string()).collect(),
         );
         merge(&mut s.queues, queues.into_iter().map(|q| q.name).collect());
         Ok(s)

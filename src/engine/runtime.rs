@@ -162,7 +162,7 @@ impl Engine {
         );
         heartbeat.run_once().await?;
         // The kinds this node runs, for the inserts of SQL callers (`kickoff_add_job`).
-        super::store::kinds::kind_register(&pool, &workers.kinds(), &workers.own_kinds(), &node_id)
+        super::store::kinds::kind_register(&pool, workers.kinds(), workers.own_kinds(), &node_id)
             .await?;
         // Beating from now on: the reconciliation below may wait for another node's.
         services.spawn(heartbeat.run(stop_services.clone()));

@@ -61,23 +61,6 @@ fn numbers_read_back(value: &serde_json::Value) -> bool {
     }
 }
 
-/// The kinds an insert's rules know, owned (see [`InsertRules`]).
-pub(crate) struct Rules {
-    kinds: Vec<&'static str>,
-    own_kinds: Vec<&'static str>,
-    as_kickoff: bool,
-}
-
-impl Rules {
-    pub(crate) fn get(&self) -> InsertRules<'_> {
-        InsertRules {
-            kinds: &self.kinds,
-            own_kinds: &self.own_kinds,
-            as_kickoff: self.as_kickoff,
-        }
-    }
-}
-
 /// What of `new` cannot reach the database to be checked there: a NUL character in its text or
 /// JSON (jsonb and text cannot hold one).
 fn refuse_nul(new: &NewJob) -> Result<(), ClientError> {
@@ -103,8 +86,8 @@ fn refuse_nul(new: &NewJob) -> Result<(), ClientError> {
 impl Client {
     /// The rules an insert of this client's applies: a caller's job (`as_kickoff` false) or
     /// Kickoff's own, whose meta carries the keys only Kickoff writes.
-    pub(crate) fn rules(&self, as_kickoff: bool) -> Rules {
-        Rules {
+    pub(crate) fn rules(&self, as_kickoff: bool) -> InsertRules<'_> {
+        InsertRules {
             kinds: self.workers.kinds(),
             own_kinds: self.workers.own_kinds(),
             as_kickoff,
@@ -137,9 +120,7 @@ impl Client {
         conn: &mut PgConnection,
         new: &NewJob,
     ) -> Result<Option<String>, ClientError> {
-        self.known_worker(new)?;
-        job_store::job_check(conn, new, self.rules(false).get()).await?;
-        self.worker_checked(conn, new, false).await
+        self.checked_as(conn, new, false).await
     }
 
     /// [`Self::checked_with`] for a job Kickoff's own code makes, whose meta carries the keys
@@ -150,9 +131,19 @@ impl Client {
         conn: &mut PgConnection,
         new: &NewJob,
     ) -> Result<Option<String>, ClientError> {
+        self.checked_as(conn, new, true).await
+    }
+
+    /// The rules on `new` alone, then its worker's own checks.
+    async fn checked_as(
+        &self,
+        conn: &mut PgConnection,
+        new: &NewJob,
+        as_kickoff: bool,
+    ) -> Result<Option<String>, ClientError> {
         self.known_worker(new)?;
-        job_store::job_check(conn, new, self.rules(true).get()).await?;
-        self.worker_checked(conn, new, true).await
+        job_store::job_check(conn, new, self.rules(as_kickoff)).await?;
+        self.worker_checked(conn, new, as_kickoff).await
     }
 
     /// What of a new job its kind's worker checks, and what cannot reach the database (see the

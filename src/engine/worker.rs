@@ -368,6 +368,10 @@ impl JobContext {
 #[derive(Clone, Default)]
 pub struct Workers {
     by_kind: HashMap<&'static str, Arc<dyn Worker>>,
+    /// The kinds, sorted, and those only Kickoff's own code inserts: what every insert's rules
+    /// are given (kept here, not sorted again at each insert).
+    names: Vec<&'static str>,
+    own_names: Vec<&'static str>,
 }
 
 impl Workers {
@@ -378,6 +382,14 @@ impl Workers {
     /// Adds a worker; a second worker for the same kind replaces the first.
     pub fn register(&mut self, worker: impl Worker) -> &mut Self {
         self.by_kind.insert(worker.kind(), Arc::new(worker));
+        self.names = self.by_kind.keys().copied().collect();
+        self.names.sort_unstable();
+        self.own_names = self
+            .names
+            .iter()
+            .copied()
+            .filter(|k| self.by_kind[k].kickoffs_own())
+            .collect();
         self
     }
 
@@ -399,22 +411,13 @@ impl Workers {
     }
 
     /// The kinds only Kickoff's own code inserts ([`Worker::kickoffs_own`]), sorted.
-    pub fn own_kinds(&self) -> Vec<&'static str> {
-        let mut kinds: Vec<_> = self
-            .by_kind
-            .iter()
-            .filter(|(_, w)| w.kickoffs_own())
-            .map(|(k, _)| *k)
-            .collect();
-        kinds.sort_unstable();
-        kinds
+    pub fn own_kinds(&self) -> &[&'static str] {
+        &self.own_names
     }
 
     /// The registered kinds, sorted.
-    pub fn kinds(&self) -> Vec<&'static str> {
-        let mut kinds: Vec<_> = self.by_kind.keys().copied().collect();
-        kinds.sort_unstable();
-        kinds
+    pub fn kinds(&self) -> &[&'static str] {
+        &self.names
     }
 }
 

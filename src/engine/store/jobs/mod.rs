@@ -70,38 +70,54 @@ impl<'a> InsertRules<'a> {
     }
 }
 
-/// Pushes the call of the rules (`kickoff_check_job(...)`, true or a refusal raised) on
-/// `new` with `rules`, its arguments bound.
-fn push_rules(qb: &mut QueryBuilder<'_, Postgres>, new: &NewJob, rules: InsertRules<'_>) {
+/// Pushes `p AS (...)`: `new`'s fields as one row, each bound once (its args, up to 256 KiB,
+/// travel once), with its instant `at`, for the statement's insert and its rules to read.
+fn push_job_row(qb: &mut QueryBuilder<'_, Postgres>, new: &NewJob, call_host: Option<&str>) {
     let (at, in_secs) = schedule_params(new.schedule);
-    qb.push("kickoff_check_job(");
-    let mut args = qb.separated(", ");
-    args.push_bind(new.kind.clone())
-        .push_bind(new.args.clone())
-        .push_bind(new.queue.clone())
-        .push_bind(i32::from(new.priority))
-        .push_bind(new.max_attempts)
-        .push_bind(at)
-        .push_bind(in_secs)
-        .push_bind(new.unique_key.clone())
-        .push_bind(new.tags.clone())
-        .push_bind(new.meta.clone())
-        .push_bind(new.created_by.clone())
-        .push_bind(
-            rules
-                .kinds
-                .iter()
-                .map(|k| k.to_string())
-                .collect::<Vec<_>>(),
-        )
-        .push_bind(
-            rules
-                .own_kinds
-                .iter()
-                .map(|k| k.to_string())
-                .collect::<Vec<_>>(),
-        )
-        .push_bind(rules.as_kickoff);
+    qb.push(
+        "p AS (SELECT v.*, coalesce(v.given_at, statement_timestamp()
+                                    + make_interval(secs => v.in_secs)) AS at
+               FROM (SELECT ",
+    );
+    let mut row = qb.separated(", ");
+    row.push_bind(at)
+        .push_unseparated("::timestamptz AS given_at");
+    row.push_bind(in_secs)
+        .push_unseparated("::float8 AS in_secs");
+    row.push_bind(new.queue.clone())
+        .push_unseparated("::text AS queue");
+    row.push_bind(new.kind.clone())
+        .push_unseparated("::text AS kind");
+    row.push_bind(new.args.clone())
+        .push_unseparated("::jsonb AS args");
+    row.push_bind(i32::from(new.priority))
+        .push_unseparated("::int AS priority");
+    row.push_bind(new.max_attempts)
+        .push_unseparated("::int AS max_attempts");
+    row.push_bind(new.unique_key.clone())
+        .push_unseparated("::text AS unique_key");
+    row.push_bind(new.tags.clone())
+        .push_unseparated("::text[] AS tags");
+    row.push_bind(new.meta.clone())
+        .push_unseparated("::jsonb AS meta");
+    row.push_bind(new.created_by.clone())
+        .push_unseparated("::text AS created_by");
+    row.push_bind(call_host.map(str::to_string))
+        .push_unseparated("::text AS call_host");
+    qb.push(") v)");
+}
+
+/// Pushes the call of the rules (`kickoff_check_job(...)`, true or a refusal raised) on the row
+/// `p` of [`push_job_row`], with `rules`.
+fn push_rules<'a>(qb: &mut QueryBuilder<'a, Postgres>, rules: InsertRules<'a>) {
+    qb.push(
+        "kickoff_check_job(p.kind, p.args, p.queue, p.priority, p.max_attempts, p.given_at,
+                           p.in_secs, p.unique_key, p.tags, p.meta, p.created_by, ",
+    );
+    let mut given = qb.separated(", ");
+    given.push_bind(rules.kinds);
+    given.push_bind(rules.own_kinds);
+    given.push_bind(rules.as_kickoff);
     qb.push(")");
 }
 
@@ -115,8 +131,11 @@ pub async fn job_check(
     rules: InsertRules<'_>,
 ) -> Result<(), sqlx::Error> {
     use sqlx::Connection;
-    let mut qb = QueryBuilder::new("SELECT ");
-    push_rules(&mut qb, new, rules);
+    let mut qb = QueryBuilder::new("WITH ");
+    push_job_row(&mut qb, new, None);
+    qb.push(" SELECT ");
+    push_rules(&mut qb, rules);
+    qb.push(" FROM p");
     let mut savepoint = conn.begin().await?;
     qb.build().execute(&mut *savepoint).await?;
     savepoint.commit().await
@@ -140,53 +159,28 @@ pub async fn job_insert_alone(
     rules: InsertRules<'_>,
     companion: Companion<'_>,
 ) -> Result<Option<Job>, sqlx::Error> {
-    let (at, in_secs) = schedule_params(new.schedule);
     let mut qb = QueryBuilder::new(
-        "WITH quiet AS MATERIALIZED (SELECT set_config('kickoff.notify', 'after_commit', true)),
-              p AS (SELECT coalesce(",
+        "WITH quiet AS MATERIALIZED (SELECT set_config('kickoff.notify', 'after_commit', true)), ",
     );
-    qb.push_bind(at)
-        .push("::timestamptz, statement_timestamp() + make_interval(secs => ")
-        .push_bind(in_secs)
-        .push(")) AS at, ")
-        .push_bind(new.queue.clone())
-        .push("::text AS queue, ")
-        .push_bind(new.kind.clone())
-        .push("::text AS kind, ")
-        .push_bind(new.args.clone())
-        .push("::jsonb AS args, ")
-        .push_bind(call_host.map(str::to_string))
-        .push(
-            "::text AS call_host),
-              inserted AS (
-                 INSERT INTO jobs (queue, kind, args, state, priority, max_attempts, scheduled_at,
-                                   unique_key, tags, meta, created_by, call_host, rate_key)
-                 SELECT p.queue, p.kind, p.args,
-                        CASE WHEN p.at <= statement_timestamp() THEN 'available'::job_state
-                             ELSE 'scheduled'::job_state END, ",
-        )
-        .push_bind(new.priority)
-        .push(", ")
-        .push_bind(new.max_attempts)
-        .push(", p.at, ")
-        .push_bind(new.unique_key.clone())
-        .push(", ")
-        .push_bind(new.tags.clone())
-        .push(", ")
-        .push_bind(new.meta.clone())
-        .push(", ")
-        .push_bind(new.created_by.clone())
-        .push(
-            ", p.call_host, kickoff_rate_key(p.queue, p.kind, p.args, p.call_host)
-                 FROM p, quiet
-                 WHERE ",
-        );
-    push_rules(&mut qb, new, rules);
+    push_job_row(&mut qb, new, call_host);
+    qb.push(
+        ", inserted AS (
+             INSERT INTO jobs (queue, kind, args, state, priority, max_attempts, scheduled_at,
+                               unique_key, tags, meta, created_by, call_host, rate_key)
+             SELECT p.queue, p.kind, p.args,
+                    CASE WHEN p.at <= statement_timestamp() THEN 'available'::job_state
+                         ELSE 'scheduled'::job_state END,
+                    p.priority, p.max_attempts, p.at, p.unique_key, p.tags, p.meta,
+                    p.created_by, p.call_host, kickoff_rate_key(p.queue, p.kind, p.args, p.call_host)
+             FROM p, quiet
+             WHERE ",
+    );
+    push_rules(&mut qb, rules);
     qb.push(
         "
-                 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND finalized_at IS NULL
-                 DO NOTHING
-                 RETURNING *)",
+             ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND finalized_at IS NULL
+             DO NOTHING
+             RETURNING *)",
     );
     companion(&mut qb, "inserted");
     qb.push(" SELECT * FROM inserted");
