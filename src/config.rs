@@ -72,6 +72,12 @@ pub struct Config {
     #[arg(long, env = "LEPTOS_SITE_ROOT")]
     pub site_root: Option<PathBuf>,
 
+    /// The path everything is served under, for a proxy that forwards a path of its site as it
+    /// is (`/kickoff`: the dashboard at `/kickoff/`, the API at `/kickoff/api/v1`). Default: the
+    /// site's root.
+    #[arg(long, env = "KICKOFF_BASE_PATH", default_value = "")]
+    pub base_path: String,
+
     /// Bearer token of the REST API, from `KICKOFF_API_TOKEN` (never a flag: a flag's value is
     /// visible to every user of the machine in `ps`). Default: generated once and kept in
     /// `<data dir>/api-token`.

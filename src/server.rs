@@ -379,6 +379,8 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         .with_webhook_key(key)
         .with_trusted_proxies(proxies)
         .with_allowed_hosts(hosts)
+        .with_base(&config.base_path)
+        .map_err(StartError::Config)?
         .with_stream_limits(http::state::StreamLimits {
             max_open: config.max_streams as usize,
             ..Default::default()
@@ -409,9 +411,12 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     // Bulk walks outlive their requests: awaited once HTTP has stopped.
     let auditor = state.auditor.clone();
     let app = http::router(state);
-    println!("Kickoff listening on http://{local_addr}");
+    println!(
+        "Kickoff listening on http://{local_addr}{}",
+        config.base_path
+    );
     // Only here, on this process's own output: the code is kept nowhere else.
-    if let Some(url) = setup_link.url(local_addr) {
+    if let Some(url) = setup_link.url(local_addr, &config.base_path) {
         println!(
             "No operator account yet: open {url} to create the first admin (the link works once)."
         );

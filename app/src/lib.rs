@@ -2,6 +2,7 @@
 //! browser. It reaches the server only through the `console` port (server functions backed by a
 //! `Console` the server provides as context); it never sees the engine or sqlx.
 
+pub mod base;
 pub mod components;
 pub mod console;
 pub mod local_time;
@@ -52,7 +53,9 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <meta name="color-scheme" content="light dark"/>
                 <link rel="icon" href="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E%3Ccircle cx='8' cy='8' r='7' fill='%232156d9'/%3E%3C/svg%3E"/>
-                <HydrationScripts options/>
+                // The base before the scripts: the browser reads it back before it hydrates.
+                <meta name="kickoff-base" content=base::base()/>
+                <HydrationScripts options root=base::base()/>
                 {console::accounts::current_me().map(|m| view! {
                     <meta name="kickoff-user" content=m.name/>
                     <meta name="kickoff-role" content=m.role/>
@@ -76,28 +79,28 @@ pub fn App() -> impl IntoView {
     components::live::provide_live();
     components::time::provide_clock();
     view! {
-        <Stylesheet id="kickoff" href="/pkg/kickoff.css"/>
+        <Stylesheet id="kickoff" href=base::href("/pkg/kickoff.css")/>
         <Title text="Kickoff"/>
-        <Router>
+        <Router base=base::base()>
             <a class="skip" href="#main">"Skip to content"</a>
             <header class="topbar">
-                <a class="brand" href="/">"Kickoff"</a>
+                <a class="brand" href=base::href("/")>"Kickoff"</a>
                 <nav aria-label="Main" hidden=!signed_in>
-                    <A href="/" exact=true>"Overview"</A>
-                    <A href="/jobs" exact=true>"Jobs"</A>
-                    <A href="/timers">"Timers"</A>
-                    <A href="/failures">"Failures"</A>
-                    <A href="/history">"History"</A>
-                    <A href="/calls">"Calls"</A>
-                    <A href="/alerts">"Alerts"</A>
-                    <A href="/queues">"Queues"</A>
-                    <A href="/schedules">"Schedules"</A>
-                    <A href="/questions">"Questions"</A>
-                    <A href="/workflows">"Workflows"</A>
-                    <A href="/audit">"Audit"</A>
-                    {is_admin.then(|| view! { <A href="/users">"Users"</A> })}
-                    {is_admin.then(|| view! { <A href="/webhooks">"Webhooks"</A> })}
-                    <A href="/jobs/new">"New job"</A>
+                    <A href=base::href("/") exact=true>"Overview"</A>
+                    <A href=base::href("/jobs") exact=true>"Jobs"</A>
+                    <A href=base::href("/timers")>"Timers"</A>
+                    <A href=base::href("/failures")>"Failures"</A>
+                    <A href=base::href("/history")>"History"</A>
+                    <A href=base::href("/calls")>"Calls"</A>
+                    <A href=base::href("/alerts")>"Alerts"</A>
+                    <A href=base::href("/queues")>"Queues"</A>
+                    <A href=base::href("/schedules")>"Schedules"</A>
+                    <A href=base::href("/questions")>"Questions"</A>
+                    <A href=base::href("/workflows")>"Workflows"</A>
+                    <A href=base::href("/audit")>"Audit"</A>
+                    {is_admin.then(|| view! { <A href=base::href("/users")>"Users"</A> })}
+                    {is_admin.then(|| view! { <A href=base::href("/webhooks")>"Webhooks"</A> })}
+                    <A href=base::href("/jobs/new")>"New job"</A>
                 </nav>
                 {signed_in.then(|| view! { <ZoneNote/> <LiveBadge/> <UserMenu/> })}
             </header>
@@ -137,5 +140,20 @@ pub fn App() -> impl IntoView {
 #[wasm_bindgen::prelude::wasm_bindgen]
 pub fn hydrate() {
     console_error_panic_hook::set_once();
-    leptos::mount::hydrate_body(App);
+    // The base the server rendered the page under (see `base`): the router's, and the server
+    // functions' (their paths are the dashboard's, the browser asks for them under the base).
+    let base = leptos::prelude::document()
+        .query_selector("meta[name=kickoff-base]")
+        .ok()
+        .flatten()
+        .and_then(|m| m.get_attribute("content"))
+        .filter(|b| base::is_valid(b))
+        .unwrap_or_default();
+    if !base.is_empty() {
+        leptos::server_fn::client::set_server_url(base.clone().leak());
+    }
+    leptos::mount::hydrate_body(move || {
+        provide_context(base::BasePath(base));
+        view! { <App/> }
+    });
 }

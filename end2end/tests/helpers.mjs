@@ -2,6 +2,7 @@
 // (started by scripts/test, which passes KICKOFF_E2E_URL and KICKOFF_E2E_TOKEN), and web-first waits.
 import { chromium } from 'playwright-core';
 import { spawnSync } from 'node:child_process';
+import { createServer } from 'node:net';
 import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -209,4 +210,16 @@ export async function moveRunTime(page, by) {
   const form = page.getByRole('form', { name: 'Move a time' });
   await form.getByLabel('By how much').fill(by);
   await form.getByRole('button', { name: 'Move' }).click();
+}
+
+// A port free on the loopback now (for a server a test starts of its own).
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address();
+      probe.close(() => resolve(port));
+    });
+  });
 }

@@ -7,10 +7,9 @@ import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { launch, hydrated, watchErrors, eventually } from './helpers.mjs';
+import { launch, hydrated, watchErrors, eventually, freePort } from './helpers.mjs';
 
 const siteRoot = path.join(import.meta.dirname, '..', '..', 'target', 'site');
 const linkPattern = /http:\/\/127\.0\.0\.1:\d+\/setup\?code=[0-9a-f]{48}\b/;
@@ -18,17 +17,6 @@ const cleanups = [];
 after(async () => {
   for (const cleanup of cleanups.reverse()) await cleanup();
 });
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address();
-      probe.close(() => resolve(port));
-    });
-  });
-}
 
 // Starts `kickoff serve` with nothing configured on an empty data directory; resolves once it
 // answers, with its output so far and its setup link (if it printed one).

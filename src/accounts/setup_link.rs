@@ -63,7 +63,7 @@ impl SetupLink {
 
     /// The link to print, for a server listening on `addr` (an unspecified address such as
     /// `0.0.0.0` is reached on the loopback); `None` once the link is spent.
-    pub fn url(&self, addr: SocketAddr) -> Option<String> {
+    pub fn url(&self, addr: SocketAddr, base: &str) -> Option<String> {
         let code = self.code()?;
         let ip = match addr.ip() {
             IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -71,7 +71,7 @@ impl SetupLink {
             ip => ip,
         };
         Some(format!(
-            "http://{}/setup?code={code}",
+            "http://{}{base}/setup?code={code}",
             SocketAddr::new(ip, addr.port())
         ))
     }
@@ -136,20 +136,21 @@ mod tests {
         assert!(!link.matches("abc12"));
         assert!(!link.matches(""));
         assert_eq!(
-            link.url("0.0.0.0:3000".parse().unwrap()).as_deref(),
+            link.url("0.0.0.0:3000".parse().unwrap(), "").as_deref(),
             Some("http://127.0.0.1:3000/setup?code=abc123")
         );
         assert_eq!(
-            link.url("[::]:8080".parse().unwrap()).as_deref(),
-            Some("http://[::1]:8080/setup?code=abc123")
+            link.url("[::]:8080".parse().unwrap(), "/kickoff")
+                .as_deref(),
+            Some("http://[::1]:8080/kickoff/setup?code=abc123")
         );
         let clone = link.clone();
         clone.spend();
         assert!(!link.matches("abc123"));
-        assert_eq!(link.url("127.0.0.1:3000".parse().unwrap()), None);
+        assert_eq!(link.url("127.0.0.1:3000".parse().unwrap(), ""), None);
         assert!(!SetupLink::none().matches(""));
         let generated = SetupLink::generate();
-        let url = generated.url("127.0.0.1:1".parse().unwrap()).unwrap();
+        let url = generated.url("127.0.0.1:1".parse().unwrap(), "").unwrap();
         let code = url.rsplit('=').next().unwrap();
         assert_eq!(code.len(), 48);
         assert!(generated.matches(code));

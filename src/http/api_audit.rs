@@ -167,8 +167,10 @@ const TARGET_PATH_CHARS: usize = 500;
 
 /// The route a request matched, as the API table spells it (`/jobs/{id}/cancel`), so that every
 /// spelling of a path (`/jobs/+00042`) is recorded under its route, with a bounded name.
-fn route_of(req: &Request) -> Option<String> {
+/// A server under a base (`AppState::with_base`) matched it too: it is not the route's.
+fn route_of(req: &Request, base: &str) -> Option<String> {
     let matched = req.extensions().get::<MatchedPath>()?.as_str();
+    let matched = matched.strip_prefix(base).unwrap_or(matched);
     Some(
         matched
             .strip_prefix("/api/v1")
@@ -188,7 +190,7 @@ fn bounded(path: &str) -> String {
 pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let route = route_of(&req);
+    let route = route_of(&req, &state.base);
     if method == Method::GET
         || method == Method::HEAD
         || route.as_deref() == Some(PREDICTIONS_ROUTE)

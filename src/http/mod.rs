@@ -32,7 +32,7 @@ pub mod traced;
 
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
@@ -81,7 +81,8 @@ pub fn api_router(state: AppState) -> Router<AppState> {
         .merge(inbound)
 }
 
-/// The whole application: API, probes, dashboard and static files.
+/// The whole application: API, probes, dashboard and static files, under the state's base path
+/// (`AppState::with_base`; the site's root by default).
 ///
 /// The dashboard (pages, server functions, its live stream, static files) sits behind the session
 /// guard; the REST API has its own bearer tokens; the probes are open.
@@ -97,35 +98,46 @@ pub fn router(state: AppState) -> Router {
         state.alerts.clone(),
         state.reader.clone(),
     ));
+    // What every render of the dashboard is given: its console and the base it is served under
+    // (the not-found page's too).
+    let context = {
+        let base = state.base.to_string();
+        move || {
+            kickoff_app::console::provide(console.clone());
+            leptos::prelude::provide_context(kickoff_app::base::BasePath(base.clone()));
+        }
+    };
     let dashboard = Router::new()
         // The dashboard's live stream (the API has its own, behind the token).
         .route("/events", get(sse::events))
         // The list's export links (the session's; the API's export takes a token).
         .route("/jobs/export", get(console::jobs::export))
-        .leptos_routes_with_context(
-            &state,
-            routes,
-            {
-                let console = console.clone();
-                move || kickoff_app::console::provide(console.clone())
-            },
-            {
-                let options = leptos_options.clone();
-                move || kickoff_app::shell(options.clone())
-            },
-        )
-        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
-            kickoff_app::shell,
+        .leptos_routes_with_context(&state, routes, context.clone(), {
+            let options = leptos_options.clone();
+            move || kickoff_app::shell(options.clone())
+        })
+        .fallback(leptos_axum::file_and_error_handler_with_context::<
+            AppState,
+            _,
+        >(context, kickoff_app::shell))
+        // Innermost: only the pages' renderer sees the base put back.
+        .layer(middleware::from_fn_with_state(
+            state.base.clone(),
+            pages_under_base,
         ))
         .layer(middleware::from_fn(console_input_errors))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             session::require_operator,
         ))
-        .layer(session::layer(state.pool.clone(), state.secure_cookies))
+        .layer(session::layer(
+            state.pool.clone(),
+            state.secure_cookies,
+            &state.base,
+        ))
         // Outermost: even the open sign-in function reads no more than this.
         .layer(middleware::from_fn(limit_dashboard_bodies));
-    Router::new()
+    let app = Router::new()
         .nest("/api/v1", api_router(state.clone()))
         .route(
             "/metrics",
@@ -150,7 +162,49 @@ pub fn router(state: AppState) -> Router {
             state.allowed_hosts.clone(),
             host_check::check,
         ))
-        .with_state(state)
+        .with_state(state.clone());
+    // Under a base, the whole of it (every layer sees the paths without the base, as at the root).
+    match &*state.base {
+        "" => app,
+        // The nest answers the base itself (the overview), not the base and a `/`: sent there.
+        base => {
+            let to = base.to_string();
+            Router::new().nest(base, app).route(
+                &format!("{base}/"),
+                get(move |RawQuery(query): RawQuery| async move {
+                    axum::response::Redirect::permanent(&match query {
+                        Some(query) => format!("{to}?{query}"),
+                        None => to,
+                    })
+                }),
+            )
+        }
+    }
+}
+
+/// A mounted dashboard's pages are rendered under its base (the router of the page is given it,
+/// and matches the whole path), while the nest that mounted it took the base off the request:
+/// put back for the pages, not for the server functions (found by their own path) or the files.
+async fn pages_under_base(
+    State(base): State<Arc<str>>,
+    mut req: axum::extract::Request,
+    next: middleware::Next,
+) -> axum::response::Response {
+    let path = req.uri().path();
+    if !base.is_empty() && !path.starts_with("/_console/") && !path.starts_with("/pkg/") {
+        let whole = kickoff_app::base::at(
+            &base,
+            req.uri().path_and_query().map_or(path, |p| p.as_str()),
+        );
+        let mut parts = req.uri().clone().into_parts();
+        if let Ok(whole) = whole.parse() {
+            parts.path_and_query = Some(whole);
+            if let Ok(uri) = axum::http::Uri::from_parts(parts) {
+                *req.uri_mut() = uri;
+            }
+        }
+    }
+    next.run(req).await
 }
 
 /// Reads a dashboard request's body up to [`MAX_DASHBOARD_BODY_BYTES`], answering 413 past it,

@@ -123,11 +123,13 @@ impl Operator {
     }
 }
 
-/// The session layer. `secure`: the cookie is sent over HTTPS only (set it behind HTTPS).
-pub fn layer(pool: crate::db::Db, secure: bool) -> SessionManagerLayer<PgSessionStore> {
+/// The session layer. `secure`: the cookie is sent over HTTPS only (set it behind HTTPS). The
+/// cookie is the base's (`AppState::base`): the rest of a site Kickoff is mounted in is not sent it.
+pub fn layer(pool: crate::db::Db, secure: bool, base: &str) -> SessionManagerLayer<PgSessionStore> {
     // The table is made by the migrations (20261202000002_sessions.sql), not by the store.
     SessionManagerLayer::new(PgSessionStore::new(pool))
         .with_name(COOKIE)
+        .with_path(if base.is_empty() { "/" } else { base }.to_string())
         .with_same_site(SameSite::Strict)
         .with_http_only(true)
         .with_secure(secure)
@@ -297,10 +299,11 @@ async fn read_body(body: Body) -> Result<axum::body::Bytes, Response> {
 }
 
 /// Pages go to the login page (and back here after it); other requests get 401.
-fn sign_in_first(path_and_query: &str, is_page: bool) -> Response {
+/// `next` is the path inside the dashboard; the login page is under its base.
+fn sign_in_first(base: &str, path_and_query: &str, is_page: bool) -> Response {
     if is_page {
         let next: String = form_urlencoded::byte_serialize(path_and_query.as_bytes()).collect();
-        Redirect::to(&format!("/login?next={next}")).into_response()
+        Redirect::to(&format!("{base}/login?next={next}")).into_response()
     } else {
         refuse(StatusCode::UNAUTHORIZED, "sign in first")
     }
@@ -335,20 +338,20 @@ pub async fn require_operator(
         }
     };
     let Some(mut signed_in) = signed_in else {
-        return sign_in_first(&path_and_query, is_page);
+        return sign_in_first(&state.base, &path_and_query, is_page);
     };
     let now = Utc::now();
     let absolute = chrono::Duration::from_std(ABSOLUTE_EXPIRY).unwrap_or_default();
     let idle = chrono::Duration::from_std(IDLE_EXPIRY).unwrap_or_default();
     if now - signed_in.login_at > absolute || now - signed_in.seen_at > idle {
         let _ = sign_out(&session).await;
-        return sign_in_first(&path_and_query, is_page);
+        return sign_in_first(&state.base, &path_and_query, is_page);
     }
     let user = match state.accounts.get(signed_in.user_id).await {
         Ok(Some(user)) if !user.disabled && user.session_epoch == signed_in.epoch => user,
         Ok(_) => {
             let _ = sign_out(&session).await;
-            return sign_in_first(&path_and_query, is_page);
+            return sign_in_first(&state.base, &path_and_query, is_page);
         }
         Err(e) => {
             tracing::error!(error = %e, "could not load a session's user");

@@ -53,6 +53,8 @@ pub struct AppState {
     pub alerts: crate::alerts::Alerts,
     /// Where the dashboard's lists, charts and counts are read (see [`super::reader`]).
     pub reader: super::reader::Reader,
+    /// The path everything is served under (see `kickoff_app::base`): empty at the site's root.
+    pub base: Arc<str>,
     /// The kinds a caller may insert here: the document's and the request check's `kind` enum.
     pub kinds: ServerKinds,
 }
@@ -100,6 +102,7 @@ impl AppState {
             streams: StreamLimits::default(),
             trusted_proxies: Arc::default(),
             allowed_hosts: Arc::default(),
+            base: Arc::from(""),
             // A key of this process alone until the server gives its own (`with_webhook_key`).
             endpoints: crate::webhooks::Endpoints::new(
                 parts.pool.clone(),
@@ -157,6 +160,19 @@ impl AppState {
     pub fn with_trusted_proxies(mut self, proxies: super::client_address::TrustedProxies) -> Self {
         self.trusted_proxies = Arc::new(proxies);
         self
+    }
+
+    /// This state serving everything under `base` (`/kickoff`; checked:
+    /// `kickoff_app::base::is_valid`). Its router ([`super::router`]) answers there, to be merged
+    /// into an application's own.
+    pub fn with_base(mut self, base: &str) -> Result<Self, String> {
+        if !kickoff_app::base::is_valid(base) {
+            return Err(format!(
+                "the base path {base:?} is not `/` and path segments (letters, digits, `-`, `_`, `.`) without a trailing `/`"
+            ));
+        }
+        self.base = Arc::from(base);
+        Ok(self)
     }
 
     /// This state answering only for `hosts`.

@@ -34,6 +34,7 @@ mod insert_notifications;
 mod job_tools;
 mod listener;
 mod metrics;
+mod mounted;
 mod partner_signals;
 mod pooler;
 mod processes;

@@ -30,9 +30,11 @@ pub fn provide_live() -> Live {
     // Signed out, the stream would only answer 401.
     #[cfg(feature = "hydrate")]
     if crate::components::session::use_me().is_some() {
+        // Read here, with the app's context: a reopening runs from a timer, outside it.
+        let url: &'static str = crate::base::href("/events").leak();
         Effect::new(move |prev: Option<()>| {
             if prev.is_none() {
-                connect(live, StoredValue::new(0));
+                connect(url, live, StoredValue::new(0));
             }
         });
     }
@@ -59,13 +61,14 @@ impl Live {
 #[cfg(feature = "hydrate")]
 const MAX_REOPEN_DELAY_MS: u64 = 30_000;
 
-/// Opens the stream. `refusals` counts the refusals in a row (for the wait before the next try).
+/// Opens the stream at `url`. `refusals` counts the refusals in a row (for the wait before the
+/// next try).
 #[cfg(feature = "hydrate")]
-fn connect(live: Live, refusals: StoredValue<u32>) {
+fn connect(url: &'static str, live: Live, refusals: StoredValue<u32>) {
     use std::time::Duration;
     use wasm_bindgen::prelude::*;
 
-    let Ok(source) = web_sys::EventSource::new("/events") else {
+    let Ok(source) = web_sys::EventSource::new(url) else {
         return;
     };
     let pending = StoredValue::new(false);
@@ -118,7 +121,7 @@ fn connect(live: Live, refusals: StoredValue<u32>) {
         refusals.set_value(tries.saturating_add(1));
         let delay = (1_000u64 << tries.min(5)).min(MAX_REOPEN_DELAY_MS);
         set_timeout(
-            move || connect(live, refusals),
+            move || connect(url, live, refusals),
             Duration::from_millis(delay),
         );
     });

@@ -1,3 +1,5 @@
+pub mod action_form;
+pub mod get_form;
 pub mod late_start;
 pub mod live;
 pub mod loaded;

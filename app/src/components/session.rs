@@ -3,6 +3,8 @@
 
 use leptos::prelude::*;
 
+use crate::components::action_form::ActionForm;
+
 use crate::console::accounts::{current_me, Logout, Me};
 
 /// Provides the signed-in operator (if any) to the app.
@@ -30,12 +32,14 @@ pub fn Csrf() -> impl IntoView {
 
 /// Loads the page a sign-in (or the setup link) answered with, once it succeeds: a full load, so
 /// that the new session's token reaches the page.
+/// The answer is a path inside the dashboard, loaded under its base.
 pub fn load_when_signed_in(answer: MappedSignal<Option<Result<String, ServerFnError>>>) {
+    let _base = crate::base::base();
     Effect::new(move |_| {
         if let Some(Ok(_target)) = answer.with(|a| a.clone()) {
             #[cfg(feature = "hydrate")]
             if let Some(w) = web_sys::window() {
-                let _ = w.location().assign(&_target);
+                let _ = w.location().assign(&crate::base::at(&_base, &_target));
             }
         }
     });
@@ -50,14 +54,14 @@ pub fn UserMenu() -> impl IntoView {
             // A full load: the next page must not keep this session's token.
             #[cfg(feature = "hydrate")]
             if let Some(w) = web_sys::window() {
-                let _ = w.location().assign("/login");
+                let _ = w.location().assign(&crate::base::href("/login"));
             }
         }
     });
     use_me().map(|me| {
         view! {
             <span class="user">
-                <a href="/account" aria-label="Your account">{me.name.clone()}" · "{me.role.clone()}</a>
+                <a href=crate::base::href("/account") aria-label="Your account">{me.name.clone()}" · "{me.role.clone()}</a>
                 <ActionForm action=logout attr:class="inline">
                     <Csrf/>
                     <button type="submit" class="link-button">"Sign out"</button>

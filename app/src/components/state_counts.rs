@@ -15,7 +15,7 @@ pub fn StateCounts(states: Vec<(String, i64)>) -> impl IntoView {
                     let href = format!("/jobs?state={state}");
                     view! {
                         <li class=class data-state=data>
-                            <a href=href>
+                            <a href=crate::base::href(&href)>
                                 <span class="count" aria-label=label>{n}</span>
                                 <span class="label">{state}</span>
                             </a>

@@ -3,6 +3,8 @@
 
 use leptos::prelude::*;
 
+use crate::components::action_form::ActionForm;
+
 use crate::components::session::Csrf;
 use crate::components::table::{Column, DataTable};
 use crate::components::time::When;
@@ -78,7 +80,7 @@ pub fn NewTokenBox(token: NewToken) -> impl IntoView {
         <div class="notice" role="status">
             <p>"Your new token. Copy it now: it is not shown again."</p>
             <pre class="token"><code data-new-token=token.id>{token.token}</code></pre>
-            <p class="muted">"Send it as " <code>"Authorization: Bearer <token>"</code> " to " <code>"/api/v1"</code> "."</p>
+            <p class="muted">"Send it as " <code>"Authorization: Bearer <token>"</code> " to " <code>{crate::base::href("/api/v1")}</code> "."</p>
         </div>
     }
 }

@@ -215,8 +215,11 @@ fn take_typed_name() -> String {
 #[cfg(feature = "ssr")]
 fn set_typed_name_cookie(name: &str, max_age_secs: u32) {
     let value: String = url::form_urlencoded::byte_serialize(name.as_bytes()).collect();
+    // The login page's path under the base: no other page (nor the application the dashboard
+    // is mounted in) is sent it.
     let cookie = format!(
-        "{TYPED_NAME_COOKIE}={value}; Path=/login; Max-Age={max_age_secs}; HttpOnly; SameSite=Strict"
+        "{TYPED_NAME_COOKIE}={value}; Path={}; Max-Age={max_age_secs}; HttpOnly; SameSite=Strict",
+        crate::base::href("/login")
     );
     if let (Some(options), Ok(cookie)) = (
         use_context::<leptos_axum::ResponseOptions>(),
@@ -279,7 +282,7 @@ pub async fn login(
         back_to_login(&name, &next, &refused);
         return Err(refused);
     }
-    leptos_axum::redirect(&next);
+    leptos_axum::redirect(&crate::base::href(&next));
     Ok(next)
 }
 
@@ -314,7 +317,11 @@ fn back_to_login(name: &str, next: &str, refused: &ServerFnError) {
     else {
         return;
     };
-    leptos_axum::redirect(&format!("{}?{}", back.path(), back.query().unwrap_or("")));
+    leptos_axum::redirect(&crate::base::href(&format!(
+        "{}?{}",
+        back.path(),
+        back.query().unwrap_or("")
+    )));
 }
 
 #[server(prefix = "/_console", endpoint = "logout")]
@@ -323,7 +330,7 @@ pub async fn logout(csrf: Option<String>) -> Result<(), ServerFnError> {
     // field survives the browser's encoding of the arguments.
     let _ = csrf;
     console()?.logout().await.map_err(fail)?;
-    leptos_axum::redirect("/login");
+    leptos_axum::redirect(&crate::base::href("/login"));
     Ok(())
 }
 
@@ -346,7 +353,7 @@ pub async fn set_up(
         return Err(fail(Refusal::invalid("the two passwords differ")));
     }
     console()?.setup(code, name, password).await.map_err(fail)?;
-    leptos_axum::redirect("/");
+    leptos_axum::redirect(&crate::base::href("/"));
     Ok("/".to_string())
 }
 

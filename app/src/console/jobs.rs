@@ -494,10 +494,10 @@ pub async fn bulk_jobs(
         .await
         .map_err(fail)?;
     if let Some(back) = back {
-        leptos_axum::redirect(&with_pairs(
+        leptos_axum::redirect(&crate::base::href(&with_pairs(
             &super::accounts::safe_next(Some(&back)),
             &done.pairs(),
-        ));
+        )));
     }
     Ok(done)
 }

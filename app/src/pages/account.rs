@@ -3,6 +3,8 @@
 
 use leptos::prelude::*;
 
+use crate::components::action_form::ActionForm;
+
 use crate::components::loaded::{failure, ActionError, Loaded};
 use crate::components::session::{use_me, Csrf};
 use crate::components::time::use_clock;

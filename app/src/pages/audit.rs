@@ -1,8 +1,8 @@
 //! The audit log (`/audit`): who did what, to what, from where, with what result; newest first,
 //! filtered by person, action and result, refreshed live.
 
+use crate::components::get_form::GetForm;
 use leptos::prelude::*;
-use leptos_router::components::Form;
 use leptos_router::hooks::use_query_map;
 
 use crate::components::live::use_live;
@@ -47,7 +47,7 @@ pub fn AuditLogPage() -> impl IntoView {
             <div class="page-head">
                 <h1>"Audit log"</h1>
             </div>
-            <Form method="get" action="/audit" attr:class="filters" attr:role="search" attr:aria-label="Filter the audit log">
+            <GetForm action="/audit" attr:class="filters" attr:role="search" attr:aria-label="Filter the audit log">
                 <label>"Who" <input name="actor" size="12" prop:value=move || q().actor.unwrap_or_default()/></label>
                 <label>
                     "Action starts with"
@@ -62,7 +62,7 @@ pub fn AuditLogPage() -> impl IntoView {
                     </select>
                 </label>
                 <button type="submit">"Filter"</button>
-            </Form>
+            </GetForm>
             <Loaded resource=page render=move |p: AuditPage| {
                 if p.rows.is_empty() {
                     return view! { <p class="empty">"No recorded action matches."</p> }.into_any();
@@ -104,7 +104,7 @@ pub fn AuditLogPage() -> impl IntoView {
                             .collect_view()}
                     </DataTable>
                     <nav class="pager" aria-label="Pages">
-                        {next.map(|href| view! { <a href=href>"Older →"</a> })}
+                        {next.map(|href| view! { <a href=crate::base::href(&href)>"Older →"</a> })}
                     </nav>
                 }
                 .into_any()

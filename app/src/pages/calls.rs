@@ -2,8 +2,8 @@
 //! status (`500`, `5xx`, `none` for no answer), refreshed live. Each row links to its job, whose
 //! page shows the call's headers and body.
 
+use crate::components::get_form::GetForm;
 use leptos::prelude::*;
-use leptos_router::components::Form;
 use leptos_router::hooks::use_query_map;
 
 use crate::components::live::use_live;
@@ -47,14 +47,14 @@ pub fn CallsPage() -> impl IntoView {
             <div class="page-head">
                 <h1>"Webhook calls"</h1>
             </div>
-            <Form method="get" action="/calls" attr:class="filters" attr:role="search" attr:aria-label="Search the calls">
+            <GetForm action="/calls" attr:class="filters" attr:role="search" attr:aria-label="Search the calls">
                 <label>
                     "Status"
                     <input name="status" size="6" placeholder="5xx" prop:value=move || q().status.unwrap_or_default()/>
                 </label>
                 <span class="muted">"a code (" <code>"500"</code> "), a class (" <code>"5xx"</code> ") or " <code>"none"</code> " (no answer)"</span>
                 <button type="submit">"Search"</button>
-            </Form>
+            </GetForm>
             <Loaded resource=page render=move |p: CallsPage| {
                 if p.rows.is_empty() {
                     return view! { <p class="empty">"No webhook call matches."</p> }.into_any();
@@ -86,7 +86,7 @@ pub fn CallsPage() -> impl IntoView {
                                     <tr data-call=c.id>
                                         <td><When at_ms=c.started_ms base_ms=now/></td>
                                         <td>
-                                            <a href=format!("/jobs/{}", c.job_id)>{format!("job {}", c.job_id)}</a>
+                                            <a href=crate::base::href(&format!("/jobs/{}", c.job_id))>{format!("job {}", c.job_id)}</a>
                                             <span class="muted">{format!(" · attempt {}", c.attempt)}</span>
                                         </td>
                                         <td class:error-text=!ok>{status}</td>
@@ -100,7 +100,7 @@ pub fn CallsPage() -> impl IntoView {
                             .collect_view()}
                     </DataTable>
                     <nav class="pager" aria-label="Pages">
-                        {next.map(|href| view! { <a href=href>"Older →"</a> })}
+                        {next.map(|href| view! { <a href=crate::base::href(&href)>"Older →"</a> })}
                     </nav>
                 }
                 .into_any()

@@ -2,8 +2,8 @@
 //! p50 and p99, one line per queue (or per kind), over the last hour, day, week or 30 days; from
 //! the rollups, so it outlives the pruned jobs. Live: it is read again as jobs change.
 
+use crate::components::get_form::GetForm;
 use leptos::prelude::*;
-use leptos_router::components::Form;
 use leptos_router::hooks::use_query_map;
 
 use crate::components::live::use_live;
@@ -52,11 +52,11 @@ pub fn HistoryPageView() -> impl IntoView {
                             format!("/history?{}", query_string(&pairs))
                         };
                         let active = move || q().range.as_deref().unwrap_or("1h") == name;
-                        view! { <a href=href class:active=active>{name}</a> }
+                        view! { <a href=move || crate::base::href(&href()) class:active=active>{name}</a> }
                     })
                     .collect_view()}
             </nav>
-            <Form method="get" action="/history" attr:class="filters" attr:role="search" attr:aria-label="Filter the history">
+            <GetForm action="/history" attr:class="filters" attr:role="search" attr:aria-label="Filter the history">
                 <input type="hidden" name="range" prop:value=move || q().range.unwrap_or_else(|| "1h".into())/>
                 <label>
                     "One line per"
@@ -69,7 +69,7 @@ pub fn HistoryPageView() -> impl IntoView {
                 <label>"Kind" <input name="kind" size="12" prop:value=move || q().kind.unwrap_or_default()/></label>
                 <label>"Schedule" <input name="schedule" size="12" prop:value=move || q().schedule.unwrap_or_default()/></label>
                 <button type="submit">"Show"</button>
-            </Form>
+            </GetForm>
             <Loaded resource=page render=move |p: HistoryPage| view! { <HistoryCharts page=p/> }/>
         </section>
     }

@@ -4,6 +4,8 @@
 
 use leptos::prelude::*;
 
+use crate::components::action_form::ActionForm;
+
 use crate::components::session::Csrf;
 use leptos_router::hooks::{use_navigate, use_params_map};
 
@@ -95,7 +97,7 @@ pub fn JobDetailPage() -> impl IntoView {
         <section class="page">
             <div class="page-head">
                 <h1>{move || id().map(|i| format!("Job {i}")).unwrap_or_else(|| "Job".into())}</h1>
-                <a href="/jobs">"All jobs"</a>
+                <a href=crate::base::href("/jobs")>"All jobs"</a>
             </div>
             <ActionError error=failure(action.value())/>
             <ActionError error=failure(reschedule.value())/>
@@ -150,7 +152,7 @@ fn Detail(
                 <dt>"Kind"</dt>
                 <dd>{j.kind.clone()}</dd>
                 <dt>"Queue"</dt>
-                <dd><a href=format!("/jobs?queue={}", j.queue)>{j.queue.clone()}</a></dd>
+                <dd><a href=crate::base::href(&format!("/jobs?queue={}", j.queue))>{j.queue.clone()}</a></dd>
                 <dt>"Priority"</dt>
                 <dd>{j.priority}</dd>
                 <dt>"Attempt"</dt>
@@ -170,7 +172,7 @@ fn Detail(
                 {d.held.clone().map(|h| view! { <dt>"Held"</dt><dd data-held="">{h}</dd> })}
                 {d.schedule.clone().map(|s| view! {
                     <dt>"Schedule"</dt>
-                    <dd><a href=format!("/schedules/{s}")>{s.clone()}</a></dd>
+                    <dd><a href=crate::base::href(&format!("/schedules/{s}"))>{s.clone()}</a></dd>
                 })}
                 {d.unique_key.clone().map(|k| view! { <dt>"Unique key"</dt><dd><code>{k}</code></dd> })}
                 {(!d.tags.is_empty()).then(|| view! { <dt>"Tags"</dt><dd>{d.tags.join(", ")}</dd> })}

@@ -11,8 +11,10 @@ use std::collections::BTreeSet;
 
 use leptos::prelude::*;
 
+use crate::components::action_form::ActionForm;
+
+use crate::components::get_form::GetForm;
 use crate::components::session::{may_act, Csrf};
-use leptos_router::components::Form;
 use leptos_router::hooks::use_query_map;
 use leptos_router::params::ParamsMap;
 
@@ -136,14 +138,14 @@ fn JobList(
                 <h1>{title}</h1>
                 {(path == "/failures").then(|| {
                     view! {
-                        <a class="button" href=move || bulk_href(path, &query.get(), "retry")>
+                        <a class="button" href=move || crate::base::href(&bulk_href(path, &query.get(), "retry"))>
                             "Retry all…"
                         </a>
                     }
                 })}
-                <a class="button" href=move || export_href(&query.get(), "csv") download="">"Export CSV"</a>
-                <a class="button" href=move || export_href(&query.get(), "jsonl") download="">"Export JSON lines"</a>
-                <a class="button primary" href="/jobs/new">"New job"</a>
+                <a class="button" href=move || crate::base::href(&export_href(&query.get(), "csv")) download="">"Export CSV"</a>
+                <a class="button" href=move || crate::base::href(&export_href(&query.get(), "jsonl")) download="">"Export JSON lines"</a>
+                <a class="button primary" href=crate::base::href("/jobs/new")>"New job"</a>
             </div>
             <Filters path query/>
             {move || bulk_result().map(|text| view! { <p role="status" class="ok">{text}</p> })}
@@ -189,8 +191,8 @@ fn JobList(
                             })}
                         <JobTable page path action selected/>
                         <nav class="pager" aria-label="Pages">
-                            {first_page.map(|href| view! { <a href=href>"← Newest"</a> })}
-                            {next.map(|href| view! { <a href=href>"Older →"</a> })}
+                            {first_page.map(|href| view! { <a href=crate::base::href(&href)>"← Newest"</a> })}
+                            {next.map(|href| view! { <a href=crate::base::href(&href)>"Older →"</a> })}
                         </nav>
                     }
                 }
@@ -259,7 +261,7 @@ fn Filters(path: &'static str, query: Memo<JobQuery>) -> impl IntoView {
         to_draft.set(None);
     });
     view! {
-        <Form method="get" action=path attr:class="filters" attr:role="search" attr:aria-label="Filter jobs">
+        <GetForm action=path attr:class="filters" attr:role="search" attr:aria-label="Filter jobs">
             <label>
                 "State"
                 <select name="state">
@@ -333,8 +335,8 @@ fn Filters(path: &'static str, query: Memo<JobQuery>) -> impl IntoView {
             <ZoneInput name="zone" zone/>
             <button type="submit">"Filter"</button>
             <Suggestions/>
-            {move || query.get().has_filter().then(|| view! { <a href=path>"Clear"</a> })}
-        </Form>
+            {move || query.get().has_filter().then(|| view! { <a href=crate::base::href(path)>"Clear"</a> })}
+        </GetForm>
         <nav class="chips" aria-label="Filter by state">
             {STATES
                 .iter()
@@ -342,7 +344,7 @@ fn Filters(path: &'static str, query: Memo<JobQuery>) -> impl IntoView {
                     let s = *s;
                     view! {
                         <a
-                            href=format!("{path}?state={s}")
+                            href=crate::base::href(&format!("{path}?state={s}"))
                             class:active=move || q().state.as_deref() == Some(s)
                         >
                             {s}
@@ -419,8 +421,7 @@ fn JobTable(
     };
     view! {
         // The router's form: once hydrated, the confirmation opens without loading a new page.
-        <Form
-            method="get"
+        <GetForm
             action=path
             attr:id="bulk"
             attr:class="bulk-bar"
@@ -444,7 +445,7 @@ fn JobTable(
             </label>
             <button type="submit" name="scope" value="selected">"Apply to selected…"</button>
             <button type="submit" name="scope" value="filter">"Apply to all matching…"</button>
-        </Form>
+        </GetForm>
         <div class="table-wrap">
             <table class="grid" aria-label="Jobs">
                 <thead>
@@ -513,7 +514,7 @@ fn JobRowView(
                     }
                 />
             </td>
-            <td><a href=format!("/jobs/{id}")>{id}</a></td>
+            <td><a href=crate::base::href(&format!("/jobs/{id}"))>{id}</a></td>
             <td>{j.kind.clone()}</td>
             <td class="wide">{j.queue.clone()}</td>
             <td><span class=badge>{j.state.clone()}</span></td>
@@ -581,7 +582,7 @@ fn BulkConfirm(
         return view! {
             <div class="confirm" role="alert">
                 <p>"Select jobs with the boxes first, or apply the action to everything matching the filter."</p>
-                <a href=back>"Back"</a>
+                <a href=crate::base::href(&back)>"Back"</a>
             </div>
         }
         .into_any();
@@ -665,10 +666,10 @@ fn BulkConfirm(
                                     <ChangeFields action=value by_filter/>
                                     <button type="submit" class="danger">{format!("Yes, {}", verb.to_lowercase())}</button>
                                     " "
-                                    <a href=back.clone()>"Back"</a>
+                                    <a href=crate::base::href(&back)>"Back"</a>
                                 </ActionForm>
                             }})}
-                            {nothing.then(|| view! { <a href=back.clone()>"Back"</a> })}
+                            {nothing.then(|| view! { <a href=crate::base::href(&back)>"Back"</a> })}
                         }
                         .into_any()
                     })

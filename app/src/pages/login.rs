@@ -4,6 +4,8 @@
 //! setup link the server printed.
 
 use leptos::prelude::*;
+
+use crate::components::action_form::ActionForm;
 use leptos_router::hooks::use_query_map;
 
 use crate::components::loaded::{error_text, Loaded};

@@ -4,6 +4,8 @@
 
 use leptos::prelude::*;
 
+use crate::components::action_form::ActionForm;
+
 use crate::components::session::Csrf;
 use leptos_router::hooks::use_navigate;
 
@@ -35,7 +37,7 @@ pub fn NewJobPage() -> impl IntoView {
         <section class="page">
             <div class="page-head">
                 <h1>"New job"</h1>
-                <a href="/jobs">"All jobs"</a>
+                <a href=crate::base::href("/jobs")>"All jobs"</a>
             </div>
             <ActionError error=failure(create.value())/>
             <Loaded resource=choices render=move |c: JobChoices| view! { <NewJobForm c create/> }/>

@@ -47,7 +47,7 @@ fn LatenessPanel(steps: Vec<HistoryStep>, p50: Option<f64>, p99: Option<f64>) ->
         <p class="lateness-headline" data-lateness="">
             "Half of the attempts started within " <strong>{fine_span(p50)}</strong>
             " of their due time, 99 % within " <strong>{fine_span(p99)}</strong> "."
-            " " <a href="/history">"History"</a>
+            " " <a href=crate::base::href("/history")>"History"</a>
         </p>
         <SeriesChart title="Lateness p50 and p99 per minute".to_string() unit="ms"
             from_label="−60 min".to_string() to_label="now".to_string() lines=lines log=true/>

@@ -3,6 +3,8 @@
 
 use leptos::prelude::*;
 
+use crate::components::action_form::ActionForm;
+
 use crate::components::session::Csrf;
 use leptos_router::hooks::use_params_map;
 
@@ -45,7 +47,7 @@ pub fn QuestionDetailPage() -> impl IntoView {
         <section class="page">
             <div class="page-head">
                 <h1>{move || id().map(|i| format!("Question {i}")).unwrap_or_else(|| "Question".into())}</h1>
-                <a href="/questions">"All questions"</a>
+                <a href=crate::base::href("/questions")>"All questions"</a>
             </div>
             <ActionError error=failure(move_time.value())/>
             <Loaded resource=question render=move |d: QuestionDetail| view! { <Detail d move_time draft/> }/>
@@ -97,7 +99,7 @@ fn Detail(
             <dt>"Lock job"</dt>
             <dd>
                 {d.lock_job.clone().map(|j| view! {
-                    <a href=format!("/jobs/{}", j.id)>{format!("#{}", j.id)}</a>
+                    <a href=crate::base::href(&format!("/jobs/{}", j.id))>{format!("#{}", j.id)}</a>
                     " "
                     <span class=format!("badge state-{}", j.state)>{j.state.clone()}</span>
                 })}

@@ -2,6 +2,8 @@
 
 use leptos::prelude::*;
 
+use crate::components::action_form::ActionForm;
+
 use crate::components::session::Csrf;
 use leptos_router::hooks::use_navigate;
 
@@ -22,7 +24,7 @@ pub fn NewQuestionPage() -> impl IntoView {
         <section class="page">
             <div class="page-head">
                 <h1>"New question"</h1>
-                <a href="/questions">"All questions"</a>
+                <a href=crate::base::href("/questions")>"All questions"</a>
             </div>
             <ActionError error=failure(create.value())/>
             <ActionForm action=create attr:class="form-card" attr:aria-label="New question">

@@ -26,7 +26,7 @@ pub fn QuestionsPage() -> impl IntoView {
         <section class="page">
             <div class="page-head">
                 <h1>"Questions"</h1>
-                <a class="button primary" href="/questions/new">"New question"</a>
+                <a class="button primary" href=crate::base::href("/questions/new")>"New question"</a>
             </div>
             <Loaded resource=questions render=move |p: Page| {
                 if p.rows.is_empty() {
@@ -46,13 +46,13 @@ pub fn QuestionsPage() -> impl IntoView {
                                         view! {
                                             <tr>
                                                 <td>{q.game.clone()}</td>
-                                                <td><a href=format!("/questions/{}", q.id)>{q.prompt.clone()}</a></td>
+                                                <td><a href=crate::base::href(&format!("/questions/{}", q.id))>{q.prompt.clone()}</a></td>
                                                 <td>
                                                     <When at_ms=q.game_ms base_ms=now/>
                                                     {open.then(|| view! { " · locks " <Countdown at_ms=q.game_ms base_ms=now/> })}
                                                 </td>
                                                 <td><span class=badge>{q.status.clone()}</span></td>
-                                                <td class="wide">{q.lock_job_id.map(|id| view! { <a href=format!("/jobs/{id}")>{format!("#{id}")}</a> })}</td>
+                                                <td class="wide">{q.lock_job_id.map(|id| view! { <a href=crate::base::href(&format!("/jobs/{id}"))>{format!("#{id}")}</a> })}</td>
                                             </tr>
                                         }
                                     })

@@ -6,6 +6,8 @@ use std::collections::HashMap;
 
 use leptos::prelude::*;
 
+use crate::components::action_form::ActionForm;
+
 use crate::components::series_chart::Sparkline;
 
 use crate::components::session::{may_act, Csrf};
@@ -83,7 +85,7 @@ fn KindTable(rows: Vec<KindInfo>, action: ServerAction<KindAction>) -> impl Into
                             let kind = k.kind.clone();
                             view! {
                                 <tr data-kind=k.kind.clone()>
-                                    <th scope="row"><a href=format!("/jobs?kind={}", k.kind)>{k.kind.clone()}</a></th>
+                                    <th scope="row"><a href=crate::base::href(&format!("/jobs?kind={}", k.kind))>{k.kind.clone()}</a></th>
                                     <td>
                                         {if k.paused {
                                             view! { <span class="badge state-retryable">"paused"</span> " " <span class="muted">{k.paused_note.clone().unwrap_or_default()}</span> }.into_any()
@@ -167,7 +169,7 @@ pub fn QueueTable(
                             let failed_href = format!("/failures?queue={}", q.name);
                             view! {
                                 <tr data-queue=row_name>
-                                    <th scope="row"><a href=format!("/jobs?queue={}", q.name)>{q.name.clone()}</a></th>
+                                    <th scope="row"><a href=crate::base::href(&format!("/jobs?queue={}", q.name))>{q.name.clone()}</a></th>
                                     <td>
                                         {if q.paused {
                                             view! { <span class="badge state-retryable">"paused"</span> }.into_any()
@@ -178,7 +180,7 @@ pub fn QueueTable(
                                     <td>{q.available}</td>
                                     <td>{q.scheduled}</td>
                                     <td>{q.executing}</td>
-                                    <td><a href=failed_href>{failed}</a></td>
+                                    <td><a href=crate::base::href(&failed_href)>{failed}</a></td>
                                     <td class="last-day">
                                         {
                                             let total: i64 = q.last_day.iter().sum();
@@ -186,7 +188,7 @@ pub fn QueueTable(
                                             let href = format!("/history?range=24h&queue={}", q.name);
                                             let title = label.clone();
                                             view! {
-                                                <a href=href title=title>
+                                                <a href=crate::base::href(&href) title=title>
                                                     <Sparkline values=q.last_day.clone() label=label/>
                                                     " " {total}
                                                 </a>

@@ -5,6 +5,8 @@
 
 use leptos::prelude::*;
 
+use crate::components::action_form::ActionForm;
+
 use crate::console::history::{get_history, HistoryPage, HistoryQuery};
 use crate::pages::history::RunsSummary;
 use leptos_router::hooks::{use_navigate, use_params_map};
@@ -52,7 +54,7 @@ pub fn SchedulesPage() -> impl IntoView {
         <section class="page">
             <div class="page-head">
                 <h1>"Schedules"</h1>
-                {may_act().then(|| view! { <a class="button primary" href="/schedules/new">"New schedule"</a> })}
+                {may_act().then(|| view! { <a class="button primary" href=crate::base::href("/schedules/new")>"New schedule"</a> })}
             </div>
             <ActionError error=failure(action.value())/>
             <Loaded resource=schedules render=move |s: Schedules| {
@@ -81,7 +83,7 @@ fn ScheduleLine(r: ScheduleRow, now: i64, action: ServerAction<ScheduleAction>) 
     view! {
         <tr data-schedule=r.name.clone()>
             <th scope="row">
-                <a href=href>{r.name.clone()}</a>
+                <a href=crate::base::href(&href)>{r.name.clone()}</a>
                 {(r.source == "code").then(|| view! { " " <span class="badge" title="declared in a service's code">"code"</span> })}
             </th>
             <td>
@@ -97,14 +99,14 @@ fn ScheduleLine(r: ScheduleRow, now: i64, action: ServerAction<ScheduleAction>) 
                         <br/>
                         <When at_ms=at base_ms=now/>
                         " "
-                        <a href=format!("/jobs/{job}")>{format!("#{job}")}</a>
+                        <a href=crate::base::href(&format!("/jobs/{job}"))>{format!("#{job}")}</a>
                     }.into_any(),
                     _ => view! { <span class="muted">"none"</span> }.into_any(),
                 }}
             </td>
             <td>
                 {r.last.clone().map(|l| view! {
-                    <a href=format!("/jobs/{}", l.job_id)>{format!("#{}", l.job_id)}</a>
+                    <a href=crate::base::href(&format!("/jobs/{}", l.job_id))>{format!("#{}", l.job_id)}</a>
                     " "
                     <span class=format!("badge state-{}", l.state)>{l.state.clone()}</span>
                     {l.late_ms.map(|ms| format!(" started {ms:.1} ms late"))}
@@ -203,7 +205,7 @@ pub fn ScheduleDetailPage() -> impl IntoView {
         <section class="page">
             <div class="page-head">
                 <h1>{move || format!("Schedule {}", name())}</h1>
-                <a href="/schedules">"All schedules"</a>
+                <a href=crate::base::href("/schedules")>"All schedules"</a>
             </div>
             <ActionError error=failure(action.value())/>
             <Loaded resource=detail render=move |d: ScheduleDetail| view! { <Detail d action save/> }/>
@@ -268,7 +270,7 @@ fn Detail(
                         let id = j.id;
                         view! {
                             <tr data-job=id>
-                                <td><a href=format!("/jobs/{id}")>{format!("#{id}")}</a></td>
+                                <td><a href=crate::base::href(&format!("/jobs/{id}"))>{format!("#{id}")}</a></td>
                                 <td>
                                     {if j.is_waiting() {
                                         view! { <Countdown at_ms=j.scheduled_ms base_ms=now/> }.into_any()
@@ -318,7 +320,7 @@ pub fn NewSchedulePage() -> impl IntoView {
         <section class="page">
             <div class="page-head">
                 <h1>"New schedule"</h1>
-                <a href="/schedules">"All schedules"</a>
+                <a href=crate::base::href("/schedules")>"All schedules"</a>
             </div>
             {move || {
                 let form = ScheduleForm {

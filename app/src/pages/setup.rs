@@ -4,6 +4,8 @@
 //! server answers a plain post with a redirect).
 
 use leptos::prelude::*;
+
+use crate::components::action_form::ActionForm;
 use leptos_router::hooks::use_query_map;
 
 use crate::components::loaded::{failure, ActionError, Loaded};

@@ -36,7 +36,7 @@ pub fn TimersPage() -> impl IntoView {
         <section class="page">
             <div class="page-head">
                 <h1>"Pending timers"</h1>
-                <a class="button primary" href="/jobs/new">"New job"</a>
+                <a class="button primary" href=crate::base::href("/jobs/new")>"New job"</a>
             </div>
             <ActionError error=failure(action.value())/>
             <Loaded resource=timers render=move |t: Timers| {
@@ -55,7 +55,7 @@ pub fn TimersPage() -> impl IntoView {
                                             <tr data-job=id>
                                                 <td><Countdown at_ms=j.scheduled_ms base_ms=now/></td>
                                                 <td class="wide"><When at_ms=j.scheduled_ms base_ms=now/></td>
-                                                <td><a href=format!("/jobs/{id}")>{id}</a></td>
+                                                <td><a href=crate::base::href(&format!("/jobs/{id}"))>{id}</a></td>
                                                 <td>{j.kind.clone()}</td>
                                                 <td class="wide">{j.queue.clone()}</td>
                                                 <td><span class=badge>{j.state.clone()}</span></td>

@@ -6,6 +6,8 @@
 
 use leptos::prelude::*;
 
+use crate::components::action_form::ActionForm;
+
 use crate::components::loaded::{failure, ActionError, Loaded};
 use crate::components::session::Csrf;
 use crate::components::table::{Column, DataTable};
@@ -147,7 +149,7 @@ fn UserLine(u: UserRow, now: i64, update: ServerAction<UpdateUser>) -> impl Into
             <td class="wide"><When at_ms=u.created_ms base_ms=now/></td>
             <td>
                 {if u.is_me {
-                    view! { <a href="/account">"Change yours"</a> }.into_any()
+                    view! { <a href=crate::base::href("/account")>"Change yours"</a> }.into_any()
                 } else {
                     view! {
                         <ActionForm action=update attr:class="inline-form">

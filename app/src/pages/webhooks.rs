@@ -5,6 +5,8 @@
 
 use leptos::prelude::*;
 
+use crate::components::action_form::ActionForm;
+
 use crate::components::loaded::{failure, ActionError, Loaded};
 use crate::components::session::Csrf;
 use crate::components::table::{Column, DataTable};

@@ -4,7 +4,9 @@
 //! operator's actions (cancel the run, retry its failed steps, skip a step, send a signal).
 
 use leptos::prelude::*;
-use leptos_router::components::Form;
+
+use crate::components::action_form::ActionForm;
+use crate::components::get_form::GetForm;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::components::live::use_live;
@@ -74,7 +76,7 @@ pub fn WorkflowsPage() -> impl IntoView {
             <div class="page-head">
                 <h1>"Workflows"</h1>
             </div>
-            <Form method="get" action="/workflows" attr:class="filters" attr:role="search" attr:aria-label="Filter the runs">
+            <GetForm action="/workflows" attr:class="filters" attr:role="search" attr:aria-label="Filter the runs">
                 <label>
                     "Running and waiting longer than "
                     <select name="waiting">
@@ -88,7 +90,7 @@ pub fn WorkflowsPage() -> impl IntoView {
                     </select>
                 </label>
                 <button type="submit">"Show"</button>
-            </Form>
+            </GetForm>
             <Loaded resource=runs render=move |p: Page| {
                 if p.rows.is_empty() {
                     let words = if p.waiting.is_some() {
@@ -107,7 +109,7 @@ pub fn WorkflowsPage() -> impl IntoView {
                                 let steps = progress(&r);
                                 view! {
                                     <tr>
-                                        <td><a href=format!("/workflows/{}", r.id)>{format!("#{}", r.id)}</a></td>
+                                        <td><a href=crate::base::href(&format!("/workflows/{}", r.id))>{format!("#{}", r.id)}</a></td>
                                         <td>{r.name.clone()}</td>
                                         <td class="wide">{r.key.clone().unwrap_or_default()}</td>
                                         <td><span class=format!("badge state-{}", r.state)>{r.state.clone()}</span></td>
@@ -147,12 +149,12 @@ pub fn WorkflowDetailPage() -> impl IntoView {
         <section class="page">
             <div class="page-head">
                 <h1>{move || id().map(|i| format!("Workflow run {i}")).unwrap_or_else(|| "Workflow run".into())}</h1>
-                <a href="/workflows">"All workflows"</a>
+                <a href=crate::base::href("/workflows")>"All workflows"</a>
             </div>
             <ActionError error=failure(action.value())/>
             {move || action.value().get().and_then(|done| done.ok().flatten()).map(|again| view! {
                 <p class="notice" data-rerun=again>
-                    "Running again as "<a href=format!("/workflows/{again}")>{format!("run #{again}")}</a>
+                    "Running again as "<a href=crate::base::href(&format!("/workflows/{again}"))>{format!("run #{again}")}</a>
                 </p>
             })}
             <Loaded resource=run render=move |d: WorkflowDetail| view! { <Detail d action/> }/>
@@ -181,7 +183,7 @@ fn Detail(d: WorkflowDetail, action: ServerAction<WorkflowAction>) -> impl IntoV
             {r.finished_ms.map(|f| view! { <dt>"Finished"</dt><dd><When at_ms=f base_ms=now/></dd> })}
             {r.rerun_of.map(|o| view! {
                 <dt>"Runs again"</dt>
-                <dd><a href=format!("/workflows/{o}")>{format!("run #{o}")}</a></dd>
+                <dd><a href=crate::base::href(&format!("/workflows/{o}"))>{format!("run #{o}")}</a></dd>
             })}
             {d.times.clone().into_iter().map(|(name, at)| view! {
                 <dt>{name}</dt>
@@ -292,7 +294,7 @@ fn Timeline(attempts: Vec<crate::console::workflows::StepAttemptView>, now: i64)
                     view! {
                         <tr data-attempt=format!("{}/{}", a.job_id, a.attempt)>
                             <td>{a.step}</td>
-                            <td><a href=format!("/jobs/{}", a.job_id)>{format!("#{} · {}", a.job_id, a.attempt)}</a></td>
+                            <td><a href=crate::base::href(&format!("/jobs/{}", a.job_id))>{format!("#{} · {}", a.job_id, a.attempt)}</a></td>
                             <td><When at_ms=a.started_ms base_ms=now/></td>
                             <td>{format!("{took} ms")}</td>
                             <td>
@@ -346,7 +348,7 @@ fn StepRow(
             </td>
             <td class="wide">{s.kind.clone()}</td>
             <td>
-                {s.job_id.map(|j| view! { <a href=format!("/jobs/{j}")>{format!("#{j}")}</a> })}
+                {s.job_id.map(|j| view! { <a href=crate::base::href(&format!("/jobs/{j}"))>{format!("#{j}")}</a> })}
                 {s.tasks.map(|t| view! {
                     <span data-tasks>
                         <progress max=t.total value=t.done aria-label=format!("Tasks of {}", s.name)></progress>

@@ -284,6 +284,22 @@ pub fn app_with_streams(
     app_changed(pool, token, |s| s.with_stream_limits(limits))
 }
 
+/// [`app`] serving everything under `base` (`/kickoff`), merged into an application's own
+/// router, which answers `/` itself.
+pub fn app_under(pool: &Db, token: &str, base: &str) -> axum::Router {
+    let state = app_state(
+        pool,
+        token,
+        std::sync::Arc::new(kickoff::engine::metrics::Metrics::new()),
+        kickoff::accounts::Accounts::new(pool.clone()),
+    )
+    .with_base(base)
+    .unwrap();
+    axum::Router::new()
+        .route("/", axum::routing::get(|| async { "the game's own page" }))
+        .merge(kickoff::http::router(state))
+}
+
 fn app_from(
     pool: &Db,
     token: &str,

@@ -1,0 +1,115 @@
+// Kickoff served under a path (`KICKOFF_BASE_PATH=/kickoff`), as behind a proxy that forwards a
+// path of its site, or mounted in an application's router: in Chromium, the sign-in sends the
+// browser back to the page it asked for, the page hydrates (its live stream under the path), the
+// navigation, a filter and an action stay under the path, nothing the page asks for fails, and
+// signing out lands on the login page under the path. A server of its own (scripts/test passes
+// KICKOFF_BIN, the server it built, and KICKOFF_TEST_DATABASE_URL, its cluster).
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { launch, hydrated, watchErrors, eventually, freePort } from './helpers.mjs';
+
+const siteRoot = path.join(import.meta.dirname, '..', '..', 'target', 'site');
+const cleanups = [];
+after(async () => {
+  for (const cleanup of cleanups.reverse()) await cleanup();
+});
+
+// `kickoff serve` under /kickoff, on a database of its own in the tests' cluster.
+async function serverUnderPath() {
+  const bin = process.env.KICKOFF_BIN;
+  const cluster = process.env.KICKOFF_TEST_DATABASE_URL;
+  assert.ok(bin && cluster, 'KICKOFF_BIN and KICKOFF_TEST_DATABASE_URL must be set (scripts/test sets them)');
+  const db = `base_path_${Date.now()}`;
+  const made = spawnSync('psql', [cluster, '-qc', `CREATE DATABASE ${db}`], { encoding: 'utf8' });
+  assert.equal(made.status, 0, made.stderr);
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'kickoff-base-path-'));
+  const port = await freePort();
+  const origin = `http://127.0.0.1:${port}`;
+  const token = `base-path-${Date.now()}`;
+  const password = `base-path-admin-${Date.now()}`;
+  const env = { ...process.env, DATABASE_URL: `${cluster.slice(0, cluster.lastIndexOf('/'))}/${db}`,
+    KICKOFF_BASE_PATH: '/kickoff', KICKOFF_DATA_DIR: dataDir, LEPTOS_SITE_ADDR: `127.0.0.1:${port}`,
+    LEPTOS_SITE_ROOT: siteRoot, KICKOFF_ADMIN_PASSWORD: password, KICKOFF_API_TOKEN: token,
+    KICKOFF_QUEUES: 'default:2', RUST_LOG: 'warn' };
+  delete env.KICKOFF_NODE_ID;
+  const server = spawn(bin, ['serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  server.stdout.setEncoding('utf8').on('data', (s) => { output += s; });
+  server.stderr.setEncoding('utf8').on('data', (s) => { output += s; });
+  cleanups.push(async () => {
+    if (server.exitCode === null && server.signalCode === null) {
+      const exited = new Promise((resolve) => server.once('exit', resolve));
+      server.kill('SIGTERM');
+      const timer = setTimeout(() => server.kill('SIGKILL'), 30_000);
+      await exited;
+      clearTimeout(timer);
+    }
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+  await eventually('the server under /kickoff to answer', async () => {
+    if (server.exitCode !== null) throw new Error(`the server exited (${server.exitCode}):\n${output}`);
+    return fetch(`${origin}/kickoff/readyz`).then((r) => r.ok, () => false);
+  }, (ok) => ok, 60_000);
+  const api = async (method, route, body) => {
+    const res = await fetch(`${origin}/kickoff/api/v1${route}`, {
+      method,
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    return { status: res.status, body: await res.json() };
+  };
+  return { origin, password, api, output: () => output };
+}
+
+test('the dashboard under a path signs in, hydrates, navigates, filters and acts under it', async () => {
+  const server = await serverUnderPath();
+  const { origin, api } = server;
+  assert.match(server.output(), new RegExp(`listening on ${origin}/kickoff`));
+  const made = await api('POST', '/jobs', { kind: 'noop', schedule_in_ms: 600_000, args: { game: 'Bears' } });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  const id = made.body.job.id;
+
+  const browser = await launch({ signedOut: true });
+  cleanups.push(() => browser.close());
+  const page = await browser.newPage();
+  const errors = watchErrors(page);
+  // Everything the page asks for answers (its script, its module, its stylesheet, its stream).
+  const failed = [];
+  page.on('response', (r) => { if (r.url().startsWith(origin) && r.status() >= 400) failed.push(`${r.status()} ${r.url()}`); });
+
+  await page.goto(`${origin}/kickoff/timers`);
+  await page.waitForURL((url) => url.pathname === '/kickoff/login' && url.searchParams.get('next') === '/timers');
+  await page.getByLabel('Name').fill('admin');
+  await page.getByLabel('Password').fill(server.password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.waitForURL((url) => url.pathname === '/kickoff/timers');
+  await hydrated(page);
+  await page.locator(`tr[data-job="${id}"]`).waitFor();
+
+  // The router's links, under the path, without loading a page.
+  await page.evaluate(() => { window.__samePage = true; });
+  await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Jobs', exact: true }).click();
+  await page.waitForURL((url) => url.pathname === '/kickoff/jobs');
+  await page.getByRole('link', { name: String(id), exact: true }).waitFor();
+  // A filter: the query under the path.
+  const filters = page.getByRole('search', { name: 'Filter jobs' });
+  await filters.getByLabel('Kind').fill('noop');
+  await filters.getByRole('button', { name: 'Filter' }).click();
+  await page.waitForURL((url) => url.pathname === '/kickoff/jobs' && url.searchParams.get('kind') === 'noop');
+  await page.getByRole('link', { name: String(id), exact: true }).click();
+  await page.waitForURL((url) => url.pathname === `/kickoff/jobs/${id}`);
+  assert.equal(await page.evaluate(() => window.__samePage), true, 'a link loaded a new page');
+  // An action: the server function under the path.
+  await page.getByRole('button', { name: `Cancel job ${id}`, exact: true }).click();
+  await eventually(`job ${id} to be cancelled`, async () => (await api('GET', `/jobs/${id}`)).body.state,
+    (s) => s === 'cancelled');
+
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await page.waitForURL((url) => url.pathname === '/kickoff/login');
+  assert.deepEqual(errors, []);
+  assert.deepEqual(failed, []);
+});

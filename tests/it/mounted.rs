@@ -1,0 +1,243 @@
+//! Kickoff served under a path (`/kickoff`) of an application's own router, in-process against
+//! real PostgreSQL: the sign-in, every page, the dashboard's forms and the REST API answer under
+//! it, everything the pages link to or load stays under it, and the application's own routes are
+//! its own.
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use serde_json::json;
+
+use crate::common::dashboard::{send, TOKEN};
+use crate::common::{app_under, test_db};
+use kickoff::accounts::{Accounts, Role};
+
+const BASE: &str = "/kickoff";
+
+/// Every `href`, `src` and `action` of `html` that is a path.
+fn paths_in(html: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for attr in ["href=\"", "src=\"", "action=\""] {
+        for rest in html.split(attr).skip(1) {
+            let value = rest.split('"').next().unwrap_or("");
+            if value.starts_with('/') {
+                found.push(value.to_string());
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn the_dashboard_and_the_api_answer_under_the_applications_path_and_link_only_inside_it() {
+    let db = test_db().await;
+    let app = app_under(&db.pool, TOKEN, BASE);
+    Accounts::new(db.pool.clone())
+        .create("ops", "correct horse battery staple", Role::Admin)
+        .await
+        .unwrap();
+
+    // The application's own routes stay its own; Kickoff's root paths are not taken.
+    let (status, _, body) = send(&app, Request::get("/").body(Body::empty()).unwrap()).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::OK, "the game's own page")
+    );
+    for taken_at_the_root in ["/jobs", "/login", "/api/v1/jobs", "/_console/login"] {
+        let req = Request::get(taken_at_the_root)
+            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+            .body(Body::empty())
+            .unwrap();
+        let (status, _, _) = send(&app, req).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{taken_at_the_root}");
+    }
+
+    // A page without a session goes to the login page under the base, and back after it.
+    let (status, location, _) = send(
+        &app,
+        Request::get("/kickoff/jobs?state=failed")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        location.as_deref(),
+        Some("/kickoff/login?next=%2Fjobs%3Fstate%3Dfailed")
+    );
+    let (status, _, login) = send(
+        &app,
+        Request::get("/kickoff/login?next=%2Fjobs")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        login.contains(r#"<meta name="kickoff-base" content="/kickoff""#),
+        "{login}"
+    );
+    // Posted before the page's script runs, the form reaches the dashboard's sign-in.
+    assert!(
+        login.contains(r#"action="/kickoff/_console/login""#),
+        "{login}"
+    );
+    assert!(login.contains("/kickoff/pkg/kickoff.css"), "{login}");
+    assert!(login.contains("/kickoff/pkg/kickoff.js"), "{login}");
+
+    // Signing in with a plain form post goes on to the page asked for, under the base.
+    let req = Request::post("/kickoff/_console/login")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::ACCEPT, "text/html")
+        .body(Body::from(
+            "name=ops&password=correct+horse+battery+staple&next=%2Fjobs",
+        ))
+        .unwrap();
+    let res = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::FOUND);
+    assert_eq!(res.headers()[header::LOCATION], "/kickoff/jobs");
+    // The session is the base's: the application's other paths are not sent it.
+    let set_cookie = res.headers()[header::SET_COOKIE].to_str().unwrap();
+    assert!(set_cookie.contains("Path=/kickoff;"), "{set_cookie}");
+    let cookie = crate::common::dashboard::session_cookie(&res).expect("a session cookie");
+
+    // The REST API answers under the base, with its token.
+    let req = Request::post("/kickoff/api/v1/jobs")
+        .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(
+            json!({"kind": "noop", "schedule_in_ms": 600_000, "args": {"game": "Bears"}})
+                .to_string(),
+        ))
+        .unwrap();
+    let (status, _, body) = send(&app, req).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // Recorded under its route, as at the root.
+    let action: String =
+        sqlx::query_scalar("SELECT action FROM audit_log ORDER BY id DESC LIMIT 1")
+            .fetch_one(db.pool.pool())
+            .await
+            .unwrap();
+    assert_eq!(action, "api.POST /jobs");
+    let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["job"]["id"]
+        .as_i64()
+        .unwrap();
+
+    // Every page renders under the base, and links or loads nothing outside it.
+    let page = |path: String| {
+        let (app, cookie) = (app.clone(), cookie.clone());
+        async move {
+            let req = Request::get(&path)
+                .header(header::COOKIE, cookie)
+                .body(Body::empty())
+                .unwrap();
+            let (status, _, body) = send(&app, req).await;
+            assert_eq!(status, StatusCode::OK, "{path}: {body}");
+            body
+        }
+    };
+    let jobs = page("/kickoff/jobs".into()).await;
+    assert!(
+        jobs.contains(&format!(r#"href="/kickoff/jobs/{id}""#)),
+        "{jobs}"
+    );
+    let csrf = jobs
+        .split(r#"<meta name="csrf-token" content=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_string();
+    for path in [
+        "",
+        "/jobs",
+        "/jobs/new",
+        &format!("/jobs/{id}"),
+        "/failures",
+        "/timers",
+        "/history",
+        "/calls",
+        "/alerts",
+        "/queues",
+        "/schedules",
+        "/schedules/new",
+        "/questions",
+        "/questions/new",
+        "/workflows",
+        "/audit",
+        "/users",
+        "/webhooks",
+        "/account",
+    ] {
+        let html = page(format!("{BASE}{path}")).await;
+        let outside: Vec<_> = paths_in(&html)
+            .into_iter()
+            .filter(|p| p != BASE && !p.starts_with("/kickoff/"))
+            .collect();
+        assert!(
+            outside.is_empty(),
+            "{BASE}{path} links outside the base: {outside:?}"
+        );
+        assert!(
+            html.contains(r#"href="/kickoff/jobs""#),
+            "{BASE}{path}: no nav"
+        );
+    }
+
+    let req = Request::get("/kickoff/?range=24h")
+        .body(Body::empty())
+        .unwrap();
+    let (status, location, _) = send(&app, req).await;
+    assert_eq!(
+        (status, location.as_deref()),
+        (StatusCode::PERMANENT_REDIRECT, Some("/kickoff?range=24h"))
+    );
+    // A page that does not exist is the dashboard's, under the base.
+    let req = Request::get("/kickoff/no-such-page")
+        .header(header::COOKIE, &cookie)
+        .body(Body::empty())
+        .unwrap();
+    let (_, _, missing) = send(&app, req).await;
+    assert!(missing.contains("Page not found"), "{missing}");
+    assert!(missing.contains("/kickoff/pkg/kickoff.js"), "{missing}");
+    // The site's files may be kept by the browser, as at the root; the pages may not.
+    for (path, kept) in [("/kickoff/pkg/kickoff.css", true), ("/kickoff/jobs", false)] {
+        let req = Request::get(path)
+            .header(header::COOKIE, &cookie)
+            .body(Body::empty())
+            .unwrap();
+        let res = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap();
+        let no_store = res
+            .headers()
+            .get(header::CACHE_CONTROL)
+            .is_some_and(|v| v.to_str().unwrap().contains("no-store"));
+        assert_eq!(no_store, !kept, "{path}");
+    }
+
+    // The hydrated dashboard's server functions answer under the base, and their plain form
+    // posts go back under it.
+    let req = Request::post("/kickoff/_console/job_action")
+        .header(header::COOKIE, &cookie)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from(format!("id={id}&action=cancel&csrf={csrf}")))
+        .unwrap();
+    let (status, _, body) = send(&app, req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let req = Request::get(format!("/kickoff/api/v1/jobs/{id}"))
+        .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+        .body(Body::empty())
+        .unwrap();
+    let (_, _, body) = send(&app, req).await;
+    assert!(body.contains(r#""state":"cancelled""#), "{body}");
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri("/kickoff/_console/logout")
+        .header(header::COOKIE, &cookie)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::ACCEPT, "text/html")
+        .body(Body::from(format!("csrf={csrf}")))
+        .unwrap();
+    let (status, location, _) = send(&app, req).await;
+    assert_eq!(
+        (status, location.as_deref()),
+        (StatusCode::FOUND, Some("/kickoff/login"))
+    );
+}
