@@ -16,6 +16,7 @@ pub mod config_file;
 pub mod data_dir;
 pub mod db;
 pub mod demo;
+pub mod embed;
 pub mod engine;
 pub mod http;
 pub mod logging;

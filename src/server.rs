@@ -222,7 +222,7 @@ fn api_token(config: &Config) -> Result<BootstrapToken, StartError> {
 
 /// Seals again, bound to their endpoint, the endpoints' values sealed before binding (once, by
 /// the first node of this version to start; see `webhooks::service::Endpoints::bind_sealed`).
-async fn bind_sealed_values(
+pub(crate) async fn bind_sealed_values(
     pool: &crate::db::Db,
     key: &Arc<crate::webhooks::SecretKey>,
 ) -> Result<(), StartError> {
@@ -342,9 +342,6 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     // (dropped on a failed start: its tasks are aborted with it).
     let mut tasks = Supervisor::new();
     tasks.spawn("bootstrap token watch", |stop| token.clone().watch(stop));
-    tasks.spawn("session sweep", |stop| {
-        http::session::sweep_expired(web.clone(), stop)
-    });
     let state = AppState::new(StateParts {
         shutdown: shutdown.clone(),
         client: engine.client().with_pool(web.clone()),
@@ -385,29 +382,14 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
             max_open: config.max_streams as usize,
             ..Default::default()
         });
-    // The alerts' evaluation: on whichever node leads (see `alerts::evaluator`).
-    let notify_queue = engine_queue_for_notifications(&config);
-    let evaluator = crate::alerts::Evaluator::new(
-        web.clone(),
-        engine.client().with_pool(web.clone()),
-        notify_queue,
-    )
-    .with_retention(config.retention());
-    tasks.spawn("alert evaluator", |stop| {
-        evaluator.run(
-            Duration::from_millis(config.alert_interval_ms),
-            engine.leader_check(),
-            stop,
-        )
-    });
-    // Rotated endpoints' previous secrets, dropped once their overlap ended (on the leader).
-    tasks.spawn("secret sweeper", |stop| {
-        crate::webhooks::sweeper::SecretSweeper::new(web.clone()).run(
-            crate::webhooks::sweeper::DEFAULT_INTERVAL,
-            engine.leader_check(),
-            stop,
-        )
-    });
+    spawn_leader_tasks(
+        &mut tasks,
+        &web,
+        &engine,
+        engine_queue_for_notifications(&config),
+        Duration::from_millis(config.alert_interval_ms),
+        config.retention(),
+    );
     // Bulk walks outlive their requests: awaited once HTTP has stopped.
     let auditor = state.auditor.clone();
     let app = http::router(state);
@@ -450,6 +432,42 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     web.close().await;
     db.close().await;
     Ok(())
+}
+
+/// The web side's background work, on every node (the server's and an embedded Kickoff's):
+/// expired sessions swept; on whichever node leads, the alerts evaluated (their notifications
+/// inserted in `notify_queue`, every `alert_interval`; incidents kept `retention`) and rotated
+/// endpoints' previous secrets dropped once their overlap ended.
+pub(crate) fn spawn_leader_tasks(
+    tasks: &mut Supervisor,
+    web: &Db,
+    engine: &Engine,
+    notify_queue: String,
+    alert_interval: Duration,
+    retention: Duration,
+) {
+    tasks.spawn("session sweep", |stop| {
+        http::session::sweep_expired(web.clone(), stop)
+    });
+    let evaluator = crate::alerts::Evaluator::new(
+        web.clone(),
+        engine.client().with_pool(web.clone()),
+        notify_queue,
+    )
+    .with_retention(retention);
+    let leader = engine.leader_check();
+    tasks.spawn("alert evaluator", |stop| {
+        evaluator.run(alert_interval, leader, stop)
+    });
+    let leader = engine.leader_check();
+    let web = web.clone();
+    tasks.spawn("secret sweeper", |stop| {
+        crate::webhooks::sweeper::SecretSweeper::new(web).run(
+            crate::webhooks::sweeper::DEFAULT_INTERVAL,
+            leader,
+            stop,
+        )
+    });
 }
 
 /// SIGTERM and SIGINT, registered before the server connects to anything: one that comes while

@@ -6,11 +6,10 @@
 // KICKOFF_BIN, the server it built, and KICKOFF_TEST_DATABASE_URL, its cluster).
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { launch, hydrated, watchErrors, eventually, freePort } from './helpers.mjs';
+import { launch, hydrated, watchErrors, eventually, freePort, newDatabase, startProcess } from './helpers.mjs';
 
 const siteRoot = path.join(import.meta.dirname, '..', '..', 'target', 'site');
 const cleanups = [];
@@ -21,39 +20,20 @@ after(async () => {
 // `kickoff serve` under /kickoff, on a database of its own in the tests' cluster.
 async function serverUnderPath() {
   const bin = process.env.KICKOFF_BIN;
-  const cluster = process.env.KICKOFF_TEST_DATABASE_URL;
-  assert.ok(bin && cluster, 'KICKOFF_BIN and KICKOFF_TEST_DATABASE_URL must be set (scripts/test sets them)');
-  const db = `base_path_${Date.now()}`;
-  const made = spawnSync('psql', [cluster, '-qc', `CREATE DATABASE ${db}`], { encoding: 'utf8' });
-  assert.equal(made.status, 0, made.stderr);
+  assert.ok(bin, 'KICKOFF_BIN must name the kickoff binary (scripts/test sets it)');
   const dataDir = mkdtempSync(path.join(tmpdir(), 'kickoff-base-path-'));
+  cleanups.push(() => rmSync(dataDir, { recursive: true, force: true }));
   const port = await freePort();
   const origin = `http://127.0.0.1:${port}`;
   const token = `base-path-${Date.now()}`;
   const password = `base-path-admin-${Date.now()}`;
-  const env = { ...process.env, DATABASE_URL: `${cluster.slice(0, cluster.lastIndexOf('/'))}/${db}`,
+  const env = { ...process.env, DATABASE_URL: newDatabase('base_path'),
     KICKOFF_BASE_PATH: '/kickoff', KICKOFF_DATA_DIR: dataDir, LEPTOS_SITE_ADDR: `127.0.0.1:${port}`,
     LEPTOS_SITE_ROOT: siteRoot, KICKOFF_ADMIN_PASSWORD: password, KICKOFF_API_TOKEN: token,
     KICKOFF_QUEUES: 'default:2', RUST_LOG: 'warn' };
   delete env.KICKOFF_NODE_ID;
-  const server = spawn(bin, ['serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let output = '';
-  server.stdout.setEncoding('utf8').on('data', (s) => { output += s; });
-  server.stderr.setEncoding('utf8').on('data', (s) => { output += s; });
-  cleanups.push(async () => {
-    if (server.exitCode === null && server.signalCode === null) {
-      const exited = new Promise((resolve) => server.once('exit', resolve));
-      server.kill('SIGTERM');
-      const timer = setTimeout(() => server.kill('SIGKILL'), 30_000);
-      await exited;
-      clearTimeout(timer);
-    }
-    rmSync(dataDir, { recursive: true, force: true });
-  });
-  await eventually('the server under /kickoff to answer', async () => {
-    if (server.exitCode !== null) throw new Error(`the server exited (${server.exitCode}):\n${output}`);
-    return fetch(`${origin}/kickoff/readyz`).then((r) => r.ok, () => false);
-  }, (ok) => ok, 60_000);
+  const server = await startProcess(bin, ['serve'], env, `${origin}/kickoff/readyz`);
+  cleanups.push(server.stop);
   const api = async (method, route, body) => {
     const res = await fetch(`${origin}/kickoff/api/v1${route}`, {
       method,
@@ -62,7 +42,7 @@ async function serverUnderPath() {
     });
     return { status: res.status, body: await res.json() };
   };
-  return { origin, password, api, output: () => output };
+  return { origin, password, api, output: server.output };
 }
 
 test('the dashboard under a path signs in, hydrates, navigates, filters and acts under it', async () => {

@@ -1,7 +1,7 @@
 // Shared by the end-to-end tests: Debian's Chromium through playwright-core, the server under test
 // (started by scripts/test, which passes KICKOFF_E2E_URL and KICKOFF_E2E_TOKEN), and web-first waits.
 import { chromium } from 'playwright-core';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createServer } from 'node:net';
 import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -222,4 +222,44 @@ export function freePort() {
       probe.close(() => resolve(port));
     });
   });
+}
+
+// Starts `bin` with `args` and `env` (a server of a test's own), its output kept; resolves once
+// `readyUrl` answers (within `timeoutMs`), with the output so far and `stop()`, which ends it
+// (SIGTERM, then SIGKILL after 30 s). A process that exits first fails the wait with its output.
+export async function startProcess(bin, args, env, readyUrl, timeoutMs = 60_000) {
+  const child = spawn(bin, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout.setEncoding('utf8').on('data', (s) => { output += s; });
+  child.stderr.setEncoding('utf8').on('data', (s) => { output += s; });
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+      await exited;
+      clearTimeout(timer);
+    }
+  };
+  try {
+    await eventually(`${path.basename(bin)} to answer at ${readyUrl}`, async () => {
+      if (child.exitCode !== null) throw new Error(`${bin} exited (${child.exitCode}):\n${output}`);
+      return fetch(readyUrl).then((r) => r.ok, () => false);
+    }, (ok) => ok, timeoutMs);
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+  return { output: () => output, stop };
+}
+
+// A database of its own in the tests' cluster (KICKOFF_TEST_DATABASE_URL, which scripts/test
+// sets): its URL.
+export function newDatabase(prefix) {
+  const cluster = process.env.KICKOFF_TEST_DATABASE_URL;
+  if (!cluster) throw new Error('KICKOFF_TEST_DATABASE_URL must be set (scripts/test sets it)');
+  const name = `${prefix}_${Date.now()}`;
+  const made = spawnSync('psql', [cluster, '-qc', `CREATE DATABASE ${name}`], { encoding: 'utf8' });
+  if (made.status !== 0) throw new Error(`CREATE DATABASE ${name}: ${made.stderr}`);
+  return `${cluster.slice(0, cluster.lastIndexOf('/'))}/${name}`;
 }

@@ -5,11 +5,10 @@
 // of its own. (scripts/test passes KICKOFF_BIN, the server it built.)
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { launch, hydrated, watchErrors, eventually, freePort } from './helpers.mjs';
+import { launch, hydrated, watchErrors, freePort, startProcess } from './helpers.mjs';
 
 const siteRoot = path.join(import.meta.dirname, '..', '..', 'target', 'site');
 const linkPattern = /http:\/\/127\.0\.0\.1:\d+\/setup\?code=[0-9a-f]{48}\b/;
@@ -24,32 +23,17 @@ async function freshInstall() {
   const bin = process.env.KICKOFF_BIN;
   assert.ok(bin, 'KICKOFF_BIN must name the kickoff binary (scripts/test sets it)');
   const dataDir = mkdtempSync(path.join(tmpdir(), 'kickoff-fresh-'));
+  cleanups.push(() => rmSync(dataDir, { recursive: true, force: true }));
   const port = await freePort();
   const origin = `http://127.0.0.1:${port}`;
   const env = { ...process.env, KICKOFF_DATA_DIR: dataDir, LEPTOS_SITE_ADDR: `127.0.0.1:${port}`,
     LEPTOS_SITE_ROOT: siteRoot, RUST_LOG: 'warn' };
   for (const name of ['DATABASE_URL', 'KICKOFF_ADMIN_PASSWORD', 'KICKOFF_API_TOKEN', 'KICKOFF_NODE_ID']) delete env[name];
-  const server = spawn(bin, ['serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let output = '';
-  server.stdout.setEncoding('utf8').on('data', (s) => { output += s; });
-  server.stderr.setEncoding('utf8').on('data', (s) => { output += s; });
-  cleanups.push(async () => {
-    if (server.exitCode === null && server.signalCode === null) {
-      const exited = new Promise((resolve) => server.once('exit', resolve));
-      server.kill('SIGTERM');
-      const timer = setTimeout(() => server.kill('SIGKILL'), 30_000);
-      await exited;
-      clearTimeout(timer);
-    }
-    rmSync(dataDir, { recursive: true, force: true });
-  });
   // The first start makes the embedded cluster (initdb): give it time. What the server prints at
   // start is on its output before it answers.
-  await eventually('the fresh server to answer', async () => {
-    if (server.exitCode !== null) throw new Error(`the server exited (${server.exitCode}):\n${output}`);
-    return fetch(`${origin}/readyz`).then((r) => r.ok, () => false);
-  }, (ok) => ok, 120_000);
-  return { origin, output: () => output, link: output.match(linkPattern)?.[0] };
+  const server = await startProcess(bin, ['serve'], env, `${origin}/readyz`, 120_000);
+  cleanups.push(server.stop);
+  return { origin, output: server.output, link: server.output().match(linkPattern)?.[0] };
 }
 
 test('the setup link of a fresh install creates the first admin, signed in, once', async () => {

@@ -25,6 +25,7 @@ mod console_webhooks;
 mod console_workflows;
 mod dashboard_engine;
 mod db_cancel;
+mod embedded_app;
 mod engine;
 mod engine_interleavings;
 mod fetch_ahead;

@@ -1,0 +1,175 @@
+//! The game server's own code: its `games` table, its job kind, its routes, and Kickoff mounted
+//! under `/kickoff`. `main.rs` runs it; `tests/it/embedded_app.rs` tests this same code.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use kickoff::embed::Kickoff;
+use kickoff::engine::{BoxFuture, JobContext, NewJob, OnConflict, WorkError, Worker};
+
+/// The application's own table (Kickoff's tables are beside it, in the same database).
+pub const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS games (
+    id bigserial PRIMARY KEY,
+    name text NOT NULL,
+    starts_at timestamptz NOT NULL,
+    started_at timestamptz
+)";
+
+/// The game's own job kind: at its start time the game is marked started, in the transaction
+/// that completes the job (exactly once, however many times the job is tried).
+pub const KICK_OFF: &str = "game.kick_off";
+
+pub struct KickOffWorker;
+
+impl Worker for KickOffWorker {
+    fn kind(&self) -> &'static str {
+        KICK_OFF
+    }
+
+    fn validate(&self, args: &Value) -> Result<(), String> {
+        match args.get("game_id").and_then(Value::as_i64) {
+            Some(id) if id > 0 => Ok(()),
+            _ => Err("args.game_id: a game's id".into()),
+        }
+    }
+
+    fn work(&self, ctx: JobContext) -> BoxFuture<'_, Result<(), WorkError>> {
+        Box::pin(async move {
+            let game_id = ctx.job.args["game_id"].as_i64().unwrap_or_default();
+            let mut tx = ctx.begin().await?;
+            sqlx::query("UPDATE games SET started_at = now() WHERE id = $1 AND started_at IS NULL")
+                .bind(game_id)
+                .execute(&mut *tx)
+                .await?;
+            ctx.complete_with(tx).await
+        })
+    }
+}
+
+/// What the routes reach.
+#[derive(Clone)]
+pub struct Game {
+    pub kickoff: Arc<Kickoff>,
+}
+
+/// The game's routes, and Kickoff's dashboard and API under `/kickoff`.
+pub fn router(game: Game) -> Router {
+    let kickoff = game.kickoff.router();
+    Router::new()
+        .route(
+            "/",
+            get(|| async { "A game server with Kickoff inside: /kickoff" }),
+        )
+        .route("/games", post(create_game))
+        .route("/games/{id}", get(read_game))
+        .with_state(game)
+        .merge(kickoff)
+}
+
+#[derive(Deserialize)]
+struct NewGame {
+    name: String,
+    starts_at: DateTime<Utc>,
+    /// A question about the game, locked at its start by Kickoff's own lock job.
+    question: Option<NewQuestion>,
+    /// Rolls the transaction back after everything was inserted (to see that nothing stays).
+    #[serde(default)]
+    roll_back: bool,
+}
+
+#[derive(Deserialize)]
+struct NewQuestion {
+    prompt: String,
+    choices: Vec<String>,
+}
+
+type Answer = (StatusCode, Json<Value>);
+
+fn refused(status: StatusCode, message: impl std::fmt::Display) -> Answer {
+    (status, Json(json!({ "error": message.to_string() })))
+}
+
+/// Saves a game, its kick-off job and its question with the question's lock job: in one
+/// transaction, all or nothing.
+async fn create_game(State(game): State<Game>, Json(new): Json<NewGame>) -> Answer {
+    let client = game.kickoff.client();
+    let mut tx = match client.pool().begin().await {
+        Ok(tx) => tx,
+        Err(e) => return refused(StatusCode::SERVICE_UNAVAILABLE, e),
+    };
+    let id: i64 = match sqlx::query_scalar(
+        "INSERT INTO games (name, starts_at) VALUES ($1, $2) RETURNING id",
+    )
+    .bind(&new.name)
+    .bind(new.starts_at)
+    .fetch_one(&mut *tx)
+    .await
+    {
+        Ok(id) => id,
+        Err(e) => return refused(StatusCode::SERVICE_UNAVAILABLE, e),
+    };
+    let job = NewJob::new(KICK_OFF, json!({ "game_id": id }))
+        .at(new.starts_at)
+        .with_unique_key(format!("game:{id}:kick_off"), OnConflict::Keep);
+    let job = match client.insert_with(&mut tx, &job).await {
+        Ok(inserted) => inserted.job,
+        Err(e) if e.is_refusal() => return refused(StatusCode::UNPROCESSABLE_ENTITY, e),
+        Err(e) => return refused(StatusCode::SERVICE_UNAVAILABLE, e),
+    };
+    let question = match &new.question {
+        Some(q) => match game
+            .kickoff
+            .questions()
+            .create_with(&mut tx, &new.name, &q.prompt, &q.choices, new.starts_at)
+            .await
+        {
+            Ok(detail) => Some(detail.question.id),
+            Err(e) => return refused(StatusCode::UNPROCESSABLE_ENTITY, e),
+        },
+        None => None,
+    };
+    if new.roll_back {
+        return match tx.rollback().await {
+            Ok(()) => refused(
+                StatusCode::CONFLICT,
+                "rolled back as asked: nothing was saved",
+            ),
+            Err(e) => refused(StatusCode::SERVICE_UNAVAILABLE, e),
+        };
+    }
+    match tx.commit().await {
+        Ok(()) => (
+            StatusCode::CREATED,
+            Json(json!({ "id": id, "kick_off_job": job.id, "question": question })),
+        ),
+        Err(e) => refused(StatusCode::SERVICE_UNAVAILABLE, e),
+    }
+}
+
+/// A game's row: its name, when it starts, when it started.
+type GameRow = (String, DateTime<Utc>, Option<DateTime<Utc>>);
+
+async fn read_game(State(game): State<Game>, Path(id): Path<i64>) -> Answer {
+    let row: Result<Option<GameRow>, _> =
+        sqlx::query_as("SELECT name, starts_at, started_at FROM games WHERE id = $1")
+            .bind(id)
+            .fetch_optional(game.kickoff.client().pool().pool())
+            .await;
+    match row {
+        Ok(Some((name, starts_at, started_at))) => (
+            StatusCode::OK,
+            Json(
+                json!({ "id": id, "name": name, "starts_at": starts_at, "started_at": started_at }),
+            ),
+        ),
+        Ok(None) => refused(StatusCode::NOT_FOUND, format!("no game {id}")),
+        Err(e) => refused(StatusCode::SERVICE_UNAVAILABLE, e),
+    }
+}
