@@ -32,6 +32,7 @@ use crate::accounts::bootstrap_token::BootstrapToken;
 use crate::accounts::Accounts;
 use crate::db::Db;
 use crate::engine::{Client, Engine, EngineConfig, Workers};
+use crate::http::app_auth::Authenticate;
 use crate::http::state::{AppState, StateParts};
 use crate::questions::QuestionService;
 use crate::server::StartError;
@@ -53,6 +54,10 @@ pub struct Options {
     pub secret_key: Option<SecretKey>,
     /// With no operator account yet, the password of a first admin `admin` made at the start.
     pub admin_password: Option<String>,
+    /// The application's own sign-in in front of the dashboard (who calls, in which role),
+    /// instead of Kickoff's accounts: see [`crate::http::app_auth`]. Give every node the same
+    /// `secret_key`: the forms' tokens are made with it.
+    pub authenticate: Option<Arc<dyn Authenticate>>,
     /// The dashboard's and the API's connections, and the longest statement of one.
     pub web_pool: u32,
     pub web_statement_timeout: Duration,
@@ -73,6 +78,7 @@ impl Options {
             api_token: None,
             secret_key: None,
             admin_password: None,
+            authenticate: None,
             web_pool: 10,
             web_statement_timeout: Duration::from_secs(30),
             alert_interval: Duration::from_secs(15),
@@ -135,9 +141,13 @@ impl Kickoff {
                 .site_pkg_dir("pkg")
                 .build(),
         })
-        .with_webhook_key(key)
+        .with_webhook_key(key.clone())
         .with_base(&options.base)
         .map_err(StartError::Config)?;
+        let state = match options.authenticate {
+            Some(hook) => state.with_app_auth(hook, key),
+            None => state,
+        };
         let mut tasks = Supervisor::new();
         crate::server::spawn_leader_tasks(
             &mut tasks,

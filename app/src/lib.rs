@@ -60,6 +60,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                     <meta name="kickoff-user" content=m.name/>
                     <meta name="kickoff-role" content=m.role/>
                     <meta name="csrf-token" content=m.csrf/>
+                    {m.by_application.then(|| view! { <meta name="kickoff-signed-in-by" content="application"/> })}
                 })}
                 <MetaTags/>
             </head>

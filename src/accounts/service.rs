@@ -107,6 +107,14 @@ impl Accounts {
         crate::db::in_transaction!(self, |tx| self.create_with(tx, name, &password, role))
     }
 
+    /// The account of a caller the application's own sign-in vouches for (`name`, `role`): made
+    /// or given the role now (see [`store::user_mirror`]). The name must be an account's name.
+    pub async fn mirror(&self, name: &str, role: Role) -> Result<User, AccountError> {
+        let name = normalize_name(name)?;
+        refuse_reserved(&name)?;
+        Ok(store::user_mirror(&self.pool, &name, role).await?)
+    }
+
     /// Checks and hashes a new password.
     pub async fn new_password(&self, password: &str) -> Result<NewPassword, AccountError> {
         validate_password(password)?;

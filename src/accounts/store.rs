@@ -112,6 +112,30 @@ pub async fn user_count<'e>(db: impl PgExecutor<'e>) -> Result<i64, sqlx::Error>
         .await
 }
 
+/// The password hash of an account an application's own sign-in vouches for (see
+/// [`user_mirror`]): no PHC string, so no password verifies against it.
+pub const APPLICATION_SIGNED: &str = "!signed in by the application";
+
+/// The account of `name`, as the application's sign-in says (`role`): made if there is none
+/// (with no password: [`APPLICATION_SIGNED`]), given `role` if it has another. Its `disabled`
+/// flag stays: an admin may still disable it here.
+pub async fn user_mirror<'e>(
+    db: impl PgExecutor<'e>,
+    name: &str,
+    role: Role,
+) -> Result<User, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "INSERT INTO users (name, role, password_hash) VALUES ($1, $2, '{APPLICATION_SIGNED}')
+         ON CONFLICT (name) DO UPDATE SET role = EXCLUDED.role,
+             updated_at = CASE WHEN users.role = EXCLUDED.role THEN users.updated_at ELSE now() END
+         RETURNING {USER_COLUMNS}"
+    ))
+    .bind(name)
+    .bind(role)
+    .fetch_one(db)
+    .await
+}
+
 pub async fn user_set_role<'e>(
     db: impl PgExecutor<'e>,
     id: i64,

@@ -12,6 +12,7 @@ pub mod api_schedules;
 pub mod api_webhook_deliveries;
 pub mod api_webhook_endpoints;
 pub mod api_workflows;
+pub mod app_auth;
 pub mod auth;
 pub mod body_limits;
 pub mod client_address;

@@ -317,6 +317,9 @@ pub async fn require_operator(
     next: Next,
 ) -> Response {
     let path = req.uri().path().to_string();
+    if let Some(app_auth) = state.app_auth.clone() {
+        return by_the_application(&state, &app_auth, req, next).await;
+    }
     if is_open(&path) {
         return next.run(req).await;
     }
@@ -367,13 +370,28 @@ pub async fn require_operator(
             tracing::warn!(error = %e, "could not refresh a session");
         }
     }
-    let (mut parts, body) = req.into_parts();
-    // Read only now that the session holds.
+    let (parts, body) = req.into_parts();
+    let csrf = signed_in.csrf;
+    admit(parts, body, user, csrf, false, &path, next).await
+}
+
+/// A request whose caller holds: its body read (now, not before), the CSRF token of a
+/// state-changing request checked, the caller put in its extensions ([`Operator`] for the
+/// server functions, `Me` for the pages).
+async fn admit(
+    mut parts: axum::http::request::Parts,
+    body: Body,
+    user: User,
+    csrf: String,
+    by_application: bool,
+    path: &str,
+    next: Next,
+) -> Response {
     let bytes = match read_body(body).await {
         Ok(b) => b,
         Err(refusal) => return refusal,
     };
-    if parts.method == Method::POST && !READ_ONLY_FUNCTIONS.contains(&path.as_str()) {
+    if parts.method == Method::POST && !READ_ONLY_FUNCTIONS.contains(&path) {
         let presented = parts
             .headers
             .get("x-csrf-token")
@@ -381,7 +399,7 @@ pub async fn require_operator(
             .map(String::from)
             .or_else(|| form_field(&bytes, "csrf"));
         let valid = presented.is_some_and(|p| {
-            crate::accounts::secret::constant_time_eq(p.as_bytes(), signed_in.csrf.as_bytes())
+            crate::accounts::secret::constant_time_eq(p.as_bytes(), csrf.as_bytes())
         });
         if !valid {
             return refuse(
@@ -395,14 +413,71 @@ pub async fn require_operator(
     parts.extensions.insert(kickoff_app::console::accounts::Me {
         name: user.name.clone(),
         role: user.role.as_str().to_string(),
-        csrf: signed_in.csrf.clone(),
+        csrf: csrf.clone(),
+        by_application,
     });
     parts.extensions.insert(Operator {
         user,
-        csrf: signed_in.csrf,
+        csrf,
         address,
     });
     next.run(Request::from_parts(parts, body)).await
+}
+
+/// The guard when the application Kickoff is mounted in signs its users in (see
+/// [`super::app_auth`]): its hook says who calls; Kickoff's own sign-in, setup and sign-out are
+/// not the way in (404; their pages go to the dashboard); the rest as for a session.
+async fn by_the_application(
+    state: &AppState,
+    app_auth: &super::app_auth::AppAuth,
+    req: Request,
+    next: Next,
+) -> Response {
+    use super::app_auth::NoCaller;
+    let path = req.uri().path().to_string();
+    if path == "/login" || path == "/setup" {
+        return Redirect::to(&kickoff_app::base::at(&state.base, "/")).into_response();
+    }
+    if matches!(
+        path.as_str(),
+        "/_console/login" | "/_console/logout" | "/_console/setup" | "/_console/setup_check"
+    ) {
+        return refuse(
+            StatusCode::NOT_FOUND,
+            "signed in by the application: Kickoff's own sign-in is off",
+        );
+    }
+    if is_open(&path) {
+        return next.run(req).await;
+    }
+    let is_page =
+        req.method() == Method::GET && path != "/events" && !path.starts_with("/_console/");
+    let (parts, body) = req.into_parts();
+    let user = match app_auth.caller(&parts).await {
+        Ok(user) => user,
+        Err(NoCaller::SignedOut) => {
+            let whole = kickoff_app::base::at(
+                &state.base,
+                parts
+                    .uri
+                    .path_and_query()
+                    .map_or(path.as_str(), |p| p.as_str()),
+            );
+            return match app_auth.sign_in_url(&whole).filter(|_| is_page) {
+                Some(url) => Redirect::to(&url).into_response(),
+                None => refuse(StatusCode::UNAUTHORIZED, "sign in to the application first"),
+            };
+        }
+        Err(NoCaller::Refused(why)) => return refuse(StatusCode::FORBIDDEN, &why),
+        Err(NoCaller::Unavailable) => {
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the database is unreachable; try again",
+            )
+        }
+    };
+    let csrf = app_auth.csrf(&user);
+    admit(parts, body, user, csrf, true, &path, next).await
 }
 
 /// A field of an `application/x-www-form-urlencoded` body.

@@ -63,6 +63,12 @@ pub enum Holder {
         /// The user token's id; `None` for the bootstrap token.
         id: Option<i64>,
     },
+    /// A caller of the application Kickoff is mounted in (see `app_auth`): rechecked by asking
+    /// the application again with the request's address and headers.
+    Application {
+        user_id: i64,
+        request: Box<axum::http::request::Parts>,
+    },
 }
 
 /// Rechecks in a row that may fail (the database unreachable) before a stream ends: while the
@@ -83,6 +89,7 @@ impl Holder {
             Holder::Session { id: None, .. } => None,
             Holder::Token { id: Some(id), .. } => Some(format!("token {id}")),
             Holder::Token { id: None, .. } => None,
+            Holder::Application { .. } => None,
         }
     }
 
@@ -99,6 +106,14 @@ impl Holder {
         let holds = match self {
             Holder::Session { id, user_id, epoch } => match id {
                 Some(id) => session::still_signed_in(state, *id, *user_id, *epoch).await,
+                None => Some(false),
+            },
+            Holder::Application { request, .. } => match &state.app_auth {
+                Some(app_auth) => match app_auth.caller(request).await {
+                    Ok(_) => Some(true),
+                    Err(super::app_auth::NoCaller::Unavailable) => None,
+                    Err(_) => Some(false),
+                },
                 None => Some(false),
             },
             Holder::Token { text, .. } if state.api_token.matches(text) => Some(true),
@@ -120,7 +135,9 @@ impl Holder {
     /// or a token's.
     fn key(&self) -> String {
         match self {
-            Holder::Session { user_id, .. } => format!("user {user_id}"),
+            Holder::Session { user_id, .. } | Holder::Application { user_id, .. } => {
+                format!("user {user_id}")
+            }
             Holder::Token { id: Some(id), .. } => format!("token {id}"),
             Holder::Token { id: None, .. } => "bootstrap token".into(),
         }
@@ -149,7 +166,20 @@ impl Holder {
 impl FromRequestParts<AppState> for Holder {
     type Rejection = AppError;
 
-    async fn from_request_parts(parts: &mut Parts, _: &AppState) -> Result<Self, AppError> {
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
+        if let (Some(op), Some(_)) = (parts.extensions.get::<Operator>(), &state.app_auth) {
+            // What the application's sign-in reads (the address, the headers), kept to ask again.
+            let (mut request, ()) = axum::http::Request::builder()
+                .uri(parts.uri.clone())
+                .body(())
+                .map_err(|e| AppError::Internal(e.to_string()))?
+                .into_parts();
+            request.headers = parts.headers.clone();
+            return Ok(Holder::Application {
+                user_id: op.user.id,
+                request: Box::new(request),
+            });
+        }
         if let Some(op) = parts.extensions.get::<Operator>() {
             let id = parts
                 .extensions

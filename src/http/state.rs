@@ -53,6 +53,9 @@ pub struct AppState {
     pub alerts: crate::alerts::Alerts,
     /// Where the dashboard's lists, charts and counts are read (see [`super::reader`]).
     pub reader: super::reader::Reader,
+    /// The application's own sign-in, when Kickoff is mounted in one that signs its users in
+    /// (see [`super::app_auth`]); none: Kickoff's accounts and sessions.
+    pub app_auth: Option<Arc<super::app_auth::AppAuth>>,
     /// The path everything is served under (see `kickoff_app::base`): empty at the site's root.
     pub base: Arc<str>,
     /// The kinds a caller may insert here: the document's and the request check's `kind` enum.
@@ -103,6 +106,7 @@ impl AppState {
             trusted_proxies: Arc::default(),
             allowed_hosts: Arc::default(),
             base: Arc::from(""),
+            app_auth: None,
             // A key of this process alone until the server gives its own (`with_webhook_key`).
             endpoints: crate::webhooks::Endpoints::new(
                 parts.pool.clone(),
@@ -185,6 +189,21 @@ impl AppState {
     /// engine's webhook worker signs with).
     pub fn with_webhook_key(mut self, key: Arc<crate::webhooks::SecretKey>) -> Self {
         self.endpoints = crate::webhooks::Endpoints::new(self.pool.clone(), key);
+        self
+    }
+
+    /// This state's dashboard behind the application's own sign-in (`hook`) instead of
+    /// Kickoff's accounts: see [`super::app_auth`]. `key` makes the callers' CSRF tokens.
+    pub fn with_app_auth(
+        mut self,
+        hook: Arc<dyn super::app_auth::Authenticate>,
+        key: Arc<crate::webhooks::SecretKey>,
+    ) -> Self {
+        self.app_auth = Some(Arc::new(super::app_auth::AppAuth::new(
+            hook,
+            self.accounts.clone(),
+            key,
+        )));
         self
     }
 

@@ -19,6 +19,9 @@ pub const KEY_FILE: &str = "secret.key";
 pub struct SecretKey {
     key: LessSafeKey,
     id: String,
+    /// For tags (see [`SecretKey::tag`]): a key of its own, derived from the raw key, so that no
+    /// tag says anything about the sealing key.
+    mac: ring::hmac::Key,
 }
 
 impl std::fmt::Debug for SecretKey {
@@ -44,9 +47,14 @@ impl SecretKey {
         let unbound = UnboundKey::new(&AES_256_GCM, raw).map_err(|_| "not a key".to_string())?;
         let digest = Sha256::digest(raw);
         let id = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+        let mac = Sha256::new()
+            .chain_update(b"kickoff tag key\0")
+            .chain_update(raw)
+            .finalize();
         Ok(SecretKey {
             key: LessSafeKey::new(unbound),
             id,
+            mac: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &mac),
         })
     }
 
@@ -98,6 +106,20 @@ impl SecretKey {
             }
             Err(e) => Err(format!("{}: {e}", path.display())),
         }
+    }
+
+    /// A tag of `data` for `purpose` (HMAC-SHA256, hex): the same on every node holding this key,
+    /// made by no one without it.
+    pub fn tag(&self, purpose: &str, data: &[u8]) -> String {
+        let mut ctx = ring::hmac::Context::with_key(&self.mac);
+        ctx.update(purpose.as_bytes());
+        ctx.update(b"\0");
+        ctx.update(data);
+        ctx.sign()
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 
     /// The key's id, stored beside what it seals.

@@ -7,9 +7,15 @@ use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use serde_json::json;
 
+use std::sync::Arc;
+
+use axum::http::request::Parts;
+
 use crate::common::dashboard::{send, TOKEN};
-use crate::common::{app_under, test_db};
+use crate::common::{app_under, app_under_signed_in_by, test_db};
 use kickoff::accounts::{Accounts, Role};
+use kickoff::engine::BoxFuture;
+use kickoff::http::app_auth::{Authenticate, Caller};
 
 const BASE: &str = "/kickoff";
 
@@ -240,4 +246,218 @@ async fn the_dashboard_and_the_api_answer_under_the_applications_path_and_link_o
         (status, location.as_deref()),
         (StatusCode::FOUND, Some("/kickoff/login"))
     );
+}
+
+/// The application's sign-in of these tests: its header `x-game-user: <name> <role>`.
+struct HeaderSignIn;
+
+impl Authenticate for HeaderSignIn {
+    fn caller<'a>(&'a self, request: &'a Parts) -> BoxFuture<'a, Option<Caller>> {
+        Box::pin(async move {
+            let value = request.headers.get("x-game-user")?.to_str().ok()?;
+            let (name, role) = value.split_once(' ')?;
+            Some(Caller {
+                name: name.to_string(),
+                role: role.parse().ok()?,
+            })
+        })
+    }
+
+    fn sign_in_url(&self, next: &str) -> Option<String> {
+        let next: String = form_urlencoded::byte_serialize(next.as_bytes()).collect();
+        Some(format!("/sign-in?next={next}"))
+    }
+}
+
+/// A GET or POST of `path` as `user` (`None`: no one signed in): status, `Location`, body.
+async fn as_user(
+    app: &axum::Router,
+    user: Option<&str>,
+    method: Method,
+    path: &str,
+    form: Option<String>,
+) -> (StatusCode, Option<String>, String) {
+    let mut req = Request::builder().method(method).uri(path);
+    if let Some(user) = user {
+        req = req.header("x-game-user", user);
+    }
+    let req = match form {
+        Some(form) => req
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(Body::from(form)),
+        None => req.body(Body::empty()),
+    };
+    send(app, req.unwrap()).await
+}
+
+fn csrf_of(page: &str) -> String {
+    page.split(r#"<meta name="csrf-token" content=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the page carries its CSRF token")
+        .to_string()
+}
+
+#[tokio::test]
+async fn behind_the_applications_own_sign_in_its_callers_act_in_the_role_it_says() {
+    let db = test_db().await;
+    let app = app_under_signed_in_by(&db.pool, TOKEN, BASE, Some(Arc::new(HeaderSignIn)));
+    let req = Request::post("/kickoff/api/v1/jobs")
+        .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(
+            json!({"kind": "noop", "schedule_in_ms": 600_000}).to_string(),
+        ))
+        .unwrap();
+    let (status, _, body) = send(&app, req).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["job"]["id"]
+        .as_i64()
+        .unwrap();
+    let cancel = |csrf: &str| Some(format!("id={id}&action=cancel&csrf={csrf}"));
+
+    // No one signed in: a page goes to the application's sign-in, and back; the rest is 401.
+    let (status, location, _) =
+        as_user(&app, None, Method::GET, "/kickoff/jobs?state=failed", None).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        location.as_deref(),
+        Some("/sign-in?next=%2Fkickoff%2Fjobs%3Fstate%3Dfailed")
+    );
+    let (status, _, _) = as_user(
+        &app,
+        None,
+        Method::POST,
+        "/kickoff/_console/jobs",
+        Some(String::new()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    // Kickoff's own sign-in is not a way in.
+    let (status, _, _) = as_user(
+        &app,
+        None,
+        Method::POST,
+        "/kickoff/_console/login",
+        Some("name=admin&password=whatever".into()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, location, _) = as_user(
+        &app,
+        Some("alice operator"),
+        Method::GET,
+        "/kickoff/login",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, location.as_deref()),
+        (StatusCode::SEE_OTHER, Some("/kickoff"))
+    );
+
+    // An operator the application vouches for reads and acts, with a token of their own; they
+    // are not offered Kickoff's sign-out.
+    let (status, _, page) = as_user(
+        &app,
+        Some("alice operator"),
+        Method::GET,
+        "/kickoff/jobs",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(
+        page.contains(r#"<meta name="kickoff-user" content="alice""#),
+        "{page}"
+    );
+    assert!(page.contains(r#"<meta name="kickoff-signed-in-by" content="application""#));
+    assert!(!page.contains("Sign out"), "{page}");
+    let alice = csrf_of(&page);
+    let (_, _, bobs_page) =
+        as_user(&app, Some("bob viewer"), Method::GET, "/kickoff/jobs", None).await;
+    let bob = csrf_of(&bobs_page);
+    assert_ne!(alice, bob);
+    // Without her token, or with another's, a form of hers is refused.
+    for csrf in ["", bob.as_str()] {
+        let (status, _, _) = as_user(
+            &app,
+            Some("alice operator"),
+            Method::POST,
+            "/kickoff/_console/job_action",
+            cancel(csrf),
+        )
+        .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{csrf}");
+    }
+    // A viewer may not act.
+    let (status, _, _) = as_user(
+        &app,
+        Some("bob viewer"),
+        Method::POST,
+        "/kickoff/_console/job_action",
+        cancel(&bob),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // Nor may alice once the application says she is a viewer now.
+    let (status, _, _) = as_user(
+        &app,
+        Some("alice viewer"),
+        Method::POST,
+        "/kickoff/_console/job_action",
+        cancel(&alice),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _, body) = as_user(
+        &app,
+        Some("alice operator"),
+        Method::POST,
+        "/kickoff/_console/job_action",
+        cancel(&alice),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (state, actor): (String, String) = sqlx::query_as(
+        "SELECT (SELECT state::text FROM jobs WHERE id = $1), \
+                (SELECT actor FROM audit_log WHERE action LIKE '%cancel%' ORDER BY id DESC LIMIT 1)",
+    )
+    .bind(id)
+    .fetch_one(db.pool.pool())
+    .await
+    .unwrap();
+    assert_eq!((state.as_str(), actor.as_str()), ("cancelled", "alice"));
+
+    // The application's callers are accounts here, made with the role it said, and no password.
+    let users: Vec<(String, String)> = sqlx::query_as("SELECT name, role FROM users ORDER BY name")
+        .fetch_all(db.pool.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        users,
+        [
+            ("alice".into(), "operator".into()),
+            ("bob".into(), "viewer".into())
+        ]
+    );
+    let login = Accounts::new(db.pool.clone())
+        .authenticate(
+            "alice",
+            "!signed in by the application",
+            "127.0.0.1".parse().unwrap(),
+        )
+        .await;
+    assert!(login.is_err(), "{login:?}");
+    // A name that cannot be an account's is refused, and said why.
+    let (status, _, body) = as_user(
+        &app,
+        Some("al!ce operator"),
+        Method::GET,
+        "/kickoff/jobs",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(body.contains("cannot be a Kickoff account"), "{body}");
 }

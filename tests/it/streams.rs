@@ -150,6 +150,62 @@ async fn a_dashboard_stream_ends_with_its_session() {
     );
 }
 
+/// An application's sign-in whose callers (header `x-game-user`) are signed in while their name is
+/// in the set.
+struct SignedInSet(std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>);
+
+impl kickoff::http::app_auth::Authenticate for SignedInSet {
+    fn caller<'a>(
+        &'a self,
+        request: &'a axum::http::request::Parts,
+    ) -> kickoff::engine::BoxFuture<'a, Option<kickoff::http::app_auth::Caller>> {
+        Box::pin(async move {
+            let name = request.headers.get("x-game-user")?.to_str().ok()?;
+            self.0
+                .lock()
+                .unwrap()
+                .contains(name)
+                .then(|| kickoff::http::app_auth::Caller {
+                    name: name.to_string(),
+                    role: Role::Viewer,
+                })
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_stream_of_the_applications_caller_ends_when_the_application_signs_them_out() {
+    let db = test_db().await;
+    let signed_in = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::from([
+        "alice".to_string(),
+    ])));
+    let app = crate::common::app_changed(&db.pool, TOKEN, |s| {
+        s.with_stream_limits(StreamLimits {
+            max_open: 10,
+            ..LIMITS
+        })
+        .with_app_auth(
+            std::sync::Arc::new(SignedInSet(signed_in.clone())),
+            std::sync::Arc::new(kickoff::webhooks::SecretKey::generate().0),
+        )
+    });
+    let name = header::HeaderName::from_static("x-game-user");
+    let live = open(&app, "/events", (name.clone(), "alice".into())).await;
+    assert_eq!(live.status(), StatusCode::OK);
+    assert!(
+        !ends_within(live, Duration::from_millis(600)).await,
+        "a signed-in caller's stream ended"
+    );
+    let live = open(&app, "/events", (name.clone(), "alice".into())).await;
+    signed_in.lock().unwrap().clear();
+    assert!(
+        ends_within(live, Duration::from_secs(3)).await,
+        "the stream outlived the application's sign-out"
+    );
+    let refused = open(&app, "/events", (name, "alice".into())).await;
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+}
+
 #[tokio::test]
 async fn an_api_stream_ends_when_its_token_is_revoked() {
     let db = test_db().await;

@@ -62,10 +62,13 @@ pub fn UserMenu() -> impl IntoView {
         view! {
             <span class="user">
                 <a href=crate::base::href("/account") aria-label="Your account">{me.name.clone()}" · "{me.role.clone()}</a>
-                <ActionForm action=logout attr:class="inline">
-                    <Csrf/>
-                    <button type="submit" class="link-button">"Sign out"</button>
-                </ActionForm>
+                // Signed in by the application Kickoff is mounted in: its own sign-out is the way out.
+                {(!me.by_application).then(|| view! {
+                    <ActionForm action=logout attr:class="inline">
+                        <Csrf/>
+                        <button type="submit" class="link-button">"Sign out"</button>
+                    </ActionForm>
+                })}
             </span>
         }
     })

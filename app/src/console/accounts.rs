@@ -22,6 +22,9 @@ pub struct Me {
     pub role: String,
     /// The session's CSRF token, which every form posts back.
     pub csrf: String,
+    /// Signed in by the application Kickoff is mounted in (its own sign-in: no sign-out here).
+    #[serde(default)]
+    pub by_application: bool,
 }
 
 impl Me {
@@ -51,6 +54,7 @@ pub fn current_me() -> Option<Me> {
             name: meta("kickoff-user")?,
             role: meta("kickoff-role")?,
             csrf: meta("csrf-token")?,
+            by_application: meta("kickoff-signed-in-by").is_some(),
         })
     }
     #[cfg(not(any(feature = "ssr", feature = "hydrate")))]

@@ -287,6 +287,16 @@ pub fn app_with_streams(
 /// [`app`] serving everything under `base` (`/kickoff`), merged into an application's own
 /// router, which answers `/` itself.
 pub fn app_under(pool: &Db, token: &str, base: &str) -> axum::Router {
+    app_under_signed_in_by(pool, token, base, None)
+}
+
+/// [`app_under`], its dashboard behind the application's own sign-in `hook` when given.
+pub fn app_under_signed_in_by(
+    pool: &Db,
+    token: &str,
+    base: &str,
+    hook: Option<std::sync::Arc<dyn kickoff::http::app_auth::Authenticate>>,
+) -> axum::Router {
     let state = app_state(
         pool,
         token,
@@ -295,6 +305,13 @@ pub fn app_under(pool: &Db, token: &str, base: &str) -> axum::Router {
     )
     .with_base(base)
     .unwrap();
+    let state = match hook {
+        Some(hook) => state.with_app_auth(
+            hook,
+            std::sync::Arc::new(kickoff::webhooks::SecretKey::generate().0),
+        ),
+        None => state,
+    };
     axum::Router::new()
         .route("/", axum::routing::get(|| async { "the game's own page" }))
         .merge(kickoff::http::router(state))
