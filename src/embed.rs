@@ -101,6 +101,13 @@ impl Kickoff {
     /// with `workers` (Kickoff's built-in kinds and the application's) and the web side's
     /// background work. Stop it with [`Kickoff::stop`].
     pub async fn start(db: Db, workers: Workers, options: Options) -> Result<Kickoff, StartError> {
+        if options.authenticate.is_some() && options.secret_key.is_none() {
+            return Err(StartError::Config(
+                "the application's sign-in (`Options::authenticate`) needs `Options::secret_key`, the \
+                 same on every node: the forms' tokens are made with it"
+                    .into(),
+            ));
+        }
         crate::engine::schema::migrate(&db).await?;
         let key = Arc::new(
             options

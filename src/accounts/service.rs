@@ -110,9 +110,23 @@ impl Accounts {
     /// The account of a caller the application's own sign-in vouches for (`name`, `role`): made
     /// or given the role now (see [`store::user_mirror`]). The name must be an account's name.
     pub async fn mirror(&self, name: &str, role: Role) -> Result<User, AccountError> {
-        let name = normalize_name(name)?;
-        refuse_reserved(&name)?;
-        Ok(store::user_mirror(&self.pool, &name, role).await?)
+        let normal = normalize_name(name)?;
+        // `Alice` and `alice` are two users of an application that tells case apart: one account
+        // here would merge them.
+        if normal != name {
+            return Err(AccountError::Invalid {
+                field: "name",
+                message: "must be written in lowercase".into(),
+            });
+        }
+        refuse_reserved(name)?;
+        store::user_mirror(&self.pool, name, role)
+            .await?
+            .ok_or_else(|| {
+                AccountError::Conflict(format!(
+                    "`{name}` is an account with a password here, not the application's user"
+                ))
+            })
     }
 
     /// Checks and hashes a new password.
@@ -214,10 +228,16 @@ impl Accounts {
         id: i64,
         password: &NewPassword,
     ) -> Result<User, AccountError> {
-        found(
-            id,
-            store::user_set_password_hash(conn, id, &password.hash).await?,
-        )
+        match store::user_set_password_hash(&mut *conn, id, &password.hash).await? {
+            Some(user) => Ok(user),
+            None => match store::user_get(conn, id).await? {
+                Some(user) => Err(AccountError::Conflict(format!(
+                    "{} is signed in by the application Kickoff is mounted in: no password here",
+                    user.name
+                ))),
+                None => Err(AccountError::NotFound(format!("user {id}"))),
+            },
+        }
     }
 
     /// First start: with no user at all and a `password`, creates [`FIRST_ADMIN_NAME`] as an admin

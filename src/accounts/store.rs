@@ -117,22 +117,30 @@ pub async fn user_count<'e>(db: impl PgExecutor<'e>) -> Result<i64, sqlx::Error>
 pub const APPLICATION_SIGNED: &str = "!signed in by the application";
 
 /// The account of `name`, as the application's sign-in says (`role`): made if there is none
-/// (with no password: [`APPLICATION_SIGNED`]), given `role` if it has another. Its `disabled`
-/// flag stays: an admin may still disable it here.
+/// (with no password: [`APPLICATION_SIGNED`]), given `role` if it has another (written only
+/// then). Its `disabled` flag stays: an admin may still disable it here. `None` when the name is
+/// an account with a password of its own here: the application's user of that name is not it.
 pub async fn user_mirror<'e>(
     db: impl PgExecutor<'e>,
     name: &str,
     role: Role,
-) -> Result<User, sqlx::Error> {
+) -> Result<Option<User>, sqlx::Error> {
+    // The main query reads the table as it was before the insert: an account of the application
+    // left as it was is the second branch's.
     sqlx::query_as(&format!(
-        "INSERT INTO users (name, role, password_hash) VALUES ($1, $2, '{APPLICATION_SIGNED}')
-         ON CONFLICT (name) DO UPDATE SET role = EXCLUDED.role,
-             updated_at = CASE WHEN users.role = EXCLUDED.role THEN users.updated_at ELSE now() END
-         RETURNING {USER_COLUMNS}"
+        "WITH up AS (
+             INSERT INTO users (name, role, password_hash) VALUES ($1, $2, '{APPLICATION_SIGNED}')
+             ON CONFLICT (name) DO UPDATE SET role = EXCLUDED.role, updated_at = now()
+                 WHERE users.password_hash = '{APPLICATION_SIGNED}' AND users.role <> EXCLUDED.role
+             RETURNING {USER_COLUMNS})
+         SELECT {USER_COLUMNS} FROM up
+         UNION ALL
+         SELECT {USER_COLUMNS} FROM users
+          WHERE name = $1 AND password_hash = '{APPLICATION_SIGNED}' AND NOT EXISTS (SELECT 1 FROM up)"
     ))
     .bind(name)
     .bind(role)
-    .fetch_one(db)
+    .fetch_optional(db)
     .await
 }
 
@@ -179,6 +187,8 @@ pub async fn user_lock_enabled_admins<'e>(
     .await
 }
 
+/// Sets the password of account `id`; `None` when there is no such account, or it is one the
+/// application's sign-in vouches for (it has no password here: see [`user_mirror`]).
 pub async fn user_set_password_hash<'e>(
     db: impl PgExecutor<'e>,
     id: i64,
@@ -186,7 +196,7 @@ pub async fn user_set_password_hash<'e>(
 ) -> Result<Option<User>, sqlx::Error> {
     sqlx::query_as(&format!(
         "UPDATE users SET password_hash = $2, session_epoch = session_epoch + 1, updated_at = now()
-         WHERE id = $1
+         WHERE id = $1 AND password_hash <> '{APPLICATION_SIGNED}'
          RETURNING {USER_COLUMNS}"
     ))
     .bind(id)

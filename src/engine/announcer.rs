@@ -11,7 +11,7 @@
 //! reconnects).
 //!
 //! A node that cannot LISTEN (behind a transaction pooler without a direct URL) hears of the jobs
-//! written through its own client from that client, at once ([`Announcer::tell_here_of`]): an
+//! written through its own client from that client, at once (`Announcer::tell_here_of`): an
 //! insert through its own API wakes its producer (or its timer) the moment the commit returns,
 //! not at its next poll. A node that listens is not told so: the notification is as quick
 //! (`kickoff bench latency`, three pairs: after the commit p50 0.70 - 0.80 ms with the

@@ -3,33 +3,48 @@
 //! Use [`Engine::start`] with a pool, a set of [`Workers`] and an [`EngineConfig`]; insert jobs with
 //! the [`Client`] (also inside your own transaction, with [`Client::insert_with`]).
 
+#[doc(hidden)]
 pub mod alarm;
+#[doc(hidden)]
 pub mod announcer;
+#[doc(hidden)]
 pub mod attempt_hook;
+#[doc(hidden)]
 pub mod attempt_log;
 pub mod bulk;
 pub mod client;
+#[doc(hidden)]
 pub mod completer;
 pub mod config;
+#[doc(hidden)]
 pub mod control;
 pub mod editing;
+#[doc(hidden)]
 pub mod executor;
+#[doc(hidden)]
 pub mod heartbeat;
+#[doc(hidden)]
 pub mod history_cache;
 pub mod job;
 pub mod job_edit;
 pub mod late_start;
 pub mod leadership;
 pub mod limits;
+#[doc(hidden)]
 pub mod maintenance;
 pub mod metrics;
+#[doc(hidden)]
 pub mod node;
+#[doc(hidden)]
 pub mod notifier;
+#[doc(hidden)]
 pub mod producer;
 pub mod queue_control;
 pub mod queue_settings;
+#[doc(hidden)]
 pub mod queue_state;
 pub mod reading;
+#[doc(hidden)]
 pub mod row_reading;
 pub mod runtime;
 pub mod schedules;
@@ -39,6 +54,7 @@ pub mod sight;
 /// the store is public only for the integration tests of its guarded statements.
 #[doc(hidden)]
 pub mod store;
+#[doc(hidden)]
 pub mod timer;
 pub mod validation;
 pub mod worker;

@@ -435,7 +435,7 @@ impl TimerSignal {
 /// midpoint, give or take half the round trip. A reading made while the database is busy is
 /// poor, so the clock keeps the best one: a new reading replaces it when its uncertainty is
 /// smaller than the kept one's, grown by the drift two clocks may have had since (see
-/// [`MAX_DRIFT_PPM`]), or when the two disagree beyond both their uncertainties (a clock was set).
+/// `MAX_DRIFT_PPM`), or when the two disagree beyond both their uncertainties (a clock was set).
 #[derive(Default)]
 pub struct DbClock {
     /// Database clock minus local clock, in microseconds.

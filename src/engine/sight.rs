@@ -3,7 +3,7 @@
 //! the dashboard's pages, and the command line through the API).
 //!
 //! A job's secrets are the values of its args and meta fields named like a secret (at any depth,
-//! for every kind), what its kind's worker holds secret ([`Worker::hide_secrets`]: a webhook's
+//! for every kind), what its kind's worker holds secret (`Worker::hide_secrets`: a webhook's
 //! header values, its URL's user info and query values, an alert notification's URL path), and
 //! what the job held so before an edit took it out (`jobs.former_secrets`: a credential edited
 //! out of a job is still in the errors, records and answers of its earlier attempts, and often

@@ -41,15 +41,16 @@ pub trait Authenticate: Send + Sync + 'static {
     }
 }
 
-/// How long an account seen for a caller is taken as it is before it is read again (a role the
-/// application changed, a disable here, show within this).
-const SEEN_FOR: Duration = Duration::from_secs(30);
+/// How long an account seen for a caller is taken as it is before it is read again: a disable
+/// here shows within this (a role the application changed shows at once).
+const SEEN_FOR: Duration = Duration::from_secs(5);
 
 /// The application's hook, with the accounts its callers are kept as.
 pub struct AppAuth {
     hook: Arc<dyn Authenticate>,
     accounts: Accounts,
     key: Arc<SecretKey>,
+    base: String,
     seen: Mutex<HashMap<String, (User, Instant)>>,
 }
 
@@ -66,19 +67,30 @@ pub enum NoCaller {
 }
 
 impl AppAuth {
-    /// `key` makes the callers' CSRF tokens (give every node the same).
-    pub fn new(hook: Arc<dyn Authenticate>, accounts: Accounts, key: Arc<SecretKey>) -> AppAuth {
+    /// `key` makes the callers' CSRF tokens (give every node the same); `base` is the path the
+    /// dashboard is served under (a token of one dashboard is not another's).
+    pub fn new(
+        hook: Arc<dyn Authenticate>,
+        accounts: Accounts,
+        key: Arc<SecretKey>,
+        base: &str,
+    ) -> AppAuth {
         AppAuth {
             hook,
             accounts,
             key,
+            base: base.to_string(),
             seen: Mutex::default(),
         }
     }
 
-    /// The CSRF token of `user`'s forms: their own, the same on every node holding the key.
+    /// The CSRF token of `user`'s forms: their own, the same on every node holding the key. Not
+    /// the only guard: every post of this mode must also come from the dashboard's own origin
+    /// (see `session::by_the_application`), since the application's cookie may be sent by
+    /// another site's form.
     pub fn csrf(&self, user: &User) -> String {
-        self.key.tag("kickoff dashboard csrf", user.name.as_bytes())[..48].to_string()
+        let data = format!("{}\0{}", self.base, user.name);
+        self.key.tag("kickoff dashboard csrf", data.as_bytes())[..48].to_string()
     }
 
     /// Where the application's sign-in is, for a page at `next`.

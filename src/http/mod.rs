@@ -131,11 +131,11 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             session::require_operator,
         ))
-        .layer(session::layer(
-            state.pool.clone(),
-            state.secure_cookies,
-            &state.base,
-        ))
+        // Kickoff's sessions, unless the application signs its users in: its own session layer
+        // (tower-sessions too, perhaps) is then the one its hook reads.
+        .layer(tower::util::option_layer(state.app_auth.is_none().then(
+            || session::layer(state.pool.clone(), state.secure_cookies, &state.base),
+        )))
         // Outermost: even the open sign-in function reads no more than this.
         .layer(middleware::from_fn(limit_dashboard_bodies));
     let app = Router::new()

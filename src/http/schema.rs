@@ -1,6 +1,6 @@
 //! The API document's schemas of the engine's types, held here at the HTTP edge: the engine's
 //! types carry no schema (no `JsonSchema` derive, none of the document's words). Each engine type
-//! named in [`at_the_edge!`] gets its `JsonSchema` from the mirror beside it (`JobSchema` for
+//! named in `at_the_edge!` gets its `JsonSchema` from the mirror beside it (`JobSchema` for
 //! `Job`, its component named as the type), which states its fields as serde writes and reads
 //! them, with the document's descriptions and constraints; `tests/it/api.rs` and the schema
 //! conformance run of the test command hold each mirror to what the API answers and accepts.
@@ -461,7 +461,7 @@ pub fn tags_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 
 /// A job's meta as a request gives it (or `null`): an object whose texts hold no NUL, none of
 /// [`RESERVED_META`] (Kickoff's own), `traceparent` a W3C one, `late` a late-start policy
-/// ([`crate::engine::late_start::LatePolicy`]); at most [`MAX_META_BYTES`] bytes as JSON (not stated by
+/// ([`crate::engine::late_start::LatePolicy`]); at most `MAX_META_BYTES` bytes as JSON (not stated by
 /// the schema: refused as `invalid`).
 pub fn meta_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
     meta_schema_without(generator, &RESERVED_META, true)
@@ -513,7 +513,7 @@ fn meta_schema_without(
 }
 
 /// Args as a request gives them (or `null`): a JSON object whose texts hold no NUL; at most
-/// [`MAX_ARGS_BYTES`] bytes as JSON (not stated by the schema: refused as `invalid`). Each kind's
+/// `MAX_ARGS_BYTES` bytes as JSON (not stated by the schema: refused as `invalid`). Each kind's
 /// worker checks them further (`args_refused`).
 pub fn args_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
     let mut schema = generator.subschema_for::<crate::schema_rules::ObjectWithoutNul>();

@@ -15,7 +15,7 @@
 //!    check its role for what they do.
 //!
 //! Idle expiry without a database write per request: the session records when it was last seen
-//! and is saved again (pushing its expiry) only when that is older than [`SEEN_RESOLUTION`].
+//! and is saved again (pushing its expiry) only when that is older than `SEEN_RESOLUTION`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -310,16 +310,15 @@ fn sign_in_first(base: &str, path_and_query: &str, is_page: bool) -> Response {
 }
 
 /// The guard of every dashboard request (see the module doc).
-pub async fn require_operator(
-    State(state): State<AppState>,
-    session: Session,
-    req: Request,
-    next: Next,
-) -> Response {
+pub async fn require_operator(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
     if let Some(app_auth) = state.app_auth.clone() {
         return by_the_application(&state, &app_auth, req, next).await;
     }
+    // The session layer is there whenever Kickoff's accounts are (`http::router`).
+    let Some(session) = req.extensions().get::<Session>().cloned() else {
+        return refuse(StatusCode::INTERNAL_SERVER_ERROR, "no session layer");
+    };
     if is_open(&path) {
         return next.run(req).await;
     }
@@ -391,6 +390,14 @@ async fn admit(
         Ok(b) => b,
         Err(refusal) => return refusal,
     };
+    // The application's cookie, unlike Kickoff's (`SameSite=Strict`), may come with another site's
+    // form: every post of its callers, reads too, must come from the dashboard's own origin.
+    if by_application && parts.method == Method::POST && !same_origin(&parts) {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "a form of another site: posts come from the dashboard's own pages",
+        );
+    }
     if parts.method == Method::POST && !READ_ONLY_FUNCTIONS.contains(&path) {
         let presented = parts
             .headers
@@ -440,7 +447,11 @@ async fn by_the_application(
     }
     if matches!(
         path.as_str(),
-        "/_console/login" | "/_console/logout" | "/_console/setup" | "/_console/setup_check"
+        "/_console/login"
+            | "/_console/login_info"
+            | "/_console/logout"
+            | "/_console/setup"
+            | "/_console/setup_check"
     ) {
         return refuse(
             StatusCode::NOT_FOUND,
@@ -456,13 +467,13 @@ async fn by_the_application(
     let user = match app_auth.caller(&parts).await {
         Ok(user) => user,
         Err(NoCaller::SignedOut) => {
-            let whole = kickoff_app::base::at(
-                &state.base,
-                parts
-                    .uri
-                    .path_and_query()
-                    .map_or(path.as_str(), |p| p.as_str()),
-            );
+            // One leading `/`: `//elsewhere.example` would be another site to the sign-in.
+            let asked = parts
+                .uri
+                .path_and_query()
+                .map_or(path.as_str(), |p| p.as_str());
+            let whole =
+                kickoff_app::base::at(&state.base, &format!("/{}", asked.trim_start_matches('/')));
             return match app_auth.sign_in_url(&whole).filter(|_| is_page) {
                 Some(url) => Redirect::to(&url).into_response(),
                 None => refuse(StatusCode::UNAUTHORIZED, "sign in to the application first"),

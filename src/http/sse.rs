@@ -108,9 +108,9 @@ impl Holder {
                 Some(id) => session::still_signed_in(state, *id, *user_id, *epoch).await,
                 None => Some(false),
             },
-            Holder::Application { request, .. } => match &state.app_auth {
+            Holder::Application { request, user_id } => match &state.app_auth {
                 Some(app_auth) => match app_auth.caller(request).await {
-                    Ok(_) => Some(true),
+                    Ok(user) => Some(user.id == *user_id),
                     Err(super::app_auth::NoCaller::Unavailable) => None,
                     Err(_) => Some(false),
                 },
@@ -175,6 +175,19 @@ impl FromRequestParts<AppState> for Holder {
                 .map_err(|e| AppError::Internal(e.to_string()))?
                 .into_parts();
             request.headers = parts.headers.clone();
+            // The client's address too, for a sign-in that reads it.
+            if let Some(address) = parts
+                .extensions
+                .get::<super::client_address::ClientAddress>()
+            {
+                request.extensions.insert(*address);
+            }
+            if let Some(peer) = parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            {
+                request.extensions.insert(*peer);
+            }
             return Ok(Holder::Application {
                 user_id: op.user.id,
                 request: Box::new(request),

@@ -193,7 +193,8 @@ impl AppState {
     }
 
     /// This state's dashboard behind the application's own sign-in (`hook`) instead of
-    /// Kickoff's accounts: see [`super::app_auth`]. `key` makes the callers' CSRF tokens.
+    /// Kickoff's accounts: see [`super::app_auth`]. `key` makes the callers' CSRF tokens. After
+    /// [`AppState::with_base`].
     pub fn with_app_auth(
         mut self,
         hook: Arc<dyn super::app_auth::Authenticate>,
@@ -203,6 +204,7 @@ impl AppState {
             hook,
             self.accounts.clone(),
             key,
+            &self.base,
         )));
         self
     }

@@ -232,7 +232,7 @@ impl QuestionService {
     }
 
     /// [`Self::update`] inside the caller's transaction. A new game time moves the game's live
-    /// run with it ([`Self::follow_game_run`]).
+    /// run with it (`Self::follow_game_run`).
     pub async fn update_with(
         &self,
         tx: &mut PgConnection,

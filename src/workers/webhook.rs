@@ -29,7 +29,7 @@
 //!   that allows calls vouches the same way with `private_network`.
 //!
 //! The addresses checked are the addresses connected to: each call gets a client whose DNS
-//! resolver is [`PinnedResolver`], which answers the checked host with exactly the checked
+//! resolver is `PinnedResolver`, which answers the checked host with exactly the checked
 //! addresses and fails for any other name. That is preferred over `ClientBuilder::resolve_to_addrs`
 //! alone, which falls back to the system resolver for a name it was not given (a redirect, a
 //! spelling of the host that misses its key): here any name we did not check fails closed instead
@@ -400,7 +400,7 @@ impl Worker for WebhookWorker {
         })
     }
 
-    /// The host the call connects to, by the parse of [`Self::check`] (the args passed it at
+    /// The host the call connects to, by the parse of `Self::check` (the args passed it at
     /// insert, before the engine asks): `http://127.0.0.1:9\@k1.test/`,
     /// `http://u@k1.test@127.0.0.1:9/` and `http://0x7f.1:9/` all call `127.0.0.1`. A domain's
     /// one trailing dot goes (`k1.test.` is `k1.test` to the resolver).

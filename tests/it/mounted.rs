@@ -449,15 +449,60 @@ async fn behind_the_applications_own_sign_in_its_callers_act_in_the_role_it_says
         )
         .await;
     assert!(login.is_err(), "{login:?}");
-    // A name that cannot be an account's is refused, and said why.
-    let (status, _, body) = as_user(
-        &app,
-        Some("al!ce operator"),
-        Method::GET,
-        "/kickoff/jobs",
-        None,
-    )
-    .await;
-    assert_eq!(status, StatusCode::FORBIDDEN);
-    assert!(body.contains("cannot be a Kickoff account"), "{body}");
+    // No password can be given to them here.
+    let accounts = Accounts::new(db.pool.clone());
+    let alice_id: i64 = sqlx::query_scalar("SELECT id FROM users WHERE name = 'alice'")
+        .fetch_one(db.pool.pool())
+        .await
+        .unwrap();
+    let reset = accounts
+        .set_password(alice_id, "correct horse battery staple")
+        .await;
+    assert!(
+        matches!(&reset, Err(kickoff::accounts::AccountError::Conflict(m)) if m.contains("no password here")),
+        "{reset:?}"
+    );
+
+    // A name that cannot be an account's, a name written otherwise than its account's, and the
+    // name of an account with a password of its own here are refused, and said why.
+    accounts
+        .create("carol", "correct horse battery staple", Role::Viewer)
+        .await
+        .unwrap();
+    for (user, why) in [
+        ("al!ce operator", "cannot be a Kickoff account"),
+        ("Alice operator", "lowercase"),
+        ("carol admin", "an account with a password here"),
+    ] {
+        let (status, _, body) = as_user(&app, Some(user), Method::GET, "/kickoff/jobs", None).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{user}");
+        assert!(body.contains(why), "{user}: {body}");
+    }
+    let carol: String = sqlx::query_scalar("SELECT role FROM users WHERE name = 'carol'")
+        .fetch_one(db.pool.pool())
+        .await
+        .unwrap();
+    assert_eq!(carol, "viewer");
+
+    // A post from another site's form is refused, whoever's cookie it carries; a read as well.
+    for (name, value) in [
+        ("origin", "http://elsewhere.example"),
+        ("sec-fetch-site", "cross-site"),
+    ] {
+        for function in ["job_action", "jobs"] {
+            let req = Request::post(format!("/kickoff/_console/{function}"))
+                .header("x-game-user", "alice operator")
+                .header(header::HOST, "games.example")
+                .header(name, value)
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .body(Body::from(cancel(&alice).unwrap()))
+                .unwrap();
+            let (status, _, _) = send(&app, req).await;
+            assert_eq!(
+                status,
+                StatusCode::FORBIDDEN,
+                "{function} with {name}: {value}"
+            );
+        }
+    }
 }

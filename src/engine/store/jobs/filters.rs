@@ -426,7 +426,7 @@ pub async fn job_list_ids<'e>(
 
 /// How many jobs match the filter, counting at most `cap` (the count stops there: a confirmation
 /// needs "more than 100,000", not a scan of a million rows). Counted in the branches a listing
-/// reads (see [`branches`]).
+/// reads (see `branches`).
 pub async fn job_count_matching<'e>(
     db: impl PgExecutor<'e>,
     filter: &JobFilter,
@@ -496,7 +496,7 @@ pub async fn job_cancel_matching<'e>(
     qb.build_query_as().persistent(false).fetch_all(db).await
 }
 
-/// Runs the listed retryable or final jobs that still match again, now (as [`job_retry`]; not
+/// Runs the listed retryable or final jobs that still match again, now (as `job_retry`; not
 /// those with an owner). Returns how many moved.
 ///
 /// A final job whose unique key a live job holds is skipped rather than failing the batch, and of
