@@ -173,3 +173,32 @@ async fn read_game(State(game): State<Game>, Path(id): Path<i64>) -> Answer {
         Err(e) => refused(StatusCode::SERVICE_UNAVAILABLE, e),
     }
 }
+
+/// The game's staff as an authenticating proxy in front of the game server names them (an
+/// oauth2-proxy's `X-Forwarded-User`, say): the header `header` holds the name; the names in
+/// `admins` are Kickoff's admins, the others its operators. Only behind such a proxy, which sets
+/// the header itself and drops any a client sent.
+pub struct ProxySignIn {
+    pub header: axum::http::HeaderName,
+    pub admins: Vec<String>,
+}
+
+impl kickoff::http::app_auth::Authenticate for ProxySignIn {
+    fn caller<'a>(
+        &'a self,
+        request: &'a axum::http::request::Parts,
+    ) -> BoxFuture<'a, Option<kickoff::http::app_auth::Caller>> {
+        Box::pin(async move {
+            let name = request.headers.get(&self.header)?.to_str().ok()?.trim();
+            let role = if self.admins.iter().any(|a| a == name) {
+                kickoff::accounts::Role::Admin
+            } else {
+                kickoff::accounts::Role::Operator
+            };
+            Some(kickoff::http::app_auth::Caller {
+                name: name.to_string(),
+                role,
+            })
+        })
+    }
+}

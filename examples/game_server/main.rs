@@ -14,6 +14,11 @@
 //! Settings (environment): `DATABASE_URL` (required), `GAME_SERVER_ADDR` (`127.0.0.1:3100`),
 //! `KICKOFF_ADMIN_PASSWORD` (the first admin `admin`, made when there is no account),
 //! `KICKOFF_API_TOKEN`, `KICKOFF_SECRET_KEY`, `LEPTOS_SITE_ROOT` (`target/site`).
+//!
+//! Behind an authenticating proxy that names the game's staff in a header (an oauth2-proxy's
+//! `X-Forwarded-User`): `GAME_SERVER_USER_HEADER=x-forwarded-user` signs the dashboard's users in
+//! by it instead of Kickoff's accounts (`GAME_SERVER_ADMINS=alice,bob`: Kickoff's admins; the
+//! others its operators), with `KICKOFF_SECRET_KEY` set.
 
 mod app;
 
@@ -51,6 +56,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Ok(root) = std::env::var("LEPTOS_SITE_ROOT") {
         options.site_root = root.into();
+    }
+    if let Ok(header) = std::env::var("GAME_SERVER_USER_HEADER") {
+        let admins = std::env::var("GAME_SERVER_ADMINS").unwrap_or_default();
+        options.authenticate = Some(Arc::new(app::ProxySignIn {
+            header: header.parse()?,
+            admins: admins.split(',').map(|a| a.trim().to_string()).collect(),
+        }));
     }
     let mut workers = kickoff::workers::builtin(Vec::new());
     workers.register(app::KickOffWorker);

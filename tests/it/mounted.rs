@@ -449,6 +449,19 @@ async fn behind_the_applications_own_sign_in_its_callers_act_in_the_role_it_says
         )
         .await;
     assert!(login.is_err(), "{login:?}");
+    // Their account page offers no token or password: they have no password here.
+    let (status, _, account) = as_user(
+        &app,
+        Some("alice operator"),
+        Method::GET,
+        "/kickoff/account",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(account.contains("has no password"), "{account}");
+    assert!(!account.contains("Change your password"), "{account}");
+
     // No password can be given to them here.
     let accounts = Accounts::new(db.pool.clone());
     let alice_id: i64 = sqlx::query_scalar("SELECT id FROM users WHERE name = 'alice'")

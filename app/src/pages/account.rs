@@ -26,6 +26,8 @@ pub fn AccountPage() -> impl IntoView {
     );
     clock.follow(page, |p: &AccountPage| p.now_ms);
     let may_write = use_me().is_some_and(|m| m.may_act());
+    // Signed in by the application Kickoff is mounted in: no password here, so no token either.
+    let by_application = use_me().is_some_and(|m| m.by_application);
     let new_token = move || {
         create.value().with(|v| match v {
             Some(Ok(t)) => Some(view! { <NewTokenBox token=t.clone()/> }),
@@ -55,6 +57,13 @@ pub fn AccountPage() -> impl IntoView {
                 }
             }/>
             <ActionError error=failure(revoke.value())/>
+            {by_application.then(|| view! {
+                <p class="field-note" role="note">
+                    "You are signed in by the application Kickoff runs in: your account here has no password, "
+                    "so it makes no API token and has no password to change."
+                </p>
+            })}
+            <Show when=move || !by_application>
             <ActionForm action=create attr:class="form-card" attr:aria-label="New API token">
                 <Csrf/>
                 <div class="row">
@@ -95,6 +104,7 @@ pub fn AccountPage() -> impl IntoView {
             </ActionForm>
             <ActionError error=failure(password.value())/>
             {password_changed}
+            </Show>
         </section>
     }
 }
