@@ -156,7 +156,7 @@ impl Kickoff {
             None => state,
         };
         let mut tasks = Supervisor::new();
-        crate::server::spawn_leader_tasks(
+        crate::server::spawn_web_tasks(
             &mut tasks,
             &web,
             &engine,

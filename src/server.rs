@@ -382,7 +382,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
             max_open: config.max_streams as usize,
             ..Default::default()
         });
-    spawn_leader_tasks(
+    spawn_web_tasks(
         &mut tasks,
         &web,
         &engine,
@@ -438,7 +438,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
 /// expired sessions swept; on whichever node leads, the alerts evaluated (their notifications
 /// inserted in `notify_queue`, every `alert_interval`; incidents kept `retention`) and rotated
 /// endpoints' previous secrets dropped once their overlap ended.
-pub(crate) fn spawn_leader_tasks(
+pub(crate) fn spawn_web_tasks(
     tasks: &mut Supervisor,
     web: &Db,
     engine: &Engine,

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { launch, hydrated, watchErrors, eventually, freePort, newDatabase, startProcess } from './helpers.mjs';
+import { launch, hydrated, watchErrors, eventually, freePort, newDatabase, startProcess, watchFailures } from './helpers.mjs';
 
 const siteRoot = path.join(import.meta.dirname, '..', '..', 'target', 'site');
 const cleanups = [];
@@ -58,8 +58,7 @@ test('the dashboard under a path signs in, hydrates, navigates, filters and acts
   const page = await browser.newPage();
   const errors = watchErrors(page);
   // Everything the page asks for answers (its script, its module, its stylesheet, its stream).
-  const failed = [];
-  page.on('response', (r) => { if (r.url().startsWith(origin) && r.status() >= 400) failed.push(`${r.status()} ${r.url()}`); });
+  const failed = watchFailures(page, origin);
 
   await page.goto(`${origin}/kickoff/timers`);
   await page.waitForURL((url) => url.pathname === '/kickoff/login' && url.searchParams.get('next') === '/timers');

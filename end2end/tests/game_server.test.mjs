@@ -9,7 +9,7 @@ import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { launch, hydrated, watchErrors, eventually, freePort, newDatabase, startProcess } from './helpers.mjs';
+import { launch, hydrated, watchErrors, eventually, freePort, newDatabase, startProcess, watchFailures } from './helpers.mjs';
 
 const siteRoot = path.join(import.meta.dirname, '..', '..', 'target', 'site');
 const cleanups = [];
@@ -50,8 +50,7 @@ test("the game server's mounted dashboard hydrates and shows the application's k
   cleanups.push(() => browser.close());
   const page = await browser.newPage();
   const errors = watchErrors(page);
-  const failed = [];
-  page.on('response', (r) => { if (r.url().startsWith(origin) && r.status() >= 400) failed.push(`${r.status()} ${r.url()}`); });
+  const failed = watchFailures(page, origin);
   await page.goto(`${origin}/kickoff/jobs/new`);
   await page.waitForURL((url) => url.pathname === '/kickoff/login');
   await page.getByLabel('Name').fill('admin');
@@ -96,8 +95,7 @@ test("behind a proxy's sign-in, the game's staff use the mounted dashboard witho
   cleanups.push(() => browser.close());
   const page = await browser.newPage();
   const errors = watchErrors(page);
-  const failed = [];
-  page.on('response', (r) => { if (r.url().startsWith(origin) && r.status() >= 400) failed.push(`${r.status()} ${r.url()}`); });
+  const failed = watchFailures(page, origin);
   await page.goto(`${origin}/kickoff/jobs/${game.kick_off_job}`);
   await hydrated(page);
   await page.getByRole('link', { name: 'Your account' }).filter({ hasText: 'alice · admin' }).waitFor();

@@ -263,3 +263,11 @@ export function newDatabase(prefix) {
   if (made.status !== 0) throw new Error(`CREATE DATABASE ${name}: ${made.stderr}`);
   return `${cluster.slice(0, cluster.lastIndexOf('/'))}/${name}`;
 }
+
+// Collects the answers of `origin` a page got that failed (4xx, 5xx): its scripts, its module,
+// its stylesheet, its stream, its calls.
+export function watchFailures(page, origin) {
+  const failed = [];
+  page.on('response', (r) => { if (r.url().startsWith(origin) && r.status() >= 400) failed.push(`${r.status()} ${r.url()}`); });
+  return failed;
+}

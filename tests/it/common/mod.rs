@@ -297,24 +297,19 @@ pub fn app_under_signed_in_by(
     base: &str,
     hook: Option<std::sync::Arc<dyn kickoff::http::app_auth::Authenticate>>,
 ) -> axum::Router {
-    let state = app_state(
-        pool,
-        token,
-        std::sync::Arc::new(kickoff::engine::metrics::Metrics::new()),
-        kickoff::accounts::Accounts::new(pool.clone()),
-    )
-    .with_base(base)
-    .unwrap();
-    let state = match hook {
-        Some(hook) => state.with_app_auth(
-            hook,
-            std::sync::Arc::new(kickoff::webhooks::SecretKey::generate().0),
-        ),
-        None => state,
-    };
+    let kickoff = app_changed(pool, token, |state| {
+        let state = state.with_base(base).unwrap();
+        match hook {
+            Some(hook) => state.with_app_auth(
+                hook,
+                std::sync::Arc::new(kickoff::webhooks::SecretKey::generate().0),
+            ),
+            None => state,
+        }
+    });
     axum::Router::new()
         .route("/", axum::routing::get(|| async { "the game's own page" }))
-        .merge(kickoff::http::router(state))
+        .merge(kickoff)
 }
 
 fn app_from(
