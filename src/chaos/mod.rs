@@ -302,6 +302,7 @@ async fn run_on(
         queues: "default:20,webhooks:20,questions:10".into(),
         secret_key: None,
         settings: Vec::new(),
+        odd_base: None,
     };
     let mut nodes = Vec::new();
     for slot in 0..config.nodes {

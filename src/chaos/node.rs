@@ -24,6 +24,10 @@ pub struct NodeEnv {
     pub secret_key: Option<String>,
     /// Further settings (`KICKOFF_ALERT_INTERVAL_MS`, ...), the same for every node.
     pub settings: Vec<(&'static str, String)>,
+    /// The path the nodes of odd slots serve under (`KICKOFF_BASE_PATH`: as behind a proxy
+    /// that forwards a path of its site); their `url` ends with it. `None`: every node at the
+    /// root.
+    pub odd_base: Option<&'static str>,
 }
 
 pub struct Node {
@@ -32,7 +36,7 @@ pub struct Node {
     pub id: String,
     /// The `application_name` of its database connections (to cut them).
     pub app_name: String,
-    /// Where it serves: `http://127.0.0.1:<port>`.
+    /// Where it serves: `http://127.0.0.1:<port>`, and its base path (`NodeEnv::odd_base`).
     pub url: String,
     child: Child,
 }
@@ -61,6 +65,9 @@ impl Node {
             command.env("KICKOFF_SECRET_KEY", key);
         }
         command.envs(env.settings.iter().map(|(k, v)| (*k, v.as_str())));
+        if let Some(base) = env.odd_base.filter(|_| slot % 2 == 1) {
+            command.env("KICKOFF_BASE_PATH", base);
+        }
         if clock_secs != 0 {
             command
                 .env("LD_PRELOAD", faketime_library()?)

@@ -8,9 +8,7 @@ use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
 
-use super::client::{
-    check_filter, invalid, is_unique_violation, notify_cancelled, Client, ClientError,
-};
+use super::client::{check_filter, invalid, is_unique_violation, Client, ClientError};
 use super::job::JobId;
 use super::store::jobs::{self as job_store, JobFilter};
 use super::store::stats as stats_store;
@@ -341,9 +339,10 @@ async fn bulk_batch(
     };
     report.changed += match action {
         BulkAction::Cancel => {
-            let cancelled = job_store::job_cancel_matching(&mut *conn, ids, filter).await?;
-            notify_cancelled(conn, &cancelled).await?;
-            cancelled.len() as u64
+            // The nodes running their attempts are told at commit (`kickoff_cancel_jobs`).
+            job_store::job_cancel_matching(&mut *conn, ids, filter)
+                .await?
+                .len() as u64
         }
         BulkAction::Retry => match retry_matching(conn, ids, filter).await? {
             Some(n) => n,

@@ -8,9 +8,8 @@ use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use sqlx::PgConnection;
 
 use super::announcer::{Announcer, Wakeup};
-use super::control::Control;
 use super::history_cache::HistoryCache;
-use super::job::{Claim, Inserted, Job, JobId, NewJob, Schedule};
+use super::job::{Inserted, Job, JobId, NewJob, Schedule};
 use super::store::jobs::{self as job_store, JobFilter};
 use super::worker::Workers;
 
@@ -65,8 +64,9 @@ pub enum ClientError {
     Database(sqlx::Error),
 }
 
-/// The fields `kickoff_check_job` names in a refusal's COLUMN.
-const RULE_FIELDS: [&str; 11] = [
+/// The fields the SQL rules (`kickoff_check_job`, `kickoff_check_question`, the SQL actions of
+/// migration `20261231000001_sql_actions.sql`) name in a refusal's COLUMN.
+const RULE_FIELDS: [&str; 20] = [
     "kind",
     "args",
     "meta",
@@ -78,10 +78,20 @@ const RULE_FIELDS: [&str; 11] = [
     "scheduled_at",
     "schedule_in_ms",
     "created_by",
+    "id",
+    "run",
+    "name",
+    "payload",
+    "source",
+    "game",
+    "prompt",
+    "choices",
+    "game_time",
 ];
 
 /// A refusal of the rules every insert applies (`kickoff_check_job`, SQLSTATE class `KO`: see
-/// migration `20261230000001_sql_inserts.sql`), read back into the error the engine answers.
+/// migration `20261230000001_sql_inserts.sql`) or of another SQL action (`KO005`: not found),
+/// read back into the error the engine answers.
 fn rule_refusal(e: &sqlx::Error) -> Option<ClientError> {
     let db = e.as_database_error()?;
     let code = db.code()?;
@@ -111,6 +121,7 @@ fn rule_refusal(e: &sqlx::Error) -> Option<ClientError> {
         ),
         "KO003" => ClientError::Conflict(message),
         "KO004" => ClientError::OutOfWindow { field, message },
+        "KO005" => ClientError::NotFound(message.trim_end_matches(" not found").to_string()),
         _ => ClientError::Invalid { field, message },
     })
 }
@@ -410,17 +421,16 @@ impl Client {
         in_transaction!(self, |tx| self.cancel_one_with(tx, id))
     }
 
-    /// [`Self::cancel`] on the caller's connection or inside the caller's transaction.
+    /// [`Self::cancel`] on the caller's connection or inside the caller's transaction: the
+    /// SQL function `kickoff_cancel_job`, which an application calls from its own (the one
+    /// place a cancel's rules are written: not a job that belongs to something else, such as a
+    /// question's lock job, while it lives; not a finished one).
     pub async fn cancel_one_with(
         &self,
         conn: &mut PgConnection,
         id: JobId,
     ) -> Result<Job, ClientError> {
-        refuse_owned(&mut *conn, id, "cancel", true).await?;
-        if self.cancel_with(&mut *conn, &[id]).await? == 0 {
-            return Err(why_not(conn, id, "cancel", "it is already finished").await);
-        }
-        get_with(conn, id).await
+        Ok(job_store::job_cancel_one(conn, id).await?)
     }
 
     /// Cancels every listed job that has not finished. Returns how many were cancelled.
@@ -437,7 +447,6 @@ impl Client {
         ids: &[JobId],
     ) -> Result<usize, ClientError> {
         let cancelled = job_store::job_cancel_many(&mut *conn, ids).await?;
-        notify_cancelled(conn, &cancelled).await?;
         Ok(cancelled.len())
     }
 
@@ -655,20 +664,6 @@ async fn refuse_step_start(
         ))),
         None => Ok(()),
     }
-}
-
-/// Tells the nodes running the cancelled jobs that were executing to stop them; sent at commit,
-/// with the cancellation. Each attempt is named by its claim, so that a node which already runs
-/// a newer attempt of the job (retried and claimed again at once) stops only the cancelled one.
-pub(crate) async fn notify_cancelled(
-    conn: &mut PgConnection,
-    cancelled: &[job_store::CancelledJob],
-) -> Result<(), sqlx::Error> {
-    let claims: Vec<Claim> = cancelled.iter().filter_map(|c| c.claim()).collect();
-    for message in Control::stop_claims(&claims) {
-        message.send(&mut *conn).await?;
-    }
-    Ok(())
 }
 
 pub(super) fn check_limit(limit: i64) -> Result<(), ClientError> {

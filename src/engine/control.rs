@@ -5,7 +5,9 @@
 //! `{"cancel": [ids], "claims": [[id, token]]}` stops these attempts of cancelled jobs (only the
 //! attempts of those claims, when given; else whatever attempt of the jobs runs), and
 //! `{"queue": name}` makes every node read that queue's settings again, `{"kinds": true}` the
-//! paused kinds.
+//! paused kinds. A cancellation's stop is sent by SQL (`kickoff_cancel_jobs`, migration
+//! `20261231000001_sql_actions.sql`), at most 100 claims a message: a notification's payload is
+//! limited to 8000 bytes, and a claim takes at most 62 (`[id,token],` and `id,` in `cancel`).
 
 use serde::{Deserialize, Serialize};
 use sqlx::PgExecutor;
@@ -15,9 +17,6 @@ use super::store::jobs as job_store;
 
 /// The channel's name.
 pub const CHANNEL: &str = "kickoff_control";
-/// The most claims one message names: a notification's payload is limited to 8000 bytes, and a
-/// claim takes at most 62 (`[id,token],` and `id,` in `cancel`, for readers of the ids alone).
-const CLAIMS_PER_MESSAGE: usize = 100;
 
 /// One control message.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,14 +45,6 @@ struct Wire {
 }
 
 impl Control {
-    /// The messages stopping these cancelled attempts, a bounded number of claims each.
-    pub fn stop_claims(claims: &[Claim]) -> Vec<Control> {
-        claims
-            .chunks(CLAIMS_PER_MESSAGE)
-            .map(|chunk| Control::StopClaims(chunk.to_vec()))
-            .collect()
-    }
-
     fn payload(&self) -> String {
         let wire = match self {
             Control::StopClaims(claims) => Wire {

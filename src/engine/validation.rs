@@ -17,7 +17,7 @@ use std::sync::Arc;
 use sqlx::PgConnection;
 
 use super::client::{invalid, Client, ClientError};
-use super::job::{NewJob, MAX_JSON_NUMBER};
+use super::job::NewJob;
 use super::store::jobs::{self as job_store, InsertRules};
 use super::worker::ArgsRefused;
 
@@ -25,40 +25,18 @@ use super::worker::ArgsRefused;
 /// would pass for the run of that slot, and the run would never be inserted.
 pub const SCHEDULE_KEY_PREFIX: &str = "schedule:";
 
-/// The rules of data a caller stores as JSON that is not a job's args or meta (a workflow
-/// signal's payload; a job's are `kickoff_check_job`'s): no NUL character (PostgreSQL's jsonb
-/// cannot hold one), numbers that read back, at most `max_bytes`.
-pub(super) fn check_json_data(
+/// A NUL character (`\u0000`) in JSON a caller stores: jsonb cannot hold one, and PostgreSQL
+/// would refuse the value before any rule ran, without naming the field. The rest of the rules
+/// of such JSON are SQL's (a job's args and meta `kickoff_check_job`'s, a signal's payload
+/// `kickoff_signal`'s).
+pub(super) fn refuse_nul_json(
     field: &'static str,
     value: &serde_json::Value,
-    max_bytes: usize,
 ) -> Result<(), ClientError> {
-    let text = value.to_string();
-    if text.contains("\\u0000") {
+    if value.to_string().contains("\\u0000") {
         return Err(invalid(field, "must not contain NUL (\\u0000) characters"));
     }
-    if !numbers_read_back(value) {
-        return Err(invalid(
-            field,
-            format!("numbers are at most {MAX_JSON_NUMBER:e} in magnitude"),
-        ));
-    }
-    if text.len() > max_bytes {
-        return Err(invalid(field, format!("larger than {max_bytes} bytes")));
-    }
     Ok(())
-}
-
-/// Whether every number in `value` reads back from PostgreSQL's jsonb: it keeps a number's
-/// decimals exactly, and one near the largest float (1.7976931348623157e308) no longer reads as
-/// a float, so its row could not be read (a job list, a claim) again.
-fn numbers_read_back(value: &serde_json::Value) -> bool {
-    match value {
-        serde_json::Value::Number(n) => n.as_f64().is_some_and(|f| f.abs() <= MAX_JSON_NUMBER),
-        serde_json::Value::Array(items) => items.iter().all(numbers_read_back),
-        serde_json::Value::Object(map) => map.values().all(numbers_read_back),
-        _ => true,
-    }
 }
 
 /// What of `new` cannot reach the database to be checked there: a NUL character in its text or
@@ -75,12 +53,8 @@ fn refuse_nul(new: &NewJob) -> Result<(), ClientError> {
     {
         return Err(invalid("tags", "text must not contain NUL characters"));
     }
-    for (field, value) in [("args", &new.args), ("meta", &new.meta)] {
-        if value.to_string().contains("\\u0000") {
-            return Err(invalid(field, "must not contain NUL (\\u0000) characters"));
-        }
-    }
-    Ok(())
+    refuse_nul_json("args", &new.args)?;
+    refuse_nul_json("meta", &new.meta)
 }
 
 impl Client {

@@ -14,12 +14,11 @@ use sqlx::PgConnection;
 
 use super::client::{check_instant, inconsistent, invalid, Client, ClientError};
 use super::job::JobId;
-use super::job::MAX_ARGS_BYTES;
 use super::sight::Sight;
 use super::store::history::{self as history_store, AttemptRecord};
 pub use super::store::workflows::SignalRow;
 use super::store::workflows::{self as store, StepRow};
-use super::validation::check_json_data;
+use super::validation::refuse_nul_json;
 use super::workflow::{times_json, RunRow, MAX_NAME_CHARS};
 use crate::db::in_transaction;
 
@@ -275,34 +274,17 @@ impl Client {
         payload: &Value,
         source: &str,
     ) -> Result<(SignalRow, bool), ClientError> {
-        let chars = name.chars().count();
-        if !(1..=MAX_NAME_CHARS).contains(&chars) || name.contains('\0') {
+        // What SQL cannot hold; the rest is `kickoff_signal`'s (migration
+        // `20261231000001_sql_actions.sql`), which an application calls from its own
+        // transaction: the one place a signal's rules are written.
+        if name.contains('\0') {
             return Err(invalid(
                 "name",
                 format!("1 to {MAX_NAME_CHARS} characters, without NUL"),
             ));
         }
-        check_json_data("payload", payload, MAX_ARGS_BYTES)?;
-        let stored = match store::run_signal(&mut *conn, id, name, payload, source)
-            .await?
-            .as_str()
-        {
-            "stored" => true,
-            "existing" => false,
-            "not_found" => return Err(not_found(id)),
-            other => {
-                return Err(ClientError::Conflict(format!(
-                    "cannot signal workflow run {id}: it is {}",
-                    other.trim_start_matches("run_")
-                )))
-            }
-        };
-        let signal = store::run_signals(&mut *conn, id)
-            .await?
-            .into_iter()
-            .find(|s| s.name == name)
-            .ok_or_else(|| not_found(id))?;
-        Ok((signal, stored))
+        refuse_nul_json("payload", payload)?;
+        Ok(store::run_signal(&mut *conn, id, name, payload, source).await?)
     }
 
     /// Sends its signal `name` to the live run holding `key` when that run is one of the

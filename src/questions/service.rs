@@ -36,7 +36,18 @@ pub enum QuestionError {
     #[error(transparent)]
     Client(#[from] ClientError),
     #[error(transparent)]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
+}
+
+/// A refusal of the SQL rules (SQLSTATE class `KO`: `kickoff_check_question`'s, a job's) is the
+/// engine's error it reads back as; any other is the database's.
+impl From<sqlx::Error> for QuestionError {
+    fn from(e: sqlx::Error) -> Self {
+        match ClientError::from(e) {
+            ClientError::Database(e) => QuestionError::Database(e),
+            refused => QuestionError::Client(refused),
+        }
+    }
 }
 
 fn invalid(field: &'static str, message: impl Into<String>) -> QuestionError {
@@ -100,19 +111,9 @@ impl QuestionService {
         choices: &[String],
         game_time: DateTime<Utc>,
     ) -> Result<QuestionDetail, QuestionError> {
-        check_text("game", game, 200)?;
-        check_text("prompt", prompt, 500)?;
-        check_choices(choices)?;
-        check_game_time(game_time)?;
-        let q = store::question_insert(&mut *conn, game.trim(), prompt.trim(), choices, game_time)
-            .await?;
-        let job = self
-            .client
-            .insert_own_with(&mut *conn, &lock_job(q.id, game_time))
-            .await?
-            .job;
-        store::question_set_lock_job(&mut *conn, q.id, job.id).await?;
-        self.follow_game_run(&mut *conn, game.trim()).await?;
+        refuse_nul(Some(game), Some(prompt), Some(choices))?;
+        let kinds = self.client.rules(true).kinds;
+        let q = store::question_add(&mut *conn, game, prompt, choices, game_time, kinds).await?;
         get_with(conn, q.id).await
     }
 
@@ -152,7 +153,8 @@ impl QuestionService {
         by: Option<&str>,
     ) -> Result<crate::engine::workflow::RunInserted, QuestionError> {
         use super::game_workflow::{workflow, MAX_DEADLINE_MS};
-        check_text("game", game, 200)?;
+        refuse_nul(Some(game), None, None)?;
+        store::question_check(&mut *conn, Some(game), None, None, None).await?;
         use super::game_workflow::{MAX_NOTIFY_BATCH as MAX_BATCH, MAX_NOTIFY_TASKS};
         if settings
             .notify_tasks
@@ -260,15 +262,8 @@ impl QuestionService {
         choices: Option<&[String]>,
         game_time: Option<DateTime<Utc>>,
     ) -> Result<QuestionDetail, QuestionError> {
-        if let Some(p) = prompt {
-            check_text("prompt", p, 500)?;
-        }
-        if let Some(c) = choices {
-            check_choices(c)?;
-        }
-        if let Some(t) = game_time {
-            check_game_time(t)?;
-        }
+        refuse_nul(None, prompt, choices)?;
+        store::question_check(&mut *tx, None, prompt, choices, game_time).await?;
         let q = store::question_get_for_update(&mut *tx, id)
             .await?
             .ok_or(QuestionError::NotFound(id))?;
@@ -445,37 +440,10 @@ impl QuestionService {
         tx: &mut PgConnection,
         game: &str,
     ) -> Result<(), QuestionError> {
-        use super::game_workflow::{key_of, NAME};
-        // One change of a game's times at a time, each reading what the one before committed
-        // (taken after the questions' rows, as a move of the run takes it).
-        store::game_lock(&mut *tx, game).await?;
-        let Some(run) = self
-            .client
-            .live_workflow_with(&mut *tx, &key_of(game), NAME)
-            .await?
-        else {
-            return Ok(());
-        };
-        let Some(earliest) = store::question_earliest_of_game(&mut *tx, game).await? else {
-            return Ok(());
-        };
-        // A run without the time (a run of that name made by hand) has nothing to follow.
-        let Some(kickoff) = kickoff_of(&run) else {
-            return Ok(());
-        };
-        if kickoff == earliest || kickoff <= Utc::now() || self.kicked_off(tx, &run).await? {
-            return Ok(());
-        }
-        let times = [(KICKOFF_AT.to_string(), earliest)].into();
-        match self
-            .client
-            .move_workflow_times_with(&mut *tx, run.id, &times)
-            .await
-        {
-            // It ended since it was read (a cancel): nothing left to follow.
-            Err(ClientError::Conflict(_)) => Ok(()),
-            done => done.map(drop).map_err(Into::into),
-        }
+        // `kickoff_game_follow`: the one place this is written, which a question created from
+        // SQL (`kickoff_add_question`) follows too.
+        store::game_follow(tx, game).await?;
+        Ok(())
     }
 
     /// Whether a game's run locked its game: its `lock` step is past waiting and ready.
@@ -484,11 +452,7 @@ impl QuestionService {
         tx: &mut PgConnection,
         run: &crate::engine::workflow::RunRow,
     ) -> Result<bool, QuestionError> {
-        let steps = self.client.workflow_steps_with(&mut *tx, run.id).await?;
-        Ok(steps.iter().any(|s| {
-            s.name == super::game_workflow::LOCK_STEP
-                && !matches!(s.state.as_str(), "blocked" | "ready")
-        }))
+        Ok(store::game_kicked_off(tx, run.id).await?)
     }
 
     /// The earliest game time of `game`'s open questions (a move of the game `to` a time takes
@@ -633,41 +597,24 @@ fn check_text(field: &'static str, value: &str, max: usize) -> Result<(), Questi
     Ok(())
 }
 
-fn check_choices(choices: &[String]) -> Result<(), QuestionError> {
-    if choices.len() < 2 || choices.len() > MAX_CHOICES {
+/// What of a question cannot reach the database to be checked there: a NUL character, which
+/// text cannot hold (PostgreSQL would refuse it without naming the field). The rest of a
+/// question's rules are SQL's (`kickoff_check_question`).
+fn refuse_nul(
+    game: Option<&str>,
+    prompt: Option<&str>,
+    choices: Option<&[String]>,
+) -> Result<(), QuestionError> {
+    for (field, text) in [("game", game), ("prompt", prompt)] {
+        if text.is_some_and(|t| t.contains('\0')) {
+            return Err(invalid(field, "must not contain NUL characters"));
+        }
+    }
+    if choices.is_some_and(|c| c.iter().any(|c| c.contains('\0'))) {
         return Err(invalid(
             "choices",
-            format!("give 2 to {MAX_CHOICES} choices"),
+            format!("each choice is 1 to {MAX_CHOICE_CHARS} characters without outer spaces"),
         ));
-    }
-    for (i, c) in choices.iter().enumerate() {
-        let n = c.chars().count();
-        if n == 0 || n > MAX_CHOICE_CHARS || c.trim() != c || c.contains('\0') {
-            return Err(invalid(
-                "choices",
-                format!("each choice is 1 to {MAX_CHOICE_CHARS} characters without outer spaces"),
-            ));
-        }
-        if choices[..i].contains(c) {
-            return Err(invalid("choices", format!("`{c}` is listed twice")));
-        }
-    }
-    Ok(())
-}
-
-fn check_game_time(t: DateTime<Utc>) -> Result<(), QuestionError> {
-    let now = Utc::now();
-    let out = |message: String| {
-        QuestionError::Client(ClientError::OutOfWindow {
-            field: "game_time",
-            message,
-        })
-    };
-    if t <= now {
-        return Err(out("must be in the future".into()));
-    }
-    if t > now + ChronoDuration::days(MAX_GAME_AHEAD_DAYS) {
-        return Err(out(format!("more than {MAX_GAME_AHEAD_DAYS} days ahead")));
     }
     Ok(())
 }

@@ -80,22 +80,64 @@ pub struct ChoiceCount {
     pub correct: i64,
 }
 
-pub async fn question_insert<'e>(
+/// Creates a question of `game` with its lock job, and the game's live run follows it
+/// (`kickoff_add_question`, migration `20261231000001_sql_actions.sql`: the one place a
+/// question's creation and its rules are written, which an application calls from SQL too).
+/// Refused (SQLSTATE class `KO`) as the SQL function refuses it; the lock job's kind must be one
+/// of `kinds`, the kinds the caller's node runs, and it continues the trace of the span the call
+/// runs in.
+pub async fn question_add<'e>(
     db: impl PgExecutor<'e>,
     game: &str,
     prompt: &str,
     choices: &[String],
     game_time: DateTime<Utc>,
+    kinds: &[&str],
 ) -> Result<Question, sqlx::Error> {
-    sqlx::query_as(
-        "INSERT INTO questions (game, prompt, choices, game_time) VALUES ($1, $2, $3, $4) RETURNING *",
-    )
-    .bind(game)
-    .bind(prompt)
-    .bind(choices)
-    .bind(game_time)
-    .fetch_one(db)
-    .await
+    sqlx::query_as("SELECT * FROM kickoff_add_question($1, $2, $3, $4, $5, $6)")
+        .bind(game)
+        .bind(prompt)
+        .bind(choices)
+        .bind(game_time)
+        .bind(kinds)
+        .bind(crate::telemetry::current_traceparent())
+        .fetch_one(db)
+        .await
+}
+
+/// The rules of a question's fields, those given (`kickoff_check_question`).
+pub async fn question_check<'e>(
+    db: impl PgExecutor<'e>,
+    game: Option<&str>,
+    prompt: Option<&str>,
+    choices: Option<&[String]>,
+    game_time: Option<DateTime<Utc>>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT kickoff_check_question($1, $2, $3, $4)")
+        .bind(game)
+        .bind(prompt)
+        .bind(choices)
+        .bind(game_time)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// The live run of `game`'s workflow follows the earliest game time of its open questions
+/// (`kickoff_game_follow`). Whether it moved.
+pub async fn game_follow(tx: &mut PgConnection, game: &str) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT kickoff_game_follow($1)")
+        .bind(game)
+        .fetch_one(tx)
+        .await
+}
+
+/// Whether game run `run` locked its game (`kickoff_game_kicked_off`).
+pub async fn game_kicked_off(tx: &mut PgConnection, run: i64) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT kickoff_game_kicked_off($1)")
+        .bind(run)
+        .fetch_one(tx)
+        .await
 }
 
 pub async fn question_set_lock_job<'e>(

@@ -41,8 +41,17 @@
 //! after our check.
 //!
 //! Redirects are never followed. Of an answer's body only the first
-//! `webhooks::deliveries::BODY_CHARS` characters are read (kept in the delivery record, and in a
-//! failure's error).
+//! `webhooks::deliveries::BODY_CHARS` characters are kept in the delivery record and a failure's
+//! error.
+//!
+//! # The answer as the attempt's output
+//!
+//! A 2xx answer whose body is JSON (`Content-Type: application/json` or `...+json`, at most
+//! [`ANSWER_BYTES`]) is kept as the attempt's output beside the status and the duration
+//! (`{"status": 200, "duration_ms": ..., "answer": {...}}`): a worker in another language
+//! reports what it did, shown on the job's page, and a workflow step's dependents read it as the
+//! step's output. Not when the call carried its endpoint's default headers: what was read with
+//! those credentials is the delivery record's, shown to admins and the job's creator only.
 //!
 //! # The delivery record
 //!
@@ -85,6 +94,9 @@ pub const MAX_SNOOZES: u64 = 20;
 /// The most bytes read of a response's body (a UTF-8 character is at most 4 bytes): the delivery
 /// record and a failure's error keep its first [`BODY_CHARS`] characters.
 const BODY_BYTES: usize = BODY_CHARS * 4;
+/// The largest JSON answer kept as an attempt's output (an output's bound: what a node keeps of
+/// an attempt, `engine::attempt_log::MAX_OUTPUT_BYTES`).
+pub const ANSWER_BYTES: usize = crate::engine::attempt_log::MAX_OUTPUT_BYTES - 1024;
 /// The allowlist prefix that lets a host name resolve to non-public addresses.
 const PRIVATE_MARK: &str = "private:";
 #[derive(Debug, Deserialize)]
@@ -465,7 +477,7 @@ impl Worker for WebhookWorker {
         Box::pin(async move {
             let args = ctx.job.args.clone();
             let call_as = CallAs {
-                body_bytes: BODY_BYTES,
+                body_bytes: ANSWER_BYTES,
                 id: webhook_id(&ctx.job),
                 snoozes_left: ctx.job.meta["snoozes"].as_u64().unwrap_or(0) < MAX_SNOOZES,
                 no_retry: true,
@@ -509,12 +521,21 @@ impl WebhookWorker {
         let started = Instant::now();
         let mut seen = Seen::default();
         let outcome = self.call(ctx, args, &mut seen, call_as).await;
-        // The attempt's output: the status and the call's duration (the delivery record
-        // below keeps the detail, the response shown to admins only).
-        let _ = ctx.record(&serde_json::json!({
+        // The attempt's output: the status and the call's duration, and a JSON answer read
+        // without the endpoint's credentials (the delivery record below keeps the detail, the
+        // response read with them shown to admins only).
+        let mut output = serde_json::json!({
             "status": seen.status,
             "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
-        }));
+        });
+        if let Some(answer) = outcome
+            .as_ref()
+            .ok()
+            .and_then(|body| json_answer(&seen, body))
+        {
+            output["answer"] = answer;
+        }
+        let _ = ctx.record(&output);
         // Recorded whatever happened, the refusals before a call included. A record that
         // cannot be written does not undo the call: the attempt's outcome stands.
         let delivery = NewDelivery {
@@ -542,6 +563,18 @@ impl WebhookWorker {
         }
         outcome
     }
+}
+
+/// A 2xx answer's body as JSON, when it says it is JSON and is whole (no longer than
+/// [`ANSWER_BYTES`]) and was not read with the endpoint's credentials.
+fn json_answer(seen: &Seen, body: &[u8]) -> Option<Value> {
+    let content_type = seen.headers.as_ref()?.get("content-type")?;
+    let essence = content_type.split(';').next()?.trim().to_ascii_lowercase();
+    let json = essence == "application/json" || essence.ends_with("+json");
+    if seen.credentialed || !json || body.len() >= ANSWER_BYTES {
+        return None;
+    }
+    serde_json::from_slice(body).ok()
 }
 
 /// What one call saw, for the delivery record.

@@ -31,6 +31,17 @@ async fn history_with(seed: u64, steps: usize, faults: bool, failover: bool) {
     // The history did something: most requests were answered, and some were acted on.
     let answered = history.events.iter().filter(|e| e.ok()).count();
     assert!(answered * 2 > history.events.len(), "{}", report.text());
+    // Each node answered, the second one under a path of a site (`/kickoff`, as behind a proxy).
+    for node in 0..config.nodes {
+        assert!(
+            history
+                .events
+                .iter()
+                .any(|e| e.node == node && e.method != "SQL" && e.ok()),
+            "node {node} answered nothing: {}",
+            report.text()
+        );
+    }
     assert_eq!(
         history
             .faults

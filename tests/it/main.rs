@@ -50,6 +50,7 @@ mod schedule_processes;
 mod schedules;
 mod secrets;
 mod setup_link;
+mod sql_actions;
 mod sql_inserts;
 mod streams;
 mod traces;

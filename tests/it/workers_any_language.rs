@@ -202,6 +202,15 @@ async fn workers_in_python_and_typescript_verify_their_calls_and_their_answers_d
             "{language}: {ended:#?}"
         );
         assert_eq!(ended[2]["meta"]["snoozes"], json!(1), "{language}");
+        // A worker's JSON answer is its attempt's output (shown on the job's page; a workflow
+        // step's dependents read it).
+        let (_, attempts) = api(&server, "GET", &format!("/jobs/{}/attempts", jobs[0]), None).await;
+        assert_eq!(
+            attempts[0]["output"]["answer"],
+            json!({ "greeting": format!("hello {language}") }),
+            "{language}: {attempts}"
+        );
+        assert_eq!(attempts[0]["output"]["status"], json!(200), "{language}");
         let error = ended[3]["errors"][0]["message"]
             .as_str()
             .unwrap_or_default();

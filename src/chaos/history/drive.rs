@@ -290,6 +290,13 @@ impl Driver<'_> {
                 let Some(id) = self.pick_job(pick) else {
                     return Ok(());
                 };
+                // From the pick's bits (the plans of the seeds stay as they were): an
+                // operator's cancel sent as the application does, from SQL in its own
+                // transaction, committed or rolled back.
+                if action == JobAction::Cancel && role != Role::Viewer && pick & (1 << 41) != 0 {
+                    self.sql_cancel(i, id, pick & (1 << 42) != 0).await;
+                    return Ok(());
+                }
                 let (method, route, path, body) = match action {
                     JobAction::Cancel => ("POST", "/jobs/{id}/cancel", "cancel", None),
                     JobAction::Retry => ("POST", "/jobs/{id}/retry", "retry", None),
@@ -834,6 +841,12 @@ impl Driver<'_> {
                 let Some(id) = pick_of(&self.runs, pick) else {
                     return Ok(());
                 };
+                // From the pick's bits: the signal sent as the application does, from SQL in
+                // its own transaction (its result saved with it), committed or rolled back.
+                if role != Role::Viewer && pick & (1 << 41) != 0 {
+                    self.sql_signal(i, id, name, pick & (1 << 42) != 0).await;
+                    return Ok(());
+                }
                 self.send(
                     i,
                     role,
@@ -1067,6 +1080,110 @@ impl Driver<'_> {
         event
     }
 
+    /// Cancels job `id` as the application does (`kickoff_cancel_job`), in its transaction with
+    /// its own row, committed or rolled back: an event of method `SQL` on the API's route (a
+    /// rolled-back one on a route of its own), answered as the API answers (the job, or the
+    /// status of the API's refusal).
+    async fn sql_cancel(&mut self, i: usize, id: i64, rollback: bool) {
+        let sent = Utc::now();
+        let done = async {
+            let mut tx = self.pool.begin().await?;
+            app_table(&mut tx).await?;
+            let job: Value = sqlx::query_scalar("SELECT to_jsonb(j) FROM kickoff_cancel_job($1) j")
+                .bind(id)
+                .fetch_one(&mut *tx)
+                .await?;
+            app_row(&mut tx, i, id).await?;
+            finish(tx, rollback).await?;
+            Ok::<_, sqlx::Error>(job)
+        }
+        .await;
+        let path = format!("/jobs/{id}/cancel");
+        let route = match rollback {
+            true => "/jobs/{id}/cancel#rolled-back",
+            false => "/jobs/{id}/cancel",
+        };
+        self.record_sql(i, route, path, None, Some(id), done, sent);
+    }
+
+    /// Sends run `run` its signal `name` as the application does (`kickoff_signal`), in its
+    /// transaction with its own row (the game's result), committed or rolled back; recorded as
+    /// [`Self::sql_cancel`] records.
+    async fn sql_signal(&mut self, i: usize, run: i64, name: &str, rollback: bool) {
+        let sent = Utc::now();
+        let payload = json!({ "step": i });
+        let done = async {
+            let mut tx = self.pool.begin().await?;
+            app_table(&mut tx).await?;
+            app_row(&mut tx, i, run).await?;
+            let signal: Value = sqlx::query_scalar(
+                "SELECT to_jsonb(s) FROM kickoff_signal($1, $2, $3, 'sql:history') s",
+            )
+            .bind(run)
+            .bind(name)
+            .bind(&payload)
+            .fetch_one(&mut *tx)
+            .await?;
+            finish(tx, rollback).await?;
+            Ok::<_, sqlx::Error>(signal)
+        }
+        .await;
+        let path = format!("/workflows/{run}/signals");
+        let route = match rollback {
+            true => "/workflows/{id}/signals#rolled-back",
+            false => "/workflows/{id}/signals",
+        };
+        let body = json!({ "name": name, "payload": payload });
+        self.record_sql(i, route, path, Some(body), Some(run), done, sent);
+    }
+
+    /// Records an action sent from SQL: 200 and its answer when it was done, the API's status
+    /// for a refusal of Kickoff's (`KO003` 409, `KO005` 404, else 422), 0 when the database did
+    /// not answer (it may have committed).
+    #[allow(clippy::too_many_arguments)]
+    fn record_sql(
+        &mut self,
+        step: usize,
+        route: &'static str,
+        path: String,
+        body: Option<Value>,
+        subject: Option<i64>,
+        done: Result<Value, sqlx::Error>,
+        sent: chrono::DateTime<Utc>,
+    ) {
+        let (status, answer) = match done {
+            Ok(answer) => (200, answer),
+            Err(e) => {
+                let code = e
+                    .as_database_error()
+                    .and_then(|d| d.code())
+                    .unwrap_or_default()
+                    .to_string();
+                let status = match code.as_str() {
+                    "KO003" => 409,
+                    "KO005" => 404,
+                    c if c.starts_with("KO") => 422,
+                    _ => 0,
+                };
+                (status, Value::String(e.to_string()))
+            }
+        };
+        self.history.events.push(Event {
+            step,
+            role: Role::Admin,
+            node: 0,
+            method: "SQL",
+            route,
+            path,
+            body,
+            status,
+            answer,
+            sent,
+            answered: Utc::now(),
+            subject,
+        });
+    }
+
     /// Inserts a counting `noop` job with plain SQL, recorded as an event of method `SQL` (status
     /// 201 when it committed, 0 when the database did not answer).
     async fn sql_insert(&mut self, i: usize, queue: usize, delay_ms: u64, rollback: bool) {
@@ -1076,11 +1193,7 @@ impl Driver<'_> {
         let inserted = async {
             let mut tx = self.pool.begin().await?;
             // The application's own row, in the transaction that adds its job.
-            sqlx::query(
-                "CREATE TABLE IF NOT EXISTS history_games (step bigint PRIMARY KEY, job bigint)",
-            )
-            .execute(&mut *tx)
-            .await?;
+            app_table(&mut tx).await?;
             let (id, due): (i64, chrono::DateTime<Utc>) = sqlx::query_as(
                 "SELECT id, scheduled_at FROM kickoff_add_job('noop', $2, $1,
                      scheduled_at => statement_timestamp() + make_interval(secs => $3 / 1000.0),
@@ -1091,7 +1204,7 @@ impl Driver<'_> {
             .bind(delay_ms as f64)
             .fetch_one(&mut *tx)
             .await?;
-            sqlx::query("INSERT INTO history_games (step, job) VALUES ($1, $2)")
+            sqlx::query("INSERT INTO history_app_rows (step, subject) VALUES ($1, $2)")
                 .bind(i as i64)
                 .bind(id)
                 .execute(&mut *tx)
@@ -1236,5 +1349,40 @@ async fn answer_of(request: reqwest::RequestBuilder) -> (u16, Value) {
             (status, answer)
         }
         Err(e) => (0, Value::String(e.to_string())),
+    }
+}
+
+/// The application's own table in a history: a row of each action it sends from SQL, written in
+/// the action's transaction (by the step that sent it, and what it named).
+async fn app_table(tx: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS history_app_rows (step bigint PRIMARY KEY, subject bigint)",
+    )
+    .execute(tx)
+    .await?;
+    Ok(())
+}
+
+async fn app_row(
+    tx: &mut sqlx::PgConnection,
+    step: usize,
+    subject: i64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO history_app_rows (step, subject) VALUES ($1, $2)")
+        .bind(step as i64)
+        .bind(subject)
+        .execute(tx)
+        .await?;
+    Ok(())
+}
+
+/// Ends an application's transaction as its step says.
+async fn finish(
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    rollback: bool,
+) -> Result<(), sqlx::Error> {
+    match rollback {
+        true => tx.rollback().await,
+        false => tx.commit().await,
     }
 }

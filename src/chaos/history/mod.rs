@@ -221,6 +221,9 @@ async fn run_on(
             ("KICKOFF_ALERT_INTERVAL_MS", "500".into()),
             ("KICKOFF_ALERT_QUEUE", "default".into()),
         ],
+        // The second node under a path of a site, as behind a proxy (docs/embedding.md): every
+        // request, page and server function of a history's goes to it as to the first.
+        odd_base: Some("/kickoff"),
     };
     let mut nodes = Vec::new();
     for slot in 0..config.nodes.max(1) {
@@ -652,19 +655,19 @@ async fn read_snapshot(pool: &Db) -> Result<Snapshot, String> {
         on_failure: r.2,
     })
     .collect();
-    let app_games: Vec<i64> = sqlx::query_scalar(
-        "SELECT step FROM history_games WHERE to_regclass('history_games') IS NOT NULL",
+    let app_rows: Vec<i64> = sqlx::query_scalar(
+        "SELECT step FROM history_app_rows WHERE to_regclass('history_app_rows') IS NOT NULL",
     )
     .fetch_all(&mut *tx)
     .await
     .or_else(|e| match &e {
-        // No SQL insert ran: the application's table was never made.
+        // No SQL action ran: the application's table was never made.
         sqlx::Error::Database(d) if d.code().as_deref() == Some("42P01") => Ok(Vec::new()),
         _ => Err(e),
     })
     .map_err(db)?;
     Ok(Snapshot {
-        app_games: app_games.into_iter().collect(),
+        app_rows: app_rows.into_iter().collect(),
         workflow_runs,
         workflow_steps,
         workflow_edges,

@@ -219,13 +219,16 @@ pub enum Step {
         role: Role,
     },
     /// A `noop` job added from SQL (`kickoff_add_job`, docs/embedding.md) in the application's
-    /// own transaction with its own row (a game in `history_games`), committed or rolled back:
+    /// own transaction with its own row (in `history_app_rows`), committed or rolled back:
     /// the engine must run a committed one like any other, and a rolled-back one never exists.
     SqlInsert {
         queue: usize,
         delay_ms: u64,
         rollback: bool,
     },
+    /// An action on a job made before (the `pick`th). An operator's or admin's cancel whose
+    /// pick has bit 41 set is sent as the application does, from SQL in its own transaction
+    /// (`kickoff_cancel_job`, with its own row), rolled back when bit 42 is set too.
     Job {
         action: JobAction,
         pick: usize,
@@ -368,7 +371,9 @@ pub enum Step {
     /// Send a run made before (the `pick`th) its signal `go`, or `other` (which no step waits
     /// for): the first of a name stands, and the steps waiting for it start. `signed`: as a
     /// partner, through the inbound route, signed with its endpoint's secret, to the live run of
-    /// the key of a run that has one (the `pick`th of those; none: through the API).
+    /// the key of a run that has one (the `pick`th of those; none: through the API). Else, an
+    /// operator's or admin's whose pick has bit 41 set is sent from SQL in the application's
+    /// transaction (`kickoff_signal`, with its own row), rolled back when bit 42 is set too.
     WorkflowSignal {
         pick: usize,
         other: bool,
@@ -656,6 +661,41 @@ fn one(rng: &mut fastrand::Rng, nodes: usize, faults: bool) -> Step {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The suite's histories (`tests/it/history.rs`: seeds 1, 2, 3 and 6, 200 steps) send
+    /// cancels from SQL, committed and rolled back, and signals (rarer: a rolled-back one is
+    /// `tests/it/sql_actions.rs`'), beside the API's.
+    #[test]
+    fn the_suites_seeds_cancel_and_signal_from_sql() {
+        let (mut cancels, mut signals) = (Vec::new(), Vec::new());
+        for seed in [1, 2, 3, 6] {
+            for step in draw(seed, 200, 2, true) {
+                match step {
+                    Step::Job {
+                        action: JobAction::Cancel,
+                        pick,
+                        role,
+                    } if role != Role::Viewer && pick & (1 << 41) != 0 => {
+                        cancels.push(pick & (1 << 42) != 0)
+                    }
+                    Step::WorkflowSignal {
+                        pick,
+                        role,
+                        signed: false,
+                        ..
+                    } if role != Role::Viewer && pick & (1 << 41) != 0 => {
+                        signals.push(pick & (1 << 42) != 0)
+                    }
+                    _ => {}
+                }
+            }
+        }
+        assert!(
+            cancels.contains(&true) && cancels.contains(&false),
+            "cancels from SQL, rolled back or not: {cancels:?}"
+        );
+        assert!(signals.contains(&false), "signals from SQL: {signals:?}");
+    }
 
     #[test]
     fn a_seed_draws_the_same_plan_and_another_seed_another() {

@@ -191,9 +191,9 @@ pub struct Snapshot {
     pub workflow_signals: Vec<SignalRow>,
     /// The tasks of the map steps, each with its current job.
     pub workflow_tasks: Vec<TaskRow>,
-    /// The application's rows written with a job added from SQL (`history_games`), by the
-    /// step that wrote them.
-    pub app_games: std::collections::HashSet<i64>,
+    /// The application's rows written with what it did from SQL (`history_app_rows`: a job
+    /// added, a cancel, a signal), by the step that wrote them.
+    pub app_rows: std::collections::HashSet<i64>,
 }
 
 /// A workflow run as the database held it at the end: its state and its counters.
@@ -217,7 +217,8 @@ pub struct SignalRow {
     pub run_id: i64,
     pub name: String,
     pub received_at: DateTime<Utc>,
-    /// Who sent it: `api:<account>`, `endpoint:<id>` (a partner's signed call).
+    /// Who sent it: `api:<account>`, `endpoint:<id>` (a partner's signed call), `sql:history`
+    /// (the application, from SQL).
     pub source: String,
 }
 

@@ -10,7 +10,6 @@ use serde_json::Value;
 
 use super::spec::Overlap;
 use crate::engine::attempt_hook::AttemptHook;
-use crate::engine::client::notify_cancelled;
 use crate::engine::job::Job;
 use crate::engine::job::META_SCHEDULE_ID;
 use crate::engine::store::jobs as job_store;
@@ -100,7 +99,6 @@ async fn overlap_gate(
                     .await?;
             if !earlier.is_empty() {
                 let cancelled = job_store::job_cancel_many(&mut *tx, &earlier).await?;
-                notify_cancelled(&mut tx, &cancelled).await?;
                 tracing::info!(job = %job.id, cancelled = cancelled.len(), "a run of a schedule cancelled the runs it overlaps");
             }
             tx.commit().await?;

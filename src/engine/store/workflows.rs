@@ -475,22 +475,32 @@ pub async fn run_signals<'e>(
     .await
 }
 
-/// Stores signal `name` of run `run` and starts the steps waiting for it: `stored`, `existing`
-/// or why not (`kickoff_run_signal`).
+/// Stores signal `name` of run `run` and starts the steps waiting for it (`kickoff_signal`):
+/// the signal, and whether it was stored (`false`: one of that name came first and stands).
+/// Refused (SQLSTATE class `KO`) as the SQL function refuses it.
 pub async fn run_signal(
     conn: &mut PgConnection,
     run: i64,
     name: &str,
     payload: &Value,
     source: &str,
-) -> Result<String, sqlx::Error> {
-    sqlx::query_scalar("SELECT kickoff_run_signal($1, $2, $3, $4)")
-        .bind(run)
-        .bind(name)
-        .bind(payload)
-        .bind(source)
-        .fetch_one(conn)
-        .await
+) -> Result<(SignalRow, bool), sqlx::Error> {
+    let (name, payload, source, received_at, stored) = sqlx::query_as(
+        "SELECT name, payload, source, received_at, stored FROM kickoff_signal($1, $2, $3, $4)",
+    )
+    .bind(run)
+    .bind(name)
+    .bind(payload)
+    .bind(source)
+    .fetch_one(conn)
+    .await?;
+    let signal = SignalRow {
+        name,
+        payload,
+        source,
+        received_at,
+    };
+    Ok((signal, stored))
 }
 
 /// The payload of signal `name` of the run step `step` belongs to, if it came.

@@ -3,13 +3,15 @@
 
 use crate::chaos::history::record::{Event, History, JobRow};
 
-/// Acknowledged requests that named `job` on `route`.
+/// Acknowledged requests that named `job` on `route`: the API's, and the application's from SQL
+/// (a cancel: `kickoff_cancel_job`).
 pub(super) fn on_job<'a>(
     h: &'a History,
     route: &'static str,
     job: i64,
 ) -> impl Iterator<Item = &'a Event> {
     h.acknowledged("POST", route)
+        .chain(h.acknowledged("SQL", route))
         .filter(move |e| e.subject == Some(job))
 }
 

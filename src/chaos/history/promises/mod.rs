@@ -12,7 +12,7 @@ mod games;
 mod limits;
 mod map_steps;
 mod slots;
-mod sql_inserts;
+mod sql_actions;
 mod workflows;
 
 use std::collections::{HashMap, HashSet};
@@ -91,10 +91,11 @@ pub enum Promise {
     /// counters equal its steps' states, and it settles with the last of them; nothing of a run
     /// starts after its cancel was answered.
     WorkflowsHold,
-    /// docs/embedding.md: a job added from SQL commits with the application's rows of its
-    /// transaction: it exists or runs only with them (a rolled-back one never), and an insert
-    /// whose commit was answered kept them.
-    SqlInsertsAtomic,
+    /// docs/embedding.md: what an application does from SQL (an insert, a cancel, a signal)
+    /// commits with its rows of its transaction: a job added from SQL exists or runs only with
+    /// them (a rolled-back one never), an action whose commit was answered kept them, a
+    /// rolled-back or refused one left none, and a signal stored from SQL came with them.
+    SqlActionsAtomic,
 }
 
 impl Promise {
@@ -115,7 +116,7 @@ impl Promise {
         Promise::SlotsComplete,
         Promise::ReservedMetaRefused,
         Promise::WorkflowsHold,
-        Promise::SqlInsertsAtomic,
+        Promise::SqlActionsAtomic,
     ];
 }
 
@@ -169,7 +170,7 @@ pub fn check(h: &History, s: &Snapshot) -> Vec<Violation> {
         slots::slots_complete,
         reserved_meta_refused,
         workflows_hold,
-        sql_inserts::sql_inserts_atomic,
+        sql_actions::sql_actions_atomic,
     ];
     Promise::ALL
         .iter()
@@ -252,7 +253,11 @@ fn retried_after(h: &History, job: &JobRow, t: DateTime<Utc>) -> bool {
 
 fn cancel_holds(h: &History, s: &Snapshot) -> Vec<String> {
     let mut out = Vec::new();
-    for e in h.acknowledged("POST", "/jobs/{id}/cancel") {
+    // The API's cancels and the application's from SQL (`kickoff_cancel_job`), alike.
+    for e in h
+        .acknowledged("POST", "/jobs/{id}/cancel")
+        .chain(h.acknowledged("SQL", "/jobs/{id}/cancel"))
+    {
         let Some(id) = e.subject else { continue };
         let Some(job) = s.job(id) else { continue };
         let Some(attempt) = e.answer.get("attempt").and_then(serde_json::Value::as_i64) else {

@@ -119,42 +119,6 @@ macro_rules! complete_and_record {
     };
 }
 
-/// The rest of a cancellation after its CTE `target` (`id`, `before`, `claim_token`, `due_at`
-/// of the jobs to cancel, locked): cancels them, records the attempts that were running (the
-/// handler's own write comes after its claim is gone, and is fenced off), and returns each job's
-/// `id`, `before` and `claim_token`. An attempt claimed ahead of its due time had not started:
-/// it has no record.
-macro_rules! cancel_and_record {
-    () => {
-        concat!(
-            "
-             cancelled AS (
-                 UPDATE jobs SET state = 'cancelled', finalized_at = now(),
-                        lease_expires_at = NULL, claim_token = NULL
-                 FROM target WHERE jobs.id = target.id
-                 RETURNING jobs.id, target.before, target.claim_token, jobs.attempt, jobs.queue,
-                           jobs.kind, jobs.meta, jobs.attempted_by, jobs.attempted_at,
-                           target.due_at),
-             ran AS (
-                 -- What its page showed while it ran (the node's last beat) goes into its
-                 -- record; the node deletes the live row once its attempt stopped.
-                 SELECT c.id, c.attempt, c.queue, c.kind, c.meta, c.attempted_by, c.attempted_at,
-                        c.due_at, NULL::timestamptz AS started_at, NULL::float8 AS duration_ms,
-                        l.output::text AS output, l.logs::text AS logs,
-                        coalesce(l.logs_dropped, 0) AS dropped,
-                        'cancelled' AS outcome, 'cancelled while it ran' AS error
-                 FROM cancelled c
-                 LEFT JOIN job_attempt_live l
-                        ON l.job_id = c.id AND l.claim_token = c.claim_token
-                 WHERE c.before = 'executing' AND c.attempted_at <= now()),
-             recorded AS (",
-            record_attempts_from!("ran"),
-            ")
-             SELECT id, before, claim_token FROM cancelled"
-        )
-    };
-}
-
 /// Moves due `scheduled` and `retryable` jobs to `available`. Returns the queues of the moved jobs
 /// (one entry per job). `now` pins the clock in tests.
 pub async fn job_stage_due<'e>(
@@ -930,4 +894,20 @@ pub async fn attempt_live_of<'e>(
     .bind(claim.token)
     .fetch_optional(db)
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    /// A cancellation records the attempt it stopped in SQL (`kickoff_cancel_jobs`, which a SQL
+    /// caller runs too), with the very `INSERT` every write of an attempt's end uses here.
+    #[test]
+    fn the_sql_cancellation_records_an_attempt_as_every_end_does() {
+        let migration = include_str!("../../../../migrations/20261231000001_sql_actions.sql");
+        let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            words(migration).contains(&words(record_attempts_from!("ran"))),
+            "kickoff_cancel_jobs records attempts otherwise than record_attempts_from!: write \
+             a migration that redefines it"
+        );
+    }
 }

@@ -480,19 +480,20 @@ pub async fn job_cancel_matching<'e>(
     ids: &[JobId],
     filter: &JobFilter,
 ) -> Result<Vec<CancelledJob>, sqlx::Error> {
-    // Rows are locked in id order, as job_cancel_many does, so two cancellations never deadlock.
+    // Rows are locked in id order, as job_cancel_many does, so two cancellations never deadlock;
+    // locked, they still match when `kickoff_cancel_jobs` cancels them.
     let mut qb = QueryBuilder::new(
         "WITH target AS (
-             SELECT id, state AS before, claim_token, scheduled_at AS due_at FROM jobs
+             SELECT id FROM jobs
              WHERE finalized_at IS NULL AND NOT meta ? 'owner' AND id = ANY(",
     );
     qb.push_bind(ids_param(ids)).push(")");
     push_filter(&mut qb, filter, &distinct_states(filter));
-    qb.push(concat!(
+    qb.push(
         " ORDER BY id
-             FOR UPDATE),",
-        cancel_and_record!()
-    ));
+             FOR UPDATE)
+         SELECT * FROM kickoff_cancel_jobs(ARRAY(SELECT id FROM target))",
+    );
     qb.build_query_as().persistent(false).fetch_all(db).await
 }
 

@@ -416,23 +416,28 @@ pub async fn job_get<'e>(db: impl PgExecutor<'e>, id: JobId) -> Result<Option<Jo
         .await
 }
 
-/// Cancels jobs that are not final.
+/// Cancels jobs that are not final (`kickoff_cancel_jobs`, migration
+/// `20261231000001_sql_actions.sql`: the one place a cancellation is written, which a SQL
+/// caller's `kickoff_cancel_job` runs too); the nodes running their attempts are told at commit.
 pub async fn job_cancel_many<'e>(
     db: impl PgExecutor<'e>,
     ids: &[JobId],
 ) -> Result<Vec<CancelledJob>, sqlx::Error> {
     let ids: Vec<i64> = ids.iter().map(|id| id.0).collect();
-    sqlx::query_as(concat!(
-        "WITH target AS (
-                 SELECT id, state AS before, claim_token, scheduled_at AS due_at FROM jobs
-                 WHERE id = ANY($1) AND finalized_at IS NULL
-                 ORDER BY id
-                 FOR UPDATE),",
-        cancel_and_record!(),
-    ))
-    .bind(&ids)
-    .fetch_all(db)
-    .await
+    sqlx::query_as("SELECT * FROM kickoff_cancel_jobs($1)")
+        .bind(&ids)
+        .fetch_all(db)
+        .await
+}
+
+/// Cancels job `id` as an operator does (`kickoff_cancel_job`): refused when it belongs to
+/// something else while it lives, has finished (both SQLSTATE `KO003`) or is not there
+/// (`KO005`). The job as it is now.
+pub async fn job_cancel_one<'e>(db: impl PgExecutor<'e>, id: JobId) -> Result<Job, sqlx::Error> {
+    sqlx::query_as("SELECT * FROM kickoff_cancel_job($1)")
+        .bind(id)
+        .fetch_one(db)
+        .await
 }
 
 /// Runs a final or retryable job again, now (retry / rerun). It gets at least one more attempt.
