@@ -1,7 +1,9 @@
 //! What an application does from SQL in its own transaction besides inserting a job (issue 50,
 //! docs/embedding.md, migration `20261231000001_sql_actions.sql`): cancel a job
 //! (`kickoff_cancel_job`), create a question with its lock job (`kickoff_add_question`, the
-//! example `examples/sql/question.sql` run by psql), signal a workflow run (`kickoff_signal`).
+//! examples `examples/sql/question.sql`, `python/question.py` and `node/question.mjs` run by
+//! psql, Python with psycopg and Node with node-postgres), signal a workflow run
+//! (`kickoff_signal`).
 //! Rolled back, each leaves nothing; committed, its effect reaches the nodes (a running attempt
 //! stops, the question locks at its game time, the waiting step starts). And each is the API's
 //! own action, written once: the same bad inputs are refused alike both ways.
@@ -336,36 +338,68 @@ fn example(path: &str) -> std::path::PathBuf {
         .join(path)
 }
 
-/// Runs `examples/sql/question.sql` with psql for game `game`, its game time `at`, its
-/// transaction ended by `finish` (COMMIT or ROLLBACK). The question's id and its lock job's.
-fn psql_question(db_url: &str, game: i64, at: DateTime<Utc>, finish: &str) -> (i64, i64) {
+/// Runs the question example of `language` (`examples/sql/question.sql` with psql,
+/// `python/question.py`, `node/question.mjs`) for game `game` at `at`, its transaction ended by
+/// `finish` (`commit`, `rollback`, or `refused`: a question Kickoff refuses, not for psql). What
+/// it printed: `{"question": id, "lock_job": id}` or the refusal.
+fn question_from(
+    language: &str,
+    db_url: &str,
+    game: i64,
+    at: DateTime<Utc>,
+    finish: &str,
+) -> Value {
     let db_url = db_url.split('?').next().unwrap();
-    let out = Command::new("psql")
-        .args(["-X", "-q", "-t", "-A"])
-        .args(["-v", &format!("game={game}")])
-        .args(["-v", &format!("starts_at={}", at.to_rfc3339())])
-        .args(["-v", &format!("finish={finish}")])
-        .arg("-f")
-        .arg(example("question.sql"))
-        .arg(db_url)
+    let mut cmd = match language {
+        "psql" => {
+            let mut cmd = Command::new("psql");
+            cmd.args(["-X", "-q", "-t", "-A"])
+                .args(["-v", &format!("game={game}")])
+                .args(["-v", &format!("starts_at={}", at.to_rfc3339())])
+                .args(["-v", &format!("finish={}", finish.to_uppercase())])
+                .arg("-f")
+                .arg(example("question.sql"))
+                .arg(db_url);
+            cmd
+        }
+        "python" => {
+            let mut cmd = crate::common::venv_python();
+            cmd.arg(example("python/question.py"));
+            cmd
+        }
+        _ => {
+            let mut cmd = Command::new("node");
+            cmd.arg(example("node/question.mjs"));
+            cmd
+        }
+    };
+    if language != "psql" {
+        cmd.arg(game.to_string()).arg(at.to_rfc3339()).arg(finish);
+    }
+    let out = cmd
+        .env("DATABASE_URL", db_url)
         .output()
-        .expect("run psql");
+        .unwrap_or_else(|e| panic!("run the {language} example: {e}"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "{stdout}\n{}",
+        "{language}: {stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let line = stdout.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-    let mut fields = line.split('|').map(|f| f.parse::<i64>());
-    match (fields.next(), fields.next()) {
-        (Some(Ok(q)), Some(Ok(job))) => (q, job),
-        _ => panic!("psql printed {stdout:?}"),
+    if language == "psql" {
+        let mut fields = line.split('|').map(|f| f.parse::<i64>());
+        return match (fields.next(), fields.next()) {
+            (Some(Ok(q)), Some(Ok(job))) => json!({ "question": q, "lock_job": job }),
+            _ => panic!("psql printed {stdout:?}"),
+        };
     }
+    serde_json::from_str(line).unwrap_or_else(|_| panic!("{language} printed {stdout:?}"))
 }
 
 #[tokio::test]
-async fn a_question_added_from_sql_commits_with_the_games_row_and_locks_at_its_game_time() {
+async fn a_question_added_from_psql_python_and_node_commits_with_the_games_row_and_locks_at_its_time(
+) {
     let db = test_db().await;
     let engine = Engine::start(
         db.pool.clone(),
@@ -381,46 +415,74 @@ async fn a_question_added_from_sql_commits_with_the_games_row_and_locks_at_its_g
         .execute(db.pool.pool())
         .await
         .unwrap();
-    let at = Utc::now().trunc_subsecs(3) + chrono::Duration::milliseconds(1500);
-    psql_question(&db.url, 31, at, "ROLLBACK");
-    let held: (i64, i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM games), (SELECT count(*) FROM questions),
-                (SELECT count(*) FROM jobs)",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
-    assert_eq!(held, (0, 0, 0), "rolled back: no game, question or job");
-    let (question, job) = psql_question(&db.url, 32, at, "COMMIT");
-    let (kind, owner, due): (String, String, DateTime<Utc>) =
-        sqlx::query_as("SELECT kind, meta ->> 'owner', scheduled_at FROM jobs WHERE id = $1")
-            .bind(job)
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
-    assert_eq!(
-        (kind.as_str(), owner, due),
-        ("lock_question", format!("question {question}"), at)
-    );
+    let kept = || async {
+        sqlx::query_as::<_, (i64, i64, i64)>(
+            "SELECT (SELECT count(*) FROM games), (SELECT count(*) FROM questions),
+                    (SELECT count(*) FROM jobs)",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    };
+    let at = Utc::now().trunc_subsecs(3) + chrono::Duration::milliseconds(3000);
+    let mut committed = Vec::new();
+    for (i, language) in ["psql", "python", "node"].into_iter().enumerate() {
+        let game = 30 + 10 * i as i64;
+        let before = kept().await;
+        let printed = question_from(language, &db.url, game, at, "rollback");
+        assert!(printed["question"].is_i64(), "{language}: {printed}");
+        assert_eq!(
+            kept().await,
+            before,
+            "{language}: rolled back, no game, question or job"
+        );
+        if language != "psql" {
+            let refused = question_from(language, &db.url, game + 2, at, "refused");
+            assert_eq!(
+                refused,
+                json!({ "sqlstate": "KO001", "column": "choices",
+                        "message": "choices: give 2 to 20 choices" }),
+                "{language}"
+            );
+            assert_eq!(kept().await, before, "{language}: refused, nothing kept");
+        }
+        let printed = question_from(language, &db.url, game + 1, at, "commit");
+        let (question, job) = (
+            printed["question"].as_i64().unwrap(),
+            printed["lock_job"].as_i64().unwrap(),
+        );
+        let (kind, owner, due): (String, String, DateTime<Utc>) =
+            sqlx::query_as("SELECT kind, meta ->> 'owner', scheduled_at FROM jobs WHERE id = $1")
+                .bind(job)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!(
+            (kind.as_str(), owner, due),
+            ("lock_question", format!("question {question}"), at),
+            "{language}"
+        );
+        committed.push((language, question));
+    }
     let questions = kickoff::questions::QuestionService::new(engine.client());
-    wait_for("the question to lock", Duration::from_secs(10), || async {
-        questions
-            .get(question)
-            .await
-            .unwrap()
-            .question
-            .locked_at
-            .is_some()
-    })
-    .await;
-    let detail = questions.get(question).await.unwrap();
-    assert!(
-        detail.question.locked_at.unwrap() >= at,
-        "never before its game time"
-    );
-    assert_eq!(detail.lock_job.unwrap().state, JobState::Completed);
-    // An operator cannot cancel it by itself while it lives: its question owns it (the
-    // refusal's words are the API's, above).
+    for (language, question) in committed {
+        wait_for("the question to lock", Duration::from_secs(10), || async {
+            questions
+                .get(question)
+                .await
+                .unwrap()
+                .question
+                .locked_at
+                .is_some()
+        })
+        .await;
+        let detail = questions.get(question).await.unwrap();
+        assert!(
+            detail.question.locked_at.unwrap() >= at,
+            "{language}: never before its game time"
+        );
+        assert_eq!(detail.lock_job.unwrap().state, JobState::Completed);
+    }
     engine.stop().await;
 }
 
