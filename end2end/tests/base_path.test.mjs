@@ -1,8 +1,9 @@
 // Kickoff served under a path (`KICKOFF_BASE_PATH=/kickoff`), as behind a proxy that forwards a
 // path of its site, or mounted in an application's router: in Chromium, the sign-in sends the
 // browser back to the page it asked for, the page hydrates (its live stream under the path), the
-// navigation, a filter and an action stay under the path, nothing the page asks for fails, and
-// signing out lands on the login page under the path. A server of its own (scripts/test passes
+// navigation, a filter and an action stay under the path, nothing the page asks for fails,
+// signing out lands on the login page under the path, and a browser in another time zone sees a
+// job's time in its zone. A server of its own (scripts/test passes
 // KICKOFF_BIN, the server it built, and KICKOFF_TEST_DATABASE_URL, its cluster).
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -45,7 +46,7 @@ async function serverUnderPath() {
   return { origin, password, api, output: server.output };
 }
 
-test('the dashboard under a path signs in, hydrates, navigates, filters and acts under it', async () => {
+test('the dashboard under a path signs in, hydrates, navigates, filters and acts under it, in two time zones', async () => {
   const server = await serverUnderPath();
   const { origin, api } = server;
   assert.match(server.output(), new RegExp(`listening on ${origin}/kickoff`));
@@ -91,4 +92,28 @@ test('the dashboard under a path signs in, hydrates, navigates, filters and acts
   await page.waitForURL((url) => url.pathname === '/kickoff/login');
   assert.deepEqual(errors, []);
   assert.deepEqual(failed, []);
+
+  // In another time zone (India's, half an hour off the hour): a job due at 19:00 there next
+  // July is shown at 19:00, hydrated, the zone named, under the path.
+  const year = new Date().getUTCFullYear() + 1;
+  const july = await api('POST', '/jobs', { kind: 'noop', scheduled_at: `${year}-07-10T13:30:00Z`, args: { game: 'Tigers' } });
+  assert.equal(july.status, 201, JSON.stringify(july.body));
+  const inIndia = await launch({ signedOut: true, timezoneId: 'Asia/Kolkata' });
+  cleanups.push(() => inIndia.close());
+  const there = await inIndia.newPage();
+  const errorsThere = watchErrors(there);
+  const failedThere = watchFailures(there, origin);
+  await there.goto(`${origin}/kickoff/jobs/${july.body.job.id}`);
+  await there.waitForURL((url) => url.pathname === '/kickoff/login');
+  await there.getByLabel('Name').fill('admin');
+  await there.getByLabel('Password').fill(server.password);
+  await there.getByRole('button', { name: 'Sign in' }).click();
+  await there.waitForURL((url) => url.pathname === `/kickoff/jobs/${july.body.job.id}`);
+  await hydrated(there);
+  const zone = await there.evaluate(() => Intl.DateTimeFormat().resolvedOptions().timeZone);
+  assert.match(zone, /^Asia\/(Kolkata|Calcutta)$/);
+  await there.locator('.zone-note', { hasText: `Times in ${zone}` }).waitFor();
+  await there.locator('time .abs', { hasText: `${year}-07-10 19:00:00` }).first().waitFor();
+  assert.deepEqual(errorsThere, []);
+  assert.deepEqual(failedThere, []);
 });
