@@ -111,16 +111,24 @@ BEGIN
     RETURN job;
 END $$;
 
--- `value` without its outer white space (Rust's `str::trim`).
+-- Unicode's White_Space characters (Rust's `char::is_whitespace`) as a bracket expression.
+CREATE FUNCTION kickoff_white_space() RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT '[\u0009-\u000d\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]'
+$$;
+
+-- `value` without its outer white space, as Rust's `str::trim` takes it off (Unicode's
+-- White_Space, whatever the database's locale).
 CREATE FUNCTION kickoff_trim(value text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT regexp_replace(value, '^[[:space:]]+|[[:space:]]+$', '', 'g')
+    SELECT regexp_replace(value, '^' || kickoff_white_space() || '+|' || kickoff_white_space()
+                                 || '+$', '', 'g')
 $$;
 
 -- Every rule of a question's fields, those given (NULL: not changed): true, or a refusal raised.
 -- `game` and `prompt` are counted without their outer white space (they are stored so); a choice is
--- stored as given, so it may have none. A game time in the future, at most 730 days ahead
--- (`questions::service::MAX_GAME_AHEAD_DAYS`).
+-- stored as given, so it may have none. A game time in the future, at most 730 days of 24 hours
+-- ahead (`questions::service::MAX_GAME_AHEAD_DAYS`), by the database's clock.
 CREATE FUNCTION kickoff_check_question(game text, prompt text, choices text[],
                                        game_time timestamptz)
 RETURNS boolean LANGUAGE sql AS $$
@@ -132,16 +140,19 @@ SELECT CASE
     WHEN coalesce(array_ndims(choices), 1) <> 1 OR cardinality(choices) NOT BETWEEN 2 AND 20
     THEN kickoff_refuse('KO001', 'choices', 'give 2 to 20 choices')
     WHEN EXISTS (SELECT FROM unnest(choices) c
-                 WHERE c IS NULL OR char_length(c) NOT BETWEEN 1 AND 100 OR c ~ '^[[:space:]]|[[:space:]]$')
+                 WHERE c IS NULL OR char_length(c) NOT BETWEEN 1 AND 100
+                    OR c ~ ('^' || kickoff_white_space() || '|' || kickoff_white_space() || '$'))
     THEN kickoff_refuse('KO001', 'choices',
                         'each choice is 1 to 100 characters without outer spaces')
     WHEN EXISTS (SELECT FROM unnest(choices) c GROUP BY c HAVING count(*) > 1)
+    -- The first choice that repeats one before it.
     THEN kickoff_refuse('KO001', 'choices', format('`%s` is listed twice',
-         (SELECT c FROM unnest(choices) WITH ORDINALITY AS t(c, i) GROUP BY c
-          HAVING count(*) > 1 ORDER BY min(i) LIMIT 1)))
+         (SELECT c FROM (SELECT c, i, row_number() OVER (PARTITION BY c ORDER BY i) AS n
+                         FROM unnest(choices) WITH ORDINALITY AS t(c, i)) r
+          WHERE n = 2 ORDER BY i LIMIT 1)))
     WHEN game_time <= statement_timestamp()
     THEN kickoff_refuse('KO004', 'game_time', 'must be in the future')
-    WHEN game_time > statement_timestamp() + interval '730 days'
+    WHEN game_time > statement_timestamp() + interval '17520 hours'
     THEN kickoff_refuse('KO004', 'game_time', 'more than 730 days ahead')
     ELSE true
 END

@@ -281,9 +281,12 @@ impl Sight<'_> {
     /// secret hidden, and the secrets of the run's steps' `jobs` it quotes (a partner's result
     /// may echo what a job sent it), as in any text about a job.
     pub fn signal_payload(&self, source: &str, jobs: &[Job], payload: &Value) -> Value {
+        // A caller of Kickoff's own is a sender; a partner's endpoint (`endpoint:<id>`) and the
+        // application from SQL (`sql:<database user>`, which may share an account's name) are
+        // no caller's.
         let sender = source
             .split_once(':')
-            .and_then(|(by, name)| (by != "endpoint").then_some(name));
+            .and_then(|(by, name)| matches!(by, "api" | "console").then_some(name));
         let mut payload = payload.clone();
         if self.sees_secrets_of_creator(sender) {
             return payload;

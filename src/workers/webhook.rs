@@ -50,8 +50,10 @@
 //! [`ANSWER_BYTES`]) is kept as the attempt's output beside the status and the duration
 //! (`{"status": 200, "duration_ms": ..., "answer": {...}}`): a worker in another language
 //! reports what it did, shown on the job's page, and a workflow step's dependents read it as the
-//! step's output. Not when the call carried its endpoint's default headers: what was read with
-//! those credentials is the delivery record's, shown to admins and the job's creator only.
+//! step's output. Not when the call carried a credential, its endpoint's default headers or the
+//! job's own (a header, a URL's user or query): what was read with it is the delivery record's,
+//! shown whole to admins and the job's creator only. A signed call is no credential of that
+//! kind (its signature proves who calls, it opens nothing): a worker's answer to it is kept.
 //!
 //! # The delivery record
 //!
@@ -528,14 +530,28 @@ impl WebhookWorker {
             "status": seen.status,
             "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
         });
-        if let Some(answer) = outcome
+        // Not when the call carried a credential of the job's own (a header, a URL's user or
+        // query): what it read with it is the delivery record's, shown whole to admins and the
+        // job's creator, scrubbed for the others.
+        let own_credentials = self
+            .hide_secrets(&mut args.clone(), &ctx.job.meta)
+            .iter()
+            .any(|s| !s.is_empty());
+        let answer = outcome
             .as_ref()
             .ok()
-            .and_then(|body| json_answer(&seen, body))
-        {
+            .and_then(|body| json_answer(&seen, body));
+        if let Some(answer) = answer.filter(|_| !own_credentials) {
             output["answer"] = answer;
         }
-        let _ = ctx.record(&output);
+        if ctx.record(&output).is_err() {
+            // Past an output's bound as written again, or holding what jsonb cannot (`\u0000`):
+            // the status and the duration alone.
+            if let Some(fields) = output.as_object_mut() {
+                fields.remove("answer");
+            }
+            let _ = ctx.record(&output);
+        }
         // Recorded whatever happened, the refusals before a call included. A record that
         // cannot be written does not undo the call: the attempt's outcome stands.
         let delivery = NewDelivery {
@@ -749,7 +765,11 @@ impl WebhookWorker {
         // Only the start of the body: an endpoint must not make us buffer megabytes. A body that
         // stops coming (the call's time-out) keeps what came: the status stands.
         let mut head = Vec::new();
-        let limit = call_as.body_bytes.max(BODY_BYTES);
+        // A failure's answer is read as far as its record keeps it.
+        let limit = match status.is_success() {
+            true => call_as.body_bytes.max(BODY_BYTES),
+            false => BODY_BYTES,
+        };
         while head.len() < limit {
             match res.chunk().await {
                 Ok(Some(chunk)) => {

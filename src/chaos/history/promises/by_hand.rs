@@ -3,15 +3,19 @@
 
 use crate::chaos::history::record::{Event, History, JobRow};
 
-/// Acknowledged requests that named `job` on `route`: the API's, and the application's from SQL
-/// (a cancel: `kickoff_cancel_job`).
+/// Acknowledged requests that named `job` on `route`, and the application's actions from SQL
+/// there (a cancel: `kickoff_cancel_job`) that may have committed: one whose answer was lost
+/// (the database crashed at its commit) may have.
 pub(super) fn on_job<'a>(
     h: &'a History,
     route: &'static str,
     job: i64,
 ) -> impl Iterator<Item = &'a Event> {
+    let from_sql = h.events.iter().filter(move |e| {
+        e.method == "SQL" && e.route == route && super::workflows::may_have_done(e)
+    });
     h.acknowledged("POST", route)
-        .chain(h.acknowledged("SQL", route))
+        .chain(from_sql)
         .filter(move |e| e.subject == Some(job))
 }
 
