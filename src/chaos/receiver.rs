@@ -1,7 +1,9 @@
 //! The loopback endpoint the chaos suite's webhook jobs call: it counts deliveries per job. The
 //! history checker's receiver is also unreliable, as partners are: by the job's id, a first
 //! attempt is answered 500, or 429 with `Retry-After: 1`, or 500 with the request's headers
-//! echoed back (a careless partner: [`echoes`]), or only after 300 ms.
+//! echoed back (a careless partner: [`echoes`]), or only after 300 ms; and a first attempt whose
+//! body asks for it (`"no_retry": true`) 422 with `kickoff-no-retry: true`, as a worker in
+//! another language refuses what no retry can help (docs/workers.md).
 //!
 //! It is also a partner's result API (`GET /result/{game}`, what a game's `poll` step asks):
 //! `{"final": false}` until [`FINAL_AFTER`] after the game's first call, then `{"final": true,
@@ -23,6 +25,8 @@ use chrono::{DateTime, Utc};
 pub struct Delivery {
     pub attempt: i32,
     pub at: DateTime<Utc>,
+    /// Answered with `kickoff-no-retry: true`: the job is to fail for good at once.
+    pub for_good: bool,
 }
 
 /// Deliveries per job id, and the result API's games: its first call, and when it first
@@ -74,7 +78,11 @@ async fn result(State(r): State<Receiver>, Path(game): Path<String>) -> Response
     Json(serde_json::json!({ "final": true, "answers": {} })).into_response()
 }
 
-async fn receive(State(r): State<Receiver>, headers: HeaderMap) -> Response {
+async fn receive(
+    State(r): State<Receiver>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
     let d = r.deliveries;
     let number = |name: &str| {
         headers
@@ -83,11 +91,25 @@ async fn receive(State(r): State<Receiver>, headers: HeaderMap) -> Response {
             .and_then(|v| v.parse::<i64>().ok())
     };
     let (id, attempt) = (number("x-kickoff-job-id"), number("x-kickoff-attempt"));
+    let asks_no_retry = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|b| b.get("no_retry")?.as_bool())
+        .unwrap_or(false);
+    let for_good = r.unreliable && asks_no_retry && attempt == Some(1);
     if let (Some(id), Ok(mut m)) = (id, d.0.lock()) {
         m.entry(id).or_default().push(Delivery {
             attempt: attempt.unwrap_or(0) as i32,
             at: Utc::now(),
+            for_good,
         });
+    }
+    if for_good {
+        return (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            [(HeaderName::from_static("kickoff-no-retry"), "true")],
+            "not a task of mine",
+        )
+            .into_response();
     }
     match (r.unreliable, id, attempt) {
         (true, Some(id), Some(1)) if id % 7 == 0 => {

@@ -255,7 +255,10 @@ impl Driver<'_> {
                                 "sleep_ms": sleep_ms, "fail_attempts": fail_attempts }),
                     ),
                     Work::Webhook { secret } => {
-                        let mut args = json!({ "url": self.hook_url, "timeout_ms": 5000 });
+                        // One in four (by the step: the plans of the seeds stay as they were)
+                        // refused for good by the receiver at its first call.
+                        let mut args = json!({ "url": self.hook_url, "timeout_ms": 5000,
+                                               "body": { "step": i, "no_retry": i % 4 == 1 } });
                         if secret {
                             let value = format!("sekret-{}-{i}", self.history.seed);
                             self.history.secrets.push(value.clone());

@@ -695,6 +695,24 @@ mod tests {
             "cancels from SQL, rolled back or not: {cancels:?}"
         );
         assert!(signals.contains(&false), "signals from SQL: {signals:?}");
+        // And webhook jobs the receiver refuses for good at their first call (the driver asks
+        // it to for the steps `i % 4 == 1`), in each seed's plan.
+        for seed in [1, 2, 3, 6] {
+            assert!(
+                draw(seed, 200, 2, true)
+                    .iter()
+                    .enumerate()
+                    .any(|(i, step)| i % 4 == 1
+                        && matches!(
+                            step,
+                            Step::Insert {
+                                work: Work::Webhook { .. },
+                                ..
+                            }
+                        )),
+                "seed {seed}: no webhook job asks for kickoff-no-retry"
+            );
+        }
     }
 
     #[test]

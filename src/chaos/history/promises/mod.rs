@@ -21,7 +21,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-use self::by_hand::{bulk_on, on_job};
+use self::by_hand::{bulk_on, moved_by_hand, on_job};
 use super::plan::{Role, KINDS, QUEUES};
 use super::record::{Event, History, JobRow, RunRow, Snapshot, StepRow};
 use crate::engine::job::RESERVED_META;
@@ -96,10 +96,14 @@ pub enum Promise {
     /// them (a rolled-back one never), an action whose commit was answered kept them, a
     /// rolled-back or refused one left none, and a signal stored from SQL came with them.
     SqlActionsAtomic,
+    /// docs/workers.md: a webhook call answered with `kickoff-no-retry: true` fails its job for
+    /// good at once: no call of a later attempt comes, and it ends discarded (unless an operator
+    /// moved it by hand, or cancelled it as it ran).
+    NoRetryHolds,
 }
 
 impl Promise {
-    pub const ALL: [Promise; 17] = [
+    pub const ALL: [Promise; 18] = [
         Promise::JobsSettle,
         Promise::CancelHolds,
         Promise::PauseHolds,
@@ -117,6 +121,7 @@ impl Promise {
         Promise::ReservedMetaRefused,
         Promise::WorkflowsHold,
         Promise::SqlActionsAtomic,
+        Promise::NoRetryHolds,
     ];
 }
 
@@ -153,7 +158,7 @@ fn workflows_hold(h: &History, s: &Snapshot) -> Vec<String> {
 
 /// Every promise's violations.
 pub fn check(h: &History, s: &Snapshot) -> Vec<Violation> {
-    let checks: [fn(&History, &Snapshot) -> Vec<String>; 17] = [
+    let checks: [fn(&History, &Snapshot) -> Vec<String>; 18] = [
         jobs_settle,
         cancel_holds,
         pause_holds,
@@ -171,6 +176,7 @@ pub fn check(h: &History, s: &Snapshot) -> Vec<Violation> {
         reserved_meta_refused,
         workflows_hold,
         sql_actions::sql_actions_atomic,
+        no_retry_holds,
     ];
     Promise::ALL
         .iter()
@@ -282,6 +288,33 @@ fn cancel_holds(h: &History, s: &Snapshot) -> Vec<String> {
                     d.attempt, d.at
                 ));
             }
+        }
+    }
+    out
+}
+
+fn no_retry_holds(h: &History, s: &Snapshot) -> Vec<String> {
+    let mut out = Vec::new();
+    for (id, calls) in &h.deliveries {
+        let Some(refused) = calls.iter().find(|d| d.for_good) else {
+            continue;
+        };
+        let job = s.job(*id);
+        if job.is_some_and(|j| moved_by_hand(h, j)) {
+            continue;
+        }
+        for later in calls.iter().filter(|d| d.attempt > refused.attempt) {
+            out.push(format!(
+                "job {id}: answered kickoff-no-retry at attempt {} ({}), then called for attempt \
+                 {} at {}",
+                refused.attempt, refused.at, later.attempt, later.at
+            ));
+        }
+        if let Some(j) = job.filter(|j| !matches!(j.state.as_str(), "discarded" | "cancelled")) {
+            out.push(format!(
+                "job {id}: answered kickoff-no-retry at attempt {}, now {} at attempt {}",
+                refused.attempt, j.state, j.attempt
+            ));
         }
     }
     out
@@ -924,6 +957,7 @@ mod tests {
             vec![Delivery {
                 attempt: 1,
                 at: t(1_250),
+                for_good: false,
             }],
         );
 
@@ -1115,6 +1149,7 @@ mod tests {
             vec![Delivery {
                 attempt: 1,
                 at: t(20),
+                for_good: false,
             }],
         );
         assert_eq!(broken(&h, &s), vec![]);
@@ -1123,9 +1158,31 @@ mod tests {
             vec![Delivery {
                 attempt: 1,
                 at: t(40),
+                for_good: false,
             }],
         );
         assert_eq!(broken(&h, &s), vec![Promise::CancelHolds]);
+    }
+
+    #[test]
+    fn a_call_after_kickoff_no_retry_or_a_job_not_discarded_is_reported() {
+        let (mut h, mut s) = clean();
+        let webhook = s.jobs.iter().position(|j| j.id == 2).unwrap();
+        h.deliveries.get_mut(&2).unwrap()[0].for_good = true;
+        s.jobs[webhook].state = "discarded".into();
+        assert_eq!(broken(&h, &s), vec![]);
+        h.deliveries.get_mut(&2).unwrap().push(Delivery {
+            attempt: 2,
+            at: t(1_400),
+            for_good: false,
+        });
+        assert_eq!(broken(&h, &s), vec![Promise::NoRetryHolds]);
+        h.deliveries.get_mut(&2).unwrap().pop();
+        s.jobs[webhook].state = "completed".into();
+        assert_eq!(broken(&h, &s), vec![Promise::NoRetryHolds]);
+        // Unless an operator retried it: then it runs again.
+        retry(&mut h, &mut s, 2);
+        assert_eq!(broken(&h, &s), vec![]);
     }
 
     #[test]
