@@ -300,7 +300,28 @@ fn no_retry_holds(h: &History, s: &Snapshot) -> Vec<String> {
             continue;
         };
         let job = s.job(*id);
-        if job.is_some_and(|j| moved_by_hand(h, j)) {
+        // Moved by hand: by its id, or by a bulk action that may have matched it (a job deleted
+        // since has no queue left to tell: any bulk retry or run now may have).
+        let moved = match job {
+            Some(j) => moved_by_hand(h, j),
+            None => {
+                [
+                    "/jobs/{id}/retry",
+                    "/jobs/{id}/run-now",
+                    "/jobs/{id}/reschedule",
+                ]
+                .into_iter()
+                .any(|route| on_job(h, route, *id).next().is_some())
+                    || h.acknowledged("POST", "/jobs/bulk").any(|e| {
+                        e.body
+                            .as_ref()
+                            .and_then(|b| b.get("action"))
+                            .and_then(|a| a.as_str())
+                            .is_some_and(|a| matches!(a, "retry" | "run_now"))
+                    })
+            }
+        };
+        if moved {
             continue;
         }
         for later in calls.iter().filter(|d| d.attempt > refused.attempt) {
@@ -1180,9 +1201,20 @@ mod tests {
         h.deliveries.get_mut(&2).unwrap().pop();
         s.jobs[webhook].state = "completed".into();
         assert_eq!(broken(&h, &s), vec![Promise::NoRetryHolds]);
-        // Unless an operator retried it: then it runs again.
+        // Unless an operator retried it: then it runs again; so too when it was deleted since.
         retry(&mut h, &mut s, 2);
         assert_eq!(broken(&h, &s), vec![]);
+        let (mut h, mut s) = clean();
+        h.deliveries.get_mut(&2).unwrap()[0].for_good = true;
+        h.deliveries.get_mut(&2).unwrap().push(Delivery {
+            attempt: 2,
+            at: t(1_400),
+            for_good: false,
+        });
+        s.jobs.retain(|j| j.id != 2);
+        assert!(broken(&h, &s).contains(&Promise::NoRetryHolds));
+        retry(&mut h, &mut s, 2);
+        assert!(!broken(&h, &s).contains(&Promise::NoRetryHolds));
     }
 
     #[test]
