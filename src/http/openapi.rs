@@ -940,10 +940,12 @@ pub fn document() -> Value {
         let mut parameters: Vec<Value> = path_params(e.path)
             .into_iter()
             .map(|name| {
-                let schema = if name == "id" || name == "endpoint" {
-                    json!({ "type": "integer", "format": "int64" })
-                } else {
-                    json!({ "type": "string" })
+                let schema = match name {
+                    "id" | "endpoint" => json!({ "type": "integer", "format": "int64" }),
+                    // A game's name, as its questions hold it (`kickoff_check_question`).
+                    "game" => json!({ "type": "string", "minLength": 1, "maxLength": 200,
+                                      "pattern": crate::schema_rules::NOT_BLANK }),
+                    _ => json!({ "type": "string" }),
                 };
                 json!({ "name": name, "in": "path", "required": true, "schema": schema })
             })
