@@ -12,14 +12,19 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use kickoff::embed::Kickoff;
-use kickoff::engine::{BoxFuture, JobContext, NewJob, OnConflict, WorkError, Worker};
+use kickoff::engine::{
+    BoxFuture, ClientError, JobContext, JobId, NewJob, OnConflict, WorkError, Worker,
+};
+use kickoff::questions::QuestionError;
 
 /// The application's own table (Kickoff's tables are beside it, in the same database).
 pub const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS games (
     id bigserial PRIMARY KEY,
     name text NOT NULL,
     starts_at timestamptz NOT NULL,
-    started_at timestamptz
+    started_at timestamptz,
+    kick_off_job bigint,
+    question bigint
 )";
 
 /// The game's own job kind: at its start time the game is marked started, in the transaction
@@ -68,7 +73,7 @@ pub fn router(game: Game) -> Router {
             get(|| async { "A game server with Kickoff inside: /kickoff" }),
         )
         .route("/games", post(create_game))
-        .route("/games/{id}", get(read_game))
+        .route("/games/{id}", get(read_game).delete(call_off))
         .with_state(game)
         .merge(kickoff)
 }
@@ -135,6 +140,16 @@ async fn create_game(State(game): State<Game>, Json(new): Json<NewGame>) -> Answ
         },
         None => None,
     };
+    // The game keeps what it made: calling it off cancels them.
+    if let Err(e) = sqlx::query("UPDATE games SET kick_off_job = $2, question = $3 WHERE id = $1")
+        .bind(id)
+        .bind(job.id)
+        .bind(question)
+        .execute(&mut *tx)
+        .await
+    {
+        return refused(StatusCode::SERVICE_UNAVAILABLE, e);
+    }
     if new.roll_back {
         return match tx.rollback().await {
             Ok(()) => refused(
@@ -148,6 +163,55 @@ async fn create_game(State(game): State<Game>, Json(new): Json<NewGame>) -> Answ
         Ok(()) => (
             StatusCode::CREATED,
             Json(json!({ "id": id, "kick_off_job": job.id, "question": question })),
+        ),
+        Err(e) => refused(StatusCode::SERVICE_UNAVAILABLE, e),
+    }
+}
+
+/// Calls off a game that has not started: its row deleted, its kick-off job cancelled (stopped on
+/// its node if it is running right now), its question deleted with the job that would lock it; in
+/// one transaction, all or nothing.
+async fn call_off(State(game): State<Game>, Path(id): Path<i64>) -> Answer {
+    let client = game.kickoff.client();
+    let mut tx = match client.pool().begin().await {
+        Ok(tx) => tx,
+        Err(e) => return refused(StatusCode::SERVICE_UNAVAILABLE, e),
+    };
+    let made: Option<(Option<i64>, Option<i64>)> = match sqlx::query_as(
+        "DELETE FROM games WHERE id = $1 AND started_at IS NULL RETURNING kick_off_job, question",
+    )
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await
+    {
+        Ok(made) => made,
+        Err(e) => return refused(StatusCode::SERVICE_UNAVAILABLE, e),
+    };
+    let Some((job, question)) = made else {
+        return refused(StatusCode::NOT_FOUND, format!("no game {id} to call off"));
+    };
+    if let Some(job) = job {
+        match client.cancel_one_with(&mut tx, JobId(job)).await {
+            // Finished as the game started meanwhile: its start stands, with this call-off.
+            Ok(_) | Err(ClientError::Conflict(_) | ClientError::NotFound(_)) => {}
+            Err(e) => return refused(StatusCode::SERVICE_UNAVAILABLE, e),
+        }
+    }
+    if let Some(question) = question {
+        match game
+            .kickoff
+            .questions()
+            .delete_with(&mut tx, question)
+            .await
+        {
+            Ok(()) | Err(QuestionError::NotFound(_)) => {}
+            Err(e) => return refused(StatusCode::SERVICE_UNAVAILABLE, e),
+        }
+    }
+    match tx.commit().await {
+        Ok(()) => (
+            StatusCode::OK,
+            Json(json!({ "id": id, "called_off": true })),
         ),
         Err(e) => refused(StatusCode::SERVICE_UNAVAILABLE, e),
     }

@@ -9,6 +9,7 @@
 //!   -d '{"name": "Bears vs Wolves", "starts_at": "2027-01-01T20:00:00Z",
 //!        "question": {"prompt": "First goal?", "choices": ["Bears", "Wolves"]}}'
 //! open http://localhost:3100/kickoff
+//! curl -X DELETE localhost:3100/games/1    # called off: its jobs cancelled, its question gone
 //! ```
 //!
 //! Settings (environment): `DATABASE_URL` (required), `GAME_SERVER_ADDR` (`127.0.0.1:3100`),

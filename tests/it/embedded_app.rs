@@ -110,6 +110,57 @@ async fn started_and_locked(pool: &sqlx::PgPool, game: i64, q: i64) {
     .await;
 }
 
+/// A game called off before it starts takes its jobs with it, in the application's transaction:
+/// its kick-off job cancelled, its question deleted and the question's lock job cancelled.
+#[tokio::test]
+async fn a_game_called_off_cancels_its_kick_off_and_its_questions_lock_in_one_transaction() {
+    let pool = PgPoolOptions::new()
+        .max_connections(10)
+        .connect_with(empty_db("game_server_off").await)
+        .await
+        .unwrap();
+    let (kickoff, app) = start(&pool).await;
+    let question = json!({"prompt": "First goal?", "choices": ["Bears", "Wolves"]});
+    let (game, q) = save_game(&app, "Bears vs Wolves", 60_000, &question).await;
+    let call_off = |id: i64| {
+        let app = app.clone();
+        async move {
+            let req = Request::delete(format!("/games/{id}"))
+                .body(Body::empty())
+                .unwrap();
+            send(&app, req).await
+        }
+    };
+    let (status, _, body) = call_off(game).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(count(&pool, "SELECT count(*) FROM games").await, 0);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM questions").await,
+        0,
+        "question {q}"
+    );
+    let states: Vec<(String, String)> =
+        sqlx::query_as("SELECT kind, state::text FROM jobs ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        states,
+        [
+            ("game.kick_off".to_string(), "cancelled".to_string()),
+            ("lock_question".to_string(), "cancelled".to_string())
+        ]
+    );
+    let (status, _, body) = call_off(game).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    drop(app);
+    Arc::try_unwrap(kickoff)
+        .ok()
+        .expect("the only handle")
+        .stop()
+        .await;
+}
+
 #[tokio::test]
 async fn a_game_and_its_jobs_commit_together_fire_at_its_time_and_survive_a_restart() {
     let pool = PgPoolOptions::new()
