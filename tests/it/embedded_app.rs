@@ -54,6 +54,17 @@ async fn start(pool: &sqlx::PgPool) -> (Arc<Kickoff>, axum::Router) {
     (kickoff, router)
 }
 
+/// The application started on a database of its own, Kickoff never seen there.
+async fn started_on(name: &str) -> (sqlx::PgPool, Arc<Kickoff>, axum::Router) {
+    let pool = PgPoolOptions::new()
+        .max_connections(20)
+        .connect_with(empty_db(name).await)
+        .await
+        .unwrap();
+    let (kickoff, app) = start(&pool).await;
+    (pool, kickoff, app)
+}
+
 async fn post_game(app: &axum::Router, body: Value) -> (StatusCode, Value) {
     let req = Request::post("/games")
         .header(header::CONTENT_TYPE, "application/json")
@@ -114,12 +125,7 @@ async fn started_and_locked(pool: &sqlx::PgPool, game: i64, q: i64) {
 /// its kick-off job cancelled, its question deleted and the question's lock job cancelled.
 #[tokio::test]
 async fn a_game_called_off_cancels_its_kick_off_and_its_questions_lock_in_one_transaction() {
-    let pool = PgPoolOptions::new()
-        .max_connections(10)
-        .connect_with(empty_db("game_server_off").await)
-        .await
-        .unwrap();
-    let (kickoff, app) = start(&pool).await;
+    let (pool, kickoff, app) = started_on("game_server_off").await;
     let question = json!({"prompt": "First goal?", "choices": ["Bears", "Wolves"]});
     let (game, q) = save_game(&app, "Bears vs Wolves", 60_000, &question).await;
     let call_off = |id: i64| {
@@ -163,12 +169,7 @@ async fn a_game_called_off_cancels_its_kick_off_and_its_questions_lock_in_one_tr
 
 #[tokio::test]
 async fn a_game_and_its_jobs_commit_together_fire_at_its_time_and_survive_a_restart() {
-    let pool = PgPoolOptions::new()
-        .max_connections(20)
-        .connect_with(empty_db("game_server").await)
-        .await
-        .unwrap();
-    let (kickoff, app) = start(&pool).await;
+    let (pool, kickoff, app) = started_on("game_server").await;
     let question = json!({"prompt": "First goal?", "choices": ["Bears", "Wolves"]});
 
     // Rolled back after the game, its kick-off job, its question and the lock job were
