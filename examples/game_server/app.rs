@@ -22,10 +22,10 @@ pub const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS games (
     id bigserial PRIMARY KEY,
     name text NOT NULL,
     starts_at timestamptz NOT NULL,
-    started_at timestamptz,
-    kick_off_job bigint,
-    question bigint
-)";
+    started_at timestamptz
+);
+ALTER TABLE games ADD COLUMN IF NOT EXISTS kick_off_job bigint,
+                  ADD COLUMN IF NOT EXISTS question bigint;";
 
 /// The game's own job kind: at its start time the game is marked started, in the transaction
 /// that completes the job (exactly once, however many times the job is tried).
@@ -188,7 +188,20 @@ async fn call_off(State(game): State<Game>, Path(id): Path<i64>) -> Answer {
         Err(e) => return refused(StatusCode::SERVICE_UNAVAILABLE, e),
     };
     let Some((job, question)) = made else {
-        return refused(StatusCode::NOT_FOUND, format!("no game {id} to call off"));
+        // Started (its kick-off committed first: this statement waited for it), or none.
+        let exists =
+            sqlx::query_scalar::<_, bool>("SELECT EXISTS (SELECT FROM games WHERE id = $1)")
+                .bind(id)
+                .fetch_one(&mut *tx)
+                .await;
+        return match exists {
+            Ok(true) => refused(
+                StatusCode::CONFLICT,
+                format!("game {id} has started: too late to call it off"),
+            ),
+            Ok(false) => refused(StatusCode::NOT_FOUND, format!("no game {id}")),
+            Err(e) => refused(StatusCode::SERVICE_UNAVAILABLE, e),
+        };
     };
     if let Some(job) = job {
         match client.cancel_one_with(&mut tx, JobId(job)).await {

@@ -42,7 +42,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .max_connections(20)
         .connect(&url)
         .await?;
-    sqlx::query(app::SCHEMA).execute(&pool).await?;
+    sqlx::raw_sql(app::SCHEMA).execute(&pool).await?;
 
     let mut options = Options::new("/kickoff");
     options.engine.queues = vec![

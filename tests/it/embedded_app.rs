@@ -29,7 +29,7 @@ const PASSWORD: &str = "the game's admin password";
 
 /// The application as `main.rs` starts it (its queues, its kind beside Kickoff's), on `pool`.
 async fn start(pool: &sqlx::PgPool) -> (Arc<Kickoff>, axum::Router) {
-    sqlx::query(game_server::SCHEMA)
+    sqlx::raw_sql(game_server::SCHEMA)
         .execute(pool)
         .await
         .unwrap();
@@ -159,6 +159,15 @@ async fn a_game_called_off_cancels_its_kick_off_and_its_questions_lock_in_one_tr
     );
     let (status, _, body) = call_off(game).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    // A game that has started is too late to call off: refused, nothing changed.
+    let (started_game, _) = save_game(&app, "Lions vs Tigers", 300, &question).await;
+    wait_for("the game to start", Duration::from_secs(15), || {
+        started(&pool, started_game)
+    })
+    .await;
+    let (status, _, body) = call_off(started_game).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(started(&pool, started_game).await);
     drop(app);
     Arc::try_unwrap(kickoff)
         .ok()

@@ -22,7 +22,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use self::by_hand::{bulk_on, moved_by_hand, on_job};
-use super::plan::{Role, KINDS, QUEUES};
+use super::plan::{Fault, Role, KINDS, QUEUES};
 use super::record::{Event, History, JobRow, RunRow, Snapshot, StepRow};
 use crate::engine::job::RESERVED_META;
 
@@ -300,8 +300,8 @@ fn no_retry_holds(h: &History, s: &Snapshot) -> Vec<String> {
             continue;
         };
         let job = s.job(*id);
-        // Moved by hand: by its id, or by a bulk action that may have matched it (a job deleted
-        // since has no queue left to tell: any bulk retry or run now may have).
+        // Moved by hand after the refusal: by its id, or by a bulk action that may have matched
+        // it (a job deleted since has no queue left to tell: any bulk retry or run now may have).
         let moved = match job {
             Some(j) => moved_by_hand(h, j),
             None => {
@@ -311,27 +311,43 @@ fn no_retry_holds(h: &History, s: &Snapshot) -> Vec<String> {
                     "/jobs/{id}/reschedule",
                 ]
                 .into_iter()
-                .any(|route| on_job(h, route, *id).next().is_some())
+                .any(|route| on_job(h, route, *id).any(|e| e.sent >= refused.at))
                     || h.acknowledged("POST", "/jobs/bulk").any(|e| {
-                        e.body
-                            .as_ref()
-                            .and_then(|b| b.get("action"))
-                            .and_then(|a| a.as_str())
-                            .is_some_and(|a| matches!(a, "retry" | "run_now"))
+                        e.sent >= refused.at
+                            && e.body
+                                .as_ref()
+                                .and_then(|b| b.get("action"))
+                                .and_then(|a| a.as_str())
+                                .is_some_and(|a| matches!(a, "retry" | "run_now"))
                     })
             }
+        };
+        // The refusal's outcome may not have been written: its node killed or stopped, the
+        // database crashed or the node's connections cut before it was (from a lease before
+        // the call: an attempt is rescued once its lease lapsed), and the job rescued.
+        let lost_after = |end: DateTime<Utc>| {
+            h.faults.iter().any(|f| {
+                !matches!(f.fault, Fault::CutListener { .. })
+                    && f.at <= end
+                    && f.done >= refused.at - chrono::Duration::seconds(3)
+            })
         };
         if moved {
             continue;
         }
-        for later in calls.iter().filter(|d| d.attempt > refused.attempt) {
+        for later in calls
+            .iter()
+            .filter(|d| d.attempt > refused.attempt && !lost_after(d.at))
+        {
             out.push(format!(
                 "job {id}: answered kickoff-no-retry at attempt {} ({}), then called for attempt \
                  {} at {}",
                 refused.attempt, refused.at, later.attempt, later.at
             ));
         }
-        if let Some(j) = job.filter(|j| !matches!(j.state.as_str(), "discarded" | "cancelled")) {
+        let ended_otherwise =
+            job.filter(|j| !matches!(j.state.as_str(), "discarded" | "cancelled"));
+        if let Some(j) = ended_otherwise.filter(|_| !lost_after(s.now)) {
             out.push(format!(
                 "job {id}: answered kickoff-no-retry at attempt {}, now {} at attempt {}",
                 refused.attempt, j.state, j.attempt
@@ -1198,6 +1214,23 @@ mod tests {
             for_good: false,
         });
         assert_eq!(broken(&h, &s), vec![Promise::NoRetryHolds]);
+        // Unless a fault may have lost the refusal's outcome before it was written (its node
+        // killed, the job rescued and called again); a listener cut loses no write.
+        h.faults.push(FaultEvent {
+            step: 0,
+            fault: Fault::CutListener { node: 0 },
+            at: t(1_260),
+            done: t(1_270),
+        });
+        assert_eq!(broken(&h, &s), vec![Promise::NoRetryHolds]);
+        h.faults.push(FaultEvent {
+            step: 0,
+            fault: Fault::Kill { node: 0 },
+            at: t(1_260),
+            done: t(1_300),
+        });
+        assert_eq!(broken(&h, &s), vec![]);
+        h.faults.clear();
         h.deliveries.get_mut(&2).unwrap().pop();
         s.jobs[webhook].state = "completed".into();
         assert_eq!(broken(&h, &s), vec![Promise::NoRetryHolds]);
@@ -1213,7 +1246,10 @@ mod tests {
         });
         s.jobs.retain(|j| j.id != 2);
         assert!(broken(&h, &s).contains(&Promise::NoRetryHolds));
+        // A retry sent before the refusal explains nothing after it; one sent after does.
         retry(&mut h, &mut s, 2);
+        assert!(broken(&h, &s).contains(&Promise::NoRetryHolds));
+        h.events.last_mut().unwrap().sent = t(1_300);
         assert!(!broken(&h, &s).contains(&Promise::NoRetryHolds));
     }
 
